@@ -1,0 +1,28 @@
+"""normlab: fused Triton kernels for the memory-bound ops of LLM training, and a lab to measure them.
+
+Importing normlab selects the runtime first (compiled kernels on a CUDA GPU, the Triton
+interpreter on CPU tensors otherwise); see ``normlab._runtime``.
+"""
+
+from normlab._runtime import DEVICE, INTERPRET, MODE  # noqa: I001  (must run before any kernel import)
+from normlab.kernels.norm import layer_norm, rms_norm
+from normlab.kernels.entropy import cross_entropy, reverse_kl, soft_cross_entropy
+from normlab.nn import CrossEntropyLoss, LayerNorm, ReverseKLLoss, RMSNorm, SoftCrossEntropyLoss
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEVICE",
+    "INTERPRET",
+    "MODE",
+    "CrossEntropyLoss",
+    "LayerNorm",
+    "RMSNorm",
+    "ReverseKLLoss",
+    "SoftCrossEntropyLoss",
+    "cross_entropy",
+    "layer_norm",
+    "reverse_kl",
+    "rms_norm",
+    "soft_cross_entropy",
+]

@@ -1,0 +1,1 @@
+"""Triton kernels, launchers and autograd Functions, one module per op family."""
