@@ -16,6 +16,11 @@ from __future__ import annotations
 # ============================================================================================
 
 
+def use_block_row(n_rows: int, n_cols: int) -> bool:
+    """layout="auto": pack many narrow rows per program? PLACEHOLDER until block-row kernels land."""
+    return False
+
+
 # ============================================================================================
 # Entropy losses (reverse KL, soft / label cross-entropy)        -- owned by the entropy kernels
 # ============================================================================================
