@@ -1,0 +1,43 @@
+"""Figures, tables and widgets over benchmark records (needs the ``lab`` extra: plotly, ipywidgets).
+
+``plots`` holds pure functions (records in, ``plotly.graph_objects.Figure`` out); ``widgets``
+only wires ipywidgets controls to them and to ``normlab.bench``.
+"""
+
+from normlab.viz.plots import (
+    NO_RECORDED_DATA,
+    Table,
+    as_dicts,
+    contention_figure,
+    contention_model,
+    empty_figure,
+    gbps_vs_shape,
+    kernel_breakdown,
+    records_table,
+    roofline_bars,
+    select,
+    source_of,
+    source_text,
+    speedup_table,
+    speedup_vs_best_peer,
+    with_source,
+)
+
+__all__ = [
+    "NO_RECORDED_DATA",
+    "Table",
+    "as_dicts",
+    "contention_figure",
+    "contention_model",
+    "empty_figure",
+    "gbps_vs_shape",
+    "kernel_breakdown",
+    "records_table",
+    "roofline_bars",
+    "select",
+    "source_of",
+    "source_text",
+    "speedup_table",
+    "speedup_vs_best_peer",
+    "with_source",
+]

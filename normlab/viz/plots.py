@@ -1,0 +1,658 @@
+"""Pure figure and table functions: benchmark records in, ``plotly.graph_objects.Figure`` out.
+
+A record is one measurement as ``normlab.bench`` writes it (a dict, or any object with those
+attributes): op, impl, strategy, layout, M, N, dtype, direction, device_us, wall_us, bytes,
+gbps, roofline_gbps (measured copy bandwidth), frac_roofline, datasheet_gbps, kernels
+(kernel name -> µs), card, mode, date, ... Nothing here measures, prints or touches widgets,
+so every function is testable without a browser.
+
+Every title says whether its numbers are **live** (measured on this machine, in this session)
+or **recorded** (shipped in ``normlab/data/``, measured on the card named in the title).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import math
+from collections.abc import Callable, Iterable, Mapping
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+SOURCES = ("live", "recorded")
+NO_RECORDED_DATA = (
+    "no recorded GPU data in this package yet (normlab/data/*.jsonl is empty); "
+    "run on a GPU for live numbers"
+)
+# Peer implementations the speed-up chart compares against: everything not written by normlab.
+OURS_PREFIX = "normlab"
+# Show at most this many programs/workspace rows in the contention picture; the rest are counted.
+MAX_CARTS_SHOWN = 24
+MAX_DOCKS_SHOWN = 10
+STRATEGIES = ("atomic", "two_stage", "persistent")
+_COLORS = {"atomic": "#d62728", "two_stage": "#1f77b4", "persistent": "#2ca02c"}
+
+
+# ---- records -----------------------------------------------------------------------------------
+
+
+def as_dicts(records: Iterable) -> list[dict]:
+    """Records as plain dicts (accepts dicts, dataclasses or attribute objects)."""
+    if records is None:
+        return []
+    if isinstance(records, Mapping):
+        raise TypeError("expected a list of records, got a single dict; wrap it in a list")
+    rows = []
+    for r in records:
+        if isinstance(r, Mapping):
+            rows.append(dict(r))
+        elif dataclasses.is_dataclass(r) and not isinstance(r, type):
+            rows.append(dataclasses.asdict(r))
+        elif hasattr(r, "__dict__"):
+            rows.append(dict(vars(r)))
+        else:
+            raise TypeError(f"record must be a dict or an object with attributes, got {type(r).__name__}")
+    return rows
+
+
+def select(records: Iterable, **criteria) -> list[dict]:
+    """Records whose fields match ``criteria``; a list/tuple/set value means "any of these"."""
+    out = []
+    for r in as_dicts(records):
+        ok = True
+        for key, want in criteria.items():
+            have = r.get(key)
+            if isinstance(want, (list, tuple, set, frozenset)):
+                ok = have in want
+            else:
+                ok = have == want
+            if not ok:
+                break
+        if ok:
+            out.append(r)
+    return out
+
+
+def with_source(records: Iterable, source: str) -> list[dict]:
+    """Copies of the records tagged ``source`` ("live" or "recorded") for every later plot."""
+    if source not in SOURCES:
+        raise ValueError(f"source={source!r}: expected one of {SOURCES}")
+    return [{**r, "source": source} for r in as_dicts(records)]
+
+
+def series_label(rec: Mapping) -> str:
+    """Trace name of a record: impl, then strategy and layout when they say something."""
+    parts = [str(rec.get("impl") or "?")]
+    for key in ("strategy", "layout"):
+        value = rec.get(key)
+        if value not in (None, "", "-", "auto", "default"):
+            parts.append(str(value))
+    return " · ".join(parts)
+
+
+def shape_label(rec: Mapping) -> str:
+    return f"{rec.get('M')}×{rec.get('N')}"
+
+
+def _num(value) -> float:
+    """A float, NaN for missing values (plotly leaves a gap, hover shows NaN rather than lying)."""
+    try:
+        return float(value) if value is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _one(rows: list[dict], key: str, what: str):
+    """The single value of ``key`` across rows (None if absent); several values is an error."""
+    values = sorted({str(r[key]) for r in rows if r.get(key) not in (None, "")})
+    if len(values) > 1:
+        raise ValueError(
+            f"records mix {len(values)} {what}s ({', '.join(values)}); plot one at a time, "
+            f"e.g. normlab.viz.select(records, {key}={values[0]!r})"
+        )
+    if not values:
+        return None
+    return next(r[key] for r in rows if r.get(key) not in (None, "") and str(r[key]) == values[0])
+
+
+def _first_number(rows: list[dict], key: str) -> float | None:
+    for r in rows:
+        v = _num(r.get(key))
+        if not math.isnan(v) and v > 0:
+            return v
+    return None
+
+
+def source_of(records: Iterable, source: str | None = None) -> str:
+    """"live" or "recorded": the explicit ``source``, else the records' own ``source`` field,
+    else live for interpreter runs (never shipped), recorded otherwise. Pass ``source="live"``
+    for a GPU run made in this session."""
+    if source is not None:
+        if source not in SOURCES:
+            raise ValueError(f"source={source!r}: expected one of {SOURCES}")
+        return source
+    rows = as_dicts(records)
+    tagged = {r.get("source") for r in rows if r.get("source") in SOURCES}
+    if len(tagged) == 1:
+        return tagged.pop()
+    if any(r.get("mode") == "interpret" for r in rows):
+        return "live"
+    return "recorded"
+
+
+def source_text(records: Iterable, source: str | None = None) -> str:
+    """One line naming where the numbers come from, e.g. "recorded: NVIDIA H200, 2026-11-29"."""
+    rows = as_dicts(records)
+    src = source_of(rows, source)
+    card = _one(rows, "card", "card") or "unknown card"
+    dates = sorted({str(r["date"])[:10] for r in rows if r.get("date")})
+    when = dates[0] if len(dates) == 1 else (f"{dates[0]}…{dates[-1]}" if dates else "undated")
+    modes = sorted({str(r["mode"]) for r in rows if r.get("mode")})
+    if src == "recorded":
+        return f"recorded: {card}, {when}"
+    text = f"live: this machine ({card}, {'/'.join(modes) or 'unknown'} mode), {when}"
+    if "interpret" in modes:
+        text += " (interpreter timings, not GPU bandwidth)"
+    return text
+
+
+def _title(what: str, rows: list[dict], source: str | None, title: str | None) -> str:
+    head = title or what
+    return f"{head}<br><sup>{html.escape(source_text(rows, source))}</sup>"
+
+
+def empty_figure(message: str, title: str = "") -> go.Figure:
+    """A figure that says in words why there is nothing to plot."""
+    fig = go.Figure()
+    fig.add_annotation(
+        text=html.escape(message), x=0.5, y=0.5, xref="paper", yref="paper",
+        showarrow=False, font={"size": 14},
+    )
+    fig.update_layout(
+        title=f"{title}<br><sup>{html.escape(message)}</sup>" if title else message,
+        xaxis={"visible": False}, yaxis={"visible": False},
+        height=260, template="plotly_white",
+    )
+    return fig
+
+
+def _empty_message(source: str | None, what: str) -> str:
+    if source == "recorded":
+        return NO_RECORDED_DATA
+    return f"no records to plot ({what})"
+
+
+def _shape_order(rows: list[dict]) -> list[str]:
+    keyed = {}
+    for r in rows:
+        keyed.setdefault(shape_label(r), (int(r.get("M") or 0) * int(r.get("N") or 0), int(r.get("M") or 0)))
+    return sorted(keyed, key=keyed.get)
+
+
+def _series(rows: list[dict]) -> dict[str, list[dict]]:
+    """Records grouped by trace name; op/dtype/direction are added to the name when they vary."""
+    varying = [k for k in ("op", "dtype", "direction") if len({r.get(k) for r in rows}) > 1]
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        name = series_label(r)
+        if varying:
+            name += " (" + ", ".join(str(r.get(k)) for k in varying) + ")"
+        groups.setdefault(name, []).append(r)
+    return groups
+
+
+def _pct_of_copy(rec: Mapping, copy_gbps: float | None) -> float:
+    frac = _num(rec.get("frac_roofline"))
+    if math.isnan(frac) and copy_gbps:
+        frac = _num(rec.get("gbps")) / copy_gbps
+    return 100.0 * frac
+
+
+def roofline_lines(rows: list[dict], copy_gbps=None, datasheet_gbps=None) -> dict[str, float]:
+    """The horizontal ceilings to draw: measured copy bandwidth and datasheet peak, in GB/s."""
+    lines = {}
+    copy = copy_gbps if copy_gbps is not None else _first_number(rows, "roofline_gbps")
+    sheet = datasheet_gbps if datasheet_gbps is not None else _first_number(rows, "datasheet_gbps")
+    if copy:
+        lines["measured copy"] = float(copy)
+    if sheet:
+        lines["datasheet"] = float(sheet)
+    return lines
+
+
+# ---- GB/s against shape ------------------------------------------------------------------------
+
+
+def gbps_vs_shape(
+    records: Iterable,
+    *,
+    source: str | None = None,
+    copy_gbps: float | None = None,
+    datasheet_gbps: float | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """Effective bandwidth per shape, one trace per implementation/strategy, under the ceilings.
+
+    The dashed lines are the measured device-to-device copy bandwidth (the practical roofline)
+    and the datasheet peak; hover gives device and wall µs, GB/s and the percentage of copy.
+    """
+    rows = as_dicts(records)
+    if not rows:
+        return empty_figure(_empty_message(source, "GB/s vs shape"), title or "GB/s vs shape")
+    lines = roofline_lines(rows, copy_gbps, datasheet_gbps)
+    copy = lines.get("measured copy")
+    order = _shape_order(rows)
+    fig = go.Figure()
+    for name, group in _series(rows).items():
+        group = sorted(group, key=lambda r: order.index(shape_label(r)))
+        fig.add_trace(
+            go.Scatter(
+                x=[shape_label(r) for r in group],
+                y=[_num(r.get("gbps")) for r in group],
+                mode="lines+markers",
+                name=name,
+                customdata=[
+                    [_num(r.get("device_us")), _num(r.get("wall_us")), _pct_of_copy(r, copy),
+                     _num(r.get("bytes")) / 1e6, str(r.get("dtype")), str(r.get("direction"))]
+                    for r in group
+                ],
+                hovertemplate=(
+                    "<b>%{fullData.name}</b><br>M×N = %{x} (%{customdata[4]}, %{customdata[5]})"
+                    "<br>device %{customdata[0]:.2f} µs · wall %{customdata[1]:.2f} µs"
+                    "<br>%{y:.1f} GB/s = %{customdata[2]:.1f}% of copy"
+                    "<br>%{customdata[3]:.2f} MB moved (bytes model)<extra></extra>"
+                ),
+            )
+        )
+    for label, y in lines.items():
+        fig.add_hline(
+            y=y, line_dash="dash" if label == "measured copy" else "dot",
+            line_color="black" if label == "measured copy" else "gray",
+            annotation_text=f"{label} {y:,.0f} GB/s", annotation_position="top left",
+        )
+    fig.update_layout(
+        title=_title("Effective bandwidth vs shape", rows, source, title),
+        xaxis_title="shape M×N (rows × columns)",
+        yaxis_title="effective bandwidth (GB/s, bytes model ÷ device time)",
+        xaxis={"type": "category", "categoryorder": "array", "categoryarray": order},
+        yaxis={"rangemode": "tozero"},
+        template="plotly_white", legend_title_text="implementation",
+    )
+    return fig
+
+
+# ---- roofline: fraction of the measured copy bandwidth -------------------------------------------
+
+
+def roofline_bars(
+    records: Iterable,
+    *,
+    source: str | None = None,
+    copy_gbps: float | None = None,
+    datasheet_gbps: float | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """How close each run gets to the memory roofline: % of measured copy bandwidth, as bars.
+
+    Memory-bound ops sit far left of any compute ridge, so the roofline reduces to one ceiling:
+    100% is the card's measured copy bandwidth; the dotted line marks the datasheet peak.
+    """
+    rows = as_dicts(records)
+    if not rows:
+        return empty_figure(_empty_message(source, "roofline"), title or "Fraction of roofline")
+    lines = roofline_lines(rows, copy_gbps, datasheet_gbps)
+    copy = lines.get("measured copy")
+    order = _shape_order(rows)
+    fig = go.Figure()
+    for name, group in _series(rows).items():
+        group = sorted(group, key=lambda r: order.index(shape_label(r)))
+        fig.add_trace(
+            go.Bar(
+                x=[shape_label(r) for r in group],
+                y=[_pct_of_copy(r, copy) for r in group],
+                name=name,
+                customdata=[[_num(r.get("gbps")), _num(r.get("device_us"))] for r in group],
+                hovertemplate=(
+                    "<b>%{fullData.name}</b><br>M×N = %{x}<br>%{y:.1f}% of copy"
+                    "<br>%{customdata[0]:.1f} GB/s · device %{customdata[1]:.2f} µs<extra></extra>"
+                ),
+            )
+        )
+    if copy:
+        fig.add_hline(y=100.0, line_dash="dash", line_color="black",
+                      annotation_text=f"measured copy {copy:,.0f} GB/s = 100%",
+                      annotation_position="top left")
+        if "datasheet" in lines:
+            pct = 100.0 * lines["datasheet"] / copy
+            fig.add_hline(y=pct, line_dash="dot", line_color="gray",
+                          annotation_text=f"datasheet {lines['datasheet']:,.0f} GB/s = {pct:.0f}%",
+                          annotation_position="top right")
+    fig.update_layout(
+        title=_title("Roofline: achieved fraction of measured copy bandwidth", rows, source, title),
+        barmode="group",
+        xaxis_title="shape M×N (rows × columns)",
+        yaxis_title="% of measured copy bandwidth",
+        xaxis={"type": "category", "categoryorder": "array", "categoryarray": order},
+        template="plotly_white", legend_title_text="implementation",
+    )
+    return fig
+
+
+# ---- per-kernel breakdown ----------------------------------------------------------------------
+
+
+def kernel_breakdown(records: Iterable, *, source: str | None = None, title: str | None = None) -> go.Figure:
+    """Stacked device time per kernel (e.g. main dx kernel + dγ reduce kernel) per run."""
+    rows = [r for r in as_dicts(records) if r.get("kernels")]
+    if not rows:
+        msg = _empty_message(source, "per-kernel breakdown")
+        if records and source != "recorded":
+            msg = "these records carry no per-kernel times (the interpreter has no profiler)"
+        return empty_figure(msg, title or "Per-kernel device time")
+    order = _shape_order(rows)
+    rows = sorted(rows, key=lambda r: (order.index(shape_label(r)), series_label(r)))
+    multi_dir = len({r.get("direction") for r in rows}) > 1
+    xs = [f"{shape_label(r)} · {series_label(r)}" + (f" ({r.get('direction')})" if multi_dir else "")
+          for r in rows]
+    kernel_names: list[str] = []
+    for r in rows:
+        for k in r["kernels"]:
+            if k not in kernel_names:
+                kernel_names.append(k)
+    fig = go.Figure()
+    for k in kernel_names:
+        us = [_num(r["kernels"].get(k, 0.0)) for r in rows]
+        share = [100.0 * u / sum(_num(v) for v in r["kernels"].values()) if u else 0.0
+                 for u, r in zip(us, rows)]
+        fig.add_trace(
+            go.Bar(
+                x=xs, y=us, name=k, customdata=share,
+                hovertemplate=f"<b>{html.escape(k)}</b><br>%{{x}}<br>%{{y:.2f}} µs "
+                              "(%{customdata:.0f}% of device time)<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title=_title("Per-kernel device time", rows, source, title),
+        barmode="stack",
+        xaxis_title="shape · implementation",
+        yaxis_title="device time (µs)",
+        template="plotly_white", legend_title_text="kernel",
+    )
+    return fig
+
+
+# ---- speed-up against the best peer ------------------------------------------------------------
+
+
+def _is_ours(rec: Mapping) -> bool:
+    return str(rec.get("impl", "")).startswith(OURS_PREFIX)
+
+
+def speedup_table(records: Iterable, *, ours: Callable[[Mapping], bool] = _is_ours) -> list[dict]:
+    """For every run of ours: the best (fastest device time) peer at the same op/shape/dtype/dir.
+
+    ``speedup`` > 1 means ours is faster. Shapes without a peer measurement are left out.
+    """
+    rows = as_dicts(records)
+    key = lambda r: (r.get("op"), r.get("M"), r.get("N"), r.get("dtype"), r.get("direction"))  # noqa: E731
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        if ours(r) or math.isnan(_num(r.get("device_us"))):
+            continue
+        k = key(r)
+        if k not in best or _num(r["device_us"]) < _num(best[k]["device_us"]):
+            best[k] = r
+    out = []
+    for r in rows:
+        if not ours(r) or key(r) not in best or not _num(r.get("device_us")) > 0:
+            continue
+        peer = best[key(r)]
+        out.append({
+            "op": r.get("op"), "M": r.get("M"), "N": r.get("N"), "dtype": r.get("dtype"),
+            "direction": r.get("direction"), "impl": series_label(r),
+            "device_us": _num(r["device_us"]), "best_peer": series_label(peer),
+            "best_peer_us": _num(peer["device_us"]),
+            "speedup": _num(peer["device_us"]) / _num(r["device_us"]),
+        })
+    return out
+
+
+def speedup_vs_best_peer(
+    records: Iterable,
+    *,
+    source: str | None = None,
+    ours: Callable[[Mapping], bool] = _is_ours,
+    title: str | None = None,
+) -> go.Figure:
+    """Speed-up of each of our implementations over the fastest peer at each shape (1× = parity)."""
+    rows = as_dicts(records)
+    table = speedup_table(rows, ours=ours)
+    if not table:
+        msg = _empty_message(source, "speed-up") if not rows else (
+            "no shape has both a normlab run and a peer run to compare")
+        return empty_figure(msg, title or "Speed-up vs best peer")
+    order = _shape_order(table)
+    fig = go.Figure()
+    groups: dict[str, list[dict]] = {}
+    for t in table:
+        groups.setdefault(t["impl"], []).append(t)
+    for name, group in groups.items():
+        group = sorted(group, key=lambda t: order.index(shape_label(t)))
+        fig.add_trace(
+            go.Bar(
+                x=[shape_label(t) for t in group], y=[t["speedup"] for t in group], name=name,
+                customdata=[[t["device_us"], t["best_peer"], t["best_peer_us"]] for t in group],
+                hovertemplate=(
+                    "<b>%{fullData.name}</b><br>M×N = %{x}<br>%{customdata[0]:.2f} µs vs best peer "
+                    "%{customdata[1]} %{customdata[2]:.2f} µs<br>speed-up %{y:.2f}×<extra></extra>"
+                ),
+            )
+        )
+    fig.add_hline(y=1.0, line_dash="dash", line_color="black",
+                  annotation_text="parity with the best peer", annotation_position="top left")
+    fig.update_layout(
+        title=_title("Speed-up vs the best peer (device time)", rows, source, title),
+        barmode="group",
+        xaxis_title="shape M×N (rows × columns)",
+        yaxis_title="speed-up (best peer µs ÷ our µs, ×)",
+        xaxis={"type": "category", "categoryorder": "array", "categoryarray": order},
+        template="plotly_white", legend_title_text="implementation",
+    )
+    return fig
+
+
+# ---- the dγ contention picture (seed 002's queue of carts at one loading dock) ----------------
+
+
+def contention_model(
+    n_rows: int,
+    n_cols: int,
+    *,
+    n_sm: int,
+    programs_per_sm: int = 2,
+    rows_per_program: int = 1,
+    elem_bytes: int = 2,
+    partial_bytes: int = 4,
+) -> dict[str, dict]:
+    """Where each dγ strategy sends its per-program partial sums, in numbers.
+
+    - atomic: every program adds its N-vector into the one dγ vector, so the adds to each address
+      queue up, ``programs`` deep.
+    - two_stage: every program writes its own workspace row (no waiting); a reduce kernel then
+      reads ``programs`` rows. The workspace grows with M.
+    - persistent: ``n_sm * programs_per_sm`` programs grid-stride the rows and fold them in fp32
+      registers, so the workspace and the reduce kernel's read are bounded, independent of M.
+    """
+    for name, v in (("n_rows", n_rows), ("n_cols", n_cols), ("n_sm", n_sm),
+                    ("programs_per_sm", programs_per_sm), ("rows_per_program", rows_per_program)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    tiles = -(-n_rows // rows_per_program)
+    main_bytes = 3 * n_rows * n_cols * elem_bytes  # read x, dy; write dx
+    persistent = min(n_sm * programs_per_sm, tiles)
+    out = {}
+    for strategy, programs, partial_rows, depth in (
+        ("atomic", tiles, 0, tiles),
+        ("two_stage", tiles, tiles, 1),
+        ("persistent", persistent, persistent, 1),
+    ):
+        workspace = partial_rows * n_cols * partial_bytes
+        out[strategy] = {
+            "programs": programs,
+            "destinations": 1 if strategy == "atomic" else partial_rows,
+            "queue_depth": depth,  # adds serialized on one dγ address
+            "tiles_per_program": -(-tiles // programs),
+            "partial_rows": partial_rows,
+            "workspace_bytes": workspace,
+            # the reduce kernel reads the workspace once; atomics need no second kernel
+            "reduce_read_bytes": workspace,
+            "reduce_share": workspace / (main_bytes + 2 * workspace) if workspace else 0.0,
+        }
+    return out
+
+
+def contention_figure(
+    n_rows: int,
+    n_cols: int,
+    *,
+    n_sm: int,
+    programs_per_sm: int = 2,
+    rows_per_program: int = 1,
+    strategies: Iterable[str] = STRATEGIES,
+    title: str | None = None,
+) -> go.Figure:
+    """Programs (carts) delivering dγ partials to destinations (docks), one panel per strategy.
+
+    Top: what each program does with its partial (queue at one dock, own dock, or folded into a
+    bounded set of docks). Bottom: the numbers behind it, on a log scale.
+    """
+    strategies = list(strategies)
+    bad = [s for s in strategies if s not in STRATEGIES]
+    if bad or not strategies:
+        raise ValueError(f"strategies must be a non-empty subset of {STRATEGIES}, got {strategies}")
+    model = contention_model(n_rows, n_cols, n_sm=n_sm, programs_per_sm=programs_per_sm,
+                             rows_per_program=rows_per_program)
+    n = len(strategies)
+    fig = make_subplots(
+        rows=2, cols=n, row_heights=[0.62, 0.38], vertical_spacing=0.16,
+        specs=[[{} for _ in strategies], [{"colspan": n}] + [None] * (n - 1)],
+        subplot_titles=[f"{s}: {model[s]['programs']:,} programs → "
+                        f"{model[s]['destinations']:,} {'dγ vector' if s == 'atomic' else 'partial rows'}"
+                        for s in strategies] + ["the numbers (log scale)"],
+    )
+    for col, s in enumerate(strategies, start=1):
+        m, color = model[s], _COLORS[s]
+        docks = min(m["destinations"], MAX_DOCKS_SHOWN)
+        if s == "atomic":
+            carts = min(m["programs"], MAX_CARTS_SHOWN)
+            cx, cy = list(range(1, carts + 1)), [0] * carts
+            hover = [f"program {i}: waits behind {i - 1} adds to the same dγ addresses" for i in cx]
+            extra = m["programs"] - carts
+        else:
+            cx, cy = [1] * docks, list(range(docks))
+            hover = [f"program {i}: folds {m['tiles_per_program']} row tile(s) in fp32 registers, "
+                     f"writes partial row {i} once" for i in range(docks)]
+            extra = m["destinations"] - docks
+        fig.add_trace(go.Scatter(
+            x=[0] * docks, y=list(range(docks)), mode="markers+text", showlegend=False,
+            marker={"symbol": "square", "size": 18, "color": "#7f7f7f"},
+            text=["dγ" if s == "atomic" else f"ws[{i}]" for i in range(docks)],
+            textposition="middle left", hoverinfo="text",
+            hovertext=["the one dγ vector (N fp32 values)" if s == "atomic" else
+                       f"workspace row {i} (N fp32 values)" for i in range(docks)],
+            name=f"{s} docks",
+        ), row=1, col=col)
+        fig.add_trace(go.Scatter(
+            x=cx, y=cy, mode="markers", name=s, showlegend=False,
+            marker={"symbol": "square", "size": 12, "color": color},
+            hoverinfo="text", hovertext=hover,
+        ), row=1, col=col)
+        note = f"+{extra:,} more" if extra > 0 else ""
+        if s != "atomic" and m["tiles_per_program"] > 1:
+            note = (note + " · " if note else "") + f"×{m['tiles_per_program']} tiles each"
+        if note:
+            fig.add_annotation(text=note, x=max(cx) + 0.5, y=max(cy), showarrow=False,
+                               xanchor="left", row=1, col=col)
+        fig.update_xaxes(visible=False, range=[-2.5, max(MAX_CARTS_SHOWN, 4) + 4] if s == "atomic"
+                         else [-2.5, 6], row=1, col=col)
+        fig.update_yaxes(visible=False, range=[MAX_DOCKS_SHOWN, -1], row=1, col=col)
+    metrics = (("queue_depth", "adds queued per dγ address"),
+               ("partial_rows", "partial rows the reduce kernel reads"),
+               ("programs", "programs launched"))
+    for s in strategies:
+        fig.add_trace(go.Bar(
+            x=[label for _, label in metrics],
+            y=[max(model[s][k], 0.5) if model[s][k] == 0 else model[s][k] for k, _ in metrics],
+            name=s, marker_color=_COLORS[s],
+            customdata=[[model[s][k], model[s]["workspace_bytes"] / 2**20] for k, _ in metrics],
+            hovertemplate=(f"<b>{s}</b><br>%{{x}}: %{{customdata[0]:,}}"
+                           "<br>fp32 workspace %{customdata[1]:.2f} MiB<extra></extra>"),
+        ), row=2, col=1)
+    fig.update_yaxes(type="log", title_text="count", row=2, col=1)
+    fig.update_layout(
+        title=(title or f"Where the dγ partials go: M={n_rows:,} rows × N={n_cols:,}, "
+                        f"{n_sm} SMs × {programs_per_sm} persistent programs per SM"),
+        barmode="group", height=560, template="plotly_white", legend_title_text="strategy",
+    )
+    return fig
+
+
+# ---- a plain table -----------------------------------------------------------------------------
+
+TABLE_COLUMNS = (
+    ("op", "op"), ("impl", "impl"), ("strategy", "strategy"), ("layout", "layout"),
+    ("dtype", "dtype"), ("direction", "dir"), ("M", "M"), ("N", "N"),
+    ("device_us", "device µs"), ("wall_us", "wall µs"), ("gbps", "GB/s"),
+    ("frac_roofline", "% of copy"),
+)
+
+
+def _fmt(key: str, value) -> str:
+    if value is None or value == "":
+        return "-"
+    if key == "frac_roofline":
+        return f"{100.0 * float(value):.1f}"
+    if isinstance(value, float):
+        return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    return str(value)
+
+
+class Table:
+    """Rows of formatted strings; prints as aligned text, renders as HTML in Jupyter."""
+
+    def __init__(self, header: list[str], rows: list[list[str]], empty: str):
+        self.header, self.rows, self.empty = header, rows, empty
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __str__(self) -> str:
+        if not self.rows:
+            return self.empty
+        widths = [max(len(h), *(len(r[i]) for r in self.rows)) for i, h in enumerate(self.header)]
+        line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+        return "\n".join([line(self.header), line(["-" * w for w in widths])]
+                         + [line(r) for r in self.rows])
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        if not self.rows:
+            return f"<p><em>{html.escape(self.empty)}</em></p>"
+        th = "".join(f"<th>{html.escape(h)}</th>" for h in self.header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+                       for r in self.rows)
+        return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def records_table(records: Iterable, columns: Iterable[str] | None = None, *,
+                  empty: str = "no records") -> Table:
+    """The records as a table; columns that are empty in every record are dropped."""
+    rows = as_dicts(records)
+    labels = dict(TABLE_COLUMNS)
+    keys = list(columns) if columns is not None else [k for k, _ in TABLE_COLUMNS]
+    if columns is None:
+        keys = [k for k in keys if any(r.get(k) not in (None, "") for r in rows)] or keys
+    return Table([labels.get(k, k) for k in keys],
+                 [[_fmt(k, r.get(k)) for k in keys] for r in rows], empty)

@@ -1,0 +1,257 @@
+"""normlab.viz: figures and tables from synthetic records, checked without a browser."""
+
+import math
+
+import pytest
+
+pytest.importorskip("plotly")
+pytest.importorskip("ipywidgets")
+
+import plotly.graph_objects as go  # noqa: E402
+
+from normlab import viz  # noqa: E402
+from normlab.viz import plots  # noqa: E402
+
+CARD, DATE, COPY, SHEET = "NVIDIA H200", "2026-11-29", 4242.0, 4800.0
+
+
+def _rec(impl, M, N, us, *, strategy=None, direction="bwd", kernels=None, op="rms_norm", **kw):
+    bytes_ = 3 * M * N * 2
+    gbps = bytes_ / us / 1e3
+    rec = dict(
+        op=op, impl=impl, strategy=strategy, layout=None, M=M, N=N, dtype="bf16",
+        direction=direction, device_us=us, wall_us=us + 7.0, bytes=bytes_, gbps=gbps,
+        roofline_gbps=COPY, frac_roofline=gbps / COPY, datasheet_gbps=SHEET,
+        kernels=kernels if kernels is not None else {}, card=CARD, sm_count=132, mode="gpu",
+        date=DATE,
+    )
+    rec.update(kw)
+    return rec
+
+
+@pytest.fixture
+def recorded():
+    # Two of ours (two strategies) and two peers at three shapes, deliberately unsorted.
+    out = []
+    for M, N, base in ((16384, 1024, 36.5), (8192, 1024, 24.2), (512, 16384, 30.0)):
+        out.append(_rec("normlab", M, N, base * 0.9, strategy="persistent",
+                        kernels={"_norm_bwd": base * 0.8, "_dw_reduce": base * 0.1}))
+        out.append(_rec("normlab", M, N, base * 1.5, strategy="atomic",
+                        kernels={"_norm_bwd_atomic": base * 1.5}))
+        out.append(_rec("quack", M, N, base))
+        out.append(_rec("compile", M, N, base * 1.1))
+    return out
+
+
+def _hlines(fig):
+    return sorted(s.y0 for s in fig.layout.shapes if s.type == "line")
+
+
+# ---- records ---------------------------------------------------------------------------------
+
+
+def test_as_dicts_accepts_objects_and_rejects_a_single_dict():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class R:
+        impl: str
+        M: int
+
+    assert viz.as_dicts([R("x", 3)]) == [{"impl": "x", "M": 3}]
+    with pytest.raises(TypeError, match="single dict"):
+        viz.as_dicts({"impl": "x"})
+    with pytest.raises(TypeError, match="record must be"):
+        viz.as_dicts([42])
+
+
+def test_select_filters_by_value_and_by_collection(recorded):
+    assert len(viz.select(recorded, impl="quack")) == 3
+    assert len(viz.select(recorded, impl=("quack", "compile"), M=8192)) == 2
+    assert viz.select(recorded, impl="nothing") == []
+
+
+def test_source_is_explicit_tagged_or_inferred(recorded):
+    assert viz.source_of(recorded) == "recorded"
+    assert viz.source_of(recorded, "live") == "live"
+    assert viz.source_of(viz.with_source(recorded, "live")) == "live"
+    assert viz.source_of([dict(recorded[0], mode="interpret")]) == "live"
+    with pytest.raises(ValueError, match="source='cached'"):
+        viz.source_of(recorded, "cached")
+    text = viz.source_text([dict(recorded[0], mode="interpret", card="cpu")])
+    assert text.startswith("live: this machine (cpu, interpret mode)") and "not GPU bandwidth" in text
+
+
+def test_mixing_cards_is_a_clear_error(recorded):
+    with pytest.raises(ValueError, match="mix 2 cards"):
+        viz.gbps_vs_shape(recorded + [dict(recorded[0], card="NVIDIA H100")])
+
+
+# ---- GB/s vs shape ---------------------------------------------------------------------------
+
+
+def test_gbps_vs_shape_traces_lines_title_and_hover(recorded):
+    fig = viz.gbps_vs_shape(recorded)
+    assert isinstance(fig, go.Figure) and not isinstance(fig, go.FigureWidget)
+    names = sorted(t.name for t in fig.data)
+    assert names == ["compile", "normlab · atomic", "normlab · persistent", "quack"]
+    # x is ordered by problem size (M·N, then M), not by record order.
+    quack = next(t for t in fig.data if t.name == "quack")
+    assert list(quack.x) == ["512×16384", "8192×1024", "16384×1024"]
+    assert list(quack.y) == pytest.approx([3 * 512 * 16384 * 2 / 30e3, 3 * 8192 * 1024 * 2 / 24.2e3,
+                                           3 * 16384 * 1024 * 2 / 36.5e3])
+    # hover carries device µs, wall µs and % of copy for that exact point
+    dev_us, wall_us, pct = quack.customdata[1][:3]
+    assert (dev_us, wall_us) == (24.2, 31.2)
+    assert pct == pytest.approx(100 * quack.y[1] / COPY)
+    assert "µs" in quack.hovertemplate and "% of copy" in quack.hovertemplate
+    assert _hlines(fig) == [COPY, SHEET]
+    title = fig.layout.title.text
+    assert "recorded: NVIDIA H200, 2026-11-29" in title
+    assert "GB/s" in fig.layout.yaxis.title.text and "M×N" in fig.layout.xaxis.title.text
+
+
+def test_gbps_vs_shape_explicit_lines_override_and_missing_lines_are_not_drawn(recorded):
+    fig = viz.gbps_vs_shape(recorded, copy_gbps=1000.0, datasheet_gbps=2000.0, source="live")
+    assert _hlines(fig) == [1000.0, 2000.0]
+    assert "live: this machine" in fig.layout.title.text
+    bare = [dict(r, roofline_gbps=None, datasheet_gbps=None, frac_roofline=None) for r in recorded]
+    fig = viz.gbps_vs_shape(bare)
+    assert _hlines(fig) == []
+    assert all(math.isnan(c[2]) for t in fig.data for c in t.customdata)  # no copy -> no % claimed
+
+
+def test_gbps_vs_shape_names_the_varying_direction(recorded):
+    fwd = [dict(r, direction="fwd") for r in recorded if r["impl"] == "quack"]
+    fig = viz.gbps_vs_shape(viz.select(recorded, impl="quack") + fwd)
+    assert sorted(t.name for t in fig.data) == ["quack (bwd)", "quack (fwd)"]
+
+
+@pytest.mark.parametrize("fn", [viz.gbps_vs_shape, viz.roofline_bars, viz.kernel_breakdown,
+                                viz.speedup_vs_best_peer])
+def test_empty_input_gives_a_figure_that_says_why(fn):
+    fig = fn([], source="recorded")
+    assert len(fig.data) == 0
+    assert fig.layout.annotations[0].text.startswith("no recorded GPU data in this package yet")
+    fig = fn([], source="live")
+    assert "no records to plot" in fig.layout.annotations[0].text
+
+
+# ---- roofline --------------------------------------------------------------------------------
+
+
+def test_roofline_bars_are_percent_of_copy_with_ceiling_lines(recorded):
+    fig = viz.roofline_bars(recorded)
+    assert {type(t) for t in fig.data} == {go.Bar}
+    quack = next(t for t in fig.data if t.name == "quack")
+    assert list(quack.y) == pytest.approx([100 * r["frac_roofline"] for r in
+                                           sorted(viz.select(recorded, impl="quack"),
+                                                  key=lambda r: (r["M"] * r["N"], r["M"]))])
+    assert _hlines(fig) == pytest.approx([100.0, 100 * SHEET / COPY])
+    assert "recorded: NVIDIA H200, 2026-11-29" in fig.layout.title.text
+
+
+def test_roofline_bars_derive_fraction_when_record_lacks_it(recorded):
+    rec = dict(recorded[0], frac_roofline=None)
+    fig = viz.roofline_bars([rec])
+    assert fig.data[0].y[0] == pytest.approx(100 * rec["gbps"] / COPY)
+
+
+# ---- per-kernel breakdown --------------------------------------------------------------------
+
+
+def test_kernel_breakdown_stacks_main_and_reduce(recorded):
+    fig = viz.kernel_breakdown(recorded)
+    assert fig.layout.barmode == "stack"
+    assert sorted(t.name for t in fig.data) == ["_dw_reduce", "_norm_bwd", "_norm_bwd_atomic"]
+    reduce = next(t for t in fig.data if t.name == "_dw_reduce")
+    # a persistent run at 8192×1024 has reduce 2.42 µs; the atomic run has no reduce kernel (0)
+    x = list(reduce.x)
+    assert reduce.y[x.index("8192×1024 · normlab · persistent")] == pytest.approx(2.42)
+    assert reduce.y[x.index("8192×1024 · normlab · atomic")] == 0.0
+    # stacks add up to each run's kernel total; peers without kernel times are left out
+    total = sum(t.y[x.index("512×16384 · normlab · persistent")] for t in fig.data)
+    assert total == pytest.approx(30.0 * 0.9)
+    assert not any("quack" in v for v in x)
+    assert "device time (µs)" == fig.layout.yaxis.title.text
+
+
+def test_kernel_breakdown_without_kernel_times_says_so(recorded):
+    fig = viz.kernel_breakdown([dict(r, kernels={}) for r in recorded], source="live")
+    assert "no per-kernel times" in fig.layout.annotations[0].text
+
+
+# ---- speed-up --------------------------------------------------------------------------------
+
+
+def test_speedup_against_fastest_peer_per_shape(recorded):
+    table = viz.speedup_table(recorded)
+    assert len(table) == 6  # 2 of ours × 3 shapes
+    row = next(t for t in table if t["impl"] == "normlab · persistent" and t["M"] == 8192)
+    assert row["best_peer"] == "quack" and row["best_peer_us"] == 24.2
+    assert row["speedup"] == pytest.approx(1 / 0.9)
+    fig = viz.speedup_vs_best_peer(recorded)
+    atomic = next(t for t in fig.data if t.name == "normlab · atomic")
+    assert list(atomic.y) == pytest.approx([1 / 1.5] * 3)
+    assert _hlines(fig) == [1.0]
+    assert "recorded: NVIDIA H200" in fig.layout.title.text
+
+
+def test_speedup_skips_shapes_without_a_peer_and_says_when_none_match(recorded):
+    lonely = _rec("normlab", 100, 100, 1.0, strategy="atomic")
+    assert all(t["M"] != 100 for t in viz.speedup_table(recorded + [lonely]))
+    fig = viz.speedup_vs_best_peer(viz.select(recorded, impl="normlab"))
+    assert "no shape has both" in fig.layout.annotations[0].text
+
+
+# ---- contention picture ----------------------------------------------------------------------
+
+
+def test_contention_model_numbers():
+    m = viz.contention_model(32768, 1024, n_sm=132, programs_per_sm=2)
+    assert m["atomic"]["queue_depth"] == 32768 and m["atomic"]["destinations"] == 1
+    assert m["atomic"]["workspace_bytes"] == 0
+    assert m["two_stage"]["partial_rows"] == 32768 and m["two_stage"]["queue_depth"] == 1
+    assert m["two_stage"]["workspace_bytes"] == 32768 * 1024 * 4
+    assert m["persistent"]["programs"] == 264 and m["persistent"]["tiles_per_program"] == 125
+    # the bounded workspace does not grow with M; two-stage's does
+    m2 = viz.contention_model(2 * 32768, 1024, n_sm=132, programs_per_sm=2)
+    assert m2["persistent"]["workspace_bytes"] == m["persistent"]["workspace_bytes"]
+    assert m2["two_stage"]["workspace_bytes"] == 2 * m["two_stage"]["workspace_bytes"]
+    # fewer row tiles than persistent slots: one tile each, no idle programs
+    small = viz.contention_model(7, 33, n_sm=4, programs_per_sm=2, rows_per_program=2)
+    assert small["persistent"]["programs"] == 4 and small["atomic"]["queue_depth"] == 4
+    with pytest.raises(ValueError, match="n_rows must be a positive int"):
+        viz.contention_model(0, 8, n_sm=4)
+
+
+def test_contention_figure_is_driven_by_the_numbers():
+    fig = viz.contention_figure(4096, 1024, n_sm=132, programs_per_sm=2)
+    titles = [a.text for a in fig.layout.annotations]
+    assert "atomic: 4,096 programs → 1 dγ vector" in titles
+    assert "persistent: 264 programs → 264 partial rows" in titles
+    carts = {t.name: t for t in fig.data if isinstance(t, go.Scatter) and "docks" not in t.name}
+    assert len(carts["atomic"].x) == plots.MAX_CARTS_SHOWN  # the queue, capped for display
+    assert any(a.text == f"+{4096 - plots.MAX_CARTS_SHOWN:,} more" for a in fig.layout.annotations)
+    bars = {t.name: t for t in fig.data if isinstance(t, go.Bar)}
+    assert bars["atomic"].y[0] == 4096 and bars["persistent"].y[1] == 264
+    # a small problem draws every program and says how many tiles each persistent program folds
+    fig = viz.contention_figure(64, 256, n_sm=4, strategies=["persistent"])
+    assert any("×8 tiles each" in a.text for a in fig.layout.annotations)
+    with pytest.raises(ValueError, match="strategies must be"):
+        viz.contention_figure(64, 256, n_sm=4, strategies=["lock"])
+
+
+# ---- table -----------------------------------------------------------------------------------
+
+
+def test_records_table_text_and_html(recorded):
+    table = viz.records_table(viz.select(recorded, impl="quack"))
+    text = str(table).splitlines()
+    assert text[0].split() == ["op", "impl", "dtype", "dir", "M", "N", "device", "µs", "wall", "µs",
+                               "GB/s", "%", "of", "copy"]  # all-empty strategy/layout dropped
+    assert len(table) == 3 and len(text) == 5
+    assert "24.2" in text[2] or "24.2" in "".join(text)
+    assert "<table>" in table._repr_html_() and "<th>GB/s</th>" in table._repr_html_()
+    assert str(viz.records_table([], empty="nothing yet")) == "nothing yet"
+    assert "M" in viz.records_table(recorded, columns=["M"]).header
