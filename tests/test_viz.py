@@ -121,6 +121,23 @@ def test_gbps_vs_shape_explicit_lines_override_and_missing_lines_are_not_drawn(r
     assert all(math.isnan(c[2]) for t in fig.data for c in t.customdata)  # no copy -> no % claimed
 
 
+def test_invalid_records_are_left_out_and_counted(recorded):
+    bad = dict(recorded[0], gbps=9999.0, valid=False, note="exceeds the measured copy roofline")
+    fig = viz.gbps_vs_shape(recorded + [bad])
+    assert 9999.0 not in [y for t in fig.data for y in t.y]
+    assert "1 record(s) marked invalid" in fig.layout.title.text
+
+
+def test_accepts_bench_record_objects_and_labels_block_cap(recorded):
+    from normlab.bench.records import FIELDS, Record
+
+    fields = {k: v for k, v in recorded[0].items() if k in FIELDS}
+    rec = Record(**{**{k: "" for k in FIELDS if k not in fields}, **fields,
+                    "peak_extra_bytes": None, "block_cap": 8192, "valid": True})
+    fig = viz.gbps_vs_shape([rec])
+    assert fig.data[0].name == "normlab · persistent · cap=8192"
+
+
 def test_gbps_vs_shape_names_the_varying_direction(recorded):
     fwd = [dict(r, direction="fwd") for r in recorded if r["impl"] == "quack"]
     fig = viz.gbps_vs_shape(viz.select(recorded, impl="quack") + fwd)
@@ -255,3 +272,88 @@ def test_records_table_text_and_html(recorded):
     assert "<table>" in table._repr_html_() and "<th>GB/s</th>" in table._repr_html_()
     assert str(viz.records_table([], empty="nothing yet")) == "nothing yet"
     assert "M" in viz.records_table(recorded, columns=["M"]).header
+
+
+# ---- widgets (wiring only; no browser) -------------------------------------------------------
+
+OPS = {"rms_norm": ["normlab", "torch", "quack"], "reverse_kl": ["normlab", "compile"]}
+
+
+def _fake_sweep(calls):
+    def sweep(op, impls, shapes, dtypes, directions, progress=None, **kw):
+        calls.append(dict(op=op, impls=impls, shapes=shapes, dtypes=dtypes, directions=directions,
+                          **kw))
+        out = []
+        total = len(impls) * len(shapes)
+        for impl in impls:
+            for M, N in shapes:
+                out.append(_rec(impl, M, N, 10.0 if impl == "normlab" else 20.0, op=op,
+                                direction=directions[0], dtype=dtypes[0], mode="interpret",
+                                card="cpu", roofline_gbps=None, datasheet_gbps=None,
+                                frac_roofline=None))
+                if progress:
+                    progress(len(out), total)
+        return out
+    return sweep
+
+
+def test_explorer_run_wires_controls_to_sweep_and_figures(recorded):
+    from normlab.viz import widgets
+
+    calls = []
+    ex = widgets.Explorer(ops=OPS, recorded=recorded, sweep=_fake_sweep(calls), interpret=True)
+    ex.impls.value = ("normlab", "quack")
+    ex.direction.value = "bwd"
+    ex.strategy.value = "persistent"
+    ex.preset.value = "seed 000 / H200 peers: norm shapes"
+    figs = ex.run()
+    call = calls[-1]
+    assert call["op"] == "rms_norm" and call["impls"] == ["normlab", "quack"]
+    assert call["strategy"] == "persistent" and call["directions"] == ["bwd"]
+    # interpreter: preset shapes capped, duplicates dropped
+    assert all(M <= widgets.INTERPRET_MAX_ROWS and N <= widgets.INTERPRET_MAX_COLS
+               for M, N in call["shapes"])
+    assert len(set(call["shapes"])) == len(call["shapes"])
+    assert ex.progress.value == ex.progress.max == 2 * len(call["shapes"])
+    assert "live: this machine (cpu, interpret mode)" in figs[0].layout.title.text
+    # recorded view beside it: the preset's recorded bwd shapes, titled as recorded
+    rec_titles = [f.layout.title.text for f in figs[3:]]
+    assert any("recorded: NVIDIA H200, 2026-11-29" in t for t in rec_titles)
+    assert all(r["direction"] == "bwd" for r in ex.recorded_selection())
+
+
+def test_explorer_without_recorded_data_says_so_and_changing_op_updates_impls():
+    from normlab.viz import widgets
+
+    ex = widgets.Explorer(ops=OPS, recorded=[], sweep=_fake_sweep([]), interpret=True)
+    figs = ex.show_recorded()
+    assert figs[0].layout.annotations[0].text.startswith("no recorded GPU data")
+    ex.op.value = "reverse_kl"
+    assert ex.impls.options == ("normlab", "compile")
+    ex.impls.value = ()
+    assert ex.run() == [] and "pick at least one" in ex.status.value
+
+
+def test_explorer_gpu_mode_keeps_full_shapes():
+    from normlab.viz import widgets
+
+    calls = []
+    ex = widgets.Explorer(ops=OPS, recorded=[], sweep=_fake_sweep(calls), interpret=False)
+    ex.preset.value = "seed 004: vocab, 4096 tokens"
+    assert ex.shapes() == widgets.PRESETS["seed 004: vocab, 4096 tokens"]
+    ex.preset.value = "custom (sliders)"
+    ex.M.value, ex.N.value = 2048, 512
+    assert ex.shapes() == [(2048, 512)]
+
+
+def test_contention_explorer_redraws_on_slider_change(monkeypatch):
+    from normlab.viz import widgets
+
+    shown = []
+    monkeypatch.setattr(widgets, "_show", lambda out, figs: shown.extend(figs))
+    box = widgets.contention_explorer(n_sm=8)
+    assert "M=32,768 rows" in shown[-1].layout.title.text
+    m_slider = box.children[0].children[0].children[0]
+    m_slider.value = 4096
+    assert len(shown) == 2 and "M=4,096 rows" in shown[-1].layout.title.text
+    assert "8 SMs × 2" in shown[-1].layout.title.text

@@ -88,6 +88,8 @@ def series_label(rec: Mapping) -> str:
         value = rec.get(key)
         if value not in (None, "", "-", "auto", "default"):
             parts.append(str(value))
+    if rec.get("block_cap") is not None:
+        parts.append(f"cap={rec['block_cap']}")
     return " · ".join(parts)
 
 
@@ -157,9 +159,21 @@ def source_text(records: Iterable, source: str | None = None) -> str:
     return text
 
 
-def _title(what: str, rows: list[dict], source: str | None, title: str | None) -> str:
+def _valid(records: Iterable) -> tuple[list[dict], int]:
+    """Records bench did not mark invalid (``valid=False``: a time or GB/s that cannot be real),
+    and how many were left out."""
+    rows = as_dicts(records)
+    kept = [r for r in rows if r.get("valid", True) is not False]
+    return kept, len(rows) - len(kept)
+
+
+def _title(what: str, rows: list[dict], source: str | None, title: str | None,
+           dropped: int = 0) -> str:
     head = title or what
-    return f"{head}<br><sup>{html.escape(source_text(rows, source))}</sup>"
+    sub = source_text(rows, source)
+    if dropped:
+        sub += f"; {dropped} record(s) marked invalid by bench left out"
+    return f"{head}<br><sup>{html.escape(sub)}</sup>"
 
 
 def empty_figure(message: str, title: str = "") -> go.Figure:
@@ -237,7 +251,7 @@ def gbps_vs_shape(
     The dashed lines are the measured device-to-device copy bandwidth (the practical roofline)
     and the datasheet peak; hover gives device and wall µs, GB/s and the percentage of copy.
     """
-    rows = as_dicts(records)
+    rows, dropped = _valid(records)
     if not rows:
         return empty_figure(_empty_message(source, "GB/s vs shape"), title or "GB/s vs shape")
     lines = roofline_lines(rows, copy_gbps, datasheet_gbps)
@@ -272,7 +286,7 @@ def gbps_vs_shape(
             annotation_text=f"{label} {y:,.0f} GB/s", annotation_position="top left",
         )
     fig.update_layout(
-        title=_title("Effective bandwidth vs shape", rows, source, title),
+        title=_title("Effective bandwidth vs shape", rows, source, title, dropped),
         xaxis_title="shape M×N (rows × columns)",
         yaxis_title="effective bandwidth (GB/s, bytes model ÷ device time)",
         xaxis={"type": "category", "categoryorder": "array", "categoryarray": order},
@@ -298,7 +312,7 @@ def roofline_bars(
     Memory-bound ops sit far left of any compute ridge, so the roofline reduces to one ceiling:
     100% is the card's measured copy bandwidth; the dotted line marks the datasheet peak.
     """
-    rows = as_dicts(records)
+    rows, dropped = _valid(records)
     if not rows:
         return empty_figure(_empty_message(source, "roofline"), title or "Fraction of roofline")
     lines = roofline_lines(rows, copy_gbps, datasheet_gbps)
@@ -329,7 +343,8 @@ def roofline_bars(
                           annotation_text=f"datasheet {lines['datasheet']:,.0f} GB/s = {pct:.0f}%",
                           annotation_position="top right")
     fig.update_layout(
-        title=_title("Roofline: achieved fraction of measured copy bandwidth", rows, source, title),
+        title=_title("Roofline: achieved fraction of measured copy bandwidth", rows, source, title,
+                     dropped),
         barmode="group",
         xaxis_title="shape M×N (rows × columns)",
         yaxis_title="% of measured copy bandwidth",
@@ -344,10 +359,11 @@ def roofline_bars(
 
 def kernel_breakdown(records: Iterable, *, source: str | None = None, title: str | None = None) -> go.Figure:
     """Stacked device time per kernel (e.g. main dx kernel + dγ reduce kernel) per run."""
-    rows = [r for r in as_dicts(records) if r.get("kernels")]
+    valid, dropped = _valid(records)
+    rows = [r for r in valid if r.get("kernels")]
     if not rows:
         msg = _empty_message(source, "per-kernel breakdown")
-        if records and source != "recorded":
+        if valid and source != "recorded":
             msg = "these records carry no per-kernel times (the interpreter has no profiler)"
         return empty_figure(msg, title or "Per-kernel device time")
     order = _shape_order(rows)
@@ -373,7 +389,7 @@ def kernel_breakdown(records: Iterable, *, source: str | None = None, title: str
             )
         )
     fig.update_layout(
-        title=_title("Per-kernel device time", rows, source, title),
+        title=_title("Per-kernel device time", rows, source, title, dropped),
         barmode="stack",
         xaxis_title="shape · implementation",
         yaxis_title="device time (µs)",
@@ -394,7 +410,7 @@ def speedup_table(records: Iterable, *, ours: Callable[[Mapping], bool] = _is_ou
 
     ``speedup`` > 1 means ours is faster. Shapes without a peer measurement are left out.
     """
-    rows = as_dicts(records)
+    rows, _ = _valid(records)
     key = lambda r: (r.get("op"), r.get("M"), r.get("N"), r.get("dtype"), r.get("direction"))  # noqa: E731
     best: dict[tuple, dict] = {}
     for r in rows:
@@ -426,7 +442,7 @@ def speedup_vs_best_peer(
     title: str | None = None,
 ) -> go.Figure:
     """Speed-up of each of our implementations over the fastest peer at each shape (1× = parity)."""
-    rows = as_dicts(records)
+    rows, dropped = _valid(records)
     table = speedup_table(rows, ours=ours)
     if not table:
         msg = _empty_message(source, "speed-up") if not rows else (
@@ -452,7 +468,7 @@ def speedup_vs_best_peer(
     fig.add_hline(y=1.0, line_dash="dash", line_color="black",
                   annotation_text="parity with the best peer", annotation_position="top left")
     fig.update_layout(
-        title=_title("Speed-up vs the best peer (device time)", rows, source, title),
+        title=_title("Speed-up vs the best peer (device time)", rows, source, title, dropped),
         barmode="group",
         xaxis_title="shape M×N (rows × columns)",
         yaxis_title="speed-up (best peer µs ÷ our µs, ×)",

@@ -1,0 +1,226 @@
+"""ipywidgets controls that only wire ``normlab.bench`` runs to the figures in ``plots``.
+
+Nothing is computed here: a Run click asks ``normlab.bench.sweep`` for live records (an
+``IntProgress`` bar is its ``progress`` callback) and shows the ``plots`` figures for them next
+to the recorded ones. Figures go to ``Output`` widgets with ``clear_output(wait=True)``; a
+notebook cell that builds the explorer shows only the widget, so nbval has nothing to compare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import ipywidgets as W
+from IPython.display import clear_output, display
+
+from normlab import _runtime
+from normlab.viz import plots
+
+# Shape presets: the tables of the seeds and the peer measurements, (M rows, N columns).
+PRESETS: dict[str, list[tuple[int, int]]] = {
+    "custom (sliders)": [],
+    "seed 000 / H200 peers: norm shapes": [
+        (8192, 1024), (1024, 8192), (2048, 4096), (16384, 1024), (4096, 4096), (32768, 1024),
+        (8192, 4096), (512, 16384), (16384, 2048), (2048, 16384), (32768, 8192),
+    ],
+    "seed 003: narrow rows, 7,864,320 rows": [(7_864_320, n) for n in (16, 32, 64, 128, 256, 512)],
+    "seed 004: vocab, 4096 tokens": [(4096, v) for v in (32_768, 65_536, 131_072)],
+    "CPU-sized (interpreter)": [(64, 256), (61, 1000), (128, 128)],
+}
+# The interpreter runs ~1 ms per program instance: presets are cut to this many rows/cols there.
+INTERPRET_MAX_ROWS = 128
+INTERPRET_MAX_COLS = 4096
+_POW2 = [2**k for k in range(4, 24)]
+
+
+def fit_for_interpreter(shapes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Shapes cut down so an interpreter run ends in seconds (duplicates removed, order kept)."""
+    out = []
+    for M, N in shapes:
+        s = (min(M, INTERPRET_MAX_ROWS), min(N, INTERPRET_MAX_COLS))
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def _bench():
+    import normlab.bench as bench
+
+    return bench
+
+
+class Explorer:
+    """Pick op, implementations, strategy, dtype, direction and shapes; Run; compare with records.
+
+    ``sweep`` and ``recorded`` default to ``normlab.bench.sweep`` and ``normlab.bench.load_recorded()``;
+    tests pass fakes. ``run()`` returns the figures it displayed.
+    """
+
+    def __init__(
+        self,
+        *,
+        ops: dict[str, list[str]] | None = None,
+        recorded: list | None = None,
+        sweep: Callable | None = None,
+        interpret: bool | None = None,
+    ):
+        self.interpret = _runtime.INTERPRET if interpret is None else interpret
+        self._sweep = sweep
+        self.ops = ops if ops is not None else _bench().IMPLS
+        self.recorded = plots.as_dicts(recorded if recorded is not None else _load_recorded())
+        self.live: list[dict] = []
+        self.figures: list = []
+
+        first = next(iter(self.ops))
+        self.op = W.Dropdown(options=list(self.ops), value=first, description="op")
+        self.impls = W.SelectMultiple(options=self.ops[first], value=tuple(self.ops[first][:2]),
+                                      rows=5, description="impls")
+        self.strategy = W.Dropdown(options=["auto", *plots.STRATEGIES], value="auto",
+                                   description="strategy")
+        self.dtype = W.Dropdown(options=["bf16", "fp16", "fp32"], value="bf16", description="dtype")
+        self.direction = W.Dropdown(options=["fwd", "bwd", "fwd+bwd"], value="fwd",
+                                    description="direction")
+        small = self.interpret
+        self.M = W.SelectionSlider(options=[p for p in _POW2 if not small or p <= 4096],
+                                   value=64 if small else 8192, description="M (rows)")
+        self.N = W.SelectionSlider(options=[p for p in _POW2 if not small or p <= 16384],
+                                   value=256 if small else 4096, description="N (cols)")
+        self.preset = W.Dropdown(options=list(PRESETS), value="custom (sliders)",
+                                 description="shapes")
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.progress = W.IntProgress(value=0, min=0, max=1, description="progress")
+        self.status = W.HTML()
+        self.out_live = W.Output()
+        self.out_recorded = W.Output()
+
+        self.op.observe(self._on_op, names="value")
+        for w in (self.op, self.impls, self.dtype, self.direction, self.preset, self.M, self.N):
+            w.observe(lambda _change: self.show_recorded(), names="value")
+        self.run_button.on_click(lambda _b: self.run())
+
+        controls = W.VBox([self.op, self.impls, self.strategy, self.dtype, self.direction])
+        shapes = W.VBox([self.preset, self.M, self.N, W.HBox([self.run_button, self.progress]),
+                         self.status])
+        self.widget = W.VBox([
+            W.HBox([controls, shapes]),
+            W.HTML("<b>live</b> (this machine)"), self.out_live,
+            W.HTML("<b>recorded</b> (shipped measurements)"), self.out_recorded,
+        ])
+        self.status.value = self._mode_note()
+
+    # ---- wiring ------------------------------------------------------------------------------
+
+    def _mode_note(self) -> str:
+        if self.interpret:
+            return ("Triton interpreter on CPU: live runs check the pipeline, their timings say "
+                    f"nothing about GPU bandwidth; shapes are capped at {INTERPRET_MAX_ROWS} rows × "
+                    f"{INTERPRET_MAX_COLS} columns.")
+        return "live runs on this GPU."
+
+    def _on_op(self, change) -> None:
+        options = self.ops[change["new"]]
+        self.impls.options = options
+        self.impls.value = tuple(options[:2])
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """The requested shapes (preset or sliders), as run on this machine."""
+        shapes = PRESETS[self.preset.value] or [(self.M.value, self.N.value)]
+        return fit_for_interpreter(shapes) if self.interpret else list(shapes)
+
+    def _selection(self) -> dict:
+        return {"op": self.op.value, "dtype": self.dtype.value, "direction": self.direction.value}
+
+    def recorded_selection(self) -> list[dict]:
+        """Recorded records for the chosen op/dtype/direction (and preset shapes, if any)."""
+        rows = plots.select(self.recorded, **self._selection())
+        preset = PRESETS[self.preset.value]
+        if preset:
+            rows = [r for r in rows if (r.get("M"), r.get("N")) in preset]
+        return rows
+
+    def show_recorded(self) -> list:
+        rows = self.recorded_selection()
+        if rows:
+            figs = [plots.gbps_vs_shape(rows, source="recorded"),
+                    plots.speedup_vs_best_peer(rows, source="recorded")]
+        else:
+            figs = [plots.empty_figure(plots.NO_RECORDED_DATA if not self.recorded else
+                                       "no recorded run matches this op, dtype, direction and "
+                                       "shapes", "recorded")]
+        _show(self.out_recorded, figs)
+        return figs
+
+    def _on_progress(self, done, total=None, *_args, **_kwargs) -> None:
+        if total:
+            self.progress.max = int(total)
+        self.progress.value = int(done)
+
+    def run(self) -> list:
+        """Measure the selection live, then show live and recorded figures side by side."""
+        if not self.impls.value:
+            self.status.value = "pick at least one implementation"
+            return []
+        sweep = self._sweep or _bench().sweep
+        self.progress.value = 0
+        self.status.value = "running…"
+        kwargs = {}
+        if self.strategy.value != "auto":
+            kwargs["strategy"] = self.strategy.value
+        try:
+            live = sweep(self.op.value, list(self.impls.value), self.shapes(), [self.dtype.value],
+                         [self.direction.value], progress=self._on_progress, **kwargs)
+        except Exception as exc:  # shown in the widget; a notebook user sees the reason
+            self.status.value = f"run failed: {type(exc).__name__}: {exc}"
+            raise
+        self.live = plots.with_source(live, "live")
+        self.status.value = f"{len(self.live)} live measurements. " + self._mode_note()
+        figs = [plots.gbps_vs_shape(self.live), plots.roofline_bars(self.live),
+                plots.speedup_vs_best_peer(self.live)]
+        _show(self.out_live, figs)
+        self.figures = figs + self.show_recorded()
+        return self.figures
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+
+def _show(out: W.Output, figs: list) -> None:
+    with out:
+        clear_output(wait=True)
+        for fig in figs:
+            display(fig)
+
+
+def _load_recorded() -> list:
+    try:
+        return _bench().load_recorded()
+    except FileNotFoundError:
+        return []
+
+
+def explorer(**kwargs) -> Explorer:
+    """Build the explorer and show the recorded view for its initial selection."""
+    ex = Explorer(**kwargs)
+    ex.show_recorded()
+    return ex
+
+
+def contention_explorer(n_sm: int | None = None) -> W.VBox:
+    """Sliders for M, N and persistent programs per SM over ``plots.contention_figure``."""
+    n_sm = n_sm or (132 if _runtime.INTERPRET else _runtime.sm_count())
+    M = W.SelectionSlider(options=_POW2, value=32768, description="M (rows)")
+    N = W.SelectionSlider(options=_POW2[:13], value=1024, description="N (cols)")
+    pps = W.SelectionSlider(options=[1, 2, 4, 8], value=2, description="programs/SM")
+    strategies = W.SelectMultiple(options=plots.STRATEGIES, value=plots.STRATEGIES,
+                                  description="strategies")
+    out = W.Output()
+
+    def draw(_change=None):
+        chosen = strategies.value or plots.STRATEGIES
+        _show(out, [plots.contention_figure(M.value, N.value, n_sm=n_sm, programs_per_sm=pps.value,
+                                            strategies=chosen)])
+
+    for w in (M, N, pps, strategies):
+        w.observe(draw, names="value")
+    draw()
+    return W.VBox([W.HBox([W.VBox([M, N, pps]), strategies]), out])
