@@ -1,9 +1,332 @@
-# PLACEHOLDER: replaced by the block-row (narrow) work. Interface used by kernels/norm.py:
+"""Block-row RMSNorm / LayerNorm for narrow rows (n_cols <= configs.BLOCK_ROW_MAX_COLS).
+
+One program per row leaves a GPU idle when rows hold 16-256 elements: each program moves a few
+hundred bytes and the launch, the reduction and the DRAM latency dominate. Here one program
+normalises a (BLOCK_ROWS, BLOCK_COLS) tile of many rows in the forward, and the backward runs a
+persistent grid that grid-strides row tiles, keeping dγ/dβ in fp32 registers and writing one fp32
+partial row per program (reduced on the host by ``.sum(0)``; no atomics, deterministic).
+
+Used by ``normlab.kernels.norm`` for ``layout="block_row"`` (and ``"auto"`` when
+``configs.use_block_row`` says so); that module owns the autograd Function and the public API.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from normlab import _runtime, configs
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_STRATEGIES = ("auto", "persistent")
+
+
+# ============================================================================================
+# Kernels
+# ============================================================================================
+
+
+@triton.jit
+def _block_row_fwd_kernel(
+    x_ptr,  # (n_rows, n_cols) input
+    y_ptr,  # (n_rows, n_cols) output, dtype of x
+    w_ptr,  # (n_cols,) weight; read only if HAS_WEIGHT
+    b_ptr,  # (n_cols,) bias; read only if HAS_BIAS
+    mean_ptr,  # (n_rows,) fp32 row mean; written only for LayerNorm
+    rstd_ptr,  # (n_rows,) fp32 1 / sqrt(var + eps)
+    n_rows,
+    n_cols,
+    x_row_stride,
+    y_row_stride,
+    eps,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+):
+    """y = (x - mean) * rstd * w + b, rstd = rsqrt(var + eps); RMSNorm: mean = 0 and no b."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_COLS)
+    row_mask = rows < n_rows
+    col_mask = cols < n_cols
+    mask = row_mask[:, None] & col_mask[None, :]
+    eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
+
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
+    x = x.to(tl.float32)
+    if IS_RMS:
+        xc = x
+    else:
+        mean = tl.sum(x, axis=1) / n_cols
+        # padding columns must stay 0 so they add nothing to the variance
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+        tl.store(mean_ptr + rows, mean, mask=row_mask)
+    rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+    tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+
+    y = xc * rstd[:, None]
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        y = y * w[None, :]
+    if HAS_BIAS:
+        b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        y = y + b[None, :]
+    tl.store(
+        y_ptr + rows[:, None] * y_row_stride + cols[None, :],
+        y.to(y_ptr.dtype.element_ty),
+        mask=mask,
+    )
+
+
+@triton.jit
+def _block_row_bwd_kernel(
+    dy_ptr,  # (n_rows, n_cols) upstream gradient
+    x_ptr,  # (n_rows, n_cols) forward input
+    w_ptr,  # (n_cols,) weight; read only if HAS_WEIGHT
+    mean_ptr,  # (n_rows,) fp32 row mean from the forward; read only for LayerNorm
+    rstd_ptr,  # (n_rows,) fp32 rstd from the forward
+    dx_ptr,  # (n_rows, n_cols) input gradient, dtype of x
+    dw_partial_ptr,  # (n_programs, n_cols) fp32 per-program dγ; written only if HAS_WEIGHT
+    db_partial_ptr,  # (n_programs, n_cols) fp32 per-program dβ; written only if HAS_BIAS
+    n_rows,
+    n_cols,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+):
+    """xhat = (x - mean) * rstd, g = dy * w:  dx = rstd * (g - xhat * mean(g * xhat) - mean(g))
+    (RMSNorm drops the mean(g) term);  dγ = Σ_rows dy * xhat,  dβ = Σ_rows dy."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_COLS)
+    col_mask = cols < n_cols
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    # Accumulate whole tiles and reduce over rows once at the end: a per-tile tl.sum(axis=0)
+    # would cost a cross-warp reduction (shared memory + barrier) on every iteration.
+    dw_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+    db_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+
+    for tile in tl.range(pid, n_tiles, n_programs):
+        rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        row_mask = rows < n_rows
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
+        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)
+        x = x.to(tl.float32)
+        dy = dy.to(tl.float32)
+        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+        if IS_RMS:
+            xhat = x * rstd[:, None]
+        else:
+            mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        if HAS_WEIGHT:
+            g = dy * w[None, :]
+        else:
+            g = dy
+        c1 = tl.sum(xhat * g, axis=1) / n_cols
+        if IS_RMS:
+            dx = (g - xhat * c1[:, None]) * rstd[:, None]
+        else:
+            c2 = tl.sum(g, axis=1) / n_cols
+            dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+        tl.store(
+            dx_ptr + rows[:, None] * dx_row_stride + cols[None, :],
+            dx.to(dx_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        if HAS_WEIGHT:
+            dw_acc += dy * xhat
+        if HAS_BIAS:
+            db_acc += dy
+
+    if HAS_WEIGHT:
+        tl.store(dw_partial_ptr + pid * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
+    if HAS_BIAS:
+        tl.store(db_partial_ptr + pid * n_cols + cols, tl.sum(db_acc, axis=0), mask=col_mask)
+
+
+# ============================================================================================
+# Launchers
+# ============================================================================================
+
+
+def _check_matrix(name: str, t, n_rows: int | None = None, n_cols: int | None = None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{name}.dtype is {t.dtype}; block_row supports float32, float16, bfloat16")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D (n_rows, n_cols), got shape {tuple(t.shape)}")
+    if n_rows is not None and tuple(t.shape) != (n_rows, n_cols):
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {(n_rows, n_cols)}")
+
+
+def _check_vector(name: str, t, n: int, like: torch.Tensor, dtype=None) -> None:
+    if t is None:
+        return
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
+    if t.dtype not in ((dtype,) if dtype is not None else _DTYPES):
+        raise TypeError(
+            f"{name}.dtype is {t.dtype}, expected {dtype or 'float32/float16/bfloat16'}"
+        )
+    if tuple(t.shape) != (n,):
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({n},)")
+    if t.device != like.device:
+        raise ValueError(f"{name} is on {t.device} but x is on {like.device}")
+
+
+def _unit_col_stride(t: torch.Tensor) -> torch.Tensor:
+    # Rows may be strided (a view of a wider buffer); columns must be unit-stride.
+    return t if t.stride(1) == 1 or t.shape[1] == 1 else t.contiguous()
+
+
+def _fwd(x, weight, bias, eps, is_rms, block_rows, num_warps):
+    """Launch the forward with an explicit tile height and warp count (tuning scripts call this)."""
+    n_rows, n_cols = x.shape
+    x = _unit_col_stride(x)
+    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    grid = (triton.cdiv(n_rows, block_rows),)
+    _block_row_fwd_kernel[grid](
+        x,
+        y,
+        weight if weight is not None else x,  # dummy pointer, never read
+        bias if bias is not None else x,
+        mean if mean is not None else rstd,
+        rstd,
+        n_rows,
+        n_cols,
+        x.stride(0),
+        y.stride(0),
+        float(eps),
+        IS_RMS=is_rms,
+        HAS_WEIGHT=weight is not None,
+        HAS_BIAS=bias is not None,
+        BLOCK_ROWS=block_rows,
+        BLOCK_COLS=triton.next_power_of_2(n_cols),
+        num_warps=num_warps,
+    )
+    return y, mean, rstd
+
+
+def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, block_rows, num_warps, n_programs):
+    """Launch the backward with an explicit tile, warp count and grid (tuning scripts call this).
+
+    Returns dx and the fp32 dγ / dβ sums (None where absent), not yet cast to the param dtype."""
+    n_rows, n_cols = x.shape
+    x = _unit_col_stride(x)
+    dy = _unit_col_stride(dy)
+    n_programs = max(1, min(n_programs, triton.cdiv(n_rows, block_rows)))
+    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    has_weight = weight is not None
+    dw_partial = (
+        torch.empty((n_programs, n_cols), dtype=torch.float32, device=x.device)
+        if has_weight
+        else None
+    )
+    db_partial = (
+        torch.empty((n_programs, n_cols), dtype=torch.float32, device=x.device)
+        if has_bias
+        else None
+    )
+    _block_row_bwd_kernel[(n_programs,)](
+        dy,
+        x,
+        weight if has_weight else x,  # dummy pointer, never read
+        mean if mean is not None else rstd,
+        rstd,
+        dx,
+        dw_partial if has_weight else dx,
+        db_partial if has_bias else dx,
+        n_rows,
+        n_cols,
+        x.stride(0),
+        dy.stride(0),
+        dx.stride(0),
+        IS_RMS=is_rms,
+        HAS_WEIGHT=has_weight,
+        HAS_BIAS=has_bias,
+        BLOCK_ROWS=block_rows,
+        BLOCK_COLS=triton.next_power_of_2(n_cols),
+        num_warps=num_warps,
+    )
+    # partials are fp32 already; the column sum stays in fp32
+    dw = dw_partial.sum(0) if has_weight else None
+    db = db_partial.sum(0) if has_bias else None
+    return dx, dw, db
+
+
+def _check_width(n_cols: int) -> None:
+    if n_cols > configs.BLOCK_ROW_MAX_COLS:
+        raise ValueError(
+            f"block_row handles rows of at most {configs.BLOCK_ROW_MAX_COLS} columns, "
+            f'got {n_cols}; use layout="row" (or "auto") for wider rows'
+        )
+
+
 def block_row_forward(x, weight, bias, eps, is_rms):
     """x: (n_rows, n_cols) contiguous -> (y, mean or None, rstd) with mean/rstd fp32 (n_rows,)."""
-    raise NotImplementedError
+    _check_matrix("x", x)
+    n_rows, n_cols = x.shape
+    if n_rows == 0 or n_cols == 0:
+        raise ValueError(
+            f"x is empty (shape {tuple(x.shape)}); block_row needs n_rows >= 1 and n_cols >= 1"
+        )
+    _check_width(n_cols)
+    _check_vector("weight", weight, n_cols, x)
+    _check_vector("bias", bias, n_cols, x)
+    if is_rms and bias is not None:
+        raise ValueError("RMSNorm has no bias; pass bias=None with is_rms=True")
+    block_rows, num_warps = configs.block_row_fwd_config(n_cols)
+    return _fwd(x, weight, bias, eps, is_rms, block_rows, num_warps)
 
 
 def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto"):
     """-> (dx, dweight or None, dbias or None); dweight/dbias fp32-reduced, cast to param dtype."""
-    raise NotImplementedError
+    if strategy not in _STRATEGIES:
+        raise ValueError(
+            f"strategy={strategy!r} does not exist for layout='block_row': its backward is "
+            f"always a persistent grid with fp32 per-program partials; use one of {_STRATEGIES}"
+        )
+    _check_matrix("x", x)
+    n_rows, n_cols = x.shape
+    if n_rows == 0 or n_cols == 0:
+        raise ValueError(
+            f"x is empty (shape {tuple(x.shape)}); block_row needs n_rows >= 1 and n_cols >= 1"
+        )
+    _check_width(n_cols)
+    _check_matrix("dy", dy, n_rows, n_cols)
+    if dy.device != x.device:
+        raise ValueError(f"dy is on {dy.device} but x is on {x.device}")
+    _check_vector("weight", weight, n_cols, x)
+    _check_vector("bias", bias, n_cols, x)
+    _check_vector("rstd", rstd, n_rows, x, torch.float32)
+    if rstd is None:
+        raise ValueError("rstd is required (the fp32 rstd returned by block_row_forward)")
+    if is_rms:
+        if bias is not None:
+            raise ValueError("RMSNorm has no bias; pass bias=None with is_rms=True")
+    else:
+        if mean is None:
+            raise ValueError("LayerNorm backward needs the fp32 mean returned by block_row_forward")
+        _check_vector("mean", mean, n_rows, x, torch.float32)
+    block_rows, num_warps, programs_per_sm = configs.block_row_bwd_config(n_cols)
+    n_programs = programs_per_sm * _runtime.sm_count(x.device.index if x.is_cuda else None)
+    dx, dw, db = _bwd(
+        dy, x, weight, bias is not None, mean, rstd, is_rms, block_rows, num_warps, n_programs
+    )
+    dw = dw.to(weight.dtype) if dw is not None else None
+    db = db.to(bias.dtype) if db is not None else None
+    return dx, dw, db

@@ -1,0 +1,314 @@
+"""Block-row (narrow) RMSNorm / LayerNorm launchers against an fp64 reference.
+
+Runs under the Triton interpreter on CPU (about 1 ms per program), so row counts are small
+but always ragged: never a multiple of the tile height, and large enough in one test for the
+persistent backward to loop over several tiles per program.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import assert_close
+
+import normlab
+from normlab import configs
+from normlab.kernels import narrow
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# 1: degenerate row; 3, 17, 100, 255: non-powers of two (padded tile columns);
+# 256: the widest block-row width (BLOCK_ROW_MAX_COLS), a full power-of-two tile.
+WIDTHS = [1, 3, 17, 100, 255, 256]
+N_ROWS = 131  # not a multiple of any tile height (64, 32, 16, 8); > 1 tile at every width
+EPS = {True: 1e-6, False: 1e-5}
+
+
+def _reference(x, weight, bias, eps, is_rms):
+    """fp64 forward on the same (rounded) inputs: y, mean (None for RMS), rstd."""
+    xd = x.double()
+    wd = weight.double() if weight is not None else None
+    bd = bias.double() if bias is not None else None
+    if is_rms:
+        mean = None
+        rstd = torch.rsqrt(xd.pow(2).mean(1) + eps)
+        y = xd * rstd[:, None]
+        if wd is not None:
+            y = y * wd
+        return y, mean, rstd
+    mean = xd.mean(1)
+    rstd = torch.rsqrt((xd - mean[:, None]).pow(2).mean(1) + eps)
+    return F.layer_norm(xd, (x.shape[1],), wd, bd, eps), mean, rstd
+
+
+def _reference_grads(x, weight, bias, dy, eps, is_rms):
+    """fp64 autograd of the reference: dx, dweight, dbias (None where absent)."""
+    xd = x.double().requires_grad_()
+    wd = weight.double().requires_grad_() if weight is not None else None
+    bd = bias.double().requires_grad_() if bias is not None else None
+    y, _, _ = _reference(xd, wd, bd, eps, is_rms)
+    inputs = [t for t in (xd, wd, bd) if t is not None]
+    grads = iter(torch.autograd.grad(y, inputs, dy.double()))
+    return (
+        next(grads),
+        next(grads) if wd is not None else None,
+        next(grads) if bd is not None else None,
+    )
+
+
+def _make(n_rows, n_cols, dtype, has_weight, has_bias):
+    x = torch.randn(n_rows, n_cols).to(dtype)
+    # weight around 1 with spread, so a wrong broadcast axis cannot hide
+    weight = (1 + 0.5 * torch.randn(n_cols)).to(dtype) if has_weight else None
+    bias = torch.randn(n_cols).to(dtype) if has_bias else None
+    dy = torch.randn(n_rows, n_cols).to(dtype)
+    return x, weight, bias, dy
+
+
+def _check_all(x, weight, bias, dy, is_rms, dtype):
+    """Forward and backward of the launchers vs the fp64 reference."""
+    eps = EPS[is_rms]
+    n_rows = x.shape[0]
+    y, mean, rstd = narrow.block_row_forward(x, weight, bias, eps, is_rms)
+    y_ref, mean_ref, rstd_ref = _reference(x, weight, bias, eps, is_rms)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    assert_close(y, y_ref, dtype=dtype, msg="y")
+    assert rstd.dtype == torch.float32 and rstd.shape == (n_rows,)
+    assert_close(rstd, rstd_ref, dtype=torch.float32, msg="rstd")
+    if is_rms:
+        assert mean is None
+    else:
+        assert mean.dtype == torch.float32 and mean.shape == (n_rows,)
+        assert_close(mean, mean_ref, dtype=torch.float32, msg="mean")
+
+    dx, dw, db = narrow.block_row_backward(dy, x, weight, bias, mean, rstd, is_rms)
+    dx_ref, dw_ref, db_ref = _reference_grads(x, weight, bias, dy, eps, is_rms)
+    assert dx.dtype == x.dtype and dx.shape == x.shape
+    # dx = rstd * (bracket): the bracket's rounding error is ulp-sized, rstd amplifies it, so
+    # compare in units of each row's rstd (matters for width 1, where rstd can be large).
+    assert_close(dx / rstd_ref[:, None], dx_ref / rstd_ref[:, None], dtype=dtype, msg="dx")
+    if weight is None:
+        assert dw is None
+    else:
+        assert dw.dtype == weight.dtype and dw.shape == weight.shape
+        assert_close(dw, dw_ref, dtype=dtype, reduce_len=n_rows, msg="dweight")
+    if bias is None:
+        assert db is None
+    else:
+        assert db.dtype == bias.dtype and db.shape == bias.shape
+        assert_close(db, db_ref, dtype=dtype, reduce_len=n_rows, msg="dbias")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n_cols", WIDTHS)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_affine_matches_fp64_reference(is_rms, n_cols, dtype):
+    x, weight, bias, dy = _make(N_ROWS, n_cols, dtype, has_weight=True, has_bias=not is_rms)
+    _check_all(x, weight, bias, dy, is_rms, dtype)
+
+
+@pytest.mark.parametrize("n_cols", [3, 100, 256])
+@pytest.mark.parametrize(
+    ("is_rms", "has_weight", "has_bias"),
+    [(True, False, False), (False, False, False), (False, True, False), (False, False, True)],
+    ids=["rms-plain", "ln-plain", "ln-weight-only", "ln-bias-only"],
+)
+def test_without_weight_or_bias(is_rms, has_weight, has_bias, n_cols):
+    x, weight, bias, dy = _make(N_ROWS, n_cols, torch.float32, has_weight, has_bias)
+    _check_all(x, weight, bias, dy, is_rms, torch.float32)
+
+
+@pytest.mark.parametrize("n_rows", [1, 63, 65])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_row_counts_around_one_tile(is_rms, n_rows):
+    # n_cols 16 -> 64-row tiles in both directions: one row, one short of a tile, one over.
+    x, weight, bias, dy = _make(n_rows, 16, torch.float32, True, not is_rms)
+    _check_all(x, weight, bias, dy, is_rms, torch.float32)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_persistent_backward_loops_over_many_tiles(is_rms):
+    n_cols = 16
+    block_rows, _, programs_per_sm = configs.block_row_bwd_config(n_cols)
+    n_programs = programs_per_sm * normlab._runtime.sm_count()
+    n_rows = block_rows * (2 * n_programs + 3) + 5  # ragged, > 2 tiles per program
+    x, weight, bias, dy = _make(n_rows, n_cols, torch.bfloat16, True, not is_rms)
+    _check_all(x, weight, bias, dy, is_rms, torch.bfloat16)
+
+
+def test_backward_is_deterministic():
+    x, weight, bias, dy = _make(N_ROWS * 3, 17, torch.float32, True, True)
+    _y, mean, rstd = narrow.block_row_forward(x, weight, bias, 1e-5, False)
+    first = narrow.block_row_backward(dy, x, weight, bias, mean, rstd, False)
+    second = narrow.block_row_backward(dy, x, weight, bias, mean, rstd, False)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)  # no atomics: fixed partial rows summed in a fixed order
+
+
+def test_layernorm_large_mean_offset():
+    # mean 1000, std 1: a one-pass E[x^2] - E[x]^2 variance is off by ~0.3 here (y off by ~15%).
+    # Two passes leave only the fp32 rounding of the mean (~1e5 * 2^-24 per term): about
+    # torch's own fp32 F.layer_norm error, ~2e-4, which is why this test has its own bound.
+    x, weight, bias, _ = _make(N_ROWS, 100, torch.float32, True, True)
+    x = x + 1000.0
+    y, _, _ = narrow.block_row_forward(x, weight, bias, 1e-5, False)
+    y_ref, _, _ = _reference(x, weight, bias, 1e-5, False)
+    err = (y.double() - y_ref).abs().max().item()
+    torch_err = (F.layer_norm(x, (100,), weight, bias, 1e-5).double() - y_ref).abs().max().item()
+    assert err < 1e-3 and err < 3 * torch_err, (err, torch_err)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_strided_inputs(is_rms):
+    # row-strided views go to the kernel as they are; column-strided ones are copied first
+    x_wide, weight, bias, dy_wide = _make(N_ROWS, 40, torch.float32, True, not is_rms)
+    x, dy = x_wide[:, 3:20], dy_wide[:, 5:22]
+    assert x.stride(0) == 40 and not x.is_contiguous()
+    _check_all(x, weight[:17], bias[:17] if bias is not None else None, dy, is_rms, torch.float32)
+    xt = torch.randn(17, N_ROWS).t()
+    dyt = torch.randn(17, N_ROWS).t()
+    assert xt.stride(1) != 1
+    _check_all(xt, weight[:17], bias[:17] if bias is not None else None, dyt, is_rms, torch.float32)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_nan_and_inf_stay_in_their_row(is_rms):
+    x, weight, bias, dy = _make(N_ROWS, 17, torch.float32, True, not is_rms)
+    x[5, 3] = math.nan
+    x[70, 0] = math.inf
+    y, mean, rstd = narrow.block_row_forward(x, weight, bias, EPS[is_rms], is_rms)
+    bad = torch.zeros(N_ROWS, dtype=torch.bool)
+    bad[[5, 70]] = True
+    assert not y[bad].isfinite().all(dim=1).any()
+    assert y[~bad].isfinite().all()
+    # same NaN pattern as the fp64 reference in the bad rows (RMSNorm with an Inf: rstd = 0,
+    # so only the Inf element turns NaN, as in torch), same values elsewhere
+    y_ref, _, _ = _reference(x, weight, bias, EPS[is_rms], is_rms)
+    assert_close(y, y_ref)
+
+    x[5, 3], x[70, 0] = 0.5, -0.5
+    y, mean, rstd = narrow.block_row_forward(x, weight, bias, EPS[is_rms], is_rms)
+    dy[9, 1] = math.nan
+    dx, dw, _db = narrow.block_row_backward(dy, x, weight, bias, mean, rstd, is_rms)
+    assert dx[9].isnan().all()
+    assert dx[torch.arange(N_ROWS) != 9].isfinite().all()
+    assert dw[1].isnan() and not dw[torch.arange(17) != 1].isnan().any()
+
+
+def test_clear_errors():
+    x = torch.randn(10, 16)
+    w = torch.randn(16)
+    _y, mean, rstd = narrow.block_row_forward(x, w, None, 1e-5, False)
+    too_wide = configs.BLOCK_ROW_MAX_COLS + 1
+    with pytest.raises(
+        ValueError, match=f"at most {configs.BLOCK_ROW_MAX_COLS} columns, got {too_wide}"
+    ):
+        narrow.block_row_forward(torch.randn(4, too_wide), None, None, 1e-5, False)
+    with pytest.raises(ValueError, match="at most"):
+        narrow.block_row_backward(
+            torch.randn(4, too_wide),
+            torch.randn(4, too_wide),
+            None,
+            None,
+            None,
+            torch.ones(4),
+            True,
+        )
+    with pytest.raises(TypeError, match="float64"):
+        narrow.block_row_forward(x.double(), None, None, 1e-5, True)
+    with pytest.raises(TypeError, match="int64"):
+        narrow.block_row_forward(x.long(), None, None, 1e-5, True)
+    with pytest.raises(ValueError, match="2-D"):
+        narrow.block_row_forward(x[0], None, None, 1e-5, True)
+    with pytest.raises(ValueError, match="empty"):
+        narrow.block_row_forward(x[:0], None, None, 1e-5, True)
+    with pytest.raises(ValueError, match=r"weight has shape \(15,\)"):
+        narrow.block_row_forward(x, w[:15], None, 1e-5, True)
+    with pytest.raises(ValueError, match="RMSNorm has no bias"):
+        narrow.block_row_forward(x, w, w, 1e-6, True)
+    with pytest.raises(ValueError, match=r"dy has shape \(10, 15\)"):
+        narrow.block_row_backward(x[:, :15], x, w, None, mean, rstd, False)
+    with pytest.raises(ValueError, match="needs the fp32 mean"):
+        narrow.block_row_backward(x, x, w, None, None, rstd, False)
+    with pytest.raises(TypeError, match="rstd.dtype"):
+        narrow.block_row_backward(x, x, w, None, mean, rstd.half(), False)
+    for strategy in ("atomic", "two_stage", "bogus"):
+        with pytest.raises(
+            ValueError, match=f"strategy='{strategy}' does not exist for layout='block_row'"
+        ):
+            narrow.block_row_backward(x, x, w, None, mean, rstd, False, strategy=strategy)
+    # the accepted strategies are one kernel, so they agree exactly
+    a = narrow.block_row_backward(x, x, w, None, mean, rstd, False, strategy="auto")
+    b = narrow.block_row_backward(x, x, w, None, mean, rstd, False, strategy="persistent")
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_use_block_row_thresholds():
+    max_cols, min_rows = configs.BLOCK_ROW_MAX_COLS, configs.BLOCK_ROW_MIN_ROWS
+    assert configs.use_block_row(min_rows, max_cols)
+    assert configs.use_block_row(min_rows, 1)
+    assert configs.use_block_row(10 * min_rows, 16)
+    assert not configs.use_block_row(min_rows - 1, max_cols)
+    assert not configs.use_block_row(min_rows, max_cols + 1)
+    assert not configs.use_block_row(10 * min_rows, 4096)
+
+
+@pytest.mark.parametrize("n_cols", list(range(1, 18)) + [31, 33, 100, 127, 129, 255, 256])
+def test_tile_configs_stay_within_limits(n_cols):
+    block_cols = 1 << (n_cols - 1).bit_length()
+    for block_rows, num_warps in (
+        configs.block_row_fwd_config(n_cols),
+        configs.block_row_bwd_config(n_cols)[:2],
+    ):
+        assert 1 <= block_rows <= configs.BLOCK_ROW_MAX_ROWS
+        assert block_rows & (block_rows - 1) == 0  # tl.arange needs a power of two
+        assert block_rows * block_cols <= configs.BLOCK_ROW_TILE_ELEMS
+        assert num_warps in (1, 2, 4, 8, 16)
+    assert configs.block_row_bwd_config(n_cols)[2] >= 1
+
+
+def _public_api_ready() -> bool:
+    try:
+        normlab.rms_norm(torch.randn(2, 4))
+    except NotImplementedError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n_cols", [17, 256])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_public_api_block_row_equals_row_path(is_rms, n_cols, dtype):
+    if not _public_api_ready():
+        pytest.skip("normlab.kernels.norm is still the placeholder")
+    x, weight, bias, dy = _make(N_ROWS, n_cols, dtype, True, not is_rms)
+    results = {}
+    for layout in ("row", "block_row"):
+        xg = x.clone().requires_grad_()
+        wg = weight.clone().requires_grad_()
+        bg = bias.clone().requires_grad_() if bias is not None else None
+        if is_rms:
+            y = normlab.rms_norm(xg, wg, EPS[True], layout=layout)
+            grads = torch.autograd.grad(y, (xg, wg), dy)
+        else:
+            y = normlab.layer_norm(xg, wg, bg, EPS[False], layout=layout)
+            grads = torch.autograd.grad(y, (xg, wg, bg), dy)
+        results[layout] = (y, *grads)
+    names = ("y", "dx", "dweight", "dbias")
+    for name, row, block in zip(names, results["row"], results["block_row"]):
+        reduce_len = N_ROWS if name in ("dweight", "dbias") else None
+        assert_close(block, row, reduce_len=reduce_len, dtype=dtype, msg=name)
+
+
+def test_public_api_too_wide_for_block_row():
+    if not _public_api_ready():
+        pytest.skip("normlab.kernels.norm is still the placeholder")
+    n_cols = configs.BLOCK_ROW_MAX_COLS + 1
+    x, weight, _, _ = _make(4, n_cols, torch.float32, True, False)
+    with pytest.raises(ValueError, match="at most"):
+        normlab.rms_norm(x, weight, layout="block_row")
+    y = normlab.rms_norm(x, weight, layout="auto")  # falls back to the row path
+    y_ref, _, _ = _reference(x, weight, None, 1e-6, True)
+    assert_close(y, y_ref)
