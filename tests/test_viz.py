@@ -280,9 +280,9 @@ OPS = {"rms_norm": ["normlab", "torch", "quack"], "reverse_kl": ["normlab", "com
 
 
 def _fake_sweep(calls):
-    def sweep(op, impls, shapes, dtypes, directions, progress=None, **kw):
+    def sweep(op, impls, shapes, dtypes, directions, *, options=None, progress=None):
         calls.append(dict(op=op, impls=impls, shapes=shapes, dtypes=dtypes, directions=directions,
-                          **kw))
+                          options=options))
         out = []
         total = len(impls) * len(shapes)
         for impl in impls:
@@ -292,7 +292,9 @@ def _fake_sweep(calls):
                                 card="cpu", roofline_gbps=None, datasheet_gbps=None,
                                 frac_roofline=None))
                 if progress:
-                    progress(len(out), total)
+                    progress(len(out) - 1, total, f"{impl} {M}x{N}")
+        if progress:
+            progress(total, total, "done")
         return out
     return sweep
 
@@ -309,7 +311,7 @@ def test_explorer_run_wires_controls_to_sweep_and_figures(recorded):
     figs = ex.run()
     call = calls[-1]
     assert call["op"] == "rms_norm" and call["impls"] == ["normlab", "quack"]
-    assert call["strategy"] == "persistent" and call["directions"] == ["bwd"]
+    assert call["options"] == {"strategy": ["persistent"]} and call["directions"] == ["bwd"]
     # interpreter: preset shapes capped, duplicates dropped
     assert all(M <= widgets.INTERPRET_MAX_ROWS and N <= widgets.INTERPRET_MAX_COLS
                for M, N in call["shapes"])
@@ -330,6 +332,13 @@ def test_explorer_without_recorded_data_says_so_and_changing_op_updates_impls():
     assert figs[0].layout.annotations[0].text.startswith("no recorded GPU data")
     ex.op.value = "reverse_kl"
     assert ex.impls.options == ("normlab", "compile")
+    assert ex.impls.value == ("normlab", "compile")
+    assert ex.strategy.options == ("auto", "fused", "split") and ex.direction.value == "fwd+bwd"
+    calls = []
+    ex._sweep = _fake_sweep(calls)
+    ex.strategy.value = "split"
+    ex.run()
+    assert calls[-1]["options"] == {"form": ["split"]}
     ex.impls.value = ()
     assert ex.run() == [] and "pick at least one" in ex.status.value
 
@@ -357,3 +366,42 @@ def test_contention_explorer_redraws_on_slider_change(monkeypatch):
     m_slider.value = 4096
     assert len(shown) == 2 and "M=4,096 rows" in shown[-1].layout.title.text
     assert "8 SMs × 2" in shown[-1].layout.title.text
+
+
+# ---- notebook check lines --------------------------------------------------------------------
+
+
+def test_verdict_tolerance_table_matches_the_tests():
+    from helpers import TOLERANCES
+    from normlab.viz import checks
+
+    assert checks.TOLERANCES == TOLERANCES
+
+
+def test_verdict_ok_fail_and_nan_placement():
+    import torch
+
+    ref = torch.randn(61, 1000, dtype=torch.float64)
+    bf = ref.to(torch.bfloat16)
+    assert viz.verdict("y", bf, ref).startswith("y: OK (max |err| within atol 0.016")
+    bad = bf.clone()
+    bad[3, 7] += 1.0
+    assert viz.verdict("y", bad, ref).startswith("y: FAIL (exceeds")
+    # dγ over 4096 rows: atol grows by sqrt(4096) = 64
+    assert "atol 0.0013" in viz.verdict("dγ", ref.float(), ref, reduce_len=4096)
+    nan_ref = ref.clone()
+    nan_ref[0, 0] = float("nan")
+    assert "FAIL" in viz.verdict("y", ref, nan_ref)  # a number where NaN belongs
+    assert "OK" in viz.verdict("y", nan_ref, nan_ref)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        viz.verdict("y", ref[:2], ref)
+
+
+def test_explorer_reads_ops_and_impls_from_the_bench_registry():
+    from normlab.bench import REGISTRY
+    from normlab.viz import widgets
+
+    ex = widgets.Explorer(recorded=[], interpret=True)
+    assert "copy" not in ex.op.options and "rms_norm" in ex.op.options
+    assert set(ex.impls.options) == set(REGISTRY["rms_norm"])
+    assert ex.impls.value[0] == "normlab"

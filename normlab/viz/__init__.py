@@ -4,6 +4,7 @@
 only wires ipywidgets controls to them and to ``normlab.bench``.
 """
 
+from normlab.viz.checks import verdict
 from normlab.viz.plots import (
     NO_RECORDED_DATA,
     Table,
@@ -39,5 +40,6 @@ __all__ = [
     "source_text",
     "speedup_table",
     "speedup_vs_best_peer",
+    "verdict",
     "with_source",
 ]

@@ -8,6 +8,7 @@ notebook cell that builds the explorer shows only the widget, so nbval has nothi
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Iterable
 
 import ipywidgets as W
@@ -31,6 +32,9 @@ PRESETS: dict[str, list[tuple[int, int]]] = {
 INTERPRET_MAX_ROWS = 128
 INTERPRET_MAX_COLS = 4096
 _POW2 = [2**k for k in range(4, 24)]
+LOSS_OPS = ("reverse_kl", "soft_cross_entropy", "cross_entropy")
+LOSS_FORMS = ("auto", "fused", "split")
+DIRECTIONS = {"norm": ("fwd", "bwd"), "loss": ("fwd", "fwd+bwd")}
 
 
 def fit_for_interpreter(shapes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -47,6 +51,11 @@ def _bench():
     import normlab.bench as bench
 
     return bench
+
+
+def _registry_ops() -> dict[str, list[str]]:
+    """op -> implementation names, from ``normlab.bench``'s registry (the copy op excluded)."""
+    return {op: list(impls) for op, impls in _bench().REGISTRY.items() if op != "copy"}
 
 
 class Explorer:
@@ -66,20 +75,18 @@ class Explorer:
     ):
         self.interpret = _runtime.INTERPRET if interpret is None else interpret
         self._sweep = sweep
-        self.ops = ops if ops is not None else _bench().IMPLS
+        self.ops = ops if ops is not None else _registry_ops()
         self.recorded = plots.as_dicts(recorded if recorded is not None else _load_recorded())
         self.live: list[dict] = []
+        self.skipped: list = []
         self.figures: list = []
 
         first = next(iter(self.ops))
         self.op = W.Dropdown(options=list(self.ops), value=first, description="op")
-        self.impls = W.SelectMultiple(options=self.ops[first], value=tuple(self.ops[first][:2]),
-                                      rows=5, description="impls")
-        self.strategy = W.Dropdown(options=["auto", *plots.STRATEGIES], value="auto",
-                                   description="strategy")
+        self.impls = W.SelectMultiple(options=self.ops[first], rows=5, description="impls")
+        self.strategy = W.Dropdown(description="strategy")
         self.dtype = W.Dropdown(options=["bf16", "fp16", "fp32"], value="bf16", description="dtype")
-        self.direction = W.Dropdown(options=["fwd", "bwd", "fwd+bwd"], value="fwd",
-                                    description="direction")
+        self.direction = W.Dropdown(description="direction")
         small = self.interpret
         self.M = W.SelectionSlider(options=[p for p in _POW2 if not small or p <= 4096],
                                    value=64 if small else 8192, description="M (rows)")
@@ -92,6 +99,7 @@ class Explorer:
         self.status = W.HTML()
         self.out_live = W.Output()
         self.out_recorded = W.Output()
+        self._on_op({"new": first})
 
         self.op.observe(self._on_op, names="value")
         for w in (self.op, self.impls, self.dtype, self.direction, self.preset, self.M, self.N):
@@ -118,9 +126,15 @@ class Explorer:
         return "live runs on this GPU."
 
     def _on_op(self, change) -> None:
-        options = self.ops[change["new"]]
-        self.impls.options = options
-        self.impls.value = tuple(options[:2])
+        op = change["new"]
+        self.impls.options = self.ops[op]
+        ours = [i for i in self.ops[op] if i.startswith(plots.OURS_PREFIX)]
+        peers = [i for i in self.ops[op] if i not in ours]
+        self.impls.value = tuple(ours[:1] + peers[:1])
+        self.strategy.options = LOSS_FORMS if op in LOSS_OPS else ("auto", *plots.STRATEGIES)
+        self.strategy.value = "auto"
+        self.direction.options = DIRECTIONS["loss" if op in LOSS_OPS else "norm"]
+        self.direction.value = self.direction.options[-1]
 
     def shapes(self) -> list[tuple[int, int]]:
         """The requested shapes (preset or sliders), as run on this machine."""
@@ -150,10 +164,12 @@ class Explorer:
         _show(self.out_recorded, figs)
         return figs
 
-    def _on_progress(self, done, total=None, *_args, **_kwargs) -> None:
-        if total:
-            self.progress.max = int(total)
+    def _on_progress(self, done: int, total: int, label: str = "") -> None:
+        """``normlab.bench.sweep``'s progress hook: moves the bar, names the running case."""
+        self.progress.max = max(int(total), 1)
         self.progress.value = int(done)
+        if label and done < total:
+            self.status.value = f"running {html.escape(label)}…"
 
     def run(self) -> list:
         """Measure the selection live, then show live and recorded figures side by side."""
@@ -163,17 +179,19 @@ class Explorer:
         sweep = self._sweep or _bench().sweep
         self.progress.value = 0
         self.status.value = "running…"
-        kwargs = {}
-        if self.strategy.value != "auto":
-            kwargs["strategy"] = self.strategy.value
+        options = {}
+        if self.strategy.value != "auto":  # a normlab option: norms' strategy, losses' form
+            options["form" if self.op.value in LOSS_OPS else "strategy"] = [self.strategy.value]
         try:
             live = sweep(self.op.value, list(self.impls.value), self.shapes(), [self.dtype.value],
-                         [self.direction.value], progress=self._on_progress, **kwargs)
+                         [self.direction.value], options=options, progress=self._on_progress)
         except Exception as exc:  # shown in the widget; a notebook user sees the reason
             self.status.value = f"run failed: {type(exc).__name__}: {exc}"
             raise
         self.live = plots.with_source(live, "live")
-        self.status.value = f"{len(self.live)} live measurements. " + self._mode_note()
+        self.skipped = list(getattr(live, "skipped", []))
+        skipped = "".join(f"<br>skipped {html.escape(c)}: {html.escape(r)}" for c, r in self.skipped)
+        self.status.value = f"{len(self.live)} live measurements. " + self._mode_note() + skipped
         figs = [plots.gbps_vs_shape(self.live), plots.roofline_bars(self.live),
                 plots.speedup_vs_best_peer(self.live)]
         _show(self.out_live, figs)
