@@ -1,0 +1,332 @@
+"""Implementations per op, as named entries: normlab's kernels and the baselines, side by side.
+
+Each entry builds its own inputs (random data, bf16 by default, weights random around 1) for an
+(M, N, dtype, direction, device) and returns a zero-argument callable: one call of the op in that
+direction, ready for ``timing.time_call``. Directions:
+
+* ``fwd``: the training forward (inputs require grad, so saved statistics are written too).
+* ``bwd`` (norms): one untimed forward at build time, then each call is
+  ``torch.autograd.grad(y, (x, w[, b]), dy, retain_graph=True)``: every kernel the backward
+  launches, the dγ reduction included (h200_peers.md; seed 000's training view).
+* ``fwd+bwd`` (losses): the loss and ``torch.autograd.grad(loss, logits)``.
+
+normlab and the peers are resolved lazily, at build time, so this module imports without them.
+``compile`` is skipped under the interpreter: torch.compile on CPU spends seconds per shape in
+a C++ compiler and says nothing about GPU kernels.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from normlab import _runtime
+from normlab.bench.traffic import LABEL_LOSS_OPS, NORM_OPS, SOFT_LOSS_OPS
+
+EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+NORM_DIRECTIONS = ("fwd", "bwd")
+LOSS_DIRECTIONS = ("fwd", "fwd+bwd")
+DEFAULT_DIRECTIONS = {**{op: NORM_DIRECTIONS for op in NORM_OPS},
+                      **{op: ("fwd+bwd",) for op in SOFT_LOSS_OPS + LABEL_LOSS_OPS},
+                      "copy": ("fwd",)}
+# Options an impl takes, by op family; the values are the public API's keywords.
+NORM_OPTIONS = ("strategy", "layout")
+LOSS_OPTIONS = ("form", "block_cap")
+# torch.compile(dynamic=False) compiles once per shape; the default recompile limit (8) would
+# silently fall back to eager after the 8th shape of a sweep.
+_COMPILE_RECOMPILE_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One implementation of one op. ``build(M, N, dtype, direction, device, **options)`` returns
+    the zero-argument callable to time; ``unavailable()`` returns None or the reason it cannot
+    run here."""
+
+    op: str
+    name: str
+    build: Callable[..., Callable[[], Any]]
+    directions: tuple[str, ...]
+    description: str
+    baseline: bool = True
+    options: tuple[str, ...] = ()
+    unavailable: Callable[[], str | None] = field(default=lambda: None)
+
+
+REGISTRY: dict[str, dict[str, Impl]] = {}
+
+
+def register(impl: Impl) -> Impl:
+    REGISTRY.setdefault(impl.op, {})[impl.name] = impl
+    return impl
+
+
+def ops() -> list[str]:
+    return list(REGISTRY)
+
+
+def get(op: str, name: str) -> Impl:
+    if op not in REGISTRY:
+        raise ValueError(f"unknown op {op!r}: expected one of {', '.join(REGISTRY)}")
+    if name not in REGISTRY[op]:
+        raise ValueError(f"op {op!r} has no impl {name!r}: expected one of {', '.join(REGISTRY[op])}")
+    return REGISTRY[op][name]
+
+
+def implementations(op: str, names: list[str] | None = None) -> list[Impl]:
+    """The named impls of ``op`` (all registered ones by default), in registry order."""
+    if op not in REGISTRY:
+        raise ValueError(f"unknown op {op!r}: expected one of {', '.join(REGISTRY)}")
+    if names is None:
+        return list(REGISTRY[op].values())
+    return [get(op, name) for name in names]
+
+
+# --------------------------------------------------------------------------------------------
+# Availability
+# --------------------------------------------------------------------------------------------
+
+
+def _needs_module(module: str) -> Callable[[], str | None]:
+    def check() -> str | None:
+        if _runtime.DEVICE != "cuda":
+            return f"{module} needs a CUDA GPU"
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not importable"
+        return None
+
+    return check
+
+
+def _compile_available() -> str | None:
+    if _runtime.DEVICE != "cuda":
+        return "skipped on CPU: torch.compile spends seconds per shape and says nothing about GPUs"
+    return None
+
+
+def _compiled(fn: Callable) -> Callable:
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                 "accumulated_cache_size_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(getattr(cfg, name), _COMPILE_RECOMPILE_LIMIT))
+    return torch.compile(fn, dynamic=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------------
+
+
+def _check_direction(op: str, direction: str, allowed: tuple[str, ...]) -> None:
+    if direction not in allowed:
+        raise ValueError(f"{op} has no direction {direction!r}: expected one of {', '.join(allowed)}")
+
+
+def _norm_case(fn: Callable, op: str, M: int, N: int, dtype, direction: str, device: str):
+    """Inputs for a norm and the callable for ``direction``; fn(x, w, b, eps) -> y."""
+    _check_direction(op, direction, NORM_DIRECTIONS)
+    x = torch.randn(M, N, dtype=dtype, device=device, requires_grad=True)
+    w = (1 + 0.1 * torch.randn(N, device=device)).to(dtype).requires_grad_()
+    b = (0.1 * torch.randn(N, device=device)).to(dtype).requires_grad_() if op == "layer_norm" else None
+    eps = EPS[op]
+    if direction == "fwd":
+        return lambda: fn(x, w, b, eps)
+    y = fn(x, w, b, eps)
+    dy = torch.randn_like(y)
+    inputs = (x, w) if b is None else (x, w, b)
+    return lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)
+
+
+def _loss_case(fn: Callable, op: str, M: int, N: int, dtype, direction: str, device: str):
+    """Inputs for a loss and the callable for ``direction``; fn(logits, target) -> scalar."""
+    _check_direction(op, direction, LOSS_DIRECTIONS)
+    logits = torch.randn(M, N, dtype=dtype, device=device, requires_grad=True)
+    if op in LABEL_LOSS_OPS:
+        target = torch.randint(0, N, (M,), device=device)
+    else:
+        target = torch.randn(M, N, dtype=dtype, device=device)
+    if direction == "fwd":
+        return lambda: fn(logits, target)
+    return lambda: torch.autograd.grad(fn(logits, target), (logits,))
+
+
+def _copy_case(M: int, N: int, dtype, direction: str, device: str):
+    _check_direction("copy", direction, ("fwd",))
+    src = torch.randn(M, N, dtype=dtype, device=device)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
+# --------------------------------------------------------------------------------------------
+# Norm impls
+# --------------------------------------------------------------------------------------------
+
+
+def _eager_rms_norm(x, w, b, eps):
+    """RMSNorm as separate PyTorch ops in fp32 (h200_peers.md's eager_ops column)."""
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * rstd * w.float()).to(x.dtype)
+
+
+def _eager_rms_fn() -> Callable:
+    import normlab.ref as ref
+
+    eager = getattr(ref, "rms_norm_eager_ops", None)
+    if eager is not None:
+        return lambda x, w, b, eps: eager(x, w, eps)
+    return _eager_rms_norm
+
+
+def _norm_builder(make_fn: Callable[..., Callable], op: str):
+    def build(M, N, dtype, direction, device, **options):
+        return _norm_case(make_fn(**options), op, M, N, dtype, direction, device)
+
+    return build
+
+
+def _normlab_norm(op: str):
+    def make(strategy: str = "auto", layout: str = "auto"):
+        import normlab
+
+        public = getattr(normlab, op)
+        if op == "rms_norm":
+            return lambda x, w, b, eps: public(x, w, eps, strategy=strategy, layout=layout)
+        return lambda x, w, b, eps: public(x, w, b, eps, strategy=strategy, layout=layout)
+
+    return make
+
+
+def _liger_norm(op: str):
+    def make():
+        if op == "rms_norm":
+            from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+            # offset 0, llama casting, in_place=False: the in-place backward would overwrite dy
+            return lambda x, w, b, eps: LigerRMSNormFunction.apply(x, w, eps, 0.0, "llama", False)
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+
+        return lambda x, w, b, eps: LigerLayerNormFunction.apply(x, w, b, eps)
+
+    return make
+
+
+def _quack_rms_norm():
+    from quack.rmsnorm import rmsnorm
+
+    return lambda x, w, b, eps: rmsnorm(x, w, eps=eps)
+
+
+def _torch_norm(op: str, compiled: bool):
+    def make():
+        if op == "rms_norm":
+            f = _compiled(F.rms_norm) if compiled else F.rms_norm
+            return lambda x, w, b, eps: f(x, (x.shape[-1],), w, eps)
+        f = _compiled(F.layer_norm) if compiled else F.layer_norm
+        return lambda x, w, b, eps: f(x, (x.shape[-1],), w, b, eps)
+
+    return make
+
+
+register(Impl("rms_norm", "eager", _norm_builder(_eager_rms_fn, "rms_norm"), NORM_DIRECTIONS,
+              "separate PyTorch ops in fp32 (normlab.ref.rms_norm_eager_ops if present)"))
+for _op in NORM_OPS:
+    register(Impl(_op, "torch", _norm_builder(_torch_norm(_op, False), _op), NORM_DIRECTIONS,
+                  f"F.{_op}"))
+    register(Impl(_op, "compile", _norm_builder(_torch_norm(_op, True), _op), NORM_DIRECTIONS,
+                  f"torch.compile(F.{_op}, dynamic=False)", unavailable=_compile_available))
+    register(Impl(_op, "normlab", _norm_builder(_normlab_norm(_op), _op), NORM_DIRECTIONS,
+                  f"normlab.{_op}(strategy=, layout=)", baseline=False, options=NORM_OPTIONS))
+    register(Impl(_op, "liger", _norm_builder(_liger_norm(_op), _op), NORM_DIRECTIONS,
+                  "liger-kernel (when importable)", unavailable=_needs_module("liger_kernel")))
+register(Impl("rms_norm", "quack", _norm_builder(_quack_rms_norm, "rms_norm"), NORM_DIRECTIONS,
+              "quack-kernels rmsnorm (when importable)", unavailable=_needs_module("quack")))
+
+
+# --------------------------------------------------------------------------------------------
+# Loss impls
+# --------------------------------------------------------------------------------------------
+
+
+def _fallback_loss(op: str) -> Callable:
+    """fp32 PyTorch losses of h200_peers.md, used when normlab.ref lacks the op's reference."""
+    if op == "reverse_kl":  # KL(softmax(logits) || softmax(target)), mean over tokens
+        return lambda lg, t: F.kl_div(t.float().log_softmax(-1), lg.float().log_softmax(-1),
+                                      reduction="batchmean", log_target=True)
+    if op == "soft_cross_entropy":  # -sum softmax(target) * log_softmax(logits), mean over tokens
+        return lambda lg, t: -(t.float().softmax(-1) * lg.float().log_softmax(-1)).sum(-1).mean()
+    return lambda lg, labels: F.cross_entropy(lg.float(), labels)
+
+
+def _eager_loss(op: str):
+    def make():
+        import normlab.ref as ref
+
+        return getattr(ref, f"{op}_ref", None) or _fallback_loss(op)
+
+    return make
+
+
+def _compiled_loss(op: str):
+    def make():
+        return _compiled(_eager_loss(op)())
+
+    return make
+
+
+def _normlab_loss(op: str):
+    def make(form: str = "auto", block_cap: int | None = None):
+        import normlab
+
+        public = getattr(normlab, op)
+        return lambda logits, target: public(logits, target, form=form, block_cap=block_cap)
+
+    return make
+
+
+def _liger_ce():
+    from liger_kernel.transformers.functional import liger_cross_entropy
+
+    return lambda logits, labels: liger_cross_entropy(logits, labels)
+
+
+def _quack_ce():
+    from quack.cross_entropy import cross_entropy
+
+    def fn(logits, labels):
+        loss = cross_entropy(logits, labels)
+        return loss.mean() if loss.dim() else loss
+
+    return fn
+
+
+def _loss_builder(make_fn: Callable[..., Callable], op: str):
+    def build(M, N, dtype, direction, device, **options):
+        return _loss_case(make_fn(**options), op, M, N, dtype, direction, device)
+
+    return build
+
+
+for _op in SOFT_LOSS_OPS + LABEL_LOSS_OPS:
+    register(Impl(_op, "eager", _loss_builder(_eager_loss(_op), _op), LOSS_DIRECTIONS,
+                  f"normlab.ref.{_op}_ref (fp32 PyTorch)"))
+    if _op in LABEL_LOSS_OPS:
+        register(Impl(_op, "torch", _loss_builder(lambda: _fallback_loss("cross_entropy"), _op),
+                      LOSS_DIRECTIONS, "F.cross_entropy(logits.float(), labels)"))
+    register(Impl(_op, "compile", _loss_builder(_compiled_loss(_op), _op), LOSS_DIRECTIONS,
+                  "torch.compile(eager, dynamic=False)", unavailable=_compile_available))
+    register(Impl(_op, "normlab", _loss_builder(_normlab_loss(_op), _op), LOSS_DIRECTIONS,
+                  f"normlab.{_op}(form=, block_cap=)", baseline=False, options=LOSS_OPTIONS))
+register(Impl("cross_entropy", "liger", _loss_builder(_liger_ce, "cross_entropy"), LOSS_DIRECTIONS,
+              "liger-kernel cross entropy (when importable)", unavailable=_needs_module("liger_kernel")))
+register(Impl("cross_entropy", "quack", _loss_builder(_quack_ce, "cross_entropy"), LOSS_DIRECTIONS,
+              "quack-kernels cross entropy (when importable)", unavailable=_needs_module("quack")))
+
+register(Impl("copy", "torch", lambda M, N, dtype, direction, device: _copy_case(M, N, dtype, direction, device),
+              ("fwd",), "dst.copy_(src): the roofline op"))

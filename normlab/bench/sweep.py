@@ -1,0 +1,215 @@
+"""Sweeps: run impls over shapes, dtypes and directions, return records, print them as a table.
+
+Measuring (``sweep``), recording (``records``) and rendering (``format_table``; plots live in
+``normlab.viz``) are separate layers.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import itertools
+import re
+from typing import Callable, Iterable
+
+import torch
+
+from normlab import _runtime
+from normlab.bench import progress as _progress
+from normlab.bench import registry, traffic
+from normlab.bench.device import CopyBandwidth, DeviceInfo, device_info, git_commit
+from normlab.bench.records import Record, check_sanity, dtype_name, parse_dtype
+from normlab.bench.timing import time_call
+
+# The 11 norm shapes of h200_peers.md, in its order.
+PEERS = [(8192, 1024), (1024, 8192), (2048, 4096), (16384, 1024), (4096, 4096), (32768, 1024),
+         (8192, 4096), (512, 16384), (16384, 2048), (2048, 16384), (32768, 8192)]
+NARROW_ROWS = 7_864_320
+SHAPES: dict[str, list[tuple[int, int]]] = {
+    "peers": PEERS,
+    "narrow": [(NARROW_ROWS, n) for n in (16, 32, 64, 128, 256, 512)],
+    "losses": [(4096, v) for v in (32768, 65536, 131072, 50257, 151936)],
+    # CPU-sized: a power of two and a ragged non-power of two
+    "quick": [(64, 128), (37, 1000)],
+}
+DEFAULT_REPS = {"gpu": 30, "cpu": 5}
+CPU_LABEL = "CPU/interpreter timings: say nothing about GPU bandwidth"
+
+
+def parse_shapes(spec: str | Iterable) -> list[tuple[int, int]]:
+    """Shapes from preset names and/or ``MxN`` items, comma-separated ("peers,37x1000")."""
+    if not isinstance(spec, str):
+        return [(int(m), int(n)) for m, n in spec]
+    shapes: list[tuple[int, int]] = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        if item in SHAPES:
+            shapes.extend(SHAPES[item])
+            continue
+        match = re.fullmatch(r"(\d+)\s*[x×X*]\s*(\d+)", item.replace("_", ""))
+        if not match or int(match[1]) < 1 or int(match[2]) < 1:
+            raise ValueError(f"bad shape {item!r}: expected MxN or a preset ({', '.join(SHAPES)})")
+        shapes.append((int(match[1]), int(match[2])))
+    if not shapes:
+        raise ValueError(f"no shapes in {spec!r}")
+    return shapes
+
+
+class Results(list):
+    """The records of a sweep (a list), plus ``skipped``: (case label, reason) for every case
+    that could not run, and the ``device`` the sweep ran on."""
+
+    def __init__(self, records=(), skipped=(), device: DeviceInfo | None = None):
+        super().__init__(records)
+        self.skipped: list[tuple[str, str]] = list(skipped)
+        self.device = device
+
+
+def _variants(impl: registry.Impl, options: dict[str, list] | None) -> list[dict]:
+    """Cartesian product of the options this impl takes (baselines take none)."""
+    given = {k: v for k, v in (options or {}).items() if k in impl.options and v}
+    keys = list(given)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(given[k] for k in keys))]
+
+
+def sweep(
+    op: str,
+    impls: list[str] | None = None,
+    shapes: str | Iterable = "quick",
+    dtypes: Iterable = ("bf16",),
+    directions: Iterable[str] | None = None,
+    *,
+    options: dict[str, list] | None = None,
+    reps: int | None = None,
+    warmup: int = 3,
+    device: DeviceInfo | None = None,
+    roofline: CopyBandwidth | float | None = None,
+    model: str = "minimal",
+    progress: bool | str | _progress.ProgressHook | None = None,
+    on_record: Callable[[Record], None] | None = None,
+    command: str = "",
+) -> Results:
+    """Measure ``op`` for each impl × shape × dtype × direction (× option variant); return the
+    records (a ``Results`` list; unrunnable cases are in ``.skipped`` with their reason).
+
+    ``impls``: registry names (default: all of ``op``'s). ``options``: lists of values for the
+    normlab impl's keywords, e.g. ``{"strategy": ["atomic", "two_stage"]}``. ``roofline``: the
+    copy bandwidth to divide by (measured here when not given). ``progress``: see
+    ``normlab.bench.progress``. ``on_record`` sees each record as soon as it is measured.
+    """
+    entries = registry.implementations(op, impls)
+    shape_list = parse_shapes(shapes)
+    dtype_list = [parse_dtype(d) for d in dtypes]
+    dirs = list(directions) if directions is not None else list(registry.DEFAULT_DIRECTIONS[op])
+    for d in dirs:
+        if d not in traffic.DIRECTIONS:
+            raise ValueError(f"unknown direction {d!r}: expected one of {', '.join(traffic.DIRECTIONS)}")
+    if device is None:
+        device = device_info(measure_copy=roofline is None)
+    if roofline is None:
+        roofline = device.copy
+    roofline_gbps = roofline.gbps if isinstance(roofline, CopyBandwidth) else roofline
+    mode = device.mode
+    if reps is None:
+        reps = DEFAULT_REPS["gpu" if _runtime.DEVICE == "cuda" else "cpu"]
+    hook = _progress.resolve(progress)
+    commit = git_commit()
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    cases = []
+    skipped = []
+    for impl in entries:
+        reason = impl.unavailable()
+        if reason:
+            skipped.append((f"{op} {impl.name}", reason))
+            continue
+        for variant in _variants(impl, options) or [{}]:
+            for (M, N), dtype, direction in itertools.product(shape_list, dtype_list, dirs):
+                if direction in impl.directions:
+                    cases.append((impl, variant, M, N, dtype, direction))
+
+    results = Results(skipped=skipped, device=device)
+    for i, (impl, variant, M, N, dtype, direction) in enumerate(cases):
+        opts = ",".join(f"{v}" for v in variant.values())
+        label = f"{op} {impl.name}{f'[{opts}]' if opts else ''} {M}x{N} {dtype_name(dtype)} {direction}"
+        if hook:
+            hook(i, len(cases), label)
+        try:
+            run = impl.build(M, N, dtype, direction, _runtime.DEVICE, **variant)
+            timing = time_call(run, reps=reps, warmup=warmup)
+        except Exception as exc:  # a case that cannot run is reported, and the sweep goes on
+            results.skipped.append((label, f"{type(exc).__name__}: {exc}".strip().splitlines()[0]))
+            continue
+        finally:
+            run = None
+            gc.collect()
+            if _runtime.DEVICE == "cuda":
+                torch.cuda.empty_cache()
+        n_bytes = traffic.bytes_moved(op, direction, M, N, dtype, model=model)
+        achieved = traffic.gbps(n_bytes, timing.device_us)
+        rec = Record(
+            op=op, impl=impl.name,
+            strategy=variant.get("strategy", variant.get("form")),
+            layout=variant.get("layout"), block_cap=variant.get("block_cap"),
+            M=M, N=N, dtype=dtype_name(dtype), direction=direction,
+            device_us=timing.device_us, wall_us=timing.wall_us,
+            bytes=n_bytes, gbps=achieved, roofline_gbps=roofline_gbps,
+            frac_roofline=traffic.fraction_of_roofline(achieved, roofline_gbps),
+            datasheet_gbps=device.datasheet_gbps, peak_extra_bytes=timing.peak_extra_bytes,
+            kernels=timing.kernels, card=device.card, sm_count=device.sm_count,
+            torch=device.torch, triton=device.triton, mode=mode, date=date, commit=commit,
+            command=command, note=f"{model} bytes model; {timing.reps} reps",
+        )
+        check_sanity(rec)
+        results.append(rec)
+        if on_record:
+            on_record(rec)
+    if hook:
+        hook(len(cases), len(cases), "done")
+    return results
+
+
+def best_baseline_us(records: Iterable[Record]) -> dict[tuple, float]:
+    """Fastest valid non-normlab device time per (op, M, N, dtype, direction)."""
+    best: dict[tuple, float] = {}
+    for r in records:
+        if r.impl != "normlab" and r.valid and r.device_us:
+            key = (r.op, r.M, r.N, r.dtype, r.direction)
+            best[key] = min(best.get(key, float("inf")), r.device_us)
+    return best
+
+
+def format_table(records: list[Record], skipped: Iterable[tuple[str, str]] = ()) -> str:
+    """A fixed-width table: impl, shape, dir, device µs, wall µs, GB/s, % of copy, Δpeak MiB and
+    the ratio to the fastest non-normlab impl of the same case (< 1 is faster)."""
+    best = best_baseline_us(records)
+    head = ("op", "impl", "shape", "dtype", "dir", "device µs", "wall µs", "GB/s", "% copy",
+            "Δpeak MiB", "vs best", "")
+    rows = []
+    for r in records:
+        ref = best.get((r.op, r.M, r.N, r.dtype, r.direction))
+        rows.append((
+            r.op, r.label, r.shape, r.dtype, r.direction,
+            f"{r.device_us:.1f}" if r.device_us is not None else "-",
+            f"{r.wall_us:.1f}",
+            f"{r.gbps:.0f}" if r.gbps is not None else "-",
+            f"{100 * r.frac_roofline:.0f}%" if r.frac_roofline is not None else "-",
+            f"{r.peak_extra_bytes / 2**20:.1f}" if r.peak_extra_bytes is not None else "-",
+            f"{r.device_us / ref:.2f}x" if ref and r.device_us else "-",
+            "" if r.valid else "INVALID: " + r.note,
+        ))
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    lines = []
+    modes = {r.mode for r in records}
+    if modes and modes != {"gpu"}:
+        lines.append(f"# {CPU_LABEL}")
+    if records:
+        r0 = records[0]
+        roof = f"{r0.roofline_gbps:.0f} GB/s" if r0.roofline_gbps else "not measured"
+        lines.append(f"# {r0.card} ({r0.mode}); copy roofline {roof}; torch {r0.torch}, "
+                     f"triton {r0.triton}")
+    fmt = "  ".join(f"{{:<{w}}}" if i < 5 or i == 11 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    lines.append(fmt.format(*head).rstrip())
+    lines.extend(fmt.format(*row).rstrip() for row in rows)
+    for label, reason in skipped:
+        lines.append(f"skipped: {label}: {reason}")
+    return "\n".join(lines)

@@ -1,0 +1,372 @@
+"""normlab.bench: bytes models, bandwidth and roofline arithmetic, timing attribution, sanity
+flags, the registry and sweeps (CPU; the GPU path's kernel attribution is tested on synthetic
+profiler events)."""
+
+import io
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import normlab
+from normlab.bench import registry, timing, traffic
+from normlab.bench.device import datasheet_gbps, measure_copy_bandwidth
+from normlab.bench.progress import TerminalProgress, resolve
+from normlab.bench.records import ROOFLINE_SLACK, Record, check_sanity
+from normlab.bench.sweep import CPU_LABEL, SHAPES, format_table, parse_shapes, sweep
+
+# --------------------------------------------------------------------------------------------
+# Bytes models
+# --------------------------------------------------------------------------------------------
+
+M, N = 1000, 769  # non-powers of two, so a swapped M/N or a missing factor shows
+
+
+@pytest.mark.parametrize(
+    "op, direction, factor",
+    [
+        ("rms_norm", "fwd", 2), ("rms_norm", "bwd", 3), ("rms_norm", "fwd+bwd", 5),
+        ("layer_norm", "fwd", 2), ("layer_norm", "bwd", 3),
+        ("reverse_kl", "fwd+bwd", 3), ("soft_cross_entropy", "fwd+bwd", 3),
+        ("reverse_kl", "fwd", 2), ("cross_entropy", "fwd+bwd", 2), ("cross_entropy", "fwd", 1),
+        ("copy", "fwd", 2),
+    ],
+)
+@pytest.mark.parametrize("dtype, e", [("bf16", 2), (torch.float32, 4), ("fp16", 2)])
+def test_minimal_bytes_model(op, direction, factor, dtype, e):
+    assert traffic.bytes_moved(op, direction, M, N, dtype) == factor * M * N * e
+
+
+@pytest.mark.parametrize(
+    "op, direction, shape, us, peers_gbps",
+    [  # rows of h200_peers.md (times there are rounded to 0.1 µs, hence 0.5%)
+        ("rms_norm", "fwd", (32768, 8192), 251.4, 4270),  # compile
+        ("rms_norm", "bwd", (32768, 8192), 478.7, 3364),  # quack
+        ("cross_entropy", "fwd+bwd", (4096, 32768), 223.9, 2398),  # quack
+        ("reverse_kl", "fwd+bwd", (4096, 32768), 1039.8, 774),  # compile
+    ],
+)
+def test_minimal_model_matches_h200_peers_table(op, direction, shape, us, peers_gbps):
+    b = traffic.bytes_moved(op, direction, *shape, "bf16")
+    assert traffic.gbps(b, us) == pytest.approx(peers_gbps, rel=5e-3)
+
+
+def test_full_model_counts_params_stats_and_partials():
+    e = 2
+    rms_fwd = traffic.bytes_moved("rms_norm", "fwd", M, N, "bf16", model="full")
+    assert rms_fwd == 2 * M * N * e + N * e + 4 * M  # + weight read, + fp32 rstd written
+    ln_fwd = traffic.bytes_moved("layer_norm", "fwd", M, N, "bf16", model="full")
+    assert ln_fwd == 2 * M * N * e + 2 * N * e + 8 * M  # + weight, bias, mean and rstd
+    rms_bwd = traffic.bytes_moved("rms_norm", "bwd", M, N, "bf16", model="full", n_partials=8)
+    # + w read, rstd read, dw written, 8 fp32 partial rows written and read back
+    assert rms_bwd == 3 * M * N * e + N * e + 4 * M + N * e + 2 * 8 * N * 4
+    fp32_w = traffic.bytes_moved("rms_norm", "fwd", M, N, "bf16", model="full", weight_dtype="fp32")
+    assert fp32_w == rms_fwd + 2 * N
+    ce = traffic.bytes_moved("cross_entropy", "fwd+bwd", M, N, "bf16", model="full")
+    assert ce == 2 * M * N * e + 2 * 4 * M + 8 * M  # + fp32 lse written and read, int64 labels
+    assert traffic.bytes_moved("copy", "fwd", M, N, "bf16", model="full") == 2 * M * N * e
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (("rms_norm", "fwd+bwd+x", 4, 4), "no direction"),
+        (("reverse_kl", "bwd", 4, 4), "no direction"),
+        (("softmax", "fwd", 4, 4), "unknown op"),
+        (("rms_norm", "fwd", 0, 4), "positive"),
+    ],
+)
+def test_bytes_model_rejects_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        traffic.bytes_moved(*args)
+    with pytest.raises(ValueError, match="unknown bytes model"):
+        traffic.bytes_moved("rms_norm", "fwd", 4, 4, model="max")
+
+
+# --------------------------------------------------------------------------------------------
+# GB/s, roofline, datasheet
+# --------------------------------------------------------------------------------------------
+
+
+def test_gbps_and_fraction_of_roofline():
+    assert traffic.gbps(2e9, 1e6) == pytest.approx(2.0)  # 2 GB in 1 s
+    assert traffic.gbps(4242e3, 1.0) == pytest.approx(4242.0)  # 4.242 MB in 1 µs
+    assert traffic.gbps(10, None) is None
+    assert traffic.fraction_of_roofline(3181.5, 4242.0) == pytest.approx(0.75)
+    assert traffic.fraction_of_roofline(None, 4242.0) is None
+    assert traffic.fraction_of_roofline(1.0, None) is None
+    for bad in (0.0, -3.0):
+        with pytest.raises(ValueError, match="positive"):
+            traffic.gbps(10, bad)
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("Tesla T4", 320), ("NVIDIA A100-SXM4-40GB", 1555), ("NVIDIA A100-SXM4-80GB", 2039),
+        ("NVIDIA A100 80GB PCIe", 1935), ("NVIDIA H100 80GB HBM3", 3350), ("NVIDIA H100 PCIe", 2000),
+        ("NVIDIA H100 SXM5 80GB", 3350), ("NVIDIA H200", 4800), ("NVIDIA B200", 8000),
+        ("NVIDIA H100 NVL", None), ("NVIDIA GeForce RTX 4090", None), ("CPU x86_64", None),
+    ],
+)
+def test_datasheet_table(name, expected):
+    assert datasheet_gbps(name) == expected
+
+
+def test_copy_bandwidth_on_this_device():
+    copy = measure_copy_bandwidth(n_bytes=4 * 2**20, reps=3)
+    assert copy.gbps > 0 and copy.device_us > 0
+    assert copy.gbps == pytest.approx(2 * copy.n_bytes / copy.device_us / 1e3)
+    with pytest.raises(ValueError, match="positive"):
+        measure_copy_bandwidth(n_bytes=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Sanity flags
+# --------------------------------------------------------------------------------------------
+
+
+def _record(**overrides) -> Record:
+    fields = dict(
+        op="rms_norm", impl="torch", strategy=None, layout=None, M=8192, N=1024, dtype="bf16",
+        direction="fwd", device_us=10.7, wall_us=95.0, bytes=2 * 8192 * 1024 * 2, gbps=3136.0,
+        roofline_gbps=4242.0, frac_roofline=3136 / 4242, datasheet_gbps=4800.0,
+        peak_extra_bytes=16 * 2**20, kernels={"k": 10.7}, card="NVIDIA H200", sm_count=132,
+        torch="2.11.0", triton="3.6.0", mode="gpu", date="2026-11-29T10:00:00Z", commit="abc",
+        command="python -m normlab bench",
+    )
+    fields.update(overrides)
+    return Record(**fields)
+
+
+def test_sanity_flags_bandwidth_above_the_copy_roofline():
+    implausible = check_sanity(_record(gbps=4242.0 * ROOFLINE_SLACK * 1.01))
+    assert not implausible.valid and "exceeds the measured copy roofline" in implausible.note
+    # within measurement noise of the copy (h200_peers.md saw +0.7%): still a result
+    close = check_sanity(_record(gbps=4270.0))
+    assert close.valid and close.note == ""
+    above_datasheet = check_sanity(_record(gbps=4900.0, roofline_gbps=None))
+    assert not above_datasheet.valid and "datasheet" in above_datasheet.note
+    # CPU: no flush, tiny inputs sit in cache; beating a DRAM copy there is no bug
+    assert check_sanity(_record(mode="interpret", gbps=5e4, roofline_gbps=8.0)).valid
+
+
+@pytest.mark.parametrize("field", ["device_us", "wall_us"])
+@pytest.mark.parametrize("value", [0.0, -1.5])
+def test_sanity_flags_non_positive_times(field, value):
+    rec = check_sanity(_record(**{field: value}))
+    assert not rec.valid and f"{field}={value} is not positive" in rec.note
+
+
+def test_table_marks_invalid_records_and_ratio():
+    recs = [
+        _record(impl="torch", device_us=20.0),
+        _record(impl="compile", device_us=10.0),
+        _record(impl="normlab", strategy="two_stage", device_us=8.0),
+        check_sanity(_record(impl="liger", device_us=1.0, gbps=1e5)),
+    ]
+    text = format_table(recs)
+    lines = {line.split()[1]: line for line in text.splitlines() if line.startswith("rms_norm")}
+    assert "2.00x" in lines["torch"] and "1.00x" in lines["compile"]
+    assert "0.80x" in lines["normlab[two_stage]"]  # vs the fastest valid non-normlab impl
+    assert "INVALID" in lines["liger"]
+    assert "CPU/interpreter" not in text
+    cpu = format_table([_record(mode="interpret")])
+    assert cpu.splitlines()[0] == f"# {CPU_LABEL}"
+
+
+# --------------------------------------------------------------------------------------------
+# Timing: which kernels belong to a call
+# --------------------------------------------------------------------------------------------
+
+
+def _events(*names_durations):
+    return [(float(i), d, n) for i, (n, d) in enumerate(names_durations)]
+
+
+def test_split_calls_keeps_exactly_the_window_between_flush_and_marker():
+    fill = "void at::native::vectorized_elementwise_kernel<FillFunctor<float>>"
+    events = _events(
+        ("fwd_setup_kernel", 50.0),  # untimed set-up before the first flush
+        (timing.FLUSH_KERNEL, 120.0),
+        ("_norm_bwd_kernel", 20.0), (fill, 1.0), ("_dw_reduce_kernel", 3.0),
+        (timing.MARKER_KERNEL, 1.0),
+        ("fwd_setup_kernel", 50.0),
+        (timing.FLUSH_KERNEL, 120.0),
+        ("_norm_bwd_kernel", 22.0), ("Memset (Device)", 0.5),
+        (timing.MARKER_KERNEL, 1.0),
+    )
+    calls = timing.split_calls(events, reps=2)
+    assert calls == [
+        [("_norm_bwd_kernel", 20.0), (fill, 1.0), ("_dw_reduce_kernel", 3.0)],
+        [("_norm_bwd_kernel", 22.0), ("Memset (Device)", 0.5)],
+    ]
+
+
+@pytest.mark.parametrize(
+    "events, match",
+    [
+        (_events((timing.FLUSH_KERNEL, 1.0), ("k", 1.0)), "0 timed calls, expected 1"),
+        (_events((timing.FLUSH_KERNEL, 1.0), (timing.FLUSH_KERNEL, 1.0)), "two L2 flushes"),
+        (_events(("k", 1.0), (timing.MARKER_KERNEL, 1.0)), "without a flush"),
+    ],
+)
+def test_split_calls_refuses_unattributable_traces(events, match):
+    with pytest.raises(timing.BenchError, match=match):
+        timing.split_calls(events, reps=1)
+
+
+def test_time_call_on_cpu():
+    x = torch.randn(256, 256)
+    t = timing.time_call(lambda: x @ x, reps=4, warmup=1)
+    assert t.reps == 4 and len(t.wall_samples) == 4
+    assert t.device_us > 0 and t.wall_us > 0
+    assert t.mode == ("interpret" if normlab.INTERPRET else "gpu")
+    with pytest.raises(ValueError, match="reps"):
+        timing.time_call(lambda: None, reps=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------
+
+
+def _build(op, name, M, N, direction, **options):
+    torch.manual_seed(1)  # same inputs for every impl
+    return registry.get(op, name).build(M, N, torch.float32, direction, normlab.DEVICE, **options)()
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_norm_baselines_compute_the_same_function(op):
+    M_, N_ = 37, 1000
+    torch.manual_seed(1)  # the registry's draws, in its order, then promoted to fp64
+    x = torch.randn(M_, N_).double()
+    w = (1 + 0.1 * torch.randn(N_)).double()
+    b = (0.1 * torch.randn(N_)).double() if op == "layer_norm" else None
+    if op == "rms_norm":
+        expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        names = ["eager", "torch"]
+    else:
+        expected = F.layer_norm(x, (N_,), w, b, 1e-5)
+        names = ["torch"]
+    assert expected.abs().max() > 0.5  # random data, never zeros
+    for name in names:
+        y = _build(op, name, M_, N_, "fwd")
+        torch.testing.assert_close(y.double(), expected, atol=1e-5, rtol=1e-5)
+        grads = _build(op, name, M_, N_, "bwd")
+        assert len(grads) == (3 if op == "layer_norm" else 2)
+        assert grads[0].shape == (M_, N_) and grads[1].shape == (N_,)
+        assert all(torch.isfinite(g).all() and g.abs().max() > 0 for g in grads)
+
+
+def test_norm_baselines_agree_on_the_backward():
+    g_eager = _build("rms_norm", "eager", 37, 1000, "bwd")
+    g_torch = _build("rms_norm", "torch", 37, 1000, "bwd")
+    for a, b in zip(g_eager, g_torch):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["reverse_kl", "soft_cross_entropy", "cross_entropy"])
+def test_loss_eager_baseline(op):
+    M_, V = 5, 333
+    torch.manual_seed(1)  # the registry's draws, in its order, then promoted to fp64
+    logits = torch.randn(M_, V).double()
+    if op == "cross_entropy":
+        target = torch.randint(0, V, (M_,))
+        expected = F.cross_entropy(logits, target)
+    else:
+        target = torch.randn(M_, V).double()
+        p, logp, logt = logits.softmax(-1), logits.log_softmax(-1), target.log_softmax(-1)
+        if op == "reverse_kl":
+            expected = (p * (logp - logt)).sum(-1).mean()
+        else:
+            expected = -(target.softmax(-1) * logp).sum(-1).mean()
+    loss = _build(op, "eager", M_, V, "fwd")
+    assert loss.dim() == 0
+    torch.testing.assert_close(loss.double(), expected, atol=1e-5, rtol=1e-5)
+    (grad,) = _build(op, "eager", M_, V, "fwd+bwd")
+    assert grad.shape == (M_, V) and torch.isfinite(grad).all() and grad.abs().max() > 0
+
+
+def test_registry_lists_and_rejects():
+    names = {i.name for i in registry.implementations("rms_norm")}
+    assert {"eager", "torch", "compile", "normlab", "liger", "quack"} <= names
+    assert {i.name for i in registry.implementations("cross_entropy")} >= {"eager", "torch", "compile"}
+    assert registry.get("rms_norm", "normlab").baseline is False
+    with pytest.raises(ValueError, match="unknown op"):
+        registry.implementations("softmax")
+    with pytest.raises(ValueError, match="has no impl"):
+        registry.get("layer_norm", "eager")
+    with pytest.raises(ValueError, match="no direction"):
+        registry.get("rms_norm", "torch").build(4, 4, torch.float32, "fwd+bwd", "cpu")
+    if normlab.INTERPRET:
+        assert "torch.compile" in registry.get("rms_norm", "compile").unavailable()
+
+
+# --------------------------------------------------------------------------------------------
+# Shapes, progress, sweeps
+# --------------------------------------------------------------------------------------------
+
+
+def test_shape_presets_and_parsing():
+    assert len(SHAPES["peers"]) == 11 and (32768, 8192) in SHAPES["peers"]
+    assert SHAPES["narrow"] == [(7_864_320, n) for n in (16, 32, 64, 128, 256, 512)]
+    assert [v for _, v in SHAPES["losses"]] == [32768, 65536, 131072, 50257, 151936]
+    assert parse_shapes("quick,8192x1024, 37×1000") == SHAPES["quick"] + [(8192, 1024), (37, 1000)]
+    assert parse_shapes([(2, 3)]) == [(2, 3)]
+    for bad in ("12", "0x5", "peer", ""):
+        with pytest.raises(ValueError):
+            parse_shapes(bad)
+
+
+def test_terminal_progress_and_resolve():
+    stream = io.StringIO()
+    bar = TerminalProgress(stream)
+    bar(0, 12, "rms_norm torch 64x128 bf16 fwd")
+    bar(12, 12, "done")
+    assert stream.getvalue().splitlines() == ["[ 0/12] rms_norm torch 64x128 bf16 fwd", "[12/12] done"]
+    assert resolve(None) is None and resolve(False) is None
+    assert isinstance(resolve(True), TerminalProgress)
+    with pytest.raises(TypeError):
+        resolve("widget")
+
+
+def test_sweep_records_and_progress_on_cpu():
+    seen = []
+    streamed = []
+    res = sweep("rms_norm", ["eager", "torch", "compile"], "quick", ["bf16"], reps=2, warmup=1,
+                roofline=50.0, progress=lambda d, t, label: seen.append((d, t, label)),
+                on_record=streamed.append, command="test")
+    if normlab.INTERPRET:
+        assert [label for label, _ in res.skipped] == ["rms_norm compile"]
+        assert len(res) == 2 * 2 * 2  # impls x shapes x directions
+    assert streamed == list(res)
+    assert seen[0][:2] == (0, len(res)) and seen[-1] == (len(res), len(res), "done")
+    for rec in res:
+        expected_bytes = traffic.bytes_moved("rms_norm", rec.direction, rec.M, rec.N, "bf16")
+        assert rec.bytes == expected_bytes and rec.dtype == "bf16"
+        assert rec.gbps == pytest.approx(rec.bytes / rec.device_us / 1e3)
+        assert rec.frac_roofline == pytest.approx(rec.gbps / 50.0)
+        assert rec.roofline_gbps == 50.0 and rec.command == "test" and rec.valid
+        assert rec.mode == normlab.MODE and rec.sm_count == normlab._runtime.sm_count()
+        assert rec.date[:4].isdigit() and math.isfinite(rec.wall_us)
+
+
+def test_sweep_reports_cases_that_cannot_run(monkeypatch):
+    def broken(M, N, dtype, direction, device, **options):
+        raise NotImplementedError("placeholder kernel")
+
+    fake = registry.Impl("rms_norm", "fake", broken, ("fwd",), "raises", baseline=False,
+                         options=registry.NORM_OPTIONS)
+    monkeypatch.setitem(registry.REGISTRY["rms_norm"], "fake", fake)
+    res = sweep("rms_norm", ["fake"], "37x1000", ["bf16"], ["fwd", "bwd"], reps=1,
+                options={"strategy": ["atomic", "two_stage"]}, roofline=50.0)
+    assert list(res) == []
+    assert [label for label, _ in res.skipped] == [
+        "rms_norm fake[atomic] 37x1000 bf16 fwd",
+        "rms_norm fake[two_stage] 37x1000 bf16 fwd",
+    ]
+    assert all(reason == "NotImplementedError: placeholder kernel" for _, reason in res.skipped)
+    with pytest.raises(ValueError, match="unknown direction"):
+        sweep("rms_norm", ["torch"], "quick", directions=["up"], roofline=50.0)
