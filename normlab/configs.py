@@ -10,6 +10,149 @@ from __future__ import annotations
 # Row-per-program norms (forward, backward strategies)          -- owned by the norm kernels
 # ============================================================================================
 
+from dataclasses import dataclass  # noqa: E402
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+# Forward: one row per program. Rows up to this many columns are held in registers in one
+# block; wider rows loop over chunks of this size (pass 1: statistics, pass 2: normalize).
+# initial guess, not yet measured (16384 bf16 over 16 warps = 32 fp32 values per thread).
+NORM_FWD_MAX_BLOCK = 16384
+
+# Warps per forward program by block size (block <= key -> warps). initial guess, not yet measured.
+NORM_FWD_WARPS = ((1024, 4), (4096, 8), (16384, 16))
+
+# Opt-in autotune space (NORMLAB_AUTOTUNE=1, GPU only), seed 002: blocks 512..8192, 4..16 warps;
+# the prune hook drops blocks narrower than the row (all but the widest when none fits).
+NORM_FWD_AUTOTUNE_BLOCKS = (512, 1024, 2048, 4096, 8192)
+NORM_FWD_AUTOTUNE_WARPS = (4, 8, 16)
+
+
+@dataclass(frozen=True)
+class NormFwdConfig:
+    block_size: int  # columns per chunk (>= n_cols means one register-resident block)
+    num_warps: int
+
+
+def norm_fwd_config(n_cols: int) -> NormFwdConfig:
+    """Heuristic forward launch config (the default; the only one under the interpreter)."""
+    block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
+    warps = next((w for limit, w in NORM_FWD_WARPS if block <= limit), NORM_FWD_WARPS[-1][1])
+    return NormFwdConfig(block_size=block, num_warps=warps)
+
+
+# Backward. Rows up to this many columns are single-pass (the whole row in one register tile);
+# wider rows are two-pass (pass 1 reduces the per-row c1/c2 corrections over column chunks,
+# pass 2 re-reads x/dy to write dx and the dweight partials).
+# initial guess, not yet measured (x, dy, w and two fp32 accumulators at 8192 columns over
+# 16 warps = 80 registers per thread; 16384 would spill).
+NORM_BWD_SINGLE_PASS_MAX_COLS = 8192
+
+# Single-pass register tile: BLOCK_ROWS x next_pow2(n_cols) with about this many elements.
+# initial guess, not yet measured.
+NORM_BWD_TILE_ELEMS = 4096
+NORM_BWD_MAX_BLOCK_ROWS = 16
+
+# Two-pass tile: rows x column chunk. initial guess, not yet measured.
+NORM_BWD_TWO_PASS_BLOCK_ROWS = 2
+NORM_BWD_TWO_PASS_BLOCK_COLS = 4096
+
+# Warps per backward program by tile elements (elements <= key -> warps). initial guess.
+NORM_BWD_WARPS = ((2048, 4), (4096, 8), (16384, 16))
+
+# Persistent grid = min(row tiles, programs_per_sm * SMs). Seed 000: two waves per SM is the
+# knee on H100. (n_cols <= key -> programs per SM). initial guess, not yet measured on H200.
+NORM_BWD_PROGRAMS_PER_SM = ((1 << 62, 2),)
+
+# two_stage: rows per program, hence partial rows = ceil(n_rows / this). The workspace grows
+# with n_rows by design (the contrast with persistent). initial guess, not yet measured.
+NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
+
+# atomic: rows per program (1 = one fp32 atomic per column per row, seed 002's design).
+NORM_BWD_ATOMIC_BLOCK_ROWS = 1
+
+# Partial-sum reduce kernel tile (rows of partials x columns). Fast-LLM's kernel_2 uses 64 x 8.
+# initial guess, not yet measured on H200.
+NORM_REDUCE_BLOCK_M = 64
+NORM_REDUCE_BLOCK_N = 16
+NORM_REDUCE_WARPS = 4
+
+# Software-pipelining depth of the row-tile loops (tl.range num_stages). initial guess.
+NORM_BWD_LOOP_STAGES = 1
+
+NORM_BWD_STRATEGIES = ("atomic", "two_stage", "persistent")
+
+
+@dataclass(frozen=True)
+class NormBwdConfig:
+    strategy: str  # "atomic" | "two_stage" | "persistent"
+    two_pass: bool
+    block_rows: int
+    block_cols: int
+    num_warps: int
+    programs_per_sm: int  # persistent only
+    rows_per_program: int  # two_stage only
+    loop_stages: int
+
+
+def _ladder(table, key: int) -> int:
+    return next((v for limit, v in table if key <= limit), table[-1][1])
+
+
+def norm_bwd_auto_strategy(n_rows: int, n_cols: int) -> str:
+    """strategy="auto": persistent everywhere. initial guess, not yet measured."""
+    return "persistent"
+
+
+def norm_bwd_config(
+    strategy: str,
+    n_rows: int,
+    n_cols: int,
+    *,
+    two_pass: bool | None = None,
+    block_rows: int | None = None,
+    block_cols: int | None = None,
+    num_warps: int | None = None,
+    programs_per_sm: int | None = None,
+    loop_stages: int | None = None,
+) -> NormBwdConfig:
+    """Backward launch config for ``strategy`` (not "auto"); any keyword overrides the heuristic."""
+    if two_pass is None:
+        two_pass = n_cols > NORM_BWD_SINGLE_PASS_MAX_COLS
+    if block_cols is None:
+        block_cols = NORM_BWD_TWO_PASS_BLOCK_COLS if two_pass else _next_pow2(n_cols)
+        block_cols = min(block_cols, _next_pow2(n_cols))
+    elif not two_pass and block_cols < n_cols:
+        raise ValueError(f"single-pass backward needs block_cols >= n_cols ({block_cols} < {n_cols})")
+    if block_rows is None:
+        if strategy == "atomic":
+            block_rows = NORM_BWD_ATOMIC_BLOCK_ROWS
+        elif two_pass:
+            block_rows = NORM_BWD_TWO_PASS_BLOCK_ROWS
+        else:
+            block_rows = max(1, min(NORM_BWD_TILE_ELEMS // block_cols, NORM_BWD_MAX_BLOCK_ROWS))
+    block_rows, block_cols = _next_pow2(block_rows), _next_pow2(block_cols)
+    if num_warps is None:
+        num_warps = _ladder(NORM_BWD_WARPS, block_rows * block_cols)
+    if programs_per_sm is None:
+        programs_per_sm = _ladder(NORM_BWD_PROGRAMS_PER_SM, n_cols)
+    rows_per_program = max(NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM, block_rows)
+    rows_per_program = (rows_per_program + block_rows - 1) // block_rows * block_rows
+    return NormBwdConfig(
+        strategy=strategy,
+        two_pass=bool(two_pass),
+        block_rows=block_rows,
+        block_cols=block_cols,
+        num_warps=num_warps,
+        programs_per_sm=programs_per_sm,
+        rows_per_program=rows_per_program,
+        loop_stages=NORM_BWD_LOOP_STAGES if loop_stages is None else loop_stages,
+    )
+
+
 
 # ============================================================================================
 # Block-row (narrow) norms                                        -- owned by the narrow kernels

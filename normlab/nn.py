@@ -3,9 +3,75 @@
 import torch
 
 # ---- norms (owned by the norm-kernels work) --------------------------------------------------
-# PLACEHOLDER
-RMSNorm = torch.nn.RMSNorm
-LayerNorm = torch.nn.LayerNorm
+import math  # noqa: E402
+
+from normlab.kernels import norm as _norm  # noqa: E402
+
+
+def _check_knobs(cls_name, strategy, layout):
+    if strategy not in _norm.STRATEGIES:
+        raise ValueError(f"{cls_name}: strategy={strategy!r}; expected one of {_norm.STRATEGIES}")
+    if layout not in _norm.LAYOUTS:
+        raise ValueError(f"{cls_name}: layout={layout!r}; expected one of {_norm.LAYOUTS}")
+
+
+def _flatten_trailing(module, x):
+    """x (..., *normalized_shape) -> (..., prod(normalized_shape)) for the 1-D kernels."""
+    shape = tuple(module.normalized_shape)
+    if tuple(x.shape[x.dim() - len(shape) :]) != shape:
+        raise ValueError(
+            f"{type(module).__name__}: input shape {tuple(x.shape)} does not end with "
+            f"normalized_shape {shape}"
+        )
+    return x.reshape(*x.shape[: x.dim() - len(shape)], math.prod(shape)) if len(shape) != 1 else x
+
+
+def _flat(p):
+    return p.reshape(-1) if p is not None else None
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """Drop-in ``torch.nn.RMSNorm`` (same arguments and state_dict) over :func:`normlab.rms_norm`.
+
+    ``eps=None`` means ``torch.finfo(x.dtype).eps``, as in torch. Keyword-only ``strategy`` and
+    ``layout`` choose the backward dweight reduction and the row/block-row kernels.
+    """
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None,
+                 *, strategy="auto", layout="auto"):  # fmt: skip
+        _check_knobs("RMSNorm", strategy, layout)
+        super().__init__(normalized_shape, eps, elementwise_affine, device=device, dtype=dtype)
+        self.strategy, self.layout = strategy, layout
+
+    def forward(self, x):
+        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        y = _norm.rms_norm(_flatten_trailing(self, x), _flat(self.weight), eps,
+                           strategy=self.strategy, layout=self.layout)  # fmt: skip
+        return y.view(x.shape)
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, strategy={self.strategy!r}, layout={self.layout!r}"
+
+
+class LayerNorm(torch.nn.LayerNorm):
+    """Drop-in ``torch.nn.LayerNorm`` (same arguments and state_dict) over :func:`normlab.layer_norm`.
+
+    Keyword-only ``strategy`` and ``layout`` as for :class:`RMSNorm`.
+    """
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None,
+                 dtype=None, *, strategy="auto", layout="auto"):  # fmt: skip
+        _check_knobs("LayerNorm", strategy, layout)
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, device=device, dtype=dtype)
+        self.strategy, self.layout = strategy, layout
+
+    def forward(self, x):
+        y = _norm.layer_norm(_flatten_trailing(self, x), _flat(self.weight), _flat(self.bias), self.eps,
+                             strategy=self.strategy, layout=self.layout)  # fmt: skip
+        return y.view(x.shape)
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, strategy={self.strategy!r}, layout={self.layout!r}"
 
 # ---- losses (owned by the entropy-kernels work) ----------------------------------------------
 # PLACEHOLDER

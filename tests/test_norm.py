@@ -1,0 +1,378 @@
+"""RMSNorm / LayerNorm kernels vs the fp64 reference (normlab.ref), under the interpreter on CPU.
+
+Shapes are small (the interpreter runs one program at a time, ~1 ms each) but awkward: 1 row,
+non-powers of two, ragged row tiles, and each exact switch point between code paths.
+"""
+
+import math
+
+import normlab
+import pytest
+import torch
+from helpers import assert_close
+from normlab import configs, ref
+from normlab.kernels import norm as K
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+STRATEGIES = ["atomic", "two_stage", "persistent"]
+FWD_MAX = configs.NORM_FWD_MAX_BLOCK
+BWD_MAX = configs.NORM_BWD_SINGLE_PASS_MAX_COLS
+
+
+def _inputs(m, n, dtype, is_rms, *, affine=True, offset=0.0):
+    x = (torch.randn(m, n) + offset).to(dtype)
+    w = (1 + 0.5 * torch.randn(n)).to(dtype) if affine else None
+    b = (0.5 * torch.randn(n)).to(dtype) if affine and not is_rms else None
+    return x, w, b
+
+
+def _d(t):
+    return None if t is None else t.double()
+
+
+def _ref_fwd(x, w, b, eps, is_rms):
+    return ref.rms_norm(_d(x), _d(w), eps) if is_rms else ref.layer_norm(_d(x), _d(w), _d(b), eps)
+
+
+def _fwd(x, w, b, eps, is_rms, **kw):
+    return normlab.rms_norm(x, w, eps, **kw) if is_rms else normlab.layer_norm(x, w, b, eps, **kw)
+
+
+# ---- forward ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (1, 1),  # one row, one column (LayerNorm: y = bias exactly)
+        (1, 7),  # one row, odd width
+        (3, 1000),  # non-power-of-two width, masked tail of the 1024 block
+        (2, 4097),  # one past a power of two
+        (2, FWD_MAX),  # widest single-block row
+        (2, FWD_MAX + 1),  # first chunked (two-pass) row
+        (2, 3, 37),  # 3-D input
+    ],
+    ids=str,
+)
+def test_forward_matches_fp64(dtype, is_rms, shape):
+    n = shape[-1]
+    x, w, b = _inputs(math.prod(shape[:-1]), n, dtype, is_rms)
+    x = x.reshape(shape)
+    y = _fwd(x, w, b, 1e-5, is_rms)
+    assert y.dtype == dtype and y.shape == x.shape
+    assert_close(y, _ref_fwd(x, w, b, 1e-5, is_rms))
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_forward_chunked_statistics(is_rms):
+    """Force the chunk loop on a narrow row (block 16 < 37 columns); a large mean offset checks
+    that the shifted sums keep LayerNorm's variance accurate."""
+    x, w, b = _inputs(5, 37, torch.float32, is_rms, offset=300.0)
+    y, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms, block_size=16, num_warps=1)
+    xd = x.double()
+    mu = torch.zeros(5, dtype=torch.float64) if is_rms else xd.mean(-1)
+    var = xd.pow(2).mean(-1) if is_rms else xd.var(-1, unbiased=False)
+    assert_close(rstd, torch.rsqrt(var + 1e-5), dtype=torch.float32)
+    if not is_rms:
+        assert_close(mean, mu)
+    else:
+        assert mean is None
+    assert_close(y, _ref_fwd(x, w, b, 1e-5, is_rms), dtype=torch.float16)  # fp32 var cancels ~3 digits
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_forward_without_parameters(is_rms):
+    x, _, _ = _inputs(4, 100, torch.float32, is_rms, affine=False)
+    assert_close(_fwd(x, None, None, 1e-6, is_rms), _ref_fwd(x, None, None, 1e-6, is_rms))
+
+
+def test_forward_mixed_param_dtype():
+    """bf16 activations with fp32 weights (QuACK's setup): output in x's dtype."""
+    x = torch.randn(3, 50).bfloat16()
+    w = torch.randn(50)
+    y = normlab.rms_norm(x, w)
+    assert y.dtype == torch.bfloat16
+    assert_close(y, ref.rms_norm(x.double(), w.double(), 1e-6))
+
+
+# ---- backward: every strategy ------------------------------------------------------------------
+
+
+def _check_backward(m, n, dtype, is_rms, strategy, *, affine=True, **kw):
+    x, w, b = _inputs(m, n, dtype, is_rms, affine=affine)
+    dy = torch.randn(m, n).to(dtype)
+    y, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms)
+    dx, dw, db = K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy=strategy, **kw)
+    rdx, rdw, rdb = ref.norm_backward(dy.double(), x.double(), _d(w), _d(b), 1e-5, is_rms)
+    assert dx.dtype == dtype
+    assert_close(dx, rdx, msg="dx")
+    if affine:
+        assert dw.dtype == w.dtype
+        assert_close(dw, rdw, reduce_len=m, msg="dweight")
+    else:
+        assert dw is None
+    if b is not None:
+        assert_close(db, rdb, reduce_len=m, msg="dbias")
+    else:
+        assert db is None
+    return dx, dw, db
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize(
+    "m,n",
+    [
+        (1, 7),  # one row
+        (37, 100),  # ragged: 37 rows = 9 tiles of 4 + 1 row; 4 persistent programs grid-stride
+        (3, 1000),  # non-power-of-two width
+    ],
+    ids=str,
+)
+def test_backward_matches_fp64(strategy, dtype, is_rms, m, n):
+    _check_backward(m, n, dtype, is_rms, strategy)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("n", [BWD_MAX, BWD_MAX + 1], ids=["widest-single-pass", "first-two-pass"])
+def test_backward_single_two_pass_switch(strategy, is_rms, n):
+    """The default config switches to the two-pass kernels exactly past the threshold (bf16 only:
+    the dtype paths are covered above and these widths are slow under the interpreter)."""
+    assert configs.norm_bwd_config(strategy, 2, n).two_pass == (n > BWD_MAX)
+    _check_backward(2, n, torch.bfloat16, is_rms, strategy)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_backward_two_pass_small_tile(strategy, is_rms, dtype):
+    """The wide-row path on a small shape: 11 rows in 2-row tiles (6 tiles over 4 persistent
+    programs, so programs fold 1 or 2 tiles), 100 columns in 32-column chunks (ragged)."""
+    _check_backward(11, 100, dtype, is_rms, strategy, two_pass=True, block_cols=32, block_rows=2)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_backward_without_parameters(strategy, is_rms):
+    _check_backward(9, 50, torch.float32, is_rms, strategy, affine=False)
+
+
+@pytest.mark.parametrize("programs_per_sm", [1, 3])
+def test_backward_persistent_program_count(programs_per_sm):
+    """Partial rows = min(tiles, programs_per_sm * SMs): 1 program per SM folds several tiles."""
+    _check_backward(41, 64, torch.float32, False, "persistent", programs_per_sm=programs_per_sm,
+                    block_rows=2)  # fmt: skip
+
+
+@pytest.mark.parametrize("strategy", ["two_stage", "persistent"])
+def test_backward_deterministic(strategy):
+    x, w, b = _inputs(29, 70, torch.bfloat16, False)
+    dy = torch.randn(29, 70).bfloat16()
+    _, mean, rstd = K.norm_forward(x, w, b, 1e-5, False)
+    first = K.norm_backward(dy, x, w, b, mean, rstd, False, strategy=strategy)
+    for _ in range(2):
+        again = K.norm_backward(dy, x, w, b, mean, rstd, False, strategy=strategy)
+        for a, c in zip(first, again):
+            assert torch.equal(a, c)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("buf_dtype", [torch.float32, torch.bfloat16])
+def test_backward_accumulates_into_grad(strategy, buf_dtype):
+    """grad_weight/grad_bias: the reduction adds into an existing buffer and returns it."""
+    x, w, b = _inputs(13, 40, torch.bfloat16, False)
+    dy = torch.randn(13, 40).bfloat16()
+    _, mean, rstd = K.norm_forward(x, w, b, 1e-5, False)
+    _, dw, db = K.norm_backward(dy, x, w, b, mean, rstd, False, strategy=strategy)
+    gw, gb = torch.randn(40).to(buf_dtype), torch.randn(40).to(buf_dtype)
+    expect_w, expect_b = gw.double() + dw.double(), gb.double() + db.double()
+    out = K.norm_backward(dy, x, w, b, mean, rstd, False, strategy=strategy, grad_weight=gw, grad_bias=gb)
+    assert out[1] is gw and out[2] is gb
+    assert_close(gw, expect_w, reduce_len=13, dtype=torch.bfloat16)
+    assert_close(gb, expect_b, reduce_len=13, dtype=torch.bfloat16)
+
+
+def test_auto_strategy_and_config_table():
+    for n in (1, 100, BWD_MAX, BWD_MAX + 1):
+        assert configs.norm_bwd_auto_strategy(64, n) in STRATEGIES
+        for s in STRATEGIES:
+            cfg = configs.norm_bwd_config(s, 64, n)
+            assert cfg.block_cols >= min(n, cfg.block_cols) and cfg.block_rows >= 1
+            assert cfg.two_pass or cfg.block_cols >= n
+    with pytest.raises(ValueError, match="block_cols"):
+        configs.norm_bwd_config("persistent", 4, 100, two_pass=False, block_cols=64)
+
+
+# ---- autograd through the public API -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["auto"] + STRATEGIES)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_autograd_3d(strategy, is_rms):
+    x, w, b = _inputs(2 * 5, 33, torch.float32, is_rms)
+    x = x.reshape(2, 5, 33).requires_grad_(True)
+    w.requires_grad_(True)
+    if b is not None:
+        b.requires_grad_(True)
+    dy = torch.randn(2, 5, 33)
+    y = _fwd(x, w, b, 1e-5, is_rms, strategy=strategy)
+    y.backward(dy)
+    rdx, rdw, rdb = ref.norm_backward(dy.double(), x.double(), _d(w), _d(b), 1e-5, is_rms)
+    assert_close(x.grad, rdx)
+    assert_close(w.grad, rdw, reduce_len=10)
+    if b is not None:
+        assert_close(b.grad, rdb, reduce_len=10)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_non_contiguous_inputs(is_rms):
+    """A transposed input is copied; a row-strided slice is read in place. Both are correct."""
+    base = torch.randn(24, 16)
+    w = torch.randn(24)
+    for x in (base.t(), torch.randn(10, 40)[:, 3:27]):
+        assert not x.is_contiguous()
+        x = x.clone().requires_grad_(True) if x is base.t() else x.requires_grad_(True)
+        y = _fwd(x, w, torch.zeros(24) if not is_rms else None, 1e-5, is_rms)
+        dy = torch.randn_like(y).t().contiguous().t()  # non-contiguous upstream gradient too
+        y.backward(dy)
+        rb = None if is_rms else torch.zeros(24)
+        assert_close(y, _ref_fwd(x.detach(), w, rb, 1e-5, is_rms))
+        rdx, _, _ = ref.norm_backward(dy.double(), x.detach().double(), w.double(), _d(rb), 1e-5, is_rms)
+        assert_close(x.grad, rdx)
+
+
+def test_row_strided_view_is_not_copied(monkeypatch):
+    x = torch.randn(6, 40)[:, :32]
+    seen = {}
+    real = K.norm_forward
+
+    def spy(x2d, *a, **k):
+        seen["stride"] = x2d.stride()
+        return real(x2d, *a, **k)
+
+    monkeypatch.setattr(K, "norm_forward", spy)
+    normlab.rms_norm(x)
+    assert seen["stride"] == (40, 1)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_torch_compile_fullgraph(is_rms):
+    x, w, b = _inputs(6, 20, torch.float32, is_rms)
+    w.requires_grad_(True)
+
+    def loss(x, w, b):
+        return (_fwd(x, w, b, 1e-5, is_rms) * torch.arange(20.0)).sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    xe, xc = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    le, lc = loss(xe, w, b), compiled(xc, w, b)
+    gw_e = torch.autograd.grad(le, (xe, w))
+    gw_c = torch.autograd.grad(lc, (xc, w))
+    assert_close(lc, le.double())
+    for a, e in zip(gw_c, gw_e):
+        assert_close(a, e.double())
+
+
+# ---- edge cases and bad inputs -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_empty_batch_does_not_launch(monkeypatch, is_rms):
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError("kernel launched for an empty batch")
+
+    for name in ("_norm_fwd_kernel", "_norm_bwd_persistent_kernel", "_reduce_partials_kernel"):
+        monkeypatch.setattr(K, name, NoLaunch())
+    x = torch.randn(0, 3, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    y = _fwd(x, w, None, 1e-5, is_rms)
+    assert y.shape == (0, 3, 16)
+    y.sum().backward()
+    assert x.grad.shape == x.shape and torch.equal(w.grad, torch.zeros(16))
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_nan_stays_in_its_row(is_rms):
+    x = torch.randn(4, 30)
+    x[2, 5] = float("nan")
+    x.requires_grad_(True)
+    y = _fwd(x, None, None, 1e-5, is_rms)
+    assert torch.isnan(y[2]).all()
+    assert torch.isfinite(y[[0, 1, 3]]).all()
+    assert_close(y[[0, 1, 3]], _ref_fwd(x.detach()[[0, 1, 3]], None, None, 1e-5, is_rms))
+    y.backward(torch.randn(4, 30))
+    assert torch.isnan(x.grad[2]).all() and torch.isfinite(x.grad[[0, 1, 3]]).all()
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize(
+    "make,exc,match",
+    [
+        (lambda: (torch.randn(3, 8), torch.randn(7), {}), ValueError, "shape"),
+        (lambda: (torch.randn(3, 8), torch.randn(2, 4), {}), ValueError, "shape"),
+        (lambda: (torch.randint(0, 5, (3, 8)), None, {}), TypeError, "dtype"),
+        (lambda: (torch.randn(3, 8).double(), None, {}), TypeError, "float64"),
+        (lambda: (torch.randn(3, 8), torch.ones(8, dtype=torch.int32), {}), TypeError, "dtype"),
+        (lambda: (torch.randn(3, 8), torch.randn(8, device="meta"), {}), ValueError, "device"),
+        (lambda: (torch.randn(3, 0), None, {}), ValueError, "last dimension"),
+        (lambda: (torch.tensor(1.0), None, {}), ValueError, "last dimension"),
+        (lambda: (torch.randn(3, 8), None, {"eps": -1e-5}), ValueError, "eps"),
+        (lambda: (torch.randn(3, 8), None, {"eps": float("nan")}), ValueError, "eps"),
+        (lambda: (torch.randn(3, 8), None, {"strategy": "atomics"}), ValueError, "strategy"),
+        (lambda: (torch.randn(3, 8), None, {"layout": "rows"}), ValueError, "layout"),
+        (lambda: ([[1.0, 2.0]], None, {}), TypeError, "Tensor"),
+    ],
+    ids=["w-len", "w-2d", "int-x", "fp64-x", "int-w", "device", "empty-last", "0-d",
+         "neg-eps", "nan-eps", "strategy", "layout", "list"],  # fmt: skip
+)
+def test_bad_inputs(is_rms, make, exc, match):
+    x, w, kw = make()
+    with pytest.raises(exc, match=match):
+        if is_rms:
+            normlab.rms_norm(x, w, **kw)
+        else:
+            normlab.layer_norm(x, w, None, **kw)
+
+
+def test_bad_bias():
+    with pytest.raises(ValueError, match="bias must have shape"):
+        normlab.layer_norm(torch.randn(2, 8), torch.randn(8), torch.randn(9))
+
+
+# ---- layout dispatch ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_layout_dispatch(monkeypatch, is_rms):
+    """layout="block_row" goes to normlab.kernels.narrow (stubbed here with the row kernels);
+    "row" never does, and "auto" follows configs.use_block_row."""
+    from normlab.kernels import narrow
+
+    calls = []
+
+    def fwd(x, weight, bias, eps, is_rms_):
+        calls.append(("fwd", x.shape, is_rms_))
+        return K.norm_forward(x, weight, bias, eps, is_rms_)
+
+    def bwd(dy, x, weight, bias, mean, rstd, is_rms_, strategy="auto"):
+        calls.append(("bwd", x.shape, strategy))
+        return K.norm_backward(dy, x, weight, bias, mean, rstd, is_rms_, strategy=strategy)
+
+    monkeypatch.setattr(narrow, "block_row_forward", fwd)
+    monkeypatch.setattr(narrow, "block_row_backward", bwd)
+    x = torch.randn(5, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    for layout, use in (("row", True), ("auto", False)):
+        monkeypatch.setattr(configs, "use_block_row", lambda m, n, use=use: use)
+        _fwd(x, w, None, 1e-5, is_rms, layout=layout).sum().backward()
+    assert calls == []
+    monkeypatch.setattr(configs, "use_block_row", lambda m, n: True)
+    y = _fwd(x, w, None, 1e-5, is_rms, layout="auto", strategy="two_stage")
+    y.backward(torch.randn(5, 16))
+    assert calls == [("fwd", (5, 16), is_rms), ("bwd", (5, 16), "two_stage")]
+    assert_close(y, _ref_fwd(x.detach(), w.detach(), None, 1e-5, is_rms))
