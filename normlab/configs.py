@@ -209,3 +209,50 @@ def block_row_bwd_config(n_cols: int) -> tuple[int, int, int]:
 # ============================================================================================
 # Entropy losses (reverse KL, soft / label cross-entropy)        -- owned by the entropy kernels
 # ============================================================================================
+
+# Column-tile caps a caller may pass as ``block_cap`` (seed 004's option A sweep). Any other power
+# of two in [ENTROPY_MIN_BLOCK, ENTROPY_MAX_BLOCK] is accepted too (tiny caps let the CPU tests
+# exercise multi-tile paths cheaply); these four are the ones measured.
+ENTROPY_BLOCK_CAPS = (4096, 8192, 16384, 32768)
+ENTROPY_MIN_BLOCK = 16
+ENTROPY_MAX_BLOCK = 65536
+
+# Fused kernel (one program per row): warps per column tile. Initial guess, not yet measured:
+# keep ~16 fp32 values per thread per tensor at 4096-8192, as Liger/Fast-LLM do at their caps.
+ENTROPY_FUSED_WARPS = {4096: 8, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
+
+# Split form: the stats kernel (one program per row, online max/sum-exp) and the backward kernel
+# (2-D grid: row x column tile, purely elementwise given the row statistics) each have their own
+# tile. Initial guess, not yet measured.
+ENTROPY_STATS_BLOCK = 4096
+ENTROPY_STATS_WARPS = 8
+ENTROPY_BACKWARD_BLOCK = 4096
+ENTROPY_BACKWARD_WARPS = 8
+ENTROPY_RESCALE_BLOCK = 4096  # in-place grad_output rescale after a fused forward
+ENTROPY_RESCALE_WARPS = 8
+
+# form="auto": (form, block_cap) per loss. Initial guess, not yet measured: fused with an 8192 cap
+# (seed 004: 32768 starves occupancy; Fast-LLM PR #547 settled on 16384 for distributions).
+ENTROPY_AUTO = {
+    "reverse_kl": ("fused", 8192),
+    "soft_cross_entropy": ("fused", 8192),
+    "cross_entropy": ("fused", 8192),
+}
+
+
+def entropy_num_warps(block: int, table: dict[int, int] | None = None) -> int:
+    """Warps for a column tile of ``block`` elements (fused table by default)."""
+    table = ENTROPY_FUSED_WARPS if table is None else table
+    if block in table:
+        return table[block]
+    return max(1, min(32, block // 512))  # tiny test-only tiles: ~16 elements per thread
+
+
+def entropy_auto(loss: str, n_cols: int, distributed: bool) -> tuple[str, int]:
+    """form="auto": (form, block_cap) for ``loss`` over ``n_cols`` local vocabulary columns.
+
+    Tensor parallel always takes the split form: the row statistics must be all-reduced between
+    the stats pass and the gradient pass.
+    """
+    form, cap = ENTROPY_AUTO[loss]
+    return ("split" if distributed else form), cap

@@ -59,3 +59,63 @@ def norm_backward(dy, x, weight=None, bias=None, eps: float = 1e-6, is_rms: bool
 # ============================================================================================
 # Entropy losses                                                  -- owned by the entropy kernels
 # ============================================================================================
+
+
+def _loss_upcast(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dtype == torch.float64 else x.float()
+
+
+def _reduce_rows(per_row: torch.Tensor, reduction: str, lead_shape: torch.Size) -> torch.Tensor:
+    if reduction == "mean":
+        return per_row.mean()
+    if reduction == "sum":
+        return per_row.sum()
+    if reduction == "none":
+        return per_row.reshape(lead_shape)
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def reverse_kl_ref(
+    logits: torch.Tensor, target_logits: torch.Tensor, reduction: str = "mean"
+) -> torch.Tensor:
+    """KL(p || q) per row, p = softmax(logits), q = softmax(target_logits), over the last dim.
+
+    ``sum_j p_j (log p_j - log q_j)``; terms with p_j = 0 count 0 (so -inf logits are allowed).
+    "mean" averages over rows (batchmean). fp32 math (fp64 if given fp64).
+    """
+    log_p = _loss_upcast(logits).log_softmax(-1)
+    log_q = _loss_upcast(target_logits).log_softmax(-1)
+    p = log_p.exp()
+    # where() inside the product keeps autograd free of 0 * inf at p = 0 (masked vocab).
+    per_row = (p * torch.where(p > 0, log_p - log_q, 0.0)).sum(-1)
+    return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1])
+
+
+def soft_cross_entropy_ref(
+    logits: torch.Tensor, target_logits: torch.Tensor, reduction: str = "mean"
+) -> torch.Tensor:
+    """``-sum_j q_j log p_j`` per row, q = softmax(target_logits), p = softmax(logits).
+
+    Terms with q_j = 0 count 0. "mean" averages over rows. fp32 math (fp64 if given fp64).
+    """
+    log_p = _loss_upcast(logits).log_softmax(-1)
+    q = _loss_upcast(target_logits).softmax(-1)
+    per_row = -(q * torch.where(q > 0, log_p, 0.0)).sum(-1)
+    return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1])
+
+
+def cross_entropy_ref(
+    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100, reduction: str = "mean"
+) -> torch.Tensor:
+    """``F.cross_entropy`` on fp32 (or fp64) logits flattened to (M, V): torch semantics.
+
+    "mean" is over non-ignored rows (NaN when every row is ignored, as in torch).
+    """
+    n_cols = logits.shape[-1]
+    out = torch.nn.functional.cross_entropy(
+        _loss_upcast(logits).reshape(-1, n_cols),
+        labels.reshape(-1).long(),
+        ignore_index=ignore_index,
+        reduction=reduction,
+    )
+    return out.reshape(logits.shape[:-1]) if reduction == "none" else out

@@ -1,11 +1,830 @@
-# PLACEHOLDER: replaced by the entropy-kernels work.
-def reverse_kl(*a, **k):
-    raise NotImplementedError
+"""Reverse KL, soft-target and label cross-entropy over a vocabulary, in two kernel forms.
+
+Per row r of ``logits`` x and ``target_logits`` t (shape (..., V), flattened to (M, V)), with
+p = softmax(x) and q = softmax(t), all math in fp32:
+
+====================  =====================================  ==================================
+loss                  L_r                                    dL_r / dx
+====================  =====================================  ==================================
+reverse_kl            KL(p || q) = sum_j p_j (log p_j - log q_j)   p * ((log p - log q) - L_r)
+soft_cross_entropy    -sum_j q_j log p_j                      p - q
+cross_entropy         logsumexp(x) - x[label_r]               p - onehot(label_r)
+====================  =====================================  ==================================
+
+Terms with p_j = 0 (reverse KL) or q_j = 0 (soft CE) count 0, so -inf logits (a masked vocab)
+are allowed; NaN or +inf anywhere in a row makes that row's loss NaN.
+
+Forms (seed 004):
+
+* ``"fused"``: ``_{loss}_fused_kernel``, one program per row: an online max / sum-exp pass over
+  column tiles of ``min(next_pow2(V), block_cap)``, then the gradient pass in reverse tile order
+  (the last tile is reused from registers). The gradient (times the reduction's 1/n) is written
+  during the forward and saved; the backward only rescales it by ``grad_output`` in place
+  (``_entropy_grad_rescale_kernel``, which exits on the device when grad_output == 1).
+* ``"split"``: ``_entropy_stats_kernel`` stores per-row statistics to memory, then
+  ``_entropy_backward_kernel`` (run by autograd's backward) reloads them; each has its own tile.
+  This is also the tensor-parallel path: between the two, the raw per-row statistics
+  (max, sum-exp of both distributions, and the loss accumulator) are all-reduced.
+
+Masked lanes are loaded as -inf, never 0, so they cannot move a max or a log-sum-exp.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+from normlab import _runtime, configs
+
+_NEG_INF: tl.constexpr = tl.constexpr(float("-inf"))
+# Loss kinds (a constexpr of the shared kernels).
+_RKL: tl.constexpr = tl.constexpr(0)
+_SCE: tl.constexpr = tl.constexpr(1)
+_CE: tl.constexpr = tl.constexpr(2)
+_KINDS = {"reverse_kl": 0, "soft_cross_entropy": 1, "cross_entropy": 2}
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_REDUCTIONS = ("mean", "sum", "none")
+_FORMS = ("auto", "fused", "split")
 
 
-def soft_cross_entropy(*a, **k):
-    raise NotImplementedError
+# ============================================================================================
+# @triton.jit helpers
+# ============================================================================================
 
 
-def cross_entropy(*a, **k):
-    raise NotImplementedError
+@triton.jit
+def _safe_max(m):
+    """A running max usable as a shift: 0 while the row has seen only -inf (avoids inf - inf)."""
+    return tl.where(m == _NEG_INF, 0.0, m)
+
+
+@triton.jit
+def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
+    """Fold one fp32 tile (-inf on masked lanes) into the running row statistics.
+
+    s_x = sum exp(x - safe(m_x)); s_t likewise. acc, in the same shifted frame:
+      reverse KL  sum e_x ((x - m_x) - (t - m_t))   ->  L = acc / s_x - log s_x + log s_t
+      soft CE     sum e_t (x - m_x)                 ->  L = log s_x - acc / s_t
+    """
+    old_x = _safe_max(m_x)
+    m_x = tl.maximum(m_x, tl.max(x, axis=0))
+    new_x = _safe_max(m_x)
+    alpha_x = tl.exp(old_x - new_x)
+    e_x = tl.exp(x - new_x)
+    if KIND == _CE:
+        s_x = s_x * alpha_x + tl.sum(e_x, axis=0)
+    else:
+        old_t = _safe_max(m_t)
+        m_t = tl.maximum(m_t, tl.max(t, axis=0))
+        new_t = _safe_max(m_t)
+        alpha_t = tl.exp(old_t - new_t)
+        e_t = tl.exp(t - new_t)
+        if KIND == _RKL:
+            # Re-express acc in the new frame; p_j = 0 terms are skipped (x = -inf gives 0 * inf).
+            acc = alpha_x * (acc + ((new_t - old_t) - (new_x - old_x)) * s_x)
+            term = (x - new_x) - (t - new_t)
+            acc += tl.sum(tl.where(e_x > 0, e_x * term, 0.0), axis=0)
+        else:
+            acc = alpha_t * (acc - (new_x - old_x) * s_t)
+            acc += tl.sum(tl.where(e_t > 0, e_t * (x - new_x), 0.0), axis=0)
+        s_x = s_x * alpha_x + tl.sum(e_x, axis=0)
+        s_t = s_t * alpha_t + tl.sum(e_t, axis=0)
+    return m_x, s_x, m_t, s_t, acc
+
+
+@triton.jit
+def _row_statistics(x_row, t_row, n_cols, KIND: tl.constexpr, BLOCK: tl.constexpr):
+    """Online statistics of one row: full tiles unmasked in a loop, then the (masked) last tile.
+
+    Returns the raw statistics and the last tile (fp32) so a gradient pass can reuse it.
+    """
+    cols = tl.arange(0, BLOCK)
+    m_x = tl.full([], float("-inf"), tl.float32)
+    s_x = tl.zeros([], tl.float32)
+    m_t = tl.full([], float("-inf"), tl.float32)
+    s_t = tl.zeros([], tl.float32)
+    acc = tl.zeros([], tl.float32)
+    n_full = (n_cols - 1) // BLOCK  # tiles before the last one, which may be partial
+    for i in range(0, n_full):
+        x = tl.load(x_row + i * BLOCK + cols).to(tl.float32)
+        if KIND == _CE:
+            t = x
+        else:
+            t = tl.load(t_row + i * BLOCK + cols).to(tl.float32)
+        m_x, s_x, m_t, s_t, acc = _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND)
+    last_cols = n_full * BLOCK + cols
+    mask = last_cols < n_cols
+    x_last = tl.load(x_row + last_cols, mask=mask, other=_NEG_INF).to(tl.float32)
+    if KIND == _CE:
+        t_last = x_last
+    else:
+        t_last = tl.load(t_row + last_cols, mask=mask, other=_NEG_INF).to(tl.float32)
+    m_x, s_x, m_t, s_t, acc = _online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND)
+    return m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full
+
+
+@triton.jit
+def _finish_loss(m_x, s_x, s_t, acc, x_label, KIND: tl.constexpr):
+    """Row loss from the statistics (see _online_tile for acc; x_label only for label CE)."""
+    if KIND == _RKL:
+        loss = acc / s_x - tl.log(s_x) + tl.log(s_t)
+    elif KIND == _SCE:
+        loss = tl.log(s_x) - acc / s_t
+    else:
+        loss = (_safe_max(m_x) - x_label) + tl.log(s_x)
+    return loss
+
+
+@triton.jit
+def _tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND: tl.constexpr):
+    """Gradient of one tile, times scale, in the max-shifted frame of the row statistics.
+
+    log p - log q - KL = (x - shift_x) - (t - shift_t) - acc / s_x: no O(|logit|) terms cancel,
+    so the result stays exact to fp32 even at |logits| ~ 1e4 (lse + KL would lose ~1e-3).
+    """
+    xs = x - shift_x
+    p = tl.exp(xs - log_s_x)
+    if KIND == _RKL:
+        g = tl.where(p > 0, p * ((xs - (t - shift_t)) - kl_shift), 0.0)
+    elif KIND == _SCE:
+        g = p - tl.exp((t - shift_t) - log_s_t)
+    else:
+        g = p - tl.where(cols == label, 1.0, 0.0)
+    return g * scale
+
+
+@triton.jit
+def _store_grad(grad_ptrs, g, mask, ACCUMULATE: tl.constexpr):
+    if ACCUMULATE:
+        g += tl.load(grad_ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(grad_ptrs, g.to(grad_ptrs.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size):
+    """(local label, ignored, bad) for label CE: bad = not ignored and outside [0, vocab_size)."""
+    label = tl.load(labels_ptr + row).to(tl.int64)
+    ignored = label == ignore_index
+    bad = (label != ignore_index) & ((label < 0) | (label >= vocab_size))
+    return label - vocab_start, ignored, bad
+
+
+@triton.jit
+def _fused_row(
+    x_ptr,  # (n_rows, n_cols) logits
+    t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
+    labels_ptr,  # (n_rows,) int labels (label CE only)
+    grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here
+    loss_ptr,  # (n_rows,) fp32 per-row loss
+    n_valid_ptr,  # (1,) fp32 count of non-ignored rows (label CE, reduction="mean" only)
+    grad_scale,
+    ignore_index,
+    n_cols,
+    x_row_stride,
+    t_row_stride,
+    grad_row_stride,
+    KIND: tl.constexpr,
+    COMPUTE_GRAD: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+    MEAN_OVER_VALID: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    t_row = t_ptr + row * t_row_stride
+    grad_row = grad_ptr + row * grad_row_stride
+    cols = tl.arange(0, BLOCK)
+    label = 0
+    x_label = 0.0
+    bad = False
+    if KIND == _CE:
+        label, ignored, bad = _load_label(labels_ptr, row, ignore_index, 0, n_cols)
+        if ignored:
+            tl.store(loss_ptr + row, 0.0)
+            if COMPUTE_GRAD and not ACCUMULATE:
+                for i in range(0, tl.cdiv(n_cols, BLOCK)):
+                    offs = i * BLOCK + cols
+                    tl.store(grad_row + offs, tl.zeros([BLOCK], tl.float32).to(grad_ptr.dtype.element_ty), mask=offs < n_cols)
+            return
+        x_label = tl.load(x_row + tl.where(bad, 0, label)).to(tl.float32)
+        x_label = tl.where(bad, float("nan"), x_label)
+    m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(x_row, t_row, n_cols, KIND, BLOCK)
+    loss = _finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
+    tl.store(loss_ptr + row, loss)
+    if COMPUTE_GRAD:
+        shift_x = _safe_max(m_x)
+        shift_t = _safe_max(m_t)
+        log_s_x = tl.log(s_x)
+        log_s_t = tl.log(s_t)
+        kl_shift = acc / s_x
+        scale = tl.cast(grad_scale, tl.float32)
+        if MEAN_OVER_VALID:
+            scale = scale / tl.load(n_valid_ptr)
+        if KIND == _CE:
+            scale = tl.where(bad, float("nan"), scale)
+        # Reverse tile order: the last tile is still in registers, its neighbour likely in L2.
+        last_cols = n_full * BLOCK + cols
+        last_mask = last_cols < n_cols
+        g = _tile_grad(x_last, t_last, last_cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND)
+        _store_grad(grad_row + last_cols, g, last_mask, ACCUMULATE)
+        for j in range(0, n_full):
+            offs = (n_full - 1 - j) * BLOCK + cols
+            x = tl.load(x_row + offs).to(tl.float32)
+            if KIND == _CE:
+                t = x
+            else:
+                t = tl.load(t_row + offs).to(tl.float32)
+            g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND)
+            _store_grad(grad_row + offs, g, offs < n_cols, ACCUMULATE)
+
+
+# ============================================================================================
+# @triton.jit kernels
+# ============================================================================================
+
+
+@triton.jit
+def _reverse_kl_fused_kernel(
+    x_ptr,  # (n_rows, n_cols) logits
+    t_ptr,  # (n_rows, n_cols) target logits
+    labels_ptr,  # unused
+    grad_ptr,  # (n_rows, n_cols) d loss / d logits
+    loss_ptr,  # (n_rows,) fp32 per-row KL(p || q)
+    n_valid_ptr,  # unused
+    grad_scale,
+    ignore_index,
+    n_cols,
+    x_row_stride,
+    t_row_stride,
+    grad_row_stride,
+    COMPUTE_GRAD: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+    MEAN_OVER_VALID: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Reverse KL loss and gradient of one row in one launch (see module docstring)."""
+    _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
+               n_cols, x_row_stride, t_row_stride, grad_row_stride,
+               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+
+
+@triton.jit
+def _soft_cross_entropy_fused_kernel(
+    x_ptr,  # (n_rows, n_cols) logits
+    t_ptr,  # (n_rows, n_cols) target logits
+    labels_ptr,  # unused
+    grad_ptr,  # (n_rows, n_cols) d loss / d logits
+    loss_ptr,  # (n_rows,) fp32 per-row -sum q log p
+    n_valid_ptr,  # unused
+    grad_scale,
+    ignore_index,
+    n_cols,
+    x_row_stride,
+    t_row_stride,
+    grad_row_stride,
+    COMPUTE_GRAD: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+    MEAN_OVER_VALID: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Soft-target cross-entropy loss and gradient of one row in one launch."""
+    _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
+               n_cols, x_row_stride, t_row_stride, grad_row_stride,
+               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+
+
+@triton.jit
+def _cross_entropy_fused_kernel(
+    x_ptr,  # (n_rows, n_cols) logits
+    t_ptr,  # unused
+    labels_ptr,  # (n_rows,) int32/int64 labels
+    grad_ptr,  # (n_rows, n_cols) d loss / d logits
+    loss_ptr,  # (n_rows,) fp32 per-row loss (0 where ignored)
+    n_valid_ptr,  # (1,) fp32 non-ignored row count (MEAN_OVER_VALID only)
+    grad_scale,
+    ignore_index,
+    n_cols,
+    x_row_stride,
+    t_row_stride,
+    grad_row_stride,
+    COMPUTE_GRAD: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+    MEAN_OVER_VALID: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Label cross-entropy loss and gradient of one row in one launch."""
+    _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
+               n_cols, x_row_stride, t_row_stride, grad_row_stride,
+               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+
+
+@triton.jit
+def _entropy_stats_kernel(
+    x_ptr,  # (n_rows, n_cols) logits (this rank's vocab shard)
+    t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
+    labels_ptr,  # (n_rows,) global int labels (label CE only)
+    partial_ptr,  # (5, n_rows) fp32 raw m_x, s_x, m_t, s_t, acc (written when not FINALIZE)
+    row_stats_ptr,  # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x, loss (FINALIZE)
+    ignore_index,
+    vocab_start,
+    vocab_size,
+    n_rows,
+    n_cols,
+    x_row_stride,
+    t_row_stride,
+    KIND: tl.constexpr,
+    FINALIZE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Per-row statistics of the split form. Label CE: acc is x[label] when this shard owns it."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    t_row = t_ptr + row * t_row_stride
+    x_label = 0.0
+    ignored = False
+    if KIND == _CE:
+        label, ignored, bad = _load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size)
+        owned = (label >= 0) & (label < n_cols) & (ignored == 0)
+        x_label = tl.load(x_row + tl.where(owned, label, 0)).to(tl.float32)
+        x_label = tl.where(owned, x_label, 0.0)
+        x_label = tl.where(bad, float("nan"), x_label)
+    m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(x_row, t_row, n_cols, KIND, BLOCK)
+    if KIND == _CE:
+        acc = x_label
+    if FINALIZE:
+        loss = _finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
+        loss = tl.where(ignored, 0.0, loss)
+        tl.store(row_stats_ptr + row, _safe_max(m_x))
+        tl.store(row_stats_ptr + n_rows + row, _safe_max(m_t))
+        tl.store(row_stats_ptr + 2 * n_rows + row, tl.log(s_x))
+        tl.store(row_stats_ptr + 3 * n_rows + row, tl.log(s_t))
+        tl.store(row_stats_ptr + 4 * n_rows + row, acc / s_x)
+        tl.store(row_stats_ptr + 5 * n_rows + row, loss)
+    else:
+        tl.store(partial_ptr + row, m_x)
+        tl.store(partial_ptr + n_rows + row, s_x)
+        tl.store(partial_ptr + 2 * n_rows + row, m_t)
+        tl.store(partial_ptr + 3 * n_rows + row, s_t)
+        tl.store(partial_ptr + 4 * n_rows + row, acc)
+
+
+@triton.jit
+def _entropy_backward_kernel(
+    x_ptr,  # (n_rows, n_cols) logits
+    t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
+    labels_ptr,  # (n_rows,) global int labels (label CE only)
+    row_stats_ptr,  # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x, loss (global)
+    grad_out_ptr,  # (n_rows,) or scalar fp32 d total / d loss (row stride grad_out_stride)
+    n_valid_ptr,  # (1,) fp32 non-ignored row count (MEAN_OVER_VALID only)
+    grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here
+    grad_scale,
+    ignore_index,
+    vocab_start,
+    vocab_size,
+    n_rows,
+    n_cols,
+    x_row_stride,
+    t_row_stride,
+    grad_row_stride,
+    grad_out_stride,
+    KIND: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+    MEAN_OVER_VALID: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Gradient of one (row, column tile) from the stored row statistics: elementwise only."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    scale = tl.cast(grad_scale, tl.float32) * tl.load(grad_out_ptr + row * grad_out_stride).to(tl.float32)
+    if MEAN_OVER_VALID:
+        scale = scale / tl.load(n_valid_ptr)
+    label = 0
+    if KIND == _CE:
+        label, ignored, bad = _load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size)
+        scale = tl.where(ignored, 0.0, scale)
+        scale = tl.where(bad, float("nan"), scale)
+    shift_x = tl.load(row_stats_ptr + row)
+    shift_t = tl.load(row_stats_ptr + n_rows + row)
+    log_s_x = tl.load(row_stats_ptr + 2 * n_rows + row)
+    log_s_t = tl.load(row_stats_ptr + 3 * n_rows + row)
+    kl_shift = tl.load(row_stats_ptr + 4 * n_rows + row)
+    x = tl.load(x_ptr + row * x_row_stride + offs, mask=mask, other=_NEG_INF).to(tl.float32)
+    if KIND == _CE:
+        t = x
+    else:
+        t = tl.load(t_ptr + row * t_row_stride + offs, mask=mask, other=_NEG_INF).to(tl.float32)
+    g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND)
+    if KIND == _CE:
+        g = tl.where(ignored, 0.0, g)  # exact zeros even if the ignored row holds NaN / inf
+    _store_grad(grad_ptr + row * grad_row_stride + offs, g, mask, ACCUMULATE)
+
+
+@triton.jit
+def _entropy_grad_rescale_kernel(
+    grad_ptr,  # (n_rows, n_cols) gradient written by a fused forward, rescaled in place
+    grad_out_ptr,  # (n_rows,) or scalar fp32 grad_output (row stride grad_out_stride)
+    n_cols,
+    grad_row_stride,
+    grad_out_stride,
+    BLOCK: tl.constexpr,
+):
+    """grad *= grad_output[row]; a device-side no-op when it is 1 (the common loss.backward())."""
+    row = tl.program_id(0).to(tl.int64)
+    g_out = tl.load(grad_out_ptr + row * grad_out_stride).to(tl.float32)
+    if g_out == 1.0:
+        return
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    ptrs = grad_ptr + row * grad_row_stride + offs
+    g = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32) * g_out
+    tl.store(ptrs, g.to(grad_ptr.dtype.element_ty), mask=mask)
+
+
+_FUSED_KERNELS = {0: _reverse_kl_fused_kernel, 1: _soft_cross_entropy_fused_kernel,
+                  2: _cross_entropy_fused_kernel}  # fmt: skip
+
+
+# ============================================================================================
+# Launchers
+# ============================================================================================
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """Static arguments of one loss call (everything that is not a tensor)."""
+
+    kind: int
+    form: str
+    block_cap: int
+    reduction: str
+    ignore_index: int
+    group: object
+    vocab_start: int
+    vocab_size: int
+
+
+def _block(n_cols: int, cap: int) -> int:
+    return min(triton.next_power_of_2(n_cols), cap)
+
+
+def _grad_scale(spec: _Spec, n_rows: int) -> tuple[float, bool]:
+    """(host scale, divide by the device count of valid rows?) for the reduction."""
+    if spec.reduction != "mean":
+        return 1.0, False
+    if spec.kind == _KINDS["cross_entropy"]:
+        return 1.0, True
+    return 1.0 / n_rows, False
+
+
+def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate):
+    n_rows, n_cols = x.shape
+    block = _block(n_cols, spec.block_cap)
+    scale, over_valid = _grad_scale(spec, n_rows)
+    _FUSED_KERNELS[spec.kind][(n_rows,)](
+        x, t, labels, grad if grad is not None else x, loss_rows, n_valid,
+        scale, spec.ignore_index, n_cols,
+        x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
+        COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid,
+        BLOCK=block, num_warps=configs.entropy_num_warps(block),
+    )  # fmt: skip
+
+
+def _launch_stats(spec, x, t, labels, finalize):
+    n_rows, n_cols = x.shape
+    block = _block(n_cols, min(spec.block_cap, configs.ENTROPY_STATS_BLOCK))
+    partial = x.new_empty((5, n_rows), dtype=torch.float32) if not finalize else None
+    row_stats = x.new_empty((6, n_rows), dtype=torch.float32)
+    _entropy_stats_kernel[(n_rows,)](
+        x, t, labels, partial if partial is not None else row_stats, row_stats,
+        spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
+        x.stride(0), t.stride(0),
+        KIND=spec.kind, FINALIZE=finalize, BLOCK=block,
+        num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_STATS_BLOCK: configs.ENTROPY_STATS_WARPS}),
+    )  # fmt: skip
+    return partial, row_stats
+
+
+def _launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, accumulate):
+    n_rows, n_cols = x.shape
+    block = _block(n_cols, min(spec.block_cap, configs.ENTROPY_BACKWARD_BLOCK))
+    scale, over_valid = _grad_scale(spec, n_rows)
+    _entropy_backward_kernel[(n_rows, triton.cdiv(n_cols, block))](
+        x, t, labels, row_stats, grad_out, n_valid, grad,
+        scale, spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
+        x.stride(0), t.stride(0), grad.stride(0), 1 if grad_out.dim() else 0,
+        KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, BLOCK=block,
+        num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_BACKWARD_BLOCK: configs.ENTROPY_BACKWARD_WARPS}),
+    )  # fmt: skip
+
+
+def _launch_rescale(grad, grad_out):
+    n_rows, n_cols = grad.shape
+    block = _block(n_cols, configs.ENTROPY_RESCALE_BLOCK)
+    _entropy_grad_rescale_kernel[(n_rows, triton.cdiv(n_cols, block))](
+        grad, grad_out, n_cols, grad.stride(0), 1 if grad_out.dim() else 0, BLOCK=block,
+        num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_RESCALE_BLOCK: configs.ENTROPY_RESCALE_WARPS}),
+    )  # fmt: skip
+
+
+def _combine_partials(spec, partial, labels):
+    """Tensor parallel: all-reduce the raw statistics into the global (6, n_rows) row statistics."""
+    import torch.distributed as dist
+
+    m_x, s_x, m_t, s_t, acc = partial.unbind(0)
+    maxes = torch.stack([m_x, m_t])
+    dist.all_reduce(maxes, op=dist.ReduceOp.MAX, group=spec.group)
+    safe = torch.where(maxes == float("-inf"), 0.0, maxes)
+    local = torch.where(torch.stack([m_x, m_t]) == float("-inf"), 0.0, torch.stack([m_x, m_t]))
+    alpha = torch.exp(local - safe)  # (2, n_rows): rescale local sums to the global max
+    sums = torch.stack([s_x * alpha[0], s_t * alpha[1], acc])
+    if spec.kind == _KINDS["reverse_kl"]:
+        shift = (safe[1] - local[1]) - (safe[0] - local[0])
+        sums[2] = alpha[0] * (acc + shift * s_x)
+    elif spec.kind == _KINDS["soft_cross_entropy"]:
+        sums[2] = alpha[1] * (acc - (safe[0] - local[0]) * s_t)
+    dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=spec.group)
+    g_sx, g_st, g_acc = sums.unbind(0)
+    log_sx, log_st = g_sx.log(), g_st.log()
+    kl_shift = g_acc / g_sx if spec.kind == _KINDS["reverse_kl"] else torch.zeros_like(g_acc)
+    if spec.kind == _KINDS["reverse_kl"]:
+        loss = kl_shift - log_sx + log_st
+    elif spec.kind == _KINDS["soft_cross_entropy"]:
+        loss = log_sx - g_acc / g_st
+    else:
+        loss = torch.where(labels == spec.ignore_index, 0.0, (safe[0] - g_acc) + log_sx)
+    return torch.stack([safe[0], safe[1], log_sx, log_st, kl_shift, loss])
+
+
+def _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, accumulate):
+    """Run the forward of either form; returns (loss_rows, row_stats or None)."""
+    if spec.form == "fused":
+        loss_rows = x.new_empty(x.shape[0], dtype=torch.float32)
+        _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate)
+        return loss_rows, None
+    distributed = spec.group is not None
+    partial, row_stats = _launch_stats(spec, x, t, labels, finalize=not distributed)
+    if distributed:
+        row_stats = _combine_partials(spec, partial, labels)
+    return row_stats[5], row_stats
+
+
+def _reduce(spec, loss_rows, n_valid, lead_shape):
+    if spec.reduction == "none":
+        return loss_rows.reshape(lead_shape)
+    total = loss_rows.sum()
+    if spec.reduction == "sum":
+        return total
+    if spec.kind == _KINDS["cross_entropy"]:
+        return total / n_valid[0]
+    return total / loss_rows.numel()
+
+
+# ============================================================================================
+# autograd.Function
+# ============================================================================================
+
+
+class EntropyLossFunction(torch.autograd.Function):
+    """Loss of (logits, target or labels); gradient with respect to logits only."""
+
+    @staticmethod
+    def forward(ctx, logits, other, spec):
+        n_cols = logits.shape[-1]
+        x = logits.reshape(-1, n_cols)
+        is_ce = spec.kind == _KINDS["cross_entropy"]
+        labels = other.reshape(-1) if is_ce else x.new_empty(1, dtype=torch.int64)
+        t = x if is_ce else other.reshape(-1, n_cols)
+        n_valid = _n_valid(spec, labels)
+        compute_grad = ctx.needs_input_grad[0]
+        grad = torch.empty_like(x) if (compute_grad and spec.form == "fused") else None
+        loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, False)
+        ctx.spec, ctx.logits_shape, ctx.backward_calls = spec, logits.shape, 0
+        if compute_grad:
+            if spec.form == "fused":
+                ctx.save_for_backward(grad)
+            else:
+                ctx.save_for_backward(x, t, labels, row_stats, n_valid)
+        return _reduce(spec, loss_rows, n_valid, logits.shape[:-1])
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        spec = ctx.spec
+        g_out = grad_loss.float().reshape(-1).contiguous() if grad_loss.dim() else grad_loss.float()
+        ctx.backward_calls += 1
+        if spec.form == "fused":
+            (grad,) = ctx.saved_tensors
+            if ctx.backward_calls == 1:
+                _launch_rescale(grad, g_out)  # in place: no new M x V buffer, no host sync
+                ctx.first_g_out = g_out
+                return grad.view(ctx.logits_shape), None, None
+            # retain_graph=True and a later backward: undo the first scale, out of place.
+            scale = g_out / ctx.first_g_out
+            scale = scale[:, None] if scale.dim() else scale
+            return (grad.float() * scale).to(grad.dtype).view(ctx.logits_shape), None, None
+        x, t, labels, row_stats, n_valid = ctx.saved_tensors
+        grad = torch.empty_like(x)
+        _launch_backward(spec, x, t, labels, row_stats, g_out, n_valid, grad, False)
+        return grad.view(ctx.logits_shape), None, None
+
+
+def _n_valid(spec, labels):
+    if spec.kind == _KINDS["cross_entropy"] and spec.reduction == "mean":
+        return (labels != spec.ignore_index).sum(dtype=torch.float32).reshape(1)
+    return labels.new_ones(1, dtype=torch.float32)
+
+
+# ============================================================================================
+# Public functional API
+# ============================================================================================
+
+
+def _check_common(name, logits, form, block_cap, reduction, group):
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"{name}: logits must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{name}: logits dtype must be float32, float16 or bfloat16, got {logits.dtype}")
+    if logits.dim() < 1 or logits.shape[-1] == 0 or logits.numel() == 0:
+        raise ValueError(f"{name}: logits must be non-empty with a vocabulary last dim, got shape {tuple(logits.shape)}")
+    if _runtime.INTERPRET and logits.device.type != "cpu":
+        raise ValueError(f"{name}: the Triton interpreter runs on CPU tensors, got {logits.device}")
+    if not _runtime.INTERPRET and logits.device.type != "cuda":
+        raise ValueError(f"{name}: logits must be on a CUDA device, got {logits.device}")
+    if form not in _FORMS:
+        raise ValueError(f"{name}: form must be one of {_FORMS}, got {form!r}")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{name}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if block_cap is not None:
+        lo, hi = configs.ENTROPY_MIN_BLOCK, configs.ENTROPY_MAX_BLOCK
+        if (not isinstance(block_cap, int) or isinstance(block_cap, bool) or block_cap < lo
+                or block_cap > hi or block_cap & (block_cap - 1)):  # fmt: skip
+            raise ValueError(
+                f"{name}: block_cap must be one of {configs.ENTROPY_BLOCK_CAPS} (or any power of two "
+                f"in [{lo}, {hi}]), got {block_cap!r}"
+            )
+    if group is not None:
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise ValueError(f"{name}: group= given but torch.distributed is not initialized")
+        if form == "fused":
+            raise ValueError(f"{name}: form='fused' cannot all-reduce mid-kernel; use 'split' (or 'auto') with group=")
+
+
+def _resolve(name, n_cols, form, block_cap, group):
+    auto_form, auto_cap = configs.entropy_auto(name, n_cols, group is not None)
+    return (auto_form if form == "auto" else form), (auto_cap if block_cap is None else block_cap)
+
+
+def _contiguous_rows(x):
+    """Rows may be strided, columns must be unit-stride: copy otherwise (documented)."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    try:
+        x.view(-1, x.shape[-1])
+    except RuntimeError:
+        x = x.contiguous()
+    return x
+
+
+def _check_grad_accumulate(name, grad_accumulate, logits):
+    if not isinstance(grad_accumulate, torch.Tensor):
+        raise TypeError(f"{name}: grad_accumulate must be a tensor, got {type(grad_accumulate).__name__}")
+    if grad_accumulate.shape != logits.shape:
+        raise ValueError(f"{name}: grad_accumulate shape {tuple(grad_accumulate.shape)} != logits shape {tuple(logits.shape)}")
+    if grad_accumulate.dtype not in (torch.float32, logits.dtype):
+        raise TypeError(f"{name}: grad_accumulate dtype must be float32 or {logits.dtype}, got {grad_accumulate.dtype}")
+    if grad_accumulate.device != logits.device or not grad_accumulate.is_contiguous():
+        raise ValueError(f"{name}: grad_accumulate must be contiguous and on {logits.device}")
+
+
+def _run(name, logits, other, spec, grad_accumulate):
+    if grad_accumulate is None:
+        return EntropyLossFunction.apply(logits, other, spec)
+    # Eager: loss and gradient now, the gradient added into the caller's buffer.
+    _check_grad_accumulate(name, grad_accumulate, logits)
+    with torch.no_grad():
+        n_cols = logits.shape[-1]
+        x = logits.reshape(-1, n_cols)
+        is_ce = spec.kind == _KINDS["cross_entropy"]
+        labels = other.reshape(-1) if is_ce else x.new_empty(1, dtype=torch.int64)
+        t = x if is_ce else other.reshape(-1, n_cols)
+        n_valid = _n_valid(spec, labels)
+        grad = grad_accumulate.view(-1, n_cols)
+        loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, True, True)
+        if spec.form == "split":
+            ones = x.new_ones((), dtype=torch.float32)
+            _launch_backward(spec, x, t, labels, row_stats, ones, n_valid, grad, True)
+        return _reduce(spec, loss_rows, n_valid, logits.shape[:-1])
+
+
+def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, group, grad_accumulate):
+    _check_common(name, logits, form, block_cap, reduction, group)
+    if not isinstance(target_logits, torch.Tensor):
+        raise TypeError(f"{name}: target_logits must be a torch.Tensor, got {type(target_logits).__name__}")
+    if target_logits.shape != logits.shape:
+        raise ValueError(f"{name}: target_logits shape {tuple(target_logits.shape)} != logits shape {tuple(logits.shape)}")
+    if target_logits.dtype != logits.dtype:
+        raise TypeError(f"{name}: target_logits dtype {target_logits.dtype} != logits dtype {logits.dtype}")
+    if target_logits.device != logits.device:
+        raise ValueError(f"{name}: target_logits on {target_logits.device}, logits on {logits.device}")
+    if target_logits.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"{name}: no gradient with respect to target_logits is computed; pass target_logits.detach()")
+    form, cap = _resolve(name, logits.shape[-1], form, block_cap, group)
+    spec = _Spec(_KINDS[name], form, cap, reduction, 0, group, 0, logits.shape[-1])
+    return _run(name, _contiguous_rows(logits), _contiguous_rows(target_logits), spec, grad_accumulate)
+
+
+def reverse_kl(logits, target_logits, *, form="auto", block_cap=None, reduction="mean", group=None,
+               grad_accumulate=None):  # fmt: skip
+    """Reverse KL divergence ``KL(p || q) = sum_j p_j (log p_j - log q_j)`` per row.
+
+    p = softmax(logits), q = softmax(target_logits) over the last dim; both (..., V), same dtype
+    (float32, float16 or bfloat16), flattened to (M, V). Math in fp32; the loss is fp32.
+
+    Args:
+        form: "fused" (one kernel writes loss and gradient; backward only rescales), "split" (a
+            stats kernel, then a backward kernel from the stored row statistics) or "auto"
+            (``configs.ENTROPY_AUTO``, from measurements).
+        block_cap: column tile cap, one of 4096, 8192, 16384, 32768 (any power of two in
+            [16, 65536] is accepted for experiments); None takes the auto table's.
+        reduction: "mean" over rows (the batchmean convention), "sum", or "none" (shape (...)).
+        group: a ``torch.distributed`` process group over which the vocabulary is sharded (each
+            rank holds a contiguous slice of logits and target, uneven sizes allowed). The row
+            statistics are all-reduced; each rank gets the full loss and its gradient slice.
+        grad_accumulate: a contiguous tensor shaped like logits (float32 or logits' dtype). The
+            gradient of the (reduced) loss for grad_output = 1 is computed now and *added* into
+            it in place, and the returned loss is detached (no autograd graph).
+
+    Gradient with respect to logits: ``p * ((log p - log q) - KL_row)`` times grad_output (and
+    1/M for "mean"). target_logits must not require grad (ValueError). A row holding NaN or
+    +inf gives a NaN loss for that row. Non-unit-stride columns are copied first.
+    """
+    return _distribution_loss("reverse_kl", logits, target_logits, form, block_cap, reduction, group,
+                              grad_accumulate)  # fmt: skip
+
+
+def soft_cross_entropy(logits, target_logits, *, form="auto", block_cap=None, reduction="mean",
+                       group=None, grad_accumulate=None):  # fmt: skip
+    """Soft-target cross-entropy ``-sum_j q_j log p_j`` per row (Fast-LLM's cross_entropy_logits).
+
+    q = softmax(target_logits), p = softmax(logits). Gradient with respect to logits: ``p - q``
+    (times grad_output, and 1/M for "mean"). Arguments and conventions as :func:`reverse_kl`.
+    """
+    return _distribution_loss("soft_cross_entropy", logits, target_logits, form, block_cap, reduction,
+                              group, grad_accumulate)  # fmt: skip
+
+
+def _vocab_layout(group, n_cols):
+    """(vocab_start, vocab_size) of this rank's shard: all-gathers the shard sizes (host side)."""
+    import torch.distributed as dist
+
+    sizes = [None] * dist.get_world_size(group)
+    dist.all_gather_object(sizes, int(n_cols), group=group)
+    rank = dist.get_rank(group)
+    return sum(sizes[:rank]), sum(sizes)
+
+
+def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="auto", block_cap=None,
+                  group=None, grad_accumulate=None, check_labels=None):  # fmt: skip
+    """Cross-entropy with integer labels, torch semantics: ``logsumexp(x_r) - x_r[label_r]``.
+
+    logits (..., V) float32/float16/bfloat16; labels (...) int64 or int32, each in [0, V) or
+    equal to ``ignore_index``. Ignored rows have loss 0 and gradient 0; "mean" divides by the
+    number of non-ignored rows (NaN when all are ignored, as torch; the gradient is then 0).
+    Gradient ``softmax(x) - onehot(label)`` times grad_output. The loss is fp32.
+
+    Out-of-range labels: ``check_labels`` (default: True on CPU, False on GPU, where it would
+    cost a host sync) raises ValueError on the host; unchecked, the kernels never read out of
+    bounds: such a row gets a NaN loss and a NaN gradient row.
+
+    With ``group``, the vocab is sharded over the ranks (labels are global ids, the same on
+    every rank); each rank finds its ``vocab_start`` by all-gathering the shard sizes
+    (``all_gather_object``, a host-side collective, once per call). Other arguments as
+    :func:`reverse_kl`.
+    """
+    name = "cross_entropy"
+    _check_common(name, logits, form, block_cap, reduction, group)
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(f"{name}: labels must be a torch.Tensor, got {type(labels).__name__}")
+    if labels.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name}: labels dtype must be int64 or int32, got {labels.dtype}")
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(f"{name}: labels shape {tuple(labels.shape)} != logits.shape[:-1] {tuple(logits.shape[:-1])}")
+    if labels.device != logits.device:
+        raise ValueError(f"{name}: labels on {labels.device}, logits on {logits.device}")
+    n_cols = logits.shape[-1]
+    vocab_start, vocab_size = _vocab_layout(group, n_cols) if group is not None else (0, n_cols)
+    if check_labels is None:
+        check_labels = logits.device.type == "cpu"
+    if check_labels:
+        bad = (labels != ignore_index) & ((labels < 0) | (labels >= vocab_size))
+        if bool(bad.any()):
+            first = labels[bad].flatten()[0].item()
+            raise ValueError(f"{name}: label {first} outside [0, {vocab_size}) and != ignore_index={ignore_index}")
+    form, cap = _resolve(name, n_cols, form, block_cap, group)
+    spec = _Spec(_KINDS[name], form, cap, reduction, int(ignore_index), group, vocab_start, vocab_size)
+    return _run(name, _contiguous_rows(logits), labels.contiguous(), spec, grad_accumulate)

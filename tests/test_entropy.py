@@ -1,0 +1,346 @@
+"""Reverse KL, soft / label cross-entropy: both forms and several block caps against fp64 refs.
+
+Tiny caps (16, 64) are public powers of two: they push a small V through the multi-tile paths
+(unmasked full-tile loop, masked last tile, reverse-order gradient pass) cheaply under the
+interpreter. Gradients are checked against the fp64 autograd of ``normlab.ref``.
+"""
+
+import math
+
+import pytest
+import torch
+from helpers import assert_close, tolerance
+
+import normlab
+from normlab import nn, ref
+
+FNS = {
+    "reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
+    "soft_cross_entropy": (normlab.soft_cross_entropy, ref.soft_cross_entropy_ref),
+    "cross_entropy": (normlab.cross_entropy, ref.cross_entropy_ref),
+}
+LOSSES = tuple(FNS)
+# (form, block_cap): the fused kernel at a multi-tile and a single-tile cap, split at both.
+FORMS = [("fused", 16), ("fused", 4096), ("split", 64), ("split", None)]
+
+
+def _inputs(loss, shape, dtype, scale=3.0, device="cpu"):
+    x = (torch.randn(shape, device=device) * scale).to(dtype)
+    if loss == "cross_entropy":
+        other = torch.randint(0, shape[-1], shape[:-1], device=device)
+        if other.numel() > 2:
+            other.view(-1)[1] = -100  # one ignored row
+    else:
+        other = (torch.randn(shape, device=device) * scale).to(dtype)
+    return x, other
+
+
+def _ref(loss, x, other, reduction="mean", weight=None):
+    """fp64 reference loss and gradient of (loss * weight).sum() wrt x."""
+    xr = x.detach().double().requires_grad_()
+    o = other.double() if other.is_floating_point() else other
+    out = FNS[loss][1](xr, o, reduction=reduction)
+    (out * (1.0 if weight is None else weight.double())).sum().backward()
+    return out.detach(), xr.grad
+
+
+def _run(loss, x, other, weight=None, **kw):
+    xk = x.detach().clone().requires_grad_()
+    out = FNS[loss][0](xk, other, **kw)
+    (out * (1.0 if weight is None else weight)).sum().backward()
+    return out.detach(), xk.grad
+
+
+def _check(loss, out, grad, ref_out, ref_grad, dtype, n_cols, msg="", grad_atol=0.0):
+    # Loss: fp32 math over n_cols terms. Gradient: rounded to the logits dtype; its absolute
+    # error floor is fp32 arithmetic relative to the row's largest gradient entry.
+    assert out.dtype == torch.float32
+    assert_close(out, ref_out, dtype=torch.float32, reduce_len=n_cols, msg=f"{msg} loss")
+    assert grad.dtype == dtype
+    atol_rel = 1e-5 if dtype == torch.float32 else tolerance(dtype)[0] / 4
+    gmax = ref_grad.abs().amax(-1, keepdim=True)
+    if grad_atol == 0:  # relative to the row's largest entry: readable report of the worst
+        scale = gmax.clamp_min(1e-30)
+        assert_close(grad / scale, ref_grad / scale, dtype=dtype, msg=f"{msg} grad")
+    # Tight bound: dtype rounding, fp32 arithmetic relative to the row's largest entry, fp32
+    # underflow (1e-30: the fp64 reference keeps 1e-181 where fp32 gives 0), and a caller floor.
+    err = (grad.double() - ref_grad).abs()
+    bound = atol_rel * gmax + tolerance(dtype)[1] * ref_grad.abs() + grad_atol + 1e-30
+    assert bool((err <= bound).all()), f"{msg} grad err {float((err - bound).max()):.3g} over bound"
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form,cap", FORMS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matches_reference(loss, form, cap, dtype):
+    # (1, 3, 500): leading dims flattened; 500 = 31 tiles of 16 + a ragged 4-wide tail.
+    x, other = _inputs(loss, (1, 3, 500), dtype)
+    out, grad = _run(loss, x, other, form=form, block_cap=cap)
+    ref_out, ref_grad = _ref(loss, x, other)
+    _check(loss, out, grad, ref_out, ref_grad, dtype, 500, f"{loss} {form} {cap}")
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form,cap", [("fused", c) for c in (4096, 8192, 16384, 32768)] + [("split", None)])
+def test_gpt2_vocab_every_cap(loss, form, cap):
+    # V = 50257 is a multiple of no cap: 13/7/4/2 tiles with a ragged last one.
+    x, other = _inputs(loss, (3, 50257), torch.bfloat16)
+    out, grad = _run(loss, x, other, form=form, block_cap=cap)
+    ref_out, ref_grad = _ref(loss, x, other)
+    _check(loss, out, grad, ref_out, ref_grad, torch.bfloat16, 50257, f"{loss} {form} {cap}")
+
+
+@pytest.mark.parametrize("loss", ["reverse_kl", "cross_entropy"])
+@pytest.mark.parametrize("form", ["fused", "split"])
+def test_qwen_vocab_one_row(loss, form):
+    x, other = _inputs(loss, (1, 151936), torch.bfloat16)
+    out, grad = _run(loss, x, other, form=form)
+    ref_out, ref_grad = _ref(loss, x, other)
+    _check(loss, out, grad, ref_out, ref_grad, torch.bfloat16, 151936, f"{loss} {form}")
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("n_cols", [1, 63, 64, 65, 128, 129])
+@pytest.mark.parametrize("form", ["fused", "split"])
+def test_tile_boundaries(loss, n_cols, form):
+    # cap 64: V below, at, one past, and at two tiles (the last tile full), and one past that.
+    x, other = _inputs(loss, (4, n_cols), torch.float32)
+    out, grad = _run(loss, x, other, form=form, block_cap=64, reduction="none")
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    _check(loss, out, grad, ref_out, ref_grad, torch.float32, n_cols, f"V={n_cols}")
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ["fused", "split"])
+def test_huge_logits(loss, form):
+    # |logits| ~ 1e4: any unshifted exp overflows; the loss itself is ~1e4.
+    x, other = _inputs(loss, (3, 300), torch.float32, scale=1e4)
+    out, grad = _run(loss, x, other, form=form, block_cap=64, reduction="none")
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    assert torch.isfinite(out).all()
+    # Reverse KL: grad = p * (d - KL) with d and KL ~ 1e4, so fp32 leaves an absolute floor of
+    # a few ulp(KL) ~ 1e-3 where p ~ 1 (the fp64 reference is exactly 0 there).
+    floor = 4 * 1.2e-7 * float(ref_out.abs().max()) if loss == "reverse_kl" else 0.0
+    _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, grad_atol=floor)
+
+
+@pytest.mark.parametrize("form", ["fused", "split"])
+def test_one_hot_target_is_label_ce(form):
+    # q puts all its mass on one class (the rest -inf): soft CE == label CE, grad p - onehot.
+    x = torch.randn(4, 200)
+    labels = torch.randint(0, 200, (4,))
+    t = torch.full((4, 200), float("-inf"))
+    t[torch.arange(4), labels] = 0.0
+    out, grad = _run("soft_cross_entropy", x, t, form=form, block_cap=64, reduction="none")
+    ref_out, ref_grad = _ref("cross_entropy", x, labels, reduction="none")
+    _check("soft_cross_entropy", out, grad, ref_out, ref_grad, torch.float32, 200)
+    # Reverse KL against a nearly one-hot target: large but finite.
+    t2 = torch.where(torch.isinf(t), -30.0, 30.0)
+    out, grad = _run("reverse_kl", x, t2, form=form, block_cap=64, reduction="none")
+    ref_out, ref_grad = _ref("reverse_kl", x, t2, reduction="none")
+    _check("reverse_kl", out, grad, ref_out, ref_grad, torch.float32, 200)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ["fused", "split"])
+def test_masked_vocab_minus_inf(loss, form):
+    # A padded vocab: the last 70 columns are -inf in logits and target, a whole 64-wide tile
+    # among them; masked lanes and -inf data must not turn the max or the sums into NaN.
+    x, other = _inputs(loss, (3, 250), torch.float32)
+    x[:, 180:] = float("-inf")
+    if other.is_floating_point():
+        other[:, 180:] = float("-inf")
+    else:
+        other = torch.tensor([5, -100, 179])
+    out, grad = _run(loss, x, other, form=form, block_cap=64, reduction="none")
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    assert torch.isfinite(out).all() and torch.isfinite(grad).all()
+    assert (grad[:, 180:] == 0).all()
+    _check(loss, out, grad, ref_out, ref_grad, torch.float32, 250)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ["fused", "split"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_reductions_and_grad_output(loss, form, reduction):
+    x, other = _inputs(loss, (5, 300), torch.float32)
+    # mean/sum: loss * 3; none: a different weight per row (one of them exactly 1).
+    weight = torch.tensor(3.0) if reduction != "none" else torch.tensor([0.5, 1.0, -2.0, 3.0, 0.25])
+    out, grad = _run(loss, x, other, weight=weight, form=form, block_cap=64, reduction=reduction)
+    ref_out, ref_grad = _ref(loss, x, other, reduction=reduction, weight=weight)
+    assert out.shape == ref_out.shape
+    _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, reduction)
+
+
+@pytest.mark.parametrize("form", ["fused", "split"])
+def test_ignored_labels_and_all_ignored(form):
+    x = torch.randn(6, 100)
+    labels = torch.tensor([3, -100, 99, 0, -100, 42])
+    out, grad = _run("cross_entropy", x, labels, form=form, block_cap=64)
+    ref_out, ref_grad = _ref("cross_entropy", x, labels)
+    _check("cross_entropy", out, grad, ref_out, ref_grad, torch.float32, 100)
+    assert (grad[[1, 4]] == 0).all()
+    # Custom ignore_index.
+    labels7 = torch.where(labels == -100, 7, labels)
+    xk = x.clone().requires_grad_()
+    normlab.cross_entropy(xk, labels7, ignore_index=7, form=form, block_cap=64).backward()
+    assert (xk.grad[[1, 4]] == 0).all() and torch.allclose(xk.grad, grad)
+    # All ignored: torch gives a NaN mean and a zero gradient; so do we.
+    all_ignored = torch.full((6,), -100)
+    out, grad = _run("cross_entropy", x, all_ignored, form=form)
+    ref_out, _ = _ref("cross_entropy", x, all_ignored)
+    assert math.isnan(out.item()) and math.isnan(ref_out.item())
+    assert (grad == 0).all()
+    out_sum = normlab.cross_entropy(x, all_ignored, reduction="sum", form=form)
+    assert out_sum.item() == 0.0
+
+
+def test_ignored_row_with_nan_gets_zero_grad():
+    x = torch.randn(3, 80)
+    x[1, 5] = float("nan")
+    labels = torch.tensor([1, -100, 2])
+    for form in ("fused", "split"):
+        out, grad = _run("cross_entropy", x, labels, form=form, reduction="none", block_cap=64)
+        assert out[1] == 0 and (grad[1] == 0).all() and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ["fused", "split"])
+@pytest.mark.parametrize("buf_dtype", [torch.float32, torch.bfloat16])
+def test_grad_accumulate(loss, form, buf_dtype):
+    x, other = _inputs(loss, (4, 200), torch.bfloat16)
+    x.requires_grad_()
+    buf = torch.randn(4, 200).to(buf_dtype)
+    before = buf.clone()
+    out = FNS[loss][0](x, other, form=form, block_cap=64, grad_accumulate=buf)
+    assert not out.requires_grad and x.grad is None
+    ref_out, ref_grad = _ref(loss, x, other)
+    assert_close(out, ref_out, dtype=torch.float32, reduce_len=200)
+    # Added in fp32, then rounded once to the buffer's dtype.
+    assert_close(buf, (before.double() + ref_grad).to(buf_dtype), dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_fused_retain_graph_second_backward(reduction):
+    x, t = _inputs("reverse_kl", (3, 100), torch.float32)
+    xk = x.clone().requires_grad_()
+    out = normlab.reverse_kl(xk, t, form="fused", block_cap=64, reduction=reduction)
+    w1 = torch.tensor(2.0) if reduction == "mean" else torch.tensor([2.0, 1.0, -1.0])
+    w2 = torch.tensor(-0.5) if reduction == "mean" else torch.tensor([1.0, 3.0, 0.5])
+    (out * w1).sum().backward(retain_graph=True)
+    (out * w2).sum().backward()
+    _, g1 = _ref("reverse_kl", x, t, reduction=reduction, weight=w1)
+    _, g2 = _ref("reverse_kl", x, t, reduction=reduction, weight=w2)
+    assert_close(xk.grad, (g1 + g2).float(), dtype=torch.float32)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ["fused", "split"])
+def test_nan_and_inf_stay_in_their_row(loss, form):
+    x, other = _inputs(loss, (4, 150), torch.float32)
+    if loss == "cross_entropy":
+        other = torch.tensor([0, 1, 149, 7])  # no ignored row here
+    x[1, 77] = float("nan")
+    x[2, 3] = float("inf")
+    out = FNS[loss][0](x, other, form=form, block_cap=64, reduction="none")
+    ref_out, _ = _ref(loss, x, other, reduction="none")
+    assert torch.isnan(out[1]) and torch.isnan(out[2])
+    assert_close(out[[0, 3]], ref_out[[0, 3]], dtype=torch.float32, reduce_len=150)
+    assert torch.isnan(FNS[loss][0](x, other, form=form, block_cap=64))
+
+
+def test_no_grad_forward_and_fp16():
+    x, t = _inputs("reverse_kl", (3, 500), torch.float16)
+    ref_out = _ref("reverse_kl", x, t)[0]
+    xg = x.clone().requires_grad_()
+    with torch.no_grad():
+        for form in ("fused", "split"):
+            out = normlab.reverse_kl(xg, t, form=form)
+            assert not out.requires_grad
+            assert_close(out, ref_out, dtype=torch.float32, reduce_len=500)
+    out, grad = _run("soft_cross_entropy", x, t)
+    ref_out, ref_grad = _ref("soft_cross_entropy", x, t)
+    _check("soft_cross_entropy", out, grad, ref_out, ref_grad, torch.float16, 500)
+
+
+def test_non_contiguous_inputs():
+    base = torch.randn(300, 4)
+    x = base.t()  # (4, 300) with column stride 4: copied
+    t = torch.randn(4, 600)[:, ::2]
+    labels = torch.randint(0, 300, (8,))[::2]
+    for loss, other in [("reverse_kl", t), ("soft_cross_entropy", t), ("cross_entropy", labels)]:
+        out, grad = _run(loss, x, other, block_cap=64)
+        ref_out, ref_grad = _ref(loss, x, other)
+        _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, loss)
+    # Strided rows (a slice of a wider buffer) go to the kernels without a copy.
+    wide = torch.randn(4, 400)
+    x2 = wide[:, :300]
+    out, grad = _run("reverse_kl", x2, t.contiguous(), form="split", block_cap=64)
+    ref_out, ref_grad = _ref("reverse_kl", x2, t)
+    _check("reverse_kl", out, grad, ref_out, ref_grad, torch.float32, 300)
+
+
+def test_unchecked_out_of_range_label_is_nan_not_a_crash():
+    x = torch.randn(3, 50)
+    labels = torch.tensor([1, 50, 2])
+    with pytest.raises(ValueError, match="outside"):
+        normlab.cross_entropy(x, labels)
+    for form in ("fused", "split"):
+        xk = x.clone().requires_grad_()
+        out = normlab.cross_entropy(xk, labels, form=form, reduction="none", check_labels=False)
+        assert torch.isnan(out[1]) and torch.isfinite(out[[0, 2]]).all()
+        out.nansum().backward()
+        assert torch.isnan(xk.grad[1]).all() and torch.isfinite(xk.grad[[0, 2]]).all()
+
+
+def test_modules_match_functions():
+    x, t = _inputs("reverse_kl", (3, 120), torch.float32)
+    labels = torch.tensor([1, -100, 5])
+    assert torch.equal(nn.ReverseKLLoss(reduction="sum")(x, t), normlab.reverse_kl(x, t, reduction="sum"))
+    assert torch.equal(nn.SoftCrossEntropyLoss()(x, t), normlab.soft_cross_entropy(x, t))
+    ce = nn.CrossEntropyLoss(ignore_index=-100, form="split")
+    assert isinstance(ce, torch.nn.CrossEntropyLoss)
+    assert_close(ce(x, labels), ref.cross_entropy_ref(x, labels), dtype=torch.float32)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        nn.CrossEntropyLoss(label_smoothing=0.1)
+
+
+BAD_CALLS = [
+    ("torch.Tensor", TypeError, lambda x, t, y: normlab.reverse_kl(x.numpy(), t)),
+    ("target_logits shape", ValueError, lambda x, t, y: normlab.reverse_kl(x, t[:, :-1])),
+    ("dtype", TypeError, lambda x, t, y: normlab.reverse_kl(x, t.double())),
+    ("dtype must be float32", TypeError, lambda x, t, y: normlab.soft_cross_entropy(x.double(), t.double())),
+    ("non-empty", ValueError, lambda x, t, y: normlab.reverse_kl(x[:0], t[:0])),
+    ("non-empty", ValueError, lambda x, t, y: normlab.cross_entropy(x[:, :0], y)),
+    ("block_cap", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, block_cap=1000)),
+    ("block_cap", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, block_cap=8)),
+    ("form", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, form="both")),
+    ("reduction", ValueError, lambda x, t, y: normlab.cross_entropy(x, y, reduction="batchmean")),
+    ("target_logits", ValueError, lambda x, t, y: normlab.reverse_kl(x, t.requires_grad_())),
+    ("labels dtype", TypeError, lambda x, t, y: normlab.cross_entropy(x, y.float())),
+    ("labels shape", ValueError, lambda x, t, y: normlab.cross_entropy(x, y[:-1])),
+    ("outside", ValueError, lambda x, t, y: normlab.cross_entropy(x, y - 5)),
+    ("CPU tensors", ValueError, lambda x, t, y: normlab.reverse_kl(x.to("meta"), t.to("meta"))),
+    ("grad_accumulate shape", ValueError,
+     lambda x, t, y: normlab.reverse_kl(x, t, grad_accumulate=torch.zeros(3, 3))),
+    ("grad_accumulate dtype", TypeError,
+     lambda x, t, y: normlab.reverse_kl(x, t, grad_accumulate=torch.zeros(4, 40, dtype=torch.float64))),
+    ("not initialized", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, group=object())),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("match,exc,call", BAD_CALLS, ids=[f"{i}-{b[0]}" for i, b in enumerate(BAD_CALLS)])
+def test_bad_input_errors(match, exc, call):
+    x, t = torch.randn(4, 40), torch.randn(4, 40)
+    y = torch.tensor([0, 39, -100, 3])
+    with pytest.raises(exc, match=match):
+        call(x, t, y)
+
+
+def test_auto_form_uses_config_table():
+    from normlab import configs
+
+    assert configs.entropy_auto("reverse_kl", 32768, distributed=True)[0] == "split"
+    for loss in LOSSES:
+        form, cap = configs.entropy_auto(loss, 50257, distributed=False)
+        assert form in ("fused", "split") and cap in configs.ENTROPY_BLOCK_CAPS
