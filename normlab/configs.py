@@ -158,27 +158,47 @@ def norm_bwd_config(
 # Block-row (narrow) norms                                        -- owned by the narrow kernels
 # ============================================================================================
 
+from typing import NamedTuple  # noqa: E402
 
-# Widest row the block-row kernels take. Seed 003 (H100) found block-row 1.98x faster than
-# one row per program at 256 columns and no faster at 512. Initial guess for the H200, not yet measured.
+# Widest row the block-row kernels take. Seed 003 (H100) found block-row 1.98x faster than one
+# row per program at 256 columns and no faster at 512. Initial guess for the H200, not yet measured.
 BLOCK_ROW_MAX_COLS = 256
 # layout="auto" takes block-row only from this many rows (seed 003's threshold: below it
 # the row path already fills the GPU). Initial guess, not yet measured on the H200.
 BLOCK_ROW_MIN_ROWS = 4096
-# Forward tile: BLOCK_ROWS x next_pow2(n_cols) elements, at most this many elements and rows
-# (seed 003's 4096-element, 64-row tiles). Initial guess, not yet measured on the H200.
+# Forward tile: BLOCK_ROWS x next_pow2(n_cols), at most this many elements and rows (seed 003's
+# 4096-element, 64-row tiles). Initial guess, not yet measured on the H200.
 BLOCK_ROW_TILE_ELEMS = 4096
 BLOCK_ROW_MAX_ROWS = 64
 # Forward warps: one per this many tile elements (8 fp32 values a thread), clamped to [1, 8].
 # Initial guess, not yet measured.
 BLOCK_ROW_FWD_ELEMS_PER_WARP = 256
 BLOCK_ROW_MAX_WARPS = 8
-# Backward: tile elements (smaller than the forward's: the fp32 dγ and dβ tile accumulators
-# live in registers beside x and dy), warps, and persistent programs per SM (seed 003 uses 4).
+# Backward tile elements, warps and persistent programs per SM (seed 003 uses 4).
 # Initial guesses, not yet measured.
 BLOCK_ROW_BWD_TILE_ELEMS = 2048
 BLOCK_ROW_BWD_WARPS = 4
 BLOCK_ROW_BWD_PROGRAMS_PER_SM = 4
+# Backward dγ/dβ accumulation: whole fp32 tiles reduced once at the end (True) or column sums
+# per tile (False: a cross-warp reduction per tile, but far fewer registers, so more bytes in
+# flight). Initial guess, not yet measured.
+BLOCK_ROW_BWD_ACC_TILE = False
+# Backward: load the next row tile before working on the current one (register prefetch; the
+# grid-stride loop otherwise waits a full DRAM latency per tile). Initial guess, not yet measured.
+BLOCK_ROW_BWD_PREFETCH = True
+
+
+class BlockRowFwdConfig(NamedTuple):
+    block_rows: int
+    num_warps: int
+
+
+class BlockRowBwdConfig(NamedTuple):
+    block_rows: int
+    num_warps: int
+    programs_per_sm: int
+    acc_tile: bool
+    prefetch: bool
 
 
 def _block_cols(n_cols: int) -> int:
@@ -191,19 +211,43 @@ def use_block_row(n_rows: int, n_cols: int) -> bool:
     return n_cols <= BLOCK_ROW_MAX_COLS and n_rows >= BLOCK_ROW_MIN_ROWS
 
 
-def block_row_fwd_config(n_cols: int) -> tuple[int, int]:
-    """-> (BLOCK_ROWS, num_warps) for the block-row forward of rows n_cols wide."""
+def block_row_fwd_config(
+    n_cols: int, *, tile_elems: int | None = None, max_rows: int | None = None, num_warps=None
+) -> BlockRowFwdConfig:
+    """Block-row forward launch config; keywords override the heuristic (tuning scripts)."""
+    tile_elems = BLOCK_ROW_TILE_ELEMS if tile_elems is None else tile_elems
+    max_rows = BLOCK_ROW_MAX_ROWS if max_rows is None else max_rows
     block_cols = _block_cols(n_cols)
-    block_rows = max(1, min(BLOCK_ROW_MAX_ROWS, BLOCK_ROW_TILE_ELEMS // block_cols))
-    warps = (block_rows * block_cols) // BLOCK_ROW_FWD_ELEMS_PER_WARP
-    return block_rows, max(1, min(BLOCK_ROW_MAX_WARPS, warps))
+    block_rows = max(1, min(max_rows, tile_elems // block_cols))
+    if num_warps is None:
+        warps = (block_rows * block_cols) // BLOCK_ROW_FWD_ELEMS_PER_WARP
+        num_warps = max(1, min(BLOCK_ROW_MAX_WARPS, warps))
+    return BlockRowFwdConfig(block_rows, num_warps)
 
 
-def block_row_bwd_config(n_cols: int) -> tuple[int, int, int]:
-    """-> (BLOCK_ROWS, num_warps, programs per SM) for the persistent block-row backward."""
-    block_cols = _block_cols(n_cols)
-    block_rows = max(1, min(BLOCK_ROW_MAX_ROWS, BLOCK_ROW_BWD_TILE_ELEMS // block_cols))
-    return block_rows, BLOCK_ROW_BWD_WARPS, BLOCK_ROW_BWD_PROGRAMS_PER_SM
+def block_row_bwd_config(
+    n_cols: int,
+    *,
+    tile_elems: int | None = None,
+    max_rows: int | None = None,
+    num_warps: int | None = None,
+    programs_per_sm: int | None = None,
+    acc_tile: bool | None = None,
+    prefetch: bool | None = None,
+) -> BlockRowBwdConfig:
+    """Persistent block-row backward launch config; keywords override the heuristic."""
+    tile_elems = BLOCK_ROW_BWD_TILE_ELEMS if tile_elems is None else tile_elems
+    max_rows = BLOCK_ROW_MAX_ROWS if max_rows is None else max_rows
+    block_rows = max(1, min(max_rows, tile_elems // _block_cols(n_cols)))
+    if programs_per_sm is None:
+        programs_per_sm = BLOCK_ROW_BWD_PROGRAMS_PER_SM
+    return BlockRowBwdConfig(
+        block_rows=block_rows,
+        num_warps=BLOCK_ROW_BWD_WARPS if num_warps is None else num_warps,
+        programs_per_sm=programs_per_sm,
+        acc_tile=BLOCK_ROW_BWD_ACC_TILE if acc_tile is None else acc_tile,
+        prefetch=BLOCK_ROW_BWD_PREFETCH if prefetch is None else prefetch,
+    )
 
 
 # ============================================================================================

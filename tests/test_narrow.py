@@ -128,14 +128,39 @@ def test_row_counts_around_one_tile(is_rms, n_rows):
     _check_all(x, weight, bias, dy, is_rms, torch.float32)
 
 
+@pytest.mark.parametrize(
+    ("acc_tile", "prefetch"), [(False, True), (True, True), (False, False), (True, False)]
+)
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_persistent_backward_loops_over_many_tiles(is_rms):
+def test_persistent_backward_loops_over_many_tiles(is_rms, acc_tile, prefetch):
+    # every accumulation / prefetch variant the configs may pick, with > 2 tiles per program
     n_cols = 16
-    block_rows, _, programs_per_sm = configs.block_row_bwd_config(n_cols)
-    n_programs = programs_per_sm * normlab._runtime.sm_count()
-    n_rows = block_rows * (2 * n_programs + 3) + 5  # ragged, > 2 tiles per program
+    cfg = configs.block_row_bwd_config(n_cols, acc_tile=acc_tile, prefetch=prefetch)
+    n_programs = cfg.programs_per_sm * normlab._runtime.sm_count()
+    n_rows = cfg.block_rows * (2 * n_programs + 3) + 5  # ragged
     x, weight, bias, dy = _make(n_rows, n_cols, torch.bfloat16, True, not is_rms)
-    _check_all(x, weight, bias, dy, is_rms, torch.bfloat16)
+    eps = EPS[is_rms]
+    _, mean, rstd = narrow.block_row_forward(x, weight, bias, eps, is_rms)
+    dx, dw, db = narrow._bwd(dy, x, weight, bias is not None, mean, rstd, is_rms, cfg)
+    dx_ref, dw_ref, db_ref = _reference_grads(x, weight, bias, dy, eps, is_rms)
+    assert dw.dtype == torch.float32  # the private launcher returns the fp32 sums
+    assert_close(dx, dx_ref, msg="dx")
+    assert_close(dw, dw_ref, dtype=torch.bfloat16, reduce_len=n_rows, msg="dweight")
+    if db is not None:
+        assert_close(db, db_ref, dtype=torch.bfloat16, reduce_len=n_rows, msg="dbias")
+
+
+@pytest.mark.parametrize("max_rows", [1, 256])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_forward_tile_heights(is_rms, max_rows):
+    # the tuning script tries taller and shorter forward tiles than the default 64 rows
+    cfg = configs.block_row_fwd_config(16, max_rows=max_rows)
+    assert cfg.block_rows == max_rows
+    x, weight, bias, _ = _make(300, 16, torch.float16, True, not is_rms)
+    y, _, rstd = narrow._fwd(x, weight, bias, EPS[is_rms], is_rms, cfg)
+    y_ref, _, rstd_ref = _reference(x, weight, bias, EPS[is_rms], is_rms)
+    assert_close(y, y_ref)
+    assert_close(rstd, rstd_ref)
 
 
 def test_backward_is_deterministic():
@@ -258,15 +283,18 @@ def test_use_block_row_thresholds():
 @pytest.mark.parametrize("n_cols", list(range(1, 18)) + [31, 33, 100, 127, 129, 255, 256])
 def test_tile_configs_stay_within_limits(n_cols):
     block_cols = 1 << (n_cols - 1).bit_length()
-    for block_rows, num_warps in (
-        configs.block_row_fwd_config(n_cols),
-        configs.block_row_bwd_config(n_cols)[:2],
+    fwd = configs.block_row_fwd_config(n_cols)
+    bwd = configs.block_row_bwd_config(n_cols)
+    for (block_rows, num_warps), tile_elems in (
+        (fwd, configs.BLOCK_ROW_TILE_ELEMS),
+        (bwd[:2], configs.BLOCK_ROW_BWD_TILE_ELEMS),
     ):
         assert 1 <= block_rows <= configs.BLOCK_ROW_MAX_ROWS
         assert block_rows & (block_rows - 1) == 0  # tl.arange needs a power of two
-        assert block_rows * block_cols <= configs.BLOCK_ROW_TILE_ELEMS
+        # full-height tiles unless the row cap binds
+        assert block_rows * block_cols == tile_elems or block_rows == configs.BLOCK_ROW_MAX_ROWS
         assert num_warps in (1, 2, 4, 8, 16)
-    assert configs.block_row_bwd_config(n_cols)[2] >= 1
+    assert bwd.programs_per_sm >= 1
 
 
 def _public_api_ready() -> bool:

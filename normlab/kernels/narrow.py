@@ -56,14 +56,15 @@ def _block_row_fwd_kernel(
 
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
     x = x.to(tl.float32)
+    inv_n = 1.0 / n_cols
     if IS_RMS:
         xc = x
     else:
-        mean = tl.sum(x, axis=1) / n_cols
+        mean = tl.sum(x, axis=1) * inv_n
         # padding columns must stay 0 so they add nothing to the variance
         xc = tl.where(mask, x - mean[:, None], 0.0)
         tl.store(mean_ptr + rows, mean, mask=row_mask)
-    rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+    rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) * inv_n + eps)
     tl.store(rstd_ptr + rows, rstd, mask=row_mask)
 
     y = xc * rstd[:, None]
@@ -78,6 +79,27 @@ def _block_row_fwd_kernel(
         y.to(y_ptr.dtype.element_ty),
         mask=mask,
     )
+
+
+@triton.jit
+def _load_tile(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) upstream gradient
+    tile,
+    n_rows,
+    col_mask,
+    x_row_stride,
+    dy_row_stride,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+):
+    """x and dy of one row tile in their storage dtype; rows past n_rows read as 0."""
+    rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_COLS)
+    mask = (rows < n_rows)[:, None] & col_mask[None, :]
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)
+    return x, dy
 
 
 @triton.jit
@@ -100,27 +122,67 @@ def _block_row_bwd_kernel(
     HAS_BIAS: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
+    ACC_TILE: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """xhat = (x - mean) * rstd, g = dy * w:  dx = rstd * (g - xhat * mean(g * xhat) - mean(g))
-    (RMSNorm drops the mean(g) term);  dγ = Σ_rows dy * xhat,  dβ = Σ_rows dy."""
+    (RMSNorm drops the mean(g) term);  dγ = Σ_rows dy * xhat,  dβ = Σ_rows dy.
+
+    ACC_TILE: accumulate dγ/dβ as whole fp32 tiles and reduce over rows once at the end (no
+    per-tile cross-warp reduction, but two tile-sized register accumulators); otherwise reduce
+    each tile's columns into fp32 vectors. PREFETCH: issue the loads of this program's next
+    tile before working on the current one, so DRAM latency overlaps the math and the stores.
+    """
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
+    inv_n = 1.0 / n_cols
     cols = tl.arange(0, BLOCK_COLS)
     col_mask = cols < n_cols
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    # Accumulate whole tiles and reduce over rows once at the end: a per-tile tl.sum(axis=0)
-    # would cost a cross-warp reduction (shared memory + barrier) on every iteration.
-    dw_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
-    db_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+    if ACC_TILE:
+        dw_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+        db_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
+    else:
+        dw_acc = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
+        db_acc = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
+    if PREFETCH:
+        x_next, dy_next = _load_tile(
+            x_ptr,
+            dy_ptr,
+            pid,
+            n_rows,
+            col_mask,
+            x_row_stride,
+            dy_row_stride,
+            BLOCK_ROWS,
+            BLOCK_COLS,
+        )
 
     for tile in tl.range(pid, n_tiles, n_programs):
+        if PREFETCH:
+            x, dy = x_next, dy_next
+            # past the last tile this reads nothing: every row is masked
+            x_next, dy_next = _load_tile(
+                x_ptr, dy_ptr, tile + n_programs, n_rows, col_mask, x_row_stride, dy_row_stride,
+                BLOCK_ROWS, BLOCK_COLS,
+            )  # fmt: skip
+        else:
+            x, dy = _load_tile(
+                x_ptr,
+                dy_ptr,
+                tile,
+                n_rows,
+                col_mask,
+                x_row_stride,
+                dy_row_stride,
+                BLOCK_ROWS,
+                BLOCK_COLS,
+            )
         rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
-        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)
         x = x.to(tl.float32)
         dy = dy.to(tl.float32)
         rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
@@ -133,26 +195,32 @@ def _block_row_bwd_kernel(
             g = dy * w[None, :]
         else:
             g = dy
-        c1 = tl.sum(xhat * g, axis=1) / n_cols
+        c1 = tl.sum(xhat * g, axis=1) * inv_n
         if IS_RMS:
             dx = (g - xhat * c1[:, None]) * rstd[:, None]
         else:
-            c2 = tl.sum(g, axis=1) / n_cols
+            c2 = tl.sum(g, axis=1) * inv_n
             dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
-        tl.store(
-            dx_ptr + rows[:, None] * dx_row_stride + cols[None, :],
-            dx.to(dx_ptr.dtype.element_ty),
-            mask=mask,
-        )
+        dx_offs = rows[:, None] * dx_row_stride + cols[None, :]
+        tl.store(dx_ptr + dx_offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        # dy and xhat are fp32 here: the dγ/dβ sums never run in bf16/fp16
         if HAS_WEIGHT:
-            dw_acc += dy * xhat
+            if ACC_TILE:
+                dw_acc += dy * xhat
+            else:
+                dw_acc += tl.sum(dy * xhat, axis=0)
         if HAS_BIAS:
-            db_acc += dy
+            if ACC_TILE:
+                db_acc += dy
+            else:
+                db_acc += tl.sum(dy, axis=0)
 
     if HAS_WEIGHT:
-        tl.store(dw_partial_ptr + pid * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
+        dw = tl.sum(dw_acc, axis=0) if ACC_TILE else dw_acc
+        tl.store(dw_partial_ptr + pid * n_cols + cols, dw, mask=col_mask)
     if HAS_BIAS:
-        tl.store(db_partial_ptr + pid * n_cols + cols, tl.sum(db_acc, axis=0), mask=col_mask)
+        db = tl.sum(db_acc, axis=0) if ACC_TILE else db_acc
+        tl.store(db_partial_ptr + pid * n_cols + cols, db, mask=col_mask)
 
 
 # ============================================================================================
@@ -191,14 +259,14 @@ def _unit_col_stride(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(1) == 1 or t.shape[1] == 1 else t.contiguous()
 
 
-def _fwd(x, weight, bias, eps, is_rms, block_rows, num_warps):
-    """Launch the forward with an explicit tile height and warp count (tuning scripts call this)."""
+def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig):
+    """Launch the forward with an explicit config (tuning scripts call this; no width limit)."""
     n_rows, n_cols = x.shape
     x = _unit_col_stride(x)
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    grid = (triton.cdiv(n_rows, block_rows),)
+    grid = (triton.cdiv(n_rows, cfg.block_rows),)
     _block_row_fwd_kernel[grid](
         x,
         y,
@@ -214,21 +282,22 @@ def _fwd(x, weight, bias, eps, is_rms, block_rows, num_warps):
         IS_RMS=is_rms,
         HAS_WEIGHT=weight is not None,
         HAS_BIAS=bias is not None,
-        BLOCK_ROWS=block_rows,
+        BLOCK_ROWS=cfg.block_rows,
         BLOCK_COLS=triton.next_power_of_2(n_cols),
-        num_warps=num_warps,
+        num_warps=cfg.num_warps,
     )
     return y, mean, rstd
 
 
-def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, block_rows, num_warps, n_programs):
-    """Launch the backward with an explicit tile, warp count and grid (tuning scripts call this).
+def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, cfg: configs.BlockRowBwdConfig):
+    """Launch the backward with an explicit config (tuning scripts call this; no width limit).
 
     Returns dx and the fp32 dγ / dβ sums (None where absent), not yet cast to the param dtype."""
     n_rows, n_cols = x.shape
     x = _unit_col_stride(x)
     dy = _unit_col_stride(dy)
-    n_programs = max(1, min(n_programs, triton.cdiv(n_rows, block_rows)))
+    n_programs = cfg.programs_per_sm * _runtime.sm_count(x.device.index if x.is_cuda else None)
+    n_programs = max(1, min(n_programs, triton.cdiv(n_rows, cfg.block_rows)))
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     has_weight = weight is not None
     dw_partial = (
@@ -258,9 +327,11 @@ def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, block_rows, num_warps, n_p
         IS_RMS=is_rms,
         HAS_WEIGHT=has_weight,
         HAS_BIAS=has_bias,
-        BLOCK_ROWS=block_rows,
+        BLOCK_ROWS=cfg.block_rows,
         BLOCK_COLS=triton.next_power_of_2(n_cols),
-        num_warps=num_warps,
+        ACC_TILE=cfg.acc_tile,
+        PREFETCH=cfg.prefetch,
+        num_warps=cfg.num_warps,
     )
     # partials are fp32 already; the column sum stays in fp32
     dw = dw_partial.sum(0) if has_weight else None
@@ -289,8 +360,7 @@ def block_row_forward(x, weight, bias, eps, is_rms):
     _check_vector("bias", bias, n_cols, x)
     if is_rms and bias is not None:
         raise ValueError("RMSNorm has no bias; pass bias=None with is_rms=True")
-    block_rows, num_warps = configs.block_row_fwd_config(n_cols)
-    return _fwd(x, weight, bias, eps, is_rms, block_rows, num_warps)
+    return _fwd(x, weight, bias, eps, is_rms, configs.block_row_fwd_config(n_cols))
 
 
 def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto"):
@@ -322,11 +392,8 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto")
         if mean is None:
             raise ValueError("LayerNorm backward needs the fp32 mean returned by block_row_forward")
         _check_vector("mean", mean, n_rows, x, torch.float32)
-    block_rows, num_warps, programs_per_sm = configs.block_row_bwd_config(n_cols)
-    n_programs = programs_per_sm * _runtime.sm_count(x.device.index if x.is_cuda else None)
-    dx, dw, db = _bwd(
-        dy, x, weight, bias is not None, mean, rstd, is_rms, block_rows, num_warps, n_programs
-    )
+    cfg = configs.block_row_bwd_config(n_cols)
+    dx, dw, db = _bwd(dy, x, weight, bias is not None, mean, rstd, is_rms, cfg)
     dw = dw.to(weight.dtype) if dw is not None else None
     db = db.to(bias.dtype) if db is not None else None
     return dx, dw, db
