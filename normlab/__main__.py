@@ -28,46 +28,93 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{info,bench,report}")
     sub.required = True
 
-    info = sub.add_parser("info", help="card, mode, versions, SMs, L2, datasheet and copy bandwidth",
-                          description="Describe the device normlab runs on and measure its copy "
-                          "bandwidth (a large device-to-device copy, bytes read + written).")
+    info = sub.add_parser(
+        "info",
+        help="card, mode, versions, SMs, L2, datasheet and copy bandwidth",
+        description="Describe the device normlab runs on and measure its copy "
+        "bandwidth (a large device-to-device copy, bytes read + written).",
+    )
     info.add_argument("--no-copy", action="store_true", help="skip the copy-bandwidth measurement")
-    info.add_argument("--copy-mib", type=int, default=None,
-                      help="copy buffer size in MiB (default 1024 on a GPU, 64 on CPU)")
+    info.add_argument(
+        "--copy-mib",
+        type=int,
+        default=None,
+        help="copy buffer size in MiB (default 1024 on a GPU, 64 on CPU)",
+    )
 
     bench = sub.add_parser(
-        "bench", help="measure impls over shapes; print a table; write records",
+        "bench",
+        help="measure impls over shapes; print a table; write records",
         description="Measure the copy roofline, then each impl (device time from torch.profiler "
         "with a cold L2, wall time from CUDA events), print a table and write records. On CPU "
         "the timings are CPU/interpreter timings and say nothing about GPU bandwidth.",
     )
-    bench.add_argument("--op", type=_csv, default=None,
-                       help=f"comma list of ops (default rms_norm,layer_norm; 'all'): "
-                       f"{', '.join(NORM_OPS + LOSS_OPS)}, copy")
-    bench.add_argument("--impl", type=_csv, default=None,
-                       help="comma list of impls (default: all of each op's, where available): "
-                       "eager, torch, compile, normlab, liger, quack")
-    bench.add_argument("--strategy", type=_csv, default=None,
-                       help="normlab norm strategies: auto, atomic, two_stage, persistent")
-    bench.add_argument("--layout", type=_csv, default=None, help="normlab norm layouts: auto, row, block_row")
-    bench.add_argument("--form", type=_csv, default=None, help="normlab loss forms: auto, fused, split")
-    bench.add_argument("--block-cap", type=_csv, default=None,
-                       help="normlab loss tile caps: none, 4096, 8192, 16384, 32768")
-    bench.add_argument("--shapes", default=None,
-                       help="presets peers|narrow|losses|quick and/or MxN items, comma-separated "
-                       "(default peers for norms, losses for losses; quick with --quick)")
+    bench.add_argument(
+        "--op",
+        type=_csv,
+        default=None,
+        help=f"comma list of ops (default rms_norm,layer_norm; 'all'): "
+        f"{', '.join(NORM_OPS + LOSS_OPS)}, copy",
+    )
+    bench.add_argument(
+        "--impl",
+        type=_csv,
+        default=None,
+        help="comma list of impls (default: all of each op's, where available): "
+        "eager, torch, compile, normlab, liger, quack",
+    )
+    bench.add_argument(
+        "--strategy",
+        type=_csv,
+        default=None,
+        help="normlab norm strategies: auto, atomic, two_stage, persistent",
+    )
+    bench.add_argument(
+        "--layout", type=_csv, default=None, help="normlab norm layouts: auto, row, block_row"
+    )
+    bench.add_argument(
+        "--form", type=_csv, default=None, help="normlab loss forms: auto, fused, split"
+    )
+    bench.add_argument(
+        "--block-cap",
+        type=_csv,
+        default=None,
+        help="normlab loss tile caps: none, 4096, 8192, 16384, 32768",
+    )
+    bench.add_argument(
+        "--shapes",
+        default=None,
+        help="presets peers|narrow|losses|quick and/or MxN items, comma-separated "
+        "(default peers for norms, losses for losses; quick with --quick)",
+    )
     bench.add_argument("--dtype", type=_csv, default=["bf16"], help="comma list: bf16, fp16, fp32")
-    bench.add_argument("--direction", type=_csv, default=None,
-                       help="comma list: fwd, bwd, fwd+bwd (default fwd,bwd for norms, fwd+bwd for losses)")
-    bench.add_argument("--reps", type=int, default=None, help="timed calls per case (default 30 GPU, 5 CPU)")
+    bench.add_argument(
+        "--direction",
+        type=_csv,
+        default=None,
+        help="comma list: fwd, bwd, fwd+bwd (default fwd,bwd for norms, fwd+bwd for losses)",
+    )
+    bench.add_argument(
+        "--reps", type=int, default=None, help="timed calls per case (default 30 GPU, 5 CPU)"
+    )
     bench.add_argument("--warmup", type=int, default=3, help="untimed calls first (compilation)")
-    bench.add_argument("--model", choices=("minimal", "full"), default="minimal", help="bytes model")
-    bench.add_argument("--quick", action="store_true", help="tiny shapes and few reps (CPU smoke run)")
-    bench.add_argument("--out", type=Path, default=None, help="write records to FILE.jsonl or FILE.csv")
+    bench.add_argument(
+        "--model", choices=("minimal", "full"), default="minimal", help="bytes model"
+    )
+    bench.add_argument(
+        "--quick", action="store_true", help="tiny shapes and few reps (CPU smoke run)"
+    )
+    bench.add_argument(
+        "--out", type=Path, default=None, help="write records to FILE.jsonl or FILE.csv"
+    )
     bench.add_argument("--no-progress", action="store_true", help="no progress counter on stderr")
 
-    report = sub.add_parser("report", help="render recorded runs (normlab.report)", add_help=False,
-                            description="Provided by normlab.report; arguments are passed through.")
+    report = sub.add_parser(
+        "report",
+        help="render recorded runs (normlab.report)",
+        add_help=False,
+        description="Provided by normlab.report; arguments are passed through.",
+    )
     report.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
@@ -107,14 +154,15 @@ def _cmd_bench(args, argv: list[str]) -> int:
         ops = list(NORM_OPS + LOSS_OPS)
     for op in ops:
         if op not in registry.REGISTRY:
-            raise ValueError(f"unknown op {op!r} "
-                             f"(expected {', '.join(registry.REGISTRY)})")
+            raise ValueError(f"unknown op {op!r} (expected {', '.join(registry.REGISTRY)})")
     if args.impl:
         known = {name for op in ops for name in registry.REGISTRY[op]}
         unknown = [i for i in args.impl if i not in known]
         if unknown:
-            raise ValueError(f"unknown impl(s) {', '.join(unknown)} for "
-                             f"{', '.join(ops)} (expected {', '.join(sorted(known))})")
+            raise ValueError(
+                f"unknown impl(s) {', '.join(unknown)} for "
+                f"{', '.join(ops)} (expected {', '.join(sorted(known))})"
+            )
     if args.shapes:  # fail on a typo before spending time on the copy roofline
         parse_shapes(args.shapes)
     for dtype in args.dtype:
@@ -122,15 +170,22 @@ def _cmd_bench(args, argv: list[str]) -> int:
     reps = args.reps
     if reps is None and args.quick:
         reps = 5
-    options = {"strategy": args.strategy, "layout": args.layout, "form": args.form,
-               "block_cap": _block_caps(args.block_cap)}
+    options = {
+        "strategy": args.strategy,
+        "layout": args.layout,
+        "form": args.form,
+        "block_cap": _block_caps(args.block_cap),
+    }
     command = "python -m normlab " + shlex.join(argv)
 
     info = device_info(measure_copy=True)
-    print(f"copy roofline: {info.copy.gbps:.0f} GB/s ({info.copy.n_bytes / 2**30:.2f} GiB "
-          f"device-to-device copy, median of {info.copy.reps}); "
-          f"datasheet {f'{info.datasheet_gbps:.0f} GB/s' if info.datasheet_gbps else 'unknown'}; "
-          f"{info.card}, mode {info.mode}", flush=True)
+    print(
+        f"copy roofline: {info.copy.gbps:.0f} GB/s ({info.copy.n_bytes / 2**30:.2f} GiB "
+        f"device-to-device copy, median of {info.copy.reps}); "
+        f"datasheet {f'{info.datasheet_gbps:.0f} GB/s' if info.datasheet_gbps else 'unknown'}; "
+        f"{info.card}, mode {info.mode}",
+        flush=True,
+    )
     if _runtime.DEVICE != "cuda":
         print("CPU/interpreter timings: say nothing about GPU bandwidth", flush=True)
 
@@ -163,10 +218,21 @@ def _cmd_bench(args, argv: list[str]) -> int:
             if not directions:
                 print(f"skipped: {op}: none of {','.join(args.direction)} applies", file=sys.stderr)
                 continue
-        result = sweep(op, impls, shapes, args.dtype, directions, options=options, reps=reps,
-                       warmup=args.warmup, device=info, model=args.model,
-                       progress=None if args.no_progress else "terminal",
-                       on_record=on_record, command=command)
+        result = sweep(
+            op,
+            impls,
+            shapes,
+            args.dtype,
+            directions,
+            options=options,
+            reps=reps,
+            warmup=args.warmup,
+            device=info,
+            model=args.model,
+            progress=None if args.no_progress else "terminal",
+            on_record=on_record,
+            command=command,
+        )
         everything.skipped.extend(result.skipped)
     print(format_table(everything, everything.skipped))
     if args.out:
@@ -177,7 +243,7 @@ def _cmd_bench(args, argv: list[str]) -> int:
 
 def _cmd_report(argv: list[str]) -> int:
     try:
-        import normlab.report as report
+        from normlab import report
     except ModuleNotFoundError as exc:
         if exc.name != "normlab.report":
             raise

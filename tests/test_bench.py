@@ -26,10 +26,16 @@ M, N = 1000, 769  # non-powers of two, so a swapped M/N or a missing factor show
 @pytest.mark.parametrize(
     "op, direction, factor",
     [
-        ("rms_norm", "fwd", 2), ("rms_norm", "bwd", 3), ("rms_norm", "fwd+bwd", 5),
-        ("layer_norm", "fwd", 2), ("layer_norm", "bwd", 3),
-        ("reverse_kl", "fwd+bwd", 3), ("soft_cross_entropy", "fwd+bwd", 3),
-        ("reverse_kl", "fwd", 2), ("cross_entropy", "fwd+bwd", 2), ("cross_entropy", "fwd", 1),
+        ("rms_norm", "fwd", 2),
+        ("rms_norm", "bwd", 3),
+        ("rms_norm", "fwd+bwd", 5),
+        ("layer_norm", "fwd", 2),
+        ("layer_norm", "bwd", 3),
+        ("reverse_kl", "fwd+bwd", 3),
+        ("soft_cross_entropy", "fwd+bwd", 3),
+        ("reverse_kl", "fwd", 2),
+        ("cross_entropy", "fwd+bwd", 2),
+        ("cross_entropy", "fwd", 1),
         ("copy", "fwd", 2),
     ],
 )
@@ -104,10 +110,18 @@ def test_gbps_and_fraction_of_roofline():
 @pytest.mark.parametrize(
     "name, expected",
     [
-        ("Tesla T4", 320), ("NVIDIA A100-SXM4-40GB", 1555), ("NVIDIA A100-SXM4-80GB", 2039),
-        ("NVIDIA A100 80GB PCIe", 1935), ("NVIDIA H100 80GB HBM3", 3350), ("NVIDIA H100 PCIe", 2000),
-        ("NVIDIA H100 SXM5 80GB", 3350), ("NVIDIA H200", 4800), ("NVIDIA B200", 8000),
-        ("NVIDIA H100 NVL", None), ("NVIDIA GeForce RTX 4090", None), ("CPU x86_64", None),
+        ("Tesla T4", 320),
+        ("NVIDIA A100-SXM4-40GB", 1555),
+        ("NVIDIA A100-SXM4-80GB", 2039),
+        ("NVIDIA A100 80GB PCIe", 1935),
+        ("NVIDIA H100 80GB HBM3", 3350),
+        ("NVIDIA H100 PCIe", 2000),
+        ("NVIDIA H100 SXM5 80GB", 3350),
+        ("NVIDIA H200", 4800),
+        ("NVIDIA B200", 8000),
+        ("NVIDIA H100 NVL", None),
+        ("NVIDIA GeForce RTX 4090", None),
+        ("CPU x86_64", None),
     ],
 )
 def test_datasheet_table(name, expected):
@@ -129,11 +143,30 @@ def test_copy_bandwidth_on_this_device():
 
 def _record(**overrides) -> Record:
     fields = dict(
-        op="rms_norm", impl="torch", strategy=None, layout=None, M=8192, N=1024, dtype="bf16",
-        direction="fwd", device_us=10.7, wall_us=95.0, bytes=2 * 8192 * 1024 * 2, gbps=3136.0,
-        roofline_gbps=4242.0, frac_roofline=3136 / 4242, datasheet_gbps=4800.0,
-        peak_extra_bytes=16 * 2**20, kernels={"k": 10.7}, card="NVIDIA H200", sm_count=132,
-        torch="2.11.0", triton="3.6.0", mode="gpu", date="2026-11-29T10:00:00Z", commit="abc",
+        op="rms_norm",
+        impl="torch",
+        strategy=None,
+        layout=None,
+        M=8192,
+        N=1024,
+        dtype="bf16",
+        direction="fwd",
+        device_us=10.7,
+        wall_us=95.0,
+        bytes=2 * 8192 * 1024 * 2,
+        gbps=3136.0,
+        roofline_gbps=4242.0,
+        frac_roofline=3136 / 4242,
+        datasheet_gbps=4800.0,
+        peak_extra_bytes=16 * 2**20,
+        kernels={"k": 10.7},
+        card="NVIDIA H200",
+        sm_count=132,
+        torch="2.11.0",
+        triton="3.6.0",
+        mode="gpu",
+        date="2026-11-29T10:00:00Z",
+        commit="abc",
         command="python -m normlab bench",
     )
     fields.update(overrides)
@@ -190,11 +223,14 @@ def test_split_calls_keeps_exactly_the_window_between_flush_and_marker():
     events = _events(
         ("fwd_setup_kernel", 50.0),  # untimed set-up before the first flush
         (timing.FLUSH_KERNEL, 120.0),
-        ("_norm_bwd_kernel", 20.0), (fill, 1.0), ("_dw_reduce_kernel", 3.0),
+        ("_norm_bwd_kernel", 20.0),
+        (fill, 1.0),
+        ("_dw_reduce_kernel", 3.0),
         (timing.MARKER_KERNEL, 1.0),
         ("fwd_setup_kernel", 50.0),
         (timing.FLUSH_KERNEL, 120.0),
-        ("_norm_bwd_kernel", 22.0), ("Memset (Device)", 0.5),
+        ("_norm_bwd_kernel", 22.0),
+        ("Memset (Device)", 0.5),
         (timing.MARKER_KERNEL, 1.0),
     )
     calls = timing.split_calls(events, reps=2)
@@ -292,7 +328,11 @@ def test_loss_eager_baseline(op):
 def test_registry_lists_and_rejects():
     names = {i.name for i in registry.implementations("rms_norm")}
     assert {"eager", "torch", "compile", "normlab", "liger", "quack"} <= names
-    assert {i.name for i in registry.implementations("cross_entropy")} >= {"eager", "torch", "compile"}
+    assert {i.name for i in registry.implementations("cross_entropy")} >= {
+        "eager",
+        "torch",
+        "compile",
+    }
     assert registry.get("rms_norm", "normlab").baseline is False
     with pytest.raises(ValueError, match="unknown op"):
         registry.implementations("softmax")
@@ -325,7 +365,10 @@ def test_terminal_progress_and_resolve():
     bar = TerminalProgress(stream)
     bar(0, 12, "rms_norm torch 64x128 bf16 fwd")
     bar(12, 12, "done")
-    assert stream.getvalue().splitlines() == ["[ 0/12] rms_norm torch 64x128 bf16 fwd", "[12/12] done"]
+    assert stream.getvalue().splitlines() == [
+        "[ 0/12] rms_norm torch 64x128 bf16 fwd",
+        "[12/12] done",
+    ]
     assert resolve(None) is None and resolve(False) is None
     assert isinstance(resolve(True), TerminalProgress)
     with pytest.raises(TypeError):
@@ -335,9 +378,18 @@ def test_terminal_progress_and_resolve():
 def test_sweep_records_and_progress_on_cpu():
     seen = []
     streamed = []
-    res = sweep("rms_norm", ["eager", "torch", "compile"], "quick", ["bf16"], reps=2, warmup=1,
-                roofline=50.0, progress=lambda d, t, label: seen.append((d, t, label)),
-                on_record=streamed.append, command="test")
+    res = sweep(
+        "rms_norm",
+        ["eager", "torch", "compile"],
+        "quick",
+        ["bf16"],
+        reps=2,
+        warmup=1,
+        roofline=50.0,
+        progress=lambda d, t, label: seen.append((d, t, label)),
+        on_record=streamed.append,
+        command="test",
+    )
     if normlab.INTERPRET:
         assert [label for label, _ in res.skipped] == ["rms_norm compile"]
         assert len(res) == 2 * 2 * 2  # impls x shapes x directions
@@ -357,11 +409,26 @@ def test_sweep_reports_cases_that_cannot_run(monkeypatch):
     def broken(M, N, dtype, direction, device, **options):
         raise NotImplementedError("placeholder kernel")
 
-    fake = registry.Impl("rms_norm", "fake", broken, ("fwd",), "raises", baseline=False,
-                         options=registry.NORM_OPTIONS)
+    fake = registry.Impl(
+        "rms_norm",
+        "fake",
+        broken,
+        ("fwd",),
+        "raises",
+        baseline=False,
+        options=registry.NORM_OPTIONS,
+    )
     monkeypatch.setitem(registry.REGISTRY["rms_norm"], "fake", fake)
-    res = sweep("rms_norm", ["fake"], "37x1000", ["bf16"], ["fwd", "bwd"], reps=1,
-                options={"strategy": ["atomic", "two_stage"]}, roofline=50.0)
+    res = sweep(
+        "rms_norm",
+        ["fake"],
+        "37x1000",
+        ["bf16"],
+        ["fwd", "bwd"],
+        reps=1,
+        options={"strategy": ["atomic", "two_stage"]},
+        roofline=50.0,
+    )
     assert list(res) == []
     assert [label for label, _ in res.skipped] == [
         "rms_norm fake[atomic] 37x1000 bf16 fwd",
@@ -370,3 +437,49 @@ def test_sweep_reports_cases_that_cannot_run(monkeypatch):
     assert all(reason == "NotImplementedError: placeholder kernel" for _, reason in res.skipped)
     with pytest.raises(ValueError, match="unknown direction"):
         sweep("rms_norm", ["torch"], "quick", directions=["up"], roofline=50.0)
+
+
+# --------------------------------------------------------------------------------------------
+# normlab's own entries (tiny shapes: the interpreter runs ~1 ms per program)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "op, baseline, direction, options",
+    [
+        ("rms_norm", "torch", "fwd", {"strategy": "auto"}),
+        ("rms_norm", "torch", "bwd", {"strategy": "two_stage", "layout": "row"}),
+        ("layer_norm", "torch", "bwd", {}),
+        ("reverse_kl", "eager", "fwd+bwd", {"form": "fused"}),
+        ("reverse_kl", "eager", "fwd+bwd", {"form": "split"}),
+        ("cross_entropy", "torch", "fwd+bwd", {}),
+    ],
+)
+def test_normlab_entries_match_the_baselines(op, baseline, direction, options):
+    M_, N_ = 5, 67  # 5 rows, a ragged tail
+    ours = _build(op, "normlab", M_, N_, direction, **options)
+    theirs = _build(op, baseline, M_, N_, direction)
+    ours = ours if isinstance(ours, tuple) else (ours,)
+    theirs = theirs if isinstance(theirs, tuple) else (theirs,)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a.float(), b.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_sweep_records_normlab_options():
+    res = sweep(
+        "rms_norm",
+        ["normlab"],
+        "5x67",
+        ["fp32"],
+        ["fwd"],
+        reps=1,
+        warmup=0,
+        options={"strategy": ["atomic", "persistent"], "form": ["split"]},
+        roofline=50.0,
+    )
+    assert res.skipped == []
+    assert [(r.impl, r.strategy, r.layout, r.label) for r in res] == [
+        ("normlab", "atomic", None, "normlab[atomic]"),
+        ("normlab", "persistent", None, "normlab[persistent]"),
+    ]  # "form" is a loss option: ignored for a norm

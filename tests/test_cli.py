@@ -12,8 +12,9 @@ from normlab.bench import records
 
 
 def _run(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "normlab", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "normlab", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_info():
@@ -40,14 +41,26 @@ def test_bench_quick_on_cpu(tmp_path):
     assert "CPU/interpreter timings: say nothing about GPU bandwidth" in text
     assert "copy roofline:" in text
     header = next(line for line in text.splitlines() if line.startswith("op "))
-    for column in ("impl", "shape", "dir", "device µs", "wall µs", "GB/s", "% copy", "Δpeak MiB",
-                   "vs best"):
+    for column in (
+        "impl",
+        "shape",
+        "dir",
+        "device µs",
+        "wall µs",
+        "GB/s",
+        "% copy",
+        "Δpeak MiB",
+        "vs best",
+    ):
         assert column in header
     recs = records.read_records(out)
     # baselines only (interpreted normlab kernels are too slow for a smoke run): rms_norm
     # eager+torch and layer_norm torch, 2 quick shapes, fwd and bwd
-    assert {(r.op, r.impl) for r in recs} == {("rms_norm", "eager"), ("rms_norm", "torch"),
-                                              ("layer_norm", "torch")}
+    assert {(r.op, r.impl) for r in recs} == {
+        ("rms_norm", "eager"),
+        ("rms_norm", "torch"),
+        ("layer_norm", "torch"),
+    }
     assert len(recs) == 3 * 2 * 2
     assert all(r.mode == "interpret" and r.valid and r.gbps > 0 for r in recs)
     assert all(r.command.startswith("python -m normlab bench --quick") for r in recs)
@@ -67,8 +80,17 @@ def test_help(args, capsys):
     if args == ("info",):
         assert "--no-copy" in out
     if args == ("bench",):
-        for flag in ("--op", "--impl", "--strategy", "--shapes", "--dtype", "--direction", "--reps",
-                     "--quick", "--out"):
+        for flag in (
+            "--op",
+            "--impl",
+            "--strategy",
+            "--shapes",
+            "--dtype",
+            "--direction",
+            "--reps",
+            "--quick",
+            "--out",
+        ):
             assert flag in out
 
 

@@ -12,12 +12,31 @@ from normlab.bench.records import Record
 
 def _record(**overrides) -> Record:
     fields = dict(
-        op="rms_norm", impl="normlab", strategy="two_stage", layout="row", M=8192, N=1024,
-        dtype="bf16", direction="bwd", device_us=24.25, wall_us=390.5, bytes=3 * 8192 * 1024 * 2,
-        gbps=2075.4, roofline_gbps=4242.0, frac_roofline=0.489, datasheet_gbps=4800.0,
-        peak_extra_bytes=17301504, kernels={"_norm_bwd_kernel": 20.0, "_dw_reduce_kernel": 4.25},
-        card="NVIDIA H200", sm_count=132, torch="2.11.0+cu130", triton="3.6.0", mode="gpu",
-        date="2026-11-29T10:00:00Z", commit="eb69e41", command="python -m normlab bench --op x,y",
+        op="rms_norm",
+        impl="normlab",
+        strategy="two_stage",
+        layout="row",
+        M=8192,
+        N=1024,
+        dtype="bf16",
+        direction="bwd",
+        device_us=24.25,
+        wall_us=390.5,
+        bytes=3 * 8192 * 1024 * 2,
+        gbps=2075.4,
+        roofline_gbps=4242.0,
+        frac_roofline=0.489,
+        datasheet_gbps=4800.0,
+        peak_extra_bytes=17301504,
+        kernels={"_norm_bwd_kernel": 20.0, "_dw_reduce_kernel": 4.25},
+        card="NVIDIA H200",
+        sm_count=132,
+        torch="2.11.0+cu130",
+        triton="3.6.0",
+        mode="gpu",
+        date="2026-11-29T10:00:00Z",
+        commit="eb69e41",
+        command="python -m normlab bench --op x,y",
     )
     fields.update(overrides)
     return Record(**fields)
@@ -25,11 +44,29 @@ def _record(**overrides) -> Record:
 
 SAMPLES = [
     _record(),
-    _record(impl="torch", strategy=None, layout=None, kernels={}, valid=False,
-            note='flagged: "quoted", comma, newline\nsecond line'),
-    _record(op="reverse_kl", impl="normlab", strategy="split", layout=None, block_cap=8192,
-            direction="fwd+bwd", device_us=None, gbps=None, frac_roofline=None,
-            datasheet_gbps=None, roofline_gbps=None, peak_extra_bytes=None, mode="interpret"),
+    _record(
+        impl="torch",
+        strategy=None,
+        layout=None,
+        kernels={},
+        valid=False,
+        note='flagged: "quoted", comma, newline\nsecond line',
+    ),
+    _record(
+        op="reverse_kl",
+        impl="normlab",
+        strategy="split",
+        layout=None,
+        block_cap=8192,
+        direction="fwd+bwd",
+        device_us=None,
+        gbps=None,
+        frac_roofline=None,
+        datasheet_gbps=None,
+        roofline_gbps=None,
+        peak_extra_bytes=None,
+        mode="interpret",
+    ),
 ]
 
 
@@ -46,7 +83,10 @@ def test_csv_stores_kernels_as_json(tmp_path):
     path = records.write_csv(SAMPLES[:1], tmp_path / "run.csv")
     header, row = path.read_text().splitlines()[:2]
     assert header.split(",") == list(records.FIELDS)
-    assert json.loads(row[row.index('"{') + 1: row.index('}"') + 1].replace('""', '"')) == SAMPLES[0].kernels
+    assert (
+        json.loads(row[row.index('"{') + 1 : row.index('}"') + 1].replace('""', '"'))
+        == SAMPLES[0].kernels
+    )
 
 
 def test_jsonl_append(tmp_path):

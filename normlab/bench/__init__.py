@@ -6,7 +6,7 @@ schema in JSONL/CSV (``records``), baselines and normlab in one registry (``regi
 with a progress hook (``sweep``, ``progress``). Never imports ipywidgets or plotly.
 """
 
-from normlab import _runtime  # noqa: F401,I001  (runtime mode before any kernel is defined)
+from normlab import _runtime  # noqa: F401  (runtime mode before any kernel is defined)
 from normlab.bench.device import (
     DATASHEET_GBPS,
     CopyBandwidth,

@@ -13,10 +13,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from normlab import _runtime  # noqa: I001
-
 import torch
 import triton
+
+from normlab import _runtime
 
 # Datasheet HBM bandwidth in GB/s, matched in order against the device name (case-insensitive).
 # Sources: NVIDIA datasheets for T4, A100 (40/80 GB), H100 (SXM5 / PCIe), H200 SXM, B200 (HGX).
@@ -55,11 +55,15 @@ def git_commit() -> str:
     try:
         sha = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", str(root), "diff", "--quiet", "HEAD", "--", "normlab"],
-            capture_output=True, timeout=10,
+            capture_output=True,
+            timeout=10,
         ).returncode
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -89,11 +93,12 @@ def measure_copy_bandwidth(n_bytes: int | None = None, reps: int = COPY_REPS) ->
     dst = torch.empty_like(src)
     timing = time_call(lambda: dst.copy_(src), reps=reps, warmup=2)
     us = statistics.median(timing.device_samples)
-    del src, dst
+    src = dst = None  # free 2 GiB before the sweep allocates
     if _runtime.DEVICE == "cuda":
         torch.cuda.empty_cache()
-    return CopyBandwidth(gbps=2 * n_bytes / us / 1e3, device_us=us, n_bytes=n_bytes, reps=reps,
-                         mode=timing.mode)
+    return CopyBandwidth(
+        gbps=2 * n_bytes / us / 1e3, device_us=us, n_bytes=n_bytes, reps=reps, mode=timing.mode
+    )
 
 
 @dataclass
@@ -114,15 +119,18 @@ class DeviceInfo:
 
     def lines(self) -> list[str]:
         """Human-readable summary, one fact per line."""
-        mode = {"gpu": "gpu (compiled Triton kernels)",
-                "interpret": "interpret (Triton interpreter on CPU tensors)"}.get(self.mode, self.mode)
+        mode = {
+            "gpu": "gpu (compiled Triton kernels)",
+            "interpret": "interpret (Triton interpreter on CPU tensors)",
+        }.get(self.mode, self.mode)
         out = [
             f"card            {self.card}",
             f"mode            {mode}",
             f"torch           {self.torch}",
             f"triton          {self.triton}",
             f"python          {self.python}",
-            f"SMs             {self.sm_count}" + ("  (interpreter stand-in)" if self.mode != "gpu" else ""),
+            f"SMs             {self.sm_count}"
+            + ("  (interpreter stand-in)" if self.mode != "gpu" else ""),
             f"L2              {self.l2_bytes / 2**20:.1f} MiB",
             "datasheet       "
             + (f"{self.datasheet_gbps:.0f} GB/s" if self.datasheet_gbps else "unknown card"),

@@ -8,7 +8,8 @@ A progress hook is a callable ``hook(done: int, total: int, label: str)``, calle
 from __future__ import annotations
 
 import sys
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 ProgressHook = Callable[[int, int, str], None]
 

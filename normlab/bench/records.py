@@ -36,7 +36,12 @@ _DTYPE_NAMES = {
     "fp64": torch.float64,
     "float64": torch.float64,
 }
-_SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
+_SHORT = {
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float32: "fp32",
+    torch.float64: "fp64",
+}
 
 
 def parse_dtype(dtype: torch.dtype | str) -> torch.dtype:
@@ -117,8 +122,20 @@ _INT = {"M", "N", "bytes", "sm_count"}
 _OPT_INT = {"peak_extra_bytes", "block_cap"}
 _FLOAT = {"wall_us"}
 _OPT_FLOAT = {"device_us", "gbps", "roofline_gbps", "frac_roofline", "datasheet_gbps"}
-_STR = {"op", "impl", "dtype", "direction", "card", "torch", "triton", "mode", "date", "commit",
-        "command", "note"}
+_STR = {
+    "op",
+    "impl",
+    "dtype",
+    "direction",
+    "card",
+    "torch",
+    "triton",
+    "mode",
+    "date",
+    "commit",
+    "command",
+    "note",
+}
 _OPT_STR = {"strategy", "layout"}
 
 
@@ -133,7 +150,12 @@ def check_sanity(rec: Record) -> Record:
         if value is not None and not value > 0:
             problems.append(f"{name}={value} is not positive")
     gpu = rec.mode == "gpu"
-    if gpu and rec.gbps is not None and rec.roofline_gbps and rec.gbps > ROOFLINE_SLACK * rec.roofline_gbps:
+    if (
+        gpu
+        and rec.gbps is not None
+        and rec.roofline_gbps
+        and rec.gbps > ROOFLINE_SLACK * rec.roofline_gbps
+    ):
         problems.append(
             f"{rec.gbps:.0f} GB/s exceeds the measured copy roofline "
             f"{rec.roofline_gbps:.0f} GB/s: a measurement bug (warm L2? missed kernel?)"

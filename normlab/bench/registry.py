@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,9 +32,11 @@ from normlab.bench.traffic import LABEL_LOSS_OPS, NORM_OPS, SOFT_LOSS_OPS
 EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
 NORM_DIRECTIONS = ("fwd", "bwd")
 LOSS_DIRECTIONS = ("fwd", "fwd+bwd")
-DEFAULT_DIRECTIONS = {**{op: NORM_DIRECTIONS for op in NORM_OPS},
-                      **{op: ("fwd+bwd",) for op in SOFT_LOSS_OPS + LABEL_LOSS_OPS},
-                      "copy": ("fwd",)}
+DEFAULT_DIRECTIONS = {
+    **{op: NORM_DIRECTIONS for op in NORM_OPS},
+    **{op: ("fwd+bwd",) for op in SOFT_LOSS_OPS + LABEL_LOSS_OPS},
+    "copy": ("fwd",),
+}
 # Options an impl takes, by op family; the values are the public API's keywords.
 NORM_OPTIONS = ("strategy", "layout")
 LOSS_OPTIONS = ("form", "block_cap")
@@ -74,7 +77,9 @@ def get(op: str, name: str) -> Impl:
     if op not in REGISTRY:
         raise ValueError(f"unknown op {op!r}: expected one of {', '.join(REGISTRY)}")
     if name not in REGISTRY[op]:
-        raise ValueError(f"op {op!r} has no impl {name!r}: expected one of {', '.join(REGISTRY[op])}")
+        raise ValueError(
+            f"op {op!r} has no impl {name!r}: expected one of {', '.join(REGISTRY[op])}"
+        )
     return REGISTRY[op][name]
 
 
@@ -111,8 +116,12 @@ def _compile_available() -> str | None:
 
 def _compiled(fn: Callable) -> Callable:
     cfg = torch._dynamo.config
-    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
-                 "accumulated_cache_size_limit"):
+    for name in (
+        "recompile_limit",
+        "cache_size_limit",
+        "accumulated_recompile_limit",
+        "accumulated_cache_size_limit",
+    ):
         if hasattr(cfg, name):
             setattr(cfg, name, max(getattr(cfg, name), _COMPILE_RECOMPILE_LIMIT))
     return torch.compile(fn, dynamic=False)
@@ -125,7 +134,9 @@ def _compiled(fn: Callable) -> Callable:
 
 def _check_direction(op: str, direction: str, allowed: tuple[str, ...]) -> None:
     if direction not in allowed:
-        raise ValueError(f"{op} has no direction {direction!r}: expected one of {', '.join(allowed)}")
+        raise ValueError(
+            f"{op} has no direction {direction!r}: expected one of {', '.join(allowed)}"
+        )
 
 
 def _norm_case(fn: Callable, op: str, M: int, N: int, dtype, direction: str, device: str):
@@ -133,7 +144,11 @@ def _norm_case(fn: Callable, op: str, M: int, N: int, dtype, direction: str, dev
     _check_direction(op, direction, NORM_DIRECTIONS)
     x = torch.randn(M, N, dtype=dtype, device=device, requires_grad=True)
     w = (1 + 0.1 * torch.randn(N, device=device)).to(dtype).requires_grad_()
-    b = (0.1 * torch.randn(N, device=device)).to(dtype).requires_grad_() if op == "layer_norm" else None
+    b = (
+        (0.1 * torch.randn(N, device=device)).to(dtype).requires_grad_()
+        if op == "layer_norm"
+        else None
+    )
     eps = EPS[op]
     if direction == "fwd":
         return lambda: fn(x, w, b, eps)
@@ -176,7 +191,7 @@ def _eager_rms_norm(x, w, b, eps):
 
 
 def _eager_rms_fn() -> Callable:
-    import normlab.ref as ref
+    from normlab import ref
 
     eager = getattr(ref, "rms_norm_eager_ops", None)
     if eager is not None:
@@ -234,19 +249,60 @@ def _torch_norm(op: str, compiled: bool):
     return make
 
 
-register(Impl("rms_norm", "eager", _norm_builder(_eager_rms_fn, "rms_norm"), NORM_DIRECTIONS,
-              "separate PyTorch ops in fp32 (normlab.ref.rms_norm_eager_ops if present)"))
+register(
+    Impl(
+        "rms_norm",
+        "eager",
+        _norm_builder(_eager_rms_fn, "rms_norm"),
+        NORM_DIRECTIONS,
+        "separate PyTorch ops in fp32 (normlab.ref.rms_norm_eager_ops if present)",
+    )
+)
 for _op in NORM_OPS:
-    register(Impl(_op, "torch", _norm_builder(_torch_norm(_op, False), _op), NORM_DIRECTIONS,
-                  f"F.{_op}"))
-    register(Impl(_op, "compile", _norm_builder(_torch_norm(_op, True), _op), NORM_DIRECTIONS,
-                  f"torch.compile(F.{_op}, dynamic=False)", unavailable=_compile_available))
-    register(Impl(_op, "normlab", _norm_builder(_normlab_norm(_op), _op), NORM_DIRECTIONS,
-                  f"normlab.{_op}(strategy=, layout=)", baseline=False, options=NORM_OPTIONS))
-    register(Impl(_op, "liger", _norm_builder(_liger_norm(_op), _op), NORM_DIRECTIONS,
-                  "liger-kernel (when importable)", unavailable=_needs_module("liger_kernel")))
-register(Impl("rms_norm", "quack", _norm_builder(_quack_rms_norm, "rms_norm"), NORM_DIRECTIONS,
-              "quack-kernels rmsnorm (when importable)", unavailable=_needs_module("quack")))
+    register(
+        Impl(_op, "torch", _norm_builder(_torch_norm(_op, False), _op), NORM_DIRECTIONS, f"F.{_op}")
+    )
+    register(
+        Impl(
+            _op,
+            "compile",
+            _norm_builder(_torch_norm(_op, True), _op),
+            NORM_DIRECTIONS,
+            f"torch.compile(F.{_op}, dynamic=False)",
+            unavailable=_compile_available,
+        )
+    )
+    register(
+        Impl(
+            _op,
+            "normlab",
+            _norm_builder(_normlab_norm(_op), _op),
+            NORM_DIRECTIONS,
+            f"normlab.{_op}(strategy=, layout=)",
+            baseline=False,
+            options=NORM_OPTIONS,
+        )
+    )
+    register(
+        Impl(
+            _op,
+            "liger",
+            _norm_builder(_liger_norm(_op), _op),
+            NORM_DIRECTIONS,
+            "liger-kernel (when importable)",
+            unavailable=_needs_module("liger_kernel"),
+        )
+    )
+register(
+    Impl(
+        "rms_norm",
+        "quack",
+        _norm_builder(_quack_rms_norm, "rms_norm"),
+        NORM_DIRECTIONS,
+        "quack-kernels rmsnorm (when importable)",
+        unavailable=_needs_module("quack"),
+    )
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,8 +313,12 @@ register(Impl("rms_norm", "quack", _norm_builder(_quack_rms_norm, "rms_norm"), N
 def _fallback_loss(op: str) -> Callable:
     """fp32 PyTorch losses of h200_peers.md, used when normlab.ref lacks the op's reference."""
     if op == "reverse_kl":  # KL(softmax(logits) || softmax(target)), mean over tokens
-        return lambda lg, t: F.kl_div(t.float().log_softmax(-1), lg.float().log_softmax(-1),
-                                      reduction="batchmean", log_target=True)
+        return lambda lg, t: F.kl_div(
+            t.float().log_softmax(-1),
+            lg.float().log_softmax(-1),
+            reduction="batchmean",
+            log_target=True,
+        )
     if op == "soft_cross_entropy":  # -sum softmax(target) * log_softmax(logits), mean over tokens
         return lambda lg, t: -(t.float().softmax(-1) * lg.float().log_softmax(-1)).sum(-1).mean()
     return lambda lg, labels: F.cross_entropy(lg.float(), labels)
@@ -266,7 +326,7 @@ def _fallback_loss(op: str) -> Callable:
 
 def _eager_loss(op: str):
     def make():
-        import normlab.ref as ref
+        from normlab import ref
 
         return getattr(ref, f"{op}_ref", None) or _fallback_loss(op)
 
@@ -314,19 +374,73 @@ def _loss_builder(make_fn: Callable[..., Callable], op: str):
 
 
 for _op in SOFT_LOSS_OPS + LABEL_LOSS_OPS:
-    register(Impl(_op, "eager", _loss_builder(_eager_loss(_op), _op), LOSS_DIRECTIONS,
-                  f"normlab.ref.{_op}_ref (fp32 PyTorch)"))
+    register(
+        Impl(
+            _op,
+            "eager",
+            _loss_builder(_eager_loss(_op), _op),
+            LOSS_DIRECTIONS,
+            f"normlab.ref.{_op}_ref (fp32 PyTorch)",
+        )
+    )
     if _op in LABEL_LOSS_OPS:
-        register(Impl(_op, "torch", _loss_builder(lambda: _fallback_loss("cross_entropy"), _op),
-                      LOSS_DIRECTIONS, "F.cross_entropy(logits.float(), labels)"))
-    register(Impl(_op, "compile", _loss_builder(_compiled_loss(_op), _op), LOSS_DIRECTIONS,
-                  "torch.compile(eager, dynamic=False)", unavailable=_compile_available))
-    register(Impl(_op, "normlab", _loss_builder(_normlab_loss(_op), _op), LOSS_DIRECTIONS,
-                  f"normlab.{_op}(form=, block_cap=)", baseline=False, options=LOSS_OPTIONS))
-register(Impl("cross_entropy", "liger", _loss_builder(_liger_ce, "cross_entropy"), LOSS_DIRECTIONS,
-              "liger-kernel cross entropy (when importable)", unavailable=_needs_module("liger_kernel")))
-register(Impl("cross_entropy", "quack", _loss_builder(_quack_ce, "cross_entropy"), LOSS_DIRECTIONS,
-              "quack-kernels cross entropy (when importable)", unavailable=_needs_module("quack")))
+        register(
+            Impl(
+                _op,
+                "torch",
+                _loss_builder(lambda: _fallback_loss("cross_entropy"), _op),
+                LOSS_DIRECTIONS,
+                "F.cross_entropy(logits.float(), labels)",
+            )
+        )
+    register(
+        Impl(
+            _op,
+            "compile",
+            _loss_builder(_compiled_loss(_op), _op),
+            LOSS_DIRECTIONS,
+            "torch.compile(eager, dynamic=False)",
+            unavailable=_compile_available,
+        )
+    )
+    register(
+        Impl(
+            _op,
+            "normlab",
+            _loss_builder(_normlab_loss(_op), _op),
+            LOSS_DIRECTIONS,
+            f"normlab.{_op}(form=, block_cap=)",
+            baseline=False,
+            options=LOSS_OPTIONS,
+        )
+    )
+register(
+    Impl(
+        "cross_entropy",
+        "liger",
+        _loss_builder(_liger_ce, "cross_entropy"),
+        LOSS_DIRECTIONS,
+        "liger-kernel cross entropy (when importable)",
+        unavailable=_needs_module("liger_kernel"),
+    )
+)
+register(
+    Impl(
+        "cross_entropy",
+        "quack",
+        _loss_builder(_quack_ce, "cross_entropy"),
+        LOSS_DIRECTIONS,
+        "quack-kernels cross entropy (when importable)",
+        unavailable=_needs_module("quack"),
+    )
+)
 
-register(Impl("copy", "torch", lambda M, N, dtype, direction, device: _copy_case(M, N, dtype, direction, device),
-              ("fwd",), "dst.copy_(src): the roofline op"))
+register(
+    Impl(
+        "copy",
+        "torch",
+        lambda M, N, dtype, direction, device: _copy_case(M, N, dtype, direction, device),
+        ("fwd",),
+        "dst.copy_(src): the roofline op",
+    )
+)

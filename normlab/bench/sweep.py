@@ -10,7 +10,7 @@ import datetime as _dt
 import gc
 import itertools
 import re
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -22,8 +22,19 @@ from normlab.bench.records import Record, check_sanity, dtype_name, parse_dtype
 from normlab.bench.timing import time_call
 
 # The 11 norm shapes of h200_peers.md, in its order.
-PEERS = [(8192, 1024), (1024, 8192), (2048, 4096), (16384, 1024), (4096, 4096), (32768, 1024),
-         (8192, 4096), (512, 16384), (16384, 2048), (2048, 16384), (32768, 8192)]
+PEERS = [
+    (8192, 1024),
+    (1024, 8192),
+    (2048, 4096),
+    (16384, 1024),
+    (4096, 4096),
+    (32768, 1024),
+    (8192, 4096),
+    (512, 16384),
+    (16384, 2048),
+    (2048, 16384),
+    (32768, 8192),
+]
 NARROW_ROWS = 7_864_320
 SHAPES: dict[str, list[tuple[int, int]]] = {
     "peers": PEERS,
@@ -102,7 +113,9 @@ def sweep(
     dirs = list(directions) if directions is not None else list(registry.DEFAULT_DIRECTIONS[op])
     for d in dirs:
         if d not in traffic.DIRECTIONS:
-            raise ValueError(f"unknown direction {d!r}: expected one of {', '.join(traffic.DIRECTIONS)}")
+            raise ValueError(
+                f"unknown direction {d!r}: expected one of {', '.join(traffic.DIRECTIONS)}"
+            )
     if device is None:
         device = device_info(measure_copy=roofline is None)
     if roofline is None:
@@ -130,7 +143,9 @@ def sweep(
     results = Results(skipped=skipped, device=device)
     for i, (impl, variant, M, N, dtype, direction) in enumerate(cases):
         opts = ",".join(f"{v}" for v in variant.values())
-        label = f"{op} {impl.name}{f'[{opts}]' if opts else ''} {M}x{N} {dtype_name(dtype)} {direction}"
+        label = (
+            f"{op} {impl.name}{f'[{opts}]' if opts else ''} {M}x{N} {dtype_name(dtype)} {direction}"
+        )
         if hook:
             hook(i, len(cases), label)
         try:
@@ -147,17 +162,33 @@ def sweep(
         n_bytes = traffic.bytes_moved(op, direction, M, N, dtype, model=model)
         achieved = traffic.gbps(n_bytes, timing.device_us)
         rec = Record(
-            op=op, impl=impl.name,
+            op=op,
+            impl=impl.name,
             strategy=variant.get("strategy", variant.get("form")),
-            layout=variant.get("layout"), block_cap=variant.get("block_cap"),
-            M=M, N=N, dtype=dtype_name(dtype), direction=direction,
-            device_us=timing.device_us, wall_us=timing.wall_us,
-            bytes=n_bytes, gbps=achieved, roofline_gbps=roofline_gbps,
+            layout=variant.get("layout"),
+            block_cap=variant.get("block_cap"),
+            M=M,
+            N=N,
+            dtype=dtype_name(dtype),
+            direction=direction,
+            device_us=timing.device_us,
+            wall_us=timing.wall_us,
+            bytes=n_bytes,
+            gbps=achieved,
+            roofline_gbps=roofline_gbps,
             frac_roofline=traffic.fraction_of_roofline(achieved, roofline_gbps),
-            datasheet_gbps=device.datasheet_gbps, peak_extra_bytes=timing.peak_extra_bytes,
-            kernels=timing.kernels, card=device.card, sm_count=device.sm_count,
-            torch=device.torch, triton=device.triton, mode=mode, date=date, commit=commit,
-            command=command, note=f"{model} bytes model; {timing.reps} reps",
+            datasheet_gbps=device.datasheet_gbps,
+            peak_extra_bytes=timing.peak_extra_bytes,
+            kernels=timing.kernels,
+            card=device.card,
+            sm_count=device.sm_count,
+            torch=device.torch,
+            triton=device.triton,
+            mode=mode,
+            date=date,
+            commit=commit,
+            command=command,
+            note=f"{model} bytes model; {timing.reps} reps",
         )
         check_sanity(rec)
         results.append(rec)
@@ -182,21 +213,39 @@ def format_table(records: list[Record], skipped: Iterable[tuple[str, str]] = ())
     """A fixed-width table: impl, shape, dir, device µs, wall µs, GB/s, % of copy, Δpeak MiB and
     the ratio to the fastest non-normlab impl of the same case (< 1 is faster)."""
     best = best_baseline_us(records)
-    head = ("op", "impl", "shape", "dtype", "dir", "device µs", "wall µs", "GB/s", "% copy",
-            "Δpeak MiB", "vs best", "")
+    head = (
+        "op",
+        "impl",
+        "shape",
+        "dtype",
+        "dir",
+        "device µs",
+        "wall µs",
+        "GB/s",
+        "% copy",
+        "Δpeak MiB",
+        "vs best",
+        "",
+    )
     rows = []
     for r in records:
         ref = best.get((r.op, r.M, r.N, r.dtype, r.direction))
-        rows.append((
-            r.op, r.label, r.shape, r.dtype, r.direction,
-            f"{r.device_us:.1f}" if r.device_us is not None else "-",
-            f"{r.wall_us:.1f}",
-            f"{r.gbps:.0f}" if r.gbps is not None else "-",
-            f"{100 * r.frac_roofline:.0f}%" if r.frac_roofline is not None else "-",
-            f"{r.peak_extra_bytes / 2**20:.1f}" if r.peak_extra_bytes is not None else "-",
-            f"{r.device_us / ref:.2f}x" if ref and r.device_us else "-",
-            "" if r.valid else "INVALID: " + r.note,
-        ))
+        rows.append(
+            (
+                r.op,
+                r.label,
+                r.shape,
+                r.dtype,
+                r.direction,
+                f"{r.device_us:.1f}" if r.device_us is not None else "-",
+                f"{r.wall_us:.1f}",
+                f"{r.gbps:.0f}" if r.gbps is not None else "-",
+                f"{100 * r.frac_roofline:.0f}%" if r.frac_roofline is not None else "-",
+                f"{r.peak_extra_bytes / 2**20:.1f}" if r.peak_extra_bytes is not None else "-",
+                f"{r.device_us / ref:.2f}x" if ref and r.device_us else "-",
+                "" if r.valid else "INVALID: " + r.note,
+            )
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     lines = []
     modes = {r.mode for r in records}
@@ -205,9 +254,12 @@ def format_table(records: list[Record], skipped: Iterable[tuple[str, str]] = ())
     if records:
         r0 = records[0]
         roof = f"{r0.roofline_gbps:.0f} GB/s" if r0.roofline_gbps else "not measured"
-        lines.append(f"# {r0.card} ({r0.mode}); copy roofline {roof}; torch {r0.torch}, "
-                     f"triton {r0.triton}")
-    fmt = "  ".join(f"{{:<{w}}}" if i < 5 or i == 11 else f"{{:>{w}}}" for i, w in enumerate(widths))
+        lines.append(
+            f"# {r0.card} ({r0.mode}); copy roofline {roof}; torch {r0.torch}, triton {r0.triton}"
+        )
+    fmt = "  ".join(
+        f"{{:<{w}}}" if i < 5 or i == 11 else f"{{:>{w}}}" for i, w in enumerate(widths)
+    )
     lines.append(fmt.format(*head).rstrip())
     lines.extend(fmt.format(*row).rstrip() for row in rows)
     for label, reason in skipped:

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-from normlab import _runtime  # noqa: I001  (sets TRITON_INTERPRET before the kernels below)
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
+
+from normlab import _runtime
 
 FLUSH_MIN_BYTES = 512 * 2**20  # the 512 MB write of h200_peers.md; at least 2x L2 in any case
 _FLUSH_BLOCK = 4096
@@ -174,13 +176,16 @@ def _time_gpu(run: Callable[[], Any], reps: int, warmup: int) -> Timing:
         walls.append(start.elapsed_time(end) * 1e3)
         del out
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            tools.flush()
-            out = run()
-            tools.marker()
-            del out
-        torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        # torch 2.11 warns once that events are cleared per cycle; we use one cycle
+        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                tools.flush()
+                out = run()
+                tools.marker()
+                del out
+            torch.cuda.synchronize()
     calls = split_calls(_gpu_events(prof), reps)
 
     device = [sum(d for _, d in call) for call in calls]
@@ -231,7 +236,9 @@ def time_call(run: Callable[[], Any], *, reps: int = 30, warmup: int = 3) -> Tim
         raise ValueError(f"reps must be >= 1, got {reps}")
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
-    timing = _time_gpu(run, reps, warmup) if _runtime.DEVICE == "cuda" else _time_cpu(run, reps, warmup)
+    timing = (
+        _time_gpu(run, reps, warmup) if _runtime.DEVICE == "cuda" else _time_cpu(run, reps, warmup)
+    )
     if timing.device_us is not None and not timing.device_us > 0:
         raise BenchError(f"device time {timing.device_us} us is not positive (no kernel ran?)")
     if not timing.wall_us > 0:

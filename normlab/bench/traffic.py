@@ -120,7 +120,7 @@ def bytes_moved(
     return total
 
 
-def gbps(n_bytes: int | float, time_us: float | None) -> float | None:
+def gbps(n_bytes: float, time_us: float | None) -> float | None:
     """Achieved bandwidth in GB/s (1 GB = 1e9 B); None when there is no time."""
     if time_us is None:
         return None
