@@ -215,12 +215,13 @@ def _block_row_bwd_kernel(
             else:
                 db_acc += tl.sum(dy, axis=0)
 
+    if ACC_TILE:
+        dw_acc = tl.sum(dw_acc, axis=0)
+        db_acc = tl.sum(db_acc, axis=0)
     if HAS_WEIGHT:
-        dw = tl.sum(dw_acc, axis=0) if ACC_TILE else dw_acc
-        tl.store(dw_partial_ptr + pid * n_cols + cols, dw, mask=col_mask)
+        tl.store(dw_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
     if HAS_BIAS:
-        db = tl.sum(db_acc, axis=0) if ACC_TILE else db_acc
-        tl.store(db_partial_ptr + pid * n_cols + cols, db, mask=col_mask)
+        tl.store(db_partial_ptr + pid * n_cols + cols, db_acc, mask=col_mask)
 
 
 # ============================================================================================
