@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Record the GPU results that ship in normlab/data/ (run from the repo root on a CUDA machine).
+#   OUT=out bash scripts/record_gpu.sh [norms|narrow|losses|all]
+# Writes $OUT/<card-slug>-<date>.jsonl (all records, one schema) and $OUT/record.log.
+set -uo pipefail
+OUT=${OUT:-out}
+WHAT=${1:-all}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+slug=$(python3 -c "import torch,re; print(re.sub(r'[^a-z0-9]+','-',torch.cuda.get_device_name().lower()).strip('-'))")
+records="$OUT/$slug-$(date -u +%F).jsonl"
+log="$OUT/record.log"
+bench() { python3 -m normlab bench --no-progress --out "$OUT/part.jsonl" "$@" 2>&1 | tee -a "$log"; cat "$OUT/part.jsonl" >> "$records"; rm -f "$OUT/part.jsonl"; }
+
+python3 -m normlab info 2>&1 | tee -a "$log"
+if [[ $WHAT == all || $WHAT == norms ]]; then
+  # Forward does not depend on the backward strategy: time it once per impl.
+  bench --op rms_norm,layer_norm --shapes peers --direction fwd --impl eager,torch,compile,normlab
+  bench --op rms_norm,layer_norm --shapes peers --direction bwd --impl eager,torch,compile
+  bench --op rms_norm,layer_norm --shapes peers --direction bwd --impl normlab \
+        --strategy auto,atomic,two_stage,persistent
+fi
+if [[ $WHAT == all || $WHAT == narrow ]]; then
+  bench --op rms_norm,layer_norm --shapes narrow --direction fwd,bwd --impl torch,compile
+  bench --op rms_norm,layer_norm --shapes narrow --direction fwd,bwd --impl normlab --layout auto,row,block_row --reps 10
+fi
+if [[ $WHAT == all || $WHAT == losses ]]; then
+  bench --op reverse_kl,soft_cross_entropy --shapes losses --direction fwd+bwd --impl eager,compile
+  bench --op reverse_kl,soft_cross_entropy --shapes losses --direction fwd+bwd --impl normlab \
+        --form auto,split,fused --block-cap none,4096,8192,16384,32768
+  bench --op cross_entropy --shapes losses --direction fwd+bwd --impl eager,torch,compile
+  bench --op cross_entropy --shapes losses --direction fwd+bwd --impl normlab --form auto,split,fused
+fi
+echo "records: $records ($(wc -l < "$records") lines)"
