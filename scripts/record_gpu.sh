@@ -26,9 +26,12 @@ if [[ $WHAT == all || $WHAT == narrow ]]; then
 fi
 if [[ $WHAT == all || $WHAT == losses ]]; then
   bench --op reverse_kl,soft_cross_entropy --shapes losses --direction fwd+bwd --impl eager,compile
+  bench --op reverse_kl,soft_cross_entropy --shapes losses --direction fwd+bwd --impl normlab --form auto,split
   bench --op reverse_kl,soft_cross_entropy --shapes losses --direction fwd+bwd --impl normlab \
-        --form auto,split,fused --block-cap none,4096,8192,16384,32768
+        --form fused --block-cap 4096,8192,16384,32768
   bench --op cross_entropy --shapes losses --direction fwd+bwd --impl eager,torch,compile
-  bench --op cross_entropy --shapes losses --direction fwd+bwd --impl normlab --form auto,split,fused
+  bench --op cross_entropy --shapes losses --direction fwd+bwd --impl normlab --form auto,split
+  bench --op cross_entropy --shapes losses --direction fwd+bwd --impl normlab --form fused \
+        --block-cap 8192,16384,32768
 fi
 echo "records: $records ($(wc -l < "$records") lines)"
