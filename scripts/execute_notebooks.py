@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 WIDGET_PLACEHOLDER = "[interactive widget: run this cell in JupyterLab to use it]"
 
 
@@ -55,7 +57,8 @@ def execute(path: Path, out_dir: Path | None, timeout: int, kernel: str) -> dict
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb, timeout=timeout, kernel_name=kernel, allow_errors=False,
-        record_timing=False, store_widget_state=False,
+        # nbclient needs the widget state to route Output-widget messages; clean() drops it.
+        record_timing=False, store_widget_state=True,
         resources={"metadata": {"path": str(path.parent)}},
     )
     start = time.perf_counter()
@@ -63,7 +66,8 @@ def execute(path: Path, out_dir: Path | None, timeout: int, kernel: str) -> dict
     try:
         client.execute()
     except CellExecutionError as exc:
-        error = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        lines = ANSI.sub("", str(exc)).strip().splitlines()
+        error = lines[-1] if lines else type(exc).__name__
     except Exception as exc:  # kernel died, timeout: report it and go on with the others
         error = f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - start

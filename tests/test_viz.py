@@ -238,6 +238,10 @@ def test_contention_model_numbers():
     # fewer row tiles than persistent slots: one tile each, no idle programs
     small = viz.contention_model(7, 33, n_sm=4, programs_per_sm=2, rows_per_program=2)
     assert small["persistent"]["programs"] == 4 and small["atomic"]["queue_depth"] == 4
+    # two-stage folds a block of rows per partial (the kernel's rows_per_program)
+    blk = viz.contention_model(1000, 64, n_sm=4, rows_per_program=2, two_stage_rows=32)
+    assert blk["two_stage"]["partial_rows"] == 32 and blk["two_stage"]["tiles_per_program"] == 16
+    assert blk["atomic"]["queue_depth"] == 500
     with pytest.raises(ValueError, match="n_rows must be a positive int"):
         viz.contention_model(0, 8, n_sm=4)
 

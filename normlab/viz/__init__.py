@@ -25,6 +25,7 @@ from normlab.viz.plots import (
 )
 
 __all__ = [
+    "widgets",
     "NO_RECORDED_DATA",
     "Table",
     "as_dicts",
@@ -43,3 +44,5 @@ __all__ = [
     "verdict",
     "with_source",
 ]
+
+from normlab.viz import widgets  # noqa: E402  (after plots: widgets wires them)

@@ -488,6 +488,7 @@ def contention_model(
     n_sm: int,
     programs_per_sm: int = 2,
     rows_per_program: int = 1,
+    two_stage_rows: int | None = None,
     elem_bytes: int = 2,
     partial_bytes: int = 4,
 ) -> dict[str, dict]:
@@ -499,18 +500,24 @@ def contention_model(
       reads ``programs`` rows. The workspace grows with M.
     - persistent: ``n_sm * programs_per_sm`` programs grid-stride the rows and fold them in fp32
       registers, so the workspace and the reduce kernel's read are bounded, independent of M.
+
+    ``rows_per_program`` is the row tile of the atomic and persistent kernels; ``two_stage_rows``
+    the rows each two-stage program folds into its one partial row (default: the tile).
     """
+    two_stage_rows = rows_per_program if two_stage_rows is None else two_stage_rows
     for name, v in (("n_rows", n_rows), ("n_cols", n_cols), ("n_sm", n_sm),
-                    ("programs_per_sm", programs_per_sm), ("rows_per_program", rows_per_program)):
+                    ("programs_per_sm", programs_per_sm), ("rows_per_program", rows_per_program),
+                    ("two_stage_rows", two_stage_rows)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     tiles = -(-n_rows // rows_per_program)
     main_bytes = 3 * n_rows * n_cols * elem_bytes  # read x, dy; write dx
     persistent = min(n_sm * programs_per_sm, tiles)
+    two_stage = -(-n_rows // two_stage_rows)
     out = {}
     for strategy, programs, partial_rows, depth in (
         ("atomic", tiles, 0, tiles),
-        ("two_stage", tiles, tiles, 1),
+        ("two_stage", two_stage, two_stage, 1),
         ("persistent", persistent, persistent, 1),
     ):
         workspace = partial_rows * n_cols * partial_bytes
@@ -518,7 +525,9 @@ def contention_model(
             "programs": programs,
             "destinations": 1 if strategy == "atomic" else partial_rows,
             "queue_depth": depth,  # adds serialized on one dγ address
-            "tiles_per_program": -(-tiles // programs),
+            # row tiles folded into each partial (two-stage: its block of rows, in tiles)
+            "tiles_per_program": (-(-two_stage_rows // rows_per_program) if strategy == "two_stage"
+                                  else -(-tiles // programs)),
             "partial_rows": partial_rows,
             "workspace_bytes": workspace,
             # the reduce kernel reads the workspace once; atomics need no second kernel
@@ -535,6 +544,7 @@ def contention_figure(
     n_sm: int,
     programs_per_sm: int = 2,
     rows_per_program: int = 1,
+    two_stage_rows: int | None = None,
     strategies: Iterable[str] = STRATEGIES,
     title: str | None = None,
 ) -> go.Figure:
@@ -548,7 +558,7 @@ def contention_figure(
     if bad or not strategies:
         raise ValueError(f"strategies must be a non-empty subset of {STRATEGIES}, got {strategies}")
     model = contention_model(n_rows, n_cols, n_sm=n_sm, programs_per_sm=programs_per_sm,
-                             rows_per_program=rows_per_program)
+                             rows_per_program=rows_per_program, two_stage_rows=two_stage_rows)
     n = len(strategies)
     fig = make_subplots(
         rows=2, cols=n, row_heights=[0.62, 0.38], vertical_spacing=0.16,
