@@ -275,12 +275,13 @@ ENTROPY_BACKWARD_WARPS = 8
 ENTROPY_RESCALE_BLOCK = 4096  # in-place grad_output rescale after a fused forward
 ENTROPY_RESCALE_WARPS = 8
 
-# form="auto": (form, block_cap) per loss. Initial guess, not yet measured: fused with an 8192 cap
-# (seed 004: 32768 starves occupancy; Fast-LLM PR #547 settled on 16384 for distributions).
+# form="auto": per loss, (largest local vocab, form, block_cap) rows, first match wins. Initial
+# guess, not yet measured: fused with an 8192 cap (seed 004: 32768 starves occupancy; Fast-LLM
+# PR #547 settled on 16384 for distributions).
 ENTROPY_AUTO = {
-    "reverse_kl": ("fused", 8192),
-    "soft_cross_entropy": ("fused", 8192),
-    "cross_entropy": ("fused", 8192),
+    "reverse_kl": ((None, "fused", 8192),),
+    "soft_cross_entropy": ((None, "fused", 8192),),
+    "cross_entropy": ((None, "fused", 8192),),
 }
 
 
@@ -298,5 +299,7 @@ def entropy_auto(loss: str, n_cols: int, distributed: bool) -> tuple[str, int]:
     Tensor parallel always takes the split form: the row statistics must be all-reduced between
     the stats pass and the gradient pass.
     """
-    form, cap = ENTROPY_AUTO[loss]
-    return ("split" if distributed else form), cap
+    for max_cols, form, cap in ENTROPY_AUTO[loss]:
+        if max_cols is None or n_cols <= max_cols:
+            return ("split" if distributed else form), cap
+    raise AssertionError(f"ENTROPY_AUTO[{loss!r}] must end with a catch-all (None) row")

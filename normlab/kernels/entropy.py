@@ -201,14 +201,7 @@ def _fused_row(
     x_label = 0.0
     bad = False
     if KIND == _CE:
-        label, ignored, bad = _load_label(labels_ptr, row, ignore_index, 0, n_cols)
-        if ignored:
-            tl.store(loss_ptr + row, 0.0)
-            if COMPUTE_GRAD and not ACCUMULATE:
-                for i in range(0, tl.cdiv(n_cols, BLOCK)):
-                    offs = i * BLOCK + cols
-                    tl.store(grad_row + offs, tl.zeros([BLOCK], tl.float32).to(grad_ptr.dtype.element_ty), mask=offs < n_cols)
-            return
+        label, ignored, bad = _load_label(labels_ptr, row, ignore_index, 0, n_cols)  # not ignored here
         x_label = tl.load(x_row + tl.where(bad, 0, label)).to(tl.float32)
         x_label = tl.where(bad, float("nan"), x_label)
     m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(x_row, t_row, n_cols, KIND, BLOCK)
@@ -316,6 +309,15 @@ def _cross_entropy_fused_kernel(
     BLOCK: tl.constexpr,
 ):
     """Label cross-entropy loss and gradient of one row in one launch."""
+    row = tl.program_id(0).to(tl.int64)
+    if tl.load(labels_ptr + row) == ignore_index:  # loss 0, gradient 0, logits never read
+        tl.store(loss_ptr + row, 0.0)
+        if COMPUTE_GRAD and not ACCUMULATE:
+            zeros = tl.zeros([BLOCK], tl.float32).to(grad_ptr.dtype.element_ty)
+            for i in range(0, tl.cdiv(n_cols, BLOCK)):
+                offs = i * BLOCK + tl.arange(0, BLOCK)
+                tl.store(grad_ptr + row * grad_row_stride + offs, zeros, mask=offs < n_cols)
+        return
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
                _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
@@ -356,7 +358,8 @@ def _entropy_stats_kernel(
         acc = x_label
     if FINALIZE:
         loss = _finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
-        loss = tl.where(ignored, 0.0, loss)
+        if KIND == _CE:
+            loss = tl.where(ignored, 0.0, loss)
         tl.store(row_stats_ptr + row, _safe_max(m_x))
         tl.store(row_stats_ptr + n_rows + row, _safe_max(m_t))
         tl.store(row_stats_ptr + 2 * n_rows + row, tl.log(s_x))
@@ -432,16 +435,21 @@ def _entropy_grad_rescale_kernel(
     grad_out_stride,
     BLOCK: tl.constexpr,
 ):
-    """grad *= grad_output[row]; a device-side no-op when it is 1 (the common loss.backward())."""
+    """grad *= grad_output[row]; a device-side no-op when it is 1 (the common loss.backward()).
+
+    One program per row (not per tile): the usual all-ones case then costs M programs that
+    each read one scalar and exit.
+    """
     row = tl.program_id(0).to(tl.int64)
     g_out = tl.load(grad_out_ptr + row * grad_out_stride).to(tl.float32)
     if g_out == 1.0:
         return
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_cols
-    ptrs = grad_ptr + row * grad_row_stride + offs
-    g = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32) * g_out
-    tl.store(ptrs, g.to(grad_ptr.dtype.element_ty), mask=mask)
+    grad_row = grad_ptr + row * grad_row_stride
+    for i in range(0, tl.cdiv(n_cols, BLOCK)):
+        offs = i * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n_cols
+        g = tl.load(grad_row + offs, mask=mask, other=0.0).to(tl.float32) * g_out
+        tl.store(grad_row + offs, g.to(grad_ptr.dtype.element_ty), mask=mask)
 
 
 _FUSED_KERNELS = {0: _reverse_kl_fused_kernel, 1: _soft_cross_entropy_fused_kernel,
@@ -524,7 +532,7 @@ def _launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, acc
 def _launch_rescale(grad, grad_out):
     n_rows, n_cols = grad.shape
     block = _block(n_cols, configs.ENTROPY_RESCALE_BLOCK)
-    _entropy_grad_rescale_kernel[(n_rows, triton.cdiv(n_cols, block))](
+    _entropy_grad_rescale_kernel[(n_rows,)](
         grad, grad_out, n_cols, grad.stride(0), 1 if grad_out.dim() else 0, BLOCK=block,
         num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_RESCALE_BLOCK: configs.ENTROPY_RESCALE_WARPS}),
     )  # fmt: skip

@@ -1,0 +1,323 @@
+"""Entropy losses on a CUDA GPU: correctness at real sizes, then device time of forward+backward.
+
+Run from the repo root on the GPU machine: ``python3 scripts/gpu_check_entropy.py``. Writes
+``$OUT/entropy_tuning_h200.json`` (every measurement, with per-kernel breakdowns) and prints a
+compact table. Sections run in priority order under a wall-clock budget
+(``ENTROPY_CHECK_BUDGET_S``, default 180 s); the JSON is rewritten after every section, so a
+timeout still returns what was measured.
+
+Method (as ``../shared/notes/h200_peers.md``): device time = sum of the call's kernel durations
+from ``torch.profiler`` (CUDA activity), averaged over ``REPS`` calls, each preceded by a
+256 MB write (``_l2_flush_kernel``, excluded from the sum) so L2 is cold. A call is
+``loss = f(x, target); torch.autograd.grad(loss, x)``. GB/s uses the minimal bytes model:
+3·M·V·2 (read logits and target once, write d logits once) for reverse KL / soft CE and
+2·M·V·2 (read logits, write d logits) for label CE. Δpeak = max_memory_allocated during one
+call minus the memory allocated before it (the gradient included).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+
+T0 = time.time()
+BUDGET_S = float(os.environ.get("ENTROPY_CHECK_BUDGET_S", "180"))
+sys.path.insert(0, os.getcwd())
+
+import normlab  # noqa: E402  (selects the runtime before any kernel is defined)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from normlab import configs, ref  # noqa: E402
+
+OUT = os.environ.get("OUT", "/tmp/entropy_check")
+os.makedirs(OUT, exist_ok=True)
+M = 4096
+VOCABS = (32768, 65536, 131072, 50257, 151936)
+CAPS = configs.ENTROPY_BLOCK_CAPS
+REPS = 10
+DTYPE = torch.bfloat16
+RESULTS: dict = {"meta": {}, "correctness": [], "timing": [], "sweep": [], "errors": [], "skipped": []}
+
+
+def left() -> float:
+    return BUDGET_S - (time.time() - T0)
+
+
+def dump() -> None:
+    RESULTS["meta"]["elapsed_s"] = round(time.time() - T0, 1)
+    with open(os.path.join(OUT, "entropy_tuning_h200.json"), "w") as f:
+        json.dump(RESULTS, f, indent=1)
+
+
+@triton.jit
+def _l2_flush_kernel(ptr, n, BLOCK: tl.constexpr):  # ptr: (n,) fp32 scratch
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(ptr + offs, tl.zeros([BLOCK], tl.float32), mask=offs < n)
+
+
+_FLUSH = None
+
+
+def flush() -> None:
+    global _FLUSH
+    if _FLUSH is None:
+        _FLUSH = torch.empty(64 * 2**20, dtype=torch.float32, device="cuda")  # 256 MB > 2x L2
+    _l2_flush_kernel[(triton.cdiv(_FLUSH.numel(), 8192),)](_FLUSH, _FLUSH.numel(), BLOCK=8192)
+
+
+def _is_device_event(e) -> bool:
+    return "CUDA" in str(getattr(e, "device_type", ""))
+
+
+def device_time(fn, reps=REPS, warmup=2):
+    """(µs per call, {kernel name: µs per call}) by torch.profiler, L2 flushed before each call."""
+    for _ in range(warmup):
+        flush()
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush()
+            fn()
+        torch.cuda.synchronize()
+    per: dict[str, float] = {}
+    for e in prof.events():
+        if not _is_device_event(e) or "_l2_flush_kernel" in e.name:
+            continue
+        per[e.name] = per.get(e.name, 0.0) + e.time_range.elapsed_us() / reps
+    return sum(per.values()), {k[:80]: round(v, 2) for k, v in sorted(per.items(), key=lambda kv: -kv[1])}
+
+
+def wall_time(fn, reps=5):
+    """µs per call by CUDA events around back-to-back calls (launch overhead included)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1000 / reps
+
+
+def delta_peak(fn) -> int:
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return int(peak)
+
+
+def fwd_bwd(loss_fn, x):
+    def call():
+        (g,) = torch.autograd.grad(loss_fn(), x)
+        return g
+
+    return call
+
+
+# ---- variants ----------------------------------------------------------------------------------
+_COMPILED: dict = {}
+
+
+def variants(loss: str, x, other, with_compile=False, caps=CAPS):
+    """name -> zero-arg loss callable."""
+    fn = {"reverse_kl": normlab.reverse_kl, "soft_cross_entropy": normlab.soft_cross_entropy,
+          "cross_entropy": normlab.cross_entropy}[loss]  # fmt: skip
+    out = {}
+    for cap in caps:
+        out[f"fused_c{cap}"] = lambda cap=cap: fn(x, other, form="fused", block_cap=cap)
+    out["split"] = lambda: fn(x, other, form="split")
+    if loss == "cross_entropy":
+        eager = lambda: F.cross_entropy(x.float(), other)  # noqa: E731
+    else:
+        eager = {"reverse_kl": lambda: ref.reverse_kl_ref(x, other),
+                 "soft_cross_entropy": lambda: ref.soft_cross_entropy_ref(x, other)}[loss]  # fmt: skip
+    out["eager"] = eager
+    if with_compile:
+        if loss not in _COMPILED:
+            base = {"reverse_kl": ref.reverse_kl_ref, "soft_cross_entropy": ref.soft_cross_entropy_ref,
+                    "cross_entropy": lambda a, b: F.cross_entropy(a.float(), b)}[loss]  # fmt: skip
+            _COMPILED[loss] = torch.compile(base, dynamic=False)
+        out["compile"] = lambda: _COMPILED[loss](x, other)
+    return out
+
+
+def inputs(loss, n_rows, n_cols, dtype=DTYPE):
+    x = (torch.randn(n_rows, n_cols, device="cuda") * 2).to(dtype).requires_grad_()
+    if loss == "cross_entropy":
+        other = torch.randint(0, n_cols, (n_rows,), device="cuda")
+        other[::17] = -100
+    else:
+        other = (torch.randn(n_rows, n_cols, device="cuda") * 2).to(dtype)
+    return x, other
+
+
+# ---- sections ----------------------------------------------------------------------------------
+def check_correctness():
+    for n_cols in (32768, 50257, 151936):
+        for loss in ("reverse_kl", "soft_cross_entropy", "cross_entropy"):
+            x, other = inputs(loss, 64, n_cols)
+            xr = x.detach().float().requires_grad_()
+            rfn = {"reverse_kl": ref.reverse_kl_ref, "soft_cross_entropy": ref.soft_cross_entropy_ref,
+                   "cross_entropy": ref.cross_entropy_ref}[loss]  # fmt: skip
+            r = rfn(xr, other)
+            (r * 3).backward()
+            for name, call in variants(loss, x, other).items():
+                if name == "eager":
+                    continue
+                try:
+                    x.grad = None
+                    val = call()
+                    (val * 3).backward()
+                    loss_err = abs(val.item() - r.item()) / max(abs(r.item()), 1e-6)
+                    gmax = xr.grad.abs().max().item()
+                    grad_err = (x.grad.float() - xr.grad).abs().max().item() / gmax
+                    ok = loss_err < 1e-4 and grad_err < 1e-2
+                    RESULTS["correctness"].append(dict(loss=loss, V=n_cols, variant=name, loss_rel_err=loss_err,
+                                                       grad_err_rel_max=grad_err, ok=ok))  # fmt: skip
+                    print(f"check {loss:18s} V={n_cols:6d} {name:12s} loss_rel {loss_err:.2e} grad {grad_err:.2e} "
+                          f"{'ok' if ok else 'FAIL'}", flush=True)  # fmt: skip
+                except Exception as e:  # noqa: BLE001
+                    RESULTS["errors"].append(dict(where=f"check {loss} {n_cols} {name}", error=repr(e)[:400]))
+                    print("ERROR", loss, n_cols, name, repr(e)[:400], flush=True)
+            x.grad = None
+    dump()
+
+
+def bytes_model(loss, n_cols):
+    return (2 if loss == "cross_entropy" else 3) * M * n_cols * 2
+
+
+def measure(loss, n_cols, name, call, x, table="timing", extra=None):
+    try:
+        f = fwd_bwd(call, x)
+        us, kernels = device_time(f)
+        rec = dict(loss=loss, M=M, V=n_cols, variant=name, device_us=round(us, 1),
+                   gbps=round(bytes_model(loss, n_cols) / us / 1e3, 1), wall_us=round(wall_time(f), 1),
+                   dpeak_mib=round(delta_peak(f) / 2**20, 1), kernels=kernels)  # fmt: skip
+        rec.update(extra or {})
+        RESULTS[table].append(rec)
+        print(f"{table} {loss:18s} V={n_cols:6d} {name:16s} {us:8.1f} us {rec['gbps']:7.1f} GB/s "
+              f"dpeak {rec['dpeak_mib']:8.1f} MiB  wall {rec['wall_us']:8.1f} us", flush=True)  # fmt: skip
+    except Exception as e:  # noqa: BLE001
+        RESULTS["errors"].append(dict(where=f"{table} {loss} {n_cols} {name}", error=repr(e)[:400]))
+        print("ERROR", loss, n_cols, name, repr(e)[:400], flush=True)
+        traceback.print_exc()
+
+
+def time_loss(loss, min_left=20.0):
+    for n_cols in VOCABS:
+        if left() < min_left:
+            RESULTS["skipped"].append(f"timing {loss} V={n_cols}")
+            continue
+        x, other = inputs(loss, M, n_cols)
+        for name, call in variants(loss, x, other).items():
+            if name == "eager" and n_cols not in (32768, 131072):
+                continue  # eager is far behind; two points show it
+            measure(loss, n_cols, name, call, x)
+        del x, other
+        torch.cuda.empty_cache()
+        dump()
+
+
+def sweep_warps(min_left=30.0):
+    """Fused reverse KL: cap x num_warps at 32K and 128K; split stats/backward tiles."""
+    saved = dict(configs.ENTROPY_FUSED_WARPS)
+    for n_cols in (32768, 131072):
+        x, t = inputs("reverse_kl", M, n_cols)
+        for cap in (4096, 8192, 16384):
+            for warps in (4, 8, 16, 32):
+                if left() < min_left:
+                    RESULTS["skipped"].append(f"sweep V={n_cols} cap={cap} warps={warps}")
+                    continue
+                if warps == saved.get(cap):
+                    continue  # already in the main table
+                configs.ENTROPY_FUSED_WARPS[cap] = warps
+                measure("reverse_kl", n_cols, f"fused_c{cap}_w{warps}",
+                        lambda cap=cap: normlab.reverse_kl(x, t, form="fused", block_cap=cap), x,
+                        table="sweep", extra=dict(cap=cap, warps=warps))  # fmt: skip
+            configs.ENTROPY_FUSED_WARPS.update(saved)
+        s_saved = (configs.ENTROPY_STATS_BLOCK, configs.ENTROPY_STATS_WARPS, configs.ENTROPY_BACKWARD_BLOCK,
+                   configs.ENTROPY_BACKWARD_WARPS)  # fmt: skip
+        for sb, sw, bb, bw in ((8192, 16, 4096, 8), (4096, 8, 2048, 4), (4096, 8, 8192, 16), (2048, 4, 4096, 8)):
+            if left() < min_left:
+                RESULTS["skipped"].append(f"sweep split V={n_cols} {sb}/{sw} {bb}/{bw}")
+                continue
+            (configs.ENTROPY_STATS_BLOCK, configs.ENTROPY_STATS_WARPS, configs.ENTROPY_BACKWARD_BLOCK,
+             configs.ENTROPY_BACKWARD_WARPS) = (sb, sw, bb, bw)  # fmt: skip
+            measure("reverse_kl", n_cols, f"split_s{sb}w{sw}_b{bb}w{bw}",
+                    lambda: normlab.reverse_kl(x, t, form="split", block_cap=32768), x, table="sweep",
+                    extra=dict(stats=[sb, sw], backward=[bb, bw]))  # fmt: skip
+        (configs.ENTROPY_STATS_BLOCK, configs.ENTROPY_STATS_WARPS, configs.ENTROPY_BACKWARD_BLOCK,
+         configs.ENTROPY_BACKWARD_WARPS) = s_saved  # fmt: skip
+        del x, t
+        torch.cuda.empty_cache()
+        dump()
+
+
+def time_compile(min_left=35.0):
+    for loss, n_cols in (("reverse_kl", 32768), ("cross_entropy", 32768), ("reverse_kl", 131072),
+                         ("cross_entropy", 131072), ("soft_cross_entropy", 32768), ("reverse_kl", 65536),
+                         ("cross_entropy", 65536)):  # fmt: skip
+        if left() < min_left:
+            RESULTS["skipped"].append(f"compile {loss} V={n_cols}")
+            continue
+        x, other = inputs(loss, M, n_cols)
+        call = variants(loss, x, other, with_compile=True, caps=())["compile"]
+        measure(loss, n_cols, "compile", call, x)
+        del x, other
+        torch.cuda.empty_cache()
+        dump()
+
+
+def main():
+    props = torch.cuda.get_device_properties(0)
+    RESULTS["meta"] = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), device=props.name,
+        sms=props.multi_processor_count, torch=torch.__version__, triton=triton.__version__,
+        python=sys.version.split()[0], M=M, dtype=str(DTYPE), reps=REPS,
+        method="torch.profiler CUDA kernel sum per call, 256 MB L2 flush before each call (excluded)",
+        bytes_model="3*M*V*2 (reverse_kl, soft_cross_entropy), 2*M*V*2 (cross_entropy)",
+        configs=dict(fused_warps=configs.ENTROPY_FUSED_WARPS, stats=[configs.ENTROPY_STATS_BLOCK,
+                     configs.ENTROPY_STATS_WARPS], backward=[configs.ENTROPY_BACKWARD_BLOCK,
+                     configs.ENTROPY_BACKWARD_WARPS]),
+    )  # fmt: skip
+    print(RESULTS["meta"], flush=True)
+    sections = [("correctness", check_correctness), ("reverse_kl", lambda: time_loss("reverse_kl")),
+                ("cross_entropy", lambda: time_loss("cross_entropy")), ("sweep", sweep_warps),
+                ("soft_cross_entropy", lambda: time_loss("soft_cross_entropy", 40.0)),
+                ("compile", time_compile)]  # fmt: skip
+    for name, section in sections:
+        t = time.time()
+        try:
+            section()
+        except Exception as e:  # noqa: BLE001
+            RESULTS["errors"].append(dict(where=name, error=repr(e)[:400]))
+            traceback.print_exc()
+        print(f"== section {name}: {time.time() - t:.1f} s, {left():.0f} s left", flush=True)
+        dump()
+    summary()
+
+
+def summary():
+    print("\nloss                V       variant          device_us    GB/s  dpeak_MiB")
+    for r in RESULTS["timing"]:
+        print(f"{r['loss']:18s} {r['V']:7d} {r['variant']:16s} {r['device_us']:9.1f} {r['gbps']:7.1f} {r['dpeak_mib']:9.1f}")
+    fails = [c for c in RESULTS["correctness"] if not c["ok"]]
+    print(f"correctness: {len(RESULTS['correctness']) - len(fails)} ok, {len(fails)} failed; errors: {len(RESULTS['errors'])}")
+
+
+if __name__ == "__main__":
+    main()
