@@ -674,8 +674,13 @@ viz.gbps_vs_shape(viz.select(recorded, op="rms_norm", direction="bwd"), source="
     nav(6),
 ]
 
-for i, cells in nbs.items():
-    nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
-                                             "language_info": {"name": "python"}})
-    nbformat.write(nb, OUT / f"{NAV[i]}.ipynb")
-    print("wrote", NAV[i])
+def main(out: Path = OUT) -> None:
+    for i, cells in nbs.items():
+        nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
+                                                 "language_info": {"name": "python"}})
+        nbformat.write(nb, out / f"{NAV[i]}.ipynb")
+        print("wrote", NAV[i])
+
+
+if __name__ == "__main__":
+    main()
