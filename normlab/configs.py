@@ -160,32 +160,54 @@ def norm_bwd_config(
 
 from typing import NamedTuple  # noqa: E402
 
-# Widest row the block-row kernels take. Seed 003 (H100) found block-row 1.98x faster than one
-# row per program at 256 columns and no faster at 512. Initial guess for the H200, not yet measured.
+# Measured in normlab/data/dev/narrow_tuning_h200.json ("H200 run" below): NVIDIA H200, 132 SMs,
+# torch 2.11.0+cu130, triton 3.6.0, 2026-11-29, 7,864,320 rows, bf16, LayerNorm unless noted,
+# CUDA-event time per call with L2 flushed before each; copy bandwidth 4274 GB/s.
+
+# Widest row the block-row kernels take. H200 run, forward vs the row path: 33.6x at 16 columns,
+# 2.66x at 256, 1.48x at 512; backward: 512 was not measured with the tuned backward below and
+# its first (column-sum) backward lost 2.8x to the row path there, so 512 stays out.
 BLOCK_ROW_MAX_COLS = 256
-# layout="auto" takes block-row only from this many rows (seed 003's threshold: below it
-# the row path already fills the GPU). Initial guess, not yet measured on the H200.
-BLOCK_ROW_MIN_ROWS = 4096
-# Forward tile: BLOCK_ROWS x next_pow2(n_cols), at most this many elements and rows (seed 003's
-# 4096-element, 64-row tiles). Initial guess, not yet measured on the H200.
+# layout="auto" takes block-row only from this many rows. H200 run, 16 columns, forward +
+# backward per call: 1024 rows 20.9 vs 16.0 us (row path), 4096 rows 25.9 vs 19.4 us, 16384 rows
+# 22.3 vs 29.7 us: the backward's extra kernels (partial sums, casts) cost more than they save
+# below ~16k rows. (That run's backward was the untuned column-sum variant; at 256 columns it lost
+# at every row count, so the threshold at 256 columns is not yet measured with the tuned one.)
+BLOCK_ROW_MIN_ROWS = 16384
+# Forward tile: BLOCK_ROWS x next_pow2(n_cols), at most this many elements and rows. H200 run:
+# 4096-element tiles beat 2048 (501 vs 546 us at 64 columns, 1984 vs 2273 us at 256); at 16
+# columns 128- or 256-row tiles measured 146 / 144 us against 155 us for 64 rows in the same
+# pass, but the 64-row default took 141 us in another pass, so the difference is within noise
+# and seed 003's 64-row cap stays.
 BLOCK_ROW_TILE_ELEMS = 4096
 BLOCK_ROW_MAX_ROWS = 64
-# Forward warps: one per this many tile elements (8 fp32 values a thread), clamped to [1, 8].
-# Initial guess, not yet measured.
+# Forward warps: one per this many tile elements, clamped to [1, 8]. H200 run: 4 vs 8 warps on
+# 4096-element tiles, 510 vs 501 us (64 columns), 1961 vs 1984 us (256): no measurable effect.
 BLOCK_ROW_FWD_ELEMS_PER_WARP = 256
 BLOCK_ROW_MAX_WARPS = 8
-# Backward tile elements, warps and persistent programs per SM (seed 003 uses 4).
-# Initial guesses, not yet measured.
+# Backward tiles, warps and persistent programs per SM. Up to 64 columns, measured in the H200
+# run (with the accumulation below): 64 rows x 16 columns 269 us (torch.compile 377 us), 32 x 64
+# 958 us (compile 829 us). With the column-sum accumulation, 8 or 16 programs per SM moved the
+# time by at most 11% and 8 warps were slower. From BLOCK_ROW_BWD_WIDE_COLS columns, chosen by
+# reasoning, not measured in this kernel: at 256 columns this kernel with 2048-element tiles,
+# 4 warps, 4 programs per SM took 3862 us, while the row path's persistent kernel (the same
+# single-pass algorithm with tile accumulators) with 4096-element tiles, 8 warps, 2 programs per
+# SM took 3242 us.
 BLOCK_ROW_BWD_TILE_ELEMS = 2048
 BLOCK_ROW_BWD_WARPS = 4
 BLOCK_ROW_BWD_PROGRAMS_PER_SM = 4
+BLOCK_ROW_BWD_WIDE_COLS = 128
+BLOCK_ROW_BWD_WIDE_TILE_ELEMS = 4096
+BLOCK_ROW_BWD_WIDE_WARPS = 8
+BLOCK_ROW_BWD_WIDE_PROGRAMS_PER_SM = 2
 # Backward dγ/dβ accumulation: whole fp32 tiles reduced once at the end (True) or column sums
-# per tile (False: a cross-warp reduction per tile, but far fewer registers, so more bytes in
-# flight). Initial guess, not yet measured.
-BLOCK_ROW_BWD_ACC_TILE = False
-# Backward: load the next row tile before working on the current one (register prefetch; the
-# grid-stride loop otherwise waits a full DRAM latency per tile). Initial guess, not yet measured.
-BLOCK_ROW_BWD_PREFETCH = True
+# per tile (False). H200 run: tiles 269 / 958 / 3862 us at 16 / 64 / 256 columns, column sums
+# 413 / 1552 / 18465 us (a cross-warp shared-memory reduction per tile).
+BLOCK_ROW_BWD_ACC_TILE = True
+# Backward register prefetch of the next row tile. H200 run with tile accumulators: 266 / 1267 /
+# 4951 us with it against 269 / 958 / 3862 us without (16 / 64 / 256 columns): the extra
+# registers cost more occupancy than the overlap gains.
+BLOCK_ROW_BWD_PREFETCH = False
 
 
 class BlockRowFwdConfig(NamedTuple):
@@ -236,14 +258,20 @@ def block_row_bwd_config(
     prefetch: bool | None = None,
 ) -> BlockRowBwdConfig:
     """Persistent block-row backward launch config; keywords override the heuristic."""
-    tile_elems = BLOCK_ROW_BWD_TILE_ELEMS if tile_elems is None else tile_elems
+    wide = n_cols >= BLOCK_ROW_BWD_WIDE_COLS
+    if tile_elems is None:
+        tile_elems = BLOCK_ROW_BWD_WIDE_TILE_ELEMS if wide else BLOCK_ROW_BWD_TILE_ELEMS
+    if num_warps is None:
+        num_warps = BLOCK_ROW_BWD_WIDE_WARPS if wide else BLOCK_ROW_BWD_WARPS
+    if programs_per_sm is None:
+        programs_per_sm = (
+            BLOCK_ROW_BWD_WIDE_PROGRAMS_PER_SM if wide else BLOCK_ROW_BWD_PROGRAMS_PER_SM
+        )
     max_rows = BLOCK_ROW_MAX_ROWS if max_rows is None else max_rows
     block_rows = max(1, min(max_rows, tile_elems // _block_cols(n_cols)))
-    if programs_per_sm is None:
-        programs_per_sm = BLOCK_ROW_BWD_PROGRAMS_PER_SM
     return BlockRowBwdConfig(
         block_rows=block_rows,
-        num_warps=BLOCK_ROW_BWD_WARPS if num_warps is None else num_warps,
+        num_warps=num_warps,
         programs_per_sm=programs_per_sm,
         acc_tile=BLOCK_ROW_BWD_ACC_TILE if acc_tile is None else acc_tile,
         prefetch=BLOCK_ROW_BWD_PREFETCH if prefetch is None else prefetch,
