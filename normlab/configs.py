@@ -289,27 +289,51 @@ ENTROPY_BLOCK_CAPS = (4096, 8192, 16384, 32768)
 ENTROPY_MIN_BLOCK = 16
 ENTROPY_MAX_BLOCK = 65536
 
-# Fused kernel (one program per row): warps per column tile. Initial guess, not yet measured:
-# keep ~16 fp32 values per thread per tensor at 4096-8192, as Liger/Fast-LLM do at their caps.
-ENTROPY_FUSED_WARPS = {4096: 8, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
+# Measurements cited below: normlab/data/dev/entropy_tuning_h200.json -- NVIDIA H200, torch
+# 2.11.0+cu130, triton 3.6.0, 2026-11-29; 4096 tokens x V, bf16, forward+backward device time
+# (torch.profiler kernel sum, L2 flushed before each call), scripts/gpu_check_entropy.py.
+
+# Fused kernel (one program per row): warps per column tile, reverse KL / soft CE. At 4096, 4
+# warps beat 8/16/32: reverse KL 376 / 419 / 445 / 756 us at V=32768 and 1539 / 1729 / 1820 /
+# 3109 us at V=131072 (fewer warps per CTA = cheaper per-tile cross-warp reductions). At 16384,
+# 16 warps beat 4/8/32 (377 vs 1750 / 544 / 396 us at 32768). 8192: 16 best at 32768 (434 vs
+# 484 / 451 / 504 us), 4 best at 131072 (1726 vs 1892 / 1866 / 2109): kept 16. 32768: only 32
+# measured (1005 us at 32768: the seed-004 occupancy cliff, 2.7x slower than the 16384 cap).
+ENTROPY_FUSED_WARPS = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
+# Label CE (one input): these warps gave 221 / 413 / 819 us at V = 32768 / 65536 / 131072 at
+# cap 4096 (its best cap at every vocab); other warp counts not measured for label CE.
+ENTROPY_FUSED_WARPS_LABEL = {4096: 8, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
 
 # Split form: the stats kernel (one program per row, online max/sum-exp) and the backward kernel
 # (2-D grid: row x column tile, purely elementwise given the row statistics) each have their own
-# tile. Initial guess, not yet measured.
-ENTROPY_STATS_BLOCK = 4096
-ENTROPY_STATS_WARPS = 8
+# tile. Stats 2048 / 4 warps + backward 4096 / 8: reverse KL 376 us at 32768, 1513 us at 131072,
+# vs 395 / 1590 us with stats 4096 / 8 and 435 / 1715 us with stats 8192 / 16. The backward tile
+# barely matters (395.0 / 395.2 / 395.3 us at 32768 for 8192 / 4096 / 2048 with stats 4096).
+ENTROPY_STATS_BLOCK = 2048
+ENTROPY_STATS_WARPS = 4
 ENTROPY_BACKWARD_BLOCK = 4096
 ENTROPY_BACKWARD_WARPS = 8
-ENTROPY_RESCALE_BLOCK = 4096  # in-place grad_output rescale after a fused forward
+# In-place grad_output rescale after a fused forward: with grad_output == 1 every program exits
+# at once (3.5 us at 4096 rows measured); the scaling path itself is not tuned.
+ENTROPY_RESCALE_BLOCK = 4096
 ENTROPY_RESCALE_WARPS = 8
 
-# form="auto": per loss, (largest local vocab, form, block_cap) rows, first match wins. Initial
-# guess, not yet measured: fused with an 8192 cap (seed 004: 32768 starves occupancy; Fast-LLM
-# PR #547 settled on 16384 for distributions).
+# form="auto": per loss, ((form, cap) when the vocab tiles evenly, (form, cap) otherwise), where
+# "evenly" = V <= ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE == 0. Measured (us):
+#   reverse KL   V=32768: fused16384 377, split 395 (376 with the stats tile above); 65536: 740
+#                vs 789; 131072: 1509 vs 1590 (1513). Ragged V: 50257: split 860 ~ fused4096 849
+#                << fused16384 973 (a 16384 tile that is 93% masked costs full compute);
+#                151936: split 1804 < fused16384 1864 < fused4096 2053.
+#   soft CE      32768: split 389 ~ fused16384 396; 65536: 770 vs 784; 131072: 1557 ~ 1561;
+#                50257: split 785 < fused4096 827; 151936: split 1763 < fused16384 1920.
+#   label CE     fused4096 best at every V: 221 / 413 / 819 / 425 / 958 us at 32768 / 65536 /
+#                131072 / 50257 / 151936 (split 233 / 465 / 912 / 461 / 1003).
+# V <= 16384 is not measured: fused there is a single register-resident tile (one read).
+ENTROPY_AUTO_TILE = 16384
 ENTROPY_AUTO = {
-    "reverse_kl": ((None, "fused", 8192),),
-    "soft_cross_entropy": ((None, "fused", 8192),),
-    "cross_entropy": ((None, "fused", 8192),),
+    "reverse_kl": (("fused", 16384), ("split", 16384)),
+    "soft_cross_entropy": (("fused", 16384), ("split", 16384)),
+    "cross_entropy": (("fused", 4096), ("fused", 4096)),
 }
 
 
@@ -327,7 +351,6 @@ def entropy_auto(loss: str, n_cols: int, distributed: bool) -> tuple[str, int]:
     Tensor parallel always takes the split form: the row statistics must be all-reduced between
     the stats pass and the gradient pass.
     """
-    for max_cols, form, cap in ENTROPY_AUTO[loss]:
-        if max_cols is None or n_cols <= max_cols:
-            return ("split" if distributed else form), cap
-    raise AssertionError(f"ENTROPY_AUTO[{loss!r}] must end with a catch-all (None) row")
+    even = n_cols <= ENTROPY_AUTO_TILE or n_cols % ENTROPY_AUTO_TILE == 0
+    form, cap = ENTROPY_AUTO[loss][0 if even else 1]
+    return ("split" if distributed else form), cap

@@ -28,14 +28,14 @@ T0 = time.time()
 BUDGET_S = float(os.environ.get("ENTROPY_CHECK_BUDGET_S", "180"))
 sys.path.insert(0, os.getcwd())
 
-import normlab  # noqa: E402  (selects the runtime before any kernel is defined)
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch.profiler import ProfilerActivity, profile
 
-from normlab import configs, ref  # noqa: E402
+import normlab
+from normlab import configs, ref
 
 OUT = os.environ.get("OUT", "/tmp/entropy_check")
 os.makedirs(OUT, exist_ok=True)
@@ -44,7 +44,14 @@ VOCABS = (32768, 65536, 131072, 50257, 151936)
 CAPS = configs.ENTROPY_BLOCK_CAPS
 REPS = 10
 DTYPE = torch.bfloat16
-RESULTS: dict = {"meta": {}, "correctness": [], "timing": [], "sweep": [], "errors": [], "skipped": []}
+RESULTS: dict = {
+    "meta": {},
+    "correctness": [],
+    "timing": [],
+    "sweep": [],
+    "errors": [],
+    "skipped": [],
+}
 
 
 def left() -> float:
@@ -93,7 +100,9 @@ def device_time(fn, reps=REPS, warmup=2):
         if not _is_device_event(e) or "_l2_flush_kernel" in e.name:
             continue
         per[e.name] = per.get(e.name, 0.0) + e.time_range.elapsed_us() / reps
-    return sum(per.values()), {k[:80]: round(v, 2) for k, v in sorted(per.items(), key=lambda kv: -kv[1])}
+    return sum(per.values()), {
+        k[:80]: round(v, 2) for k, v in sorted(per.items(), key=lambda kv: -kv[1])
+    }
 
 
 def wall_time(fn, reps=5):
@@ -140,7 +149,7 @@ def variants(loss: str, x, other, with_compile=False, caps=CAPS):
         out[f"fused_c{cap}"] = lambda cap=cap: fn(x, other, form="fused", block_cap=cap)
     out["split"] = lambda: fn(x, other, form="split")
     if loss == "cross_entropy":
-        eager = lambda: F.cross_entropy(x.float(), other)  # noqa: E731
+        eager = lambda: F.cross_entropy(x.float(), other)
     else:
         eager = {"reverse_kl": lambda: ref.reverse_kl_ref(x, other),
                  "soft_cross_entropy": lambda: ref.soft_cross_entropy_ref(x, other)}[loss]  # fmt: skip
@@ -185,12 +194,14 @@ def check_correctness():
                     gmax = xr.grad.abs().max().item()
                     grad_err = (x.grad.float() - xr.grad).abs().max().item() / gmax
                     ok = loss_err < 1e-4 and grad_err < 1e-2
-                    RESULTS["correctness"].append(dict(loss=loss, V=n_cols, variant=name, loss_rel_err=loss_err,
-                                                       grad_err_rel_max=grad_err, ok=ok))  # fmt: skip
+                    RESULTS["correctness"].append({"loss": loss, "V": n_cols, "variant": name, "loss_rel_err": loss_err,
+                                                       "grad_err_rel_max": grad_err, "ok": ok})  # fmt: skip
                     print(f"check {loss:18s} V={n_cols:6d} {name:12s} loss_rel {loss_err:.2e} grad {grad_err:.2e} "
                           f"{'ok' if ok else 'FAIL'}", flush=True)  # fmt: skip
                 except Exception as e:  # noqa: BLE001
-                    RESULTS["errors"].append(dict(where=f"check {loss} {n_cols} {name}", error=repr(e)[:400]))
+                    RESULTS["errors"].append(
+                        {"where": f"check {loss} {n_cols} {name}", "error": repr(e)[:400]}
+                    )
                     print("ERROR", loss, n_cols, name, repr(e)[:400], flush=True)
             x.grad = None
     dump()
@@ -204,15 +215,17 @@ def measure(loss, n_cols, name, call, x, table="timing", extra=None):
     try:
         f = fwd_bwd(call, x)
         us, kernels = device_time(f)
-        rec = dict(loss=loss, M=M, V=n_cols, variant=name, device_us=round(us, 1),
-                   gbps=round(bytes_model(loss, n_cols) / us / 1e3, 1), wall_us=round(wall_time(f), 1),
-                   dpeak_mib=round(delta_peak(f) / 2**20, 1), kernels=kernels)  # fmt: skip
+        rec = {"loss": loss, "M": M, "V": n_cols, "variant": name, "device_us": round(us, 1),
+                   "gbps": round(bytes_model(loss, n_cols) / us / 1e3, 1), "wall_us": round(wall_time(f), 1),
+                   "dpeak_mib": round(delta_peak(f) / 2**20, 1), "kernels": kernels}  # fmt: skip
         rec.update(extra or {})
         RESULTS[table].append(rec)
         print(f"{table} {loss:18s} V={n_cols:6d} {name:16s} {us:8.1f} us {rec['gbps']:7.1f} GB/s "
               f"dpeak {rec['dpeak_mib']:8.1f} MiB  wall {rec['wall_us']:8.1f} us", flush=True)  # fmt: skip
     except Exception as e:  # noqa: BLE001
-        RESULTS["errors"].append(dict(where=f"{table} {loss} {n_cols} {name}", error=repr(e)[:400]))
+        RESULTS["errors"].append(
+            {"where": f"{table} {loss} {n_cols} {name}", "error": repr(e)[:400]}
+        )
         print("ERROR", loss, n_cols, name, repr(e)[:400], flush=True)
         traceback.print_exc()
 
@@ -246,23 +259,28 @@ def sweep_warps(min_left=30.0):
                     continue  # already in the main table
                 configs.ENTROPY_FUSED_WARPS[cap] = warps
                 measure("reverse_kl", n_cols, f"fused_c{cap}_w{warps}",
-                        lambda cap=cap: normlab.reverse_kl(x, t, form="fused", block_cap=cap), x,
-                        table="sweep", extra=dict(cap=cap, warps=warps))  # fmt: skip
+                        lambda cap=cap: normlab.reverse_kl(x, t, form="fused", block_cap=cap), x,  # noqa: B023
+                        table="sweep", extra={"cap": cap, "warps": warps})  # fmt: skip
             configs.ENTROPY_FUSED_WARPS.update(saved)
         s_saved = (configs.ENTROPY_STATS_BLOCK, configs.ENTROPY_STATS_WARPS, configs.ENTROPY_BACKWARD_BLOCK,
                    configs.ENTROPY_BACKWARD_WARPS)  # fmt: skip
-        for sb, sw, bb, bw in ((8192, 16, 4096, 8), (4096, 8, 2048, 4), (4096, 8, 8192, 16), (2048, 4, 4096, 8)):
+        for sb, sw, bb, bw in (
+            (8192, 16, 4096, 8),
+            (4096, 8, 2048, 4),
+            (4096, 8, 8192, 16),
+            (2048, 4, 4096, 8),
+        ):
             if left() < min_left:
                 RESULTS["skipped"].append(f"sweep split V={n_cols} {sb}/{sw} {bb}/{bw}")
                 continue
             (configs.ENTROPY_STATS_BLOCK, configs.ENTROPY_STATS_WARPS, configs.ENTROPY_BACKWARD_BLOCK,
              configs.ENTROPY_BACKWARD_WARPS) = (sb, sw, bb, bw)  # fmt: skip
             measure("reverse_kl", n_cols, f"split_s{sb}w{sw}_b{bb}w{bw}",
-                    lambda: normlab.reverse_kl(x, t, form="split", block_cap=32768), x, table="sweep",
-                    extra=dict(stats=[sb, sw], backward=[bb, bw]))  # fmt: skip
+                    lambda: normlab.reverse_kl(x, t, form="split", block_cap=32768), x, table="sweep",  # noqa: B023
+                    extra={"stats": [sb, sw], "backward": [bb, bw]})  # fmt: skip
         (configs.ENTROPY_STATS_BLOCK, configs.ENTROPY_STATS_WARPS, configs.ENTROPY_BACKWARD_BLOCK,
          configs.ENTROPY_BACKWARD_WARPS) = s_saved  # fmt: skip
-        del x, t
+        x = t = None
         torch.cuda.empty_cache()
         dump()
 
@@ -284,16 +302,16 @@ def time_compile(min_left=35.0):
 
 def main():
     props = torch.cuda.get_device_properties(0)
-    RESULTS["meta"] = dict(
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), device=props.name,
-        sms=props.multi_processor_count, torch=torch.__version__, triton=triton.__version__,
-        python=sys.version.split()[0], M=M, dtype=str(DTYPE), reps=REPS,
-        method="torch.profiler CUDA kernel sum per call, 256 MB L2 flush before each call (excluded)",
-        bytes_model="3*M*V*2 (reverse_kl, soft_cross_entropy), 2*M*V*2 (cross_entropy)",
-        configs=dict(fused_warps=configs.ENTROPY_FUSED_WARPS, stats=[configs.ENTROPY_STATS_BLOCK,
-                     configs.ENTROPY_STATS_WARPS], backward=[configs.ENTROPY_BACKWARD_BLOCK,
-                     configs.ENTROPY_BACKWARD_WARPS]),
-    )  # fmt: skip
+    RESULTS["meta"] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": props.name,
+        "sms": props.multi_processor_count, "torch": torch.__version__, "triton": triton.__version__,
+        "python": sys.version.split()[0], "M": M, "dtype": str(DTYPE), "reps": REPS,
+        "method": "torch.profiler CUDA kernel sum per call, 256 MB L2 flush before each call (excluded)",
+        "bytes_model": "3*M*V*2 (reverse_kl, soft_cross_entropy), 2*M*V*2 (cross_entropy)",
+        "configs": {"fused_warps": configs.ENTROPY_FUSED_WARPS, "stats": [configs.ENTROPY_STATS_BLOCK,
+                     configs.ENTROPY_STATS_WARPS], "backward": [configs.ENTROPY_BACKWARD_BLOCK,
+                     configs.ENTROPY_BACKWARD_WARPS]},
+    }  # fmt: skip
     print(RESULTS["meta"], flush=True)
     sections = [("correctness", check_correctness), ("reverse_kl", lambda: time_loss("reverse_kl")),
                 ("cross_entropy", lambda: time_loss("cross_entropy")), ("sweep", sweep_warps),
@@ -304,7 +322,7 @@ def main():
         try:
             section()
         except Exception as e:  # noqa: BLE001
-            RESULTS["errors"].append(dict(where=name, error=repr(e)[:400]))
+            RESULTS["errors"].append({"where": name, "error": repr(e)[:400]})
             traceback.print_exc()
         print(f"== section {name}: {time.time() - t:.1f} s, {left():.0f} s left", flush=True)
         dump()
@@ -314,9 +332,13 @@ def main():
 def summary():
     print("\nloss                V       variant          device_us    GB/s  dpeak_MiB")
     for r in RESULTS["timing"]:
-        print(f"{r['loss']:18s} {r['V']:7d} {r['variant']:16s} {r['device_us']:9.1f} {r['gbps']:7.1f} {r['dpeak_mib']:9.1f}")
+        print(
+            f"{r['loss']:18s} {r['V']:7d} {r['variant']:16s} {r['device_us']:9.1f} {r['gbps']:7.1f} {r['dpeak_mib']:9.1f}"
+        )
     fails = [c for c in RESULTS["correctness"] if not c["ok"]]
-    print(f"correctness: {len(RESULTS['correctness']) - len(fails)} ok, {len(fails)} failed; errors: {len(RESULTS['errors'])}")
+    print(
+        f"correctness: {len(RESULTS['correctness']) - len(fails)} ok, {len(fails)} failed; errors: {len(RESULTS['errors'])}"
+    )
 
 
 if __name__ == "__main__":

@@ -81,7 +81,9 @@ def test_matches_reference(loss, form, cap, dtype):
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form,cap", [("fused", c) for c in (4096, 8192, 16384, 32768)] + [("split", None)])
+@pytest.mark.parametrize(
+    "form,cap", [("fused", c) for c in (4096, 8192, 16384, 32768)] + [("split", None)]
+)
 def test_gpt2_vocab_every_cap(loss, form, cap):
     # V = 50257 is a multiple of no cap: 13/7/4/2 tiles with a ragged last one.
     x, other = _inputs(loss, (3, 50257), torch.bfloat16)
@@ -296,7 +298,9 @@ def test_unchecked_out_of_range_label_is_nan_not_a_crash():
 def test_modules_match_functions():
     x, t = _inputs("reverse_kl", (3, 120), torch.float32)
     labels = torch.tensor([1, -100, 5])
-    assert torch.equal(nn.ReverseKLLoss(reduction="sum")(x, t), normlab.reverse_kl(x, t, reduction="sum"))
+    assert torch.equal(
+        nn.ReverseKLLoss(reduction="sum")(x, t), normlab.reverse_kl(x, t, reduction="sum")
+    )
     assert torch.equal(nn.SoftCrossEntropyLoss()(x, t), normlab.soft_cross_entropy(x, t))
     ce = nn.CrossEntropyLoss(ignore_index=-100, form="split")
     assert isinstance(ce, torch.nn.CrossEntropyLoss)
@@ -329,7 +333,9 @@ BAD_CALLS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("match,exc,call", BAD_CALLS, ids=[f"{i}-{b[0]}" for i, b in enumerate(BAD_CALLS)])
+@pytest.mark.parametrize(
+    "match,exc,call", BAD_CALLS, ids=[f"{i}-{b[0]}" for i, b in enumerate(BAD_CALLS)]
+)
 def test_bad_input_errors(match, exc, call):
     x, t = torch.randn(4, 40), torch.randn(4, 40)
     y = torch.tensor([0, 39, -100, 3])
@@ -342,5 +348,10 @@ def test_auto_form_uses_config_table():
 
     assert configs.entropy_auto("reverse_kl", 32768, distributed=True)[0] == "split"
     for loss in LOSSES:
-        form, cap = configs.entropy_auto(loss, 50257, distributed=False)
-        assert form in ("fused", "split") and cap in configs.ENTROPY_BLOCK_CAPS
+        for n_cols in (1000, 16384, 32768, 50257, 131072, 151936):
+            form, cap = configs.entropy_auto(loss, n_cols, distributed=False)
+            assert form in ("fused", "split") and cap in configs.ENTROPY_BLOCK_CAPS
+    # The measured choices (see configs): a ragged vocab takes split for the distribution losses.
+    assert configs.entropy_auto("reverse_kl", 131072, False) == ("fused", 16384)
+    assert configs.entropy_auto("reverse_kl", 50257, False)[0] == "split"
+    assert configs.entropy_auto("cross_entropy", 50257, False) == ("fused", 4096)

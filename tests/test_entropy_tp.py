@@ -9,12 +9,12 @@ import os
 import socket
 import traceback
 
-import normlab  # noqa: F401  (selects the interpreter before any kernel is defined; also in children)
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import normlab
 from normlab import ref
 
 # (world size, shard sizes): uneven, and one shard narrower than a 16-wide tile.
@@ -44,7 +44,9 @@ def _cases(sizes):
 
 def _worker(rank, world, port, sizes, errors):
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+        )
         start = sum(sizes[:rank])
         cols = slice(start, start + sizes[rank])
         fns = {"reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
@@ -54,23 +56,40 @@ def _worker(rank, world, port, sizes, errors):
             fn, rfn = fns[loss]
             xr = x.double().requires_grad_()
             r = rfn(xr, other.double() if other.is_floating_point() else other, reduction=reduction)
-            weight = torch.tensor([1.0, 2.0, -1.0, 0.5, 3.0]) if reduction == "none" else torch.tensor(3.0)
+            weight = (
+                torch.tensor([1.0, 2.0, -1.0, 0.5, 3.0])
+                if reduction == "none"
+                else torch.tensor(3.0)
+            )
             (r * weight.double()).sum().backward()
             xs = x[:, cols].clone().requires_grad_()
             os_ = other[:, cols].contiguous() if other.is_floating_point() else other
             out = fn(xs, os_, group=dist.group.WORLD, block_cap=16, reduction=reduction)
             (out * weight).sum().backward()
             tag = f"rank {rank} {loss} {reduction}"
-            torch.testing.assert_close(out.double(), r.detach(), rtol=2e-5, atol=1e-5, msg=tag + " loss")
+            torch.testing.assert_close(
+                out.double(), r.detach(), rtol=2e-5, atol=1e-5, msg=tag + " loss"
+            )
             # fp32 grad vs fp64: row 4 (|logits| ~ 1e4) reverse KL keeps an fp32 floor ~ ulp(KL).
             atol = 4e-3 if loss == "reverse_kl" else 1e-6
-            torch.testing.assert_close(xs.grad.double(), xr.grad[:, cols], rtol=2e-5, atol=atol, msg=tag + " grad")
+            torch.testing.assert_close(
+                xs.grad.double(), xr.grad[:, cols], rtol=2e-5, atol=atol, msg=tag + " grad"
+            )
             # grad_accumulate on the split path adds the gradient slice into a buffer.
             buf = torch.ones_like(xs)
-            fn(xs.detach(), os_, group=dist.group.WORLD, block_cap=16, reduction=reduction, grad_accumulate=buf)
+            fn(
+                xs.detach(),
+                os_,
+                group=dist.group.WORLD,
+                block_cap=16,
+                reduction=reduction,
+                grad_accumulate=buf,
+            )
             if reduction == "mean":
                 expect = 1.0 + xr.grad[:, cols] / 3.0
-                torch.testing.assert_close(buf.double(), expect, rtol=2e-5, atol=atol, msg=tag + " accumulate")
+                torch.testing.assert_close(
+                    buf.double(), expect, rtol=2e-5, atol=atol, msg=tag + " accumulate"
+                )
         # form='fused' cannot all-reduce mid-kernel: a clear error, not a wrong answer.
         try:
             normlab.reverse_kl(x[:, cols], x[:, cols], form="fused", group=dist.group.WORLD)

@@ -108,7 +108,7 @@ def _row_statistics(x_row, t_row, n_cols, KIND: tl.constexpr, BLOCK: tl.constexp
     s_t = tl.zeros([], tl.float32)
     acc = tl.zeros([], tl.float32)
     n_full = (n_cols - 1) // BLOCK  # tiles before the last one, which may be partial
-    for i in range(0, n_full):
+    for i in range(n_full):
         x = tl.load(x_row + i * BLOCK + cols).to(tl.float32)
         if KIND == _CE:
             t = x
@@ -139,7 +139,9 @@ def _finish_loss(m_x, s_x, s_t, acc, x_label, KIND: tl.constexpr):
 
 
 @triton.jit
-def _tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND: tl.constexpr):
+def _tile_grad(
+    x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND: tl.constexpr
+):
     """Gradient of one tile, times scale, in the max-shifted frame of the row statistics.
 
     log p - log q - KL = (x - shift_x) - (t - shift_t) - acc / s_x: no O(|logit|) terms cancel,
@@ -201,10 +203,13 @@ def _fused_row(
     x_label = 0.0
     bad = False
     if KIND == _CE:
-        label, ignored, bad = _load_label(labels_ptr, row, ignore_index, 0, n_cols)  # not ignored here
+        # Ignored rows already returned in _cross_entropy_fused_kernel.
+        label, _ignored, bad = _load_label(labels_ptr, row, ignore_index, 0, n_cols)
         x_label = tl.load(x_row + tl.where(bad, 0, label)).to(tl.float32)
         x_label = tl.where(bad, float("nan"), x_label)
-    m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(x_row, t_row, n_cols, KIND, BLOCK)
+    m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(
+        x_row, t_row, n_cols, KIND, BLOCK
+    )
     loss = _finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
     tl.store(loss_ptr + row, loss)
     if COMPUTE_GRAD:
@@ -221,16 +226,30 @@ def _fused_row(
         # Reverse tile order: the last tile is still in registers, its neighbour likely in L2.
         last_cols = n_full * BLOCK + cols
         last_mask = last_cols < n_cols
-        g = _tile_grad(x_last, t_last, last_cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND)
+        g = _tile_grad(
+            x_last,
+            t_last,
+            last_cols,
+            shift_x,
+            shift_t,
+            log_s_x,
+            log_s_t,
+            kl_shift,
+            label,
+            scale,
+            KIND,
+        )
         _store_grad(grad_row + last_cols, g, last_mask, ACCUMULATE)
-        for j in range(0, n_full):
+        for j in range(n_full):
             offs = (n_full - 1 - j) * BLOCK + cols
             x = tl.load(x_row + offs).to(tl.float32)
             if KIND == _CE:
                 t = x
             else:
                 t = tl.load(t_row + offs).to(tl.float32)
-            g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND)
+            g = _tile_grad(
+                x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND
+            )
             _store_grad(grad_row + offs, g, offs < n_cols, ACCUMULATE)
 
 
@@ -314,7 +333,7 @@ def _cross_entropy_fused_kernel(
         tl.store(loss_ptr + row, 0.0)
         if COMPUTE_GRAD and not ACCUMULATE:
             zeros = tl.zeros([BLOCK], tl.float32).to(grad_ptr.dtype.element_ty)
-            for i in range(0, tl.cdiv(n_cols, BLOCK)):
+            for i in range(tl.cdiv(n_cols, BLOCK)):
                 offs = i * BLOCK + tl.arange(0, BLOCK)
                 tl.store(grad_ptr + row * grad_row_stride + offs, zeros, mask=offs < n_cols)
         return
@@ -353,7 +372,9 @@ def _entropy_stats_kernel(
         x_label = tl.load(x_row + tl.where(owned, label, 0)).to(tl.float32)
         x_label = tl.where(owned, x_label, 0.0)
         x_label = tl.where(bad, float("nan"), x_label)
-    m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(x_row, t_row, n_cols, KIND, BLOCK)
+    m_x, s_x, m_t, s_t, acc, _x_last, _t_last, _n_full = _row_statistics(
+        x_row, t_row, n_cols, KIND, BLOCK
+    )
     if KIND == _CE:
         acc = x_label
     if FINALIZE:
@@ -402,7 +423,9 @@ def _entropy_backward_kernel(
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n_cols
-    scale = tl.cast(grad_scale, tl.float32) * tl.load(grad_out_ptr + row * grad_out_stride).to(tl.float32)
+    scale = tl.cast(grad_scale, tl.float32) * tl.load(grad_out_ptr + row * grad_out_stride).to(
+        tl.float32
+    )
     if MEAN_OVER_VALID:
         scale = scale / tl.load(n_valid_ptr)
     label = 0
@@ -445,7 +468,7 @@ def _entropy_grad_rescale_kernel(
     if g_out == 1.0:
         return
     grad_row = grad_ptr + row * grad_row_stride
-    for i in range(0, tl.cdiv(n_cols, BLOCK)):
+    for i in range(tl.cdiv(n_cols, BLOCK)):
         offs = i * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n_cols
         g = tl.load(grad_row + offs, mask=mask, other=0.0).to(tl.float32) * g_out
@@ -492,12 +515,14 @@ def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, ac
     n_rows, n_cols = x.shape
     block = _block(n_cols, spec.block_cap)
     scale, over_valid = _grad_scale(spec, n_rows)
+    is_ce = spec.kind == _KINDS["cross_entropy"]
+    table = configs.ENTROPY_FUSED_WARPS_LABEL if is_ce else configs.ENTROPY_FUSED_WARPS
     _FUSED_KERNELS[spec.kind][(n_rows,)](
         x, t, labels, grad if grad is not None else x, loss_rows, n_valid,
         scale, spec.ignore_index, n_cols,
         x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
         COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid,
-        BLOCK=block, num_warps=configs.entropy_num_warps(block),
+        BLOCK=block, num_warps=configs.entropy_num_warps(block, table),
     )  # fmt: skip
 
 
@@ -654,9 +679,13 @@ def _check_common(name, logits, form, block_cap, reduction, group):
     if not isinstance(logits, torch.Tensor):
         raise TypeError(f"{name}: logits must be a torch.Tensor, got {type(logits).__name__}")
     if logits.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"{name}: logits dtype must be float32, float16 or bfloat16, got {logits.dtype}")
+        raise TypeError(
+            f"{name}: logits dtype must be float32, float16 or bfloat16, got {logits.dtype}"
+        )
     if logits.dim() < 1 or logits.shape[-1] == 0 or logits.numel() == 0:
-        raise ValueError(f"{name}: logits must be non-empty with a vocabulary last dim, got shape {tuple(logits.shape)}")
+        raise ValueError(
+            f"{name}: logits must be non-empty with a vocabulary last dim, got shape {tuple(logits.shape)}"
+        )
     if _runtime.INTERPRET and logits.device.type != "cpu":
         raise ValueError(f"{name}: the Triton interpreter runs on CPU tensors, got {logits.device}")
     if not _runtime.INTERPRET and logits.device.type != "cuda":
@@ -679,7 +708,9 @@ def _check_common(name, logits, form, block_cap, reduction, group):
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError(f"{name}: group= given but torch.distributed is not initialized")
         if form == "fused":
-            raise ValueError(f"{name}: form='fused' cannot all-reduce mid-kernel; use 'split' (or 'auto') with group=")
+            raise ValueError(
+                f"{name}: form='fused' cannot all-reduce mid-kernel; use 'split' (or 'auto') with group="
+            )
 
 
 def _resolve(name, n_cols, form, block_cap, group):
@@ -700,11 +731,17 @@ def _contiguous_rows(x):
 
 def _check_grad_accumulate(name, grad_accumulate, logits):
     if not isinstance(grad_accumulate, torch.Tensor):
-        raise TypeError(f"{name}: grad_accumulate must be a tensor, got {type(grad_accumulate).__name__}")
+        raise TypeError(
+            f"{name}: grad_accumulate must be a tensor, got {type(grad_accumulate).__name__}"
+        )
     if grad_accumulate.shape != logits.shape:
-        raise ValueError(f"{name}: grad_accumulate shape {tuple(grad_accumulate.shape)} != logits shape {tuple(logits.shape)}")
+        raise ValueError(
+            f"{name}: grad_accumulate shape {tuple(grad_accumulate.shape)} != logits shape {tuple(logits.shape)}"
+        )
     if grad_accumulate.dtype not in (torch.float32, logits.dtype):
-        raise TypeError(f"{name}: grad_accumulate dtype must be float32 or {logits.dtype}, got {grad_accumulate.dtype}")
+        raise TypeError(
+            f"{name}: grad_accumulate dtype must be float32 or {logits.dtype}, got {grad_accumulate.dtype}"
+        )
     if grad_accumulate.device != logits.device or not grad_accumulate.is_contiguous():
         raise ValueError(f"{name}: grad_accumulate must be contiguous and on {logits.device}")
 
@@ -729,21 +766,35 @@ def _run(name, logits, other, spec, grad_accumulate):
         return _reduce(spec, loss_rows, n_valid, logits.shape[:-1])
 
 
-def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, group, grad_accumulate):
+def _distribution_loss(
+    name, logits, target_logits, form, block_cap, reduction, group, grad_accumulate
+):
     _check_common(name, logits, form, block_cap, reduction, group)
     if not isinstance(target_logits, torch.Tensor):
-        raise TypeError(f"{name}: target_logits must be a torch.Tensor, got {type(target_logits).__name__}")
+        raise TypeError(
+            f"{name}: target_logits must be a torch.Tensor, got {type(target_logits).__name__}"
+        )
     if target_logits.shape != logits.shape:
-        raise ValueError(f"{name}: target_logits shape {tuple(target_logits.shape)} != logits shape {tuple(logits.shape)}")
+        raise ValueError(
+            f"{name}: target_logits shape {tuple(target_logits.shape)} != logits shape {tuple(logits.shape)}"
+        )
     if target_logits.dtype != logits.dtype:
-        raise TypeError(f"{name}: target_logits dtype {target_logits.dtype} != logits dtype {logits.dtype}")
+        raise TypeError(
+            f"{name}: target_logits dtype {target_logits.dtype} != logits dtype {logits.dtype}"
+        )
     if target_logits.device != logits.device:
-        raise ValueError(f"{name}: target_logits on {target_logits.device}, logits on {logits.device}")
+        raise ValueError(
+            f"{name}: target_logits on {target_logits.device}, logits on {logits.device}"
+        )
     if target_logits.requires_grad and torch.is_grad_enabled():
-        raise ValueError(f"{name}: no gradient with respect to target_logits is computed; pass target_logits.detach()")
+        raise ValueError(
+            f"{name}: no gradient with respect to target_logits is computed; pass target_logits.detach()"
+        )
     form, cap = _resolve(name, logits.shape[-1], form, block_cap, group)
     spec = _Spec(_KINDS[name], form, cap, reduction, 0, group, 0, logits.shape[-1])
-    return _run(name, _contiguous_rows(logits), _contiguous_rows(target_logits), spec, grad_accumulate)
+    return _run(
+        name, _contiguous_rows(logits), _contiguous_rows(target_logits), spec, grad_accumulate
+    )
 
 
 def reverse_kl(logits, target_logits, *, form="auto", block_cap=None, reduction="mean", group=None,
@@ -821,7 +872,9 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
     if labels.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{name}: labels dtype must be int64 or int32, got {labels.dtype}")
     if labels.shape != logits.shape[:-1]:
-        raise ValueError(f"{name}: labels shape {tuple(labels.shape)} != logits.shape[:-1] {tuple(logits.shape[:-1])}")
+        raise ValueError(
+            f"{name}: labels shape {tuple(labels.shape)} != logits.shape[:-1] {tuple(logits.shape[:-1])}"
+        )
     if labels.device != logits.device:
         raise ValueError(f"{name}: labels on {labels.device}, logits on {logits.device}")
     n_cols = logits.shape[-1]
@@ -832,7 +885,11 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
         bad = (labels != ignore_index) & ((labels < 0) | (labels >= vocab_size))
         if bool(bad.any()):
             first = labels[bad].flatten()[0].item()
-            raise ValueError(f"{name}: label {first} outside [0, {vocab_size}) and != ignore_index={ignore_index}")
+            raise ValueError(
+                f"{name}: label {first} outside [0, {vocab_size}) and != ignore_index={ignore_index}"
+            )
     form, cap = _resolve(name, n_cols, form, block_cap, group)
-    spec = _Spec(_KINDS[name], form, cap, reduction, int(ignore_index), group, vocab_start, vocab_size)
+    spec = _Spec(
+        _KINDS[name], form, cap, reduction, int(ignore_index), group, vocab_start, vocab_size
+    )
     return _run(name, _contiguous_rows(logits), labels.contiguous(), spec, grad_accumulate)
