@@ -19,11 +19,19 @@ def _next_pow2(n: int) -> int:
 
 # Forward: one row per program. Rows up to this many columns are held in registers in one
 # block; wider rows loop over chunks of this size (pass 1: statistics, pass 2: normalize).
-# initial guess, not yet measured (16384 bf16 over 16 warps = 32 fp32 values per thread).
+# (16384 bf16 over 16 warps = 32 fp32 values per thread.) The single block at 16384 measured
+# 37.3 µs RMS / 41.2 LN at 2048x16384 (H200, 2026-11-29), the chunked path was not timed.
 NORM_FWD_MAX_BLOCK = 16384
 
-# Warps per forward program by block size (block <= key -> warps). initial guess, not yet measured.
-NORM_FWD_WARPS = ((1024, 4), (4096, 8), (16384, 16))
+# Warps per forward program by block size (block <= key -> warps). Measured (H200, 2026-11-29,
+# torch 2.11, triton 3.6, bf16, cold L2, device time; scripts/gpu_check_norm.py: first sweep in
+# normlab/data/dev/norm_tuning_h200_sweep1.json, second in norm_tuning_h200.json):
+# N=1024: 4 warps 11.2 µs vs 8 warps 14.0 (RMS 8192x1024); 2 warps then 12.0/20.6/37.1 vs 4 warps
+# 12.3/21.7/39.5 for LN 8192/16384/32768x1024 (RMS equal within 1%); N=2048: 4 -> 34.5 vs 8 -> 36.3
+# (16384x2048); N=4096: 8 -> 19.8 vs 16 -> 21.8 (4096x4096); N=8192: 8 -> 261 vs 16 -> 265
+# (32768x8192, RMS), LN 1024x8192 16 -> 13.2 vs 8 -> 14.3 (a tie within noise: keep 8);
+# N=16384: 16 -> 37.0/40.9 (RMS/LN 2048x16384) vs 32 -> 36.6/60.6.
+NORM_FWD_WARPS = ((1024, 2), (2048, 4), (8192, 8), (16384, 16))
 
 # Opt-in autotune space (NORMLAB_AUTOTUNE=1, GPU only), seed 002: blocks 512..8192, 4..16 warps;
 # the prune hook drops blocks narrower than the row (all but the widest when none fits).
@@ -44,43 +52,64 @@ def norm_fwd_config(n_cols: int) -> NormFwdConfig:
     return NormFwdConfig(block_size=block, num_warps=warps)
 
 
-# Backward. Rows up to this many columns are single-pass (the whole row in one register tile);
-# wider rows are two-pass (pass 1 reduces the per-row c1/c2 corrections over column chunks,
-# pass 2 re-reads x/dy to write dx and the dweight partials).
-# initial guess, not yet measured (x, dy, w and two fp32 accumulators at 8192 columns over
-# 16 warps = 80 registers per thread; 16384 would spill).
-NORM_BWD_SINGLE_PASS_MAX_COLS = 8192
+# Backward. Rows up to this many columns are single-pass (the whole row in one register tile); wider
+# rows are two-pass (pass 1 reduces the per-row c1/c2 corrections over column chunks, pass 2 re-
+# reads x/dy to write dx and the dweight partials). Measured (H200, 2026-11-29, torch 2.11, triton
+# 3.6, bf16, cold L2): at N=16384 RMSNorm single-pass (1 x 16384 tile, 32 warps) 87.4 µs vs best
+# two-pass 107.1 (2048x16384); LayerNorm (one more fp32 accumulator, for dbias) single-pass 164.7 vs
+# two-pass 154.2, and 512x16384 54.9 vs 41.6 -> RMSNorm switches above 16384, LayerNorm above 8192.
+NORM_BWD_SINGLE_PASS_MAX_COLS = 16384  # RMSNorm
+NORM_BWD_SINGLE_PASS_MAX_COLS_LN = 8192  # LayerNorm
 
-# Single-pass register tile: BLOCK_ROWS x next_pow2(n_cols) with about this many elements.
-# initial guess, not yet measured.
-NORM_BWD_TILE_ELEMS = 4096
+# Single-pass register tile: BLOCK_ROWS x next_pow2(n_cols) with about this many elements. Measured
+# (H200, 2026-11-29, torch 2.11, triton 3.6): N=1024 2x1024/4 warps 21.8 µs vs 4x1024/8 warps 23.6
+# vs 8x1024 24.4 (RMS 8192x1024); N=2048 1x2048/4 warps 63.5 vs 2x2048/8 warps 65.6 (16384x2048).
+NORM_BWD_TILE_ELEMS = 2048
 NORM_BWD_MAX_BLOCK_ROWS = 16
 
-# Two-pass tile: rows x column chunk. initial guess, not yet measured.
-NORM_BWD_TWO_PASS_BLOCK_ROWS = 2
+# Two-pass tile: rows x column chunk, and its grid. Measured (H200, 2026-11-29, torch 2.11, triton
+# 3.6): first sweep 2x4096/16 warps beat 1x8192 and 1x4096 (LN 2048x16384 154.2 µs vs 161.4); second
+# sweep 4x4096/16 warps at 2 programs/SM: LN 2048x16384 130.2 µs (vs 160.3 for 2x4096 at 1/SM), LN
+# 512x16384 37.8 (vs 45.6).
+NORM_BWD_TWO_PASS_BLOCK_ROWS = 4
+NORM_BWD_TWO_PASS_PROGRAMS_PER_SM = 2
 NORM_BWD_TWO_PASS_BLOCK_COLS = 4096
 
-# Warps per backward program by tile elements (elements <= key -> warps). initial guess.
-NORM_BWD_WARPS = ((2048, 4), (4096, 8), (16384, 16))
+# Warps per backward program by tile elements (elements <= key -> warps). Measured (H200,
+# 2026-11-29, torch 2.11, triton 3.6): 2048 -> 4, 4096 -> 8 (4096x4096 37.8 µs vs 16 warps 38.2),
+# 8192 -> 16 (32768x8192 489.7 vs 32 warps 498.0), 16384 -> 32 (the single-pass RMSNorm row above).
+NORM_BWD_WARPS = ((2048, 4), (4096, 8), (8192, 16), (16384, 32))
 
-# Persistent grid = min(row tiles, programs_per_sm * SMs). Seed 000: two waves per SM is the
-# knee on H100. (n_cols <= key -> programs per SM). initial guess, not yet measured on H200.
-NORM_BWD_PROGRAMS_PER_SM = ((1 << 62, 2),)
+# Persistent grid = min(row tiles, programs_per_sm * SMs); (n_cols <= key -> programs per SM). Seed
+# 000 found 2 per SM the knee on H100; on the H200 (H200, 2026-11-29, torch 2.11, triton 3.6) narrow
+# rows want more programs, wide rows fewer (the reduce kernel grows with the count): N=1024 4/SM
+# 21.8 µs vs 2/SM 27.0 vs 8/SM 25.1 (RMS 8192x1024); N=2048 4/SM 63.5 vs 8/SM 69.9 (16384x2048);
+# N=4096 2/SM 37.8 vs 4/SM 41.0 (4096x4096); N=8192 1/SM 24.8 vs 2/SM 26.5 (1024x8192) and 489.7 vs
+# 490.5 (32768x8192). Two-pass rows: NORM_BWD_TWO_PASS_PROGRAMS_PER_SM below.
+NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
 
 # two_stage: rows per program, hence partial rows = ceil(n_rows / this). The workspace grows
-# with n_rows by design (the contrast with persistent). initial guess, not yet measured.
+# with n_rows by design (the contrast with persistent). Initial guess, not swept; as measured
+# (H200, 2026-11-29) two_stage trails persistent most where the workspace is tallest or widest
+# (RMS 32768x1024 66.8 vs 63.2 µs, 512x16384 107.5 vs 32.6).
 NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
 
 # atomic: rows per program (1 = one fp32 atomic per column per row, seed 002's design).
 NORM_BWD_ATOMIC_BLOCK_ROWS = 1
 
 # Partial-sum reduce kernel tile (rows of partials x columns). Fast-LLM's kernel_2 uses 64 x 8.
-# initial guess, not yet measured on H200.
-NORM_REDUCE_BLOCK_M = 64
-NORM_REDUCE_BLOCK_N = 16
-NORM_REDUCE_WARPS = 4
+# Measured (H200, 2026-11-29, torch 2.11, triton 3.6, cold fp32 partials): 128 x 16 / 8 warps was
+# fastest or within 3% on 19 of 20 (partials x N) cases of the first sweep, e.g. 264x1024 3.14 µs vs
+# 64x8 3.34 vs 32x32 6.07, 1056x8192 15.9 vs 18.6; the second sweep found 128 x 8 better at N=1024
+# (264 partials 2.78 vs 3.21 µs; 528: 3.74 vs 4.49) and worse at 8192 (6.31 vs 5.77). (n_cols <= key
+# -> BLOCK_N)
+NORM_REDUCE_BLOCK_M = 128
+NORM_REDUCE_BLOCK_N = ((1024, 8), (1 << 62, 16))
+NORM_REDUCE_WARPS = 8
 
-# Software-pipelining depth of the row-tile loops (tl.range num_stages). initial guess.
+# Software-pipelining depth of the persistent row-tile loop (tl.range num_stages). Measured (H200,
+# 2026-11-29, torch 2.11, triton 3.6): 2 stages was slower than 1 on every shape tried (e.g.
+# 4096x4096 40.0 vs 37.8 µs).
 NORM_BWD_LOOP_STAGES = 1
 
 NORM_BWD_STRATEGIES = ("atomic", "two_stage", "persistent")
@@ -103,8 +132,15 @@ def _ladder(table, key: int) -> int:
 
 
 def norm_bwd_auto_strategy(n_rows: int, n_cols: int) -> str:
-    """strategy="auto": persistent everywhere. initial guess, not yet measured."""
+    """strategy="auto": persistent on every shape. Measured (H200, 2026-11-29, torch 2.11,
+    triton 3.6, the 11 peer shapes, bf16, backward device time): persistent was the fastest of
+    the three everywhere, e.g. RMS 32768x1024 63.2 µs vs two_stage 66.8 vs atomic 439.5;
+    RMS 512x16384 32.6 vs 107.5 vs 44.6."""
     return "persistent"
+
+
+def norm_bwd_single_pass_max_cols(is_rms: bool) -> int:
+    return NORM_BWD_SINGLE_PASS_MAX_COLS if is_rms else NORM_BWD_SINGLE_PASS_MAX_COLS_LN
 
 
 def norm_bwd_config(
@@ -112,6 +148,7 @@ def norm_bwd_config(
     n_rows: int,
     n_cols: int,
     *,
+    is_rms: bool = True,
     two_pass: bool | None = None,
     block_rows: int | None = None,
     block_cols: int | None = None,
@@ -121,12 +158,14 @@ def norm_bwd_config(
 ) -> NormBwdConfig:
     """Backward launch config for ``strategy`` (not "auto"); any keyword overrides the heuristic."""
     if two_pass is None:
-        two_pass = n_cols > NORM_BWD_SINGLE_PASS_MAX_COLS
+        two_pass = n_cols > norm_bwd_single_pass_max_cols(is_rms)
     if block_cols is None:
         block_cols = NORM_BWD_TWO_PASS_BLOCK_COLS if two_pass else _next_pow2(n_cols)
         block_cols = min(block_cols, _next_pow2(n_cols))
     elif not two_pass and block_cols < n_cols:
-        raise ValueError(f"single-pass backward needs block_cols >= n_cols ({block_cols} < {n_cols})")
+        raise ValueError(
+            f"single-pass backward needs block_cols >= n_cols ({block_cols} < {n_cols})"
+        )
     if block_rows is None:
         if strategy == "atomic":
             block_rows = NORM_BWD_ATOMIC_BLOCK_ROWS
@@ -138,7 +177,8 @@ def norm_bwd_config(
     if num_warps is None:
         num_warps = _ladder(NORM_BWD_WARPS, block_rows * block_cols)
     if programs_per_sm is None:
-        programs_per_sm = _ladder(NORM_BWD_PROGRAMS_PER_SM, n_cols)
+        programs_per_sm = (NORM_BWD_TWO_PASS_PROGRAMS_PER_SM if two_pass
+                           else _ladder(NORM_BWD_PROGRAMS_PER_SM, n_cols))  # fmt: skip
     rows_per_program = max(NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM, block_rows)
     rows_per_program = (rows_per_program + block_rows - 1) // block_rows * block_rows
     return NormBwdConfig(
@@ -151,7 +191,6 @@ def norm_bwd_config(
         rows_per_program=rows_per_program,
         loop_stages=NORM_BWD_LOOP_STAGES if loop_stages is None else loop_stages,
     )
-
 
 
 # ============================================================================================

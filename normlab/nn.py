@@ -62,7 +62,9 @@ class LayerNorm(torch.nn.LayerNorm):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None,
                  dtype=None, *, strategy="auto", layout="auto"):  # fmt: skip
         _check_knobs("LayerNorm", strategy, layout)
-        super().__init__(normalized_shape, eps, elementwise_affine, bias, device=device, dtype=dtype)
+        super().__init__(
+            normalized_shape, eps, elementwise_affine, bias, device=device, dtype=dtype
+        )
         self.strategy, self.layout = strategy, layout
 
     def forward(self, x):
@@ -72,6 +74,7 @@ class LayerNorm(torch.nn.LayerNorm):
 
     def extra_repr(self):
         return f"{super().extra_repr()}, strategy={self.strategy!r}, layout={self.layout!r}"
+
 
 # ---- losses (owned by the entropy-kernels work) ----------------------------------------------
 from normlab.kernels import entropy as _entropy  # noqa: E402

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import sys
 import time
@@ -34,16 +33,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-import normlab  # noqa: E402  (selects the runtime before any kernel is defined)
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from normlab import _runtime, configs, ref  # noqa: E402
-from normlab.kernels import norm as K  # noqa: E402
+# isort: off
+import normlab  # selects the runtime (TRITON_INTERPRET) before triton is imported
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from normlab import _runtime, configs, ref
+from normlab.kernels import norm as K
 
-SHAPES = [(8192, 1024), (1024, 8192), (2048, 4096), (16384, 1024), (4096, 4096), (32768, 1024),
-          (8192, 4096), (512, 16384), (16384, 2048), (2048, 16384), (32768, 8192)]  # fmt: skip
+# isort: on
+
+SHAPES = [
+    (8192, 1024),
+    (1024, 8192),
+    (2048, 4096),
+    (16384, 1024),
+    (4096, 4096),
+    (32768, 1024),
+    (8192, 4096),
+    (512, 16384),
+    (16384, 2048),
+    (2048, 16384),
+    (32768, 8192),
+]
 EPS = {"rms": 1e-6, "ln": 1e-5}
 DEV = _runtime.DEVICE  # "cuda"; "cpu" only for --dry (interpreter, tiny shapes, fake timer)
 
@@ -51,7 +64,9 @@ DEV = _runtime.DEVICE  # "cuda"; "cpu" only for --dry (interpreter, tiny shapes,
 # (H200, 2026-11-29, torch 2.11.0+cu130, triton 3.6.0, liger 0.8.5, quack 0.6.5; same method).
 # Correctness shapes: single-pass widths, the widest single-pass row, two-pass, ragged.
 CHECK_SHAPES = [(32768, 1024), (4096, 4096), (4096, 8192), (2048, 16384), (1000, 5000)]
-REDUCE_SWEEP = dict(n=(1024, 2048, 4096, 8192, 16384), n_partials=(132, 264, 528, 1056))
+REDUCE_SWEEP = {"n": (1024, 2048, 4096, 8192, 16384), "n_partials": (132, 264, 528, 1056)}
+
+args_extra = False
 
 PEER_BEST = {
     ("rms", "fwd"): [10.7, 10.5, 11.8, 19.1, 19.3, 35.3, 35.5, 10.4, 36.3, 36.0, 251.4],
@@ -111,16 +126,26 @@ class Timer:
         if len(groups) != len(calls) * reps:
             # Fall back to CUDA events (includes launch gaps); flagged in the record.
             print(f"  ! profiler gave {len(groups)} call groups for {len(calls) * reps} calls")
-            return {key: {"us": self.wall(fn), "wall_us": self.wall(fn), "kernels": {}, "events_only": True}
-                    for key, fn in calls}  # fmt: skip
+            return {
+                key: {
+                    "us": self.wall(fn),
+                    "wall_us": self.wall(fn),
+                    "kernels": {},
+                    "events_only": True,
+                }
+                for key, fn in calls
+            }
         for i, (key, fn) in enumerate(calls):
             mine = groups[i * reps : (i + 1) * reps]
             kernels = {}
             for g in mine:
                 for name, us in g.items():
                     kernels[_short(name)] = kernels.get(_short(name), 0.0) + us / reps
-            out[key] = {"us": sum(kernels.values()), "kernels": kernels,
-                        "wall_us": self.wall(fn) if wall else None}  # fmt: skip
+            out[key] = {
+                "us": sum(kernels.values()),
+                "kernels": kernels,
+                "wall_us": self.wall(fn) if wall else None,
+            }
         return out
 
     def wall(self, fn, reps=5):
@@ -195,7 +220,7 @@ def fwd_bwd_calls(fn, x, w, b, dy):
 
 def gbps(direction, m, n, us):
     nbytes = (2 if direction == "fwd" else 3) * m * n * 2
-    return nbytes / (us * 1e-6) / 1e9 if us and us == us else float("nan")
+    return nbytes / (us * 1e-6) / 1e9 if us and us > 0 else float("nan")
 
 
 # ---- (a) correctness ---------------------------------------------------------------------------
@@ -214,10 +239,14 @@ def check_correctness(results):
         for m, n in CHECK_SHAPES:
             x, w, b, dy = make_inputs(m, n, op, seed=1)
             is_rms = op == "rms"
-            rdx, rdw, rdb = ref.norm_backward(dy.float(), x.float(), w.float(),
-                                              None if b is None else b.float(), EPS[op], is_rms)  # fmt: skip
-            ry = (ref.rms_norm(x.float(), w.float(), EPS[op]) if is_rms
-                  else ref.layer_norm(x.float(), w.float(), b.float(), EPS[op]))  # fmt: skip
+            rdx, rdw, rdb = ref.norm_backward(
+                dy.float(), x.float(), w.float(), None if b is None else b.float(), EPS[op], is_rms
+            )
+            ry = (
+                ref.rms_norm(x.float(), w.float(), EPS[op])
+                if is_rms
+                else ref.layer_norm(x.float(), w.float(), b.float(), EPS[op])
+            )
             # torch's own bf16 gradients, for the parameter-gradient bar
             tx, tw = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
             tb = b.clone().requires_grad_(True) if b is not None else None
@@ -226,31 +255,56 @@ def check_correctness(results):
             torch_dw_err = rel_rms(tgrads[1], rdw)
             y, mean, rstd = K.norm_forward(x, w, b, EPS[op], is_rms)
             atol, rtol = tolerance(torch.bfloat16)
-            fwd_ok = bool(((y.double() - ry.double()).abs() <= atol + rtol * ry.double().abs()).all())
+            fwd_ok = bool(
+                ((y.double() - ry.double()).abs() <= atol + rtol * ry.double().abs()).all()
+            )
             for strategy in configs.NORM_BWD_STRATEGIES:
                 dx, dw, db = K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy=strategy)
-                dx_ok = bool(((dx.double() - rdx.double()).abs() <= atol + rtol * rdx.double().abs()).all())
+                dx_ok = bool(
+                    ((dx.double() - rdx.double()).abs() <= atol + rtol * rdx.double().abs()).all()
+                )
                 dw_err = rel_rms(dw, rdw)
-                rec = dict(op=op, M=m, N=n, strategy=strategy, fwd_ok=fwd_ok, dx_ok=dx_ok,
-                           dx_rel_rms=rel_rms(dx, rdx), dw_rel_rms=dw_err, torch_dw_rel_rms=torch_dw_err,
-                           dw_no_worse_than_torch=dw_err <= torch_dw_err * 1.10)  # fmt: skip
+                rec = {
+                    "op": op,
+                    "M": m,
+                    "N": n,
+                    "strategy": strategy,
+                    "fwd_ok": fwd_ok,
+                    "dx_ok": dx_ok,
+                    "dx_rel_rms": rel_rms(dx, rdx),
+                    "dw_rel_rms": dw_err,
+                    "torch_dw_rel_rms": torch_dw_err,
+                    "dw_no_worse_than_torch": dw_err <= torch_dw_err * 1.10,
+                }
                 if db is not None:
                     rec["db_rel_rms"] = rel_rms(db, rdb)
                     rec["torch_db_rel_rms"] = rel_rms(tgrads[2], rdb)
                 if strategy != "atomic":
                     same = all(
-                        all(torch.equal(a, c) for a, c in zip((dx, dw, db),
-                            K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy=strategy))
-                            if a is not None)
+                        all(
+                            torch.equal(a, c)
+                            for a, c in zip(
+                                (dx, dw, db),
+                                K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy=strategy),
+                            )
+                            if a is not None
+                        )
                         for _ in range(20)
-                    )  # fmt: skip
+                    )
                     rec["bitwise_20x"] = same
-                good = fwd_ok and dx_ok and rec["dw_no_worse_than_torch"] and rec.get("bitwise_20x", True)
+                good = (
+                    fwd_ok
+                    and dx_ok
+                    and rec["dw_no_worse_than_torch"]
+                    and rec.get("bitwise_20x", True)
+                )
                 ok &= good
                 results.append(rec)
-                print(f"  {op:3} {m:6}x{n:<6} {strategy:10} fwd {fwd_ok!s:5} dx {dx_ok!s:5} "
-                      f"dw rel-rms {dw_err:.2e} (torch {torch_dw_err:.2e}) "
-                      f"bitwise {rec.get('bitwise_20x', '-')!s:5} {'OK' if good else 'FAIL'}")  # fmt: skip
+                print(
+                    f"  {op:3} {m:6}x{n:<6} {strategy:10} fwd {fwd_ok!s:5} dx {dx_ok!s:5} "
+                    f"dw rel-rms {dw_err:.2e} (torch {torch_dw_err:.2e}) "
+                    f"bitwise {rec.get('bitwise_20x', '-')!s:5} {'OK' if good else 'FAIL'}"
+                )
             del x, dy, rdx, tgrads
     return ok
 
@@ -270,7 +324,7 @@ def time_impls(timer, impls, reps, records, deadline, compile_=False):
     for op in ("rms", "ln"):
         for si, (m, n) in enumerate(SHAPES):
             if time.time() > deadline:
-                records.append(dict(skipped=f"{op} {m}x{n} and later: time budget"))
+                records.append({"skipped": f"{op} {m}x{n} and later: time budget"})
                 print(f"  ! time budget: skipping {op} {m}x{n} onward")
                 return
             x, w, b, dy = make_inputs(m, n, op)
@@ -282,10 +336,21 @@ def time_impls(timer, impls, reps, records, deadline, compile_=False):
             del calls
             for (name, direction), r in res.items():
                 best = PEER_BEST[(op, direction)][si]
-                records.append(dict(op=op, impl=name, M=m, N=n, dir=direction, us=r["us"],
-                                    wall_us=r["wall_us"], gbps=gbps(direction, m, n, r["us"]),
-                                    peer_best_us=best, ratio_vs_peer=best / r["us"], kernels=r["kernels"]))  # fmt: skip
-            del x, dy
+                records.append(
+                    {
+                        "op": op,
+                        "impl": name,
+                        "M": m,
+                        "N": n,
+                        "dir": direction,
+                        "us": r["us"],
+                        "wall_us": r["wall_us"],
+                        "gbps": gbps(direction, m, n, r["us"]),
+                        "peer_best_us": best,
+                        "ratio_vs_peer": best / r["us"],
+                        "kernels": r["kernels"],
+                    }
+                )
 
 
 def print_table(records, copy_gbps):
@@ -298,11 +363,25 @@ def print_table(records, copy_gbps):
             for si, (m, n) in enumerate(SHAPES):
                 cells = []
                 for impl in impls:
-                    r = next((r for r in rows if (r["op"], r["impl"], r["M"], r["N"], r["dir"])
-                              == (op, impl, m, n, direction)), None)  # fmt: skip
-                    cells.append(f"{r['us']:7.1f} {r['gbps']:5.0f} {r['ratio_vs_peer']:5.2f}x" if r else " " * 24)
-                print(f"{m:>6}x{n:<5} " + " ".join(f"{c:>24}" for c in cells)
-                      + f" {PEER_BEST[(op, direction)][si]:7.1f}")  # fmt: skip
+                    r = next(
+                        (
+                            r
+                            for r in rows
+                            if (r["op"], r["impl"], r["M"], r["N"], r["dir"])
+                            == (op, impl, m, n, direction)
+                        ),
+                        None,
+                    )
+                    cells.append(
+                        f"{r['us']:7.1f} {r['gbps']:5.0f} {r['ratio_vs_peer']:5.2f}x"
+                        if r
+                        else " " * 24
+                    )
+                print(
+                    f"{m:>6}x{n:<5} "
+                    + " ".join(f"{c:>24}" for c in cells)
+                    + f" {PEER_BEST[(op, direction)][si]:7.1f}"
+                )
     print(f"\ncopy bandwidth {copy_gbps:.0f} GB/s")
 
 
@@ -318,77 +397,181 @@ BWD_TILES = {
 }
 TWO_PASS_TILES = [(1, 4096, 8), (2, 4096, 16), (4, 2048, 16), (1, 8192, 16)]  # rows, cols, warps
 PPSM = (1, 2, 4, 8)
+REDUCE_TILES = ((64, 8, 4), (64, 16, 4), (32, 32, 4), (64, 32, 4), (16, 64, 4), (128, 16, 8))
+
+# --extra (with --mode final): a second, smaller sweep around the configs chosen from the first.
+EXTRA = {
+    "FWD_WARPS": {1024: (1, 2), 2048: (2,), 8192: (16,)},
+    "BWD_TILES": {1024: [(1, 4, 1), (1, 2, 1), (2, 4, 1)], 8192: [(1, 8, 1)]},
+    "TWO_PASS_TILES": [(1, 4096, 16), (4, 4096, 16)],
+    "PPSM": (2, 4, 8),
+    "REDUCE_TILES": ((128, 16, 8), (128, 8, 8), (256, 8, 8), (256, 16, 8)),
+    "REDUCE_SWEEP": {"n": (1024, 8192), "n_partials": (264, 528)},
+    "SHAPES": [
+        (8192, 1024),
+        (1024, 8192),
+        (16384, 1024),
+        (32768, 1024),
+        (512, 16384),
+        (16384, 2048),
+        (2048, 16384),
+        (32768, 8192),
+    ],
+}
 
 
-def tune(timer, reps, records, deadline):
+def tune(timer, reps, records, deadline, shapes=None):
+    shapes = shapes or SHAPES
     # forward: warps per width
     for op in ("rms", "ln"):
-        for si, (m, n) in enumerate(SHAPES):
+        for m, n in shapes:
+            if n not in FWD_WARPS:
+                continue
             if time.time() > deadline:
-                records.append(dict(skipped=f"tune fwd {op} {m}x{n}+"))
+                records.append({"skipped": f"tune fwd {op} {m}x{n}+"})
                 return
             x, w, b, _ = make_inputs(m, n, op)
-            calls = [((op, "fwd", m, n, wp), lambda wp=wp: K.norm_forward(x, w, b, EPS[op], op == "rms",
-                                                                         num_warps=wp))
-                     for wp in FWD_WARPS.get(n, (4,))]  # fmt: skip
+            calls = [
+                (
+                    (op, "fwd", m, n, wp),
+                    lambda wp=wp: K.norm_forward(x, w, b, EPS[op], op == "rms", num_warps=wp),  # noqa: B023 (called right away)
+                )
+                for wp in FWD_WARPS.get(n, (4,))
+            ]
             for key, r in timer.run(calls, reps, wall=False).items():
-                records.append(dict(kind="fwd", op=op, M=m, N=n, num_warps=key[4], us=r["us"],
-                                    gbps=gbps("fwd", m, n, r["us"])))  # fmt: skip
+                records.append(
+                    {
+                        "kind": "fwd",
+                        "op": op,
+                        "M": m,
+                        "N": n,
+                        "num_warps": key[4],
+                        "us": r["us"],
+                        "gbps": gbps("fwd", m, n, r["us"]),
+                    }
+                )
                 print(f"  fwd {op} {m}x{n} warps={key[4]:2} {r['us']:7.1f} µs")
     # backward persistent: tile x programs per SM
     for op in ("rms", "ln"):
-        for si, (m, n) in enumerate(SHAPES):
+        for m, n in shapes:
+            si = SHAPES.index((m, n))
             if time.time() > deadline:
-                records.append(dict(skipped=f"tune bwd {op} {m}x{n}+"))
+                records.append({"skipped": f"tune bwd {op} {m}x{n}+"})
                 return
             x, w, b, dy = make_inputs(m, n, op)
-            y, mean, rstd = K.norm_forward(x, w, b, EPS[op], op == "rms")
+            _, mean, rstd = K.norm_forward(x, w, b, EPS[op], op == "rms")
             calls = []
             if n in BWD_TILES:
                 for rows, warps, stages in BWD_TILES[n]:
                     for ppsm in PPSM:
-                        kw = dict(block_rows=rows, num_warps=warps, loop_stages=stages, programs_per_sm=ppsm,
-                                  two_pass=False)  # fmt: skip
+                        kw = {
+                            "block_rows": rows,
+                            "num_warps": warps,
+                            "loop_stages": stages,
+                            "programs_per_sm": ppsm,
+                            "two_pass": False,
+                        }
                         calls.append(((rows, n, warps, stages, ppsm, False), kw))
             for rows, cols, warps in TWO_PASS_TILES:
                 if cols < n or n >= 8192:
-                    for ppsm in (1, 2, 4):
-                        kw = dict(block_rows=rows, block_cols=min(cols, n), num_warps=warps, programs_per_sm=ppsm,
-                                  two_pass=True)  # fmt: skip
+                    for ppsm in PPSM[:3]:
+                        kw = {
+                            "block_rows": rows,
+                            "block_cols": min(cols, n),
+                            "num_warps": warps,
+                            "programs_per_sm": ppsm,
+                            "two_pass": True,
+                        }
                         calls.append(((rows, min(cols, n), warps, 1, ppsm, True), kw))
-            if n == 16384:  # single pass over the whole row, 32 warps (expected to spill)
+            if n == 16384 and not args_extra:  # single pass over the whole row, 32 warps
                 for ppsm in (1, 2):
-                    calls.append(((1, n, 32, 1, ppsm, False),
-                                  dict(block_rows=1, num_warps=32, programs_per_sm=ppsm, two_pass=False)))  # fmt: skip
+                    calls.append(
+                        (
+                            (1, n, 32, 1, ppsm, False),
+                            {
+                                "block_rows": 1,
+                                "num_warps": 32,
+                                "programs_per_sm": ppsm,
+                                "two_pass": False,
+                            },
+                        )
+                    )
             if not calls:
                 continue
             run_calls = [
-                (key, lambda kw=kw: K.norm_backward(dy, x, w, b, mean, rstd, op == "rms", strategy="persistent", **kw))
+                (
+                    key,
+                    lambda kw=kw: K.norm_backward(
+                        dy,
+                        x,
+                        w,
+                        b,
+                        mean,
+                        rstd,
+                        op == "rms",
+                        strategy="persistent",
+                        **kw,  # noqa: B023 (called right away)
+                    ),
+                )
                 for key, kw in calls
-            ]  # fmt: skip
+            ]
             res = timer.run(run_calls, reps, wall=False)
             best = min(res.items(), key=lambda kv: kv[1]["us"])
             for key, r in res.items():
                 rows, cols, warps, stages, ppsm, two_pass = key
-                records.append(dict(kind="bwd_persistent", op=op, M=m, N=n, block_rows=rows, block_cols=cols,
-                                    num_warps=warps, loop_stages=stages, programs_per_sm=ppsm, two_pass=two_pass,
-                                    us=r["us"], kernels=r["kernels"]))  # fmt: skip
-            print(f"  bwd {op} {m}x{n}: best {best[0]} {best[1]['us']:.1f} µs "
-                  f"(peer {PEER_BEST[(op, 'bwd')][si]}) {best[1]['kernels']}")  # fmt: skip
-            del x, dy
+                records.append(
+                    {
+                        "kind": "bwd_persistent",
+                        "op": op,
+                        "M": m,
+                        "N": n,
+                        "block_rows": rows,
+                        "block_cols": cols,
+                        "num_warps": warps,
+                        "loop_stages": stages,
+                        "programs_per_sm": ppsm,
+                        "two_pass": two_pass,
+                        "us": r["us"],
+                        "kernels": r["kernels"],
+                    }
+                )
+            print(
+                f"  bwd {op} {m}x{n}: best {best[0]} {best[1]['us']:.1f} µs "
+                f"(peer {PEER_BEST[(op, 'bwd')][si]}) {best[1]['kernels']}"
+            )
     # reduce kernel tile on (programs x N) fp32 partials
     for n in REDUCE_SWEEP["n"]:
         for n_partials in REDUCE_SWEEP["n_partials"]:
             part = torch.randn(n_partials, n, device=DEV)
             out = torch.empty(n, device=DEV, dtype=torch.bfloat16)
-            calls = [((bm, bn, nw), lambda bm=bm, bn=bn, nw=nw: K.reduce_partials(part, None, out, None, block_m=bm,
-                                                                                  block_n=bn, num_warps=nw))
-                     for bm, bn, nw in ((64, 8, 4), (64, 16, 4), (32, 32, 4), (64, 32, 4), (16, 64, 4),
-                                        (128, 16, 8))]  # fmt: skip
+            calls = [
+                (
+                    (bm, bn, nw),
+                    lambda bm=bm, bn=bn, nw=nw: K.reduce_partials(
+                        part,
+                        None,
+                        out,
+                        None,
+                        block_m=bm,
+                        block_n=bn,
+                        num_warps=nw,  # noqa: B023 (called right away)
+                    ),
+                )
+                for bm, bn, nw in REDUCE_TILES
+            ]
             res = timer.run(calls, reps, wall=False)
             for key, r in res.items():
-                records.append(dict(kind="reduce", N=n, n_partials=n_partials, block_m=key[0], block_n=key[1],
-                                    num_warps=key[2], us=r["us"]))  # fmt: skip
+                records.append(
+                    {
+                        "kind": "reduce",
+                        "N": n,
+                        "n_partials": n_partials,
+                        "block_m": key[0],
+                        "block_n": key[1],
+                        "num_warps": key[2],
+                        "us": r["us"],
+                    }
+                )
             best = min(res.items(), key=lambda kv: kv[1]["us"])
             print(f"  reduce {n_partials}x{n}: best {best[0]} {best[1]['us']:.2f} µs")
 
@@ -403,12 +586,16 @@ def main():
     ap.add_argument("--budget", type=float, default=200.0, help="seconds before skipping the rest")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--dry", action="store_true", help="CPU smoke test of this script: tiny shapes, fake timer")
+    ap.add_argument("--extra", action="store_true", help="with --mode final: the small EXTRA sweep")
+    ap.add_argument(
+        "--dry", action="store_true", help="CPU smoke test of this script: tiny shapes, fake timer"
+    )
     args = ap.parse_args()
     global SHAPES, Timer, CHECK_SHAPES, REDUCE_SWEEP
+    global FWD_WARPS, BWD_TILES, TWO_PASS_TILES, PPSM, REDUCE_TILES, args_extra
     if args.dry:
         SHAPES = [(3, 16), (5, 32)] * 5 + [(2, 8)]
-        CHECK_SHAPES, REDUCE_SWEEP = [(9, 40)], dict(n=(64,), n_partials=(5,))
+        CHECK_SHAPES, REDUCE_SWEEP = [(9, 40)], {"n": (64,), "n_partials": (5,)}
         BWD_TILES[32] = [(2, 4, 1)]
         Timer, args.no_compile = _DryTimer, True
         for k in PEER_BEST:
@@ -422,11 +609,18 @@ def main():
         except (AttributeError, KeyError):
             pass
     props = torch.cuda.get_device_properties(0) if not args.dry else None
-    meta = dict(device=getattr(props, "name", "dry"), sms=_runtime.sm_count(), l2_bytes=_runtime.l2_bytes(),
-                torch=torch.__version__, triton=triton.__version__, mode=args.mode,
-                date=datetime.date.today().isoformat(), autotune=K.AUTOTUNE)  # fmt: skip
+    meta = {
+        "device": getattr(props, "name", "dry"),
+        "sms": _runtime.sm_count(),
+        "l2_bytes": _runtime.l2_bytes(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "mode": args.mode,
+        "date": datetime.date.today().isoformat(),
+        "autotune": K.AUTOTUNE,
+    }
     print(meta)
-    out = dict(meta=meta, correctness=[], timings=[], tune=[])
+    out = {"meta": meta, "correctness": [], "timings": [], "tune": []}
     path = os.path.join(args.out, "norm_gpu.json")
 
     def save():
@@ -447,9 +641,28 @@ def main():
         tune(timer, max(reps // 2, 5), out["tune"], t0 + args.budget * 0.6)
         save()
         print(f"  [{time.time() - t0:.0f}s]")
+    elif args.extra:
+        FWD_WARPS, BWD_TILES, TWO_PASS_TILES = (
+            EXTRA["FWD_WARPS"],
+            EXTRA["BWD_TILES"],
+            EXTRA["TWO_PASS_TILES"],
+        )
+        PPSM, REDUCE_TILES, REDUCE_SWEEP, args_extra = (
+            EXTRA["PPSM"],
+            EXTRA["REDUCE_TILES"],
+            EXTRA["REDUCE_SWEEP"],
+            True,
+        )
+        print("\nextra sweep")
+        shapes = EXTRA["SHAPES"] if not args.dry else SHAPES[:2]
+        tune(timer, max(reps // 2, 5), out["tune"], t0 + args.budget * 0.45, shapes=shapes)
+        save()
+        print(f"  [{time.time() - t0:.0f}s]")
     print("\n(b) timing")
     impls = [("normlab", lambda op, n: normlab_fn(op))]
-    impls += [(f"normlab-{s}", lambda op, n, s=s: normlab_fn(op, s)) for s in ("atomic", "two_stage")]
+    impls += [
+        (f"normlab-{s}", lambda op, n, s=s: normlab_fn(op, s)) for s in ("atomic", "two_stage")
+    ]
     impls += [("torch", torch_fn)]
     time_impls(timer, impls, reps, out["timings"], deadline)
     save()

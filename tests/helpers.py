@@ -49,7 +49,9 @@ def assert_close(
     the message lists the worst mismatches with their indices.
     """
     if actual.shape != expected.shape:
-        raise AssertionError(f"{msg} shape mismatch: {tuple(actual.shape)} vs {tuple(expected.shape)}")
+        raise AssertionError(
+            f"{msg} shape mismatch: {tuple(actual.shape)} vs {tuple(expected.shape)}"
+        )
     atol, rtol = tolerance(dtype or actual.dtype, reduce_len)
     a = actual.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)

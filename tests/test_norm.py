@@ -6,17 +6,21 @@ non-powers of two, ragged row tiles, and each exact switch point between code pa
 
 import math
 
-import normlab
 import pytest
 import torch
 from helpers import assert_close
+
+import normlab
 from normlab import configs, ref
 from normlab.kernels import norm as K
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 STRATEGIES = ["atomic", "two_stage", "persistent"]
 FWD_MAX = configs.NORM_FWD_MAX_BLOCK
-BWD_MAX = configs.NORM_BWD_SINGLE_PASS_MAX_COLS
+BWD_MAX = {
+    True: configs.norm_bwd_single_pass_max_cols(True),
+    False: configs.norm_bwd_single_pass_max_cols(False),
+}
 
 
 def _inputs(m, n, dtype, is_rms, *, affine=True, offset=0.0):
@@ -79,7 +83,9 @@ def test_forward_chunked_statistics(is_rms):
         assert_close(mean, mu)
     else:
         assert mean is None
-    assert_close(y, _ref_fwd(x, w, b, 1e-5, is_rms), dtype=torch.float16)  # fp32 var cancels ~3 digits
+    assert_close(
+        y, _ref_fwd(x, w, b, 1e-5, is_rms), dtype=torch.float16
+    )  # fp32 var cancels ~3 digits
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
@@ -103,7 +109,7 @@ def test_forward_mixed_param_dtype():
 def _check_backward(m, n, dtype, is_rms, strategy, *, affine=True, **kw):
     x, w, b = _inputs(m, n, dtype, is_rms, affine=affine)
     dy = torch.randn(m, n).to(dtype)
-    y, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms)
+    _, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms)
     dx, dw, db = K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy=strategy, **kw)
     rdx, rdw, rdb = ref.norm_backward(dy.double(), x.double(), _d(w), _d(b), 1e-5, is_rms)
     assert dx.dtype == dtype
@@ -138,11 +144,12 @@ def test_backward_matches_fp64(strategy, dtype, is_rms, m, n):
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-@pytest.mark.parametrize("n", [BWD_MAX, BWD_MAX + 1], ids=["widest-single-pass", "first-two-pass"])
-def test_backward_single_two_pass_switch(strategy, is_rms, n):
-    """The default config switches to the two-pass kernels exactly past the threshold (bf16 only:
-    the dtype paths are covered above and these widths are slow under the interpreter)."""
-    assert configs.norm_bwd_config(strategy, 2, n).two_pass == (n > BWD_MAX)
+@pytest.mark.parametrize("past", [0, 1], ids=["widest-single-pass", "first-two-pass"])
+def test_backward_single_two_pass_switch(strategy, is_rms, past):
+    """The default config switches to the two-pass kernels exactly past the per-norm threshold
+    (bf16 only: the dtype paths are covered above; these widths are slow in the interpreter)."""
+    n = BWD_MAX[is_rms] + past
+    assert configs.norm_bwd_config(strategy, 2, n, is_rms=is_rms).two_pass == bool(past)
     _check_backward(2, n, torch.bfloat16, is_rms, strategy)
 
 
@@ -190,14 +197,16 @@ def test_backward_accumulates_into_grad(strategy, buf_dtype):
     _, dw, db = K.norm_backward(dy, x, w, b, mean, rstd, False, strategy=strategy)
     gw, gb = torch.randn(40).to(buf_dtype), torch.randn(40).to(buf_dtype)
     expect_w, expect_b = gw.double() + dw.double(), gb.double() + db.double()
-    out = K.norm_backward(dy, x, w, b, mean, rstd, False, strategy=strategy, grad_weight=gw, grad_bias=gb)
+    out = K.norm_backward(
+        dy, x, w, b, mean, rstd, False, strategy=strategy, grad_weight=gw, grad_bias=gb
+    )
     assert out[1] is gw and out[2] is gb
     assert_close(gw, expect_w, reduce_len=13, dtype=torch.bfloat16)
     assert_close(gb, expect_b, reduce_len=13, dtype=torch.bfloat16)
 
 
 def test_auto_strategy_and_config_table():
-    for n in (1, 100, BWD_MAX, BWD_MAX + 1):
+    for n in (1, 100, BWD_MAX[False], BWD_MAX[True], BWD_MAX[True] + 1):
         assert configs.norm_bwd_auto_strategy(64, n) in STRATEGIES
         for s in STRATEGIES:
             cfg = configs.norm_bwd_config(s, 64, n)
@@ -241,7 +250,9 @@ def test_non_contiguous_inputs(is_rms):
         y.backward(dy)
         rb = None if is_rms else torch.zeros(24)
         assert_close(y, _ref_fwd(x.detach(), w, rb, 1e-5, is_rms))
-        rdx, _, _ = ref.norm_backward(dy.double(), x.detach().double(), w.double(), _d(rb), 1e-5, is_rms)
+        rdx, _, _ = ref.norm_backward(
+            dy.double(), x.detach().double(), w.double(), _d(rb), 1e-5, is_rms
+        )
         assert_close(x.grad, rdx)
 
 
@@ -327,8 +338,21 @@ def test_nan_stays_in_its_row(is_rms):
         (lambda: (torch.randn(3, 8), None, {"layout": "rows"}), ValueError, "layout"),
         (lambda: ([[1.0, 2.0]], None, {}), TypeError, "Tensor"),
     ],
-    ids=["w-len", "w-2d", "int-x", "fp64-x", "int-w", "device", "empty-last", "0-d",
-         "neg-eps", "nan-eps", "strategy", "layout", "list"],  # fmt: skip
+    ids=[
+        "w-len",
+        "w-2d",
+        "int-x",
+        "fp64-x",
+        "int-w",
+        "device",
+        "empty-last",
+        "0-d",
+        "neg-eps",
+        "nan-eps",
+        "strategy",
+        "layout",
+        "list",
+    ],
 )
 def test_bad_inputs(is_rms, make, exc, match):
     x, w, kw = make()

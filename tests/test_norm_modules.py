@@ -2,20 +2,21 @@
 
 import copy
 
-import normlab
 import pytest
 import torch
 from helpers import assert_close
 
+import normlab
+
 CASES = [
     # (normlab class, torch class, constructor kwargs)
-    (normlab.RMSNorm, torch.nn.RMSNorm, dict(normalized_shape=24)),
-    (normlab.RMSNorm, torch.nn.RMSNorm, dict(normalized_shape=(3, 8), eps=1e-5)),
-    (normlab.RMSNorm, torch.nn.RMSNorm, dict(normalized_shape=24, elementwise_affine=False)),
-    (normlab.LayerNorm, torch.nn.LayerNorm, dict(normalized_shape=24)),
-    (normlab.LayerNorm, torch.nn.LayerNorm, dict(normalized_shape=(3, 8), eps=1e-6)),
-    (normlab.LayerNorm, torch.nn.LayerNorm, dict(normalized_shape=24, bias=False)),
-    (normlab.LayerNorm, torch.nn.LayerNorm, dict(normalized_shape=24, elementwise_affine=False)),
+    (normlab.RMSNorm, torch.nn.RMSNorm, {"normalized_shape": 24}),
+    (normlab.RMSNorm, torch.nn.RMSNorm, {"normalized_shape": (3, 8), "eps": 1e-5}),
+    (normlab.RMSNorm, torch.nn.RMSNorm, {"normalized_shape": 24, "elementwise_affine": False}),
+    (normlab.LayerNorm, torch.nn.LayerNorm, {"normalized_shape": 24}),
+    (normlab.LayerNorm, torch.nn.LayerNorm, {"normalized_shape": (3, 8), "eps": 1e-6}),
+    (normlab.LayerNorm, torch.nn.LayerNorm, {"normalized_shape": 24, "bias": False}),
+    (normlab.LayerNorm, torch.nn.LayerNorm, {"normalized_shape": 24, "elementwise_affine": False}),
 ]
 IDS = ["rms", "rms-2d-shape", "rms-no-affine", "ln", "ln-2d-shape", "ln-no-bias", "ln-no-affine"]
 
@@ -60,7 +61,7 @@ def test_state_dict_round_trip(ours_cls, torch_cls, kwargs):
 
 def test_rms_eps_none_uses_dtype_eps():
     """torch.nn.RMSNorm(eps=None) uses finfo(x.dtype).eps; with x ~ 1e-4 the eps matters."""
-    ours, theirs = _pair(normlab.RMSNorm, torch.nn.RMSNorm, dict(normalized_shape=16))
+    ours, theirs = _pair(normlab.RMSNorm, torch.nn.RMSNorm, {"normalized_shape": 16})
     assert ours.eps is None
     x = 1e-4 * torch.randn(3, 16)
     assert_close(ours(x), theirs(x).double())
@@ -72,7 +73,9 @@ def test_training_step_matches_torch(strategy):
 
     def model(ln, rms):
         torch.manual_seed(1)
-        return torch.nn.Sequential(torch.nn.Linear(12, 20), ln, torch.nn.GELU(), rms, torch.nn.Linear(20, 3))
+        return torch.nn.Sequential(
+            torch.nn.Linear(12, 20), ln, torch.nn.GELU(), rms, torch.nn.Linear(20, 3)
+        )
 
     ours = model(normlab.LayerNorm(20, strategy=strategy), normlab.RMSNorm(20, strategy=strategy))
     theirs = model(torch.nn.LayerNorm(20), torch.nn.RMSNorm(20))

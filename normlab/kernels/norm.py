@@ -17,8 +17,9 @@ How dw/db are summed over the rows is the ``strategy``:
 * ``"persistent"``: seed 000's kernel_1: about ``programs_per_sm * SMs`` programs grid-stride
   ``BLOCK_ROWS x BLOCK_COLS`` row tiles and fold them into one fp32 partial per program, so the
   workspace is ``<= programs_per_sm * SMs * n_cols * 4`` bytes whatever n_rows. Rows wider than
-  ``configs.NORM_BWD_SINGLE_PASS_MAX_COLS`` take the two-pass kernel (pass 1 reduces c1/c2 over
-  column chunks, pass 2 re-reads x/dy, writes dx and adds into the program's partial row).
+  ``configs.norm_bwd_single_pass_max_cols(is_rms)`` take the two-pass kernel (pass 1 reduces
+  c1/c2 over column chunks, pass 2 re-reads x/dy, writes dx and adds into the program's partial
+  row).
 
 Partials are always fp32 and reduced in fp32 by ``_reduce_partials_kernel``, which can add into
 an existing ``.grad``; ``two_stage`` and ``persistent`` are bitwise deterministic.
@@ -619,7 +620,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, block_size=None, num_warps=N
         mean if mean is not None else rstd,
         rstd, x2d.stride(0), y.stride(0), n_cols, float(eps),
     )  # fmt: skip
-    flags = dict(IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None)
+    flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None}
     if AUTOTUNE and block_size is None and num_warps is None:
         _norm_fwd_kernel_tuned[(n_rows,)](*args, **flags)
     else:
@@ -665,7 +666,9 @@ def norm_backward(
     has_w, has_b = weight is not None, bias is not None
     for name, buf, param in (("grad_weight", grad_weight, weight), ("grad_bias", grad_bias, bias)):
         if buf is not None and (param is None or buf.shape != (n_cols,) or buf.device != device):
-            raise ValueError(f"{name} must be a ({n_cols},) tensor on {device} beside its parameter")
+            raise ValueError(
+                f"{name} must be a ({n_cols},) tensor on {device} beside its parameter"
+            )
     if strategy == "auto":
         strategy = configs.norm_bwd_auto_strategy(n_rows, n_cols)
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=device)
@@ -681,7 +684,7 @@ def norm_backward(
                 out.zero_()
         return dx, dw, db
     cfg = configs.norm_bwd_config(
-        strategy, n_rows, n_cols, two_pass=two_pass, block_rows=block_rows,
+        strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass, block_rows=block_rows,
         block_cols=block_cols, num_warps=num_warps, programs_per_sm=programs_per_sm,
         loop_stages=loop_stages,
     )  # fmt: skip
@@ -693,8 +696,8 @@ def norm_backward(
         rstd,
     )  # fmt: skip
     strides = (x2d.stride(0), dy2d.stride(0), dx.stride(0))
-    flags = dict(IS_RMS=bool(is_rms), HAS_WEIGHT=has_w, HAS_BIAS=has_b)
-    tile = dict(BLOCK_ROWS=cfg.block_rows, BLOCK_COLS=cfg.block_cols, num_warps=cfg.num_warps)
+    flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": has_w, "HAS_BIAS": has_b}
+    tile = {"BLOCK_ROWS": cfg.block_rows, "BLOCK_COLS": cfg.block_cols, "num_warps": cfg.num_warps}
     n_tiles = _cdiv(n_rows, cfg.block_rows)
 
     if strategy == "atomic":
@@ -711,7 +714,10 @@ def norm_backward(
             *common, acc_w, acc_b, n_rows, n_cols, *strides, **flags,
             TWO_PASS=cfg.two_pass, **tile,
         )  # fmt: skip
-        for out, buf, acc, present in ((dw, grad_weight, acc_w, has_w), (db, grad_bias, acc_b, has_b)):
+        for out, buf, acc, present in (
+            (dw, grad_weight, acc_w, has_w),
+            (db, grad_bias, acc_b, has_b),
+        ):
             if present and acc is not out:
                 if buf is not None:
                     out.add_(acc)
@@ -724,8 +730,12 @@ def norm_backward(
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
         n_programs = _cdiv(n_tiles, tiles_per_program)
-    dw_partial = torch.empty((n_programs, n_cols), dtype=torch.float32, device=device) if has_w else dummy
-    db_partial = torch.empty((n_programs, n_cols), dtype=torch.float32, device=device) if has_b else dummy
+    dw_partial = (
+        torch.empty((n_programs, n_cols), dtype=torch.float32, device=device) if has_w else dummy
+    )
+    db_partial = (
+        torch.empty((n_programs, n_cols), dtype=torch.float32, device=device) if has_b else dummy
+    )
     grid = (n_programs,)
     if strategy == "two_stage":
         _norm_bwd_partials_kernel[grid](
@@ -742,18 +752,34 @@ def norm_backward(
             LOOP_STAGES=cfg.loop_stages,
         )  # fmt: skip
     if has_w or has_b:
-        reduce_partials(dw_partial if has_w else None, db_partial if has_b else None, dw, db,
-                        accumulate_w=grad_weight is not None, accumulate_b=grad_bias is not None)
+        reduce_partials(
+            dw_partial if has_w else None,
+            db_partial if has_b else None,
+            dw,
+            db,
+            accumulate_w=grad_weight is not None,
+            accumulate_b=grad_bias is not None,
+        )
     return dx, dw, db
 
 
-def reduce_partials(dw_partial, db_partial, dw, db, *, accumulate_w=False, accumulate_b=False,
-                    block_m=None, block_n=None, num_warps=None):
+def reduce_partials(
+    dw_partial,
+    db_partial,
+    dw,
+    db,
+    *,
+    accumulate_w=False,
+    accumulate_b=False,
+    block_m=None,
+    block_n=None,
+    num_warps=None,
+):
     """Sum (n_partials, n_cols) fp32 partials over rows into dw/db (param dtype), in fp32."""
     ref = dw_partial if dw_partial is not None else db_partial
     n_partials, n_cols = ref.shape
     block_m = block_m or configs.NORM_REDUCE_BLOCK_M
-    block_n = block_n or configs.NORM_REDUCE_BLOCK_N
+    block_n = block_n or configs._ladder(configs.NORM_REDUCE_BLOCK_N, n_cols)
     _reduce_partials_kernel[(_cdiv(n_cols, block_n),)](
         ref if dw_partial is None else dw_partial,
         ref if db_partial is None else db_partial,
@@ -842,7 +868,7 @@ def _(dy, x, weight, bias, mean, rstd, is_rms, strategy, layout):
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, eps, is_rms, strategy, layout = inputs
+    x, weight, bias, _eps, is_rms, strategy, layout = inputs
     _, mean, rstd = output
     ctx.save_for_backward(x, weight, bias, mean, rstd)
     ctx.is_rms, ctx.strategy, ctx.layout = is_rms, strategy, layout
@@ -879,7 +905,9 @@ def _prepare(name, x, weight, bias, eps, strategy, layout):
             f"(for float64 use normlab.ref.{name})"
         )
     if x.dim() == 0 or x.shape[-1] == 0:
-        raise ValueError(f"{name}: x must have a non-empty last dimension, got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name}: x must have a non-empty last dimension, got shape {tuple(x.shape)}"
+        )
     if x.device.type != _runtime.DEVICE:
         raise ValueError(
             f"{name}: x is on {x.device} but normlab runs on {_runtime.DEVICE!r} "
@@ -892,12 +920,20 @@ def _prepare(name, x, weight, bias, eps, strategy, layout):
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"{name}: {pname} must be a torch.Tensor or None")
         if p.dtype not in DTYPES:
-            raise TypeError(f"{name}: {pname} has dtype {p.dtype}; expected float32/float16/bfloat16")
+            raise TypeError(
+                f"{name}: {pname} has dtype {p.dtype}; expected float32/float16/bfloat16"
+            )
         if tuple(p.shape) != (n_cols,):
             raise ValueError(f"{name}: {pname} must have shape ({n_cols},), got {tuple(p.shape)}")
         if p.device != x.device:
-            raise ValueError(f"{name}: {pname} is on device {p.device} but x is on device {x.device}")
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not (0.0 <= float(eps) < float("inf")):
+            raise ValueError(
+                f"{name}: {pname} is on device {p.device} but x is on device {x.device}"
+            )
+    if (
+        not isinstance(eps, (int, float))
+        or isinstance(eps, bool)
+        or not (0.0 <= float(eps) < float("inf"))
+    ):
         raise ValueError(f"{name}: eps must be a finite float >= 0, got {eps!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"{name}: strategy={strategy!r}; expected one of {STRATEGIES}")
