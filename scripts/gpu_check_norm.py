@@ -6,7 +6,8 @@
 (a) Correctness, bf16 at real sizes: every strategy's dx/dweight/dbias against an fp32
     reference (normlab.ref on fp32 copies of the inputs); ``two_stage`` and ``persistent``
     bitwise identical over 20 repeated backwards; the parameter-gradient error no worse than
-    torch's own F.rms_norm / F.layer_norm on the same bf16 inputs.
+    torch's own F.rms_norm / F.layer_norm on the same bf16 inputs; both functions inside
+    torch.compile(fullgraph=True) with the default inductor backend equal the eager path.
 (b) Timing of the 11 peer shapes of ``shared/notes/h200_peers.md`` (bf16, RMSNorm and
     LayerNorm): forward, and backward alone after a forward, with a cold L2 (a Triton kernel
     writes a buffer >= 4x L2 before each call). Device time = the sum of the call's kernel
@@ -28,6 +29,7 @@ import json
 import os
 import sys
 import time
+from functools import partial
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -229,6 +231,29 @@ def gbps(direction, m, n, us):
 def rel_rms(a, b):
     a, b = a.double(), b.double()
     return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt().clamp_min(1e-30)).item()
+
+
+def check_compile(results, backend="inductor"):
+    """normlab.rms_norm / layer_norm inside torch.compile(fullgraph=True) with the default
+    (inductor) backend: forward and gradients equal to the eager custom-op path."""
+    ok = True
+    for op in ("rms", "ln"):
+        m, n = (8, 64) if DEV == "cpu" else (4096, 4096)
+        x, w, b, dy = make_inputs(m, n, op, seed=2)
+        fn = normlab_fn(op)
+        compiled = torch.compile(fn, fullgraph=True, backend=backend)
+        grads = []
+        for f in (fn, compiled):
+            xs, ws = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+            y = f(xs, ws, b)
+            grads.append((y, *torch.autograd.grad(y, (xs, ws), dy)))
+        same = all(torch.equal(a, c) for a, c in zip(*grads))
+        ok &= same
+        results.append(
+            {"op": op, "M": m, "N": n, "compile_backend": backend, "bitwise_equal": same}
+        )
+        print(f"  compile({backend}, fullgraph) {op} {m}x{n}: equal to eager {same}")
+    return ok
 
 
 def check_correctness(results):
@@ -434,7 +459,7 @@ def tune(timer, reps, records, deadline, shapes=None):
             calls = [
                 (
                     (op, "fwd", m, n, wp),
-                    lambda wp=wp: K.norm_forward(x, w, b, EPS[op], op == "rms", num_warps=wp),  # noqa: B023 (called right away)
+                    partial(K.norm_forward, x, w, b, EPS[op], op == "rms", num_warps=wp),
                 )
                 for wp in FWD_WARPS.get(n, (4,))
             ]
@@ -501,7 +526,8 @@ def tune(timer, reps, records, deadline, shapes=None):
             run_calls = [
                 (
                     key,
-                    lambda kw=kw: K.norm_backward(
+                    partial(
+                        K.norm_backward,
                         dy,
                         x,
                         w,
@@ -510,7 +536,7 @@ def tune(timer, reps, records, deadline, shapes=None):
                         rstd,
                         op == "rms",
                         strategy="persistent",
-                        **kw,  # noqa: B023 (called right away)
+                        **kw,
                     ),
                 )
                 for key, kw in calls
@@ -547,14 +573,15 @@ def tune(timer, reps, records, deadline, shapes=None):
             calls = [
                 (
                     (bm, bn, nw),
-                    lambda bm=bm, bn=bn, nw=nw: K.reduce_partials(
+                    partial(
+                        K.reduce_partials,
                         part,
                         None,
                         out,
                         None,
                         block_m=bm,
                         block_n=bn,
-                        num_warps=nw,  # noqa: B023 (called right away)
+                        num_warps=nw,
                     ),
                 )
                 for bm, bn, nw in REDUCE_TILES
@@ -633,6 +660,7 @@ def main():
     print(f"copy bandwidth {copy_gbps:.0f} GB/s")
     print("\n(a) correctness (bf16 vs fp32 reference)")
     out["correct"] = check_correctness(out["correctness"])
+    out["compile_ok"] = check_compile(out["correctness"], "aot_eager" if args.dry else "inductor")
     save()
     print(f"  [{time.time() - t0:.0f}s]")
     reps = args.reps
