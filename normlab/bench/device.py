@@ -6,6 +6,7 @@ read + written), taken in the same run; the datasheet figure is printed beside i
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import statistics
@@ -50,7 +51,11 @@ def card_name() -> str:
 
 
 def git_commit() -> str:
-    """Short commit of the checkout normlab runs from ("+dirty" with local changes), or "unknown"."""
+    """Short commit of the checkout normlab runs from ("+dirty" with local changes), or "unknown".
+
+    ``NORMLAB_COMMIT`` overrides it, for a copy of the tree without its .git (a remote GPU run)."""
+    if os.environ.get("NORMLAB_COMMIT"):
+        return os.environ["NORMLAB_COMMIT"]
     root = Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(
