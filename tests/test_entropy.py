@@ -112,6 +112,59 @@ def test_tile_boundaries(loss, n_cols, form):
     _check(loss, out, grad, ref_out, ref_grad, torch.float32, n_cols, f"V={n_cols}")
 
 
+def _offset_rows(t, shift):
+    """t's values in a (rows, V) view that starts ``shift`` elements into a fresh buffer."""
+    buf = torch.randn(t.numel() + shift).to(t.dtype)
+    view = buf[shift:].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("n_cols", [5, 33, 47])
+@pytest.mark.parametrize("form", ["fused", "split"])
+def test_unaligned_rows(loss, n_cols, form):
+    # bf16 rows of odd V start at every offset mod 16 bytes: each row is split at its first
+    # aligned column (head, whole tiles, tail + head). Cap 16, V=33: the row with head 7 has
+    # a 17-column rest (two masked tiles); V=5 < 8: the head is clamped to the row.
+    from normlab.kernels import entropy
+
+    x, other = _inputs(loss, (9, n_cols), torch.bfloat16)
+    t = x if loss == "cross_entropy" else other
+    assert entropy._vec(x, t) == 8  # the aligned-body path really runs
+    out, grad = _run(loss, x, other, form=form, block_cap=16, reduction="none")
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    _check(loss, out, grad, ref_out, ref_grad, torch.bfloat16, n_cols, f"V={n_cols}")
+
+
+@pytest.mark.parametrize("form", ["fused", "split"])
+def test_misaligned_base_and_incongruent_strides(form):
+    # A base pointer off 16 bytes, or row strides that differ mod 8 between logits and target:
+    # no alignment hint (VEC = 1), same results.
+    from normlab.kernels import entropy
+
+    x, t = _inputs("reverse_kl", (6, 40), torch.bfloat16)
+    xs = _offset_rows(x, 1)
+    assert entropy._vec(xs, t) == 1
+    out, grad = _run("reverse_kl", xs, t, form=form, block_cap=16, reduction="none")
+    ref_out, ref_grad = _ref("reverse_kl", x, t, reduction="none")
+    _check("reverse_kl", out, grad, ref_out, ref_grad, torch.bfloat16, 40, "misaligned base")
+    t_wide = torch.randn(6, 43).to(torch.bfloat16)
+    t_wide[:, :40] = t
+    t2 = t_wide[:, :40]  # row stride 43 vs 40
+    assert entropy._vec(x, t2) == 1
+    out, grad = _run("reverse_kl", x, t2, form=form, block_cap=16, reduction="none")
+    _check("reverse_kl", out, grad, ref_out, ref_grad, torch.bfloat16, 40, "incongruent strides")
+    # fp32 gradient buffer for bf16 logits: the same column offsets, in 4-byte elements.
+    buf = torch.randn(6, 40)
+    x3 = _offset_rows(x, 8)  # 16 bytes in: still aligned
+    assert entropy._vec(x3, t, buf) == 8
+    before = buf.clone()
+    out = normlab.reverse_kl(x3, t, form=form, block_cap=16, reduction="none", grad_accumulate=buf)
+    _check("reverse_kl", out, (buf - before).to(torch.bfloat16), ref_out, ref_grad, torch.bfloat16,
+           40, "fp32 accumulate")  # fmt: skip
+
+
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("form", ["fused", "split"])
 def test_huge_logits(loss, form):

@@ -62,68 +62,137 @@ def _safe_max(m):
 
 
 @triton.jit
-def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
-    """Fold one fp32 tile (-inf on masked lanes) into the running row statistics.
+def _lane_step(v, m):
+    """One online-softmax step per lane, one exp: (new max, weight of v, rescale of old sums).
 
-    s_x = sum exp(x - safe(m_x)); s_t likewise. acc, in the same shifted frame:
-      reverse KL  sum e_x ((x - m_x) - (t - m_t))   ->  L = acc / s_x - log s_x + log s_t
-      soft CE     sum e_t (x - m_x)                 ->  L = log s_x - acc / s_t
+    Of exp(v - new) and exp(old - new) one is always 1, so exp(-|v - m|) gives both. A lane that
+    has seen only -inf keeps m = -inf and weight 0; a NaN v gives a NaN weight (row sums NaN).
     """
-    old_x = _safe_max(m_x)
-    m_x = tl.maximum(m_x, tl.max(x, axis=0))
-    new_x = _safe_max(m_x)
-    alpha_x = tl.exp(old_x - new_x)
-    e_x = tl.exp(x - new_x)
-    if KIND == _CE:
-        s_x = s_x * alpha_x + tl.sum(e_x, axis=0)
-    else:
-        old_t = _safe_max(m_t)
-        m_t = tl.maximum(m_t, tl.max(t, axis=0))
-        new_t = _safe_max(m_t)
-        alpha_t = tl.exp(old_t - new_t)
-        e_t = tl.exp(t - new_t)
-        if KIND == _RKL:
-            # Re-express acc in the new frame; p_j = 0 terms are skipped (x = -inf gives 0 * inf).
-            acc = alpha_x * (acc + ((new_t - old_t) - (new_x - old_x)) * s_x)
-            term = (x - new_x) - (t - new_t)
-            acc += tl.sum(tl.where(e_x > 0, e_x * term, 0.0), axis=0)
-        else:
-            acc = alpha_t * (acc - (new_x - old_x) * s_t)
-            acc += tl.sum(tl.where(e_t > 0, e_t * (x - new_x), 0.0), axis=0)
-        s_x = s_x * alpha_x + tl.sum(e_x, axis=0)
-        s_t = s_t * alpha_t + tl.sum(e_t, axis=0)
-    return m_x, s_x, m_t, s_t, acc
+    gt = v > m
+    e = tl.exp(tl.where(gt, m - v, v - _safe_max(m)))
+    return tl.where(gt, v, m), tl.where(gt, 1.0, e), tl.where(gt, e, 1.0)
 
 
 @triton.jit
-def _row_statistics(x_row, t_row, n_cols, KIND: tl.constexpr, BLOCK: tl.constexpr):
-    """Online statistics of one row: full tiles unmasked in a loop, then the (masked) last tile.
+def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
+    """Fold one fp32 tile (-inf on masked lanes) into per-lane running statistics.
 
-    Returns the raw statistics and the last tile (fp32) so a gradient pass can reuse it.
+    Every argument is a (BLOCK,) vector: lane j sees columns j, j + BLOCK, ... and keeps its own
+    max, so a tile costs no cross-warp reduction. Per lane, in the frame of its (safe) maxima:
+    s_x = sum exp(x - m_x), s_t likewise, and acc =
+      reverse KL  sum e_x ((x - m_x) - (t - m_t))   (p_j = 0 terms skipped)
+      soft CE     sum e_t (x - m_x)                 (q_j = 0 terms skipped)
+    A moved max re-expresses acc in the new frame before the tile's term is added.
+    """
+    new_x, w_x, a_x = _lane_step(x, m_x)
+    if KIND == _CE:
+        s_x = s_x * a_x + w_x
+    else:
+        new_t, w_t, a_t = _lane_step(t, m_t)
+        shift_x = _safe_max(new_x)
+        shift_t = _safe_max(new_t)
+        d_x = shift_x - _safe_max(m_x)
+        if KIND == _RKL:
+            d_t = shift_t - _safe_max(m_t)
+            term = (x - shift_x) - (t - shift_t)
+            acc = a_x * (acc + (d_t - d_x) * s_x) + tl.where(w_x > 0, w_x * term, 0.0)
+        else:
+            acc = a_t * (acc - d_x * s_t) + tl.where(w_t > 0, w_t * (x - shift_x), 0.0)
+        s_x = s_x * a_x + w_x
+        s_t = s_t * a_t + w_t
+        m_t = new_t
+    return new_x, s_x, m_t, s_t, acc
+
+
+@triton.jit
+def _merge_lanes(m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
+    """Per-lane statistics -> row statistics (scalars), the algebra of _combine_partials.
+
+    Returns (max x, sum exp(x - safe max x), max t, sum exp(t - safe max t), acc in the row frame).
+    """
+    row_m_x = tl.max(m_x, axis=0)
+    shift_x = _safe_max(row_m_x)
+    a_x = tl.where(m_x == _NEG_INF, 0.0, tl.exp(m_x - shift_x))  # +inf lane: NaN, as it must
+    row_s_x = tl.sum(s_x * a_x, axis=0)
+    row_m_t = row_m_x
+    row_s_t = row_s_x
+    row_acc = tl.zeros([], tl.float32)
+    if KIND != _CE:
+        row_m_t = tl.max(m_t, axis=0)
+        shift_t = _safe_max(row_m_t)
+        a_t = tl.where(m_t == _NEG_INF, 0.0, tl.exp(m_t - shift_t))
+        row_s_t = tl.sum(s_t * a_t, axis=0)
+        d_x = shift_x - _safe_max(m_x)
+        if KIND == _RKL:
+            d_t = shift_t - _safe_max(m_t)
+            row_acc = tl.sum(a_x * (acc + (d_t - d_x) * s_x), axis=0)
+        else:
+            row_acc = tl.sum(a_t * (acc - d_x * s_t), axis=0)
+    return row_m_x, row_s_x, row_m_t, row_s_t, row_acc
+
+
+@triton.jit
+def _row_layout(row_off, n_cols, VEC: tl.constexpr, BLOCK: tl.constexpr):
+    """(head, n_full, n_rest) of a row whose first element sits at element offset row_off.
+
+    Columns [0, head) precede the first VEC-aligned (16-byte) element; the body is n_full whole
+    tiles from column head (unmasked, vectorisable loads); the rest, the tail after the body and
+    then the head, is n_rest (1 or 2) masked tiles, the last one never empty.
+    """
+    head = (VEC - row_off % VEC) % VEC
+    head = tl.minimum(head, n_cols - 1)
+    n_full = (n_cols - head - 1) // BLOCK
+    n_rest = tl.cdiv(n_cols - n_full * BLOCK, BLOCK)
+    return head, n_full, n_rest
+
+
+@triton.jit
+def _rest_cols(k, head, n_full, n_cols, BLOCK: tl.constexpr):
+    """Columns and mask of rest tile k: tail columns first, then the head columns."""
+    idx = k * BLOCK + tl.arange(0, BLOCK)
+    tail_start = head + n_full * BLOCK
+    tail_len = n_cols - tail_start
+    cols = tl.where(idx < tail_len, tail_start + idx, idx - tail_len)
+    return cols, idx < tail_len + head
+
+
+@triton.jit
+def _row_statistics(x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols,
+                    KIND: tl.constexpr, VEC: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    """Online statistics of one row: body tiles unmasked, then the masked rest tiles.
+
+    x_off / t_off: element offsets of the row. Returns the row statistics (see _merge_lanes) and
+    the last rest tile (fp32) so a gradient pass can reuse it.
     """
     cols = tl.arange(0, BLOCK)
-    m_x = tl.full([], float("-inf"), tl.float32)
-    s_x = tl.zeros([], tl.float32)
-    m_t = tl.full([], float("-inf"), tl.float32)
-    s_t = tl.zeros([], tl.float32)
-    acc = tl.zeros([], tl.float32)
-    n_full = (n_cols - 1) // BLOCK  # tiles before the last one, which may be partial
+    m_x = tl.full([BLOCK], float("-inf"), tl.float32)
+    s_x = tl.zeros([BLOCK], tl.float32)
+    m_t = tl.full([BLOCK], float("-inf"), tl.float32)
+    s_t = tl.zeros([BLOCK], tl.float32)
+    acc = tl.zeros([BLOCK], tl.float32)
+    # True by construction of head (the launcher passes VEC > 1 only when every row of every
+    # operand starts at the same offset mod 16 bytes from a 16-byte-aligned base).
+    x_body = x_ptr + tl.multiple_of(x_off + head, VEC)
+    t_body = t_ptr + tl.multiple_of(t_off + head, VEC)
     for i in range(n_full):
-        x = tl.load(x_row + i * BLOCK + cols).to(tl.float32)
+        x = tl.load(x_body + i * BLOCK + cols).to(tl.float32)
         if KIND == _CE:
             t = x
         else:
-            t = tl.load(t_row + i * BLOCK + cols).to(tl.float32)
+            t = tl.load(t_body + i * BLOCK + cols).to(tl.float32)
         m_x, s_x, m_t, s_t, acc = _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND)
-    last_cols = n_full * BLOCK + cols
-    mask = last_cols < n_cols
-    x_last = tl.load(x_row + last_cols, mask=mask, other=_NEG_INF).to(tl.float32)
-    if KIND == _CE:
-        t_last = x_last
-    else:
-        t_last = tl.load(t_row + last_cols, mask=mask, other=_NEG_INF).to(tl.float32)
-    m_x, s_x, m_t, s_t, acc = _online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND)
-    return m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full
+    x_last = tl.full([BLOCK], float("-inf"), tl.float32)
+    t_last = x_last
+    for k in range(n_rest):
+        rest, mask = _rest_cols(k, head, n_full, n_cols, BLOCK)
+        x_last = tl.load(x_ptr + x_off + rest, mask=mask, other=_NEG_INF).to(tl.float32)
+        if KIND == _CE:
+            t_last = x_last
+        else:
+            t_last = tl.load(t_ptr + t_off + rest, mask=mask, other=_NEG_INF).to(tl.float32)
+        m_x, s_x, m_t, s_t, acc = _online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND)
+    m_x, s_x, m_t, s_t, acc = _merge_lanes(m_x, s_x, m_t, s_t, acc, KIND)
+    return m_x, s_x, m_t, s_t, acc, x_last, t_last
 
 
 @triton.jit
@@ -166,6 +235,14 @@ def _store_grad(grad_ptrs, g, mask, ACCUMULATE: tl.constexpr):
 
 
 @triton.jit
+def _store_grad_full(grad_ptrs, g, ACCUMULATE: tl.constexpr):
+    """_store_grad for a whole tile: no mask, so aligned stores stay vectorised for any V."""
+    if ACCUMULATE:
+        g += tl.load(grad_ptrs).to(tl.float32)
+    tl.store(grad_ptrs, g.to(grad_ptrs.dtype.element_ty))
+
+
+@triton.jit
 def _load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size):
     """(local label, ignored, bad) for label CE: bad = not ignored and outside [0, vocab_size)."""
     label = tl.load(labels_ptr + row).to(tl.int64)
@@ -192,12 +269,13 @@ def _fused_row(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
+    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * x_row_stride
-    t_row = t_ptr + row * t_row_stride
-    grad_row = grad_ptr + row * grad_row_stride
+    x_off = row * x_row_stride
+    t_off = row * t_row_stride
+    g_off = row * grad_row_stride
     cols = tl.arange(0, BLOCK)
     label = 0
     x_label = 0.0
@@ -205,10 +283,11 @@ def _fused_row(
     if KIND == _CE:
         # Ignored rows already returned in _cross_entropy_fused_kernel.
         label, _ignored, bad = _load_label(labels_ptr, row, ignore_index, 0, n_cols)
-        x_label = tl.load(x_row + tl.where(bad, 0, label)).to(tl.float32)
+        x_label = tl.load(x_ptr + x_off + tl.where(bad, 0, label)).to(tl.float32)
         x_label = tl.where(bad, float("nan"), x_label)
-    m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(
-        x_row, t_row, n_cols, KIND, BLOCK
+    head, n_full, n_rest = _row_layout(x_off, n_cols, VEC, BLOCK)
+    m_x, s_x, m_t, s_t, acc, x_last, t_last = _row_statistics(
+        x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols, KIND, VEC, BLOCK
     )
     loss = _finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
     tl.store(loss_ptr + row, loss)
@@ -223,34 +302,34 @@ def _fused_row(
             scale = scale / tl.load(n_valid_ptr)
         if KIND == _CE:
             scale = tl.where(bad, float("nan"), scale)
-        # Reverse tile order: the last tile is still in registers, its neighbour likely in L2.
-        last_cols = n_full * BLOCK + cols
-        last_mask = last_cols < n_cols
-        g = _tile_grad(
-            x_last,
-            t_last,
-            last_cols,
-            shift_x,
-            shift_t,
-            log_s_x,
-            log_s_t,
-            kl_shift,
-            label,
-            scale,
-            KIND,
-        )
-        _store_grad(grad_row + last_cols, g, last_mask, ACCUMULATE)
-        for j in range(n_full):
-            offs = (n_full - 1 - j) * BLOCK + cols
-            x = tl.load(x_row + offs).to(tl.float32)
+        # Reverse order: the last rest tile is still in registers, the body's end likely in L2.
+        rest, mask = _rest_cols(n_rest - 1, head, n_full, n_cols, BLOCK)
+        g = _tile_grad(x_last, t_last, rest, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label,
+                       scale, KIND)  # fmt: skip
+        _store_grad(grad_ptr + g_off + rest, g, mask, ACCUMULATE)
+        if n_rest > 1:
+            rest, mask = _rest_cols(0, head, n_full, n_cols, BLOCK)
+            x = tl.load(x_ptr + x_off + rest, mask=mask, other=_NEG_INF).to(tl.float32)
             if KIND == _CE:
                 t = x
             else:
-                t = tl.load(t_row + offs).to(tl.float32)
-            g = _tile_grad(
-                x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND
-            )
-            _store_grad(grad_row + offs, g, offs < n_cols, ACCUMULATE)
+                t = tl.load(t_ptr + t_off + rest, mask=mask, other=_NEG_INF).to(tl.float32)
+            g = _tile_grad(x, t, rest, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label,
+                           scale, KIND)  # fmt: skip
+            _store_grad(grad_ptr + g_off + rest, g, mask, ACCUMULATE)
+        x_body = x_ptr + tl.multiple_of(x_off + head, VEC)  # see _row_statistics
+        t_body = t_ptr + tl.multiple_of(t_off + head, VEC)
+        g_body = grad_ptr + tl.multiple_of(g_off + head, VEC)
+        for j in range(n_full):
+            offs = (n_full - 1 - j) * BLOCK + cols
+            x = tl.load(x_body + offs).to(tl.float32)
+            if KIND == _CE:
+                t = x
+            else:
+                t = tl.load(t_body + offs).to(tl.float32)
+            g = _tile_grad(x, t, head + offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label,
+                           scale, KIND)  # fmt: skip
+            _store_grad_full(g_body + offs, g, ACCUMULATE)
 
 
 # ============================================================================================
@@ -275,12 +354,13 @@ def _reverse_kl_fused_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
+    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Reverse KL loss and gradient of one row in one launch (see module docstring)."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, VEC, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -300,12 +380,13 @@ def _soft_cross_entropy_fused_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
+    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Soft-target cross-entropy loss and gradient of one row in one launch."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, VEC, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -325,6 +406,7 @@ def _cross_entropy_fused_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
+    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Label cross-entropy loss and gradient of one row in one launch."""
@@ -339,7 +421,7 @@ def _cross_entropy_fused_kernel(
         return
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, VEC, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -358,12 +440,14 @@ def _entropy_stats_kernel(
     t_row_stride,
     KIND: tl.constexpr,
     FINALIZE: tl.constexpr,
+    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Per-row statistics of the split form. Label CE: acc is x[label] when this shard owns it."""
     row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * x_row_stride
-    t_row = t_ptr + row * t_row_stride
+    x_off = row * x_row_stride
+    t_off = row * t_row_stride
+    x_row = x_ptr + x_off
     x_label = 0.0
     ignored = False
     if KIND == _CE:
@@ -372,8 +456,9 @@ def _entropy_stats_kernel(
         x_label = tl.load(x_row + tl.where(owned, label, 0)).to(tl.float32)
         x_label = tl.where(owned, x_label, 0.0)
         x_label = tl.where(bad, float("nan"), x_label)
-    m_x, s_x, m_t, s_t, acc, _x_last, _t_last, _n_full = _row_statistics(
-        x_row, t_row, n_cols, KIND, BLOCK
+    head, n_full, n_rest = _row_layout(x_off, n_cols, VEC, BLOCK)
+    m_x, s_x, m_t, s_t, acc, _x_last, _t_last = _row_statistics(
+        x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols, KIND, VEC, BLOCK
     )
     if KIND == _CE:
         acc = x_label
@@ -417,12 +502,24 @@ def _entropy_backward_kernel(
     KIND: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
+    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """Gradient of one (row, column tile) from the stored row statistics: elementwise only."""
+    """Gradient of one (row, column tile) from the stored row statistics: elementwise only.
+
+    Tiles start on the row's 16-byte-aligned columns (the first one reaches back before column
+    0), so whole tiles load and store unmasked and vectorised for any V (see _row_layout).
+    """
     row = tl.program_id(0).to(tl.int64)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_cols
+    cols = tl.arange(0, BLOCK)
+    x_off = row * x_row_stride
+    t_off = row * t_row_stride
+    g_off = row * grad_row_stride
+    lead = x_off % VEC  # = (VEC - head) % VEC: columns of tile 0 before column 0
+    start = tl.program_id(1) * BLOCK - lead
+    offs = start + cols
+    mask = (offs >= 0) & (offs < n_cols)
+    full = (start >= 0) & (start + BLOCK <= n_cols)
     scale = tl.cast(grad_scale, tl.float32) * tl.load(grad_out_ptr + row * grad_out_stride).to(
         tl.float32
     )
@@ -438,15 +535,25 @@ def _entropy_backward_kernel(
     log_s_x = tl.load(row_stats_ptr + 2 * n_rows + row)
     log_s_t = tl.load(row_stats_ptr + 3 * n_rows + row)
     kl_shift = tl.load(row_stats_ptr + 4 * n_rows + row)
-    x = tl.load(x_ptr + row * x_row_stride + offs, mask=mask, other=_NEG_INF).to(tl.float32)
-    if KIND == _CE:
-        t = x
+    if full:  # start is VEC-aligned in every operand (launcher's VEC check)
+        x = tl.load(x_ptr + tl.multiple_of(x_off + start, VEC) + cols).to(tl.float32)
+        if KIND == _CE:
+            t = x
+        else:
+            t = tl.load(t_ptr + tl.multiple_of(t_off + start, VEC) + cols).to(tl.float32)
     else:
-        t = tl.load(t_ptr + row * t_row_stride + offs, mask=mask, other=_NEG_INF).to(tl.float32)
+        x = tl.load(x_ptr + x_off + offs, mask=mask, other=_NEG_INF).to(tl.float32)
+        if KIND == _CE:
+            t = x
+        else:
+            t = tl.load(t_ptr + t_off + offs, mask=mask, other=_NEG_INF).to(tl.float32)
     g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND)
     if KIND == _CE:
         g = tl.where(ignored, 0.0, g)  # exact zeros even if the ignored row holds NaN / inf
-    _store_grad(grad_ptr + row * grad_row_stride + offs, g, mask, ACCUMULATE)
+    if full:
+        _store_grad_full(grad_ptr + tl.multiple_of(g_off + start, VEC) + cols, g, ACCUMULATE)
+    else:
+        _store_grad(grad_ptr + g_off + offs, g, mask, ACCUMULATE)
 
 
 @triton.jit
@@ -511,6 +618,20 @@ def _grad_scale(spec: _Spec, n_rows: int) -> tuple[float, bool]:
     return 1.0 / n_rows, False
 
 
+def _vec(*tensors: torch.Tensor) -> int:
+    """Elements per 16 bytes of the first tensor if every row of every tensor starts at the same
+    column offset mod that (16-byte-aligned bases, row strides congruent), else 1 (no hint).
+
+    The kernels then split each row at its first aligned column (``_row_layout``).
+    """
+    vec = 16 // tensors[0].element_size()
+    lead = tensors[0].stride(0) % vec
+    for a in tensors:
+        if a.data_ptr() % 16 or a.stride(0) % vec != lead or 16 % a.element_size():
+            return 1
+    return vec
+
+
 def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate):
     n_rows, n_cols = x.shape
     block = _block(n_cols, spec.block_cap)
@@ -522,7 +643,8 @@ def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, ac
         scale, spec.ignore_index, n_cols,
         x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
         COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid,
-        BLOCK=block, num_warps=configs.entropy_num_warps(block, table),
+        VEC=_vec(x, t, grad) if grad is not None else _vec(x, t), BLOCK=block,
+        num_warps=configs.entropy_num_warps(block, table),
     )  # fmt: skip
 
 
@@ -535,7 +657,7 @@ def _launch_stats(spec, x, t, labels, finalize):
         x, t, labels, partial if partial is not None else row_stats, row_stats,
         spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
         x.stride(0), t.stride(0),
-        KIND=spec.kind, FINALIZE=finalize, BLOCK=block,
+        KIND=spec.kind, FINALIZE=finalize, VEC=_vec(x, t), BLOCK=block,
         num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_STATS_BLOCK: configs.ENTROPY_STATS_WARPS}),
     )  # fmt: skip
     return partial, row_stats
@@ -545,11 +667,13 @@ def _launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, acc
     n_rows, n_cols = x.shape
     block = _block(n_cols, min(spec.block_cap, configs.ENTROPY_BACKWARD_BLOCK))
     scale, over_valid = _grad_scale(spec, n_rows)
-    _entropy_backward_kernel[(n_rows, triton.cdiv(n_cols, block))](
+    vec = _vec(x, t, grad)
+    lead = 0 if x.stride(0) % vec == 0 else vec - 1  # tile 0 reaches back up to vec - 1 columns
+    _entropy_backward_kernel[(n_rows, triton.cdiv(n_cols + lead, block))](
         x, t, labels, row_stats, grad_out, n_valid, grad,
         scale, spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
         x.stride(0), t.stride(0), grad.stride(0), 1 if grad_out.dim() else 0,
-        KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, BLOCK=block,
+        KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, VEC=vec, BLOCK=block,
         num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_BACKWARD_BLOCK: configs.ENTROPY_BACKWARD_WARPS}),
     )  # fmt: skip
 
