@@ -224,21 +224,22 @@ BLOCK_ROW_MAX_ROWS = 64
 # 4096-element tiles, 510 vs 501 us (64 columns), 1961 vs 1984 us (256): no measurable effect.
 BLOCK_ROW_FWD_ELEMS_PER_WARP = 256
 BLOCK_ROW_MAX_WARPS = 8
-# Backward tiles, warps and persistent programs per SM. Up to 64 columns, measured in the H200
-# run (with the accumulation below): 64 rows x 16 columns 269 us (torch.compile 377 us), 32 x 64
-# 958 us (compile 829 us). With the column-sum accumulation, 8 or 16 programs per SM moved the
-# time by at most 11% and 8 warps were slower. From BLOCK_ROW_BWD_WIDE_COLS columns, chosen by
-# reasoning, not measured in this kernel: at 256 columns this kernel with 2048-element tiles,
-# 4 warps, 4 programs per SM took 3862 us, while the row path's persistent kernel (the same
-# single-pass algorithm with tile accumulators) with 4096-element tiles, 8 warps, 2 programs per
-# SM took 3242 us.
+# Backward tiles, warps and persistent programs per SM. Swept in normlab/data/dev/
+# narrow_bwd_sweep_h200.json (scripts/tune_narrow_bwd.py; H200, torch 2.11, triton 3.6,
+# 2026-11-29, commit 06e714036363, 7,864,320 rows, bf16, tile {2048, 4096} x warps {4, 8} x
+# programs/SM {2, 4, 8, 16}): 2048-element tiles, 8 warps, 4 programs per SM is best or within
+# 2% of best at every width for both norms: LayerNorm 400 / 776 / 1540 / 3113 us at 32 / 64 /
+# 128 / 256 columns, RMSNorm 381 / 740 / 1473 / 2964 us, against 489 / 951 / 1876 / 3094 and
+# 465 / 913 / 1795 / 3029 us for the previous defaults (2048 x 4 warps x 4 below 128 columns,
+# 4096 x 8 warps x 2 from 128). Two programs per SM starve the loads (up to 2x slower at 4 warps).
 BLOCK_ROW_BWD_TILE_ELEMS = 2048
-BLOCK_ROW_BWD_WARPS = 4
+BLOCK_ROW_BWD_WARPS = 8
 BLOCK_ROW_BWD_PROGRAMS_PER_SM = 4
+# Kept as a separate knob for wide narrow rows; the sweep above found no better setting there.
 BLOCK_ROW_BWD_WIDE_COLS = 128
-BLOCK_ROW_BWD_WIDE_TILE_ELEMS = 4096
+BLOCK_ROW_BWD_WIDE_TILE_ELEMS = 2048
 BLOCK_ROW_BWD_WIDE_WARPS = 8
-BLOCK_ROW_BWD_WIDE_PROGRAMS_PER_SM = 2
+BLOCK_ROW_BWD_WIDE_PROGRAMS_PER_SM = 4
 # Backward dγ/dβ accumulation: whole fp32 tiles reduced once at the end (True) or column sums
 # per tile (False). H200 run: tiles 269 / 958 / 3862 us at 16 / 64 / 256 columns, column sums
 # 413 / 1552 / 18465 us (a cross-warp shared-memory reduction per tile).
