@@ -74,6 +74,10 @@ NORM_BWD_MAX_BLOCK_ROWS = 16
 NORM_BWD_TWO_PASS_BLOCK_ROWS = 4
 NORM_BWD_TWO_PASS_PROGRAMS_PER_SM = 2
 NORM_BWD_TWO_PASS_BLOCK_COLS = 4096
+# Those sweeps ran the 4x4096 two-pass tile at 16 warps. The element ladder below would give it 32:
+# the record run at commit 06e714036363 (H200, 2026-11-29) took LN 2048x16384 273.5 µs and
+# 512x16384 77.7 µs that way, against the 130.2 / 37.8 µs measured at 16 warps.
+NORM_BWD_TWO_PASS_WARPS = 16
 
 # Warps per backward program by tile elements (elements <= key -> warps). Measured (H200,
 # 2026-11-29, torch 2.11, triton 3.6): 2048 -> 4, 4096 -> 8 (4096x4096 37.8 µs vs 16 warps 38.2),
@@ -175,7 +179,8 @@ def norm_bwd_config(
             block_rows = max(1, min(NORM_BWD_TILE_ELEMS // block_cols, NORM_BWD_MAX_BLOCK_ROWS))
     block_rows, block_cols = _next_pow2(block_rows), _next_pow2(block_cols)
     if num_warps is None:
-        num_warps = _ladder(NORM_BWD_WARPS, block_rows * block_cols)
+        num_warps = (NORM_BWD_TWO_PASS_WARPS if two_pass and strategy == "persistent"
+                     else _ladder(NORM_BWD_WARPS, block_rows * block_cols))  # fmt: skip
     if programs_per_sm is None:
         programs_per_sm = (NORM_BWD_TWO_PASS_PROGRAMS_PER_SM if two_pass
                            else _ladder(NORM_BWD_PROGRAMS_PER_SM, n_cols))  # fmt: skip
