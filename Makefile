@@ -25,6 +25,7 @@ lab: install
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(ARGS)
 
 test: install
+	bash scripts/install_browser.sh $(VENV)
 	$(PY) -m pytest tests -q -p no:cacheprovider $(ARGS)
 	$(PY) -m pytest notebooks -q -p no:cacheprovider --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=600
