@@ -26,6 +26,13 @@ Forms (seed 004):
   This is also the tensor-parallel path: between the two, the raw per-row statistics
   (max, sum-exp of both distributions, and the loss accumulator) are all-reduced.
 
+Row statistics, two algorithms (``configs.entropy_lanewise`` picks): per-tile (each tile reduced
+across the block into scalar running statistics) or lane-wise (each lane keeps its own running
+max / sum-exp / accumulator, one exp per element per input, merged once per row).
+
+Rows whose start is not 16-byte aligned (odd V in bf16) are split at their first aligned column:
+whole tiles from there load unmasked and vectorised; the few head columns join the masked tail.
+
 Masked lanes are loaded as -inf, never 0, so they cannot move a max or a log-sum-exp.
 """
 
@@ -74,7 +81,43 @@ def _lane_step(v, m):
 
 
 @triton.jit
-def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
+def _tile_step(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
+    """Fold one fp32 tile (-inf on masked lanes) into scalar running row statistics (round 1).
+
+    Reduces each tile across the block (max, then sums): 2 exps per element per input.
+
+    s_x = sum exp(x - safe(m_x)); s_t likewise. acc, in the same shifted frame:
+      reverse KL  sum e_x ((x - m_x) - (t - m_t))   ->  L = acc / s_x - log s_x + log s_t
+      soft CE     sum e_t (x - m_x)                 ->  L = log s_x - acc / s_t
+    """
+    old_x = _safe_max(m_x)
+    m_x = tl.maximum(m_x, tl.max(x, axis=0))
+    new_x = _safe_max(m_x)
+    alpha_x = tl.exp(old_x - new_x)
+    e_x = tl.exp(x - new_x)
+    if KIND == _CE:
+        s_x = s_x * alpha_x + tl.sum(e_x, axis=0)
+    else:
+        old_t = _safe_max(m_t)
+        m_t = tl.maximum(m_t, tl.max(t, axis=0))
+        new_t = _safe_max(m_t)
+        alpha_t = tl.exp(old_t - new_t)
+        e_t = tl.exp(t - new_t)
+        if KIND == _RKL:
+            # Re-express acc in the new frame; p_j = 0 terms are skipped (x = -inf gives 0 * inf).
+            acc = alpha_x * (acc + ((new_t - old_t) - (new_x - old_x)) * s_x)
+            term = (x - new_x) - (t - new_t)
+            acc += tl.sum(tl.where(e_x > 0, e_x * term, 0.0), axis=0)
+        else:
+            acc = alpha_t * (acc - (new_x - old_x) * s_t)
+            acc += tl.sum(tl.where(e_t > 0, e_t * (x - new_x), 0.0), axis=0)
+        s_x = s_x * alpha_x + tl.sum(e_x, axis=0)
+        s_t = s_t * alpha_t + tl.sum(e_t, axis=0)
+    return m_x, s_x, m_t, s_t, acc
+
+
+@triton.jit
+def _lane_tile_step(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
     """Fold one fp32 tile (-inf on masked lanes) into per-lane running statistics.
 
     Every argument is a (BLOCK,) vector: lane j sees columns j, j + BLOCK, ... and keeps its own
@@ -102,6 +145,15 @@ def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
         s_t = s_t * a_t + w_t
         m_t = new_t
     return new_x, s_x, m_t, s_t, acc
+
+
+@triton.jit
+def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, LANEWISE: tl.constexpr):
+    if LANEWISE:
+        m_x, s_x, m_t, s_t, acc = _lane_tile_step(x, t, m_x, s_x, m_t, s_t, acc, KIND)
+    else:
+        m_x, s_x, m_t, s_t, acc = _tile_step(x, t, m_x, s_x, m_t, s_t, acc, KIND)
+    return m_x, s_x, m_t, s_t, acc
 
 
 @triton.jit
@@ -157,19 +209,27 @@ def _rest_cols(k, head, n_full, n_cols, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _row_statistics(x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols,
-                    KIND: tl.constexpr, VEC: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+def _row_statistics(x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols, KIND: tl.constexpr,
+                    LANEWISE: tl.constexpr, VEC: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
     """Online statistics of one row: body tiles unmasked, then the masked rest tiles.
 
-    x_off / t_off: element offsets of the row. Returns the row statistics (see _merge_lanes) and
-    the last rest tile (fp32) so a gradient pass can reuse it.
+    x_off / t_off: element offsets of the row. LANEWISE: per-lane state merged once at the end
+    (_lane_tile_step), else scalar state reduced every tile (_tile_step). Returns the row
+    statistics (see _merge_lanes) and the last rest tile (fp32) for a gradient pass to reuse.
     """
     cols = tl.arange(0, BLOCK)
-    m_x = tl.full([BLOCK], float("-inf"), tl.float32)
-    s_x = tl.zeros([BLOCK], tl.float32)
-    m_t = tl.full([BLOCK], float("-inf"), tl.float32)
-    s_t = tl.zeros([BLOCK], tl.float32)
-    acc = tl.zeros([BLOCK], tl.float32)
+    if LANEWISE:
+        m_x = tl.full([BLOCK], float("-inf"), tl.float32)
+        s_x = tl.zeros([BLOCK], tl.float32)
+        m_t = tl.full([BLOCK], float("-inf"), tl.float32)
+        s_t = tl.zeros([BLOCK], tl.float32)
+        acc = tl.zeros([BLOCK], tl.float32)
+    else:
+        m_x = tl.full([], float("-inf"), tl.float32)
+        s_x = tl.zeros([], tl.float32)
+        m_t = tl.full([], float("-inf"), tl.float32)
+        s_t = tl.zeros([], tl.float32)
+        acc = tl.zeros([], tl.float32)
     # True by construction of head (the launcher passes VEC > 1 only when every row of every
     # operand starts at the same offset mod 16 bytes from a 16-byte-aligned base).
     x_body = x_ptr + tl.multiple_of(x_off + head, VEC)
@@ -180,7 +240,7 @@ def _row_statistics(x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols,
             t = x
         else:
             t = tl.load(t_body + i * BLOCK + cols).to(tl.float32)
-        m_x, s_x, m_t, s_t, acc = _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND)
+        m_x, s_x, m_t, s_t, acc = _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, LANEWISE)
     x_last = tl.full([BLOCK], float("-inf"), tl.float32)
     t_last = x_last
     for k in range(n_rest):
@@ -190,8 +250,11 @@ def _row_statistics(x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols,
             t_last = x_last
         else:
             t_last = tl.load(t_ptr + t_off + rest, mask=mask, other=_NEG_INF).to(tl.float32)
-        m_x, s_x, m_t, s_t, acc = _online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND)
-    m_x, s_x, m_t, s_t, acc = _merge_lanes(m_x, s_x, m_t, s_t, acc, KIND)
+        m_x, s_x, m_t, s_t, acc = _online_tile(
+            x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND, LANEWISE
+        )
+    if LANEWISE:
+        m_x, s_x, m_t, s_t, acc = _merge_lanes(m_x, s_x, m_t, s_t, acc, KIND)
     return m_x, s_x, m_t, s_t, acc, x_last, t_last
 
 
@@ -269,6 +332,7 @@ def _fused_row(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
+    LANEWISE: tl.constexpr,
     VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
@@ -287,7 +351,7 @@ def _fused_row(
         x_label = tl.where(bad, float("nan"), x_label)
     head, n_full, n_rest = _row_layout(x_off, n_cols, VEC, BLOCK)
     m_x, s_x, m_t, s_t, acc, x_last, t_last = _row_statistics(
-        x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols, KIND, VEC, BLOCK
+        x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols, KIND, LANEWISE, VEC, BLOCK
     )
     loss = _finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
     tl.store(loss_ptr + row, loss)
@@ -354,13 +418,14 @@ def _reverse_kl_fused_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
+    LANEWISE: tl.constexpr,
     VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Reverse KL loss and gradient of one row in one launch (see module docstring)."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, VEC, BLOCK)  # fmt: skip
+               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, LANEWISE, VEC, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -380,13 +445,14 @@ def _soft_cross_entropy_fused_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
+    LANEWISE: tl.constexpr,
     VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Soft-target cross-entropy loss and gradient of one row in one launch."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, VEC, BLOCK)  # fmt: skip
+               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, LANEWISE, VEC, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -406,6 +472,7 @@ def _cross_entropy_fused_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
+    LANEWISE: tl.constexpr,
     VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
@@ -421,7 +488,7 @@ def _cross_entropy_fused_kernel(
         return
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, VEC, BLOCK)  # fmt: skip
+               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, LANEWISE, VEC, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -440,6 +507,7 @@ def _entropy_stats_kernel(
     t_row_stride,
     KIND: tl.constexpr,
     FINALIZE: tl.constexpr,
+    LANEWISE: tl.constexpr,
     VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
@@ -458,7 +526,7 @@ def _entropy_stats_kernel(
         x_label = tl.where(bad, float("nan"), x_label)
     head, n_full, n_rest = _row_layout(x_off, n_cols, VEC, BLOCK)
     m_x, s_x, m_t, s_t, acc, _x_last, _t_last = _row_statistics(
-        x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols, KIND, VEC, BLOCK
+        x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols, KIND, LANEWISE, VEC, BLOCK
     )
     if KIND == _CE:
         acc = x_label
@@ -603,6 +671,7 @@ class _Spec:
     group: object
     vocab_start: int
     vocab_size: int
+    lanewise: bool = False  # statistics algorithm (configs.entropy_lanewise)
 
 
 def _block(n_cols: int, cap: int) -> int:
@@ -638,27 +707,32 @@ def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, ac
     scale, over_valid = _grad_scale(spec, n_rows)
     is_ce = spec.kind == _KINDS["cross_entropy"]
     table = configs.ENTROPY_FUSED_WARPS_LABEL if is_ce else configs.ENTROPY_FUSED_WARPS
+    if spec.lanewise:
+        table = configs.ENTROPY_FUSED_WARPS_LANEWISE
     _FUSED_KERNELS[spec.kind][(n_rows,)](
         x, t, labels, grad if grad is not None else x, loss_rows, n_valid,
         scale, spec.ignore_index, n_cols,
         x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
         COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid,
-        VEC=_vec(x, t, grad) if grad is not None else _vec(x, t), BLOCK=block,
-        num_warps=configs.entropy_num_warps(block, table),
+        LANEWISE=spec.lanewise, VEC=_vec(x, t, grad) if grad is not None else _vec(x, t),
+        BLOCK=block, num_warps=configs.entropy_num_warps(block, table),
     )  # fmt: skip
 
 
 def _launch_stats(spec, x, t, labels, finalize):
     n_rows, n_cols = x.shape
-    block = _block(n_cols, min(spec.block_cap, configs.ENTROPY_STATS_BLOCK))
+    stats_block, stats_warps = configs.ENTROPY_STATS_BLOCK, configs.ENTROPY_STATS_WARPS
+    if spec.lanewise:
+        stats_block, stats_warps = configs.ENTROPY_STATS_LANEWISE
+    block = _block(n_cols, min(spec.block_cap, stats_block))
     partial = x.new_empty((5, n_rows), dtype=torch.float32) if not finalize else None
     row_stats = x.new_empty((6, n_rows), dtype=torch.float32)
     _entropy_stats_kernel[(n_rows,)](
         x, t, labels, partial if partial is not None else row_stats, row_stats,
         spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
         x.stride(0), t.stride(0),
-        KIND=spec.kind, FINALIZE=finalize, VEC=_vec(x, t), BLOCK=block,
-        num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_STATS_BLOCK: configs.ENTROPY_STATS_WARPS}),
+        KIND=spec.kind, FINALIZE=finalize, LANEWISE=spec.lanewise, VEC=_vec(x, t), BLOCK=block,
+        num_warps=configs.entropy_num_warps(block, {stats_block: stats_warps}),
     )  # fmt: skip
     return partial, row_stats
 
@@ -915,7 +989,8 @@ def _distribution_loss(
             f"{name}: no gradient with respect to target_logits is computed; pass target_logits.detach()"
         )
     form, cap = _resolve(name, logits.shape[-1], form, block_cap, group)
-    spec = _Spec(_KINDS[name], form, cap, reduction, 0, group, 0, logits.shape[-1])
+    lanewise = configs.entropy_lanewise(name, logits.shape[-1])
+    spec = _Spec(_KINDS[name], form, cap, reduction, 0, group, 0, logits.shape[-1], lanewise)
     return _run(
         name, _contiguous_rows(logits), _contiguous_rows(target_logits), spec, grad_accumulate
     )
@@ -1013,7 +1088,7 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
                 f"{name}: label {first} outside [0, {vocab_size}) and != ignore_index={ignore_index}"
             )
     form, cap = _resolve(name, n_cols, form, block_cap, group)
-    spec = _Spec(
-        _KINDS[name], form, cap, reduction, int(ignore_index), group, vocab_start, vocab_size
-    )
+    lanewise = configs.entropy_lanewise(name, n_cols)
+    spec = _Spec(_KINDS[name], form, cap, reduction, int(ignore_index), group, vocab_start, vocab_size,
+                 lanewise)  # fmt: skip
     return _run(name, _contiguous_rows(logits), labels.contiguous(), spec, grad_accumulate)
