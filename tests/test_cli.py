@@ -126,5 +126,7 @@ def test_report_is_delegated_lazily(monkeypatch):
     fake = types.ModuleType("normlab.report")
     fake.main = lambda argv: seen.append(argv) or 0
     monkeypatch.setitem(sys.modules, "normlab.report", fake)
+    # An earlier import of the real module also binds it as an attribute of the package.
+    monkeypatch.setattr(normlab, "report", fake, raising=False)
     assert cli.main(["report", "--card", "NVIDIA H200", "-x"]) == 0
     assert seen == [["--card", "NVIDIA H200", "-x"]]
