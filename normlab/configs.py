@@ -330,16 +330,13 @@ def block_row_bwd_config(
 # Column-tile caps a caller may pass as ``block_cap`` (seed 004's option A sweep). Any other power
 # of two in [ENTROPY_MIN_BLOCK, ENTROPY_MAX_BLOCK] is accepted too (tiny caps let the CPU tests
 # exercise multi-tile paths cheaply); these four are the ones measured.
-ENTROPY_BLOCK_CAPS = (1024, 2048, 4096, 8192, 16384, 32768)
+ENTROPY_BLOCK_CAPS = (4096, 8192, 16384, 32768)
 ENTROPY_MIN_BLOCK = 16
 ENTROPY_MAX_BLOCK = 65536
 
 # Measurements cited below: normlab/data/dev/entropy_tuning_h200.json -- NVIDIA H200, torch
 # 2.11.0+cu130, triton 3.6.0, 2026-11-29; 4096 tokens x V, bf16, forward+backward device time
 # (torch.profiler kernel sum, L2 flushed before each call), scripts/gpu_check_entropy.py.
-# Round 2 (lane-wise statistics, aligned row bodies): normlab/data/dev/entropy_tuning_h200_round2.json
-# -- same card, versions and method, 2026-11-29, 15 reps, code of commit 9b03812 (lane-wise for
-# every loss and V then).
 
 # Fused kernel (one program per row): warps per column tile, reverse KL / soft CE. At 4096, 4
 # warps beat 8/16/32: reverse KL 376 / 419 / 445 / 756 us at V=32768 and 1539 / 1729 / 1820 /
@@ -351,25 +348,6 @@ ENTROPY_FUSED_WARPS = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
 # Label CE (one input): these warps gave 221 / 413 / 819 us at V = 32768 / 65536 / 131072 at
 # cap 4096 (its best cap at every vocab); other warp counts not measured for label CE.
 ENTROPY_FUSED_WARPS_LABEL = {4096: 8, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
-
-# Lane-wise statistics (per-lane max / sum-exp / KL accumulator, merged once per row; one exp
-# per element per input for the online update) instead of per-tile block reductions. Round 2,
-# reverse KL: SLOWER on 16-byte-aligned rows -- best 432 / 846 / 1663 / 1947 us at V = 32768 /
-# 65536 / 131072 / 151936 (fused 2048 / 8 warps) vs round 1's per-tile 376 / 740 / 1509 / 1804:
-# the extra per-element rescale arithmetic costs more than the reductions it removes. Faster at
-# V = 50257 (odd: rows misaligned): 672 us (fused 2048 / 8) vs round 1's 849, but that round-1
-# number also lacked the aligned-body split, and per-tile + aligned bodies at 50257 is NOT
-# measured. Label CE at 131072: lane-wise 1013 us vs per-tile 819 -> per-tile. So lane-wise is
-# used only for reverse KL with V > ENTROPY_AUTO_TILE and V % ENTROPY_ALIGN_COLS != 0.
-ENTROPY_LANEWISE_LOSSES = ("reverse_kl",)
-ENTROPY_ALIGN_COLS = 8  # bf16 elements per 16 bytes: V % 8 != 0 puts bf16 rows off 16-byte starts
-# Lane-wise warps: 8 elements per thread (1024 / 4 and 2048 / 8: 437 / 432 us at 32768); 16 per
-# thread (2048 / 4, 4096 / 8) was 1.65x slower at every V (712 / 728 us at 32768). Other caps:
-# the same 8 per thread, not measured.
-ENTROPY_FUSED_WARPS_LANEWISE = {1024: 4, 2048: 8, 4096: 16, 8192: 32, 16384: 32, 32768: 32, 65536: 32}
-# Lane-wise split stats tile / warps: 1024 / 4 beat 2048 / 8 at every V (758.5 vs 769.6 us at
-# 50257, 473.8 vs 487.5 at 32768, forward+backward with the 4096 / 8 backward).
-ENTROPY_STATS_LANEWISE = (1024, 4)
 
 # Split form: the stats kernel (one program per row, online max/sum-exp) and the backward kernel
 # (2-D grid: row x column tile, purely elementwise given the row statistics) each have their own
@@ -385,11 +363,8 @@ ENTROPY_BACKWARD_WARPS = 8
 ENTROPY_RESCALE_BLOCK = 4096
 ENTROPY_RESCALE_WARPS = 8
 
-# form="auto": per loss, (form, cap) for (even, ragged, misaligned) vocabularies: "even" = V <=
-# ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE == 0; "misaligned" = otherwise V % ENTROPY_ALIGN_COLS
-# != 0; "ragged" = the rest. Round 2, reverse KL misaligned (V = 50257, lane-wise): fused 2048 672 <
-# fused 1024 708 < split 758 us -> ("fused", 2048). Soft CE and label CE misaligned keep round 1's
-# choice (per-tile; the aligned-body change there is not measured). Round 1 measured (us):
+# form="auto": per loss, ((form, cap) when the vocab tiles evenly, (form, cap) otherwise), where
+# "evenly" = V <= ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE == 0. Measured (us):
 #   reverse KL   V=32768: fused16384 377, split 395 (376 with the stats tile above); 65536: 740
 #                vs 789; 131072: 1509 vs 1590 (1513). Ragged V: 50257: split 860 ~ fused4096 849
 #                << fused16384 973 (a 16384 tile that is 93% masked costs full compute);
@@ -401,9 +376,9 @@ ENTROPY_RESCALE_WARPS = 8
 # V <= 16384 is not measured: fused there is a single register-resident tile (one read).
 ENTROPY_AUTO_TILE = 16384
 ENTROPY_AUTO = {
-    "reverse_kl": (("fused", 16384), ("split", 16384), ("fused", 2048)),
-    "soft_cross_entropy": (("fused", 16384), ("split", 16384), ("split", 16384)),
-    "cross_entropy": (("fused", 4096), ("fused", 4096), ("fused", 4096)),
+    "reverse_kl": (("fused", 16384), ("split", 16384)),
+    "soft_cross_entropy": (("fused", 16384), ("split", 16384)),
+    "cross_entropy": (("fused", 4096), ("fused", 4096)),
 }
 
 
@@ -422,11 +397,5 @@ def entropy_auto(loss: str, n_cols: int, distributed: bool) -> tuple[str, int]:
     the stats pass and the gradient pass.
     """
     even = n_cols <= ENTROPY_AUTO_TILE or n_cols % ENTROPY_AUTO_TILE == 0
-    form, cap = ENTROPY_AUTO[loss][0 if even else (2 if n_cols % ENTROPY_ALIGN_COLS else 1)]
+    form, cap = ENTROPY_AUTO[loss][0 if even else 1]
     return ("split" if distributed else form), cap
-
-
-def entropy_lanewise(loss: str, n_cols: int) -> bool:
-    """Lane-wise (True) or per-tile (False) row statistics for ``loss`` over ``n_cols`` columns."""
-    misaligned = n_cols > ENTROPY_AUTO_TILE and n_cols % ENTROPY_ALIGN_COLS != 0
-    return loss in ENTROPY_LANEWISE_LOSSES and misaligned

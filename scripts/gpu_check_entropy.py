@@ -26,9 +26,6 @@ import traceback
 
 T0 = time.time()
 BUDGET_S = float(os.environ.get("ENTROPY_CHECK_BUDGET_S", "180"))
-# 2 (default): the round-2 kernels' check and timing table; 1: the round-1 sections (sweeps,
-# torch.compile), written to entropy_tuning_h200.json.
-ROUND = int(os.environ.get("ENTROPY_CHECK_ROUND", "2"))
 sys.path.insert(0, os.getcwd())
 
 import torch
@@ -45,7 +42,7 @@ os.makedirs(OUT, exist_ok=True)
 M = 4096
 VOCABS = (32768, 65536, 131072, 50257, 151936)
 CAPS = configs.ENTROPY_BLOCK_CAPS
-REPS = 15 if ROUND == 2 else 10
+REPS = 10
 DTYPE = torch.bfloat16
 RESULTS: dict = {
     "meta": {},
@@ -63,8 +60,7 @@ def left() -> float:
 
 def dump() -> None:
     RESULTS["meta"]["elapsed_s"] = round(time.time() - T0, 1)
-    name = "entropy_tuning_h200.json" if ROUND == 1 else "entropy_tuning_h200_round2.json"
-    with open(os.path.join(OUT, name), "w") as f:
+    with open(os.path.join(OUT, "entropy_tuning_h200.json"), "w") as f:
         json.dump(RESULTS, f, indent=1)
 
 
@@ -304,98 +300,6 @@ def time_compile(min_left=35.0):
         dump()
 
 
-# ---- round 2: lane-wise statistics, aligned bodies (the default run) -------------------------
-# (name, form, cap, fused warps or (stats block, stats warps)); label CE uses its own table.
-R2_RKL = [
-    ("fused_c1024_w4", "fused", 1024, 4),
-    ("fused_c2048_w8", "fused", 2048, 8),
-    ("fused_c2048_w4", "fused", 2048, 4),
-    ("fused_c4096_w8", "fused", 4096, 8),
-    ("split_s1024w4", "split", 16384, (1024, 4)),  # cap 16384: backward keeps its 4096 tile
-    ("split_s2048w8", "split", 16384, (2048, 8)),
-]
-R2_CE = [
-    ("fused_c2048_w4", "fused", 2048, 4),
-    ("fused_c4096_w8", "fused", 4096, 8),
-    ("split_s2048w8", "split", 16384, (2048, 8)),
-]
-
-
-def _r2_call(loss, x, other, form, cap, cfg):
-    """Zero-arg loss callable with the variant's warps / stats tile set in configs at call time."""
-    fn = {"reverse_kl": normlab.reverse_kl, "soft_cross_entropy": normlab.soft_cross_entropy,
-          "cross_entropy": normlab.cross_entropy}[loss]  # fmt: skip
-    # The round-2 JSON was recorded with lane-wise statistics for every loss and V (commit 9b03812);
-    # configs now picks them only where they won, so force them here to reproduce that table.
-    configs.entropy_lanewise = lambda loss, n_cols: True
-
-    def call():
-        if form == "fused":
-            configs.ENTROPY_FUSED_WARPS_LANEWISE[cap] = cfg
-        else:
-            configs.ENTROPY_STATS_LANEWISE = cfg
-        return fn(x, other, form=form, block_cap=cap)
-
-    return call
-
-
-def r2_correct(loss, variants_, vocabs=(32768, 50257, 151936)):
-    rfn = {"reverse_kl": ref.reverse_kl_ref, "soft_cross_entropy": ref.soft_cross_entropy_ref,
-           "cross_entropy": ref.cross_entropy_ref}[loss]  # fmt: skip
-    for n_cols in vocabs:
-        x, other = inputs(loss, 64, n_cols)
-        xr = x.detach().float().requires_grad_()
-        r = rfn(xr, other)
-        (r * 3).backward()
-        for name, form, cap, cfg in variants_:
-            try:
-                x.grad = None
-                val = _r2_call(loss, x, other, form, cap, cfg)()
-                (val * 3).backward()
-                loss_err = abs(val.item() - r.item()) / max(abs(r.item()), 1e-6)
-                gmax = xr.grad.abs().max().item()
-                grad_err = (x.grad.float() - xr.grad).abs().max().item() / gmax
-                ok = loss_err < 1e-4 and grad_err < 1e-2
-                RESULTS["correctness"].append({"loss": loss, "V": n_cols, "variant": name, "loss_rel_err": loss_err,
-                                               "grad_err_rel_max": grad_err, "ok": ok})  # fmt: skip
-                print(f"check {loss:18s} V={n_cols:6d} {name:16s} loss_rel {loss_err:.2e} grad {grad_err:.2e} "
-                      f"{'ok' if ok else 'FAIL'}", flush=True)  # fmt: skip
-            except Exception as e:  # noqa: BLE001
-                RESULTS["errors"].append(
-                    {"where": f"check {loss} {n_cols} {name}", "error": repr(e)[:400]}
-                )
-                print("ERROR", loss, n_cols, name, repr(e)[:400], flush=True)
-    dump()
-
-
-def r2_time(loss, variants_, vocabs, min_left=8.0):
-    for n_cols in vocabs:
-        x, other = inputs(loss, M, n_cols)
-        for name, form, cap, cfg in variants_:
-            if left() < min_left:
-                RESULTS["skipped"].append(f"timing {loss} V={n_cols} {name}")
-                continue
-            measure(loss, n_cols, name, _r2_call(loss, x, other, form, cap, cfg), x,
-                    extra={"form": form, "cap": cap, "cfg": cfg})  # fmt: skip
-        del x, other
-        torch.cuda.empty_cache()
-        dump()
-
-
-def round2():
-    sections = [
-        ("check reverse_kl", lambda: r2_correct("reverse_kl", R2_RKL)),
-        ("time reverse_kl", lambda: r2_time("reverse_kl", R2_RKL, VOCABS)),
-        ("time cross_entropy", lambda: r2_time("cross_entropy", R2_CE, (131072,))),
-        ("check cross_entropy", lambda: r2_correct("cross_entropy", R2_CE)),
-        (
-            "check soft_cross_entropy",
-            lambda: r2_correct("soft_cross_entropy", R2_RKL[1:2] + R2_RKL[5:]),
-        ),
-    ]
-    return sections
-
-
 def main():
     props = torch.cuda.get_device_properties(0)
     RESULTS["meta"] = {
@@ -409,13 +313,10 @@ def main():
                      configs.ENTROPY_BACKWARD_WARPS]},
     }  # fmt: skip
     print(RESULTS["meta"], flush=True)
-    if ROUND == 2:
-        sections = round2()
-    else:
-        sections = [("correctness", check_correctness), ("reverse_kl", lambda: time_loss("reverse_kl")),
-                    ("cross_entropy", lambda: time_loss("cross_entropy")), ("sweep", sweep_warps),
-                    ("soft_cross_entropy", lambda: time_loss("soft_cross_entropy", 40.0)),
-                    ("compile", time_compile)]  # fmt: skip
+    sections = [("correctness", check_correctness), ("reverse_kl", lambda: time_loss("reverse_kl")),
+                ("cross_entropy", lambda: time_loss("cross_entropy")), ("sweep", sweep_warps),
+                ("soft_cross_entropy", lambda: time_loss("soft_cross_entropy", 40.0)),
+                ("compile", time_compile)]  # fmt: skip
     for name, section in sections:
         t = time.time()
         try:

@@ -26,13 +26,6 @@ Forms (seed 004):
   This is also the tensor-parallel path: between the two, the raw per-row statistics
   (max, sum-exp of both distributions, and the loss accumulator) are all-reduced.
 
-Row statistics, two algorithms (``configs.entropy_lanewise`` picks): per-tile (each tile reduced
-across the block into scalar running statistics) or lane-wise (each lane keeps its own running
-max / sum-exp / accumulator, one exp per element per input, merged once per row).
-
-Rows whose start is not 16-byte aligned (odd V in bf16) are split at their first aligned column:
-whole tiles from there load unmasked and vectorised; the few head columns join the masked tail.
-
 Masked lanes are loaded as -inf, never 0, so they cannot move a max or a log-sum-exp.
 """
 
@@ -69,22 +62,8 @@ def _safe_max(m):
 
 
 @triton.jit
-def _lane_step(v, m):
-    """One online-softmax step per lane, one exp: (new max, weight of v, rescale of old sums).
-
-    Of exp(v - new) and exp(old - new) one is always 1, so exp(-|v - m|) gives both. A lane that
-    has seen only -inf keeps m = -inf and weight 0; a NaN v gives a NaN weight (row sums NaN).
-    """
-    gt = v > m
-    e = tl.exp(tl.where(gt, m - v, v - _safe_max(m)))
-    return tl.where(gt, v, m), tl.where(gt, 1.0, e), tl.where(gt, e, 1.0)
-
-
-@triton.jit
-def _tile_step(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
-    """Fold one fp32 tile (-inf on masked lanes) into scalar running row statistics (round 1).
-
-    Reduces each tile across the block (max, then sums): 2 exps per element per input.
+def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
+    """Fold one fp32 tile (-inf on masked lanes) into the running row statistics.
 
     s_x = sum exp(x - safe(m_x)); s_t likewise. acc, in the same shifted frame:
       reverse KL  sum e_x ((x - m_x) - (t - m_t))   ->  L = acc / s_x - log s_x + log s_t
@@ -117,145 +96,34 @@ def _tile_step(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
 
 
 @triton.jit
-def _lane_tile_step(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
-    """Fold one fp32 tile (-inf on masked lanes) into per-lane running statistics.
+def _row_statistics(x_row, t_row, n_cols, KIND: tl.constexpr, BLOCK: tl.constexpr):
+    """Online statistics of one row: full tiles unmasked in a loop, then the (masked) last tile.
 
-    Every argument is a (BLOCK,) vector: lane j sees columns j, j + BLOCK, ... and keeps its own
-    max, so a tile costs no cross-warp reduction. Per lane, in the frame of its (safe) maxima:
-    s_x = sum exp(x - m_x), s_t likewise, and acc =
-      reverse KL  sum e_x ((x - m_x) - (t - m_t))   (p_j = 0 terms skipped)
-      soft CE     sum e_t (x - m_x)                 (q_j = 0 terms skipped)
-    A moved max re-expresses acc in the new frame before the tile's term is added.
-    """
-    new_x, w_x, a_x = _lane_step(x, m_x)
-    if KIND == _CE:
-        s_x = s_x * a_x + w_x
-    else:
-        new_t, w_t, a_t = _lane_step(t, m_t)
-        shift_x = _safe_max(new_x)
-        shift_t = _safe_max(new_t)
-        d_x = shift_x - _safe_max(m_x)
-        if KIND == _RKL:
-            d_t = shift_t - _safe_max(m_t)
-            term = (x - shift_x) - (t - shift_t)
-            acc = a_x * (acc + (d_t - d_x) * s_x) + tl.where(w_x > 0, w_x * term, 0.0)
-        else:
-            acc = a_t * (acc - d_x * s_t) + tl.where(w_t > 0, w_t * (x - shift_x), 0.0)
-        s_x = s_x * a_x + w_x
-        s_t = s_t * a_t + w_t
-        m_t = new_t
-    return new_x, s_x, m_t, s_t, acc
-
-
-@triton.jit
-def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, LANEWISE: tl.constexpr):
-    if LANEWISE:
-        m_x, s_x, m_t, s_t, acc = _lane_tile_step(x, t, m_x, s_x, m_t, s_t, acc, KIND)
-    else:
-        m_x, s_x, m_t, s_t, acc = _tile_step(x, t, m_x, s_x, m_t, s_t, acc, KIND)
-    return m_x, s_x, m_t, s_t, acc
-
-
-@triton.jit
-def _merge_lanes(m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
-    """Per-lane statistics -> row statistics (scalars), the algebra of _combine_partials.
-
-    Returns (max x, sum exp(x - safe max x), max t, sum exp(t - safe max t), acc in the row frame).
-    """
-    row_m_x = tl.max(m_x, axis=0)
-    shift_x = _safe_max(row_m_x)
-    a_x = tl.where(m_x == _NEG_INF, 0.0, tl.exp(m_x - shift_x))  # +inf lane: NaN, as it must
-    row_s_x = tl.sum(s_x * a_x, axis=0)
-    row_m_t = row_m_x
-    row_s_t = row_s_x
-    row_acc = tl.zeros([], tl.float32)
-    if KIND != _CE:
-        row_m_t = tl.max(m_t, axis=0)
-        shift_t = _safe_max(row_m_t)
-        a_t = tl.where(m_t == _NEG_INF, 0.0, tl.exp(m_t - shift_t))
-        row_s_t = tl.sum(s_t * a_t, axis=0)
-        d_x = shift_x - _safe_max(m_x)
-        if KIND == _RKL:
-            d_t = shift_t - _safe_max(m_t)
-            row_acc = tl.sum(a_x * (acc + (d_t - d_x) * s_x), axis=0)
-        else:
-            row_acc = tl.sum(a_t * (acc - d_x * s_t), axis=0)
-    return row_m_x, row_s_x, row_m_t, row_s_t, row_acc
-
-
-@triton.jit
-def _row_layout(row_off, n_cols, VEC: tl.constexpr, BLOCK: tl.constexpr):
-    """(head, n_full, n_rest) of a row whose first element sits at element offset row_off.
-
-    Columns [0, head) precede the first VEC-aligned (16-byte) element; the body is n_full whole
-    tiles from column head (unmasked, vectorisable loads); the rest, the tail after the body and
-    then the head, is n_rest (1 or 2) masked tiles, the last one never empty.
-    """
-    head = (VEC - row_off % VEC) % VEC
-    head = tl.minimum(head, n_cols - 1)
-    n_full = (n_cols - head - 1) // BLOCK
-    n_rest = tl.cdiv(n_cols - n_full * BLOCK, BLOCK)
-    return head, n_full, n_rest
-
-
-@triton.jit
-def _rest_cols(k, head, n_full, n_cols, BLOCK: tl.constexpr):
-    """Columns and mask of rest tile k: tail columns first, then the head columns."""
-    idx = k * BLOCK + tl.arange(0, BLOCK)
-    tail_start = head + n_full * BLOCK
-    tail_len = n_cols - tail_start
-    cols = tl.where(idx < tail_len, tail_start + idx, idx - tail_len)
-    return cols, idx < tail_len + head
-
-
-@triton.jit
-def _row_statistics(x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols, KIND: tl.constexpr,
-                    LANEWISE: tl.constexpr, VEC: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
-    """Online statistics of one row: body tiles unmasked, then the masked rest tiles.
-
-    x_off / t_off: element offsets of the row. LANEWISE: per-lane state merged once at the end
-    (_lane_tile_step), else scalar state reduced every tile (_tile_step). Returns the row
-    statistics (see _merge_lanes) and the last rest tile (fp32) for a gradient pass to reuse.
+    Returns the raw statistics and the last tile (fp32) so a gradient pass can reuse it.
     """
     cols = tl.arange(0, BLOCK)
-    if LANEWISE:
-        m_x = tl.full([BLOCK], float("-inf"), tl.float32)
-        s_x = tl.zeros([BLOCK], tl.float32)
-        m_t = tl.full([BLOCK], float("-inf"), tl.float32)
-        s_t = tl.zeros([BLOCK], tl.float32)
-        acc = tl.zeros([BLOCK], tl.float32)
-    else:
-        m_x = tl.full([], float("-inf"), tl.float32)
-        s_x = tl.zeros([], tl.float32)
-        m_t = tl.full([], float("-inf"), tl.float32)
-        s_t = tl.zeros([], tl.float32)
-        acc = tl.zeros([], tl.float32)
-    # True by construction of head (the launcher passes VEC > 1 only when every row of every
-    # operand starts at the same offset mod 16 bytes from a 16-byte-aligned base).
-    x_body = x_ptr + tl.multiple_of(x_off + head, VEC)
-    t_body = t_ptr + tl.multiple_of(t_off + head, VEC)
+    m_x = tl.full([], float("-inf"), tl.float32)
+    s_x = tl.zeros([], tl.float32)
+    m_t = tl.full([], float("-inf"), tl.float32)
+    s_t = tl.zeros([], tl.float32)
+    acc = tl.zeros([], tl.float32)
+    n_full = (n_cols - 1) // BLOCK  # tiles before the last one, which may be partial
     for i in range(n_full):
-        x = tl.load(x_body + i * BLOCK + cols).to(tl.float32)
+        x = tl.load(x_row + i * BLOCK + cols).to(tl.float32)
         if KIND == _CE:
             t = x
         else:
-            t = tl.load(t_body + i * BLOCK + cols).to(tl.float32)
-        m_x, s_x, m_t, s_t, acc = _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, LANEWISE)
-    x_last = tl.full([BLOCK], float("-inf"), tl.float32)
-    t_last = x_last
-    for k in range(n_rest):
-        rest, mask = _rest_cols(k, head, n_full, n_cols, BLOCK)
-        x_last = tl.load(x_ptr + x_off + rest, mask=mask, other=_NEG_INF).to(tl.float32)
-        if KIND == _CE:
-            t_last = x_last
-        else:
-            t_last = tl.load(t_ptr + t_off + rest, mask=mask, other=_NEG_INF).to(tl.float32)
-        m_x, s_x, m_t, s_t, acc = _online_tile(
-            x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND, LANEWISE
-        )
-    if LANEWISE:
-        m_x, s_x, m_t, s_t, acc = _merge_lanes(m_x, s_x, m_t, s_t, acc, KIND)
-    return m_x, s_x, m_t, s_t, acc, x_last, t_last
+            t = tl.load(t_row + i * BLOCK + cols).to(tl.float32)
+        m_x, s_x, m_t, s_t, acc = _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND)
+    last_cols = n_full * BLOCK + cols
+    mask = last_cols < n_cols
+    x_last = tl.load(x_row + last_cols, mask=mask, other=_NEG_INF).to(tl.float32)
+    if KIND == _CE:
+        t_last = x_last
+    else:
+        t_last = tl.load(t_row + last_cols, mask=mask, other=_NEG_INF).to(tl.float32)
+    m_x, s_x, m_t, s_t, acc = _online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND)
+    return m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full
 
 
 @triton.jit
@@ -298,14 +166,6 @@ def _store_grad(grad_ptrs, g, mask, ACCUMULATE: tl.constexpr):
 
 
 @triton.jit
-def _store_grad_full(grad_ptrs, g, ACCUMULATE: tl.constexpr):
-    """_store_grad for a whole tile: no mask, so aligned stores stay vectorised for any V."""
-    if ACCUMULATE:
-        g += tl.load(grad_ptrs).to(tl.float32)
-    tl.store(grad_ptrs, g.to(grad_ptrs.dtype.element_ty))
-
-
-@triton.jit
 def _load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size):
     """(local label, ignored, bad) for label CE: bad = not ignored and outside [0, vocab_size)."""
     label = tl.load(labels_ptr + row).to(tl.int64)
@@ -332,14 +192,12 @@ def _fused_row(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
-    LANEWISE: tl.constexpr,
-    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    x_off = row * x_row_stride
-    t_off = row * t_row_stride
-    g_off = row * grad_row_stride
+    x_row = x_ptr + row * x_row_stride
+    t_row = t_ptr + row * t_row_stride
+    grad_row = grad_ptr + row * grad_row_stride
     cols = tl.arange(0, BLOCK)
     label = 0
     x_label = 0.0
@@ -347,11 +205,10 @@ def _fused_row(
     if KIND == _CE:
         # Ignored rows already returned in _cross_entropy_fused_kernel.
         label, _ignored, bad = _load_label(labels_ptr, row, ignore_index, 0, n_cols)
-        x_label = tl.load(x_ptr + x_off + tl.where(bad, 0, label)).to(tl.float32)
+        x_label = tl.load(x_row + tl.where(bad, 0, label)).to(tl.float32)
         x_label = tl.where(bad, float("nan"), x_label)
-    head, n_full, n_rest = _row_layout(x_off, n_cols, VEC, BLOCK)
-    m_x, s_x, m_t, s_t, acc, x_last, t_last = _row_statistics(
-        x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols, KIND, LANEWISE, VEC, BLOCK
+    m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(
+        x_row, t_row, n_cols, KIND, BLOCK
     )
     loss = _finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
     tl.store(loss_ptr + row, loss)
@@ -366,34 +223,34 @@ def _fused_row(
             scale = scale / tl.load(n_valid_ptr)
         if KIND == _CE:
             scale = tl.where(bad, float("nan"), scale)
-        # Reverse order: the last rest tile is still in registers, the body's end likely in L2.
-        rest, mask = _rest_cols(n_rest - 1, head, n_full, n_cols, BLOCK)
-        g = _tile_grad(x_last, t_last, rest, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label,
-                       scale, KIND)  # fmt: skip
-        _store_grad(grad_ptr + g_off + rest, g, mask, ACCUMULATE)
-        if n_rest > 1:
-            rest, mask = _rest_cols(0, head, n_full, n_cols, BLOCK)
-            x = tl.load(x_ptr + x_off + rest, mask=mask, other=_NEG_INF).to(tl.float32)
-            if KIND == _CE:
-                t = x
-            else:
-                t = tl.load(t_ptr + t_off + rest, mask=mask, other=_NEG_INF).to(tl.float32)
-            g = _tile_grad(x, t, rest, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label,
-                           scale, KIND)  # fmt: skip
-            _store_grad(grad_ptr + g_off + rest, g, mask, ACCUMULATE)
-        x_body = x_ptr + tl.multiple_of(x_off + head, VEC)  # see _row_statistics
-        t_body = t_ptr + tl.multiple_of(t_off + head, VEC)
-        g_body = grad_ptr + tl.multiple_of(g_off + head, VEC)
+        # Reverse tile order: the last tile is still in registers, its neighbour likely in L2.
+        last_cols = n_full * BLOCK + cols
+        last_mask = last_cols < n_cols
+        g = _tile_grad(
+            x_last,
+            t_last,
+            last_cols,
+            shift_x,
+            shift_t,
+            log_s_x,
+            log_s_t,
+            kl_shift,
+            label,
+            scale,
+            KIND,
+        )
+        _store_grad(grad_row + last_cols, g, last_mask, ACCUMULATE)
         for j in range(n_full):
             offs = (n_full - 1 - j) * BLOCK + cols
-            x = tl.load(x_body + offs).to(tl.float32)
+            x = tl.load(x_row + offs).to(tl.float32)
             if KIND == _CE:
                 t = x
             else:
-                t = tl.load(t_body + offs).to(tl.float32)
-            g = _tile_grad(x, t, head + offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label,
-                           scale, KIND)  # fmt: skip
-            _store_grad_full(g_body + offs, g, ACCUMULATE)
+                t = tl.load(t_row + offs).to(tl.float32)
+            g = _tile_grad(
+                x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND
+            )
+            _store_grad(grad_row + offs, g, offs < n_cols, ACCUMULATE)
 
 
 # ============================================================================================
@@ -418,14 +275,12 @@ def _reverse_kl_fused_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
-    LANEWISE: tl.constexpr,
-    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Reverse KL loss and gradient of one row in one launch (see module docstring)."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, LANEWISE, VEC, BLOCK)  # fmt: skip
+               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -445,14 +300,12 @@ def _soft_cross_entropy_fused_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
-    LANEWISE: tl.constexpr,
-    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Soft-target cross-entropy loss and gradient of one row in one launch."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, LANEWISE, VEC, BLOCK)  # fmt: skip
+               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -472,8 +325,6 @@ def _cross_entropy_fused_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
-    LANEWISE: tl.constexpr,
-    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Label cross-entropy loss and gradient of one row in one launch."""
@@ -488,7 +339,7 @@ def _cross_entropy_fused_kernel(
         return
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, LANEWISE, VEC, BLOCK)  # fmt: skip
+               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -507,15 +358,12 @@ def _entropy_stats_kernel(
     t_row_stride,
     KIND: tl.constexpr,
     FINALIZE: tl.constexpr,
-    LANEWISE: tl.constexpr,
-    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Per-row statistics of the split form. Label CE: acc is x[label] when this shard owns it."""
     row = tl.program_id(0).to(tl.int64)
-    x_off = row * x_row_stride
-    t_off = row * t_row_stride
-    x_row = x_ptr + x_off
+    x_row = x_ptr + row * x_row_stride
+    t_row = t_ptr + row * t_row_stride
     x_label = 0.0
     ignored = False
     if KIND == _CE:
@@ -524,9 +372,8 @@ def _entropy_stats_kernel(
         x_label = tl.load(x_row + tl.where(owned, label, 0)).to(tl.float32)
         x_label = tl.where(owned, x_label, 0.0)
         x_label = tl.where(bad, float("nan"), x_label)
-    head, n_full, n_rest = _row_layout(x_off, n_cols, VEC, BLOCK)
-    m_x, s_x, m_t, s_t, acc, _x_last, _t_last = _row_statistics(
-        x_ptr, t_ptr, x_off, t_off, head, n_full, n_rest, n_cols, KIND, LANEWISE, VEC, BLOCK
+    m_x, s_x, m_t, s_t, acc, _x_last, _t_last, _n_full = _row_statistics(
+        x_row, t_row, n_cols, KIND, BLOCK
     )
     if KIND == _CE:
         acc = x_label
@@ -570,24 +417,12 @@ def _entropy_backward_kernel(
     KIND: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
-    VEC: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """Gradient of one (row, column tile) from the stored row statistics: elementwise only.
-
-    Tiles start on the row's 16-byte-aligned columns (the first one reaches back before column
-    0), so whole tiles load and store unmasked and vectorised for any V (see _row_layout).
-    """
+    """Gradient of one (row, column tile) from the stored row statistics: elementwise only."""
     row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    x_off = row * x_row_stride
-    t_off = row * t_row_stride
-    g_off = row * grad_row_stride
-    lead = x_off % VEC  # = (VEC - head) % VEC: columns of tile 0 before column 0
-    start = tl.program_id(1) * BLOCK - lead
-    offs = start + cols
-    mask = (offs >= 0) & (offs < n_cols)
-    full = (start >= 0) & (start + BLOCK <= n_cols)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_cols
     scale = tl.cast(grad_scale, tl.float32) * tl.load(grad_out_ptr + row * grad_out_stride).to(
         tl.float32
     )
@@ -603,25 +438,15 @@ def _entropy_backward_kernel(
     log_s_x = tl.load(row_stats_ptr + 2 * n_rows + row)
     log_s_t = tl.load(row_stats_ptr + 3 * n_rows + row)
     kl_shift = tl.load(row_stats_ptr + 4 * n_rows + row)
-    if full:  # start is VEC-aligned in every operand (launcher's VEC check)
-        x = tl.load(x_ptr + tl.multiple_of(x_off + start, VEC) + cols).to(tl.float32)
-        if KIND == _CE:
-            t = x
-        else:
-            t = tl.load(t_ptr + tl.multiple_of(t_off + start, VEC) + cols).to(tl.float32)
+    x = tl.load(x_ptr + row * x_row_stride + offs, mask=mask, other=_NEG_INF).to(tl.float32)
+    if KIND == _CE:
+        t = x
     else:
-        x = tl.load(x_ptr + x_off + offs, mask=mask, other=_NEG_INF).to(tl.float32)
-        if KIND == _CE:
-            t = x
-        else:
-            t = tl.load(t_ptr + t_off + offs, mask=mask, other=_NEG_INF).to(tl.float32)
+        t = tl.load(t_ptr + row * t_row_stride + offs, mask=mask, other=_NEG_INF).to(tl.float32)
     g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND)
     if KIND == _CE:
         g = tl.where(ignored, 0.0, g)  # exact zeros even if the ignored row holds NaN / inf
-    if full:
-        _store_grad_full(grad_ptr + tl.multiple_of(g_off + start, VEC) + cols, g, ACCUMULATE)
-    else:
-        _store_grad(grad_ptr + g_off + offs, g, mask, ACCUMULATE)
+    _store_grad(grad_ptr + row * grad_row_stride + offs, g, mask, ACCUMULATE)
 
 
 @triton.jit
@@ -671,7 +496,6 @@ class _Spec:
     group: object
     vocab_start: int
     vocab_size: int
-    lanewise: bool = False  # statistics algorithm (configs.entropy_lanewise)
 
 
 def _block(n_cols: int, cap: int) -> int:
@@ -687,52 +511,32 @@ def _grad_scale(spec: _Spec, n_rows: int) -> tuple[float, bool]:
     return 1.0 / n_rows, False
 
 
-def _vec(*tensors: torch.Tensor) -> int:
-    """Elements per 16 bytes of the first tensor if every row of every tensor starts at the same
-    column offset mod that (16-byte-aligned bases, row strides congruent), else 1 (no hint).
-
-    The kernels then split each row at its first aligned column (``_row_layout``).
-    """
-    vec = 16 // tensors[0].element_size()
-    lead = tensors[0].stride(0) % vec
-    for a in tensors:
-        if a.data_ptr() % 16 or a.stride(0) % vec != lead or 16 % a.element_size():
-            return 1
-    return vec
-
-
 def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate):
     n_rows, n_cols = x.shape
     block = _block(n_cols, spec.block_cap)
     scale, over_valid = _grad_scale(spec, n_rows)
     is_ce = spec.kind == _KINDS["cross_entropy"]
     table = configs.ENTROPY_FUSED_WARPS_LABEL if is_ce else configs.ENTROPY_FUSED_WARPS
-    if spec.lanewise:
-        table = configs.ENTROPY_FUSED_WARPS_LANEWISE
     _FUSED_KERNELS[spec.kind][(n_rows,)](
         x, t, labels, grad if grad is not None else x, loss_rows, n_valid,
         scale, spec.ignore_index, n_cols,
         x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
         COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid,
-        LANEWISE=spec.lanewise, VEC=_vec(x, t, grad) if grad is not None else _vec(x, t),
         BLOCK=block, num_warps=configs.entropy_num_warps(block, table),
     )  # fmt: skip
 
 
 def _launch_stats(spec, x, t, labels, finalize):
     n_rows, n_cols = x.shape
-    stats_block, stats_warps = configs.ENTROPY_STATS_BLOCK, configs.ENTROPY_STATS_WARPS
-    if spec.lanewise:
-        stats_block, stats_warps = configs.ENTROPY_STATS_LANEWISE
-    block = _block(n_cols, min(spec.block_cap, stats_block))
+    block = _block(n_cols, min(spec.block_cap, configs.ENTROPY_STATS_BLOCK))
     partial = x.new_empty((5, n_rows), dtype=torch.float32) if not finalize else None
     row_stats = x.new_empty((6, n_rows), dtype=torch.float32)
     _entropy_stats_kernel[(n_rows,)](
         x, t, labels, partial if partial is not None else row_stats, row_stats,
         spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
         x.stride(0), t.stride(0),
-        KIND=spec.kind, FINALIZE=finalize, LANEWISE=spec.lanewise, VEC=_vec(x, t), BLOCK=block,
-        num_warps=configs.entropy_num_warps(block, {stats_block: stats_warps}),
+        KIND=spec.kind, FINALIZE=finalize, BLOCK=block,
+        num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_STATS_BLOCK: configs.ENTROPY_STATS_WARPS}),
     )  # fmt: skip
     return partial, row_stats
 
@@ -741,13 +545,11 @@ def _launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, acc
     n_rows, n_cols = x.shape
     block = _block(n_cols, min(spec.block_cap, configs.ENTROPY_BACKWARD_BLOCK))
     scale, over_valid = _grad_scale(spec, n_rows)
-    vec = _vec(x, t, grad)
-    lead = 0 if x.stride(0) % vec == 0 else vec - 1  # tile 0 reaches back up to vec - 1 columns
-    _entropy_backward_kernel[(n_rows, triton.cdiv(n_cols + lead, block))](
+    _entropy_backward_kernel[(n_rows, triton.cdiv(n_cols, block))](
         x, t, labels, row_stats, grad_out, n_valid, grad,
         scale, spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
         x.stride(0), t.stride(0), grad.stride(0), 1 if grad_out.dim() else 0,
-        KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, VEC=vec, BLOCK=block,
+        KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, BLOCK=block,
         num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_BACKWARD_BLOCK: configs.ENTROPY_BACKWARD_WARPS}),
     )  # fmt: skip
 
@@ -989,8 +791,7 @@ def _distribution_loss(
             f"{name}: no gradient with respect to target_logits is computed; pass target_logits.detach()"
         )
     form, cap = _resolve(name, logits.shape[-1], form, block_cap, group)
-    lanewise = configs.entropy_lanewise(name, logits.shape[-1])
-    spec = _Spec(_KINDS[name], form, cap, reduction, 0, group, 0, logits.shape[-1], lanewise)
+    spec = _Spec(_KINDS[name], form, cap, reduction, 0, group, 0, logits.shape[-1])
     return _run(
         name, _contiguous_rows(logits), _contiguous_rows(target_logits), spec, grad_accumulate
     )
@@ -1088,7 +889,7 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
                 f"{name}: label {first} outside [0, {vocab_size}) and != ignore_index={ignore_index}"
             )
     form, cap = _resolve(name, n_cols, form, block_cap, group)
-    lanewise = configs.entropy_lanewise(name, n_cols)
-    spec = _Spec(_KINDS[name], form, cap, reduction, int(ignore_index), group, vocab_start, vocab_size,
-                 lanewise)  # fmt: skip
+    spec = _Spec(
+        _KINDS[name], form, cap, reduction, int(ignore_index), group, vocab_start, vocab_size
+    )
     return _run(name, _contiguous_rows(logits), labels.contiguous(), spec, grad_accumulate)
