@@ -479,7 +479,7 @@ instruction, so most lanes idle and the launch grid (7.9 M programs) is mostly s
 **Block-row** kernels pack many rows into one 2-D tile (`BLOCK_ROWS × next_pow2(N)`, about 4096
 elements) so every program does a full tile of work, and the backward runs a persistent grid.
 
-normlab picks the layout with `layout="auto"` (`configs.use_block_row`: N ≤ 256 and M ≥ 4096) or
+normlab picks the layout with `layout="auto"` (`configs.use_block_row`: N ≤ 256 and M ≥ 16384) or
 you force it with `layout="row"` / `layout="block_row"`.
 '''),
     MODE_NOTE,
