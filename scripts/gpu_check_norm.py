@@ -42,23 +42,12 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 from normlab import _runtime, configs, ref
+from normlab.bench.sweep import PEERS
 from normlab.kernels import norm as K
 
 # isort: on
 
-SHAPES = [
-    (8192, 1024),
-    (1024, 8192),
-    (2048, 4096),
-    (16384, 1024),
-    (4096, 4096),
-    (32768, 1024),
-    (8192, 4096),
-    (512, 16384),
-    (16384, 2048),
-    (2048, 16384),
-    (32768, 8192),
-]
+SHAPES = PEERS  # the 11 norm shapes of h200_peers.md
 EPS = {"rms": 1e-6, "ln": 1e-5}
 DEV = _runtime.DEVICE  # "cuda"; "cpu" only for --dry (interpreter, tiny shapes, fake timer)
 
