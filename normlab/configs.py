@@ -7,7 +7,7 @@ never the reverse. Recorded measurements live in ``normlab/data/``.
 from __future__ import annotations
 
 # ============================================================================================
-# Row-per-program norms (forward, backward strategies)          -- owned by the norm kernels
+# Row-per-program norms (forward, backward strategies)
 # ============================================================================================
 
 from dataclasses import dataclass  # noqa: E402
@@ -199,7 +199,7 @@ def norm_bwd_config(
 
 
 # ============================================================================================
-# Block-row (narrow) norms                                        -- owned by the narrow kernels
+# Block-row (narrow) norms
 # ============================================================================================
 
 from typing import NamedTuple  # noqa: E402
@@ -324,7 +324,7 @@ def block_row_bwd_config(
 
 
 # ============================================================================================
-# Entropy losses (reverse KL, soft / label cross-entropy)        -- owned by the entropy kernels
+# Entropy losses (reverse KL, soft / label cross-entropy)
 # ============================================================================================
 
 # Column-tile caps a caller may pass as ``block_cap`` (seed 004's option A sweep). Any other power

@@ -1,11 +1,13 @@
-"""Drop-in modules over normlab's kernels."""
+"""Drop-in modules over normlab's kernels: norms that subclass torch's, and the losses."""
+
+import math
 
 import torch
 
-# ---- norms (owned by the norm-kernels work) --------------------------------------------------
-import math  # noqa: E402
+from normlab.kernels import entropy as _entropy
+from normlab.kernels import norm as _norm
 
-from normlab.kernels import norm as _norm  # noqa: E402
+# ---- norms -----------------------------------------------------------------------------------
 
 
 def _check_knobs(cls_name, strategy, layout):
@@ -76,8 +78,7 @@ class LayerNorm(torch.nn.LayerNorm):
         return f"{super().extra_repr()}, strategy={self.strategy!r}, layout={self.layout!r}"
 
 
-# ---- losses (owned by the entropy-kernels work) ----------------------------------------------
-from normlab.kernels import entropy as _entropy  # noqa: E402
+# ---- losses ----------------------------------------------------------------------------------
 
 
 class ReverseKLLoss(torch.nn.Module):
