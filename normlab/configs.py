@@ -6,11 +6,13 @@ never the reverse. Recorded measurements live in ``normlab/data/``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 # ============================================================================================
 # Row-per-program norms (forward, backward strategies)
 # ============================================================================================
 
-from dataclasses import dataclass  # noqa: E402
 
 
 def _next_pow2(n: int) -> int:
@@ -202,7 +204,6 @@ def norm_bwd_config(
 # Block-row (narrow) norms
 # ============================================================================================
 
-from typing import NamedTuple  # noqa: E402
 
 # Measured in normlab/data/dev/narrow_tuning_h200.json ("H200 run" below): NVIDIA H200, 132 SMs,
 # torch 2.11.0+cu130, triton 3.6.0, 2026-11-29, 7,864,320 rows, bf16, LayerNorm unless noted,
