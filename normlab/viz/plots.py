@@ -288,10 +288,10 @@ def gbps_vs_shape(
     fig.update_layout(
         title=_title("Effective bandwidth vs shape", rows, source, title, dropped),
         xaxis_title="shape M×N (rows × columns)",
-        yaxis_title="effective bandwidth (GB/s, bytes model ÷ device time)",
+        yaxis_title="GB/s (bytes ÷ device time)",
         xaxis={"type": "category", "categoryorder": "array", "categoryarray": order},
         yaxis={"rangemode": "tozero"},
-        template="plotly_white", legend_title_text="implementation",
+        template="plotly_white", legend_title_text="implementation", margin={"l": 90},
     )
     return fig
 
@@ -347,9 +347,9 @@ def roofline_bars(
                      dropped),
         barmode="group",
         xaxis_title="shape M×N (rows × columns)",
-        yaxis_title="% of measured copy bandwidth",
+        yaxis_title="% of copy bandwidth",
         xaxis={"type": "category", "categoryorder": "array", "categoryarray": order},
-        template="plotly_white", legend_title_text="implementation",
+        template="plotly_white", legend_title_text="implementation", margin={"l": 90},
     )
     return fig
 
@@ -473,7 +473,7 @@ def speedup_vs_best_peer(
         xaxis_title="shape M×N (rows × columns)",
         yaxis_title="speed-up (best peer µs ÷ our µs, ×)",
         xaxis={"type": "category", "categoryorder": "array", "categoryarray": order},
-        template="plotly_white", legend_title_text="implementation",
+        template="plotly_white", legend_title_text="implementation", margin={"l": 90},
     )
     return fig
 

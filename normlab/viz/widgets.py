@@ -106,7 +106,9 @@ class Explorer:
             w.observe(lambda _change: self.show_recorded(), names="value")
         self.run_button.on_click(lambda _b: self.run())
 
-        controls = W.VBox([self.op, self.impls, self.strategy, self.dtype, self.direction])
+        # A fixed-width control column: JupyterLab otherwise squeezes it and clips the labels.
+        controls = W.VBox([self.op, self.impls, self.strategy, self.dtype, self.direction],
+                          layout=W.Layout(min_width="330px"))
         shapes = W.VBox([self.preset, self.M, self.N, W.HBox([self.run_button, self.progress]),
                          self.status])
         self.widget = W.VBox([
