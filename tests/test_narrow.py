@@ -320,20 +320,10 @@ def test_backward_either_side_of_the_wide_switch(is_rms, n_cols):
     _check_all(x, weight, bias, dy, is_rms, torch.bfloat16)
 
 
-def _public_api_ready() -> bool:
-    try:
-        normlab.rms_norm(torch.randn(2, 4))
-    except NotImplementedError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("n_cols", [17, 256])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_public_api_block_row_equals_row_path(is_rms, n_cols, dtype):
-    if not _public_api_ready():
-        pytest.skip("normlab.kernels.norm is still the placeholder")
     x, weight, bias, dy = _make(N_ROWS, n_cols, dtype, True, not is_rms)
     results = {}
     for layout in ("row", "block_row"):
@@ -354,8 +344,6 @@ def test_public_api_block_row_equals_row_path(is_rms, n_cols, dtype):
 
 
 def test_public_api_too_wide_for_block_row():
-    if not _public_api_ready():
-        pytest.skip("normlab.kernels.norm is still the placeholder")
     n_cols = configs.BLOCK_ROW_MAX_COLS + 1
     x, weight, _, _ = _make(4, n_cols, torch.float32, True, False)
     with pytest.raises(ValueError, match="at most"):
