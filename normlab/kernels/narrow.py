@@ -348,8 +348,8 @@ def _check_width(n_cols: int) -> None:
         )
 
 
-def block_row_forward(x, weight, bias, eps, is_rms):
-    """x: (n_rows, n_cols) contiguous -> (y, mean or None, rstd) with mean/rstd fp32 (n_rows,)."""
+def _check_input(x) -> tuple[int, int]:
+    """x must be a non-empty (n_rows, n_cols) matrix narrow enough for block-row tiles."""
     _check_matrix("x", x)
     n_rows, n_cols = x.shape
     if n_rows == 0 or n_cols == 0:
@@ -357,6 +357,12 @@ def block_row_forward(x, weight, bias, eps, is_rms):
             f"x is empty (shape {tuple(x.shape)}); block_row needs n_rows >= 1 and n_cols >= 1"
         )
     _check_width(n_cols)
+    return n_rows, n_cols
+
+
+def block_row_forward(x, weight, bias, eps, is_rms):
+    """x: (n_rows, n_cols) contiguous -> (y, mean or None, rstd) with mean/rstd fp32 (n_rows,)."""
+    n_rows, n_cols = _check_input(x)
     _check_vector("weight", weight, n_cols, x)
     _check_vector("bias", bias, n_cols, x)
     if is_rms and bias is not None:
@@ -371,13 +377,7 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto")
             f"strategy={strategy!r} does not exist for layout='block_row': its backward is "
             f"always a persistent grid with fp32 per-program partials; use one of {_STRATEGIES}"
         )
-    _check_matrix("x", x)
-    n_rows, n_cols = x.shape
-    if n_rows == 0 or n_cols == 0:
-        raise ValueError(
-            f"x is empty (shape {tuple(x.shape)}); block_row needs n_rows >= 1 and n_cols >= 1"
-        )
-    _check_width(n_cols)
+    n_rows, n_cols = _check_input(x)
     _check_matrix("dy", dy, n_rows, n_cols)
     if dy.device != x.device:
         raise ValueError(f"dy is on {dy.device} but x is on {x.device}")
