@@ -34,6 +34,11 @@ NORM_FWD_MAX_BLOCK = 16384
 # (32768x8192, RMS), LN 1024x8192 16 -> 13.2 vs 8 -> 14.3 (a tie within noise: keep 8);
 # N=16384: 16 -> 37.0/40.9 (RMS/LN 2048x16384) vs 32 -> 36.6/60.6.
 NORM_FWD_WARPS = ((1024, 2), (2048, 4), (8192, 8), (16384, 16))
+# Second sweep (normlab/data/dev/sweep_launch_configs_h200.json, "fwd", "fwd-multirow"): on the
+# shapes where torch.compile is faster, other warps or a chunked 8192 block win by <= 5%
+# (RMS 512x16384 11.6 µs at 8192 / 8 warps vs 12.1 default, compile 10.2) and 2-8 rows per
+# program (the block-row kernel at 1024-4096 columns) by 0-3% (RMS 8192x1024 10.9 vs 11.2):
+# within run-to-run noise, so one row per program stays.
 
 # Opt-in autotune space (NORMLAB_AUTOTUNE=1, GPU only), seed 002: blocks 512..8192, 4..16 warps;
 # the prune hook drops blocks narrower than the row (all but the widest when none fits).
@@ -57,11 +62,17 @@ def norm_fwd_config(n_cols: int) -> NormFwdConfig:
 # Backward. Rows up to this many columns are single-pass (the whole row in one register tile); wider
 # rows are two-pass (pass 1 reduces the per-row c1/c2 corrections over column chunks, pass 2 re-
 # reads x/dy to write dx and the dweight partials). Measured (H200, 2026-11-29, torch 2.11, triton
-# 3.6, bf16, cold L2): at N=16384 RMSNorm single-pass (1 x 16384 tile, 32 warps) 87.4 µs vs best
-# two-pass 107.1 (2048x16384); LayerNorm (one more fp32 accumulator, for dbias) single-pass 164.7 vs
-# two-pass 154.2, and 512x16384 54.9 vs 41.6 -> RMSNorm switches above 16384, LayerNorm above 8192.
-NORM_BWD_SINGLE_PASS_MAX_COLS = 16384  # RMSNorm
-NORM_BWD_SINGLE_PASS_MAX_COLS_LN = 8192  # LayerNorm
+# 3.6, bf16, cold L2; normlab/data/dev/sweep_launch_configs_h200.json): at N=16384 single-pass with
+# one 1 x 16384 tile of 16 warps, 1 program/SM: RMSNorm 30.8 µs at 512 rows (32 warps 31.6);
+# LayerNorm 119.8 µs at 2048 rows vs the best two-pass 126.4 (4 x 8192 tile, 16 warps), but
+# 43.0 at 512 rows vs two-pass 37.9 (4 x 4096, 16 warps): with few rows the two-pass tiles keep
+# more loads in flight. (The first sweep ran single-pass at 32 warps, 164.7 µs at 2048 rows, and
+# had switched LayerNorm to two-pass above 8192 columns at every row count.)
+NORM_BWD_SINGLE_PASS_MAX_COLS = 16384
+# LayerNorm rows wider than this take the two-pass kernel when there are fewer than
+# NORM_BWD_LN_SINGLE_PASS_MIN_ROWS rows (measured at 512 and 2048 rows only, see above).
+NORM_BWD_LN_FEW_ROWS_MAX_COLS = 8192
+NORM_BWD_LN_SINGLE_PASS_MIN_ROWS = 2048
 
 # Single-pass register tile: BLOCK_ROWS x next_pow2(n_cols) with about this many elements. Measured
 # (H200, 2026-11-29, torch 2.11, triton 3.6): N=1024 2x1024/4 warps 21.8 µs vs 4x1024/8 warps 23.6
@@ -83,9 +94,15 @@ NORM_BWD_TWO_PASS_WARPS = 16
 
 # Warps per backward program by tile elements (elements <= key -> warps). Measured (H200,
 # 2026-11-29, torch 2.11, triton 3.6): 2048 -> 4, 4096 -> 8 (4096x4096 37.8 µs vs 16 warps 38.2),
-# 8192 -> 16 (32768x8192 489.7 vs 32 warps 498.0), 16384 -> 32 (the single-pass RMSNorm row above).
-NORM_BWD_WARPS = ((2048, 4), (4096, 8), (8192, 16), (16384, 32))
+# 8192 -> 16 (32768x8192 489.7 vs 32 warps 498.0; second sweep RMS 490.4 vs 497.2, LN 541.7 vs
+# 571.9), 16384 -> 16 (second sweep: LN 2048x16384 119.8 vs 32 warps 164.7, RMS 512x16384 30.8
+# vs 31.6).
+NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))
 
+# With the prefetch below, 2 programs per SM (workspace 2 x SMs x N) stayed slower than 4 at
+# N <= 2048 whatever the tile (second sweep, "bwd-prefetch-workspace": best 2/SM vs 4/SM, RMS
+# 32768x1024 58.7 vs 56.7 µs, 16384x2048 64.3 vs 57.0; LN 32768x1024 70.8 vs 60.7, 16384x2048
+# 76.3 vs 61.4), so the workspace stays 4 x SMs x N there.
 # Persistent grid = min(row tiles, programs_per_sm * SMs); (n_cols <= key -> programs per SM). Seed
 # 000 found 2 per SM the knee on H100; on the H200 (H200, 2026-11-29, torch 2.11, triton 3.6) narrow
 # rows want more programs, wide rows fewer (the reduce kernel grows with the count): N=1024 4/SM
@@ -118,6 +135,15 @@ NORM_REDUCE_WARPS = 8
 # 4096x4096 40.0 vs 37.8 µs).
 NORM_BWD_LOOP_STAGES = 1
 
+# Register prefetch of the next row tile in the single-pass persistent loop (n_cols <= key ->
+# on/off): two tiles' loads in flight per program instead of one. Second sweep (H200, 2026-11-29,
+# torch 2.11, triton 3.6; normlab/data/dev/sweep_launch_configs_h200.json, "bwd-prefetch"), default
+# tiles, off -> on: RMS 32768x8192 496.4 -> 420.6 µs, 8192x4096 66.2 -> 57.3, 32768x1024 63.7 ->
+# 57.0, 1024x8192 25.2 -> 21.1; LN 32768x8192 547.1 -> 521.4, 16384x2048 68.2 -> 60.9: faster on
+# all 19 single-pass shapes up to 8192 columns. At 16384 columns the 1 x 16384 tile spills:
+# RMS 512x16384 31.4 -> 228.5 µs (16 warps), 39.5 at 32 warps.
+NORM_BWD_PREFETCH = ((8192, True), (1 << 62, False))
+
 NORM_BWD_STRATEGIES = ("atomic", "two_stage", "persistent")
 
 
@@ -131,6 +157,7 @@ class NormBwdConfig:
     programs_per_sm: int  # persistent only
     rows_per_program: int  # two_stage only
     loop_stages: int
+    prefetch: bool  # persistent single-pass only
 
 
 def _ladder(table, key: int) -> int:
@@ -145,8 +172,11 @@ def norm_bwd_auto_strategy(n_rows: int, n_cols: int) -> str:
     return "persistent"
 
 
-def norm_bwd_single_pass_max_cols(is_rms: bool) -> int:
-    return NORM_BWD_SINGLE_PASS_MAX_COLS if is_rms else NORM_BWD_SINGLE_PASS_MAX_COLS_LN
+def norm_bwd_single_pass_max_cols(is_rms: bool, n_rows: int) -> int:
+    """Widest row the default backward takes in one pass (wider rows are two-pass)."""
+    if is_rms or n_rows >= NORM_BWD_LN_SINGLE_PASS_MIN_ROWS:
+        return NORM_BWD_SINGLE_PASS_MAX_COLS
+    return NORM_BWD_LN_FEW_ROWS_MAX_COLS
 
 
 def norm_bwd_config(
@@ -161,10 +191,11 @@ def norm_bwd_config(
     num_warps: int | None = None,
     programs_per_sm: int | None = None,
     loop_stages: int | None = None,
+    prefetch: bool | None = None,
 ) -> NormBwdConfig:
     """Backward launch config for ``strategy`` (not "auto"); any keyword overrides the heuristic."""
     if two_pass is None:
-        two_pass = n_cols > norm_bwd_single_pass_max_cols(is_rms)
+        two_pass = n_cols > norm_bwd_single_pass_max_cols(is_rms, n_rows)
     if block_cols is None:
         block_cols = NORM_BWD_TWO_PASS_BLOCK_COLS if two_pass else _next_pow2(n_cols)
         block_cols = min(block_cols, _next_pow2(n_cols))
@@ -197,6 +228,7 @@ def norm_bwd_config(
         programs_per_sm=programs_per_sm,
         rows_per_program=rows_per_program,
         loop_stages=NORM_BWD_LOOP_STAGES if loop_stages is None else loop_stages,
+        prefetch=bool(_ladder(NORM_BWD_PREFETCH, n_cols) if prefetch is None else prefetch),
     )
 
 
@@ -223,12 +255,16 @@ BLOCK_ROW_MIN_ROWS = 16384
 # 4096-element tiles beat 2048 (501 vs 546 us at 64 columns, 1984 vs 2273 us at 256); at 16
 # columns 128- or 256-row tiles measured 146 / 144 us against 155 us for 64 rows in the same
 # pass, but the 64-row default took 141 us in another pass, so the difference is within noise
-# and seed 003's 64-row cap stays.
-BLOCK_ROW_TILE_ELEMS = 4096
+# and seed 003's 64-row cap stays. Second sweep (normlab/data/dev/sweep_launch_configs_h200.json,
+# device time, same card and versions): 8192-element tiles at 256 columns (32 rows) 1920 us vs
+# 1945 / 2011 us for 4096 at 4 / 8 warps (LayerNorm; RMSNorm 1928-1936 either way).
+BLOCK_ROW_TILE_ELEMS = 8192
 BLOCK_ROW_MAX_ROWS = 64
-# Forward warps: one per this many tile elements, clamped to [1, 8]. H200 run: 4 vs 8 warps on
-# 4096-element tiles, 510 vs 501 us (64 columns), 1961 vs 1984 us (256): no measurable effect.
-BLOCK_ROW_FWD_ELEMS_PER_WARP = 256
+# Forward warps: one per this many tile elements, clamped to [BLOCK_ROW_MIN_WARPS, 8]. Second
+# sweep: 2048-element tiles (32 columns) at 4 warps 253 / 246 us vs 8 warps 282 / 254 us
+# (LayerNorm / RMSNorm); 4096 (64 columns) at 8 warps 491 us vs 4 warps 497 (RMSNorm).
+BLOCK_ROW_FWD_ELEMS_PER_WARP = 512
+BLOCK_ROW_MIN_WARPS = 4
 BLOCK_ROW_MAX_WARPS = 8
 # Backward tiles, warps and persistent programs per SM. Swept in normlab/data/dev/
 # narrow_bwd_sweep_h200.json (scripts/tune_narrow_bwd.py; H200, torch 2.11, triton 3.6,
@@ -289,7 +325,7 @@ def block_row_fwd_config(
     block_rows = max(1, min(max_rows, tile_elems // block_cols))
     if num_warps is None:
         warps = (block_rows * block_cols) // BLOCK_ROW_FWD_ELEMS_PER_WARP
-        num_warps = max(1, min(BLOCK_ROW_MAX_WARPS, warps))
+        num_warps = max(BLOCK_ROW_MIN_WARPS, min(BLOCK_ROW_MAX_WARPS, warps))
     return BlockRowFwdConfig(block_rows, num_warps)
 
 
@@ -345,10 +381,14 @@ ENTROPY_MAX_BLOCK = 65536
 # 16 warps beat 4/8/32 (377 vs 1750 / 544 / 396 us at 32768). 8192: 16 best at 32768 (434 vs
 # 484 / 451 / 504 us), 4 best at 131072 (1726 vs 1892 / 1866 / 2109): kept 16. 32768: only 32
 # measured (1005 us at 32768: the seed-004 occupancy cliff, 2.7x slower than the 16384 cap).
+# Second sweep, with both tile maxima in one reduction (normlab/data/dev/
+# sweep_launch_configs_h200.json, "losses"): 4096 at 2 / 4 / 8 warps 432 / 344 / 378 us (reverse
+# KL, 32768); 2048 (4 warps, the fallback below) 350 us.
 ENTROPY_FUSED_WARPS = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
-# Label CE (one input): these warps gave 221 / 413 / 819 us at V = 32768 / 65536 / 131072 at
-# cap 4096 (its best cap at every vocab); other warp counts not measured for label CE.
-ENTROPY_FUSED_WARPS_LABEL = {4096: 8, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
+# Label CE (one input), second sweep: cap 4096 at 4 warps 215 / 831 / 973 us at V = 32768 /
+# 131072 / 151936 against 217 / 851 / 1001 at 8 warps (50257: 436 vs 415); 2048 / 8192 / 16384 /
+# 32768 caps slower at every V but 8192 at 32768 (215 us).
+ENTROPY_FUSED_WARPS_LABEL = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
 
 # Split form: the stats kernel (one program per row, online max/sum-exp) and the backward kernel
 # (2-D grid: row x column tile, purely elementwise given the row statistics) each have their own
@@ -365,20 +405,21 @@ ENTROPY_RESCALE_BLOCK = 4096
 ENTROPY_RESCALE_WARPS = 8
 
 # form="auto": per loss, ((form, cap) when the vocab tiles evenly, (form, cap) otherwise), where
-# "evenly" = V <= ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE == 0. Measured (us):
-#   reverse KL   V=32768: fused16384 377, split 395 (376 with the stats tile above); 65536: 740
-#                vs 789; 131072: 1509 vs 1590 (1513). Ragged V: 50257: split 860 ~ fused4096 849
-#                << fused16384 973 (a 16384 tile that is 93% masked costs full compute);
-#                151936: split 1804 < fused16384 1864 < fused4096 2053.
-#   soft CE      32768: split 389 ~ fused16384 396; 65536: 770 vs 784; 131072: 1557 ~ 1561;
-#                50257: split 785 < fused4096 827; 151936: split 1763 < fused16384 1920.
-#   label CE     fused4096 best at every V: 221 / 413 / 819 / 425 / 958 us at 32768 / 65536 /
-#                131072 / 50257 / 151936 (split 233 / 465 / 912 / 461 / 1003).
-# V <= 16384 is not measured: fused there is a single register-resident tile (one read).
-ENTROPY_AUTO_TILE = 16384
+# "evenly" = V <= ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE == 0. Measured in the second sweep
+# (us, fused caps at the warps above; "split" with the split tiles above):
+#   reverse KL   V=32768: fused4096 344, fused2048 350, fused16384 369, split 397; 131072: 1387,
+#                1405, 1509, 1560. Ragged V: 50257: fused2048 714 < split 770 < fused4096 803;
+#                151936: fused4096 1638 ~ fused2048 1649 < split 1805.
+#   soft CE      32768: fused2048 340, fused4096 350, split 380; 131072: 1367, 1400, 1485;
+#                50257: split 709 < fused2048 737; 151936: fused2048 1602 < split 1714 (fused2048
+#                is taken for ragged V too: 4% behind at 50257, 7% ahead at 151936).
+#   label CE     fused4096 best or within 5% at every V: 215 / 831 / 415-436 / 973 us at 32768 /
+#                131072 / 50257 / 151936 (split 231 / 886 / 451 / 999).
+# V <= 4096 is not measured: fused there is a single register-resident tile (one read).
+ENTROPY_AUTO_TILE = 4096
 ENTROPY_AUTO = {
-    "reverse_kl": (("fused", 16384), ("split", 16384)),
-    "soft_cross_entropy": (("fused", 16384), ("split", 16384)),
+    "reverse_kl": (("fused", 4096), ("fused", 2048)),
+    "soft_cross_entropy": (("fused", 2048), ("fused", 2048)),
     "cross_entropy": (("fused", 4096), ("fused", 4096)),
 }
 

@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import nbformat
@@ -62,7 +63,13 @@ def execute(path: Path, out_dir: Path | None, timeout: int, kernel: str) -> dict
         resources={"metadata": {"path": str(path.parent)}},
     )
     start = time.perf_counter()
-    error = None
+    cells: list[dict] = []  # per executed code cell: index and seconds since the start
+
+    def on_cell_executed(cell, cell_index, execute_reply=None, **_):
+        cells.append({"cell": cell_index, "s": round(time.perf_counter() - start, 1)})
+
+    client.on_cell_executed = on_cell_executed
+    error = tb = None
     try:
         client.execute()
     except CellExecutionError as exc:
@@ -70,12 +77,13 @@ def execute(path: Path, out_dir: Path | None, timeout: int, kernel: str) -> dict
         error = lines[-1] if lines else type(exc).__name__
     except Exception as exc:  # kernel died, timeout: report it and go on with the others
         error = f"{type(exc).__name__}: {exc}"
+        tb = traceback.format_exc().splitlines()[-12:]
     seconds = time.perf_counter() - start
     target = (out_dir / path.name) if out_dir else path
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(clean(nb), target)
     return {"notebook": path.name, "passed": error is None, "seconds": round(seconds, 1),
-            "error": error, "saved": str(target)}
+            "error": error, "traceback": tb, "cells": cells, "saved": str(target)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -350,8 +350,11 @@ def test_auto_form_uses_config_table():
     for loss in LOSSES:
         for n_cols in (1000, 16384, 32768, 50257, 131072, 151936):
             form, cap = configs.entropy_auto(loss, n_cols, distributed=False)
-            assert form in ("fused", "split") and cap in configs.ENTROPY_BLOCK_CAPS
-    # The measured choices (see configs): a ragged vocab takes split for the distribution losses.
-    assert configs.entropy_auto("reverse_kl", 131072, False) == ("fused", 16384)
-    assert configs.entropy_auto("reverse_kl", 50257, False)[0] == "split"
+            assert form in ("fused", "split")
+            assert cap & (cap - 1) == 0
+            assert configs.ENTROPY_MIN_BLOCK <= cap <= configs.ENTROPY_MAX_BLOCK
+    # The measured choices (see configs): a ragged vocab takes a narrower tile for reverse KL.
+    assert configs.entropy_auto("reverse_kl", 131072, False) == ("fused", 4096)
+    assert configs.entropy_auto("reverse_kl", 50257, False) == ("fused", 2048)
+    assert configs.entropy_auto("soft_cross_entropy", 151936, False) == ("fused", 2048)
     assert configs.entropy_auto("cross_entropy", 50257, False) == ("fused", 4096)

@@ -17,9 +17,9 @@ from normlab.kernels import norm as K
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 STRATEGIES = ["atomic", "two_stage", "persistent"]
 FWD_MAX = configs.NORM_FWD_MAX_BLOCK
-BWD_MAX = {
-    True: configs.norm_bwd_single_pass_max_cols(True),
-    False: configs.norm_bwd_single_pass_max_cols(False),
+BWD_MAX = {  # at 2 rows, the row count of the switch tests below
+    True: configs.norm_bwd_single_pass_max_cols(True, 2),
+    False: configs.norm_bwd_single_pass_max_cols(False, 2),
 }
 
 
@@ -151,6 +151,35 @@ def test_backward_single_two_pass_switch(strategy, is_rms, past):
     n = BWD_MAX[is_rms] + past
     assert configs.norm_bwd_config(strategy, 2, n, is_rms=is_rms).two_pass == bool(past)
     _check_backward(2, n, torch.bfloat16, is_rms, strategy)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("m,n,block_rows", [(1, 7, 1), (37, 100, 4), (130, 33, 1)], ids=str)
+def test_backward_prefetch(is_rms, m, n, block_rows):
+    """The persistent loop with the next tile prefetched: right against fp64, and bitwise the
+    same as without the prefetch (ragged row tiles; 1 row: the prefetch reads nothing)."""
+    dx, dw, db = _check_backward(m, n, torch.bfloat16, is_rms, "persistent", prefetch=True,
+                                 block_rows=block_rows)
+    x, w, b = _inputs(m, n, torch.bfloat16, is_rms)
+    dy = torch.randn(m, n).to(torch.bfloat16)
+    _, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms)
+    outs = [K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="persistent",
+                            prefetch=p, block_rows=block_rows) for p in (True, False)]
+    for a, c in zip(*outs):
+        assert (a is None and c is None) or torch.equal(a, c)
+
+
+@pytest.mark.parametrize("rows_past", [-1, 0], ids=["fewer-rows", "enough-rows"])
+def test_backward_layer_norm_row_count_switch(rows_past):
+    """LayerNorm rows between the few-rows limit and the single-pass limit are two-pass below
+    NORM_BWD_LN_SINGLE_PASS_MIN_ROWS rows and single-pass from it; RMSNorm does not switch."""
+    m = configs.NORM_BWD_LN_SINGLE_PASS_MIN_ROWS + rows_past
+    n = configs.NORM_BWD_LN_FEW_ROWS_MAX_COLS + 1
+    assert n <= configs.NORM_BWD_SINGLE_PASS_MAX_COLS
+    assert configs.norm_bwd_config("persistent", m, n, is_rms=False).two_pass == (rows_past < 0)
+    assert not configs.norm_bwd_config("persistent", m, n, is_rms=True).two_pass
+    # Each side's kernel on rows of this width (3 rows keep the interpreter run short).
+    _check_backward(3, n, torch.bfloat16, False, "persistent", two_pass=rows_past < 0)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -17,7 +17,7 @@ How dw/db are summed over the rows is the ``strategy``:
 * ``"persistent"``: seed 000's kernel_1: about ``programs_per_sm * SMs`` programs grid-stride
   ``BLOCK_ROWS x BLOCK_COLS`` row tiles and fold them into one fp32 partial per program, so the
   workspace is ``<= programs_per_sm * SMs * n_cols * 4`` bytes whatever n_rows. Rows wider than
-  ``configs.norm_bwd_single_pass_max_cols(is_rms)`` take the two-pass kernel (pass 1 reduces
+  ``configs.norm_bwd_single_pass_max_cols(is_rms, n_rows)`` take the two-pass kernel (pass 1 reduces
   c1/c2 over column chunks, pass 2 re-reads x/dy, writes dx and adds into the program's partial
   row).
 
@@ -92,8 +92,21 @@ def _load_xhat_wdy(
     HAS_WEIGHT: tl.constexpr,
 ):
     """fp32 (xhat, dy, w * dy) of a [rows, cols] tile (w: fp32 [cols]); masked entries are 0."""
+    x, dy = _load_x_dy(x_ptr, dy_ptr, rows64, cols, mask, x_row_stride, dy_row_stride)
+    return _xhat_wdy(x, dy, w, mask, mean, rstd, IS_RMS, HAS_WEIGHT)
+
+
+@triton.jit
+def _load_x_dy(x_ptr, dy_ptr, rows64, cols, mask, x_row_stride, dy_row_stride):
+    """x and dy of a [rows, cols] tile in their own dtype; masked entries are 0 (and not read)."""
     x = tl.load(x_ptr + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
     dy = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)
+    return x, dy
+
+
+@triton.jit
+def _xhat_wdy(x, dy, w, mask, mean, rstd, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+    """fp32 (xhat, dy, w * dy) from a loaded tile (see _load_xhat_wdy)."""
     x = x.to(tl.float32)
     dy = dy.to(tl.float32)
     if IS_RMS:
@@ -131,6 +144,16 @@ def _store_dx(
 
 
 @triton.jit
+def _load_tile(x_ptr, dy_ptr, tile, n_rows, n_cols, x_row_stride, dy_row_stride,
+               BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):  # fmt: skip
+    """x and dy of row tile ``tile`` (their own dtype; 0 outside the matrix)."""
+    rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_COLS)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    return _load_x_dy(x_ptr, dy_ptr, rows.to(tl.int64), cols, mask, x_row_stride, dy_row_stride)
+
+
+@triton.jit
 def _bwd_tile_single_pass(
     tile,
     x_ptr,  # (n_rows, n_cols) forward input
@@ -148,19 +171,26 @@ def _bwd_tile_single_pass(
     HAS_WEIGHT: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
+    x_pre=None,
+    dy_pre=None,
+    PRELOADED: tl.constexpr = False,
 ):
     """dx of one BLOCK_ROWS tile whose rows fit in BLOCK_COLS (w: fp32 [BLOCK_COLS], loaded
-    once per program); returns the fp32 tile contributions (dy * xhat, dy) to dw and db."""
+    once per program); returns the fp32 tile contributions (dy * xhat, dy) to dw and db.
+    With PRELOADED, x_pre / dy_pre are this tile's x and dy, already loaded (_load_tile)."""
     rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
     mask = row_mask[:, None] & (cols < n_cols)[None, :]
     rows64 = rows.to(tl.int64)
     mean, rstd = _load_row_stats(mean_ptr, rstd_ptr, rows, row_mask, IS_RMS)
-    xhat, dy, wdy = _load_xhat_wdy(
-        x_ptr, dy_ptr, w, rows64, cols, mask, mean, rstd,
-        x_row_stride, dy_row_stride, IS_RMS, HAS_WEIGHT,
-    )  # fmt: skip
+    if PRELOADED:
+        xhat, dy, wdy = _xhat_wdy(x_pre, dy_pre, w, mask, mean, rstd, IS_RMS, HAS_WEIGHT)
+    else:
+        xhat, dy, wdy = _load_xhat_wdy(
+            x_ptr, dy_ptr, w, rows64, cols, mask, mean, rstd,
+            x_row_stride, dy_row_stride, IS_RMS, HAS_WEIGHT,
+        )  # fmt: skip
     c1 = tl.sum(xhat * wdy, axis=1) / n_cols
     c2 = tl.sum(wdy, axis=1) / n_cols
     _store_dx(dx_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride, IS_RMS)
@@ -489,22 +519,43 @@ def _norm_bwd_persistent_kernel(
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     LOOP_STAGES: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """Seed 000 kernel_1, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
-    tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program."""
+    tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program.
+    PREFETCH issues the loads of the program's next tile before working on the current one
+    (registers, not shared memory), so two tiles' loads are in flight per program."""
     pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_COLS)
     w = _load_weight(w_ptr, cols, cols < n_cols, HAS_WEIGHT)
     dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
-    for tile in tl.range(pid, n_tiles, tl.num_programs(0), num_stages=LOOP_STAGES):
-        dw, db = _bwd_tile_single_pass(
-            tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
-            x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS, BLOCK_COLS,
-        )  # fmt: skip
-        dw_acc += dw
-        db_acc += db
+    if PREFETCH:
+        x_next, dy_next = _load_tile(x_ptr, dy_ptr, pid, n_rows, n_cols, x_row_stride,
+                                     dy_row_stride, BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
+        for tile in tl.range(pid, n_tiles, n_programs):
+            x_cur, dy_cur = x_next, dy_next
+            # Past the last tile the mask is all false: nothing is read.
+            x_next, dy_next = _load_tile(x_ptr, dy_ptr, tile + n_programs, n_rows, n_cols,
+                                         x_row_stride, dy_row_stride, BLOCK_ROWS, BLOCK_COLS)
+            dw, db = _bwd_tile_single_pass(
+                tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+                x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS,
+                BLOCK_COLS, x_cur, dy_cur, True,
+            )  # fmt: skip
+            dw_acc += dw
+            db_acc += db
+    else:
+        for tile in tl.range(pid, n_tiles, n_programs, num_stages=LOOP_STAGES):
+            dw, db = _bwd_tile_single_pass(
+                tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+                x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS,
+                BLOCK_COLS,
+            )  # fmt: skip
+            dw_acc += dw
+            db_acc += db
     dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
     db_out = db_partial_ptr + pid.to(tl.int64) * n_cols
     _store_partials(dw_out, db_out, dw_acc, db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS)
@@ -650,6 +701,7 @@ def norm_backward(
     block_cols=None,
     num_warps=None,
     loop_stages=None,
+    prefetch=None,
 ):
     """Backward launcher -> (dx, dweight | None, dbias | None).
 
@@ -686,7 +738,7 @@ def norm_backward(
     cfg = configs.norm_bwd_config(
         strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass, block_rows=block_rows,
         block_cols=block_cols, num_warps=num_warps, programs_per_sm=programs_per_sm,
-        loop_stages=loop_stages,
+        loop_stages=loop_stages, prefetch=prefetch,
     )  # fmt: skip
     dummy = rstd
     common = (
@@ -749,7 +801,7 @@ def norm_backward(
     else:
         _norm_bwd_persistent_kernel[grid](
             *common, dw_partial, db_partial, n_rows, n_cols, *strides, **flags, **tile,
-            LOOP_STAGES=cfg.loop_stages,
+            LOOP_STAGES=cfg.loop_stages, PREFETCH=cfg.prefetch,
         )  # fmt: skip
     if has_w or has_b:
         reduce_partials(
@@ -853,7 +905,10 @@ def _norm_bwd_op(
             dy.contiguous(), x.contiguous(), weight, bias, mean_, rstd, is_rms, strategy
         )
     else:
-        dx, dw, db = norm_backward(dy, x, weight, bias, mean_, rstd, is_rms, strategy=strategy)
+        # layout="row" is seed 003's row_mode=True: one row per tile, however narrow the rows.
+        block_rows = 1 if layout == "row" else None
+        dx, dw, db = norm_backward(dy, x, weight, bias, mean_, rstd, is_rms, strategy=strategy,
+                                   block_rows=block_rows)
     # Custom-op outputs may not alias each other: one fresh empty tensor per absent gradient.
     dw = dw if dw is not None else rstd.new_empty(0)
     db = db if db is not None else rstd.new_empty(0)

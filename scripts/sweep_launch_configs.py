@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""Second tuning sweep on the GPU: launch configs for the shapes that missed their targets.
+
+    python3 scripts/sweep_launch_configs.py --out DIR [--parts fwd,bwd,...] [--budget-s 420]
+
+Device time per call from ``normlab.bench.time_call`` (torch.profiler kernel sum, L2 flushed
+before each call), bf16. Parts (the JSON of each run is kept in
+``normlab/data/dev/sweep_launch_configs_h200.json``, which ``normlab/configs.py`` cites):
+
+* ``fwd``: the peer shapes that missed, both norms, warps per row program (and a chunked 8192
+  block at N = 16384).
+* ``bwd``: persistent backward, 32768x8192 (loop stages x programs/SM x warps x rows per tile);
+  the N = 16384 shapes (two-pass tiles and grids, single-pass warps); N <= 2048 at 2 vs 4
+  programs per SM with other tiles (the workspace bound).
+* ``prefetch``, ``prefetch_workspace``: the single-pass persistent backward with and without the
+  next-tile register prefetch; 2 vs 4 programs per SM with it.
+* ``narrow``, ``narrow128``: block-row forward tiles at 16..256 columns, 7,864,320 rows; the
+  one-row-per-tile backward (``layout="row"``) at 16 and 64 columns.
+* ``losses``: this checkout's loss kernels, fused tiles x warps and split, per vocab.
+* ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
+  name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs.
+
+Writes ``sweep_launch_configs.json`` under --out after every part; a budget skips what is left
+and lists it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import itertools
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# isort: off
+import normlab  # picks the runtime before triton
+import torch
+from normlab import _runtime, configs
+from normlab.bench import device_info, time_call
+from normlab.bench.sweep import PEERS
+from normlab.kernels import narrow as NR
+from normlab.kernels import norm as K
+
+# isort: on
+
+NARROW_ROWS = 7_864_320
+EPS = 1e-6
+
+
+class Sweep:
+    def __init__(self, out: Path, budget_s: float, reps: int):
+        self.out, self.deadline, self.reps = out, time.time() + budget_s, reps
+        self.data = {"meta": {}, "results": [], "skipped": [], "errors": []}
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def time(self, part: str, case: dict, run, reps: int | None = None) -> float | None:
+        if self.left() <= 0:
+            self.data["skipped"].append({"part": part, **case})
+            return None
+        try:
+            t = time_call(run, reps=reps or self.reps, warmup=2)
+        except Exception as exc:  # a config the compiler rejects: note it, go on
+            self.data["errors"].append({"part": part, **case, "error": f"{type(exc).__name__}: {exc}"})
+            return None
+        self.data["results"].append({"part": part, **case, "device_us": round(t.device_us, 2),
+                                     "kernels": {k: round(v, 2) for k, v in t.kernels.items()}})
+        return t.device_us
+
+    def save(self) -> None:
+        (self.out / "sweep_launch_configs.json").write_text(json.dumps(self.data, indent=1) + "\n")
+
+
+def norm_inputs(m, n, is_rms, dtype=torch.bfloat16):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, n, device="cuda", dtype=dtype, generator=g)
+    w = torch.randn(n, device="cuda", dtype=dtype, generator=g)
+    b = None if is_rms else torch.randn(n, device="cuda", dtype=dtype, generator=g)
+    dy = torch.randn(m, n, device="cuda", dtype=dtype, generator=g)
+    return x, w, b, dy
+
+
+def part_fwd(s: Sweep) -> None:
+    # The shapes that missed "as fast as the fastest peer" in the first record run.
+    missed = {True: ((512, 16384), (1024, 8192), (8192, 1024), (16384, 1024), (2048, 16384),
+                     (32768, 1024), (32768, 8192)),
+              False: ((512, 16384), (8192, 1024), (16384, 1024))}
+    for is_rms, (m, n) in [(r, s_) for r in (True, False) for s_ in missed[r]]:
+        op = "rms" if is_rms else "ln"
+        x, w, b, _ = norm_inputs(m, n, is_rms)
+        block = min(1 << (n - 1).bit_length(), configs.NORM_FWD_MAX_BLOCK)
+        variants = [(block, wp) for wp in (2, 4, 8, 16, 32) if 128 * wp <= block <= 1024 * wp]
+        if n >= 16384:
+            variants += [(8192, 8), (8192, 16)]
+        best = None
+        for blk, wp in variants:
+            us = s.time("fwd", {"op": op, "M": m, "N": n, "block": blk, "warps": wp},
+                        lambda: K.norm_forward(x, w, b, EPS, is_rms, block_size=blk, num_warps=wp))
+            if us and (best is None or us < best[0]):
+                best = (us, blk, wp)
+        print(f"fwd {op} {m}x{n}: default {configs.norm_fwd_config(n)} best {best}", flush=True)
+        del x, w, b
+
+
+def _bwd_case(s, part, op, m, n, is_rms, inputs, **kw):
+    x, w, b, dy = inputs
+    y, mean, rstd = K.norm_forward(x, w, b, EPS, is_rms)
+    return s.time(part, {"op": op, "M": m, "N": n, **kw},
+                  lambda: K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="persistent", **kw))
+
+
+def part_bwd(s: Sweep) -> None:
+    # 32768 x 8192: the 80%-of-copy target.
+    for is_rms in (True, False):
+        op = "rms" if is_rms else "ln"
+        inputs = norm_inputs(32768, 8192, is_rms)
+        for st, pps, wp, br in itertools.product((1, 2), (1, 2), (16, 32), (1, 2)):
+            _bwd_case(s, "bwd-8192", op, 32768, 8192, is_rms, inputs, loop_stages=st,
+                      programs_per_sm=pps, num_warps=wp, block_rows=br)
+        del inputs
+    s.save()
+    # N = 16384 (and RMS 1024 x 8192, its closest call).
+    for is_rms, m, n in ((False, 512, 16384), (False, 2048, 16384), (True, 512, 16384),
+                         (True, 1024, 8192)):
+        op = "rms" if is_rms else "ln"
+        inputs = norm_inputs(m, n, is_rms)
+        if n == 16384 and not is_rms:
+            for br, bc, wp, pps in itertools.product((2, 4, 8), (4096, 8192), (16, 32), (1, 2)):
+                if br * bc > 32768:
+                    continue
+                _bwd_case(s, "bwd-two-pass", op, m, n, is_rms, inputs, two_pass=True,
+                          block_rows=br, block_cols=bc, num_warps=wp, programs_per_sm=pps)
+        for wp, pps, st in itertools.product((16, 32), (1, 2), (1, 2)):
+            _bwd_case(s, "bwd-single-pass", op, m, n, is_rms, inputs, two_pass=False,
+                      num_warps=wp, programs_per_sm=pps, loop_stages=st)
+        del inputs
+    s.save()
+    # N <= 2048: can 2 programs per SM (workspace 2 x SMs x N) match 4 with another tile?
+    for is_rms, (m, n) in itertools.product((True, False), ((8192, 1024), (32768, 1024), (16384, 2048))):
+        op = "rms" if is_rms else "ln"
+        inputs = norm_inputs(m, n, is_rms)
+        for pps, br, wp in [(4, None, None)] + list(itertools.product((2,), (1, 2, 4), (4, 8))):
+            _bwd_case(s, "bwd-workspace", op, m, n, is_rms, inputs, programs_per_sm=pps,
+                      block_rows=br, num_warps=wp)
+        del inputs
+
+
+def part_narrow(s: Sweep) -> None:
+    for is_rms, n in itertools.product((False, True), (16, 32, 64, 256)):
+        op = "rms" if is_rms else "ln"
+        x, w, b, dy = norm_inputs(NARROW_ROWS, n, is_rms)
+        for tile, rows, wp in itertools.product((4096, 8192), (64, 256), (4, 8)):
+            cfg = configs.block_row_fwd_config(n, tile_elems=tile, max_rows=rows, num_warps=wp)
+            if tile // (1 << (n - 1).bit_length()) > rows * 2:  # same tile as a smaller cap
+                continue
+            s.time("narrow-fwd", {"op": op, "M": NARROW_ROWS, "N": n, "tile": tile,
+                                  "max_rows": rows, "warps": wp, "block_rows": cfg.block_rows},
+                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=10)
+        if n in (16, 64):
+            y, mean, rstd = K.norm_forward(x, w, b, EPS, is_rms)
+            for br in (1, None):
+                s.time("narrow-row-bwd", {"op": op, "M": NARROW_ROWS, "N": n, "block_rows": br},
+                       lambda: K.norm_backward(dy, x, w, b, mean, rstd, is_rms,
+                                               strategy="persistent", block_rows=br), reps=3)
+        del x, w, b, dy
+        s.save()
+
+
+def part_prefetch(s: Sweep) -> None:
+    """Persistent single-pass backward with and without the next-tile register prefetch."""
+    for is_rms, (m, n) in itertools.product((True, False), PEERS):
+        if n > 8192 and not is_rms:
+            continue
+        op = "rms" if is_rms else "ln"
+        inputs = norm_inputs(m, n, is_rms)
+        for pf in (False, True):
+            _bwd_case(s, "bwd-prefetch", op, m, n, is_rms, inputs, prefetch=pf)
+        if n >= 4096:
+            for pf, wp, pps in itertools.product((True,), (8, 16, 32), (1, 2)):
+                _bwd_case(s, "bwd-prefetch", op, m, n, is_rms, inputs, prefetch=pf,
+                          num_warps=wp, programs_per_sm=pps)
+        del inputs
+    s.save()
+
+
+def part_prefetch_workspace(s: Sweep) -> None:
+    """With the prefetch, can 2 programs per SM (workspace 2 x SMs x N) match 4 at N <= 2048?"""
+    for is_rms, (m, n) in itertools.product((True, False), ((8192, 1024), (16384, 1024),
+                                                          (32768, 1024), (16384, 2048))):
+        op = "rms" if is_rms else "ln"
+        inputs = norm_inputs(m, n, is_rms)
+        for pps, br, wp in itertools.product((2, 4), (None, 4, 8), (None, 8)):
+            _bwd_case(s, "bwd-prefetch-workspace", op, m, n, is_rms, inputs, prefetch=True,
+                      programs_per_sm=pps, block_rows=br, num_warps=wp)
+        del inputs
+    s.save()
+
+
+def part_fwd_multirow(s: Sweep) -> None:
+    """Row-per-program forward vs the block-row (multi-row tile) forward at 1024-4096 columns."""
+    for is_rms, (m, n) in itertools.product((True, False), ((8192, 1024), (16384, 1024),
+                                                          (32768, 1024), (16384, 2048),
+                                                          (2048, 4096), (8192, 4096))):
+        op = "rms" if is_rms else "ln"
+        x, w, b, _ = norm_inputs(m, n, is_rms)
+        s.time("fwd-multirow", {"op": op, "M": m, "N": n, "kernel": "row"},
+               lambda: K.norm_forward(x, w, b, EPS, is_rms))
+        for rows, wp in itertools.product((2, 4, 8), (4, 8, 16)):
+            if rows * n > 16384:
+                continue
+            cfg = configs.BlockRowFwdConfig(rows, wp)
+            s.time("fwd-multirow", {"op": op, "M": m, "N": n, "kernel": "block_row",
+                                    "block_rows": rows, "warps": wp},
+                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg))
+        del x, w, b
+    s.save()
+
+
+def part_narrow128(s: Sweep) -> None:
+    """The default forward tile at 128 columns (8192 elements) against the 4096 one."""
+    for is_rms in (False, True):
+        op = "rms" if is_rms else "ln"
+        x, w, b, _ = norm_inputs(NARROW_ROWS, 128, is_rms)
+        for tile, wp in ((8192, None), (4096, None), (8192, 4), (4096, 4)):
+            cfg = configs.block_row_fwd_config(128, tile_elems=tile, num_warps=wp)
+            s.time("narrow-fwd", {"op": op, "M": NARROW_ROWS, "N": 128, "tile": tile,
+                                  "max_rows": cfg.block_rows, "warps": cfg.num_warps,
+                                  "block_rows": cfg.block_rows},
+                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=10)
+        del x, w, b
+
+
+def _load_module(path: Path):
+    spec = importlib.util.spec_from_file_location(f"ab_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def part_entropy(s: Sweep, variants: list[Path]) -> None:
+    mods = {p.stem: _load_module(p) for p in variants}
+    g = torch.Generator(device="cuda").manual_seed(0)
+    first: dict = {}
+    for v in (32768, 131072):
+        x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+        t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
+        labels = torch.randint(0, v, (4096,), device="cuda", generator=g)
+        for loss, (form, cap), (name, mod) in itertools.product(
+            ("reverse_kl", "soft_cross_entropy", "cross_entropy"),
+            (("fused", 4096), ("fused", 2048), ("split", None)),
+            mods.items(),
+        ):
+            fn = getattr(mod, loss)
+            other = labels if loss == "cross_entropy" else t
+
+            def call():
+                return torch.autograd.grad(fn(x, other, form=form, block_cap=cap), x)
+
+            case = {"op": loss, "M": 4096, "N": v, "variant": name, "form": form, "cap": cap}
+            # Agreement with the first variant (same inputs): loss and max |grad| difference.
+            out = fn(x, other, form=form, block_cap=cap)
+            (grad,) = torch.autograd.grad(out, x)
+            key = (loss, form, cap, v)
+            if key not in first:
+                first[key] = (out.detach().float(), grad.float())
+            case["loss_diff"] = float((out.detach().float() - first[key][0]).abs())
+            case["grad_max_diff"] = float((grad.float() - first[key][1]).abs().max())
+            s.time("entropy", case, call)
+        del x, t
+        s.save()
+
+
+def part_losses(s: Sweep) -> None:
+    """normlab's own losses (this checkout): fused tiles x warps, and split, per vocab."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    tables = {"reverse_kl": configs.ENTROPY_FUSED_WARPS,
+              "soft_cross_entropy": configs.ENTROPY_FUSED_WARPS,
+              "cross_entropy": configs.ENTROPY_FUSED_WARPS_LABEL}
+    saved = {k: dict(v) for k, v in tables.items()}
+    variants = {"reverse_kl": [(2048, 4), (4096, 2), (4096, 4), (4096, 8), (8192, 8), (16384, 16)],
+                "cross_entropy": [(2048, 4), (4096, 4), (4096, 8), (8192, 8), (8192, 16),
+                                  (16384, 16), (32768, 32)]}
+    variants["soft_cross_entropy"] = variants["reverse_kl"]
+    for v in (32768, 131072, 50257, 151936):
+        x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+        t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
+        labels = torch.randint(0, v, (4096,), device="cuda", generator=g)
+        for loss in ("reverse_kl", "soft_cross_entropy", "cross_entropy"):
+            fn = getattr(normlab, loss)
+            other = labels if loss == "cross_entropy" else t
+            for cap, warps in variants[loss] + [(None, None)]:
+                form = "split" if cap is None else "fused"
+                if cap is not None:
+                    tables[loss][cap] = warps
+
+                def call():
+                    return torch.autograd.grad(fn(x, other, form=form, block_cap=cap), x)
+
+                s.time("losses", {"op": loss, "M": 4096, "N": v, "form": form, "cap": cap,
+                                  "warps": warps}, call)
+                tables[loss].clear()
+                tables[loss].update(saved[loss])
+        del x, t
+        s.save()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    ap.add_argument("--parts", default="entropy,bwd,fwd,narrow")
+    ap.add_argument("--budget-s", type=float, default=420.0)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--entropy-variants", default="", help="comma-separated module files")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    s = Sweep(args.out, args.budget_s, args.reps)
+    info = device_info()
+    s.data["meta"] = {"card": info.card, "torch": info.torch, "triton": info.triton,
+                      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                      "commit": os.environ.get("NORMLAB_COMMIT", ""), "copy_gbps": info.roofline_gbps,
+                      "script": "scripts/sweep_launch_configs.py", "parts": args.parts}
+    variants = [Path(p) for p in args.entropy_variants.split(",") if p]
+    for part in args.parts.split(","):
+        t0 = time.time()
+        try:
+            if part == "entropy":  # A/B of module files; "losses": this checkout's kernels
+                part_entropy(s, variants)
+            else:
+                globals()[f"part_{part}"](s)
+        except Exception:
+            s.data["errors"].append({"part": part, "error": traceback.format_exc()})
+            traceback.print_exc()
+        print(f"part {part}: {time.time() - t0:.0f} s, {s.left():.0f} s left", flush=True)
+        s.save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
