@@ -326,6 +326,12 @@ def test_explorer_run_wires_controls_to_sweep_and_figures(recorded):
     rec_titles = [f.layout.title.text for f in figs[3:]]
     assert any("recorded: NVIDIA H200, 2026-11-29" in t for t in rec_titles)
     assert all(r["direction"] == "bwd" for r in ex.recorded_selection())
+    # The figures are the Output widgets' state (plotly JSON), replaced on every run.
+    for out, n_figs in ((ex.out_live, 3), (ex.out_recorded, len(figs) - 3)):
+        assert len(out.outputs) == n_figs
+        assert all("application/vnd.plotly.v1+json" in o["data"] for o in out.outputs)
+    ex.run()
+    assert len(ex.out_live.outputs) == 3
 
 
 def test_explorer_without_recorded_data_says_so_and_changing_op_updates_impls():

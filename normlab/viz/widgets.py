@@ -2,8 +2,8 @@
 
 Nothing is computed here: a Run click asks ``normlab.bench.sweep`` for live records (an
 ``IntProgress`` bar is its ``progress`` callback) and shows the ``plots`` figures for them next
-to the recorded ones. Figures go to ``Output`` widgets with ``clear_output(wait=True)``; a
-notebook cell that builds the explorer shows only the widget, so nbval has nothing to compare.
+to the recorded ones. Figures are set as the ``outputs`` of ``Output`` widgets; a notebook
+cell that builds the explorer shows only the widget, so nbval has nothing to compare.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import html
 from collections.abc import Callable, Iterable
 
 import ipywidgets as W
-from IPython.display import clear_output, display
+import plotly.io as pio
+from IPython.display import display
 
 from normlab import _runtime
 from normlab.viz import plots
@@ -205,10 +206,22 @@ class Explorer:
 
 
 def _show(out: W.Output, figs: list) -> None:
-    with out:
-        clear_output(wait=True)
-        for fig in figs:
-            display(fig)
+    """Replace ``out``'s content with ``figs`` through the widget's ``outputs`` state.
+
+    Not ``with out: display(...)``, whose messages a headless runner (nbclient) must route
+    through output hooks: the H200 runs of the explorer notebook ended twice in nbclient errors
+    at that cell. The widget state renders the same in JupyterLab and needs no hooks.
+    """
+    to_mimebundle = pio.renderers["plotly_mimetype"].to_mimebundle  # JSON-safe plotly bundle
+    out.outputs = tuple(
+        {"output_type": "display_data", "metadata": {},
+         "data": {**to_mimebundle(fig.to_dict()), "text/plain": f"<plotly figure: {_title(fig)}>"}}
+        for fig in figs
+    )  # fmt: skip
+
+
+def _title(fig) -> str:
+    return (fig.layout.title.text or "untitled") if fig.layout.title else "untitled"
 
 
 def _load_recorded() -> list:
