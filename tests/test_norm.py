@@ -400,6 +400,25 @@ def test_bad_bias():
 # ---- layout dispatch ---------------------------------------------------------------------------
 
 
+def test_row_layout_backward_takes_one_row_per_tile(monkeypatch):
+    """layout="row" is seed 003's single-row path in the backward too; "auto" keeps the
+    heuristic multi-row tile of the row kernels (37 rows: too few for block-row)."""
+    seen = []
+    real = K.norm_backward
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("block_rows"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(K, "norm_backward", spy)
+    x = torch.randn(37, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    for layout in ("row", "auto"):
+        _fwd(x, w, None, 1e-5, True, layout=layout).sum().backward()
+    assert seen == [1, None]
+    assert configs.norm_bwd_config("persistent", 37, 16).block_rows > 1
+
+
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_layout_dispatch(monkeypatch, is_rms):
     """layout="block_row" goes to normlab.kernels.narrow (stubbed here with the row kernels);

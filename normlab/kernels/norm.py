@@ -1002,8 +1002,9 @@ def rms_norm(x, weight=None, eps=1e-6, *, strategy="auto", layout="auto"):
     """RMSNorm over the last dim: ``x / sqrt(mean(x^2) + eps) * weight``; fp32 statistics.
 
     ``strategy`` in ("auto", "atomic", "two_stage", "persistent") picks the backward dweight
-    reduction; ``layout`` in ("auto", "row", "block_row") picks row-per-program or the
-    block-row kernels of ``normlab.kernels.narrow``. Output dtype = x dtype.
+    reduction; ``layout`` in ("auto", "row", "block_row") picks the row kernels or the block-row
+    kernels of ``normlab.kernels.narrow`` ("row": one row per program forward and one row per
+    tile backward, seed 003's single-row path). Output dtype = x dtype.
     """
     x2d = _prepare("rms_norm", x, weight, None, eps, strategy, layout)
     y, _, _ = torch.ops.normlab.norm_fwd(x2d, weight, None, float(eps), True, strategy, layout)
