@@ -16,7 +16,9 @@ How dw/db are summed over the rows is the ``strategy``:
   row to a workspace ``(ceil(n_rows / rows_per_program), n_cols)``; a second kernel sums it.
 * ``"persistent"``: seed 000's kernel_1: about ``programs_per_sm * SMs`` programs grid-stride
   ``BLOCK_ROWS x BLOCK_COLS`` row tiles and fold them into one fp32 partial per program, so the
-  workspace is ``<= programs_per_sm * SMs * n_cols * 4`` bytes whatever n_rows. Rows wider than
+  workspace is ``<= programs_per_sm * SMs * n_cols * 4`` bytes whatever n_rows; each program
+  loads its next row tile while it works on the current one (``configs.NORM_BWD_PREFETCH``,
+  up to 8192 columns). Rows wider than
   ``configs.norm_bwd_single_pass_max_cols(is_rms, n_rows)`` take the two-pass kernel (pass 1 reduces
   c1/c2 over column chunks, pass 2 re-reads x/dy, writes dx and adds into the program's partial
   row).
