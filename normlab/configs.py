@@ -257,7 +257,8 @@ BLOCK_ROW_MIN_ROWS = 16384
 # pass, but the 64-row default took 141 us in another pass, so the difference is within noise
 # and seed 003's 64-row cap stays. Second sweep (normlab/data/dev/sweep_launch_configs_h200.json,
 # device time, same card and versions): 8192-element tiles at 256 columns (32 rows) 1920 us vs
-# 1945 / 2011 us for 4096 at 4 / 8 warps (LayerNorm; RMSNorm 1928-1936 either way).
+# 1945 / 2011 us for 4096 at 4 / 8 warps (LayerNorm; RMSNorm 1928-1936 either way); at 128
+# columns ("narrow128") 980 vs 1001 us (LayerNorm, 8 warps), RMSNorm 976 vs 972 (a tie).
 BLOCK_ROW_TILE_ELEMS = 8192
 BLOCK_ROW_MAX_ROWS = 64
 # Forward warps: one per this many tile elements, clamped to [BLOCK_ROW_MIN_WARPS, 8]. Second
@@ -406,7 +407,8 @@ ENTROPY_RESCALE_WARPS = 8
 
 # form="auto": per loss, ((form, cap) when the vocab tiles evenly, (form, cap) otherwise), where
 # "evenly" = V <= ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE == 0. Measured in the second sweep
-# (us, fused caps at the warps above; "split" with the split tiles above):
+# (us, fused caps at the warps above; "split" with the split tiles above; before the eviction
+# hints of kernels/entropy.py, which took the fused forms a further 1-6% down):
 #   reverse KL   V=32768: fused4096 344, fused2048 350, fused16384 369, split 397; 131072: 1387,
 #                1405, 1509, 1560. Ragged V: 50257: fused2048 714 < split 770 < fused4096 803;
 #                151936: fused4096 1638 ~ fused2048 1649 < split 1805.
