@@ -6,13 +6,13 @@ compact table. Sections run in priority order under a wall-clock budget
 (``ENTROPY_CHECK_BUDGET_S``, default 180 s); the JSON is rewritten after every section, so a
 timeout still returns what was measured.
 
-Method (as ``../shared/notes/h200_peers.md``): device time = sum of the call's kernel durations
-from ``torch.profiler`` (CUDA activity), averaged over ``REPS`` calls, each preceded by a
-256 MB write (``_l2_flush_kernel``, excluded from the sum) so L2 is cold. A call is
-``loss = f(x, target); torch.autograd.grad(loss, x)``. GB/s uses the minimal bytes model:
-3·M·V·2 (read logits and target once, write d logits once) for reverse KL / soft CE and
-2·M·V·2 (read logits, write d logits) for label CE. Δpeak = max_memory_allocated during one
-call minus the memory allocated before it (the gradient included).
+Method (as ``../shared/notes/h200_peers.md``): ``normlab.bench.time_call``, the package
+harness: device time = sum of the call's kernel durations from ``torch.profiler``, averaged over
+``REPS`` calls, each preceded by an L2 flush; wall time from CUDA events; Δpeak = peak memory
+during a call minus the memory before it (the gradient included). A call is
+``loss = f(x, target); torch.autograd.grad(loss, x)``. GB/s uses ``normlab.bench.traffic``'s
+minimal model: 3·M·V·2 for reverse KL / soft CE, 2·M·V·2 for label CE. (The dev/ JSON files
+written before commit 3727dd5 came from a script-local copy of the same method.)
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ sys.path.insert(0, os.getcwd())
 import torch
 import torch.nn.functional as F
 import triton
-import triton.language as tl
-from torch.profiler import ProfilerActivity, profile
 
 import normlab
 from normlab import configs, ref
+from normlab.bench import time_call, traffic
 
 OUT = os.environ.get("OUT", "/tmp/entropy_check")
 os.makedirs(OUT, exist_ok=True)
@@ -62,70 +61,6 @@ def dump() -> None:
     RESULTS["meta"]["elapsed_s"] = round(time.time() - T0, 1)
     with open(os.path.join(OUT, "entropy_tuning_h200.json"), "w") as f:
         json.dump(RESULTS, f, indent=1)
-
-
-@triton.jit
-def _l2_flush_kernel(ptr, n, BLOCK: tl.constexpr):  # ptr: (n,) fp32 scratch
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(ptr + offs, tl.zeros([BLOCK], tl.float32), mask=offs < n)
-
-
-_FLUSH = None
-
-
-def flush() -> None:
-    global _FLUSH
-    if _FLUSH is None:
-        _FLUSH = torch.empty(64 * 2**20, dtype=torch.float32, device="cuda")  # 256 MB > 2x L2
-    _l2_flush_kernel[(triton.cdiv(_FLUSH.numel(), 8192),)](_FLUSH, _FLUSH.numel(), BLOCK=8192)
-
-
-def _is_device_event(e) -> bool:
-    return "CUDA" in str(getattr(e, "device_type", ""))
-
-
-def device_time(fn, reps=REPS, warmup=2):
-    """(µs per call, {kernel name: µs per call}) by torch.profiler, L2 flushed before each call."""
-    for _ in range(warmup):
-        flush()
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            flush()
-            fn()
-        torch.cuda.synchronize()
-    per: dict[str, float] = {}
-    for e in prof.events():
-        if not _is_device_event(e) or "_l2_flush_kernel" in e.name:
-            continue
-        per[e.name] = per.get(e.name, 0.0) + e.time_range.elapsed_us() / reps
-    return sum(per.values()), {
-        k[:80]: round(v, 2) for k, v in sorted(per.items(), key=lambda kv: -kv[1])
-    }
-
-
-def wall_time(fn, reps=5):
-    """µs per call by CUDA events around back-to-back calls (launch overhead included)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / reps
-
-
-def delta_peak(fn) -> int:
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    out = fn()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del out
-    return int(peak)
 
 
 def fwd_bwd(loss_fn, x):
@@ -207,17 +142,15 @@ def check_correctness():
     dump()
 
 
-def bytes_model(loss, n_cols):
-    return (2 if loss == "cross_entropy" else 3) * M * n_cols * 2
-
-
 def measure(loss, n_cols, name, call, x, table="timing", extra=None):
     try:
-        f = fwd_bwd(call, x)
-        us, kernels = device_time(f)
+        t = time_call(fwd_bwd(call, x), reps=REPS, warmup=2)
+        us = t.device_us
+        n_bytes = traffic.bytes_moved(loss, "fwd+bwd", M, n_cols, DTYPE)
+        kernels = {k[:80]: round(v, 2) for k, v in sorted(t.kernels.items(), key=lambda kv: -kv[1])}
         rec = {"loss": loss, "M": M, "V": n_cols, "variant": name, "device_us": round(us, 1),
-                   "gbps": round(bytes_model(loss, n_cols) / us / 1e3, 1), "wall_us": round(wall_time(f), 1),
-                   "dpeak_mib": round(delta_peak(f) / 2**20, 1), "kernels": kernels}  # fmt: skip
+               "gbps": round(traffic.gbps(n_bytes, us), 1), "wall_us": round(t.wall_us, 1),
+               "dpeak_mib": round((t.peak_extra_bytes or 0) / 2**20, 1), "kernels": kernels}
         rec.update(extra or {})
         RESULTS[table].append(rec)
         print(f"{table} {loss:18s} V={n_cols:6d} {name:16s} {us:8.1f} us {rec['gbps']:7.1f} GB/s "
@@ -306,7 +239,7 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": props.name,
         "sms": props.multi_processor_count, "torch": torch.__version__, "triton": triton.__version__,
         "python": sys.version.split()[0], "M": M, "dtype": str(DTYPE), "reps": REPS,
-        "method": "torch.profiler CUDA kernel sum per call, 256 MB L2 flush before each call (excluded)",
+        "method": "normlab.bench.time_call: torch.profiler kernel sum per call, L2 flushed before each call",
         "bytes_model": "3*M*V*2 (reverse_kl, soft_cross_entropy), 2*M*V*2 (cross_entropy)",
         "configs": {"fused_warps": configs.ENTROPY_FUSED_WARPS, "stats": [configs.ENTROPY_STATS_BLOCK,
                      configs.ENTROPY_STATS_WARPS], "backward": [configs.ENTROPY_BACKWARD_BLOCK,

@@ -11,25 +11,24 @@ under DIR is rewritten after every record, so a timeout still leaves what was me
   D  torch.compile(dynamic=False) forward and backward, as many widths as time allows
   E  block-row vs single-row at small row counts (the use_block_row row threshold)
 
-Timing: CUDA events around one call, with a write of a buffer >= 2 x L2 (at least 2 GiB, so
-the host can queue the call while it runs) before each call: L2-cold and no launch gaps.
-GB/s uses the minimal bytes model: forward 2*M*N*2 B, backward 3*M*N*2 B (bf16).
+Timing: ``normlab.bench.time_call`` (L2 flushed before each call, device time = the call's
+kernel sum from torch.profiler), reps adapted to the call's length; GB/s on
+``normlab.bench.traffic``'s minimal model (forward 2*M*N*2 B, backward 3*M*N*2 B, bf16).
 
 normlab/data/dev/narrow_tuning_h200.json was recorded on 2026-11-29 by this script at commit
 fca3320 (kernels and configs of that commit: a column-sum + prefetch backward by default, and an
-earlier phase C variant list); configs.py cites it for the defaults chosen since.
+earlier phase C variant list); configs.py cites it for the defaults chosen since. Until commit
+3727dd5 the script timed with CUDA events around each call (after a >= 2 GiB L2 flush) instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import functools
 import json
 import math
 import sys
 import time
-import types
 from pathlib import Path
 
 import torch
@@ -38,20 +37,12 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-API_ERROR = None
-try:
-    import normlab
-except Exception as exc:  # noqa: BLE001  (the public API may be mid-edit; narrow needs only the package)
-    API_ERROR = f"import normlab failed: {exc!r}"
-    pkg = types.ModuleType("normlab")
-    pkg.__path__ = [str(ROOT / "normlab")]
-    sys.modules["normlab"] = pkg
-    normlab = pkg
+import normlab  # noqa: E402  (picks the runtime before triton)
+import triton  # noqa: E402
 
-import triton
-
-from normlab import _runtime, configs
-from normlab.kernels import narrow
+from normlab import _runtime, configs  # noqa: E402
+from normlab.bench import measure_copy_bandwidth, time_call, traffic  # noqa: E402
+from normlab.kernels import narrow  # noqa: E402
 
 M = 7_864_320
 WIDTHS = [16, 32, 64, 128, 256, 512]
@@ -77,9 +68,8 @@ class Recorder:
                 "python": sys.version.split()[0],
                 "n_rows": M,
                 "dtype": "bfloat16",
-                "timing": "CUDA events per call, L2 flushed (>= 2 GiB write) before each; median",
-                "bytes_model": "fwd 2*M*N*2, bwd 3*M*N*2",
-                "api_error": API_ERROR,
+                "timing": "normlab.bench.time_call: profiler kernel sum, L2 flushed before each",
+                "bytes_model": "normlab.bench.traffic minimal: fwd 2*M*N*2, bwd 3*M*N*2",
                 "configs": {
                     k: getattr(configs, k) for k in dir(configs) if k.startswith("BLOCK_ROW_")
                 },
@@ -99,59 +89,20 @@ class Recorder:
         self.out.write_text(json.dumps(self.data, indent=1, default=str))
 
 
-_FLUSH: torch.Tensor | None = None
-
-
-def _flush() -> None:
-    global _FLUSH
-    if _FLUSH is None:
-        n = max(2 * _runtime.l2_bytes(), 2 << 30)
-        n = n if DEVICE == "cuda" else 1 << 20
-        _FLUSH = torch.empty(n, dtype=torch.uint8, device=DEVICE)
-    _FLUSH.zero_()
-
-
-class _WallEvent:  # --smoke only: host clock in place of CUDA events
-    def record(self):
-        self.t = time.perf_counter()
-
-    def elapsed_time(self, other):
-        return 1e3 * (other.t - self.t)
-
-
-def _event():
-    return torch.cuda.Event(enable_timing=True) if DEVICE == "cuda" else _WallEvent()
-
-
-def _sync():
+def time_us(fn, max_reps: int = 15, target_s: float = 0.15) -> tuple[float, int]:
+    """Device time of fn() in µs (normlab.bench.time_call), reps fitted to ~target_s."""
+    t0 = time.perf_counter()
+    fn()  # compile / warm up, and an estimate of one call
     if DEVICE == "cuda":
         torch.cuda.synchronize()
-
-
-def time_us(fn, max_reps: int = 15, target_s: float = 0.15) -> tuple[float, int]:
-    """Median device time of fn() in µs over an adaptive number of L2-cold calls."""
-    fn()  # compile / warm up
-    _sync()
-    t = time.perf_counter()
-    fn()
-    _sync()
-    est = time.perf_counter() - t
+    est = time.perf_counter() - t0
     reps = int(max(3, min(max_reps, target_s / max(est, 1e-6))))
-    starts = [_event() for _ in range(reps)]
-    ends = [_event() for _ in range(reps)]
-    for s, e in zip(starts, ends):
-        _flush()
-        s.record()
-        fn()
-        e.record()
-    _sync()
-    ms = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return 1e3 * ms[len(ms) // 2], reps
+    return time_call(fn, reps=reps, warmup=1).device_us, reps
 
 
 def gbps(n_rows: int, n_cols: int, direction: str, us: float) -> float:
-    passes = 2 if direction == "fwd" else 3
-    return passes * n_rows * n_cols * 2 / (us * 1e-6) / 1e9
+    n_bytes = traffic.bytes_moved("layer_norm", direction, n_rows, n_cols, torch.bfloat16)
+    return traffic.gbps(n_bytes, us)
 
 
 def make_inputs(n_rows, n_cols, norm, requires_grad=False):
@@ -215,7 +166,7 @@ def row_fn(norm):
 # --- phases --------------------------------------------------------------------------------------
 
 
-def phase_ab(rec: Recorder, row_ok: bool) -> None:
+def phase_ab(rec: Recorder) -> None:
     """Per width and norm: A (block-row bf16 vs an fp32 autograd reference, in row chunks to
     bound memory), then B (timings of block-row, row and torch) on the same inputs."""
     tol = 1.6e-2  # tests/helpers.TOLERANCES[bf16]: |a - e| <= tol + tol * |e|
@@ -265,7 +216,7 @@ def phase_ab(rec: Recorder, row_ok: bool) -> None:
             print(f"A {norm:3s} N={n_cols:3d} ok={ok} y {worst['y']:.3g} dx {worst['dx']:.3g} "
                   f"dw {rel_dw:.2e} db {rel_db:.2e} ({r['s']} s)", flush=True)  # fmt: skip
             del y, dx, fwd, bwd, xs, ys, grads
-            _time_b(rec, row_ok, norm, n_cols, (x, w, b, dy))
+            _time_b(rec, norm, n_cols, (x, w, b, dy))
             del x, dy
             _empty_cache()
 
@@ -293,12 +244,9 @@ def measure(rec, section, impl, norm, n_cols, n_rows, make, *args, extra=None, *
 
 
 def copy_bandwidth(rec) -> None:
-    src = torch.empty(4 << 30 if DEVICE == "cuda" else 1 << 20, dtype=torch.uint8, device=DEVICE)
-    dst = torch.empty_like(src)
-    us, _ = time_us(functools.partial(dst.copy_, src))
-    rec.data["meta"]["copy_gbps"] = round(2 * src.numel() / (us * 1e-6) / 1e9, 1)
+    copy = measure_copy_bandwidth()
+    rec.data["meta"]["copy_gbps"] = round(copy.gbps, 1)
     print(f"copy bandwidth {rec.data['meta']['copy_gbps']} GB/s", flush=True)
-    del src, dst
     _empty_cache()
 
 
@@ -307,11 +255,10 @@ def _empty_cache():
         torch.cuda.empty_cache()
 
 
-def _time_b(rec: Recorder, row_ok: bool, norm: str, n_cols: int, inputs) -> None:
+def _time_b(rec: Recorder, norm: str, n_cols: int, inputs) -> None:
     args = (rec, "timings")
     measure(*args, "block_row", norm, n_cols, M, impl_block, *inputs, norm)
-    if row_ok:
-        measure(*args, "row", norm, n_cols, M, _autograd_impl, row_fn(norm), *inputs)
+    measure(*args, "row", norm, n_cols, M, _autograd_impl, row_fn(norm), *inputs)
     measure(*args, "torch", norm, n_cols, M, _autograd_impl, torch_fn(norm, n_cols), *inputs)
     line = [f"B {norm:3s} N={n_cols:3d}"]
     for r in rec.data["timings"]:
@@ -397,10 +344,7 @@ def phase_d(rec: Recorder, widths) -> None:
             _empty_cache()
 
 
-def phase_e(rec: Recorder, row_ok: bool) -> None:
-    if not row_ok:
-        rec.data["skipped"].append("E (row path unavailable)")
-        return
+def phase_e(rec: Recorder) -> None:
     for n_cols in (16, 256):
         for n_rows in (1024, 4096, 16384, 65536):
             if rec.left() < 0:
@@ -450,21 +394,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     rec = Recorder(out / "narrow_tuning_h200.json", args.budget_s)
     print(rec.data["meta"], flush=True)
-    row_ok = API_ERROR is None
-    if row_ok:
-        try:
-            xs = torch.randn(8, 16, device=DEVICE)
-            normlab.layer_norm(xs, layout="row")
-        except Exception as exc:  # noqa: BLE001  (any failure means: no row path to compare)
-            row_ok = False
-            rec.data["meta"]["api_error"] = f"layout='row' unavailable: {exc!r}"[:300]
-    print(f"row path available: {row_ok}", flush=True)
     copy_bandwidth(rec)
-    phase_ab(rec, row_ok)
+    phase_ab(rec)
     phase_d(rec, (16, 256))
     phase_c(rec)
     phase_d(rec, tuple(n for n in WIDTHS if n not in (16, 256)))
-    phase_e(rec, row_ok)
+    phase_e(rec)
     rec.add("skipped", f"done at {time.time() - T0:.0f} s")
     summary(rec)
 

@@ -9,11 +9,12 @@
     torch's own F.rms_norm / F.layer_norm on the same bf16 inputs; both functions inside
     torch.compile(fullgraph=True) with the default inductor backend equal the eager path.
 (b) Timing of the 11 peer shapes of ``shared/notes/h200_peers.md`` (bf16, RMSNorm and
-    LayerNorm): forward, and backward alone after a forward, with a cold L2 (a Triton kernel
-    writes a buffer >= 4x L2 before each call). Device time = the sum of the call's kernel
-    durations from torch.profiler, cut into calls at the flush kernel; wall time = CUDA events
-    around the call after a synchronize (launch overhead included). Same run: F.rms_norm /
-    F.layer_norm, torch.compile(dynamic=False) and the copy bandwidth.
+    LayerNorm): forward, and backward alone after a forward, timed by the package harness
+    (``normlab.bench.time_call``: L2 flushed before each call, device time = the call's kernel
+    sum from torch.profiler, wall time = CUDA events); GB/s on ``normlab.bench.traffic``'s
+    minimal model. Same run: F.rms_norm / F.layer_norm, torch.compile(dynamic=False) and the
+    copy bandwidth (``normlab.bench.measure_copy_bandwidth``). The dev/ JSON files it wrote
+    before commit 3727dd5 used a script-local copy of the same method.
     ``--mode tune`` also sweeps launch configs (warps, rows per tile, programs per SM, reduce
     tile) to pick the values recorded in normlab/configs.py.
 
@@ -40,8 +41,8 @@ import normlab  # selects the runtime (TRITON_INTERPRET) before triton is import
 import torch
 import torch.nn.functional as F
 import triton
-import triton.language as tl
 from normlab import _runtime, configs, ref
+from normlab.bench import measure_copy_bandwidth, time_call, traffic
 from normlab.bench.sweep import PEERS
 from normlab.kernels import norm as K
 
@@ -67,91 +68,24 @@ PEER_BEST = {
 }
 
 
-# ---- cold-L2 device timing -------------------------------------------------------------------
-
-
-@triton.jit
-def _l2_flush_kernel(buf_ptr, n, BLOCK: tl.constexpr):  # buf_ptr: (n,) int32 scratch
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(buf_ptr + offs, tl.zeros([BLOCK], tl.int32), mask=offs < n)
+# ---- cold-L2 device timing (normlab.bench.time_call) ------------------------------------------
 
 
 class Timer:
-    FLUSH = "_l2_flush_kernel"
-
-    def __init__(self):
-        n = max(256 * 2**20, 4 * _runtime.l2_bytes()) // 4
-        self.buf = torch.empty(n, dtype=torch.int32, device=DEV)
-        self.n = n
-
-    def flush(self):
-        _l2_flush_kernel[(triton.cdiv(self.n, 4096),)](self.buf, self.n, BLOCK=4096)
+    """``normlab.bench.time_call`` per call: device time = the call's kernel sum under
+    torch.profiler with the L2 flushed before each call; wall time = CUDA events."""
 
     def run(self, calls, reps, wall=True):
-        """calls: [(key, fn)]. Each fn runs once untimed (compile), then ``reps`` times after a
-        flush under the profiler. Returns {key: {"us", "wall_us", "kernels": {name: us}}}."""
-        from torch.autograd import DeviceType
-        from torch.profiler import ProfilerActivity, profile
-
-        for _, fn in calls:
-            fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _, fn in calls:
-                for _ in range(reps):
-                    self.flush()
-                    fn()
-            torch.cuda.synchronize()
-        events = sorted(
-            (e for e in prof.events() if e.device_type == DeviceType.CUDA),
-            key=lambda e: e.time_range.start,
-        )
-        groups, current = [], None
-        for e in events:
-            if self.FLUSH in e.name:
-                current = {}
-                groups.append(current)
-            elif current is not None:
-                current[e.name] = current.get(e.name, 0.0) + e.time_range.elapsed_us()
+        """calls: [(key, fn)] -> {key: {"us", "wall_us", "kernels": {name: us}}}."""
         out = {}
-        if len(groups) != len(calls) * reps:
-            # Fall back to CUDA events (includes launch gaps); flagged in the record.
-            print(f"  ! profiler gave {len(groups)} call groups for {len(calls) * reps} calls")
-            return {
-                key: {
-                    "us": self.wall(fn),
-                    "wall_us": self.wall(fn),
-                    "kernels": {},
-                    "events_only": True,
-                }
-                for key, fn in calls
-            }
-        for i, (key, fn) in enumerate(calls):
-            mine = groups[i * reps : (i + 1) * reps]
-            kernels = {}
-            for g in mine:
-                for name, us in g.items():
-                    kernels[_short(name)] = kernels.get(_short(name), 0.0) + us / reps
+        for key, fn in calls:
+            t = time_call(fn, reps=reps, warmup=1)
             out[key] = {
-                "us": sum(kernels.values()),
-                "kernels": kernels,
-                "wall_us": self.wall(fn) if wall else None,
+                "us": t.device_us,
+                "kernels": {_short(k): v for k, v in t.kernels.items()},
+                "wall_us": t.wall_us if wall else None,
             }
         return out
-
-    def wall(self, fn, reps=5):
-        """CUDA-event time around the call after a flush and a synchronize (launches included)."""
-        times = []
-        for _ in range(reps):
-            self.flush()
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3)
-        return sorted(times)[len(times) // 2]
 
 
 class _DryTimer(Timer):
@@ -210,8 +144,10 @@ def fwd_bwd_calls(fn, x, w, b, dy):
 
 
 def gbps(direction, m, n, us):
-    nbytes = (2 if direction == "fwd" else 3) * m * n * 2
-    return nbytes / (us * 1e-6) / 1e9 if us and us > 0 else float("nan")
+    """GB/s on normlab.bench.traffic's minimal model (bf16; the same for RMSNorm and LayerNorm)."""
+    if not us or us <= 0:
+        return float("nan")
+    return traffic.gbps(traffic.bytes_moved("rms_norm", direction, m, n, torch.bfloat16), us)
 
 
 # ---- (a) correctness ---------------------------------------------------------------------------
@@ -324,13 +260,6 @@ def check_correctness(results):
 
 
 # ---- (b) timing ---------------------------------------------------------------------------------
-
-
-def copy_bandwidth(timer):
-    src = torch.empty(2**29, dtype=torch.bfloat16, device=DEV)  # 1 GiB
-    dst = torch.empty_like(src)
-    r = timer.run([("copy", lambda: dst.copy_(src))], reps=10)["copy"]
-    return 2 * src.numel() * 2 / (r["us"] * 1e-6) / 1e9
 
 
 def time_impls(timer, impls, reps, records, deadline, compile_=False):
@@ -645,7 +574,7 @@ def main():
             json.dump(out, f, indent=1, default=float)
 
     timer = Timer()
-    out["copy_gbps"] = copy_gbps = copy_bandwidth(timer) if not args.dry else 1.0
+    out["copy_gbps"] = copy_gbps = measure_copy_bandwidth().gbps if not args.dry else 1.0
     print(f"copy bandwidth {copy_gbps:.0f} GB/s")
     print("\n(a) correctness (bf16 vs fp32 reference)")
     out["correct"] = check_correctness(out["correctness"])

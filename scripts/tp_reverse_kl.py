@@ -28,6 +28,7 @@ import torch.distributed as dist  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import normlab  # noqa: E402
 from normlab.bench.device import card_name, git_commit  # noqa: E402
+from normlab.bench import traffic  # noqa: E402
 from normlab.bench.timing import time_call  # noqa: E402
 
 TOKENS = 4096
@@ -38,6 +39,11 @@ def shard(n_cols: int, rank: int, world: int) -> slice:
     base, extra = divmod(n_cols, world)
     start = rank * base + min(rank, extra)
     return slice(start, start + base + (1 if rank < extra else 0))
+
+
+def _gbps(n_cols: int, device_us: float) -> float:
+    """GB/s of reverse KL fwd+bwd over TOKENS x n_cols bf16 (traffic's minimal model, 3 passes)."""
+    return traffic.gbps(traffic.bytes_moved("reverse_kl", "fwd+bwd", TOKENS, n_cols), device_us)
 
 
 def case(n_cols: int, rank: int, world: int, reps: int) -> dict:
@@ -76,13 +82,13 @@ def case(n_cols: int, rank: int, world: int, reps: int) -> dict:
         "M": TOKENS, "V": n_cols, "rank": rank, "world": world, "V_local": local_cols,
         "loss_rel_err": loss_err, "grad_rel_err": grad_err,
         "sharded_device_us": t_tp.device_us, "sharded_wall_us": t_tp.wall_us,
-        "sharded_gbps": 3 * TOKENS * local_cols * 2 / (t_tp.device_us * 1e3),
+        "sharded_gbps": _gbps(local_cols, t_tp.device_us),
         "sharded_kernels": t_tp.kernels,
     }
     if t_full is not None:
         out.update({
             "unsharded_device_us": t_full.device_us, "unsharded_wall_us": t_full.wall_us,
-            "unsharded_gbps": 3 * TOKENS * n_cols * 2 / (t_full.device_us * 1e3),
+            "unsharded_gbps": _gbps(n_cols, t_full.device_us),
             "unsharded_kernels": t_full.kernels,
         })
     return out
