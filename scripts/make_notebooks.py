@@ -404,9 +404,9 @@ for M in (2048, 8192, 32768, 131072):
     md('''
 ## Live: sweep the program count and find the knee
 
-Each call is timed by `bench.time_call` (device time with a cold L2 on a GPU, CPU time under the
-interpreter), and kept as a record so the plots can draw it. On the GPU the shape is seed 000's
-32768×1024; on a CPU a tiny one, where the timings only show the pipeline works.
+Each call is measured by `bench.measure` (device time with a cold L2 on a GPU, CPU time under the
+interpreter, divided into the bytes model) into a record the plots can draw. On the GPU the shape
+is seed 000's 32768×1024; on a CPU a tiny one, where the timings only show the pipeline works.
 '''),
     code('''
 M, N = (256, 256) if normlab.INTERPRET else (32768, 1024)
@@ -414,17 +414,14 @@ x = torch.randn(M, N, dtype=torch.bfloat16, device=normlab.DEVICE)
 w = torch.ones(N, dtype=torch.bfloat16, device=normlab.DEVICE)
 dy = torch.randn_like(x)
 _, mean, rstd = norm_forward(x, w, None, 1e-6, True)
-import datetime
 
-knee = []
-for pps in (1, 2, 4, 8):
-    t = bench.time_call(lambda: norm_backward(dy, x, w, None, mean, rstd, True, strategy="persistent",
-                                              programs_per_sm=pps), reps=5 if normlab.INTERPRET else 30)
-    n_bytes = bench.bytes_moved("rms_norm", "bwd", M, N, "bf16")
-    knee.append(dict(op="rms_norm", impl="normlab", strategy=f"persistent {pps}/SM", M=M, N=N, dtype="bf16",
-                     direction="bwd", device_us=t.device_us, wall_us=t.wall_us, bytes=n_bytes,
-                     gbps=bench.gbps(n_bytes, t.device_us), roofline_gbps=device.roofline_gbps,
-                     kernels=t.kernels, card=device.card, mode=device.mode, date=datetime.date.today().isoformat()))
+knee = [
+    bench.measure(lambda: norm_backward(dy, x, w, None, mean, rstd, True, strategy="persistent",
+                                        programs_per_sm=pps),
+                  "rms_norm", "normlab", M, N, "bf16", "bwd", device=device,
+                  strategy=f"persistent {pps}/SM", reps=5 if normlab.INTERPRET else 30)
+    for pps in (1, 2, 4, 8)
+]
 viz.records_table(knee, ["strategy", "M", "N", "device_us", "wall_us", "gbps"])
 '''),
     code('''

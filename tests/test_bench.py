@@ -14,7 +14,7 @@ from normlab.bench import registry, timing, traffic
 from normlab.bench.device import datasheet_gbps, measure_copy_bandwidth
 from normlab.bench.progress import TerminalProgress, resolve
 from normlab.bench.records import ROOFLINE_SLACK, Record, check_sanity
-from normlab.bench.sweep import CPU_LABEL, SHAPES, format_table, parse_shapes, sweep
+from normlab.bench.sweep import CPU_LABEL, SHAPES, format_table, measure, parse_shapes, sweep
 
 # --------------------------------------------------------------------------------------------
 # Bytes models
@@ -403,6 +403,32 @@ def test_sweep_records_and_progress_on_cpu():
         assert rec.roofline_gbps == 50.0 and rec.command == "test" and rec.valid
         assert rec.mode == normlab.MODE and rec.sm_count == normlab._runtime.sm_count()
         assert rec.date[:4].isdigit() and math.isfinite(rec.wall_us)
+
+
+def test_measure_one_callable_into_a_record():
+    """bench.measure: any callable (here a launcher keyword the registry has no knob for) into
+    one record with the bytes model, the device's roofline and the given labels."""
+    from normlab.bench.device import DeviceInfo
+    from normlab.kernels.norm import norm_backward, norm_forward
+
+    device = DeviceInfo(card="test card", mode=normlab.MODE, torch="t", triton="tr", python="p",
+                        sm_count=4, l2_bytes=0, datasheet_gbps=None)  # no copy measured
+    x, dy, w = torch.randn(16, 32), torch.randn(16, 32), torch.ones(32)
+    _, mean, rstd = norm_forward(x, w, None, 1e-6, True)
+    rec = measure(lambda: norm_backward(dy, x, w, None, mean, rstd, True, programs_per_sm=2),
+                  "rms_norm", "normlab", 16, 32, torch.float32, "bwd", device=device,
+                  strategy="persistent 2/SM", roofline_gbps=80.0, reps=2, warmup=1)
+    assert (rec.op, rec.impl, rec.strategy, rec.M, rec.N) == ("rms_norm", "normlab",
+                                                             "persistent 2/SM", 16, 32)
+    assert rec.dtype == "fp32" and rec.direction == "bwd" and rec.card == "test card"
+    assert rec.bytes == traffic.bytes_moved("rms_norm", "bwd", 16, 32, torch.float32)
+    assert rec.gbps == pytest.approx(rec.bytes / rec.device_us / 1e3)
+    assert rec.frac_roofline == pytest.approx(rec.gbps / 80.0) and rec.valid
+    assert rec.date[:4].isdigit() and rec.note.endswith("2 reps")
+    # Without a roofline given or measured there is no fraction, and nothing is made up.
+    rec = measure(lambda: x * 2, "copy", "torch", 16, 32, torch.float32, "fwd", device=device,
+                  reps=1, warmup=0)
+    assert rec.roofline_gbps is None and rec.frac_roofline is None
 
 
 def test_sweep_reports_cases_that_cannot_run(monkeypatch):

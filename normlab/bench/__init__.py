@@ -3,7 +3,8 @@
 Device time per call from ``torch.profiler`` with a cold L2 (``timing``), an explicit
 bytes-moved model (``traffic``), the measured copy bandwidth as roofline (``device``), one record
 schema in JSONL/CSV (``records``), baselines and normlab in one registry (``registry``), sweeps
-with a progress hook (``sweep``, ``progress``). Never imports ipywidgets or plotly.
+with a progress hook (``sweep``, ``progress``) built on one timed record (``measure``). Never
+imports ipywidgets or plotly.
 """
 
 from normlab import _runtime  # noqa: F401  (runtime mode before any kernel is defined)
@@ -25,7 +26,7 @@ from normlab.bench.records import (
     write_records,
 )
 from normlab.bench.registry import REGISTRY, Impl, implementations
-from normlab.bench.sweep import SHAPES, Results, format_table, parse_shapes, sweep
+from normlab.bench.sweep import SHAPES, Results, format_table, measure, parse_shapes, sweep
 from normlab.bench.timing import BenchError, Timing, time_call
 from normlab.bench.traffic import bytes_moved, fraction_of_roofline, gbps
 
@@ -50,6 +51,7 @@ __all__ = [
     "gbps",
     "implementations",
     "load_recorded",
+    "measure",
     "measure_copy_bandwidth",
     "parse_shapes",
     "read_records",

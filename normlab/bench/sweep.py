@@ -82,6 +82,77 @@ def _variants(impl: registry.Impl, options: dict[str, list] | None) -> list[dict
     return [dict(zip(keys, combo)) for combo in itertools.product(*(given[k] for k in keys))]
 
 
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def measure(
+    run: Callable[[], object],
+    op: str,
+    impl: str,
+    M: int,
+    N: int,
+    dtype,
+    direction: str,
+    *,
+    device: DeviceInfo,
+    strategy: str | None = None,
+    layout: str | None = None,
+    block_cap: int | None = None,
+    roofline_gbps: float | None = None,
+    reps: int | None = None,
+    warmup: int = 3,
+    model: str = "minimal",
+    command: str = "",
+    date: str | None = None,
+    commit: str | None = None,
+) -> Record:
+    """One record: time ``run()`` (one call of ``op`` on an M x N input) with ``time_call`` and
+    divide the bytes model by its device time. ``sweep`` calls this for each case; call it
+    directly for a callable the registry has no knob for (e.g. a launcher keyword).
+
+    ``roofline_gbps`` defaults to ``device``'s measured copy bandwidth; ``strategy`` (or a
+    loss's form), ``layout`` and ``block_cap`` only label the record.
+    """
+    if reps is None:
+        reps = DEFAULT_REPS["gpu" if _runtime.DEVICE == "cuda" else "cpu"]
+    if roofline_gbps is None:
+        roofline_gbps = device.roofline_gbps
+    timing = time_call(run, reps=reps, warmup=warmup)
+    n_bytes = traffic.bytes_moved(op, direction, M, N, dtype, model=model)
+    achieved = traffic.gbps(n_bytes, timing.device_us)
+    rec = Record(
+        op=op,
+        impl=impl,
+        strategy=strategy,
+        layout=layout,
+        block_cap=block_cap,
+        M=M,
+        N=N,
+        dtype=dtype_name(dtype),
+        direction=direction,
+        device_us=timing.device_us,
+        wall_us=timing.wall_us,
+        bytes=n_bytes,
+        gbps=achieved,
+        roofline_gbps=roofline_gbps,
+        frac_roofline=traffic.fraction_of_roofline(achieved, roofline_gbps),
+        datasheet_gbps=device.datasheet_gbps,
+        peak_extra_bytes=timing.peak_extra_bytes,
+        kernels=timing.kernels,
+        card=device.card,
+        sm_count=device.sm_count,
+        torch=device.torch,
+        triton=device.triton,
+        mode=device.mode,
+        date=date if date is not None else _utc_now(),
+        commit=commit if commit is not None else git_commit(),
+        command=command,
+        note=f"{model} bytes model; {timing.reps} reps",
+    )
+    return check_sanity(rec)
+
+
 def sweep(
     op: str,
     impls: list[str] | None = None,
@@ -121,12 +192,11 @@ def sweep(
     if roofline is None:
         roofline = device.copy
     roofline_gbps = roofline.gbps if isinstance(roofline, CopyBandwidth) else roofline
-    mode = device.mode
     if reps is None:
         reps = DEFAULT_REPS["gpu" if _runtime.DEVICE == "cuda" else "cpu"]
     hook = _progress.resolve(progress)
     commit = git_commit()
-    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    date = _utc_now()
 
     cases = []
     skipped = []
@@ -150,7 +220,13 @@ def sweep(
             hook(i, len(cases), label)
         try:
             run = impl.build(M, N, dtype, direction, _runtime.DEVICE, **variant)
-            timing = time_call(run, reps=reps, warmup=warmup)
+            rec = measure(
+                run, op, impl.name, M, N, dtype, direction, device=device,
+                strategy=variant.get("strategy", variant.get("form")),
+                layout=variant.get("layout"), block_cap=variant.get("block_cap"),
+                roofline_gbps=roofline_gbps, reps=reps, warmup=warmup, model=model,
+                command=command, date=date, commit=commit,
+            )  # fmt: skip
         except Exception as exc:  # a case that cannot run is reported, and the sweep goes on
             results.skipped.append((label, f"{type(exc).__name__}: {exc}".strip().splitlines()[0]))
             continue
@@ -159,38 +235,6 @@ def sweep(
             gc.collect()
             if _runtime.DEVICE == "cuda":
                 torch.cuda.empty_cache()
-        n_bytes = traffic.bytes_moved(op, direction, M, N, dtype, model=model)
-        achieved = traffic.gbps(n_bytes, timing.device_us)
-        rec = Record(
-            op=op,
-            impl=impl.name,
-            strategy=variant.get("strategy", variant.get("form")),
-            layout=variant.get("layout"),
-            block_cap=variant.get("block_cap"),
-            M=M,
-            N=N,
-            dtype=dtype_name(dtype),
-            direction=direction,
-            device_us=timing.device_us,
-            wall_us=timing.wall_us,
-            bytes=n_bytes,
-            gbps=achieved,
-            roofline_gbps=roofline_gbps,
-            frac_roofline=traffic.fraction_of_roofline(achieved, roofline_gbps),
-            datasheet_gbps=device.datasheet_gbps,
-            peak_extra_bytes=timing.peak_extra_bytes,
-            kernels=timing.kernels,
-            card=device.card,
-            sm_count=device.sm_count,
-            torch=device.torch,
-            triton=device.triton,
-            mode=mode,
-            date=date,
-            commit=commit,
-            command=command,
-            note=f"{model} bytes model; {timing.reps} reps",
-        )
-        check_sanity(rec)
         results.append(rec)
         if on_record:
             on_record(rec)
