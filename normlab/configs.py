@@ -278,11 +278,6 @@ BLOCK_ROW_MAX_WARPS = 8
 BLOCK_ROW_BWD_TILE_ELEMS = 2048
 BLOCK_ROW_BWD_WARPS = 8
 BLOCK_ROW_BWD_PROGRAMS_PER_SM = 4
-# Kept as a separate knob for wide narrow rows; the sweep above found no better setting there.
-BLOCK_ROW_BWD_WIDE_COLS = 128
-BLOCK_ROW_BWD_WIDE_TILE_ELEMS = 2048
-BLOCK_ROW_BWD_WIDE_WARPS = 8
-BLOCK_ROW_BWD_WIDE_PROGRAMS_PER_SM = 4
 # Backward dγ/dβ accumulation: whole fp32 tiles reduced once at the end (True) or column sums
 # per tile (False). H200 run: tiles 269 / 958 / 3862 us at 16 / 64 / 256 columns, column sums
 # 413 / 1552 / 18465 us (a cross-warp shared-memory reduction per tile).
@@ -341,15 +336,9 @@ def block_row_bwd_config(
     prefetch: bool | None = None,
 ) -> BlockRowBwdConfig:
     """Persistent block-row backward launch config; keywords override the heuristic."""
-    wide = n_cols >= BLOCK_ROW_BWD_WIDE_COLS
-    if tile_elems is None:
-        tile_elems = BLOCK_ROW_BWD_WIDE_TILE_ELEMS if wide else BLOCK_ROW_BWD_TILE_ELEMS
-    if num_warps is None:
-        num_warps = BLOCK_ROW_BWD_WIDE_WARPS if wide else BLOCK_ROW_BWD_WARPS
-    if programs_per_sm is None:
-        programs_per_sm = (
-            BLOCK_ROW_BWD_WIDE_PROGRAMS_PER_SM if wide else BLOCK_ROW_BWD_PROGRAMS_PER_SM
-        )
+    tile_elems = BLOCK_ROW_BWD_TILE_ELEMS if tile_elems is None else tile_elems
+    num_warps = BLOCK_ROW_BWD_WARPS if num_warps is None else num_warps
+    programs_per_sm = BLOCK_ROW_BWD_PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
     max_rows = BLOCK_ROW_MAX_ROWS if max_rows is None else max_rows
     block_rows = max(1, min(max_rows, tile_elems // _block_cols(n_cols)))
     return BlockRowBwdConfig(

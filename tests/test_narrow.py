@@ -283,13 +283,11 @@ def test_use_block_row_thresholds():
 @pytest.mark.parametrize("n_cols", list(range(1, 18)) + [31, 33, 100, 127, 129, 255, 256])
 def test_tile_configs_stay_within_limits(n_cols):
     block_cols = 1 << (n_cols - 1).bit_length()
-    wide = n_cols >= configs.BLOCK_ROW_BWD_WIDE_COLS
     fwd = configs.block_row_fwd_config(n_cols)
     bwd = configs.block_row_bwd_config(n_cols)
-    bwd_tile = configs.BLOCK_ROW_BWD_WIDE_TILE_ELEMS if wide else configs.BLOCK_ROW_BWD_TILE_ELEMS
     for (block_rows, num_warps), tile_elems in (
         (fwd, configs.BLOCK_ROW_TILE_ELEMS),
-        (bwd[:2], bwd_tile),
+        (bwd[:2], configs.BLOCK_ROW_BWD_TILE_ELEMS),
     ):
         assert 1 <= block_rows <= configs.BLOCK_ROW_MAX_ROWS
         assert block_rows & (block_rows - 1) == 0  # tl.arange needs a power of two
@@ -299,23 +297,19 @@ def test_tile_configs_stay_within_limits(n_cols):
     assert bwd.programs_per_sm >= 1
 
 
-def test_backward_config_switches_at_wide_cols():
-    wide_cols = configs.BLOCK_ROW_BWD_WIDE_COLS
-    narrow_cfg = configs.block_row_bwd_config(wide_cols - 1)
-    wide_cfg = configs.block_row_bwd_config(wide_cols)
-    assert narrow_cfg.num_warps == configs.BLOCK_ROW_BWD_WARPS
-    assert narrow_cfg.programs_per_sm == configs.BLOCK_ROW_BWD_PROGRAMS_PER_SM
-    assert wide_cfg.num_warps == configs.BLOCK_ROW_BWD_WIDE_WARPS
-    assert wide_cfg.programs_per_sm == configs.BLOCK_ROW_BWD_WIDE_PROGRAMS_PER_SM
-    # explicit keywords win over the width rule (the tuning script relies on it)
-    assert configs.block_row_bwd_config(wide_cols, num_warps=2, programs_per_sm=3)[1:3] == (2, 3)
+def test_backward_config_is_the_measured_default_at_every_width():
+    for n_cols in (1, 16, 127, 128, 256):
+        cfg = configs.block_row_bwd_config(n_cols)
+        assert cfg.num_warps == configs.BLOCK_ROW_BWD_WARPS
+        assert cfg.programs_per_sm == configs.BLOCK_ROW_BWD_PROGRAMS_PER_SM
+        assert cfg.block_rows * (1 << (n_cols - 1).bit_length()) <= configs.BLOCK_ROW_BWD_TILE_ELEMS
+    # explicit keywords win over the defaults (the tuning scripts rely on it)
+    assert configs.block_row_bwd_config(128, num_warps=2, programs_per_sm=3)[1:3] == (2, 3)
 
 
-@pytest.mark.parametrize(
-    "n_cols", [configs.BLOCK_ROW_BWD_WIDE_COLS - 1, configs.BLOCK_ROW_BWD_WIDE_COLS]
-)
+@pytest.mark.parametrize("n_cols", [127, 128])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_backward_either_side_of_the_wide_switch(is_rms, n_cols):
+def test_backward_around_128_columns(is_rms, n_cols):
     x, weight, bias, dy = _make(N_ROWS, n_cols, torch.bfloat16, True, not is_rms)
     _check_all(x, weight, bias, dy, is_rms, torch.bfloat16)
 

@@ -215,12 +215,12 @@ def _show(out: W.Output, figs: list) -> None:
     to_mimebundle = pio.renderers["plotly_mimetype"].to_mimebundle  # JSON-safe plotly bundle
     out.outputs = tuple(
         {"output_type": "display_data", "metadata": {},
-         "data": {**to_mimebundle(fig.to_dict()), "text/plain": f"<plotly figure: {_title(fig)}>"}}
+         "data": {**to_mimebundle(fig.to_dict()), "text/plain": f"<plotly figure: {_figure_title(fig)}>"}}
         for fig in figs
     )  # fmt: skip
 
 
-def _title(fig) -> str:
+def _figure_title(fig) -> str:
     return (fig.layout.title.text or "untitled") if fig.layout.title else "untitled"
 
 
