@@ -314,6 +314,30 @@ def test_backward_around_128_columns(is_rms, n_cols):
     _check_all(x, weight, bias, dy, is_rms, torch.bfloat16)
 
 
+@pytest.mark.parametrize("strategy", ["atomic", "two_stage"])
+def test_auto_layout_with_a_row_only_strategy_takes_the_row_kernels(monkeypatch, strategy):
+    """On a shape where "auto" would pick block-row, a strategy the block-row backward does not
+    have keeps the whole call on the row kernels (forward and backward agree; no error in the
+    backward); layout="block_row" with it is refused at the call."""
+    from normlab import ref
+
+    monkeypatch.setattr(configs, "use_block_row", lambda n_rows, n_cols: True)
+    x, weight, bias, dy = _make(37, 16, torch.float32, True, True)
+    xg, wg, bg = (t.clone().requires_grad_() for t in (x, weight, bias))
+    y = normlab.layer_norm(xg, wg, bg, EPS[False], strategy=strategy)
+    grads = torch.autograd.grad(y, (xg, wg, bg), dy)
+    xr, wr, br = (t.double().requires_grad_() for t in (x, weight, bias))
+    yr = ref.layer_norm(xr, wr, br, EPS[False])
+    rgrads = torch.autograd.grad(yr, (xr, wr, br), dy.double())
+    assert_close(y, yr, dtype=torch.float32, msg="y")
+    for name, got, want in zip(("dx", "dweight", "dbias"), grads, rgrads):
+        assert_close(got, want, reduce_len=None if name == "dx" else 37, dtype=torch.float32,
+                     msg=name)
+    match = f"strategy='{strategy}' does not exist for layout='block_row'"
+    with pytest.raises(ValueError, match=match):
+        normlab.layer_norm(x, weight, bias, EPS[False], strategy=strategy, layout="block_row")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("n_cols", [17, 256])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])

@@ -19,7 +19,7 @@ import triton.language as tl
 from normlab import _runtime, configs
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_STRATEGIES = ("auto", "persistent")
+STRATEGIES = ("auto", "persistent")  # the block-row backward's only dγ/dβ reduction
 
 
 # ============================================================================================
@@ -372,10 +372,10 @@ def block_row_forward(x, weight, bias, eps, is_rms):
 
 def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto"):
     """-> (dx, dweight or None, dbias or None); dweight/dbias fp32-reduced, cast to param dtype."""
-    if strategy not in _STRATEGIES:
+    if strategy not in STRATEGIES:
         raise ValueError(
             f"strategy={strategy!r} does not exist for layout='block_row': its backward is "
-            f"always a persistent grid with fp32 per-program partials; use one of {_STRATEGIES}"
+            f"always a persistent grid with fp32 per-program partials; use one of {STRATEGIES}"
         )
     n_rows, n_cols = _check_input(x)
     _check_matrix("dy", dy, n_rows, n_cols)

@@ -847,8 +847,14 @@ def reduce_partials(
     return dw, db
 
 
-def _use_block_row(layout: str, n_rows: int, n_cols: int) -> bool:
-    return layout == "block_row" or (layout == "auto" and configs.use_block_row(n_rows, n_cols))
+def _use_block_row(layout: str, strategy: str, n_rows: int, n_cols: int) -> bool:
+    """Block-row kernels for this call? "auto" takes them only where configs.use_block_row says
+    so and the backward strategy exists there (the block-row backward is always persistent)."""
+    from normlab.kernels import narrow
+
+    if layout != "auto":
+        return layout == "block_row"
+    return strategy in narrow.STRATEGIES and configs.use_block_row(n_rows, n_cols)
 
 
 # ============================================================================================
@@ -868,7 +874,7 @@ def _norm_fwd_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, mean, rstd); mean is an empty tensor for RMSNorm (custom ops return no None)."""
     n_rows, n_cols = x.shape
-    if _use_block_row(layout, n_rows, n_cols):
+    if _use_block_row(layout, strategy, n_rows, n_cols):
         from normlab.kernels import narrow
 
         y, mean, rstd = narrow.block_row_forward(x.contiguous(), weight, bias, eps, is_rms)
@@ -900,7 +906,7 @@ def _norm_bwd_op(
     """(dx, dweight, dbias); absent parameter gradients are empty tensors."""
     n_rows, n_cols = x.shape
     mean_ = None if is_rms else mean
-    if _use_block_row(layout, n_rows, n_cols):
+    if _use_block_row(layout, strategy, n_rows, n_cols):
         from normlab.kernels import narrow
 
         dx, dw, db = narrow.block_row_backward(
@@ -996,6 +1002,13 @@ def _prepare(name, x, weight, bias, eps, strategy, layout):
         raise ValueError(f"{name}: strategy={strategy!r}; expected one of {STRATEGIES}")
     if layout not in LAYOUTS:
         raise ValueError(f"{name}: layout={layout!r}; expected one of {LAYOUTS}")
+    from normlab.kernels import narrow
+
+    if layout == "block_row" and strategy not in narrow.STRATEGIES:
+        raise ValueError(
+            f"{name}: strategy={strategy!r} does not exist for layout='block_row' (its backward is "
+            "always persistent); use strategy='auto' or 'persistent', or layout='row'/'auto'"
+        )
     x2d = x.reshape(-1, n_cols)
     return x2d if x2d.stride(1) == 1 or n_cols == 1 else x2d.contiguous()
 
