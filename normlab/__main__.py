@@ -242,13 +242,8 @@ def _cmd_bench(args, argv: list[str]) -> int:
 
 
 def _cmd_report(argv: list[str]) -> int:
-    try:
-        from normlab import report
-    except ModuleNotFoundError as exc:
-        if exc.name != "normlab.report":
-            raise
-        print("normlab report: not available yet (normlab/report.py is missing)", file=sys.stderr)
-        return 2
+    from normlab import report
+
     return report.main(argv) or 0
 
 

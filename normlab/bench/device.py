@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import platform
 import re
-import statistics
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 import triton
 
 from normlab import _runtime
+from normlab.bench import traffic
 
 # Datasheet HBM bandwidth in GB/s, matched in order against the device name (case-insensitive).
 # Sources: NVIDIA datasheets for T4, A100 (40/80 GB), H100 (SXM5 / PCIe), H200 SXM, B200 (HGX).
@@ -97,12 +97,12 @@ def measure_copy_bandwidth(n_bytes: int | None = None, reps: int = COPY_REPS) ->
     src = torch.randint(0, 255, (n_bytes,), dtype=torch.uint8, device=_runtime.DEVICE)
     dst = torch.empty_like(src)
     timing = time_call(lambda: dst.copy_(src), reps=reps, warmup=2)
-    us = statistics.median(timing.device_samples)
+    us = timing.device_us_median
     src = dst = None  # free 2 GiB before the sweep allocates
     if _runtime.DEVICE == "cuda":
         torch.cuda.empty_cache()
     return CopyBandwidth(
-        gbps=2 * n_bytes / us / 1e3, device_us=us, n_bytes=n_bytes, reps=reps, mode=timing.mode
+        gbps=traffic.gbps(2 * n_bytes, us), device_us=us, n_bytes=n_bytes, reps=reps, mode=timing.mode
     )
 
 

@@ -69,10 +69,6 @@ def register(impl: Impl) -> Impl:
     return impl
 
 
-def ops() -> list[str]:
-    return list(REGISTRY)
-
-
 def get(op: str, name: str) -> Impl:
     if op not in REGISTRY:
         raise ValueError(f"unknown op {op!r}: expected one of {', '.join(REGISTRY)}")
@@ -183,20 +179,11 @@ def _copy_case(M: int, N: int, dtype, direction: str, device: str):
 # --------------------------------------------------------------------------------------------
 
 
-def _eager_rms_norm(x, w, b, eps):
-    """RMSNorm as separate PyTorch ops in fp32 (h200_peers.md's eager_ops column)."""
-    xf = x.float()
-    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (xf * rstd * w.float()).to(x.dtype)
-
-
 def _eager_rms_fn() -> Callable:
+    """RMSNorm as separate PyTorch ops in fp32 (normlab.ref; h200_peers.md's eager_ops column)."""
     from normlab import ref
 
-    eager = getattr(ref, "rms_norm_eager_ops", None)
-    if eager is not None:
-        return lambda x, w, b, eps: eager(x, w, eps)
-    return _eager_rms_norm
+    return lambda x, w, b, eps: ref.rms_norm(x, w, eps).to(x.dtype)
 
 
 def _norm_builder(make_fn: Callable[..., Callable], op: str):
@@ -255,7 +242,7 @@ register(
         "eager",
         _norm_builder(_eager_rms_fn, "rms_norm"),
         NORM_DIRECTIONS,
-        "separate PyTorch ops in fp32 (normlab.ref.rms_norm_eager_ops if present)",
+        "separate PyTorch ops in fp32 (normlab.ref.rms_norm)",
     )
 )
 for _op in NORM_OPS:
@@ -310,27 +297,17 @@ register(
 # --------------------------------------------------------------------------------------------
 
 
-def _fallback_loss(op: str) -> Callable:
-    """fp32 PyTorch losses of h200_peers.md, used when normlab.ref lacks the op's reference."""
-    if op == "reverse_kl":  # KL(softmax(logits) || softmax(target)), mean over tokens
-        return lambda lg, t: F.kl_div(
-            t.float().log_softmax(-1),
-            lg.float().log_softmax(-1),
-            reduction="batchmean",
-            log_target=True,
-        )
-    if op == "soft_cross_entropy":  # -sum softmax(target) * log_softmax(logits), mean over tokens
-        return lambda lg, t: -(t.float().softmax(-1) * lg.float().log_softmax(-1)).sum(-1).mean()
-    return lambda lg, labels: F.cross_entropy(lg.float(), labels)
-
-
 def _eager_loss(op: str):
     def make():
         from normlab import ref
 
-        return getattr(ref, f"{op}_ref", None) or _fallback_loss(op)
+        return getattr(ref, f"{op}_ref")
 
     return make
+
+
+def _torch_cross_entropy():
+    return lambda logits, labels: F.cross_entropy(logits.float(), labels)
 
 
 def _compiled_loss(op: str):
@@ -388,7 +365,7 @@ for _op in SOFT_LOSS_OPS + LABEL_LOSS_OPS:
             Impl(
                 _op,
                 "torch",
-                _loss_builder(lambda: _fallback_loss("cross_entropy"), _op),
+                _loss_builder(_torch_cross_entropy, _op),
                 LOSS_DIRECTIONS,
                 "F.cross_entropy(logits.float(), labels)",
             )

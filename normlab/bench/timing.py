@@ -68,7 +68,6 @@ class Timing:
     device_us: float | None
     device_us_median: float | None
     wall_us: float
-    wall_us_mean: float
     kernels: dict[str, float] = field(default_factory=dict)
     peak_extra_bytes: int | None = None
     reps: int = 0
@@ -102,12 +101,6 @@ def _tools() -> _GpuTools:
     if _TOOLS is None:
         _TOOLS = _GpuTools()
     return _TOOLS
-
-
-def flush_l2() -> None:
-    """Evict L2 (GPU only; a no-op on CPU)."""
-    if _runtime.DEVICE == "cuda":
-        _tools().flush()
 
 
 def _gpu_events(prof) -> list[tuple[float, float, str]]:
@@ -197,7 +190,6 @@ def _time_gpu(run: Callable[[], Any], reps: int, warmup: int) -> Timing:
         device_us=statistics.fmean(device),
         device_us_median=statistics.median(device),
         wall_us=statistics.median(walls),
-        wall_us_mean=statistics.fmean(walls),
         kernels=kernels,
         peak_extra_bytes=int(peak),
         reps=reps,
@@ -220,7 +212,6 @@ def _time_cpu(run: Callable[[], Any], reps: int, warmup: int) -> Timing:
         device_us=statistics.fmean(walls),
         device_us_median=statistics.median(walls),
         wall_us=statistics.median(walls),
-        wall_us_mean=statistics.fmean(walls),
         reps=reps,
         mode="interpret" if _runtime.INTERPRET else "cpu",
         device_samples=walls,
