@@ -44,3 +44,12 @@ def test_kernels_and_bench_import_no_notebook_stack(extra):
     assert after_normlab == [], "import normlab pulled in " + ", ".join(after_normlab)
     assert after_kernels == [], "normlab.kernels.* pulled in " + ", ".join(after_kernels)
     assert after_extra == [], f"{extra!r} pulled in " + ", ".join(after_extra)
+
+
+def test_figures_and_report_need_no_widgets():
+    """normlab.viz's figures and the headless report load plotly but not ipywidgets; the widgets
+    module loads on first use of viz.widgets."""
+    *_, after_viz = _probe("import normlab.viz, normlab.report")
+    assert "plotly" in after_viz and "ipywidgets" not in after_viz, after_viz
+    *_, after_widgets = _probe("import normlab.viz; normlab.viz.widgets.PRESETS")
+    assert "ipywidgets" in after_widgets

@@ -1,4 +1,5 @@
-"""Figures, tables and widgets over benchmark records (needs the ``lab`` extra: plotly, ipywidgets).
+"""Figures, tables and widgets over benchmark records (the ``lab`` extra: plotly; ipywidgets
+only for ``widgets``, imported on first use).
 
 ``plots`` holds pure functions (records in, ``plotly.graph_objects.Figure`` out); ``widgets``
 only wires ipywidgets controls to them and to ``normlab.bench``.
@@ -45,4 +46,11 @@ __all__ = [
     "with_source",
 ]
 
-from normlab.viz import widgets  # noqa: E402  (after plots: widgets wires them)
+
+def __getattr__(name: str):
+    """``viz.widgets`` on first use: the figures and the headless report need no ipywidgets."""
+    if name == "widgets":
+        import importlib
+
+        return importlib.import_module("normlab.viz.widgets")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
