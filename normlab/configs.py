@@ -301,11 +301,6 @@ class BlockRowBwdConfig(NamedTuple):
     prefetch: bool
 
 
-def _block_cols(n_cols: int) -> int:
-    """Tile columns: the next power of two >= n_cols (tl.arange needs a power of two)."""
-    return 1 << max(0, n_cols - 1).bit_length()
-
-
 def use_block_row(n_rows: int, n_cols: int) -> bool:
     """layout="auto": pack many narrow rows per program (True) or one row per program (False)?"""
     return n_cols <= BLOCK_ROW_MAX_COLS and n_rows >= BLOCK_ROW_MIN_ROWS
@@ -317,7 +312,7 @@ def block_row_fwd_config(
     """Block-row forward launch config; keywords override the heuristic (tuning scripts)."""
     tile_elems = BLOCK_ROW_TILE_ELEMS if tile_elems is None else tile_elems
     max_rows = BLOCK_ROW_MAX_ROWS if max_rows is None else max_rows
-    block_cols = _block_cols(n_cols)
+    block_cols = _next_pow2(n_cols)
     block_rows = max(1, min(max_rows, tile_elems // block_cols))
     if num_warps is None:
         warps = (block_rows * block_cols) // BLOCK_ROW_FWD_ELEMS_PER_WARP
@@ -340,7 +335,7 @@ def block_row_bwd_config(
     num_warps = BLOCK_ROW_BWD_WARPS if num_warps is None else num_warps
     programs_per_sm = BLOCK_ROW_BWD_PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
     max_rows = BLOCK_ROW_MAX_ROWS if max_rows is None else max_rows
-    block_rows = max(1, min(max_rows, tile_elems // _block_cols(n_cols)))
+    block_rows = max(1, min(max_rows, tile_elems // _next_pow2(n_cols)))
     return BlockRowBwdConfig(
         block_rows=block_rows,
         num_warps=num_warps,

@@ -644,10 +644,6 @@ def _reduce_partials_kernel(
 # ============================================================================================
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
     """2-D view whose last dim has stride 1 (rows may be strided); copies only if needed."""
     return t if t.stride(1) == 1 or t.shape[1] == 1 else t.contiguous()
@@ -752,7 +748,7 @@ def norm_backward(
     strides = (x2d.stride(0), dy2d.stride(0), dx.stride(0))
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": has_w, "HAS_BIAS": has_b}
     tile = {"BLOCK_ROWS": cfg.block_rows, "BLOCK_COLS": cfg.block_cols, "num_warps": cfg.num_warps}
-    n_tiles = _cdiv(n_rows, cfg.block_rows)
+    n_tiles = triton.cdiv(n_rows, cfg.block_rows)
 
     if strategy == "atomic":
         # fp32 accumulators; a caller's fp32 .grad is accumulated into directly.
@@ -783,7 +779,7 @@ def norm_backward(
         n_programs = min(n_tiles, cfg.programs_per_sm * _runtime.sm_count(device.index))
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
-        n_programs = _cdiv(n_tiles, tiles_per_program)
+        n_programs = triton.cdiv(n_tiles, tiles_per_program)
     dw_partial = (
         torch.empty((n_programs, n_cols), dtype=torch.float32, device=device) if has_w else dummy
     )
@@ -834,7 +830,7 @@ def reduce_partials(
     n_partials, n_cols = ref.shape
     block_m = block_m or configs.NORM_REDUCE_BLOCK_M
     block_n = block_n or configs._ladder(configs.NORM_REDUCE_BLOCK_N, n_cols)
-    _reduce_partials_kernel[(_cdiv(n_cols, block_n),)](
+    _reduce_partials_kernel[(triton.cdiv(n_cols, block_n),)](
         ref if dw_partial is None else dw_partial,
         ref if db_partial is None else db_partial,
         dw if dw is not None else ref,
