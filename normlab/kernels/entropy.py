@@ -649,12 +649,7 @@ class EntropyLossFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, other, spec):
-        n_cols = logits.shape[-1]
-        x = logits.reshape(-1, n_cols)
-        is_ce = spec.kind == _KINDS["cross_entropy"]
-        labels = other.reshape(-1) if is_ce else x.new_empty(1, dtype=torch.int64)
-        t = x if is_ce else other.reshape(-1, n_cols)
-        n_valid = _n_valid(spec, labels)
+        x, t, labels, n_valid = _rows(spec, logits, other)
         compute_grad = ctx.needs_input_grad[0]
         grad = torch.empty_like(x) if (compute_grad and spec.form == "fused") else None
         loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, False)
@@ -685,6 +680,17 @@ class EntropyLossFunction(torch.autograd.Function):
         grad = torch.empty_like(x)
         _launch_backward(spec, x, t, labels, row_stats, g_out, n_valid, grad, False)
         return grad.view(ctx.logits_shape), None, None
+
+
+def _rows(spec, logits, other):
+    """(x, t, labels, n_valid): logits and target as (M, V) rows (t = x for label CE), the labels
+    (a 1-element placeholder for the distribution losses) and the non-ignored row count."""
+    n_cols = logits.shape[-1]
+    x = logits.reshape(-1, n_cols)
+    is_ce = spec.kind == _KINDS["cross_entropy"]
+    labels = other.reshape(-1) if is_ce else x.new_empty(1, dtype=torch.int64)
+    t = x if is_ce else other.reshape(-1, n_cols)
+    return x, t, labels, _n_valid(spec, labels)
 
 
 def _n_valid(spec, labels):
@@ -775,13 +781,8 @@ def _run(name, logits, other, spec, grad_accumulate):
     # Eager: loss and gradient now, the gradient added into the caller's buffer.
     _check_grad_accumulate(name, grad_accumulate, logits)
     with torch.no_grad():
-        n_cols = logits.shape[-1]
-        x = logits.reshape(-1, n_cols)
-        is_ce = spec.kind == _KINDS["cross_entropy"]
-        labels = other.reshape(-1) if is_ce else x.new_empty(1, dtype=torch.int64)
-        t = x if is_ce else other.reshape(-1, n_cols)
-        n_valid = _n_valid(spec, labels)
-        grad = grad_accumulate.view(-1, n_cols)
+        x, t, labels, n_valid = _rows(spec, logits, other)
+        grad = grad_accumulate.view(-1, x.shape[1])
         loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, True, True)
         if spec.form == "split":
             ones = x.new_ones((), dtype=torch.float32)
