@@ -147,7 +147,7 @@ def _cmd_bench(args, argv: list[str]) -> int:
     from normlab.bench import registry
     from normlab.bench.device import device_info
     from normlab.bench.records import parse_dtype, write_records
-    from normlab.bench.sweep import Results, format_table, parse_shapes, sweep
+    from normlab.bench.sweep import CPU_LABEL, Results, format_table, parse_shapes, sweep
 
     ops = args.op or list(NORM_OPS)
     if ops == ["all"]:
@@ -187,7 +187,7 @@ def _cmd_bench(args, argv: list[str]) -> int:
         flush=True,
     )
     if _runtime.DEVICE != "cuda":
-        print("CPU/interpreter timings: say nothing about GPU bandwidth", flush=True)
+        print(CPU_LABEL, flush=True)
 
     everything = Results(device=info)
 

@@ -34,6 +34,7 @@ DATASHEET_GBPS: tuple[tuple[str, float], ...] = (
 COPY_BYTES_GPU = 2**30  # >= 1 GiB per buffer: far beyond L2, so the copy streams from HBM
 COPY_BYTES_CPU = 64 * 2**20  # CPU: big enough to leave the caches, quick enough for tests
 COPY_REPS = 10
+CPU_LABEL = "CPU/interpreter timings: say nothing about GPU bandwidth"
 
 
 def datasheet_gbps(card: str) -> float | None:
@@ -146,7 +147,7 @@ class DeviceInfo:
                 f"device-to-device copy, bytes read + written, median of {self.copy.reps})"
             )
         if self.mode != "gpu":
-            out.append("note            CPU/interpreter timings: say nothing about GPU bandwidth")
+            out.append(f"note            {CPU_LABEL}")
         return out
 
 

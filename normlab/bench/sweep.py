@@ -17,7 +17,7 @@ import torch
 from normlab import _runtime
 from normlab.bench import progress as _progress
 from normlab.bench import registry, traffic
-from normlab.bench.device import CopyBandwidth, DeviceInfo, device_info, git_commit
+from normlab.bench.device import CPU_LABEL, CopyBandwidth, DeviceInfo, device_info, git_commit
 from normlab.bench.records import Record, check_sanity, dtype_name, parse_dtype
 from normlab.bench.timing import time_call
 
@@ -44,7 +44,6 @@ SHAPES: dict[str, list[tuple[int, int]]] = {
     "quick": [(64, 128), (37, 1000)],
 }
 DEFAULT_REPS = {"gpu": 30, "cpu": 5}
-CPU_LABEL = "CPU/interpreter timings: say nothing about GPU bandwidth"
 
 
 def parse_shapes(spec: str | Iterable) -> list[tuple[int, int]]:
