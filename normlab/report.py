@@ -133,44 +133,24 @@ def _runs_table(rows: list[dict]) -> str:
     return _table(header, out, text={0, 1, 3, 4, 5, 6, 10}, cls="runs")
 
 
-def _is_ours(rec: dict) -> bool:
-    from normlab.viz import plots
-
-    return str(rec.get("impl", "")).startswith(plots.OURS_PREFIX)
-
-
-def _best_peer_us(rows: list[dict]) -> dict[tuple, tuple[str, float]]:
-    """Fastest valid peer (not normlab) per shape: (M, N) -> (label, device µs)."""
-    from normlab.viz import plots
-
-    best: dict[tuple, tuple[str, float]] = {}
-    for r in rows:
-        us = _num(r.get("device_us"))
-        if _is_ours(r) or r.get("valid") is False or us is None or us <= 0:
-            continue
-        key = (r["M"], r["N"])
-        if key not in best or us < best[key][1]:
-            best[key] = (plots.series_label(r), us)
-    return best
-
-
 def _records_table(rows: list[dict], several_files: bool) -> str:
     """One row per record, with its ratio to the fastest peer at the same shape."""
     from normlab.viz import plots
 
-    best = _best_peer_us(rows)
+    best = plots.best_peers(rows)
     header = ["implementation", "shape M×N", "device µs", "wall µs", "MB moved", "GB/s",
               "% of copy", "best peer", "best peer µs ÷ this µs"]
     header += ["file", "note"] if several_files else ["note"]
     out = []
     for r in sorted(rows, key=lambda r: (r["M"] * r["N"], r["M"], plots.series_label(r))):
         us = _num(r.get("device_us"))
-        peer = best.get((r["M"], r["N"]))
+        peer = best.get(plots.peer_key(r))
         frac = _num(r.get("frac_roofline"))
         cells = [_esc(plots.series_label(r)), _esc(f"{r['M']}×{r['N']}"), _fmt(us),
                  _fmt(r.get("wall_us")), _fmt(r["bytes"] / 1e6), _fmt(r.get("gbps"), 1),
                  f"{100 * frac:.1f}" if frac is not None else "-",
-                 _esc(peer[0] if peer else None), f"{peer[1] / us:.2f}×" if peer and us else "-"]
+                 _esc(plots.series_label(peer) if peer else None),
+                 f"{_num(peer['device_us']) / us:.2f}×" if peer and us else "-"]
         if several_files:
             cells.append(_esc(r["_file"]))
         invalid = r.get("valid") is False

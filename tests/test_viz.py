@@ -415,3 +415,21 @@ def test_explorer_reads_ops_and_impls_from_the_bench_registry():
     assert "copy" not in ex.op.options and "rms_norm" in ex.op.options
     assert set(ex.impls.options) == set(REGISTRY["rms_norm"])
     assert ex.impls.value[0] == "normlab"
+
+
+def test_best_peers_skips_ours_invalid_and_nonpositive_times():
+    base = {"op": "rms_norm", "M": 8, "N": 16, "dtype": "bf16", "direction": "fwd"}
+    recs = [
+        {**base, "impl": "normlab", "device_us": 1.0},
+        {**base, "impl": "normlab[persistent]", "device_us": 0.5},
+        {**base, "impl": "torch", "device_us": 3.0},
+        {**base, "impl": "compile", "device_us": 2.0},
+        {**base, "impl": "eager", "device_us": 0.1, "valid": False},
+        {**base, "impl": "liger", "device_us": 0.0},
+        {**base, "direction": "bwd", "impl": "torch", "device_us": 0.2},
+    ]
+    best = plots.best_peers(recs)
+    assert set(best) == {plots.peer_key(base), plots.peer_key({**base, "direction": "bwd"})}
+    assert best[plots.peer_key(base)]["impl"] == "compile"
+    speedups = {t["impl"]: t["speedup"] for t in plots.speedup_table(recs)}
+    assert speedups == {"normlab": 2.0, "normlab[persistent]": 4.0}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -401,29 +401,41 @@ def kernel_breakdown(records: Iterable, *, source: str | None = None, title: str
 # ---- speed-up against the best peer ------------------------------------------------------------
 
 
-def _is_ours(rec: Mapping) -> bool:
+def is_ours(rec: Mapping) -> bool:
+    """A normlab run (any strategy/layout/form), as opposed to a peer."""
     return str(rec.get("impl", "")).startswith(OURS_PREFIX)
 
 
-def speedup_table(records: Iterable, *, ours: Callable[[Mapping], bool] = _is_ours) -> list[dict]:
+def peer_key(rec: Mapping) -> tuple:
+    """What a run is compared on: the same op, shape, dtype and direction."""
+    return (rec.get("op"), rec.get("M"), rec.get("N"), rec.get("dtype"), rec.get("direction"))
+
+
+def best_peers(records: Iterable) -> dict[tuple, dict]:
+    """The fastest valid peer run (positive device time) per ``peer_key``."""
+    rows, _ = _valid(records)
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        if is_ours(r) or not _num(r.get("device_us")) > 0:
+            continue
+        k = peer_key(r)
+        if k not in best or _num(r["device_us"]) < _num(best[k]["device_us"]):
+            best[k] = r
+    return best
+
+
+def speedup_table(records: Iterable) -> list[dict]:
     """For every run of ours: the best (fastest device time) peer at the same op/shape/dtype/dir.
 
     ``speedup`` > 1 means ours is faster. Shapes without a peer measurement are left out.
     """
     rows, _ = _valid(records)
-    key = lambda r: (r.get("op"), r.get("M"), r.get("N"), r.get("dtype"), r.get("direction"))  # noqa: E731
-    best: dict[tuple, dict] = {}
-    for r in rows:
-        if ours(r) or math.isnan(_num(r.get("device_us"))):
-            continue
-        k = key(r)
-        if k not in best or _num(r["device_us"]) < _num(best[k]["device_us"]):
-            best[k] = r
+    best = best_peers(rows)
     out = []
     for r in rows:
-        if not ours(r) or key(r) not in best or not _num(r.get("device_us")) > 0:
+        if not is_ours(r) or peer_key(r) not in best or not _num(r.get("device_us")) > 0:
             continue
-        peer = best[key(r)]
+        peer = best[peer_key(r)]
         out.append({
             "op": r.get("op"), "M": r.get("M"), "N": r.get("N"), "dtype": r.get("dtype"),
             "direction": r.get("direction"), "impl": series_label(r),
@@ -438,12 +450,11 @@ def speedup_vs_best_peer(
     records: Iterable,
     *,
     source: str | None = None,
-    ours: Callable[[Mapping], bool] = _is_ours,
     title: str | None = None,
 ) -> go.Figure:
     """Speed-up of each of our implementations over the fastest peer at each shape (1× = parity)."""
     rows, dropped = _valid(records)
-    table = speedup_table(rows, ours=ours)
+    table = speedup_table(rows)
     if not table:
         msg = _empty_message(source, "speed-up") if not rows else (
             "no shape has both a normlab run and a peer run to compare")
