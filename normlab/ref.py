@@ -1,12 +1,41 @@
 """Reference implementations, one per op, in plain PyTorch at fp32 (or fp64 if given fp64).
 
 These are the oracle for the tests, the ``eager`` baseline of the benchmarks and the check
-cell of every notebook. They import only torch.
+cell of every notebook, with the tolerance a kernel must meet against them. They import only
+torch.
 """
 
 from __future__ import annotations
 
-import torch  # noqa: F401
+import math
+
+import torch
+
+# ============================================================================================
+# Tolerances
+# ============================================================================================
+
+# dtype -> (atol, rtol) for a kernel's output in that dtype against this reference computed from
+# the same (already rounded) inputs: about two ulps of the dtype (ulp at 1.0: fp32 1.2e-7, fp16
+# 9.8e-4, bf16 7.8e-3). Tests, the notebooks' check lines and the GPU check scripts use it.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-10, 1e-10),
+    torch.float32: (2e-5, 2e-5),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+}
+
+
+def tolerance(dtype: torch.dtype, reduce_len: int | None = None) -> tuple[float, float]:
+    """(atol, rtol) for ``dtype``. A value summing ``reduce_len`` terms (dweight over M rows) has
+    a magnitude and a summation-order error growing like sqrt(reduce_len) for random data, so
+    the atol is scaled by it (quack's ``5e-6 * M**0.5``)."""
+    if dtype not in TOLERANCES:
+        raise KeyError(f"no tolerance for {dtype}; expected one of {list(TOLERANCES)}")
+    atol, rtol = TOLERANCES[dtype]
+    if reduce_len is not None:
+        atol *= math.sqrt(max(int(reduce_len), 1))
+    return atol, rtol
 
 # ============================================================================================
 # Norms

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 import normlab  # noqa: E402  (picks the runtime before triton)
 import triton  # noqa: E402
 
-from normlab import _runtime, configs  # noqa: E402
+from normlab import _runtime, configs, ref  # noqa: E402
 from normlab.bench import measure_copy_bandwidth, time_call, traffic  # noqa: E402
 from normlab.kernels import narrow  # noqa: E402
 
@@ -169,7 +169,7 @@ def row_fn(norm):
 def phase_ab(rec: Recorder) -> None:
     """Per width and norm: A (block-row bf16 vs an fp32 autograd reference, in row chunks to
     bound memory), then B (timings of block-row, row and torch) on the same inputs."""
-    tol = 1.6e-2  # tests/helpers.TOLERANCES[bf16]: |a - e| <= tol + tol * |e|
+    atol, rtol = ref.tolerance(torch.bfloat16)  # |a - e| <= atol + rtol * |e|
     chunk = 1 << 20
     for n_cols in WIDTHS:
         for norm in ("rms", "ln"):
@@ -193,9 +193,9 @@ def phase_ab(rec: Recorder) -> None:
                 ys = torch_fn(norm, n_cols)(xs, wf, bf)
                 inputs = [t_ for t_ in (xs, wf, bf) if t_ is not None]
                 grads = torch.autograd.grad(ys, inputs, dy[r0 : r0 + chunk].float())
-                for name, got, ref in (("y", y, ys), ("dx", dx, grads[0])):
-                    err = (got[r0 : r0 + chunk].float() - ref.detach()).abs()
-                    excess = err - (tol + tol * ref.detach().abs())
+                for name, got, want in (("y", y, ys), ("dx", dx, grads[0])):
+                    err = (got[r0 : r0 + chunk].float() - want.detach()).abs()
+                    excess = err - (atol + rtol * want.detach().abs())
                     worst[name] = max(worst[name], err.max().item())
                     n_bad[name] += int((excess > 0).sum().item())
                 dw_ref += grads[1].double()

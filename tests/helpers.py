@@ -1,12 +1,5 @@
-"""Shared test tolerances and a verbose ``assert_close`` (import from any test module).
-
-One table per dtype: the tolerance for comparing a kernel's output in that dtype against an
-fp64 (or fp32) reference computed from the *same* (already rounded) inputs. The rtol is about
-two ulps of the dtype (rounding the output is half an ulp; fp32 arithmetic inside adds a little).
-
-Reductions: a value that sums ``reduce_len`` terms (e.g. dweight over M rows) has a magnitude
-and a summation-order error that both grow like ``sqrt(reduce_len)`` for random data, so
-``reduce_len`` scales the atol by ``sqrt(reduce_len)`` (quack's ``5e-6 * M**0.5``).
+"""A verbose ``assert_close`` for the tests, on ``normlab.ref``'s tolerance table (one row per
+dtype, atol scaled by sqrt(reduce_len) for reduced quantities; see ``normlab.ref.tolerance``).
 """
 
 from __future__ import annotations
@@ -15,23 +8,7 @@ import math
 
 import torch
 
-# dtype -> (atol, rtol); ulp at 1.0: fp32 1.2e-7, fp16 9.8e-4, bf16 7.8e-3.
-TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float64: (1e-10, 1e-10),
-    torch.float32: (2e-5, 2e-5),
-    torch.float16: (2e-3, 2e-3),
-    torch.bfloat16: (1.6e-2, 1.6e-2),
-}
-
-
-def tolerance(dtype: torch.dtype, reduce_len: int | None = None) -> tuple[float, float]:
-    """(atol, rtol) for ``dtype``; atol scaled by sqrt(reduce_len) for reduced quantities."""
-    if dtype not in TOLERANCES:
-        raise KeyError(f"no tolerance for {dtype}; add it to tests/helpers.TOLERANCES")
-    atol, rtol = TOLERANCES[dtype]
-    if reduce_len is not None:
-        atol *= math.sqrt(max(int(reduce_len), 1))
-    return atol, rtol
+from normlab.ref import TOLERANCES, tolerance  # noqa: F401  (re-exported for the tests)
 
 
 def assert_close(

@@ -381,11 +381,20 @@ def test_contention_explorer_redraws_on_slider_change(monkeypatch):
 # ---- notebook check lines --------------------------------------------------------------------
 
 
-def test_verdict_tolerance_table_matches_the_tests():
-    from helpers import TOLERANCES
+def test_verdict_uses_the_reference_tolerance_scaled_by_the_reduction_length():
+    import torch
+
+    from normlab import ref
     from normlab.viz import checks
 
-    assert checks.TOLERANCES == TOLERANCES
+    atol, _ = ref.tolerance(torch.bfloat16, reduce_len=100)
+    assert atol == pytest.approx(10 * ref.TOLERANCES[torch.bfloat16][0])
+    zero = torch.zeros(3)
+    near = torch.tensor([0.0, 0.95 * atol, 0.0])
+    far = torch.tensor([0.0, 1.05 * atol, 0.0])
+    assert "OK" in checks.verdict("dw", near, zero, dtype=torch.bfloat16, reduce_len=100)
+    assert "FAIL" in checks.verdict("dw", far, zero, dtype=torch.bfloat16, reduce_len=100)
+    assert "FAIL" in checks.verdict("dw", near, zero, dtype=torch.bfloat16)  # no reduction
 
 
 def test_verdict_ok_fail_and_nan_placement():

@@ -1,8 +1,8 @@
 """Correctness verdicts for the notebooks' check cells: one deterministic line per comparison.
 
 The line carries no measured error (that varies by machine), only OK or FAIL against the
-tolerance, so nbval can compare it exactly. The tolerance table mirrors ``tests/helpers.py``
-(tests/test_viz.py checks that they agree).
+tolerance, so nbval can compare it exactly. The tolerances are ``normlab.ref``'s, the tests'
+own.
 """
 
 from __future__ import annotations
@@ -11,14 +11,7 @@ import math
 
 import torch
 
-# dtype -> (atol, rtol), about two ulps of the dtype; reductions scale atol by sqrt(length).
-TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float64: (1e-10, 1e-10),
-    torch.float32: (2e-5, 2e-5),
-    torch.float16: (2e-3, 2e-3),
-    torch.bfloat16: (1.6e-2, 1.6e-2),
-}
-
+from normlab.ref import TOLERANCES, tolerance
 
 def max_violation(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> float:
     """max(|a - e| - (atol + rtol·|e|)) in fp64; > 0 means outside the tolerance. NaN/Inf must
@@ -42,9 +35,7 @@ def verdict(label: str, actual: torch.Tensor, expected: torch.Tensor, *,
     dtype = dtype or actual.dtype
     if dtype not in TOLERANCES:
         raise ValueError(f"no tolerance for {dtype}; expected one of {list(TOLERANCES)}")
-    atol, rtol = TOLERANCES[dtype]
-    if reduce_len is not None:
-        atol *= math.sqrt(max(int(reduce_len), 1))
+    atol, rtol = tolerance(dtype, reduce_len)
     worst = max_violation(actual, expected, atol, rtol)
     tol = f"atol {atol:.2g} + rtol {rtol:.2g}·|ref|"
     if worst <= 0:
