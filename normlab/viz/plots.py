@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from normlab import configs
+
 SOURCES = ("live", "recorded")
 NO_RECORDED_DATA = (
     "no recorded GPU data in this package yet (normlab/data/*.jsonl is empty); "
@@ -30,7 +32,7 @@ OURS_PREFIX = "normlab"
 # Show at most this many programs/workspace rows in the contention picture; the rest are counted.
 MAX_CARTS_SHOWN = 24
 MAX_DOCKS_SHOWN = 10
-STRATEGIES = ("atomic", "two_stage", "persistent")
+STRATEGIES = configs.NORM_BWD_STRATEGIES
 _COLORS = {"atomic": "#d62728", "two_stage": "#1f77b4", "persistent": "#2ca02c"}
 
 

@@ -15,27 +15,27 @@ import ipywidgets as W
 import plotly.io as pio
 from IPython.display import display
 
-from normlab import _runtime
+from normlab import _runtime, bench
+from normlab.bench.registry import LOSS_DIRECTIONS, NORM_DIRECTIONS
+from normlab.bench.sweep import SHAPES
+from normlab.bench.traffic import LABEL_LOSS_OPS, SOFT_LOSS_OPS
 from normlab.viz import plots
 
 # Shape presets: the tables of the seeds and the peer measurements, (M rows, N columns).
 PRESETS: dict[str, list[tuple[int, int]]] = {
     "custom (sliders)": [],
-    "seed 000 / H200 peers: norm shapes": [
-        (8192, 1024), (1024, 8192), (2048, 4096), (16384, 1024), (4096, 4096), (32768, 1024),
-        (8192, 4096), (512, 16384), (16384, 2048), (2048, 16384), (32768, 8192),
-    ],
-    "seed 003: narrow rows, 7,864,320 rows": [(7_864_320, n) for n in (16, 32, 64, 128, 256, 512)],
-    "seed 004: vocab, 4096 tokens": [(4096, v) for v in (32_768, 65_536, 131_072)],
+    "seed 000 / H200 peers: norm shapes": list(SHAPES["peers"]),
+    "seed 003: narrow rows, 7,864,320 rows": list(SHAPES["narrow"]),
+    "seed 004: vocab, 4096 tokens": [(m, v) for m, v in SHAPES["losses"] if v & (v - 1) == 0],
     "CPU-sized (interpreter)": [(64, 256), (61, 1000), (128, 128)],
 }
 # The interpreter runs ~1 ms per program instance: presets are cut to this many rows/cols there.
 INTERPRET_MAX_ROWS = 128
 INTERPRET_MAX_COLS = 4096
 _POW2 = [2**k for k in range(4, 24)]
-LOSS_OPS = ("reverse_kl", "soft_cross_entropy", "cross_entropy")
+LOSS_OPS = SOFT_LOSS_OPS + LABEL_LOSS_OPS
 LOSS_FORMS = ("auto", "fused", "split")
-DIRECTIONS = {"norm": ("fwd", "bwd"), "loss": ("fwd", "fwd+bwd")}
+DIRECTIONS = {"norm": NORM_DIRECTIONS, "loss": LOSS_DIRECTIONS}
 
 
 def fit_for_interpreter(shapes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -48,15 +48,9 @@ def fit_for_interpreter(shapes: Iterable[tuple[int, int]]) -> list[tuple[int, in
     return out
 
 
-def _bench():
-    import normlab.bench as bench
-
-    return bench
-
-
 def _registry_ops() -> dict[str, list[str]]:
     """op -> implementation names, from ``normlab.bench``'s registry (the copy op excluded)."""
-    return {op: list(impls) for op, impls in _bench().REGISTRY.items() if op != "copy"}
+    return {op: list(impls) for op, impls in bench.REGISTRY.items() if op != "copy"}
 
 
 class Explorer:
@@ -179,7 +173,7 @@ class Explorer:
         if not self.impls.value:
             self.status.value = "pick at least one implementation"
             return []
-        sweep = self._sweep or _bench().sweep
+        sweep = self._sweep or bench.sweep
         self.progress.value = 0
         self.status.value = "running…"
         options = {}
@@ -226,7 +220,7 @@ def _figure_title(fig) -> str:
 
 def _load_recorded() -> list:
     try:
-        return _bench().load_recorded()
+        return bench.load_recorded()
     except FileNotFoundError:
         return []
 
