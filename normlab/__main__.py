@@ -99,7 +99,9 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--warmup", type=int, default=3, help="untimed calls first (compilation)")
     bench.add_argument(
-        "--model", choices=("minimal", "full"), default="minimal", help="bytes model"
+        "--model", choices=("minimal", "full"), default="minimal",
+        help="bytes model (full: + weights, row statistics, labels; the backward's fp32 partial "
+        "rows are not counted here, their number depends on the strategy)",
     )
     bench.add_argument(
         "--quick", action="store_true", help="tiny shapes and few reps (CPU smoke run)"

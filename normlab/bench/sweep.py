@@ -147,7 +147,8 @@ def measure(
         date=date if date is not None else _utc_now(),
         commit=commit if commit is not None else git_commit(),
         command=command,
-        note=f"{model} bytes model; {timing.reps} reps",
+        note=f"{model} bytes model{' (no partial rows)' if model == 'full' else ''}; "
+        f"{timing.reps} reps",
     )
     return check_sanity(rec)
 
