@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime, configs
+from normlab.kernels._host import FLOAT_DTYPES
 
 _NEG_INF: tl.constexpr = tl.constexpr(float("-inf"))
 # Loss kinds (a constexpr of the shared kernels).
@@ -45,7 +46,6 @@ _RKL: tl.constexpr = tl.constexpr(0)
 _SCE: tl.constexpr = tl.constexpr(1)
 _CE: tl.constexpr = tl.constexpr(2)
 _KINDS = {"reverse_kl": 0, "soft_cross_entropy": 1, "cross_entropy": 2}
-_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _REDUCTIONS = ("mean", "sum", "none")
 _FORMS = ("auto", "fused", "split")
 
@@ -707,7 +707,7 @@ def _n_valid(spec, labels):
 def _check_common(name, logits, form, block_cap, reduction, group):
     if not isinstance(logits, torch.Tensor):
         raise TypeError(f"{name}: logits must be a torch.Tensor, got {type(logits).__name__}")
-    if logits.dtype not in _FLOAT_DTYPES:
+    if logits.dtype not in FLOAT_DTYPES:
         raise TypeError(
             f"{name}: logits dtype must be float32, float16 or bfloat16, got {logits.dtype}"
         )

@@ -17,8 +17,8 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime, configs
+from normlab.kernels._host import FLOAT_DTYPES, unit_col_stride
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 STRATEGIES = ("auto", "persistent")  # the block-row backward's only dγ/dβ reduction
 
 
@@ -232,7 +232,7 @@ def _block_row_bwd_kernel(
 def _check_matrix(name: str, t, n_rows: int | None = None, n_cols: int | None = None) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in _DTYPES:
+    if t.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}.dtype is {t.dtype}; block_row supports float32, float16, bfloat16")
     if t.dim() != 2:
         raise ValueError(f"{name} must be 2-D (n_rows, n_cols), got shape {tuple(t.shape)}")
@@ -245,7 +245,7 @@ def _check_vector(name: str, t, n: int, like: torch.Tensor, dtype=None) -> None:
         return
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
-    if t.dtype not in ((dtype,) if dtype is not None else _DTYPES):
+    if t.dtype not in ((dtype,) if dtype is not None else FLOAT_DTYPES):
         raise TypeError(
             f"{name}.dtype is {t.dtype}, expected {dtype or 'float32/float16/bfloat16'}"
         )
@@ -255,15 +255,10 @@ def _check_vector(name: str, t, n: int, like: torch.Tensor, dtype=None) -> None:
         raise ValueError(f"{name} is on {t.device} but x is on {like.device}")
 
 
-def _unit_col_stride(t: torch.Tensor) -> torch.Tensor:
-    # Rows may be strided (a view of a wider buffer); columns must be unit-stride.
-    return t if t.stride(1) == 1 or t.shape[1] == 1 else t.contiguous()
-
-
 def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig):
     """Launch the forward with an explicit config (tuning scripts call this; no width limit)."""
     n_rows, n_cols = x.shape
-    x = _unit_col_stride(x)
+    x = unit_col_stride(x)
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
@@ -295,8 +290,8 @@ def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, cfg: configs.BlockRowBwdCo
 
     Returns dx and the fp32 dγ / dβ sums (None where absent), not yet cast to the param dtype."""
     n_rows, n_cols = x.shape
-    x = _unit_col_stride(x)
-    dy = _unit_col_stride(dy)
+    x = unit_col_stride(x)
+    dy = unit_col_stride(dy)
     n_programs = cfg.programs_per_sm * _runtime.sm_count(x.device.index if x.is_cuda else None)
     n_programs = max(1, min(n_programs, triton.cdiv(n_rows, cfg.block_rows)))
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)

@@ -46,10 +46,10 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime, configs
+from normlab.kernels._host import FLOAT_DTYPES, unit_col_stride
 
 STRATEGIES = ("auto",) + configs.NORM_BWD_STRATEGIES
 LAYOUTS = ("auto", "row", "block_row")
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 AUTOTUNE = os.environ.get("NORMLAB_AUTOTUNE", "0") == "1" and not _runtime.INTERPRET
 
 
@@ -644,18 +644,13 @@ def _reduce_partials_kernel(
 # ============================================================================================
 
 
-def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
-    """2-D view whose last dim has stride 1 (rows may be strided); copies only if needed."""
-    return t if t.stride(1) == 1 or t.shape[1] == 1 else t.contiguous()
-
-
 def norm_forward(x2d, weight, bias, eps, is_rms, *, block_size=None, num_warps=None):
     """Forward launcher: x2d (n_rows, n_cols) -> (y, mean | None, rstd), mean/rstd fp32 (n_rows,).
 
     ``block_size``/``num_warps`` override the heuristic (``configs.norm_fwd_config``); with
     ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the autotuned kernel picks them.
     """
-    x2d = _rows_contiguous(x2d)
+    x2d = unit_col_stride(x2d)
     n_rows, n_cols = x2d.shape
     y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
@@ -710,7 +705,7 @@ def norm_backward(
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: expected one of {STRATEGIES}")
-    x2d, dy2d = _rows_contiguous(x2d), _rows_contiguous(dy2d)
+    x2d, dy2d = unit_col_stride(x2d), unit_col_stride(dy2d)
     n_rows, n_cols = x2d.shape
     device = x2d.device
     has_w, has_b = weight is not None, bias is not None
@@ -958,7 +953,7 @@ def _prepare(name, x, weight, bias, eps, strategy, layout):
     """Validate the public arguments; return x as a (n_rows, n_cols) view (or copy)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in DTYPES:
+    if x.dtype not in FLOAT_DTYPES:
         raise TypeError(
             f"{name}: x has dtype {x.dtype}; the kernels take float32/float16/bfloat16 "
             f"(for float64 use normlab.ref.{name})"
@@ -978,7 +973,7 @@ def _prepare(name, x, weight, bias, eps, strategy, layout):
             continue
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"{name}: {pname} must be a torch.Tensor or None")
-        if p.dtype not in DTYPES:
+        if p.dtype not in FLOAT_DTYPES:
             raise TypeError(
                 f"{name}: {pname} has dtype {p.dtype}; expected float32/float16/bfloat16"
             )
@@ -1005,8 +1000,7 @@ def _prepare(name, x, weight, bias, eps, strategy, layout):
             f"{name}: strategy={strategy!r} does not exist for layout='block_row' (its backward is "
             "always persistent); use strategy='auto' or 'persistent', or layout='row'/'auto'"
         )
-    x2d = x.reshape(-1, n_cols)
-    return x2d if x2d.stride(1) == 1 or n_cols == 1 else x2d.contiguous()
+    return unit_col_stride(x.reshape(-1, n_cols))
 
 
 def rms_norm(x, weight=None, eps=1e-6, *, strategy="auto", layout="auto"):
