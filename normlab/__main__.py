@@ -73,7 +73,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--layout", type=_csv, default=None, help="normlab norm layouts: auto, row, block_row"
     )
     bench.add_argument(
-        "--form", type=_csv, default=None, help="normlab loss forms: auto, fused, split"
+        "--form", type=_csv, default=None, help="normlab loss forms: auto, fused, chunked, split"
     )
     bench.add_argument(
         "--block-cap",

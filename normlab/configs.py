@@ -110,6 +110,11 @@ NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))
 # N=4096 2/SM 37.8 vs 4/SM 41.0 (4096x4096); N=8192 1/SM 24.8 vs 2/SM 26.5 (1024x8192) and 489.7 vs
 # 490.5 (32768x8192). Two-pass rows: NORM_BWD_TWO_PASS_PROGRAMS_PER_SM below.
 NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
+# Partial rows per SM the persistent single-pass backward may write. Above it, programs share a
+# zeroed partial row in pairs (fp32 atomic adds: with exactly two addends into 0 the sum is the
+# same in either order, so the result stays bitwise deterministic); the workspace is then
+# <= 2 x SMs x N x 4 bytes at 4 programs per SM. Not yet measured against one row per program.
+NORM_BWD_PARTIALS_PER_SM = 2
 
 # two_stage: rows per program, hence partial rows = ceil(n_rows / this). The workspace grows
 # with n_rows by design (the contrast with persistent). Initial guess, not swept; as measured
@@ -158,6 +163,7 @@ class NormBwdConfig:
     rows_per_program: int  # two_stage only
     loop_stages: int
     prefetch: bool  # persistent single-pass only
+    paired_partials: bool  # persistent single-pass only: two programs per partial row
 
 
 def _ladder(table, key: int) -> int:
@@ -192,6 +198,7 @@ def norm_bwd_config(
     programs_per_sm: int | None = None,
     loop_stages: int | None = None,
     prefetch: bool | None = None,
+    paired_partials: bool | None = None,
 ) -> NormBwdConfig:
     """Backward launch config for ``strategy`` (not "auto"); any keyword overrides the heuristic."""
     if two_pass is None:
@@ -229,6 +236,10 @@ def norm_bwd_config(
         rows_per_program=rows_per_program,
         loop_stages=NORM_BWD_LOOP_STAGES if loop_stages is None else loop_stages,
         prefetch=bool(_ladder(NORM_BWD_PREFETCH, n_cols) if prefetch is None else prefetch),
+        paired_partials=bool(
+            (programs_per_sm > NORM_BWD_PARTIALS_PER_SM and strategy == "persistent"
+             and not two_pass) if paired_partials is None else paired_partials
+        ),  # fmt: skip
     )
 
 
@@ -384,6 +395,11 @@ ENTROPY_STATS_BLOCK = 2048
 ENTROPY_STATS_WARPS = 4
 ENTROPY_BACKWARD_BLOCK = 4096
 ENTROPY_BACKWARD_WARPS = 8
+# Chunked form: a row is cut into chunks of ENTROPY_CHUNKED_TILES column tiles (block_cap wide),
+# one program per chunk, meeting at a per-row counter (kernels/entropy.py). Initial values, to be
+# swept on the H200: one tile per chunk keeps the chunk in registers between the two passes.
+ENTROPY_CHUNKED_TILES = 1
+ENTROPY_CHUNKED_WARPS = 4
 # In-place grad_output rescale after a fused forward: with grad_output == 1 every program exits
 # at once (3.5 us at 4096 rows measured); the scaling path itself is not tuned.
 ENTROPY_RESCALE_BLOCK = 4096

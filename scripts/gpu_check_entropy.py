@@ -82,6 +82,7 @@ def variants(loss: str, x, other, with_compile=False, caps=CAPS):
     out = {}
     for cap in caps:
         out[f"fused_c{cap}"] = lambda cap=cap: fn(x, other, form="fused", block_cap=cap)
+    out["chunked"] = lambda: fn(x, other, form="chunked")
     out["split"] = lambda: fn(x, other, form="split")
     if loss == "cross_entropy":
         eager = lambda: F.cross_entropy(x.float(), other)

@@ -17,6 +17,10 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``narrow``, ``narrow128``: block-row forward tiles at 16..256 columns, 7,864,320 rows; the
   one-row-per-tile backward (``layout="row"``) at 16 and 64 columns.
 * ``losses``: this checkout's loss kernels, fused tiles x warps and split, per vocab.
+* ``paired``: persistent backward at N <= 2048, one partial row per program vs two programs
+  adding into one zeroed row (the 2 x SMs x N workspace bound), and 2 programs per SM.
+* ``chunked``: the chunked loss form (tiles x tiles per chunk x warps) against the default, per
+  loss and vocab, with its agreement with the default and with its own two-launch variant.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
   name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs.
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import importlib.util
 import itertools
 import json
@@ -312,6 +317,68 @@ def part_losses(s: Sweep) -> None:
                 tables[loss].update(saved[loss])
         del x, t
         s.save()
+
+
+def part_paired(s: Sweep) -> None:
+    """Persistent backward at N <= 2048 (4 programs per SM): one partial row per program vs two
+    programs adding into one zeroed row (workspace 2 x SMs x N); and 2 programs per SM."""
+    for is_rms, (m, n) in itertools.product((True, False), ((8192, 1024), (16384, 1024),
+                                                          (32768, 1024), (16384, 2048))):
+        op = "rms" if is_rms else "ln"
+        inputs = norm_inputs(m, n, is_rms)
+        for pps, paired in ((4, False), (4, True), (2, False)):
+            _bwd_case(s, "bwd-paired", op, m, n, is_rms, inputs, programs_per_sm=pps,
+                      paired_partials=paired)
+        del inputs
+    s.save()
+
+
+def part_chunked(s: Sweep) -> None:
+    """The chunked loss form (one program per row chunk, meeting at a per-row counter) against
+    the default: tiles x tiles per chunk x warps, per loss and vocab. Each case also records its
+    agreement with the default form and whether the two-launch variant is bitwise equal."""
+    from normlab.kernels import entropy as E
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    saved = (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS)
+    one_launch = E._launch_chunked
+    for v in (32768, 65536, 131072, 50257, 151936):
+        x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+        t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
+        labels = torch.randint(0, v, (4096,), device="cuda", generator=g)
+        labels[::7] = -100
+        for loss in ("reverse_kl", "soft_cross_entropy", "cross_entropy"):
+            fn = getattr(normlab, loss)
+            other = labels if loss == "cross_entropy" else t
+            out_ref = fn(x, other, reduction="none")
+            (grad_ref,) = torch.autograd.grad(out_ref.sum(), x)
+            s.time("chunked", {"op": loss, "M": 4096, "N": v, "form": "auto", "cap": None},
+                   lambda: torch.autograd.grad(fn(x, other), x))  # noqa: B023
+            for cap, tiles, warps in itertools.product((2048, 4096, 8192), (1, 2, 4), (4, 8)):
+                configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS = tiles, warps
+                case = {"op": loss, "M": 4096, "N": v, "form": "chunked", "cap": cap,
+                        "tiles": tiles, "warps": warps}
+                try:
+                    out = fn(x, other, form="chunked", block_cap=cap, reduction="none")
+                    (grad,) = torch.autograd.grad(out.sum(), x)
+                    torch.cuda.synchronize()
+                    case["loss_max_diff"] = float((out - out_ref).abs().max())
+                    case["grad_max_diff"] = float((grad.float() - grad_ref.float()).abs().max())
+                    if tiles == 1 and warps == 4:
+                        E._launch_chunked = functools.partial(one_launch, phases=2)
+                        out2 = fn(x, other, form="chunked", block_cap=cap, reduction="none")
+                        (grad2,) = torch.autograd.grad(out2.sum(), x)
+                        E._launch_chunked = one_launch
+                        case["two_launch_bitwise"] = bool(torch.equal(out, out2)
+                                                          and torch.equal(grad, grad2))
+                finally:
+                    E._launch_chunked = one_launch
+                s.time("chunked", case, lambda: torch.autograd.grad(  # noqa: B023
+                    fn(x, other, form="chunked", block_cap=cap), x))  # noqa: B023
+            configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS = saved
+            s.save()
+            print(f"chunked {loss} {v}: done, {s.left():.0f} s left", flush=True)
+        del x, t
 
 
 def main() -> int:

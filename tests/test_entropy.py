@@ -20,8 +20,11 @@ FNS = {
     "cross_entropy": (normlab.cross_entropy, ref.cross_entropy_ref),
 }
 LOSSES = tuple(FNS)
-# (form, block_cap): the fused kernel at a multi-tile and a single-tile cap, split at both.
-FORMS = [("fused", 16), ("fused", 4096), ("split", 64), ("split", None)]
+# (form, block_cap): the fused kernel at a multi-tile and a single-tile cap, chunked with
+# multi-tile chunks (16) and one chunk (4096), split at both.
+FORMS = [("fused", 16), ("fused", 4096), ("chunked", 16), ("chunked", 4096), ("split", 64),
+         ("split", None)]  # fmt: skip
+ALL_FORMS = ["fused", "chunked", "split"]
 
 
 def _inputs(loss, shape, dtype, scale=3.0, device="cpu"):
@@ -82,7 +85,8 @@ def test_matches_reference(loss, form, cap, dtype):
 
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize(
-    "form,cap", [("fused", c) for c in (4096, 8192, 16384, 32768)] + [("split", None)]
+    "form,cap",
+    [("fused", c) for c in (4096, 8192, 16384, 32768)] + [("chunked", 4096), ("split", None)],
 )
 def test_gpt2_vocab_every_cap(loss, form, cap):
     # V = 50257 is a multiple of no cap: 13/7/4/2 tiles with a ragged last one.
@@ -93,7 +97,7 @@ def test_gpt2_vocab_every_cap(loss, form, cap):
 
 
 @pytest.mark.parametrize("loss", ["reverse_kl", "cross_entropy"])
-@pytest.mark.parametrize("form", ["fused", "split"])
+@pytest.mark.parametrize("form", ALL_FORMS)
 def test_qwen_vocab_one_row(loss, form):
     x, other = _inputs(loss, (1, 151936), torch.bfloat16)
     out, grad = _run(loss, x, other, form=form)
@@ -103,7 +107,7 @@ def test_qwen_vocab_one_row(loss, form):
 
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("n_cols", [1, 63, 64, 65, 128, 129])
-@pytest.mark.parametrize("form", ["fused", "split"])
+@pytest.mark.parametrize("form", ALL_FORMS)
 def test_tile_boundaries(loss, n_cols, form):
     # cap 64: V below, at, one past, and at two tiles (the last tile full), and one past that.
     x, other = _inputs(loss, (4, n_cols), torch.float32)
@@ -113,7 +117,7 @@ def test_tile_boundaries(loss, n_cols, form):
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ["fused", "split"])
+@pytest.mark.parametrize("form", ALL_FORMS)
 def test_huge_logits(loss, form):
     # |logits| ~ 1e4: any unshifted exp overflows; the loss itself is ~1e4.
     x, other = _inputs(loss, (3, 300), torch.float32, scale=1e4)
@@ -126,7 +130,7 @@ def test_huge_logits(loss, form):
     _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, grad_atol=floor)
 
 
-@pytest.mark.parametrize("form", ["fused", "split"])
+@pytest.mark.parametrize("form", ALL_FORMS)
 def test_one_hot_target_is_label_ce(form):
     # q puts all its mass on one class (the rest -inf): soft CE == label CE, grad p - onehot.
     x = torch.randn(4, 200)
@@ -144,7 +148,7 @@ def test_one_hot_target_is_label_ce(form):
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ["fused", "split"])
+@pytest.mark.parametrize("form", ALL_FORMS)
 def test_masked_vocab_minus_inf(loss, form):
     # A padded vocab: the last 70 columns are -inf in logits and target, a whole 64-wide tile
     # among them; masked lanes and -inf data must not turn the max or the sums into NaN.
@@ -162,7 +166,27 @@ def test_masked_vocab_minus_inf(loss, form):
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ["fused", "split"])
+@pytest.mark.parametrize("form", ALL_FORMS)
+def test_logits_far_below_exp_range(loss, form):
+    # Every logit near -1000: exp(0 - max) overflows fp32, so a rescale from the "nothing seen
+    # yet" frame must be exactly 0, not inf * 0 = NaN. A leading -inf run (a whole 64-wide
+    # tile, and for chunked a whole chunk) starts the row with nothing seen.
+    x, other = _inputs(loss, (3, 300), torch.float32)
+    x = x - 1000.0
+    x[:, :70] = float("-inf")
+    if other.is_floating_point():
+        other = other - 1000.0
+        other[:, :70] = float("-inf")
+    else:
+        other = torch.tensor([70, -100, 299])
+    out, grad = _run(loss, x, other, form=form, block_cap=64, reduction="none")
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    assert torch.isfinite(out).all() and torch.isfinite(grad).all()
+    _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ALL_FORMS)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_reductions_and_grad_output(loss, form, reduction):
     x, other = _inputs(loss, (5, 300), torch.float32)
@@ -174,7 +198,7 @@ def test_reductions_and_grad_output(loss, form, reduction):
     _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, reduction)
 
 
-@pytest.mark.parametrize("form", ["fused", "split"])
+@pytest.mark.parametrize("form", ALL_FORMS)
 def test_ignored_labels_and_all_ignored(form):
     x = torch.randn(6, 100)
     labels = torch.tensor([3, -100, 99, 0, -100, 42])
@@ -201,13 +225,13 @@ def test_ignored_row_with_nan_gets_zero_grad():
     x = torch.randn(3, 80)
     x[1, 5] = float("nan")
     labels = torch.tensor([1, -100, 2])
-    for form in ("fused", "split"):
+    for form in ALL_FORMS:
         out, grad = _run("cross_entropy", x, labels, form=form, reduction="none", block_cap=64)
         assert out[1] == 0 and (grad[1] == 0).all() and torch.isfinite(out).all()
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ["fused", "split"])
+@pytest.mark.parametrize("form", ALL_FORMS)
 @pytest.mark.parametrize("buf_dtype", [torch.float32, torch.bfloat16])
 def test_grad_accumulate(loss, form, buf_dtype):
     x, other = _inputs(loss, (4, 200), torch.bfloat16)
@@ -222,11 +246,12 @@ def test_grad_accumulate(loss, form, buf_dtype):
     assert_close(buf, (before.double() + ref_grad).to(buf_dtype), dtype=torch.bfloat16)
 
 
+@pytest.mark.parametrize("form", ["fused", "chunked"])
 @pytest.mark.parametrize("reduction", ["mean", "none"])
-def test_fused_retain_graph_second_backward(reduction):
+def test_grad_in_forward_retain_graph_second_backward(form, reduction):
     x, t = _inputs("reverse_kl", (3, 100), torch.float32)
     xk = x.clone().requires_grad_()
-    out = normlab.reverse_kl(xk, t, form="fused", block_cap=64, reduction=reduction)
+    out = normlab.reverse_kl(xk, t, form=form, block_cap=64, reduction=reduction)
     w1 = torch.tensor(2.0) if reduction == "mean" else torch.tensor([2.0, 1.0, -1.0])
     w2 = torch.tensor(-0.5) if reduction == "mean" else torch.tensor([1.0, 3.0, 0.5])
     (out * w1).sum().backward(retain_graph=True)
@@ -237,7 +262,7 @@ def test_fused_retain_graph_second_backward(reduction):
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ["fused", "split"])
+@pytest.mark.parametrize("form", ALL_FORMS)
 def test_nan_and_inf_stay_in_their_row(loss, form):
     x, other = _inputs(loss, (4, 150), torch.float32)
     if loss == "cross_entropy":
@@ -256,7 +281,7 @@ def test_no_grad_forward_and_fp16():
     ref_out = _ref("reverse_kl", x, t)[0]
     xg = x.clone().requires_grad_()
     with torch.no_grad():
-        for form in ("fused", "split"):
+        for form in ALL_FORMS:
             out = normlab.reverse_kl(xg, t, form=form)
             assert not out.requires_grad
             assert_close(out, ref_out, dtype=torch.float32, reduce_len=500)
@@ -287,7 +312,7 @@ def test_unchecked_out_of_range_label_is_nan_not_a_crash():
     labels = torch.tensor([1, 50, 2])
     with pytest.raises(ValueError, match="outside"):
         normlab.cross_entropy(x, labels)
-    for form in ("fused", "split"):
+    for form in ALL_FORMS:
         xk = x.clone().requires_grad_()
         out = normlab.cross_entropy(xk, labels, form=form, reduction="none", check_labels=False)
         assert torch.isnan(out[1]) and torch.isfinite(out[[0, 2]]).all()
@@ -350,7 +375,7 @@ def test_auto_form_uses_config_table():
     for loss in LOSSES:
         for n_cols in (1000, 16384, 32768, 50257, 131072, 151936):
             form, cap = configs.entropy_auto(loss, n_cols, distributed=False)
-            assert form in ("fused", "split")
+            assert form in ("fused", "chunked", "split")
             assert cap & (cap - 1) == 0
             assert configs.ENTROPY_MIN_BLOCK <= cap <= configs.ENTROPY_MAX_BLOCK
     # The measured choices (see configs): a ragged vocab takes a narrower tile for reverse KL.
@@ -358,3 +383,49 @@ def test_auto_form_uses_config_table():
     assert configs.entropy_auto("reverse_kl", 50257, False) == ("fused", 2048)
     assert configs.entropy_auto("soft_cross_entropy", 151936, False) == ("fused", 2048)
     assert configs.entropy_auto("cross_entropy", 50257, False) == ("fused", 4096)
+
+
+@pytest.mark.parametrize("n_cols,block,tiles,sms,expect", [
+    (131072, 4096, 1, 132, (4096, 32)),  # one tile per chunk
+    (151936, 4096, 1, 132, (4096, 38)),  # ragged: the last chunk is 3712 wide
+    (1 << 20, 4096, 1, 132, (8192, 128)),  # 256 tiles > 132 SMs: two tiles per chunk
+    (500, 16, 1, 4, (128, 4)),  # the interpreter's 4 "SMs"
+    (10, 16, 1, 4, (16, 1)),
+])  # fmt: skip
+def test_chunk_layout(n_cols, block, tiles, sms, expect):
+    from normlab.kernels import entropy
+
+    chunk_cols, n_chunks = entropy.chunk_layout(n_cols, block, tiles, sms)
+    assert (chunk_cols, n_chunks) == expect
+    # Whole tiles, no empty chunk, every column covered, at most one chunk per SM.
+    assert chunk_cols % block == 0 and (n_chunks - 1) * chunk_cols < n_cols <= n_chunks * chunk_cols
+    assert n_chunks <= sms
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_chunked_one_tile_per_chunk(loss, monkeypatch):
+    # With many "SMs" every 16-wide tile is its own chunk: 300 columns = 19 chunks, the last 12
+    # wide, merged from a 32-lane vector of chunk statistics (13 lanes masked).
+    from normlab import _runtime
+
+    monkeypatch.setattr(_runtime, "sm_count", lambda *a: 132)
+    x, other = _inputs(loss, (5, 300), torch.bfloat16)
+    out, grad = _run(loss, x, other, form="chunked", block_cap=16, reduction="none")
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    _check(loss, out, grad, ref_out, ref_grad, torch.bfloat16, 300, f"{loss} chunked")
+    # The fused form agrees to fp32 rounding of the differently ordered sums.
+    out_f, _ = _run(loss, x, other, form="fused", block_cap=16, reduction="none")
+    assert_close(out, out_f, dtype=torch.float32, reduce_len=300)
+
+
+def test_chunked_one_launch_refused_by_interpreter():
+    from normlab import _runtime
+    from normlab.kernels import entropy
+
+    if not _runtime.INTERPRET:
+        pytest.skip("the one-launch chunked kernel runs on GPUs; the interpreter refuses it")
+    x = torch.randn(2, 64)
+    spec = entropy._Spec(0, "chunked", 16, "mean", 0, None, 0, 64)
+    with pytest.raises(ValueError, match="interpreter"):
+        entropy._launch_chunked(spec, x, x, x, None, torch.empty(2), torch.ones(1), False, False,
+                                phases=1)  # fmt: skip

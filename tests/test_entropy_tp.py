@@ -31,12 +31,18 @@ def _cases(sizes):
     """(loss, reduction, dtype) cases with full inputs, identical on every rank."""
     n_cols = sum(sizes)
     g = torch.Generator().manual_seed(1234)
-    x = torch.randn(5, n_cols, generator=g) * 3
-    t = torch.randn(5, n_cols, generator=g) * 3
+    x = torch.randn(6, n_cols, generator=g) * 3
+    t = torch.randn(6, n_cols, generator=g) * 3
     x[4] *= 3000  # a row with |logits| ~ 1e4
-    labels = torch.randint(0, n_cols, (5,), generator=g)
+    # A row far below exp's range whose first shard is all -inf: that shard's sums must be
+    # rescaled by exactly 0 (exp(0 - max) overflows fp32).
+    x[5] -= 1000.0
+    t[5] -= 1000.0
+    x[5, : sizes[0]] = t[5, : sizes[0]] = float("-inf")
+    labels = torch.randint(0, n_cols, (6,), generator=g)
     labels[1] = -100
     labels[3] = sizes[0]  # the first column of the second shard
+    labels[5] = sizes[0] + 1
     for loss, other in (("reverse_kl", t), ("soft_cross_entropy", t), ("cross_entropy", labels)):
         for reduction in ("mean", "none"):
             yield loss, reduction, x, other
@@ -57,7 +63,7 @@ def _worker(rank, world, port, sizes, errors):
             xr = x.double().requires_grad_()
             r = rfn(xr, other.double() if other.is_floating_point() else other, reduction=reduction)
             weight = (
-                torch.tensor([1.0, 2.0, -1.0, 0.5, 3.0])
+                torch.tensor([1.0, 2.0, -1.0, 0.5, 3.0, 1.5])
                 if reduction == "none"
                 else torch.tensor(3.0)
             )
@@ -90,12 +96,14 @@ def _worker(rank, world, port, sizes, errors):
                 torch.testing.assert_close(
                     buf.double(), expect, rtol=2e-5, atol=atol, msg=tag + " accumulate"
                 )
-        # form='fused' cannot all-reduce mid-kernel: a clear error, not a wrong answer.
-        try:
-            normlab.reverse_kl(x[:, cols], x[:, cols], form="fused", group=dist.group.WORLD)
-            raise AssertionError("fused + group did not raise")
-        except ValueError as e:
-            assert "split" in str(e)
+        # The forms that write the gradient in the forward cannot all-reduce mid-kernel: a
+        # clear error, not a wrong answer.
+        for form in ("fused", "chunked"):
+            try:
+                normlab.reverse_kl(x[:, cols], x[:, cols], form=form, group=dist.group.WORLD)
+                raise AssertionError(f"{form} + group did not raise")
+            except ValueError as e:
+                assert "split" in str(e)
     except BaseException:  # noqa: BLE001
         errors.put(f"rank {rank}: {traceback.format_exc()}")
     finally:

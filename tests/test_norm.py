@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+import triton
 from helpers import assert_close
 
 import normlab
@@ -202,6 +203,36 @@ def test_backward_persistent_program_count(programs_per_sm):
     """Partial rows = min(tiles, programs_per_sm * SMs): 1 program per SM folds several tiles."""
     _check_backward(41, 64, torch.float32, False, "persistent", programs_per_sm=programs_per_sm,
                     block_rows=2)  # fmt: skip
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("m", [25, 41], ids=["13-programs", "16-programs"])
+def test_backward_paired_partials(monkeypatch, is_rms, m):
+    """Above NORM_BWD_PARTIALS_PER_SM programs per SM, two programs add into one zeroed partial
+    row: 4 per SM on the interpreter's 4 "SMs" leaves ceil(programs / 2) <= 2 x SMs rows (an
+    odd count leaves one row with a single addend). Right against fp64, close to unpaired."""
+    from normlab import _runtime
+
+    seen = []
+    real = K.reduce_partials
+    monkeypatch.setattr(K, "reduce_partials", lambda dw, db, *a, **k: (
+        seen.append((dw if dw is not None else db).shape[0]), real(dw, db, *a, **k))[1])
+    n_programs = min(triton.cdiv(m, 2), 4 * _runtime.sm_count())
+    assert configs.norm_bwd_config("persistent", m, 64, programs_per_sm=4).paired_partials
+    _check_backward(m, 64, torch.float32, is_rms, "persistent", programs_per_sm=4, block_rows=2)
+    assert seen == [triton.cdiv(n_programs, 2)]
+    assert seen[0] <= configs.NORM_BWD_PARTIALS_PER_SM * _runtime.sm_count()
+    # Same inputs, paired and not: dx is identical, the parameter gradients equal to rounding.
+    x, w, b = _inputs(m, 64, torch.float32, is_rms)
+    dy = torch.randn(m, 64)
+    _, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms)
+    paired, unpaired = (K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="persistent",
+                                        programs_per_sm=4, block_rows=2, paired_partials=p)
+                        for p in (True, False))  # fmt: skip
+    assert seen[1:] == [triton.cdiv(n_programs, 2), n_programs]
+    assert torch.equal(paired[0], unpaired[0])
+    for a, c in zip(paired[1:], unpaired[1:]):
+        assert a is None and c is None or torch.allclose(a, c, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("strategy", ["two_stage", "persistent"])

@@ -343,7 +343,7 @@ def test_explorer_without_recorded_data_says_so_and_changing_op_updates_impls():
     ex.op.value = "reverse_kl"
     assert ex.impls.options == ("normlab", "compile")
     assert ex.impls.value == ("normlab", "compile")
-    assert ex.strategy.options == ("auto", "fused", "split") and ex.direction.value == "fwd+bwd"
+    assert ex.strategy.options == ("auto", "fused", "chunked", "split") and ex.direction.value == "fwd+bwd"
     calls = []
     ex._sweep = _fake_sweep(calls)
     ex.strategy.value = "split"

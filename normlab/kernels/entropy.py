@@ -47,7 +47,8 @@ _SCE: tl.constexpr = tl.constexpr(1)
 _CE: tl.constexpr = tl.constexpr(2)
 _KINDS = {"reverse_kl": 0, "soft_cross_entropy": 1, "cross_entropy": 2}
 _REDUCTIONS = ("mean", "sum", "none")
-_FORMS = ("auto", "fused", "split")
+FORMS = ("auto", "fused", "chunked", "split")
+_GRAD_IN_FORWARD = ("fused", "chunked")  # forms whose forward writes the gradient
 
 
 # ============================================================================================
@@ -77,21 +78,25 @@ def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
     round trip instead of two). The three sums stay separate tl.sum calls: the Triton interpreter
     folds a multi-operand reduction sequentially in fp32, which the CPU tests can tell apart.
     """
+    # The rescale factors use the raw old max: exp(-inf - new) = 0 while nothing was summed yet
+    # (the safe 0 would give exp(0 - new) = inf for a row whose logits all sit below -88).
+    raw_x = m_x
     old_x = _safe_max(m_x)
     if KIND == _CE:
         m_x = tl.maximum(m_x, tl.max(x, axis=0))
         new_x = _safe_max(m_x)
         e_x = tl.exp(x - new_x)
-        s_x = s_x * tl.exp(old_x - new_x) + tl.sum(e_x, axis=0)
+        s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=0)
     else:
+        raw_t = m_t
         old_t = _safe_max(m_t)
         tile_max_x, tile_max_t = tl.reduce((x, t), 0, _max_pair)
         m_x = tl.maximum(m_x, tile_max_x)
         m_t = tl.maximum(m_t, tile_max_t)
         new_x = _safe_max(m_x)
         new_t = _safe_max(m_t)
-        alpha_x = tl.exp(old_x - new_x)
-        alpha_t = tl.exp(old_t - new_t)
+        alpha_x = tl.exp(raw_x - new_x)
+        alpha_t = tl.exp(raw_t - new_t)
         e_x = tl.exp(x - new_x)
         e_t = tl.exp(t - new_t)
         # p_j = 0 terms are skipped (x = -inf would give 0 * inf).
@@ -135,17 +140,25 @@ def _row_statistics(x_row, t_row, n_cols, KIND: tl.constexpr, BLOCK: tl.constexp
         else:
             t = tl.load(t_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
         m_x, s_x, m_t, s_t, acc = _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND)
-    last_cols = n_full * BLOCK + cols
+    x_last, t_last = _load_last_tile(x_row, t_row, n_cols, n_full, KIND, BLOCK, "evict_last")
+    m_x, s_x, m_t, s_t, acc = _online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND)
+    return m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full
+
+
+@triton.jit
+def _load_last_tile(x_row, t_row, n_cols, n_full, KIND: tl.constexpr, BLOCK: tl.constexpr,
+                    EVICTION: tl.constexpr):  # fmt: skip
+    """The row's last (possibly partial) tile, fp32, -inf on masked lanes."""
+    last_cols = n_full * BLOCK + tl.arange(0, BLOCK)
     mask = last_cols < n_cols
-    x_last = tl.load(x_row + last_cols, mask=mask, other=_NEG_INF, eviction_policy="evict_last")
+    x_last = tl.load(x_row + last_cols, mask=mask, other=_NEG_INF, eviction_policy=EVICTION)
     x_last = x_last.to(tl.float32)
     if KIND == _CE:
         t_last = x_last
     else:
-        t_last = tl.load(t_row + last_cols, mask=mask, other=_NEG_INF, eviction_policy="evict_last")
+        t_last = tl.load(t_row + last_cols, mask=mask, other=_NEG_INF, eviction_policy=EVICTION)
         t_last = t_last.to(tl.float32)
-    m_x, s_x, m_t, s_t, acc = _online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND)
-    return m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full
+    return x_last, t_last
 
 
 @triton.jit
@@ -220,7 +233,6 @@ def _fused_row(
     x_row = x_ptr + row * x_row_stride
     t_row = t_ptr + row * t_row_stride
     grad_row = grad_ptr + row * grad_row_stride
-    cols = tl.arange(0, BLOCK)
     label = 0
     x_label = 0.0
     bad = False
@@ -235,44 +247,53 @@ def _fused_row(
     loss = _finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
     tl.store(loss_ptr + row, loss)
     if COMPUTE_GRAD:
-        shift_x = _safe_max(m_x)
-        shift_t = _safe_max(m_t)
-        log_s_x = tl.log(s_x)
-        log_s_t = tl.log(s_t)
-        kl_shift = acc / s_x
         scale = tl.cast(grad_scale, tl.float32)
         if MEAN_OVER_VALID:
             scale = scale / tl.load(n_valid_ptr)
         if KIND == _CE:
             scale = tl.where(bad, float("nan"), scale)
-        # Reverse tile order: the last tile is still in registers, its neighbour likely in L2.
-        last_cols = n_full * BLOCK + cols
-        last_mask = last_cols < n_cols
-        g = _tile_grad(
-            x_last,
-            t_last,
-            last_cols,
-            shift_x,
-            shift_t,
-            log_s_x,
-            log_s_t,
-            kl_shift,
-            label,
-            scale,
-            KIND,
-        )
-        _store_grad(grad_row + last_cols, g, last_mask, ACCUMULATE, "evict_first")
-        for j in range(n_full):
-            offs = (n_full - 1 - j) * BLOCK + cols
-            x = tl.load(x_row + offs, eviction_policy="evict_first").to(tl.float32)
-            if KIND == _CE:
-                t = x
-            else:
-                t = tl.load(t_row + offs, eviction_policy="evict_first").to(tl.float32)
-            g = _tile_grad(
-                x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND
-            )
-            _store_grad(grad_row + offs, g, offs < n_cols, ACCUMULATE, "evict_first")
+        _grad_pass(x_row, t_row, grad_row, n_cols, x_last, t_last, n_full, _safe_max(m_x),
+                   _safe_max(m_t), tl.log(s_x), tl.log(s_t), acc / s_x, label, scale,
+                   KIND, ACCUMULATE, BLOCK)  # fmt: skip
+
+
+@triton.jit
+def _grad_pass(
+    x_row,
+    t_row,
+    grad_row,
+    n_cols,
+    x_last,  # fp32 last tile, still in registers
+    t_last,
+    n_full,  # full tiles before the last one
+    shift_x,
+    shift_t,
+    log_s_x,
+    log_s_t,
+    kl_shift,
+    label,  # label CE: column of the label relative to x_row
+    scale,
+    KIND: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Write the gradient of n_cols columns from the row statistics, in reverse tile order: the
+    last tile is still in registers, its neighbour likely in L2."""
+    cols = tl.arange(0, BLOCK)
+    last_cols = n_full * BLOCK + cols
+    g = _tile_grad(x_last, t_last, last_cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift,
+                   label, scale, KIND)  # fmt: skip
+    _store_grad(grad_row + last_cols, g, last_cols < n_cols, ACCUMULATE, "evict_first")
+    for j in range(n_full):
+        offs = (n_full - 1 - j) * BLOCK + cols
+        x = tl.load(x_row + offs, eviction_policy="evict_first").to(tl.float32)
+        if KIND == _CE:
+            t = x
+        else:
+            t = tl.load(t_row + offs, eviction_policy="evict_first").to(tl.float32)
+        g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
+                       KIND)  # fmt: skip
+        _store_grad(grad_row + offs, g, offs < n_cols, ACCUMULATE, "evict_first")
 
 
 # ============================================================================================
@@ -362,6 +383,156 @@ def _cross_entropy_fused_kernel(
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
                _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+
+
+@triton.jit
+def _merge_chunk_stats(stats_ptr, base, n_slots, n_chunks, KIND: tl.constexpr,
+                       CHUNKS_POW2: tl.constexpr):  # fmt: skip
+    """Fold the raw statistics of a row's n_chunks column chunks into the row's (see
+    _online_tile for the frames; a chunk that saw only -inf weighs exactly 0).
+
+    stats_ptr: (5, n_slots) fp32 m_x, s_x, m_t, s_t, acc; the row's chunks sit at base + k.
+    Loads bypass L1 (.cg): other programs wrote them during this launch.
+    """
+    ks = tl.arange(0, CHUNKS_POW2)
+    kmask = ks < n_chunks
+    p = stats_ptr + base + ks
+    m_xk = tl.load(p, mask=kmask, other=_NEG_INF, cache_modifier=".cg")
+    s_xk = tl.load(p + n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+    acc_k = tl.load(p + 4 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+    m_x = tl.max(m_xk, axis=0)
+    new_x = _safe_max(m_x)
+    alpha_x = tl.exp(m_xk - new_x)
+    s_x = tl.sum(s_xk * alpha_x, axis=0)
+    if KIND == _CE:
+        m_t = m_x
+        s_t = s_x
+        acc = tl.zeros([], tl.float32)
+    else:
+        m_tk = tl.load(p + 2 * n_slots, mask=kmask, other=_NEG_INF, cache_modifier=".cg")
+        s_tk = tl.load(p + 3 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+        m_t = tl.max(m_tk, axis=0)
+        new_t = _safe_max(m_t)
+        alpha_t = tl.exp(m_tk - new_t)
+        s_t = tl.sum(s_tk * alpha_t, axis=0)
+        old_x = _safe_max(m_xk)
+        old_t = _safe_max(m_tk)
+        if KIND == _RKL:
+            acc_k = alpha_x * (acc_k + ((new_t - old_t) - (new_x - old_x)) * s_xk)
+        else:
+            acc_k = alpha_t * (acc_k - (new_x - old_x) * s_tk)
+        acc = tl.sum(tl.where(kmask, acc_k, 0.0), axis=0)
+    return m_x, s_x, m_t, s_t, acc
+
+
+@triton.jit
+def _entropy_chunked_kernel(
+    x_ptr,  # (n_rows, n_cols) logits
+    t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
+    labels_ptr,  # (n_rows,) int labels (label CE only)
+    grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here
+    loss_ptr,  # (n_rows,) fp32 per-row loss
+    n_valid_ptr,  # (1,) fp32 non-ignored row count (MEAN_OVER_VALID only)
+    stats_ptr,  # (5, n_rows * n_chunks) fp32 raw statistics of each (row, chunk)
+    sync_ptr,  # (1 + n_rows,) int32 zeros: [0] ticket counter, [1 + r] chunks of row r done
+    grad_scale,
+    ignore_index,
+    n_rows,
+    n_cols,
+    n_chunks,
+    chunk_cols,  # columns per chunk, a multiple of BLOCK; the last chunk may be shorter
+    x_row_stride,
+    t_row_stride,
+    grad_row_stride,
+    KIND: tl.constexpr,
+    PHASE: tl.constexpr,  # 1: statistics only, 2: gradient only, 3: both, meeting in-kernel
+    COMPUTE_GRAD: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+    MEAN_OVER_VALID: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CHUNKS_POW2: tl.constexpr,
+):
+    """Chunked form: n_chunks programs share one row, each owning chunk_cols columns.
+
+    Each program folds its chunk into raw statistics and stores them; the row's programs then
+    wait for each other at a per-row counter, merge the n_chunks statistics and write the
+    gradient of their own chunk. A chunk of one tile is still in registers, so every logit is
+    read from DRAM once (3 passes of traffic against the fused form's 5 once rows overflow L2).
+
+    Forward progress (PHASE 3): a program takes its (row, chunk) from a global ticket counter
+    when it starts, so the tickets taken are always a prefix of row-major order. Every running
+    program waits only on its own row, and only the last row of the prefix can be waiting for
+    a program that has not started: at most n_chunks - 1 programs wait on it, so whenever more
+    than n_chunks - 1 programs fit on the GPU, one more can start and take the next ticket.
+    The Triton interpreter runs one program at a time and would wait forever: it runs PHASE 1
+    then PHASE 2 as two launches (program id = ticket), the same arithmetic without the wait.
+    """
+    if PHASE == 3:
+        item = tl.atomic_add(sync_ptr, 1)
+    else:
+        item = tl.program_id(0)
+    row = (item // n_chunks).to(tl.int64)
+    chunk = item % n_chunks
+    start = chunk * chunk_cols
+    width = tl.minimum(chunk_cols, n_cols - start)
+    x_row = x_ptr + row * x_row_stride + start
+    t_row = t_ptr + row * t_row_stride + start
+    grad_row = grad_ptr + row * grad_row_stride + start
+    label = 0
+    x_label = 0.0
+    bad = False
+    if KIND == _CE:
+        label, ignored, bad = _load_label(labels_ptr, row, ignore_index, 0, n_cols)
+        if ignored:  # every chunk of the row sees it: no one waits, nothing is read
+            if PHASE != 2 and chunk == 0:
+                tl.store(loss_ptr + row, 0.0)
+            if PHASE != 1 and COMPUTE_GRAD and not ACCUMULATE:
+                zeros = tl.zeros([BLOCK], tl.float32).to(grad_ptr.dtype.element_ty)
+                for i in range(tl.cdiv(width, BLOCK)):
+                    offs = i * BLOCK + tl.arange(0, BLOCK)
+                    tl.store(grad_row + offs, zeros, mask=offs < width)
+            return
+        if chunk == 0:
+            x_label = tl.load(x_ptr + row * x_row_stride + tl.where(bad, 0, label))
+            x_label = tl.where(bad, float("nan"), x_label.to(tl.float32))
+        label = label - start
+    n_slots = n_rows * n_chunks
+    n_full = (width - 1) // BLOCK
+    if PHASE != 2:
+        m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(
+            x_row, t_row, width, KIND, BLOCK
+        )
+        slot = row * n_chunks + chunk
+        tl.store(stats_ptr + slot, m_x)
+        tl.store(stats_ptr + n_slots + slot, s_x)
+        tl.store(stats_ptr + 2 * n_slots + slot, m_t)
+        tl.store(stats_ptr + 3 * n_slots + slot, s_t)
+        tl.store(stats_ptr + 4 * n_slots + slot, acc)
+    else:
+        x_last, t_last = _load_last_tile(x_row, t_row, width, n_full, KIND, BLOCK, "evict_first")
+    if PHASE == 3:
+        # Every thread's stores above happen before the release that publishes them.
+        tl.debug_barrier()
+        tl.atomic_add(sync_ptr + 1 + row, 1, sem="release")
+        done = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+        while done < n_chunks:
+            done = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+        tl.debug_barrier()
+    if PHASE != 1:
+        m_x, s_x, m_t, s_t, acc = _merge_chunk_stats(
+            stats_ptr, row * n_chunks, n_slots, n_chunks, KIND, CHUNKS_POW2
+        )
+        if chunk == 0:
+            tl.store(loss_ptr + row, _finish_loss(m_x, s_x, s_t, acc, x_label, KIND))
+        if COMPUTE_GRAD:
+            scale = tl.cast(grad_scale, tl.float32)
+            if MEAN_OVER_VALID:
+                scale = scale / tl.load(n_valid_ptr)
+            if KIND == _CE:
+                scale = tl.where(bad, float("nan"), scale)
+            _grad_pass(x_row, t_row, grad_row, width, x_last, t_last, n_full, _safe_max(m_x),
+                       _safe_max(m_t), tl.log(s_x), tl.log(s_t), acc / s_x, label, scale,
+                       KIND, ACCUMULATE, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -549,6 +720,42 @@ def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, ac
     )  # fmt: skip
 
 
+def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int) -> tuple[int, int]:
+    """(chunk_cols, n_chunks) of the chunked form: chunks of whole tiles, at most ``sm_count``
+    chunks per row (so the waiting programs of one row always fit on the GPU, one per SM)."""
+    n_tiles = triton.cdiv(n_cols, block)
+    tiles = max(tiles_per_chunk, triton.cdiv(n_tiles, sm_count))
+    chunk_cols = tiles * block
+    return chunk_cols, triton.cdiv(n_cols, chunk_cols)
+
+
+def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate,
+                    *, phases=None, tiles_per_chunk=None, num_warps=None):  # fmt: skip
+    """Chunked form. ``phases``: 1 = one launch that meets in-kernel (the GPU default), 2 = a
+    statistics launch then a gradient launch (the interpreter's only option: see the kernel)."""
+    n_rows, n_cols = x.shape
+    block = _block(n_cols, spec.block_cap)
+    tiles = configs.ENTROPY_CHUNKED_TILES if tiles_per_chunk is None else tiles_per_chunk
+    chunk_cols, n_chunks = chunk_layout(n_cols, block, tiles, _runtime.sm_count(x.device.index))
+    phases = (2 if _runtime.INTERPRET else 1) if phases is None else phases
+    if phases == 1 and _runtime.INTERPRET:
+        raise ValueError("chunked form: the interpreter cannot run the one-launch version")
+    scale, over_valid = _grad_scale(spec, n_rows)
+    stats = x.new_empty((5, n_rows * n_chunks), dtype=torch.float32)
+    sync = torch.zeros(1 + n_rows, dtype=torch.int32, device=x.device) if phases == 1 else stats
+    if num_warps is None:
+        num_warps = configs.entropy_num_warps(block, {block: configs.ENTROPY_CHUNKED_WARPS})
+    for phase in ((3,) if phases == 1 else (1, 2)):
+        _entropy_chunked_kernel[(n_rows * n_chunks,)](
+            x, t, labels, grad if grad is not None else x, loss_rows, n_valid, stats, sync,
+            scale, spec.ignore_index, n_rows, n_cols, n_chunks, chunk_cols,
+            x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
+            KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
+            MEAN_OVER_VALID=over_valid, BLOCK=block,
+            CHUNKS_POW2=triton.next_power_of_2(n_chunks), num_warps=num_warps,
+        )  # fmt: skip
+
+
 def _launch_stats(spec, x, t, labels, finalize):
     n_rows, n_cols = x.shape
     block = _block(n_cols, min(spec.block_cap, configs.ENTROPY_STATS_BLOCK))
@@ -594,8 +801,10 @@ def _combine_partials(spec, partial, labels):
     maxes = torch.stack([m_x, m_t])
     dist.all_reduce(maxes, op=dist.ReduceOp.MAX, group=spec.group)
     safe = torch.where(maxes == float("-inf"), 0.0, maxes)
-    local = torch.where(torch.stack([m_x, m_t]) == float("-inf"), 0.0, torch.stack([m_x, m_t]))
-    alpha = torch.exp(local - safe)  # (2, n_rows): rescale local sums to the global max
+    raw = torch.stack([m_x, m_t])
+    local = torch.where(raw == float("-inf"), 0.0, raw)
+    # (2, n_rows): rescale local sums to the global max; 0 for a shard that saw only -inf.
+    alpha = torch.exp(raw - safe)
     sums = torch.stack([s_x * alpha[0], s_t * alpha[1], acc])
     if spec.kind == _KINDS["reverse_kl"]:
         shift = (safe[1] - local[1]) - (safe[0] - local[0])
@@ -617,9 +826,10 @@ def _combine_partials(spec, partial, labels):
 
 def _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, accumulate):
     """Run the forward of either form; returns (loss_rows, row_stats or None)."""
-    if spec.form == "fused":
+    if spec.form in _GRAD_IN_FORWARD:
         loss_rows = x.new_empty(x.shape[0], dtype=torch.float32)
-        _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate)
+        launch = _launch_fused if spec.form == "fused" else _launch_chunked
+        launch(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate)
         return loss_rows, None
     distributed = spec.group is not None
     partial, row_stats = _launch_stats(spec, x, t, labels, finalize=not distributed)
@@ -651,11 +861,11 @@ class EntropyLossFunction(torch.autograd.Function):
     def forward(ctx, logits, other, spec):
         x, t, labels, n_valid = _rows(spec, logits, other)
         compute_grad = ctx.needs_input_grad[0]
-        grad = torch.empty_like(x) if (compute_grad and spec.form == "fused") else None
+        grad = torch.empty_like(x) if (compute_grad and spec.form in _GRAD_IN_FORWARD) else None
         loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, False)
         ctx.spec, ctx.logits_shape, ctx.backward_calls = spec, logits.shape, 0
         if compute_grad:
-            if spec.form == "fused":
+            if spec.form in _GRAD_IN_FORWARD:
                 ctx.save_for_backward(grad)
             else:
                 ctx.save_for_backward(x, t, labels, row_stats, n_valid)
@@ -666,7 +876,7 @@ class EntropyLossFunction(torch.autograd.Function):
         spec = ctx.spec
         g_out = grad_loss.float().reshape(-1).contiguous() if grad_loss.dim() else grad_loss.float()
         ctx.backward_calls += 1
-        if spec.form == "fused":
+        if spec.form in _GRAD_IN_FORWARD:
             (grad,) = ctx.saved_tensors
             if ctx.backward_calls == 1:
                 _launch_rescale(grad, g_out)  # in place: no new M x V buffer, no host sync
@@ -719,8 +929,8 @@ def _check_common(name, logits, form, block_cap, reduction, group):
         raise ValueError(f"{name}: the Triton interpreter runs on CPU tensors, got {logits.device}")
     if not _runtime.INTERPRET and logits.device.type != "cuda":
         raise ValueError(f"{name}: logits must be on a CUDA device, got {logits.device}")
-    if form not in _FORMS:
-        raise ValueError(f"{name}: form must be one of {_FORMS}, got {form!r}")
+    if form not in FORMS:
+        raise ValueError(f"{name}: form must be one of {FORMS}, got {form!r}")
     if reduction not in _REDUCTIONS:
         raise ValueError(f"{name}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     if block_cap is not None:
@@ -736,9 +946,9 @@ def _check_common(name, logits, form, block_cap, reduction, group):
 
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError(f"{name}: group= given but torch.distributed is not initialized")
-        if form == "fused":
+        if form in _GRAD_IN_FORWARD:
             raise ValueError(
-                f"{name}: form='fused' cannot all-reduce mid-kernel; use 'split' (or 'auto') with group="
+                f"{name}: form={form!r} cannot all-reduce mid-kernel; use 'split' (or 'auto') with group="
             )
 
 

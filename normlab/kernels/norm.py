@@ -16,7 +16,9 @@ How dw/db are summed over the rows is the ``strategy``:
   row to a workspace ``(ceil(n_rows / rows_per_program), n_cols)``; a second kernel sums it.
 * ``"persistent"``: seed 000's kernel_1: about ``programs_per_sm * SMs`` programs grid-stride
   ``BLOCK_ROWS x BLOCK_COLS`` row tiles and fold them into one fp32 partial per program, so the
-  workspace is ``<= programs_per_sm * SMs * n_cols * 4`` bytes whatever n_rows; each program
+  workspace is ``<= programs_per_sm * SMs * n_cols * 4`` bytes whatever n_rows (above
+  ``configs.NORM_BWD_PARTIALS_PER_SM`` per SM, programs add into a zeroed partial row in pairs,
+  which two fp32 addends keep bitwise deterministic); each program
   loads its next row tile while it works on the current one (``configs.NORM_BWD_PREFETCH``,
   up to 8192 columns). Rows wider than
   ``configs.norm_bwd_single_pass_max_cols(is_rms, n_rows)`` take the two-pass kernel (pass 1 reduces
@@ -286,12 +288,22 @@ def _store_partials(
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
+    ADD: tl.constexpr = False,
 ):
+    """Store (or, ADD, atomically add into a zeroed row shared by two programs) a partial row."""
     cols = tl.arange(0, BLOCK_COLS)
     if HAS_WEIGHT:
-        tl.store(dw_out_ptr + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols)
+        if ADD:
+            tl.atomic_add(dw_out_ptr + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols,
+                          sem="relaxed")  # fmt: skip
+        else:
+            tl.store(dw_out_ptr + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols)
     if HAS_BIAS:
-        tl.store(db_out_ptr + cols, tl.sum(db_acc, axis=0), mask=cols < n_cols)
+        if ADD:
+            tl.atomic_add(db_out_ptr + cols, tl.sum(db_acc, axis=0), mask=cols < n_cols,
+                          sem="relaxed")  # fmt: skip
+        else:
+            tl.store(db_out_ptr + cols, tl.sum(db_acc, axis=0), mask=cols < n_cols)
 
 
 # ============================================================================================
@@ -508,8 +520,8 @@ def _norm_bwd_persistent_kernel(
     w_ptr,  # (n_cols,) weight
     mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
     rstd_ptr,  # (n_rows,) fp32 rstd
-    dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (written)
-    db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (written)
+    dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (PAIRED: zeroed, n_programs / 2)
+    db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (PAIRED: as dweight's)
     n_rows,
     n_cols,
     x_row_stride,
@@ -522,9 +534,11 @@ def _norm_bwd_persistent_kernel(
     BLOCK_COLS: tl.constexpr,
     LOOP_STAGES: tl.constexpr,
     PREFETCH: tl.constexpr,
+    PAIRED: tl.constexpr,
 ):
     """Seed 000 kernel_1, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
-    tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program.
+    tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:
+    programs 2k and 2k + 1 add into partial row k).
     PREFETCH issues the loads of the program's next tile before working on the current one
     (registers, not shared memory), so two tiles' loads are in flight per program."""
     pid = tl.program_id(0)
@@ -558,9 +572,9 @@ def _norm_bwd_persistent_kernel(
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
-    dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
-    db_out = db_partial_ptr + pid.to(tl.int64) * n_cols
-    _store_partials(dw_out, db_out, dw_acc, db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS)
+    slot = (pid // 2 if PAIRED else pid).to(tl.int64)
+    _store_partials(dw_partial_ptr + slot * n_cols, db_partial_ptr + slot * n_cols, dw_acc,
+                    db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS, PAIRED)  # fmt: skip
 
 
 @triton.jit
@@ -695,6 +709,7 @@ def norm_backward(
     num_warps=None,
     loop_stages=None,
     prefetch=None,
+    paired_partials=None,
 ):
     """Backward launcher -> (dx, dweight | None, dbias | None).
 
@@ -731,7 +746,7 @@ def norm_backward(
     cfg = configs.norm_bwd_config(
         strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass, block_rows=block_rows,
         block_cols=block_cols, num_warps=num_warps, programs_per_sm=programs_per_sm,
-        loop_stages=loop_stages, prefetch=prefetch,
+        loop_stages=loop_stages, prefetch=prefetch, paired_partials=paired_partials,
     )  # fmt: skip
     dummy = rstd
     common = (
@@ -775,11 +790,14 @@ def norm_backward(
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
         n_programs = triton.cdiv(n_tiles, tiles_per_program)
+    paired = cfg.paired_partials and strategy == "persistent" and not cfg.two_pass
+    workspace = torch.zeros if paired else torch.empty
+    n_partials = triton.cdiv(n_programs, 2) if paired else n_programs
     dw_partial = (
-        torch.empty((n_programs, n_cols), dtype=torch.float32, device=device) if has_w else dummy
+        workspace((n_partials, n_cols), dtype=torch.float32, device=device) if has_w else dummy
     )
     db_partial = (
-        torch.empty((n_programs, n_cols), dtype=torch.float32, device=device) if has_b else dummy
+        workspace((n_partials, n_cols), dtype=torch.float32, device=device) if has_b else dummy
     )
     grid = (n_programs,)
     if strategy == "two_stage":
@@ -794,7 +812,7 @@ def norm_backward(
     else:
         _norm_bwd_persistent_kernel[grid](
             *common, dw_partial, db_partial, n_rows, n_cols, *strides, **flags, **tile,
-            LOOP_STAGES=cfg.loop_stages, PREFETCH=cfg.prefetch,
+            LOOP_STAGES=cfg.loop_stages, PREFETCH=cfg.prefetch, PAIRED=paired,
         )  # fmt: skip
     if has_w or has_b:
         reduce_partials(

@@ -19,6 +19,7 @@ from normlab import _runtime, bench
 from normlab.bench.registry import LOSS_DIRECTIONS, NORM_DIRECTIONS
 from normlab.bench.sweep import SHAPES
 from normlab.bench.traffic import LABEL_LOSS_OPS, SOFT_LOSS_OPS
+from normlab.kernels.entropy import FORMS as LOSS_FORMS
 from normlab.viz import plots
 
 # Shape presets: the tables of the seeds and the peer measurements, (M rows, N columns).
@@ -34,7 +35,6 @@ INTERPRET_MAX_ROWS = 128
 INTERPRET_MAX_COLS = 4096
 _POW2 = [2**k for k in range(4, 24)]
 LOSS_OPS = SOFT_LOSS_OPS + LABEL_LOSS_OPS
-LOSS_FORMS = ("auto", "fused", "split")
 DIRECTIONS = {"norm": NORM_DIRECTIONS, "loss": LOSS_DIRECTIONS}
 
 
