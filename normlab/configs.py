@@ -381,6 +381,10 @@ ENTROPY_MAX_BLOCK = 65536
 # sweep_launch_configs_h200.json, "losses"): 4096 at 2 / 4 / 8 warps 432 / 344 / 378 us (reverse
 # KL, 32768); 2048 (4 warps, the fallback below) 350 us.
 ENTROPY_FUSED_WARPS = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
+# Programs per SM of a persistent fused grid (each grid-strides rows), or None for one program
+# per row. Not yet measured: fewer rows in flight would let the gradient pass re-read the row
+# from L2 instead of DRAM at large V.
+ENTROPY_FUSED_PROGRAMS_PER_SM = None
 # Label CE (one input), second sweep: cap 4096 at 4 warps 215 / 831 / 973 us at V = 32768 /
 # 131072 / 151936 against 217 / 851 / 1001 at 8 warps (50257: 436 vs 415); 2048 / 8192 / 16384 /
 # 32768 caps slower at every V but 8192 at 32768 (215 us).

@@ -12,7 +12,7 @@ import torch
 from helpers import assert_close, tolerance
 
 import normlab
-from normlab import nn, ref
+from normlab import configs, nn, ref
 
 FNS = {
     "reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
@@ -369,7 +369,6 @@ def test_bad_input_errors(match, exc, call):
 
 
 def test_auto_form_uses_config_table():
-    from normlab import configs
 
     assert configs.entropy_auto("reverse_kl", 32768, distributed=True)[0] == "split"
     for loss in LOSSES:
@@ -429,3 +428,14 @@ def test_chunked_one_launch_refused_by_interpreter():
     with pytest.raises(ValueError, match="interpreter"):
         entropy._launch_chunked(spec, x, x, x, None, torch.empty(2), torch.ones(1), False, False,
                                 phases=1)  # fmt: skip
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_fused_persistent_grid(loss, monkeypatch):
+    # A persistent fused grid: 1 program per "SM" (4 under the interpreter) grid-strides 11 rows,
+    # so programs take 2 or 3 rows each, an ignored label CE row among them.
+    monkeypatch.setattr(configs, "ENTROPY_FUSED_PROGRAMS_PER_SM", 1)
+    x, other = _inputs(loss, (11, 300), torch.float32)
+    out, grad = _run(loss, x, other, form="fused", block_cap=64, reduction="none")
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, f"{loss} persistent")
