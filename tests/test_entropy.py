@@ -369,7 +369,6 @@ def test_bad_input_errors(match, exc, call):
 
 
 def test_auto_form_uses_config_table():
-
     assert configs.entropy_auto("reverse_kl", 32768, distributed=True)[0] == "split"
     for loss in LOSSES:
         for n_cols in (1000, 16384, 32768, 50257, 131072, 151936):
