@@ -110,10 +110,15 @@ NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))
 # N=4096 2/SM 37.8 vs 4/SM 41.0 (4096x4096); N=8192 1/SM 24.8 vs 2/SM 26.5 (1024x8192) and 489.7 vs
 # 490.5 (32768x8192). Two-pass rows: NORM_BWD_TWO_PASS_PROGRAMS_PER_SM below.
 NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
-# Partial rows per SM the persistent single-pass backward may write. Above it, programs share a
-# zeroed partial row in pairs (fp32 atomic adds: with exactly two addends into 0 the sum is the
-# same in either order, so the result stays bitwise deterministic); the workspace is then
-# <= 2 x SMs x N x 4 bytes at 4 programs per SM. Not yet measured against one row per program.
+# Partial rows per SM the persistent single-pass backward may write (issue 3's bound: workspace
+# <= 2 x SMs x N x 4 bytes). Above it, programs share a zeroed partial row in pairs (fp32 atomic
+# adds: with exactly two addends into 0 the sum is the same in either order, so the result stays
+# bitwise deterministic). Measured (H200, torch 2.11, triton 3.6, 2026-11-29, commit f972972;
+# normlab/data/dev/sweep_launch_configs_h200.json, "bwd-paired"), 4/SM unpaired -> paired -> 2/SM:
+# RMS 8192x1024 19.1 -> 19.6 -> 22.4 us, 32768x1024 56.6 -> 57.2 -> 70.1, 16384x2048 57.0 -> 60.8
+# -> 69.7; LN 32768x1024 60.3 -> 62.3 -> 81.1, 16384x2048 60.9 -> 63.8 -> 75.8. The pairs cost
+# 0.5-3.9 us (a 1-2.6 us memset of the workspace, atomics at 2048 columns) where halving the
+# programs cost 3-21 us; the bound is kept at that price.
 NORM_BWD_PARTIALS_PER_SM = 2
 
 # two_stage: rows per program, hence partial rows = ceil(n_rows / this). The workspace grows
@@ -381,10 +386,6 @@ ENTROPY_MAX_BLOCK = 65536
 # sweep_launch_configs_h200.json, "losses"): 4096 at 2 / 4 / 8 warps 432 / 344 / 378 us (reverse
 # KL, 32768); 2048 (4 warps, the fallback below) 350 us.
 ENTROPY_FUSED_WARPS = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
-# Programs per SM of a persistent fused grid (each grid-strides rows), or None for one program
-# per row. Not yet measured: fewer rows in flight would let the gradient pass re-read the row
-# from L2 instead of DRAM at large V.
-ENTROPY_FUSED_PROGRAMS_PER_SM = None
 # Label CE (one input), second sweep: cap 4096 at 4 warps 215 / 831 / 973 us at V = 32768 /
 # 131072 / 151936 against 217 / 851 / 1001 at 8 warps (50257: 436 vs 415); 2048 / 8192 / 16384 /
 # 32768 caps slower at every V but 8192 at 32768 (215 us).
@@ -400,17 +401,23 @@ ENTROPY_STATS_WARPS = 4
 ENTROPY_BACKWARD_BLOCK = 4096
 ENTROPY_BACKWARD_WARPS = 8
 # Chunked form: a row is cut into chunks of ENTROPY_CHUNKED_TILES column tiles (block_cap wide),
-# one program per chunk, meeting at a per-row counter (kernels/entropy.py). Initial values, to be
-# swept on the H200: one tile per chunk keeps the chunk in registers between the two passes.
-ENTROPY_CHUNKED_TILES = 1
+# one program per chunk, meeting at a per-row counter (kernels/entropy.py). Swept (H200, torch
+# 2.11, triton 3.6, 2026-11-29, commit f972972, 4096 rows; sweep_launch_configs_h200.json,
+# "chunked"): longer chunks win although one tile per chunk never re-reads a logit, because
+# each program's chain of round trips (ticket, loads, publish, wait, merge) is paid per chunk:
+# reverse KL V=131072, tile 2048 at 4 warps, 1 / 2 / 4 tiles per chunk: 1914 / 1513 / 1327 us,
+# 8 / 16 tiles (commit ed5d1ff): 1334 / 1385; 8 warps slower everywhere (1644 at 4 tiles).
+# Label CE V=131072, tile 4096: 888 / 744 / 699 us at 1 / 2 / 4 tiles, 844 / 821 at 8 / 16.
+ENTROPY_CHUNKED_TILES = 4
 ENTROPY_CHUNKED_WARPS = 4
 # In-place grad_output rescale after a fused forward: with grad_output == 1 every program exits
 # at once (3.5 us at 4096 rows measured); the scaling path itself is not tuned.
 ENTROPY_RESCALE_BLOCK = 4096
 ENTROPY_RESCALE_WARPS = 8
 
-# form="auto": per loss, ((form, cap) when the vocab tiles evenly, (form, cap) otherwise), where
-# "evenly" = V <= ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE == 0. Measured in the second sweep
+# form="auto": per loss, ((form, cap) when the vocab tiles evenly, (form, cap) otherwise, (form,
+# cap) for wide vocabularies), where "evenly" = V <= ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE
+# == 0. Measured in the second sweep
 # (us, fused caps at the warps above; "split" with the split tiles above; before the eviction
 # hints of kernels/entropy.py, which took the fused forms a further 1-6% down):
 #   reverse KL   V=32768: fused4096 344, fused2048 350, fused16384 369, split 397; 131072: 1387,
@@ -422,11 +429,18 @@ ENTROPY_RESCALE_WARPS = 8
 #   label CE     fused4096 best or within 5% at every V: 215 / 831 / 415-436 / 973 us at 32768 /
 #                131072 / 50257 / 151936 (split 231 / 886 / 451 / 999).
 # V <= 4096 is not measured: fused there is a single register-resident tile (one read).
+# Wide vocabularies (V >= ENTROPY_AUTO_WIDE_COLS) take the third entry. Chunked form against the
+# fused default in the same run (chunked sweep above, tiles 4, 4 warps; label CE with every 7th
+# row ignored): reverse KL 131072: chunked2048 1327 vs 1369 us, 151936: 1574 vs 1620, but 65536:
+# 670 vs 667 and 50257: 816 vs 727; soft CE never ahead (131072: 1349 vs 1343); label CE
+# chunked4096 699 vs 773 at 131072, 829 vs 893 at 151936, 371 vs 423 at 50257, 383 vs 381 at
+# 65536, 198 vs 189 at 32768.
 ENTROPY_AUTO_TILE = 4096
+ENTROPY_AUTO_WIDE_COLS = 131072
 ENTROPY_AUTO = {
-    "reverse_kl": (("fused", 4096), ("fused", 2048)),
-    "soft_cross_entropy": (("fused", 2048), ("fused", 2048)),
-    "cross_entropy": (("fused", 4096), ("fused", 4096)),
+    "reverse_kl": (("fused", 4096), ("fused", 2048), ("chunked", 2048)),
+    "soft_cross_entropy": (("fused", 2048), ("fused", 2048), ("fused", 2048)),
+    "cross_entropy": (("fused", 4096), ("chunked", 4096), ("chunked", 4096)),
 }
 
 
@@ -445,5 +459,5 @@ def entropy_auto(loss: str, n_cols: int, distributed: bool) -> tuple[str, int]:
     the stats pass and the gradient pass.
     """
     even = n_cols <= ENTROPY_AUTO_TILE or n_cols % ENTROPY_AUTO_TILE == 0
-    form, cap = ENTROPY_AUTO[loss][0 if even else 1]
+    form, cap = ENTROPY_AUTO[loss][2 if n_cols >= ENTROPY_AUTO_WIDE_COLS else 0 if even else 1]
     return ("split" if distributed else form), cap

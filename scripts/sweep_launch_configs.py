@@ -21,8 +21,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   adding into one zeroed row (the 2 x SMs x N workspace bound), and 2 programs per SM.
 * ``chunked``: the chunked loss form (tiles x tiles per chunk x warps) against the default, per
   loss and vocab, with its agreement with the default and with its own two-launch variant.
-* ``persistent_losses``: fused losses on a persistent grid (programs per SM x tile x warps)
-  against one program per row; the chunked form with 8 and 16 tiles per chunk.
+* ``persistent_losses`` (at commit ed5d1ff only, since removed with the kernel change it timed):
+  fused losses on a persistent grid against one program per row; chunks of 8 and 16 tiles.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
   name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs.
 
@@ -380,41 +380,6 @@ def part_chunked(s: Sweep) -> None:
             configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS = saved
             s.save()
             print(f"chunked {loss} {v}: done, {s.left():.0f} s left", flush=True)
-        del x, t
-
-
-def part_persistent_losses(s: Sweep) -> None:
-    """Fused losses on a persistent grid (programs per SM x tile x warps) against one program
-    per row, and the chunked form with longer chunks; reverse KL and label CE."""
-    g = torch.Generator(device="cuda").manual_seed(0)
-    saved = (configs.ENTROPY_FUSED_PROGRAMS_PER_SM, dict(configs.ENTROPY_FUSED_WARPS),
-             dict(configs.ENTROPY_FUSED_WARPS_LABEL), configs.ENTROPY_CHUNKED_TILES)
-    for v in (32768, 65536, 131072, 151936):
-        x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
-        t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
-        labels = torch.randint(0, v, (4096,), device="cuda", generator=g)
-        for loss in ("reverse_kl", "cross_entropy"):
-            fn = getattr(normlab, loss)
-            other = labels if loss == "cross_entropy" else t
-            table = configs.ENTROPY_FUSED_WARPS_LABEL if loss == "cross_entropy" else configs.ENTROPY_FUSED_WARPS
-            for per_sm, (cap, warps) in itertools.product(
-                    (None, 1, 2, 3, 4), ((2048, 4), (4096, 4), (4096, 8), (8192, 8), (8192, 16))):
-                configs.ENTROPY_FUSED_PROGRAMS_PER_SM = per_sm
-                table[cap] = warps
-                s.time("persistent-losses", {"op": loss, "M": 4096, "N": v, "form": "fused",
-                                             "cap": cap, "warps": warps, "per_sm": per_sm},
-                       lambda: torch.autograd.grad(fn(x, other, form="fused", block_cap=cap), x))  # noqa: B023
-                configs.ENTROPY_FUSED_PROGRAMS_PER_SM = saved[0]
-                configs.ENTROPY_FUSED_WARPS.clear(), configs.ENTROPY_FUSED_WARPS.update(saved[1])
-                configs.ENTROPY_FUSED_WARPS_LABEL.clear(), configs.ENTROPY_FUSED_WARPS_LABEL.update(saved[2])
-            for cap, tiles in itertools.product((2048, 4096), (8, 16)):
-                configs.ENTROPY_CHUNKED_TILES = tiles
-                s.time("persistent-losses", {"op": loss, "M": 4096, "N": v, "form": "chunked",
-                                             "cap": cap, "tiles": tiles, "warps": 4},
-                       lambda: torch.autograd.grad(fn(x, other, form="chunked", block_cap=cap), x))  # noqa: B023
-                configs.ENTROPY_CHUNKED_TILES = saved[3]
-            s.save()
-            print(f"persistent-losses {loss} {v}: done, {s.left():.0f} s left", flush=True)
         del x, t
 
 

@@ -376,11 +376,18 @@ def test_auto_form_uses_config_table():
             assert form in ("fused", "chunked", "split")
             assert cap & (cap - 1) == 0
             assert configs.ENTROPY_MIN_BLOCK <= cap <= configs.ENTROPY_MAX_BLOCK
-    # The measured choices (see configs): a ragged vocab takes a narrower tile for reverse KL.
-    assert configs.entropy_auto("reverse_kl", 131072, False) == ("fused", 4096)
+    # The measured choices (see configs): a ragged vocab takes a narrower tile for reverse KL;
+    # wide vocabularies (and ragged ones for label CE) take the chunked form.
+    assert configs.entropy_auto("reverse_kl", 65536, False) == ("fused", 4096)
     assert configs.entropy_auto("reverse_kl", 50257, False) == ("fused", 2048)
+    wide = configs.ENTROPY_AUTO_WIDE_COLS
+    assert configs.entropy_auto("reverse_kl", wide - 4096, False) == ("fused", 4096)
+    assert configs.entropy_auto("reverse_kl", wide, False) == ("chunked", 2048)
+    assert configs.entropy_auto("reverse_kl", 151936, False) == ("chunked", 2048)
     assert configs.entropy_auto("soft_cross_entropy", 151936, False) == ("fused", 2048)
-    assert configs.entropy_auto("cross_entropy", 50257, False) == ("fused", 4096)
+    assert configs.entropy_auto("cross_entropy", 65536, False) == ("fused", 4096)
+    assert configs.entropy_auto("cross_entropy", 50257, False) == ("chunked", 4096)
+    assert configs.entropy_auto("cross_entropy", wide, True) == ("split", 4096)
 
 
 @pytest.mark.parametrize("n_cols,block,tiles,sms,expect", [
@@ -428,13 +435,3 @@ def test_chunked_one_launch_refused_by_interpreter():
         entropy._launch_chunked(spec, x, x, x, None, torch.empty(2), torch.ones(1), False, False,
                                 phases=1)  # fmt: skip
 
-
-@pytest.mark.parametrize("loss", LOSSES)
-def test_fused_persistent_grid(loss, monkeypatch):
-    # A persistent fused grid: 1 program per "SM" (4 under the interpreter) grid-strides 11 rows,
-    # so programs take 2 or 3 rows each, an ignored label CE row among them.
-    monkeypatch.setattr(configs, "ENTROPY_FUSED_PROGRAMS_PER_SM", 1)
-    x, other = _inputs(loss, (11, 300), torch.float32)
-    out, grad = _run(loss, x, other, form="fused", block_cap=64, reduction="none")
-    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
-    _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, f"{loss} persistent")

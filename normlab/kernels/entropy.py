@@ -21,6 +21,11 @@ Forms (seed 004):
   (the last tile is reused from registers). The gradient (times the reduction's 1/n) is written
   during the forward and saved; the backward only rescales it by ``grad_output`` in place
   (``_entropy_grad_rescale_kernel``, which exits on the device when grad_output == 1).
+* ``"chunked"``: ``_entropy_chunked_kernel``, a row cut into chunks of whole tiles, one program
+  per chunk. Each program folds its chunk into raw statistics and stores them; the row's
+  programs meet at a per-row counter (in-kernel, on a GPU), merge the chunk statistics and
+  write their chunk's gradient, so the re-read of a chunk is a short L2 round trip and not the
+  whole row's. The gradient is saved and rescaled as in the fused form.
 * ``"split"``: ``_entropy_stats_kernel`` stores per-row statistics to memory, then
   ``_entropy_backward_kernel`` (run by autograd's backward) reloads them; each has its own tile.
   This is also the tensor-parallel path: between the two, the raw per-row statistics
@@ -223,13 +228,13 @@ def _fused_row(
     x_row_stride,
     t_row_stride,
     grad_row_stride,
-    row,  # int64
     KIND: tl.constexpr,
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
+    row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     t_row = t_ptr + row * t_row_stride
     grad_row = grad_ptr + row * grad_row_stride
@@ -237,7 +242,7 @@ def _fused_row(
     x_label = 0.0
     bad = False
     if KIND == _CE:
-        # Ignored rows never get here (_fused_rows).
+        # Ignored rows already returned in _cross_entropy_fused_kernel.
         label, _ignored, bad = _load_label(labels_ptr, row, ignore_index, 0, n_cols)
         x_label = tl.load(x_row + tl.where(bad, 0, label)).to(tl.float32)
         x_label = tl.where(bad, float("nan"), x_label)
@@ -302,38 +307,6 @@ def _grad_pass(
 
 
 @triton.jit
-def _fill_zero(ptr, n_cols, BLOCK: tl.constexpr):
-    """Store n_cols zeros of ptr's dtype (the gradient of an ignored label CE row)."""
-    zeros = tl.zeros([BLOCK], tl.float32).to(ptr.dtype.element_ty)
-    for i in range(tl.cdiv(n_cols, BLOCK)):
-        offs = i * BLOCK + tl.arange(0, BLOCK)
-        tl.store(ptr + offs, zeros, mask=offs < n_cols)
-
-
-@triton.jit
-def _fused_rows(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale,
-                ignore_index, n_rows, n_cols, x_row_stride, t_row_stride, grad_row_stride,
-                KIND: tl.constexpr, COMPUTE_GRAD: tl.constexpr, ACCUMULATE: tl.constexpr,
-                MEAN_OVER_VALID: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
-    """Rows pid, pid + programs, ...: one row per program unless the grid is persistent."""
-    for r in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        row = tl.cast(r, tl.int64)
-        if KIND == _CE:
-            if tl.load(labels_ptr + row) == ignore_index:  # loss 0, gradient 0, logits not read
-                tl.store(loss_ptr + row, 0.0)
-                if COMPUTE_GRAD and not ACCUMULATE:
-                    _fill_zero(grad_ptr + row * grad_row_stride, n_cols, BLOCK)
-            else:
-                _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale,
-                           ignore_index, n_cols, x_row_stride, t_row_stride, grad_row_stride, row,
-                           KIND, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
-        else:
-            _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale,
-                       ignore_index, n_cols, x_row_stride, t_row_stride, grad_row_stride, row,
-                       KIND, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
-
-
-@triton.jit
 def _reverse_kl_fused_kernel(
     x_ptr,  # (n_rows, n_cols) logits
     t_ptr,  # (n_rows, n_cols) target logits
@@ -343,7 +316,6 @@ def _reverse_kl_fused_kernel(
     n_valid_ptr,  # unused
     grad_scale,
     ignore_index,
-    n_rows,
     n_cols,
     x_row_stride,
     t_row_stride,
@@ -353,10 +325,10 @@ def _reverse_kl_fused_kernel(
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """Reverse KL loss and gradient of one row per program (or of grid-strided rows)."""
-    _fused_rows(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
-                n_rows, n_cols, x_row_stride, t_row_stride, grad_row_stride,
-                _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+    """Reverse KL loss and gradient of one row in one launch (see module docstring)."""
+    _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
+               n_cols, x_row_stride, t_row_stride, grad_row_stride,
+               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -369,7 +341,6 @@ def _soft_cross_entropy_fused_kernel(
     n_valid_ptr,  # unused
     grad_scale,
     ignore_index,
-    n_rows,
     n_cols,
     x_row_stride,
     t_row_stride,
@@ -379,10 +350,10 @@ def _soft_cross_entropy_fused_kernel(
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """Soft-target cross-entropy loss and gradient, as _reverse_kl_fused_kernel."""
-    _fused_rows(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
-                n_rows, n_cols, x_row_stride, t_row_stride, grad_row_stride,
-                _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+    """Soft-target cross-entropy loss and gradient of one row in one launch."""
+    _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
+               n_cols, x_row_stride, t_row_stride, grad_row_stride,
+               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -395,7 +366,6 @@ def _cross_entropy_fused_kernel(
     n_valid_ptr,  # (1,) fp32 non-ignored row count (MEAN_OVER_VALID only)
     grad_scale,
     ignore_index,
-    n_rows,
     n_cols,
     x_row_stride,
     t_row_stride,
@@ -405,10 +375,19 @@ def _cross_entropy_fused_kernel(
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """Label cross-entropy loss and gradient, as _reverse_kl_fused_kernel."""
-    _fused_rows(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
-                n_rows, n_cols, x_row_stride, t_row_stride, grad_row_stride,
-                _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+    """Label cross-entropy loss and gradient of one row in one launch."""
+    row = tl.program_id(0).to(tl.int64)
+    if tl.load(labels_ptr + row) == ignore_index:  # loss 0, gradient 0, logits never read
+        tl.store(loss_ptr + row, 0.0)
+        if COMPUTE_GRAD and not ACCUMULATE:
+            zeros = tl.zeros([BLOCK], tl.float32).to(grad_ptr.dtype.element_ty)
+            for i in range(tl.cdiv(n_cols, BLOCK)):
+                offs = i * BLOCK + tl.arange(0, BLOCK)
+                tl.store(grad_ptr + row * grad_row_stride + offs, zeros, mask=offs < n_cols)
+        return
+    _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
+               n_cols, x_row_stride, t_row_stride, grad_row_stride,
+               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -513,7 +492,10 @@ def _entropy_chunked_kernel(
             if PHASE != 2 and chunk == 0:
                 tl.store(loss_ptr + row, 0.0)
             if PHASE != 1 and COMPUTE_GRAD and not ACCUMULATE:
-                _fill_zero(grad_row, width, BLOCK)
+                zeros = tl.zeros([BLOCK], tl.float32).to(grad_ptr.dtype.element_ty)
+                for i in range(tl.cdiv(width, BLOCK)):
+                    offs = i * BLOCK + tl.arange(0, BLOCK)
+                    tl.store(grad_row + offs, zeros, mask=offs < width)
             return
         if chunk == 0:
             x_label = tl.load(x_ptr + row * x_row_stride + tl.where(bad, 0, label))
@@ -734,11 +716,9 @@ def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, ac
     scale, over_valid = _grad_scale(spec, n_rows)
     is_ce = spec.kind == _KINDS["cross_entropy"]
     table = configs.ENTROPY_FUSED_WARPS_LABEL if is_ce else configs.ENTROPY_FUSED_WARPS
-    per_sm = configs.ENTROPY_FUSED_PROGRAMS_PER_SM
-    n_programs = n_rows if per_sm is None else min(n_rows, per_sm * _runtime.sm_count(x.device.index))
-    _FUSED_KERNELS[spec.kind][(n_programs,)](
+    _FUSED_KERNELS[spec.kind][(n_rows,)](
         x, t, labels, grad if grad is not None else x, loss_rows, n_valid,
-        scale, spec.ignore_index, n_rows, n_cols,
+        scale, spec.ignore_index, n_cols,
         x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
         COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid,
         BLOCK=block, num_warps=configs.entropy_num_warps(block, table),
@@ -1064,9 +1044,10 @@ def reverse_kl(logits, target_logits, *, form="auto", block_cap=None, reduction=
     (float32, float16 or bfloat16), flattened to (M, V). Math in fp32; the loss is fp32.
 
     Args:
-        form: "fused" (one kernel writes loss and gradient; backward only rescales), "split" (a
-            stats kernel, then a backward kernel from the stored row statistics) or "auto"
-            (``configs.ENTROPY_AUTO``, from measurements).
+        form: "fused" (one kernel writes loss and gradient; backward only rescales), "chunked"
+            (as fused, with each row shared by several programs that meet at a per-row
+            counter), "split" (a stats kernel, then a backward kernel from the stored row
+            statistics) or "auto" (``configs.ENTROPY_AUTO``, from measurements).
         block_cap: column tile cap, one of 4096, 8192, 16384, 32768 (any power of two in
             [16, 65536] is accepted for experiments); None takes the auto table's.
         reduction: "mean" over rows (the batchmean convention), "sum", or "none" (shape (...)).
