@@ -404,6 +404,13 @@ for M in (2048, 8192, 32768, 131072):
     md('''
 ## Live: sweep the program count and find the knee
 
+On the H200 the knee sits at **four** programs per SM for rows up to 2048 columns, not two; but
+four partial rows per SM would double the buffer. normlab keeps the buffer at 2 × SMs rows by
+letting programs 2k and 2k + 1 `atomic_add` into one zeroed partial row ("paired rows"). That is
+still bitwise deterministic: with exactly two addends into 0, $(0 + a) + b = (0 + b) + a$ in
+floating point, whichever program comes first. The price is a memset of the buffer and the atomics
+(`normlab/configs.py` has the measured cost).
+
 Each call is measured by `bench.measure` (device time with a cold L2 on a GPU, CPU time under the
 interpreter, divided into the bytes model) into a record the plots can draw. On the GPU the shape
 is seed 000's 32768×1024; on a CPU a tiny one, where the timings only show the pipeline works.
@@ -417,10 +424,11 @@ _, mean, rstd = norm_forward(x, w, None, 1e-6, True)
 
 knee = [
     bench.measure(lambda: norm_backward(dy, x, w, None, mean, rstd, True, strategy="persistent",
-                                        programs_per_sm=pps),
+                                        programs_per_sm=pps, paired_partials=paired),
                   "rms_norm", "normlab", M, N, "bf16", "bwd", device=device,
-                  strategy=f"persistent {pps}/SM", reps=5 if normlab.INTERPRET else 30)
-    for pps in (1, 2, 4, 8)
+                  strategy=f"persistent {pps}/SM" + (", paired rows" if paired else ""),
+                  reps=5 if normlab.INTERPRET else 30)
+    for pps, paired in ((1, False), (2, False), (4, False), (4, True), (8, False))
 ]
 viz.records_table(knee, ["strategy", "M", "N", "device_us", "wall_us", "gbps"])
 '''),
@@ -578,11 +586,20 @@ no latency hiding. Its two fixes are both here:
   (a statistics kernel stores per-row max and sum, a backward kernel reloads them): the split form is
   exactly the **tensor-parallel** path, where each rank holds `V / tp` columns and only the row
   statistics are all-reduced (`group=`).
+
+The fused kernel reads a row twice, and the second read is only cheap if the row is still in L2.
+At V = 131072 a row of logits and target is 512 KiB, and the rows in flight together overflow the
+H200's 60 MB L2: the gradient pass goes back to DRAM (five passes of traffic for a three-pass bytes
+model). normlab's third form, `"chunked"`, cuts each row into chunks of a few tiles with one
+program per chunk. Each program folds its chunk into raw statistics, the programs of a row meet at a
+per-row counter, merge the statistics and write their chunk's gradient; the re-read is then a short
+L2 round trip. Meeting costs a chain of round trips per program, so it pays only for wide rows
+(the recorded table below shows where).
 '''),
     MODE_NOTE,
     SETUP,
     md('''
-## Correctness: both forms, several tile caps, loss and gradient
+## Correctness: every form, several tile caps, loss and gradient
 
 V = 1000 with caps down to 256 forces several tiles per row (caps below 4096 are for experiments).
 '''),
@@ -594,11 +611,11 @@ logits = torch.randn(M, V, device=normlab.DEVICE, requires_grad=True)
 target = torch.randn(M, V, device=normlab.DEVICE)
 ref_loss = ref.reverse_kl_ref(logits.double(), target.double())
 ref_grad, = torch.autograd.grad(ref.reverse_kl_ref(logits.double(), target.double()), logits)
-for form in ("fused", "split"):
+for form in ("fused", "chunked", "split"):
     for cap in (256, 1024, 4096):
         loss = normlab.reverse_kl(logits, target, form=form, block_cap=cap)
         grad, = torch.autograd.grad(loss, logits)
-        print(f"reverse_kl {form:<5} cap={cap:<5}", viz.verdict("loss", loss, ref_loss, reduce_len=M),
+        print(f"reverse_kl {form:<7} cap={cap:<5}", viz.verdict("loss", loss, ref_loss, reduce_len=M),
               "|", viz.verdict("dlogits", grad, ref_grad))
 '''),
     md('''
@@ -608,7 +625,7 @@ for form in ("fused", "split"):
 SHAPES = [(16, 1000), (8, 4096)] if normlab.INTERPRET else bench.SHAPES["losses"][:3]
 CAPS = [1024] if normlab.INTERPRET else [4096, 8192, 16384, 32768]
 live = bench.sweep("reverse_kl", ["eager", "compile", "normlab"], SHAPES, ["bf16"], ["fwd+bwd"], device=device,
-                   options={"form": ["fused", "split"], "block_cap": CAPS})
+                   options={"form": ["fused", "chunked", "split"], "block_cap": CAPS})
 print(bench.format_table(live, live.skipped))
 '''),
     code('''
