@@ -102,7 +102,8 @@ NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))
 # With the prefetch below, 2 programs per SM (workspace 2 x SMs x N) stayed slower than 4 at
 # N <= 2048 whatever the tile (second sweep, "bwd-prefetch-workspace": best 2/SM vs 4/SM, RMS
 # 32768x1024 58.7 vs 56.7 µs, 16384x2048 64.3 vs 57.0; LN 32768x1024 70.8 vs 60.7, 16384x2048
-# 76.3 vs 61.4), so the workspace stays 4 x SMs x N there.
+# 76.3 vs 61.4), so 4 programs per SM stay there, sharing partial rows in pairs
+# (NORM_BWD_PARTIALS_PER_SM below).
 # Persistent grid = min(row tiles, programs_per_sm * SMs); (n_cols <= key -> programs per SM). Seed
 # 000 found 2 per SM the knee on H100; on the H200 (H200, 2026-11-29, torch 2.11, triton 3.6) narrow
 # rows want more programs, wide rows fewer (the reduce kernel grows with the count): N=1024 4/SM

@@ -46,6 +46,12 @@ def _gbps(n_cols: int, device_us: float) -> float:
     return traffic.gbps(traffic.bytes_moved("reverse_kl", "fwd+bwd", TOKENS, n_cols), device_us)
 
 
+def _sync() -> None:
+    torch.cuda.synchronize()
+    dist.barrier()
+    torch.cuda.synchronize()
+
+
 def case(n_cols: int, rank: int, world: int, reps: int) -> dict:
     gen = torch.Generator(device="cuda").manual_seed(1234 + n_cols)
     logits = torch.randn(TOKENS, n_cols, device="cuda", generator=gen).mul_(3).bfloat16()
@@ -75,14 +81,22 @@ def case(n_cols: int, rank: int, world: int, reps: int) -> dict:
         loss = normlab.reverse_kl(x, target, form="split")
         return torch.autograd.grad(loss, x)
 
+    # The ranks enter each timing together (host barrier, then idle GPUs): the NCCL kernels'
+    # device time would otherwise include the wait for a rank still busy elsewhere.
+    _sync()
     t_tp = time_call(sharded, reps=reps, warmup=3)
+    _sync()
     t_full = time_call(unsharded, reps=reps, warmup=3) if rank == 0 else None
+    _sync()
     local_cols = cols.stop - cols.start
+    nccl_us = sum(us for name, us in t_tp.kernels.items() if name.startswith("nccl"))
     out = {
         "M": TOKENS, "V": n_cols, "rank": rank, "world": world, "V_local": local_cols,
         "loss_rel_err": loss_err, "grad_rel_err": grad_err,
         "sharded_device_us": t_tp.device_us, "sharded_wall_us": t_tp.wall_us,
+        "sharded_nccl_us": nccl_us, "sharded_compute_us": t_tp.device_us - nccl_us,
         "sharded_gbps": _gbps(local_cols, t_tp.device_us),
+        "sharded_compute_gbps": _gbps(local_cols, t_tp.device_us - nccl_us),
         "sharded_kernels": t_tp.kernels,
     }
     if t_full is not None:
@@ -115,11 +129,13 @@ def main() -> int:
         (args.out / "tp_reverse_kl.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         print(f"{meta}")
         print(f"{'V':>7} {'rank':>4} {'V_local':>7} {'loss err':>9} {'grad err':>9} "
-              f"{'TP µs':>8} {'TP GB/s':>8} {'1-GPU µs':>9} {'1-GPU GB/s':>10}")
+              f"{'TP µs':>8} {'of it NCCL':>10} {'TP GB/s':>8} {'w/o NCCL':>8} {'1-GPU µs':>9} "
+              f"{'1-GPU GB/s':>10}")
         for r in rows:
             ok &= r["loss_rel_err"] < 1e-4 and r["grad_rel_err"] < 1e-2
             print(f"{r['V']:>7} {r['rank']:>4} {r['V_local']:>7} {r['loss_rel_err']:>9.2e} "
-                  f"{r['grad_rel_err']:>9.2e} {r['sharded_device_us']:>8.1f} {r['sharded_gbps']:>8.0f} "
+                  f"{r['grad_rel_err']:>9.2e} {r['sharded_device_us']:>8.1f} {r['sharded_nccl_us']:>10.1f} "
+                  f"{r['sharded_gbps']:>8.0f} {r['sharded_compute_gbps']:>8.0f} "
                   f"{r.get('unsharded_device_us', float('nan')):>9.1f} "
                   f"{r.get('unsharded_gbps', float('nan')):>10.0f}")
         print("TP check:", "PASS" if ok else "FAIL")
