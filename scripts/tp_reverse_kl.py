@@ -83,6 +83,9 @@ def case(n_cols: int, rank: int, world: int, reps: int) -> dict:
 
     # The ranks enter each timing together (host barrier, then idle GPUs): the NCCL kernels'
     # device time would otherwise include the wait for a rank still busy elsewhere.
+    # One untimed profiled round first: a rank's first profiled NCCL call stalled for ~27 ms on
+    # the H200 pair (the other rank's collective waited inside its kernel).
+    time_call(sharded, reps=2, warmup=1)
     _sync()
     t_tp = time_call(sharded, reps=reps, warmup=3)
     _sync()
