@@ -435,3 +435,15 @@ def test_chunked_one_launch_refused_by_interpreter():
         entropy._launch_chunked(spec, x, x, x, None, torch.empty(2), torch.ones(1), False, False,
                                 phases=1)  # fmt: skip
 
+
+def test_chunked_refuses_int32_overflow():
+    from normlab.kernels import entropy
+
+    # 2**28 rows x 2 chunks of 16 columns: 5 x rows x chunks passes 2**31 (an expanded view, so
+    # nothing that size is allocated; the check runs before any buffer is made).
+    x = torch.zeros(1, 32).expand(2**28, 32)
+    spec = entropy._Spec(0, "chunked", 16, "mean", 0, None, 0, 32)
+    with pytest.raises(ValueError, match="too many"):
+        entropy._launch_chunked(spec, x, x, x, None, None, None, False, False,
+                                tiles_per_chunk=1)  # fmt: skip
+

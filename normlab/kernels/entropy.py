@@ -742,6 +742,10 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
     block = _block(n_cols, spec.block_cap)
     tiles = configs.ENTROPY_CHUNKED_TILES if tiles_per_chunk is None else tiles_per_chunk
     chunk_cols, n_chunks = chunk_layout(n_cols, block, tiles, _runtime.sm_count(x.device.index))
+    if 5 * n_rows * n_chunks >= 2**31:  # tickets and statistics offsets are int32
+        raise ValueError(
+            f"chunked form: {n_rows} rows x {n_chunks} chunks is too many; use form='fused'"
+        )
     phases = (2 if _runtime.INTERPRET else 1) if phases is None else phases
     if phases == 1 and _runtime.INTERPRET:
         raise ValueError("chunked form: the interpreter cannot run the one-launch version")
