@@ -461,8 +461,11 @@ def _entropy_chunked_kernel(
 
     Each program folds its chunk into raw statistics and stores them; the row's programs then
     wait for each other at a per-row counter, merge the n_chunks statistics and write the
-    gradient of their own chunk. A chunk of one tile is still in registers, so every logit is
-    read from DRAM once (3 passes of traffic against the fused form's 5 once rows overflow L2).
+    gradient of their own chunk. The chunk's last tile is still in registers and the others were
+    read moments ago, so the gradient pass re-reads them from L2, where the fused form's
+    whole-row re-read goes back to DRAM once the rows in flight overflow L2 (5 passes of
+    traffic instead of 3). One tile per chunk would re-read nothing, but every program pays a
+    chain of round trips (ticket, loads, publish, wait, merge): measured slower (configs).
 
     Forward progress (PHASE 3): a program takes its (row, chunk) from a global ticket counter
     when it starts, so the tickets taken are always a prefix of row-major order. Every running
