@@ -206,6 +206,15 @@ def _store_grad(grad_ptrs, g, mask, ACCUMULATE: tl.constexpr, EVICTION: tl.const
 
 
 @triton.jit
+def _fill_zero(ptr, n_cols, BLOCK: tl.constexpr):
+    """Store n_cols zeros of ptr's dtype (the gradient of an ignored label CE row)."""
+    zeros = tl.zeros([BLOCK], tl.float32).to(ptr.dtype.element_ty)
+    for i in range(tl.cdiv(n_cols, BLOCK)):
+        offs = i * BLOCK + tl.arange(0, BLOCK)
+        tl.store(ptr + offs, zeros, mask=offs < n_cols)
+
+
+@triton.jit
 def _load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size):
     """(local label, ignored, bad) for label CE: bad = not ignored and outside [0, vocab_size)."""
     label = tl.load(labels_ptr + row).to(tl.int64)
@@ -252,14 +261,9 @@ def _fused_row(
     loss = _finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
     tl.store(loss_ptr + row, loss)
     if COMPUTE_GRAD:
-        scale = tl.cast(grad_scale, tl.float32)
-        if MEAN_OVER_VALID:
-            scale = scale / tl.load(n_valid_ptr)
-        if KIND == _CE:
-            scale = tl.where(bad, float("nan"), scale)
-        _grad_pass(x_row, t_row, grad_row, n_cols, x_last, t_last, n_full, _safe_max(m_x),
-                   _safe_max(m_t), tl.log(s_x), tl.log(s_t), acc / s_x, label, scale,
-                   KIND, ACCUMULATE, BLOCK)  # fmt: skip
+        _grad_pass(x_row, t_row, grad_row, n_cols, x_last, t_last, n_full, m_x, s_x, m_t, s_t,
+                   acc, label, bad, grad_scale, n_valid_ptr, KIND, ACCUMULATE, MEAN_OVER_VALID,
+                   BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -271,19 +275,32 @@ def _grad_pass(
     x_last,  # fp32 last tile, still in registers
     t_last,
     n_full,  # full tiles before the last one
-    shift_x,
-    shift_t,
-    log_s_x,
-    log_s_t,
-    kl_shift,
+    m_x,  # raw row statistics (see _online_tile)
+    s_x,
+    m_t,
+    s_t,
+    acc,
     label,  # label CE: column of the label relative to x_row
-    scale,
+    bad,  # label CE: the label is out of range (the gradient becomes NaN)
+    grad_scale,  # host scale of the reduction (1/n for "mean" over rows)
+    n_valid_ptr,  # (1,) fp32 non-ignored row count (MEAN_OVER_VALID only)
     KIND: tl.constexpr,
     ACCUMULATE: tl.constexpr,
+    MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """Write the gradient of n_cols columns from the row statistics, in reverse tile order: the
     last tile is still in registers, its neighbour likely in L2."""
+    shift_x = _safe_max(m_x)
+    shift_t = _safe_max(m_t)
+    log_s_x = tl.log(s_x)
+    log_s_t = tl.log(s_t)
+    kl_shift = acc / s_x
+    scale = tl.cast(grad_scale, tl.float32)
+    if MEAN_OVER_VALID:
+        scale = scale / tl.load(n_valid_ptr)
+    if KIND == _CE:
+        scale = tl.where(bad, float("nan"), scale)
     cols = tl.arange(0, BLOCK)
     last_cols = n_full * BLOCK + cols
     g = _tile_grad(x_last, t_last, last_cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift,
@@ -380,14 +397,21 @@ def _cross_entropy_fused_kernel(
     if tl.load(labels_ptr + row) == ignore_index:  # loss 0, gradient 0, logits never read
         tl.store(loss_ptr + row, 0.0)
         if COMPUTE_GRAD and not ACCUMULATE:
-            zeros = tl.zeros([BLOCK], tl.float32).to(grad_ptr.dtype.element_ty)
-            for i in range(tl.cdiv(n_cols, BLOCK)):
-                offs = i * BLOCK + tl.arange(0, BLOCK)
-                tl.store(grad_ptr + row * grad_row_stride + offs, zeros, mask=offs < n_cols)
+            _fill_zero(grad_ptr + row * grad_row_stride, n_cols, BLOCK)
         return
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
                _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+
+
+@triton.jit
+def _store_raw_stats(ptr, slot, n_slots, m_x, s_x, m_t, s_t, acc):
+    """Raw statistics (see _online_tile) into column ``slot`` of a (5, n_slots) fp32 buffer."""
+    tl.store(ptr + slot, m_x)
+    tl.store(ptr + n_slots + slot, s_x)
+    tl.store(ptr + 2 * n_slots + slot, m_t)
+    tl.store(ptr + 3 * n_slots + slot, s_t)
+    tl.store(ptr + 4 * n_slots + slot, acc)
 
 
 @triton.jit
@@ -495,10 +519,7 @@ def _entropy_chunked_kernel(
             if PHASE != 2 and chunk == 0:
                 tl.store(loss_ptr + row, 0.0)
             if PHASE != 1 and COMPUTE_GRAD and not ACCUMULATE:
-                zeros = tl.zeros([BLOCK], tl.float32).to(grad_ptr.dtype.element_ty)
-                for i in range(tl.cdiv(width, BLOCK)):
-                    offs = i * BLOCK + tl.arange(0, BLOCK)
-                    tl.store(grad_row + offs, zeros, mask=offs < width)
+                _fill_zero(grad_row, width, BLOCK)
             return
         if chunk == 0:
             x_label = tl.load(x_ptr + row * x_row_stride + tl.where(bad, 0, label))
@@ -510,12 +531,7 @@ def _entropy_chunked_kernel(
         m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(
             x_row, t_row, width, KIND, BLOCK
         )
-        slot = row * n_chunks + chunk
-        tl.store(stats_ptr + slot, m_x)
-        tl.store(stats_ptr + n_slots + slot, s_x)
-        tl.store(stats_ptr + 2 * n_slots + slot, m_t)
-        tl.store(stats_ptr + 3 * n_slots + slot, s_t)
-        tl.store(stats_ptr + 4 * n_slots + slot, acc)
+        _store_raw_stats(stats_ptr, row * n_chunks + chunk, n_slots, m_x, s_x, m_t, s_t, acc)
     else:
         x_last, t_last = _load_last_tile(x_row, t_row, width, n_full, KIND, BLOCK, "evict_first")
     if PHASE == 3:
@@ -533,14 +549,9 @@ def _entropy_chunked_kernel(
         if chunk == 0:
             tl.store(loss_ptr + row, _finish_loss(m_x, s_x, s_t, acc, x_label, KIND))
         if COMPUTE_GRAD:
-            scale = tl.cast(grad_scale, tl.float32)
-            if MEAN_OVER_VALID:
-                scale = scale / tl.load(n_valid_ptr)
-            if KIND == _CE:
-                scale = tl.where(bad, float("nan"), scale)
-            _grad_pass(x_row, t_row, grad_row, width, x_last, t_last, n_full, _safe_max(m_x),
-                       _safe_max(m_t), tl.log(s_x), tl.log(s_t), acc / s_x, label, scale,
-                       KIND, ACCUMULATE, BLOCK)  # fmt: skip
+            _grad_pass(x_row, t_row, grad_row, width, x_last, t_last, n_full, m_x, s_x, m_t,
+                       s_t, acc, label, bad, grad_scale, n_valid_ptr, KIND, ACCUMULATE,
+                       MEAN_OVER_VALID, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -589,11 +600,7 @@ def _entropy_stats_kernel(
         tl.store(row_stats_ptr + 4 * n_rows + row, acc / s_x)
         tl.store(row_stats_ptr + 5 * n_rows + row, loss)
     else:
-        tl.store(partial_ptr + row, m_x)
-        tl.store(partial_ptr + n_rows + row, s_x)
-        tl.store(partial_ptr + 2 * n_rows + row, m_t)
-        tl.store(partial_ptr + 3 * n_rows + row, s_t)
-        tl.store(partial_ptr + 4 * n_rows + row, acc)
+        _store_raw_stats(partial_ptr, row, n_rows, m_x, s_x, m_t, s_t, acc)
 
 
 @triton.jit
@@ -738,7 +745,7 @@ def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int) -
 
 
 def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate,
-                    *, phases=None, tiles_per_chunk=None, num_warps=None):  # fmt: skip
+                    *, phases=None, tiles_per_chunk=None):  # fmt: skip
     """Chunked form. ``phases``: 1 = one launch that meets in-kernel (the GPU default), 2 = a
     statistics launch then a gradient launch (the interpreter's only option: see the kernel)."""
     n_rows, n_cols = x.shape
@@ -755,8 +762,6 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
     scale, over_valid = _grad_scale(spec, n_rows)
     stats = x.new_empty((5, n_rows * n_chunks), dtype=torch.float32)
     sync = torch.zeros(1 + n_rows, dtype=torch.int32, device=x.device) if phases == 1 else stats
-    if num_warps is None:
-        num_warps = configs.entropy_num_warps(block, {block: configs.ENTROPY_CHUNKED_WARPS})
     for phase in ((3,) if phases == 1 else (1, 2)):
         _entropy_chunked_kernel[(n_rows * n_chunks,)](
             x, t, labels, grad if grad is not None else x, loss_rows, n_valid, stats, sync,
@@ -764,7 +769,7 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
             x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
             KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
             MEAN_OVER_VALID=over_valid, BLOCK=block,
-            CHUNKS_POW2=triton.next_power_of_2(n_chunks), num_warps=num_warps,
+            CHUNKS_POW2=triton.next_power_of_2(n_chunks), num_warps=configs.ENTROPY_CHUNKED_WARPS,
         )  # fmt: skip
 
 
