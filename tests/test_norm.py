@@ -213,10 +213,14 @@ def test_backward_paired_partials(monkeypatch, is_rms, m):
     odd count leaves one row with a single addend). Right against fp64, close to unpaired."""
     from normlab import _runtime
 
-    seen = []
+    seen = []  # partial rows each backward hands to the reduce kernel
     real = K.reduce_partials
-    monkeypatch.setattr(K, "reduce_partials", lambda dw, db, *a, **k: (
-        seen.append((dw if dw is not None else db).shape[0]), real(dw, db, *a, **k))[1])
+
+    def counting_reduce(dw_partial, db_partial, *args, **kwargs):
+        seen.append((dw_partial if dw_partial is not None else db_partial).shape[0])
+        return real(dw_partial, db_partial, *args, **kwargs)
+
+    monkeypatch.setattr(K, "reduce_partials", counting_reduce)
     n_programs = min(triton.cdiv(m, 2), 4 * _runtime.sm_count())
     assert configs.norm_bwd_config("persistent", m, 64, programs_per_sm=4).paired_partials
     _check_backward(m, 64, torch.float32, is_rms, "persistent", programs_per_sm=4, block_rows=2)
