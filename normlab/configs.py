@@ -308,6 +308,7 @@ BLOCK_ROW_BWD_PREFETCH = False
 class BlockRowFwdConfig(NamedTuple):
     block_rows: int
     num_warps: int
+    programs_per_sm: int = 0  # 0: one program per row tile; else a persistent grid (prefetch)
 
 
 class BlockRowBwdConfig(NamedTuple):

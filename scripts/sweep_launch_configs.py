@@ -23,6 +23,9 @@ before each call), bf16. Parts (the JSON of each run is kept in
   loss and vocab, with its agreement with the default and with its own two-launch variant.
 * ``persistent_losses`` (at commit ed5d1ff only, since removed with the kernel change it timed):
   fused losses on a persistent grid against one program per row; chunks of 8 and 16 tiles.
+* ``fwd_persistent``: the forward on a persistent grid (the block-row kernel grid-striding row
+  tiles with a next-tile prefetch) against the default, at the 11 peer shapes and 16..256 columns.
+* ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
   name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs.
 
@@ -381,6 +384,83 @@ def part_chunked(s: Sweep) -> None:
             s.save()
             print(f"chunked {loss} {v}: done, {s.left():.0f} s left", flush=True)
         del x, t
+
+
+def part_fwd_persistent(s: Sweep) -> None:
+    """Forward on a persistent grid (the block-row kernel grid-striding row tiles with a next-tile
+    prefetch) against the default forward, at the 11 peer shapes and the narrow widths."""
+    peer_shapes = ((512, 16384), (1024, 8192), (2048, 4096), (8192, 1024), (4096, 4096),
+                   (16384, 1024), (2048, 16384), (8192, 4096), (16384, 2048), (32768, 1024),
+                   (32768, 8192))
+    for is_rms, (m, n) in itertools.product((True, False), peer_shapes):
+        op = "rms" if is_rms else "ln"
+        x, w, b, _ = norm_inputs(m, n, is_rms)
+        s.time("fwd-persistent", {"op": op, "M": m, "N": n, "kernel": "default"},
+               lambda: K.norm_forward(x, w, b, EPS, is_rms))  # noqa: B023
+        for rows, pps in itertools.product((1, 2, 4), (1, 2, 4)):
+            elems = rows * (1 << (n - 1).bit_length())
+            if elems > 16384:
+                continue
+            for wp in sorted({max(2, min(32, elems // 1024)), max(4, min(32, elems // 512))}):
+                cfg = configs.BlockRowFwdConfig(rows, wp, pps)
+                s.time("fwd-persistent", {"op": op, "M": m, "N": n, "kernel": "persistent",
+                                          "block_rows": rows, "warps": wp, "programs_per_sm": pps},
+                       lambda: NR._fwd(x, w, b, EPS, is_rms, cfg))  # noqa: B023
+        del x, w, b
+        s.save()
+    for is_rms, n in itertools.product((True, False), (16, 32, 64, 128, 256)):
+        op = "rms" if is_rms else "ln"
+        x, w, b, _ = norm_inputs(NARROW_ROWS, n, is_rms)
+        base = configs.block_row_fwd_config(n)
+        for pps in (0, 2, 4, 8):
+            cfg = base._replace(programs_per_sm=pps)
+            s.time("fwd-persistent", {"op": op, "M": NARROW_ROWS, "N": n, "kernel": "block_row",
+                                      "block_rows": cfg.block_rows, "warps": cfg.num_warps,
+                                      "programs_per_sm": pps},
+                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=10)  # noqa: B023
+        del x, w, b
+        s.save()
+
+
+class _WithStages:
+    """Stands in for a @triton.jit kernel: launches it with a fixed num_stages."""
+
+    def __init__(self, kernel, stages):
+        self.kernel, self.stages = kernel, stages
+
+    def __getitem__(self, grid):
+        return functools.partial(self.kernel[grid], num_stages=self.stages)
+
+
+def part_loss_stages(s: Sweep) -> None:
+    """Software-pipelining depth (num_stages) of the fused and chunked loss kernels' loops."""
+    from normlab.kernels import entropy as E
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    fused, chunked = dict(E._FUSED_KERNELS), E._entropy_chunked_kernel
+    cases = {"reverse_kl": (("fused", 4096), ("fused", 2048), ("chunked", 2048)),
+             "cross_entropy": (("fused", 4096), ("chunked", 4096))}
+    for v in (32768, 65536, 131072):
+        x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+        t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
+        labels = torch.randint(0, v, (4096,), device="cuda", generator=g)
+        for loss, forms in cases.items():
+            fn = getattr(normlab, loss)
+            other = labels if loss == "cross_entropy" else t
+            for (form, cap), stages in itertools.product(forms, (None, 1, 2, 3, 4)):
+                try:
+                    if stages is not None:
+                        E._FUSED_KERNELS.update({k: _WithStages(f, stages) for k, f in fused.items()})
+                        E._entropy_chunked_kernel = _WithStages(chunked, stages)
+                    s.time("loss-stages", {"op": loss, "M": 4096, "N": v, "form": form, "cap": cap,
+                                           "num_stages": stages},
+                           lambda: torch.autograd.grad(  # noqa: B023
+                               fn(x, other, form=form, block_cap=cap), x))  # noqa: B023
+                finally:
+                    E._FUSED_KERNELS.update(fused)
+                    E._entropy_chunked_kernel = chunked
+        del x, t
+        s.save()
 
 
 def main() -> int:

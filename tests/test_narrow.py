@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from helpers import assert_close
 
 import normlab
-from normlab import configs
+from normlab import _runtime, configs
 from normlab.kernels import narrow
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -163,6 +163,25 @@ def test_forward_tile_heights(is_rms, max_rows):
     assert_close(rstd, rstd_ref)
 
 
+@pytest.mark.parametrize("n_cols", [17, 1000])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_persistent_forward(is_rms, n_cols):
+    # a fixed grid grid-strides the tiles with a prefetch; rows ragged against tiles x programs
+    cfg = configs.BlockRowFwdConfig(block_rows=2, num_warps=4, programs_per_sm=1)
+    n_programs = _runtime.sm_count()
+    n_rows = cfg.block_rows * (3 * n_programs + 1) + 1
+    x, weight, bias, _ = _make(n_rows, n_cols, torch.bfloat16, True, not is_rms)
+    y, mean, rstd = narrow._fwd(x, weight, bias, EPS[is_rms], is_rms, cfg)
+    y_ref, mean_ref, rstd_ref = _reference(x, weight, bias, EPS[is_rms], is_rms)
+    assert_close(y, y_ref)
+    assert_close(rstd, rstd_ref)
+    if not is_rms:
+        assert_close(mean, mean_ref)
+    y_tile, _, rstd_tile = narrow._fwd(x, weight, bias, EPS[is_rms], is_rms, cfg._replace(
+        programs_per_sm=0))  # fmt: skip
+    assert torch.equal(y, y_tile) and torch.equal(rstd, rstd_tile)  # same arithmetic per tile
+
+
 def test_backward_is_deterministic():
     x, weight, bias, dy = _make(N_ROWS * 3, 17, torch.float32, True, True)
     _y, mean, rstd = narrow.block_row_forward(x, weight, bias, 1e-5, False)
@@ -286,7 +305,7 @@ def test_tile_configs_stay_within_limits(n_cols):
     fwd = configs.block_row_fwd_config(n_cols)
     bwd = configs.block_row_bwd_config(n_cols)
     for (block_rows, num_warps), tile_elems in (
-        (fwd, configs.BLOCK_ROW_TILE_ELEMS),
+        (fwd[:2], configs.BLOCK_ROW_TILE_ELEMS),
         (bwd[:2], configs.BLOCK_ROW_BWD_TILE_ELEMS),
     ):
         assert 1 <= block_rows <= configs.BLOCK_ROW_MAX_ROWS

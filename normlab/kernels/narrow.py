@@ -28,33 +28,27 @@ STRATEGIES = ("auto", "persistent")  # the block-row backward's only dγ/dβ red
 
 
 @triton.jit
-def _block_row_fwd_kernel(
-    x_ptr,  # (n_rows, n_cols) input
-    y_ptr,  # (n_rows, n_cols) output, dtype of x
-    w_ptr,  # (n_cols,) weight; read only if HAS_WEIGHT
-    b_ptr,  # (n_cols,) bias; read only if HAS_BIAS
-    mean_ptr,  # (n_rows,) fp32 row mean; written only for LayerNorm
-    rstd_ptr,  # (n_rows,) fp32 1 / sqrt(var + eps)
-    n_rows,
-    n_cols,
-    x_row_stride,
-    y_row_stride,
-    eps,
-    IS_RMS: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr,
-    BLOCK_COLS: tl.constexpr,
-):
-    """y = (x - mean) * rstd * w + b, rstd = rsqrt(var + eps); RMSNorm: mean = 0 and no b."""
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+def _load_x_tile(x_ptr, tile, n_rows, col_mask, x_row_stride, BLOCK_ROWS: tl.constexpr,
+                 BLOCK_COLS: tl.constexpr):  # fmt: skip
+    """x of one row tile in its storage dtype; rows past n_rows (a tile past the end) read 0."""
+    rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    mask = (rows < n_rows)[:, None] & col_mask[None, :]
+    cols = tl.arange(0, BLOCK_COLS)
+    return tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _normalize_tile(
+    x, tile, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, y_row_stride, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):  # fmt: skip
+    """Normalize one loaded row tile and store y (and mean, rstd)."""
+    rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
     col_mask = cols < n_cols
     mask = row_mask[:, None] & col_mask[None, :]
-    eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
-
-    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
     x = x.to(tl.float32)
     inv_n = 1.0 / n_cols
     if IS_RMS:
@@ -79,6 +73,52 @@ def _block_row_fwd_kernel(
         y.to(y_ptr.dtype.element_ty),
         mask=mask,
     )
+
+
+@triton.jit
+def _block_row_fwd_kernel(
+    x_ptr,  # (n_rows, n_cols) input
+    y_ptr,  # (n_rows, n_cols) output, dtype of x
+    w_ptr,  # (n_cols,) weight; read only if HAS_WEIGHT
+    b_ptr,  # (n_cols,) bias; read only if HAS_BIAS
+    mean_ptr,  # (n_rows,) fp32 row mean; written only for LayerNorm
+    rstd_ptr,  # (n_rows,) fp32 1 / sqrt(var + eps)
+    n_rows,
+    n_cols,
+    x_row_stride,
+    y_row_stride,
+    eps,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    """y = (x - mean) * rstd * w + b, rstd = rsqrt(var + eps); RMSNorm: mean = 0 and no b.
+
+    One program per row tile; PERSISTENT: a fixed grid grid-strides the row tiles, each program
+    loading its next tile before it normalizes and stores the current one, so its loads stay in
+    flight while it stores (the persistent backward's prefetch)."""
+    pid = tl.program_id(0)
+    col_mask = tl.arange(0, BLOCK_COLS) < n_cols
+    eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
+    if PERSISTENT:
+        n_programs = tl.num_programs(0)
+        x_next = _load_x_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
+        for tile in tl.range(pid, tl.cdiv(n_rows, BLOCK_ROWS), n_programs):
+            x = x_next
+            # past the last tile this reads nothing: every row is masked
+            x_next = _load_x_tile(x_ptr, tile + n_programs, n_rows, col_mask, x_row_stride,
+                                  BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
+            _normalize_tile(x, tile, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
+                            y_row_stride, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
+                            BLOCK_COLS)  # fmt: skip
+    else:
+        x = _load_x_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
+        _normalize_tile(x, pid, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
+                        y_row_stride, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
+                        BLOCK_COLS)  # fmt: skip
 
 
 @triton.jit
@@ -262,8 +302,11 @@ def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig):
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    grid = (triton.cdiv(n_rows, cfg.block_rows),)
-    _block_row_fwd_kernel[grid](
+    n_tiles = triton.cdiv(n_rows, cfg.block_rows)
+    n_programs = n_tiles
+    if cfg.programs_per_sm:
+        n_programs = min(n_tiles, cfg.programs_per_sm * _runtime.sm_count(x.device.index))
+    _block_row_fwd_kernel[(n_programs,)](
         x,
         y,
         weight if weight is not None else x,  # dummy pointer, never read
@@ -280,6 +323,7 @@ def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig):
         HAS_BIAS=bias is not None,
         BLOCK_ROWS=cfg.block_rows,
         BLOCK_COLS=triton.next_power_of_2(n_cols),
+        PERSISTENT=n_programs < n_tiles,
         num_warps=cfg.num_warps,
     )
     return y, mean, rstd
