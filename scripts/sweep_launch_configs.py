@@ -25,6 +25,7 @@ before each call), bf16. Parts (the JSON of each run is kept in
   fused losses on a persistent grid against one program per row; chunks of 8 and 16 tiles.
 * ``fwd_persistent``: the forward on a persistent grid (the block-row kernel grid-striding row
   tiles with a next-tile prefetch) against the default, at the 11 peer shapes and 16..256 columns.
+* ``fwd_persistent_rows``: its best configs per width against the default over row counts.
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
   name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs.
@@ -420,6 +421,33 @@ def part_fwd_persistent(s: Sweep) -> None:
                    lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=10)  # noqa: B023
         del x, w, b
         s.save()
+
+
+def part_fwd_persistent_rows(s: Sweep) -> None:
+    """The persistent forward's best configs per width (fwd_persistent) against the default over
+    row counts, to place the switch between the two."""
+    candidates = {1024: ((4, 4, 4), (4, 8, 4), (2, 4, 4)),
+                  2048: ((2, 8, 4), (2, 16, 2), (1, 8, 4), (4, 16, 2)),
+                  4096: ((2, 16, 2), (1, 8, 4), (2, 16, 4)),
+                  8192: ((1, 16, 2), (2, 32, 1), (1, 8, 2)),
+                  16384: ((1, 32, 1), (1, 16, 1))}
+    for is_rms, (n, cands), m in itertools.product(
+        (True, False), candidates.items(), (256, 1024, 2048, 4096, 8192, 16384, 32768)
+    ):
+        if m * n > 2**27:
+            continue
+        op = "rms" if is_rms else "ln"
+        x, w, b, _ = norm_inputs(m, n, is_rms)
+        s.time("fwd-persistent-rows", {"op": op, "M": m, "N": n, "kernel": "default"},
+               lambda: K.norm_forward(x, w, b, EPS, is_rms))  # noqa: B023
+        for rows, wp, pps in cands:
+            cfg = configs.BlockRowFwdConfig(rows, wp, pps)
+            s.time("fwd-persistent-rows", {"op": op, "M": m, "N": n, "kernel": "persistent",
+                                           "block_rows": rows, "warps": wp,
+                                           "programs_per_sm": pps},
+                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg))  # noqa: B023
+        del x, w, b
+    s.save()
 
 
 class _WithStages:
