@@ -163,7 +163,12 @@ near 62 GB/s, the fused kernel near 240 GB/s, level with `torch.compile`. Here i
 the H200.
 
 normlab's forward runs one program per row (`_norm_fwd_kernel`), accumulates in fp32 whatever the
-input dtype, and writes `rstd` for the backward.
+input dtype, and writes `rstd` for the backward. One exception, measured: when the rows fill only a
+few waves of programs (e.g. 1024×8192), every program loads its row, then every program stores, and
+the loads and stores never overlap. There the default (`layout="auto"`) runs a persistent grid
+instead: each program strides over row tiles and loads its next tile before storing the current one
+(`configs.NORM_FWD_PERSISTENT` holds the row windows and the measurements behind them; the recorded
+`normlab[row]` series below is the one-row-per-program kernel on the same shapes).
 '''),
     MODE_NOTE,
     SETUP,

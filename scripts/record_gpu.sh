@@ -14,8 +14,10 @@ bench() { python3 -m normlab bench --no-progress --out "$OUT/part.jsonl" "$@" 2>
 
 python3 -m normlab info 2>&1 | tee -a "$log"
 if [[ $WHAT == all || $WHAT == norms ]]; then
-  # Forward does not depend on the backward strategy: time it once per impl.
-  bench --op rms_norm,layer_norm --shapes peers --direction fwd --impl eager,torch,compile,normlab
+  # Forward does not depend on the backward strategy: time it once per impl (and normlab's
+  # one-row-per-program forward, layout=row, beside the default's persistent grid where it applies).
+  bench --op rms_norm,layer_norm --shapes peers --direction fwd --impl eager,torch,compile
+  bench --op rms_norm,layer_norm --shapes peers --direction fwd --impl normlab --layout auto,row
   bench --op rms_norm,layer_norm --shapes peers --direction bwd --impl eager,torch,compile
   bench --op rms_norm,layer_norm --shapes peers --direction bwd --impl normlab \
         --strategy auto,atomic,two_stage,persistent

@@ -205,6 +205,56 @@ def test_backward_persistent_program_count(programs_per_sm):
                     block_rows=2)  # fmt: skip
 
 
+def test_persistent_forward_window():
+    # The persistent forward's row windows per width, at their exact edges.
+    for width, (lo, hi, tile) in configs.NORM_FWD_PERSISTENT.items():
+        for n_cols in (width // 2 + 1, width):  # widths that share next_pow2
+            assert configs.norm_fwd_persistent_config(lo, n_cols) == configs.BlockRowFwdConfig(*tile)
+            assert configs.norm_fwd_persistent_config(hi, n_cols) is not None
+            assert configs.norm_fwd_persistent_config(lo - 1, n_cols) is None
+            assert configs.norm_fwd_persistent_config(hi + 1, n_cols) is None
+    assert configs.norm_fwd_persistent_config(2048, 1000) is not None  # next_pow2(1000) = 1024
+    assert configs.norm_fwd_persistent_config(2048, 512) is None  # below 1024: not measured
+    assert configs.norm_fwd_persistent_config(512, 20000) is None  # wider than one tile
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_persistent_forward_dispatch(monkeypatch, is_rms):
+    """layout="auto" takes the persistent-grid forward inside its window (here 256 rows of 5000
+    columns, the 8192-wide entry's lower edge), layout="row" one row per program; both match
+    fp64 and each other, forward and backward."""
+    from normlab.kernels import narrow
+
+    m, n = configs.NORM_FWD_PERSISTENT[8192][0], 5000
+    launched = []
+
+    class Named:
+        def __init__(self, name, kernel):
+            self.name, self.kernel = name, kernel
+
+        def __getitem__(self, grid):
+            launched.append(self.name)
+            return self.kernel[grid]
+
+    monkeypatch.setattr(narrow, "_block_row_fwd_kernel",
+                        Named("persistent", narrow._block_row_fwd_kernel))  # fmt: skip
+    monkeypatch.setattr(K, "_norm_fwd_kernel", Named("row", K._norm_fwd_kernel))
+    x, w, b = _inputs(m, n, torch.float32, is_rms, offset=3.0)
+    y_ref = ref.rms_norm(x.double(), w.double(), 1e-5) if is_rms else ref.layer_norm(
+        x.double(), w.double(), b.double(), 1e-5)  # fmt: skip
+    dy = torch.randn(m, n)
+    ys, dxs = {}, {}
+    for layout in ("auto", "row"):
+        launched.clear()
+        xg = x.clone().requires_grad_(True)
+        ys[layout] = _fwd(xg, w, b, 1e-5, is_rms, layout=layout)
+        assert launched == ["persistent" if layout == "auto" else "row"]
+        assert_close(ys[layout], y_ref)
+        (dxs[layout],) = torch.autograd.grad(ys[layout], xg, dy)
+    assert_close(ys["auto"], ys["row"].double())
+    assert_close(dxs["auto"], dxs["row"].double())  # the backward reads the forward's mean/rstd
+
+
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 @pytest.mark.parametrize("m", [25, 41], ids=["13-programs", "16-programs"])
 def test_backward_paired_partials(monkeypatch, is_rms, m):
