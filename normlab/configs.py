@@ -39,7 +39,8 @@ NORM_FWD_WARPS = ((1024, 2), (2048, 4), (8192, 8), (16384, 16))
 # (RMS 512x16384 11.6 µs at 8192 / 8 warps vs 12.1 default, compile 10.2) and 2-8 rows per
 # program (the block-row kernel at 1024-4096 columns) by 0-3% (RMS 8192x1024 10.9 vs 11.2):
 # within run-to-run noise, so one row per program stays there (a persistent grid with a
-# prefetch does win in a window of row counts: NORM_FWD_PERSISTENT below).
+# prefetch does win in a window of row counts, and two-row tiles above it at 1024 columns:
+# NORM_FWD_BLOCK_ROW below).
 
 # Opt-in autotune space (NORMLAB_AUTOTUNE=1, GPU only), seed 002: blocks 512..8192, 4..16 warps;
 # the prune hook drops blocks narrower than the row (all but the widest when none fits).
@@ -60,34 +61,44 @@ def norm_fwd_config(n_cols: int) -> NormFwdConfig:
     return NormFwdConfig(block_size=block, num_warps=warps)
 
 
-# Forward on a persistent grid (layout="auto" only): the block-row kernel (kernels/narrow.py)
-# grid-strides row tiles, loading each program's next tile before it normalizes and stores the
-# current one. With one row per program, a launch of a few waves loads everything, then stores
-# everything; the prefetch overlaps the two. It wins only in a window of row counts, per
-# next_pow2(n_cols): (min rows, max rows, (tile rows, warps, programs per SM)). Measured (H200,
-# torch 2.11, triton 3.6, 2026-11-29; normlab/data/dev/sweep_launch_configs_h200.json, runs
-# "fwd_persistent" at 0ad59d4 and "fwd_persistent_rows" at e59d49c), persistent / default time,
-# RMS then LN: 1024 cols 0.92 / 0.97 at 2048 rows, 0.88 / 0.91 at 4096, 0.95 / 1.04 at 8192;
-# 2048 cols 0.94 / 0.83 at 2048, 0.97 / 0.93 at 4096, 1.04 / 1.01 at 8192; 4096 cols 0.99 / 0.82
-# at 1024, 0.92 / 0.89 at 2048, 1.02 / 0.99 at 4096; 8192 cols 0.87 / 0.99 at 256, 0.90 / 0.85 at
-# 1024, 0.99 / 0.92 at 4096, 1.01 / 0.94 at 8192; 16384 cols 11.0 / 12.7 us vs 12.2 / 14.2 at 512
-# rows, 0.93 / 0.92 at 1024, 0.98 / 0.95 at 2048, 1.01 / 0.98 at 4096, 1.03 / 1.03 at 256. Outside
-# the windows (and below 1024 columns, not measured) one row per program stays.
-NORM_FWD_PERSISTENT = {
-    1024: (2048, 4096, (4, 4, 4)),
-    2048: (2048, 4096, (2, 8, 4)),
-    4096: (1024, 2048, (1, 8, 4)),
-    8192: (256, 4096, (1, 16, 2)),
-    16384: (512, 2048, (1, 32, 1)),
+# Forward with the block-row kernel (kernels/narrow.py) instead of one row per program, in
+# row-count windows per next_pow2(n_cols) (layout="auto" only): (min rows, max rows or None,
+# (tile rows, warps, programs per SM)); programs per SM 0 = one program per tile.
+#
+# A persistent grid (programs per SM > 0): programs grid-stride row tiles and load their next tile
+# before they normalize and store the current one. With one row per program, a launch of a few
+# waves loads every row, then stores every row, and nothing overlaps the two; the prefetch
+# overlaps them. Measured (H200, torch 2.11, triton 3.6, 2026-11-29;
+# normlab/data/dev/sweep_launch_configs_h200.json, runs "fwd_persistent" at 0ad59d4 and
+# "fwd_persistent_rows" at e59d49c), persistent / one-row time, RMS then LN: 1024 cols 0.92 / 0.97
+# at 2048 rows, 0.88 / 0.91 at 4096, 0.95 / 1.04 at 8192; 2048 cols 0.94 / 0.83 at 2048,
+# 0.97 / 0.93 at 4096, 1.04 / 1.01 at 8192; 4096 cols 0.99 / 0.82 at 1024, 0.92 / 0.89 at 2048,
+# 1.02 / 0.99 at 4096; 8192 cols 0.87 / 0.99 at 256, 0.90 / 0.85 at 1024, 0.99 / 0.92 at 4096,
+# 1.01 / 0.94 at 8192; 16384 cols 11.0 / 12.7 us vs 12.2 / 14.2 at 512 rows, 0.93 / 0.92 at
+# 1024, 0.98 / 0.95 at 2048, 1.01 / 0.98 at 4096, 1.03 / 1.03 at 256.
+#
+# Two-row tiles at 4 warps, one program per tile, above the persistent window at 1024 columns:
+# faster than one row per program in all 12 comparisons of two runs ("fwd-multirow" at
+# 581b5e0, "fwd_1024" at 0e50d9d): RMS 8192 / 16384 / 32768 rows 10.92 / 19.41 / 35.15 vs 11.18 /
+# 19.73 / 35.55 us, then 10.76 / 19.05 / 34.93 vs 11.32 / 19.56 / 35.55; LN 11.72 / 19.91 / 35.72
+# vs 12.12 / 20.52 / 36.08, then 11.51 / 19.55 / 35.31 vs 11.81 / 20.48 / 35.89. At 2048 columns
+# no tile beat one row per program (16384 rows). Outside the windows (and below 1024 columns,
+# not measured) one row per program stays.
+NORM_FWD_BLOCK_ROW = {
+    1024: ((2048, 4096, (4, 4, 4)), (4097, None, (2, 4, 0))),
+    2048: ((2048, 4096, (2, 8, 4)),),
+    4096: ((1024, 2048, (1, 8, 4)),),
+    8192: ((256, 4096, (1, 16, 2)),),
+    16384: ((512, 2048, (1, 32, 1)),),
 }
 
 
-def norm_fwd_persistent_config(n_rows: int, n_cols: int) -> BlockRowFwdConfig | None:
-    """The persistent forward's launch config where it is measured faster, else None."""
-    window = NORM_FWD_PERSISTENT.get(_next_pow2(n_cols))
-    if window is None or not window[0] <= n_rows <= window[1]:
-        return None
-    return BlockRowFwdConfig(*window[2])
+def norm_fwd_block_row_config(n_rows: int, n_cols: int) -> BlockRowFwdConfig | None:
+    """The block-row forward's config where it measured faster than one row per program."""
+    for lo, hi, tile in NORM_FWD_BLOCK_ROW.get(_next_pow2(n_cols), ()):
+        if lo <= n_rows and (hi is None or n_rows <= hi):
+            return BlockRowFwdConfig(*tile)
+    return None
 
 
 # Backward. Rows up to this many columns are single-pass (the whole row in one register tile); wider

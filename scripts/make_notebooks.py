@@ -167,8 +167,9 @@ input dtype, and writes `rstd` for the backward. One exception, measured: when t
 few waves of programs (e.g. 1024×8192), every program loads its row, then every program stores, and
 the loads and stores never overlap. There the default (`layout="auto"`) runs a persistent grid
 instead: each program strides over row tiles and loads its next tile before storing the current one
-(`configs.NORM_FWD_PERSISTENT` holds the row windows and the measurements behind them; the recorded
-`normlab[row]` series below is the one-row-per-program kernel on the same shapes).
+(`configs.NORM_FWD_BLOCK_ROW` holds the row windows and the measurements behind them, with a
+second, smaller case: two-row tiles at 1024 columns and many rows; the recorded `normlab[row]`
+series below is the one-row-per-program kernel on the same shapes).
 '''),
     MODE_NOTE,
     SETUP,

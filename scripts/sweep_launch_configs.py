@@ -26,6 +26,7 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``fwd_persistent``: the forward on a persistent grid (the block-row kernel grid-striding row
   tiles with a next-tile prefetch) against the default, at the 11 peer shapes and 16..256 columns.
 * ``fwd_persistent_rows``: its best configs per width against the default over row counts.
+* ``fwd_1024``: 1024 columns at 8192-32768 rows, block-row tile heights x warps.
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
   name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs.
@@ -445,6 +446,25 @@ def part_fwd_persistent_rows(s: Sweep) -> None:
             s.time("fwd-persistent-rows", {"op": op, "M": m, "N": n, "kernel": "persistent",
                                            "block_rows": rows, "warps": wp,
                                            "programs_per_sm": pps},
+                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg))  # noqa: B023
+        del x, w, b
+    s.save()
+
+
+def part_fwd_1024(s: Sweep) -> None:
+    """1024 columns, many rows (where torch.compile's forward leads): the block-row kernel's tile
+    heights x warps, one program per tile, against the default one-row-per-program forward."""
+    for is_rms, m in itertools.product((True, False), (8192, 16384, 32768)):
+        op = "rms" if is_rms else "ln"
+        x, w, b, _ = norm_inputs(m, 1024, is_rms)
+        s.time("fwd-1024", {"op": op, "M": m, "N": 1024, "kernel": "default"},
+               lambda: K.norm_forward(x, w, b, EPS, is_rms))  # noqa: B023
+        for rows, wp in itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8, 16)):
+            if not 4 <= rows * 1024 // (32 * wp) <= 64:  # elements per thread
+                continue
+            cfg = configs.BlockRowFwdConfig(rows, wp)
+            s.time("fwd-1024", {"op": op, "M": m, "N": 1024, "kernel": "block_row",
+                                "block_rows": rows, "warps": wp},
                    lambda: NR._fwd(x, w, b, EPS, is_rms, cfg))  # noqa: B023
         del x, w, b
     s.save()

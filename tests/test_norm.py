@@ -205,27 +205,36 @@ def test_backward_persistent_program_count(programs_per_sm):
                     block_rows=2)  # fmt: skip
 
 
-def test_persistent_forward_window():
-    # The persistent forward's row windows per width, at their exact edges.
-    for width, (lo, hi, tile) in configs.NORM_FWD_PERSISTENT.items():
+def test_block_row_forward_windows():
+    # The block-row forward's row windows per width, at their exact edges.
+    for width, windows in configs.NORM_FWD_BLOCK_ROW.items():
         for n_cols in (width // 2 + 1, width):  # widths that share next_pow2
-            assert configs.norm_fwd_persistent_config(lo, n_cols) == configs.BlockRowFwdConfig(*tile)
-            assert configs.norm_fwd_persistent_config(hi, n_cols) is not None
-            assert configs.norm_fwd_persistent_config(lo - 1, n_cols) is None
-            assert configs.norm_fwd_persistent_config(hi + 1, n_cols) is None
-    assert configs.norm_fwd_persistent_config(2048, 1000) is not None  # next_pow2(1000) = 1024
-    assert configs.norm_fwd_persistent_config(2048, 512) is None  # below 1024: not measured
-    assert configs.norm_fwd_persistent_config(512, 20000) is None  # wider than one tile
+            for lo, hi, tile in windows:
+                cfg = configs.BlockRowFwdConfig(*tile)
+                assert configs.norm_fwd_block_row_config(lo, n_cols) == cfg
+                if hi is not None:
+                    assert configs.norm_fwd_block_row_config(hi, n_cols) == cfg
+            lo, hi = windows[0][0], windows[-1][1]
+            assert configs.norm_fwd_block_row_config(lo - 1, n_cols) is None
+            if hi is not None:
+                assert configs.norm_fwd_block_row_config(hi + 1, n_cols) is None
+    # 1024 columns: persistent up to 4096 rows, two-row tiles (one program each) from 4097 on
+    assert configs.norm_fwd_block_row_config(4096, 1000).programs_per_sm == 4
+    assert configs.norm_fwd_block_row_config(4097, 1000) == configs.BlockRowFwdConfig(2, 4, 0)
+    assert configs.norm_fwd_block_row_config(10**6, 1024) == configs.BlockRowFwdConfig(2, 4, 0)
+    assert configs.norm_fwd_block_row_config(2048, 512) is None  # below 1024: not measured
+    assert configs.norm_fwd_block_row_config(512, 20000) is None  # wider than one tile
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_persistent_forward_dispatch(monkeypatch, is_rms):
-    """layout="auto" takes the persistent-grid forward inside its window (here 256 rows of 5000
-    columns, the 8192-wide entry's lower edge), layout="row" one row per program; both match
-    fp64 and each other, forward and backward."""
+@pytest.mark.parametrize("m, n", [(256, 5000), (4097, 600)], ids=["persistent", "two-row-tiles"])
+def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):
+    """layout="auto" takes the block-row forward inside its windows (the 8192-wide persistent
+    window's lower edge; the 1024-wide two-row tiles' lower edge), layout="row" one row per
+    program; both match fp64 and each other, forward and backward."""
     from normlab.kernels import narrow
 
-    m, n = configs.NORM_FWD_PERSISTENT[8192][0], 5000
+    assert configs.norm_fwd_block_row_config(m, n) is not None
     launched = []
 
     class Named:
@@ -237,7 +246,7 @@ def test_persistent_forward_dispatch(monkeypatch, is_rms):
             return self.kernel[grid]
 
     monkeypatch.setattr(narrow, "_block_row_fwd_kernel",
-                        Named("persistent", narrow._block_row_fwd_kernel))  # fmt: skip
+                        Named("block_row", narrow._block_row_fwd_kernel))  # fmt: skip
     monkeypatch.setattr(K, "_norm_fwd_kernel", Named("row", K._norm_fwd_kernel))
     x, w, b = _inputs(m, n, torch.float32, is_rms, offset=3.0)
     y_ref = ref.rms_norm(x.double(), w.double(), 1e-5) if is_rms else ref.layer_norm(
@@ -248,7 +257,7 @@ def test_persistent_forward_dispatch(monkeypatch, is_rms):
         launched.clear()
         xg = x.clone().requires_grad_(True)
         ys[layout] = _fwd(xg, w, b, 1e-5, is_rms, layout=layout)
-        assert launched == ["persistent" if layout == "auto" else "row"]
+        assert launched == ["block_row" if layout == "auto" else "row"]
         assert_close(ys[layout], y_ref)
         (dxs[layout],) = torch.autograd.grad(ys[layout], xg, dy)
     assert_close(ys["auto"], ys["row"].double())

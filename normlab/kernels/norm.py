@@ -1,8 +1,9 @@
 """RMSNorm and LayerNorm: a row-per-program forward and three backward dweight strategies.
 
 The forward runs one program per row, except under ``layout="auto"`` in the row-count windows of
-``configs.NORM_FWD_PERSISTENT``, where the block-row kernel (``kernels/narrow.py``) runs on a
-persistent grid that prefetches each program's next row tile.
+``configs.NORM_FWD_BLOCK_ROW``, where the block-row kernel (``kernels/narrow.py``) takes it: on a
+persistent grid that prefetches each program's next row tile when the rows fill only a few
+waves, in two-row tiles at 1024 columns above that.
 
     RMSNorm    y = x * rstd * w              rstd = 1 / sqrt(mean(x^2) + eps)
     LayerNorm  y = (x - mean) * rstd * w + b  rstd = 1 / sqrt(var(x) + eps)
@@ -663,21 +664,21 @@ def _reduce_partials_kernel(
 
 
 def norm_forward(x2d, weight, bias, eps, is_rms, *, block_size=None, num_warps=None,
-                 persistent=False):  # fmt: skip
+                 block_row=False):  # fmt: skip
     """Forward launcher: x2d (n_rows, n_cols) -> (y, mean | None, rstd), mean/rstd fp32 (n_rows,).
 
     ``block_size``/``num_warps`` override the heuristic (``configs.norm_fwd_config``); with
     ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the autotuned kernel picks them.
-    ``persistent=True`` takes the persistent-grid forward (the block-row kernel) where
-    ``configs.norm_fwd_persistent_config`` measured it faster; elsewhere one row per program.
+    ``block_row=True`` takes the block-row kernel (multi-row tiles, or a persistent grid) where
+    ``configs.norm_fwd_block_row_config`` measured it faster; elsewhere one row per program.
     """
     x2d = unit_col_stride(x2d)
     n_rows, n_cols = x2d.shape
-    persistent_cfg = configs.norm_fwd_persistent_config(n_rows, n_cols) if persistent else None
-    if persistent_cfg is not None and block_size is None and num_warps is None:
+    tile_cfg = configs.norm_fwd_block_row_config(n_rows, n_cols) if block_row else None
+    if tile_cfg is not None and block_size is None and num_warps is None:
         from normlab.kernels import narrow
 
-        return narrow._fwd(x2d, weight, bias, eps, is_rms, persistent_cfg)
+        return narrow._fwd(x2d, weight, bias, eps, is_rms, tile_cfg)
     y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
     mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
@@ -900,7 +901,7 @@ def _norm_fwd_op(
 
         y, mean, rstd = narrow.block_row_forward(x.contiguous(), weight, bias, eps, is_rms)
     else:
-        y, mean, rstd = norm_forward(x, weight, bias, eps, is_rms, persistent=layout == "auto")
+        y, mean, rstd = norm_forward(x, weight, bias, eps, is_rms, block_row=layout == "auto")
     return y, (mean if mean is not None else rstd.new_empty(0)), rstd
 
 
