@@ -41,11 +41,19 @@ def _load_x_tile(x_ptr, tile, n_rows, col_mask, x_row_stride, BLOCK_ROWS: tl.con
 
 
 @triton.jit
-def _load_vector(ptr, cols, col_mask, UNMASKED: tl.constexpr):
+def _load_vector(ptr, cols, n_cols, UNMASKED: tl.constexpr):
     """A weight or bias vector, fp32 (0 past n_cols)."""
     if UNMASKED:
         return tl.load(ptr + cols).to(tl.float32)
-    return tl.load(ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    return tl.load(ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _store_maybe_masked(ptrs, values, mask, UNMASKED: tl.constexpr):
+    if UNMASKED:
+        tl.store(ptrs, values)
+    else:
+        tl.store(ptrs, values, mask=mask)
 
 
 @triton.jit
@@ -58,13 +66,7 @@ def _normalize_tile(
     rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
-    col_mask = cols < n_cols
-    if UNMASKED:
-        row_mask = None
-        col_mask = None
-        mask = None
-    else:
-        mask = row_mask[:, None] & col_mask[None, :]
+    mask = row_mask[:, None] & (cols < n_cols)[None, :]
     x = x.to(tl.float32)
     inv_n = 1.0 / n_cols
     if IS_RMS:
@@ -74,20 +76,17 @@ def _normalize_tile(
         xc = x - mean[:, None]
         if not UNMASKED:  # padding columns must stay 0 so they add nothing to the variance
             xc = tl.where(mask, xc, 0.0)
-        tl.store(mean_ptr + rows, mean, mask=row_mask)
+        _store_maybe_masked(mean_ptr + rows, mean, row_mask, UNMASKED)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) * inv_n + eps)
-    tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+    _store_maybe_masked(rstd_ptr + rows, rstd, row_mask, UNMASKED)
 
     y = xc * rstd[:, None]
     if HAS_WEIGHT:
-        y = y * _load_vector(w_ptr, cols, col_mask, UNMASKED)[None, :]
+        y = y * _load_vector(w_ptr, cols, n_cols, UNMASKED)[None, :]
     if HAS_BIAS:
-        y = y + _load_vector(b_ptr, cols, col_mask, UNMASKED)[None, :]
-    tl.store(
-        y_ptr + rows[:, None] * y_row_stride + cols[None, :],
-        y.to(y_ptr.dtype.element_ty),
-        mask=mask,
-    )
+        y = y + _load_vector(b_ptr, cols, n_cols, UNMASKED)[None, :]
+    y_ptrs = y_ptr + rows[:, None] * y_row_stride + cols[None, :]
+    _store_maybe_masked(y_ptrs, y.to(y_ptr.dtype.element_ty), mask, UNMASKED)
 
 
 @triton.jit
