@@ -41,19 +41,11 @@ def _load_x_tile(x_ptr, tile, n_rows, col_mask, x_row_stride, BLOCK_ROWS: tl.con
 
 
 @triton.jit
-def _load_vector(ptr, cols, n_cols, UNMASKED: tl.constexpr):
+def _load_vector(ptr, cols, col_mask, UNMASKED: tl.constexpr):
     """A weight or bias vector, fp32 (0 past n_cols)."""
     if UNMASKED:
         return tl.load(ptr + cols).to(tl.float32)
-    return tl.load(ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _store_maybe_masked(ptrs, values, mask, UNMASKED: tl.constexpr):
-    if UNMASKED:
-        tl.store(ptrs, values)
-    else:
-        tl.store(ptrs, values, mask=mask)
+    return tl.load(ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -66,7 +58,13 @@ def _normalize_tile(
     rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
-    mask = row_mask[:, None] & (cols < n_cols)[None, :]
+    col_mask = cols < n_cols
+    if UNMASKED:
+        row_mask = None
+        col_mask = None
+        mask = None
+    else:
+        mask = row_mask[:, None] & col_mask[None, :]
     x = x.to(tl.float32)
     inv_n = 1.0 / n_cols
     if IS_RMS:
@@ -76,17 +74,20 @@ def _normalize_tile(
         xc = x - mean[:, None]
         if not UNMASKED:  # padding columns must stay 0 so they add nothing to the variance
             xc = tl.where(mask, xc, 0.0)
-        _store_maybe_masked(mean_ptr + rows, mean, row_mask, UNMASKED)
+        tl.store(mean_ptr + rows, mean, mask=row_mask)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) * inv_n + eps)
-    _store_maybe_masked(rstd_ptr + rows, rstd, row_mask, UNMASKED)
+    tl.store(rstd_ptr + rows, rstd, mask=row_mask)
 
     y = xc * rstd[:, None]
     if HAS_WEIGHT:
-        y = y * _load_vector(w_ptr, cols, n_cols, UNMASKED)[None, :]
+        y = y * _load_vector(w_ptr, cols, col_mask, UNMASKED)[None, :]
     if HAS_BIAS:
-        y = y + _load_vector(b_ptr, cols, n_cols, UNMASKED)[None, :]
-    y_ptrs = y_ptr + rows[:, None] * y_row_stride + cols[None, :]
-    _store_maybe_masked(y_ptrs, y.to(y_ptr.dtype.element_ty), mask, UNMASKED)
+        y = y + _load_vector(b_ptr, cols, col_mask, UNMASKED)[None, :]
+    tl.store(
+        y_ptr + rows[:, None] * y_row_stride + cols[None, :],
+        y.to(y_ptr.dtype.element_ty),
+        mask=mask,
+    )
 
 
 @triton.jit
