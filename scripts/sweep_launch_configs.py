@@ -27,7 +27,6 @@ before each call), bf16. Parts (the JSON of each run is kept in
   tiles with a next-tile prefetch) against the default, at the 11 peer shapes and 16..256 columns.
 * ``fwd_persistent_rows``: its best configs per width against the default over row counts.
 * ``fwd_1024``: 1024 columns at 8192-32768 rows, block-row tile heights x warps.
-* ``fwd_unmasked``: the block-row forward with and without predicates on exactly tiled shapes.
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
   name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs.
@@ -469,23 +468,6 @@ def part_fwd_1024(s: Sweep) -> None:
                    lambda: NR._fwd(x, w, b, EPS, is_rms, cfg))  # noqa: B023
         del x, w, b
     s.save()
-
-
-def part_fwd_unmasked(s: Sweep) -> None:
-    """The block-row forward with and without predicates where the tiles cover the matrix exactly
-    (a power-of-two width, rows a multiple of the tile height): 1024 columns and 16..256."""
-    shapes = [(m, 1024) for m in (8192, 16384, 32768)] + [(NARROW_ROWS, n) for n in (16, 32, 64, 128, 256)]
-    for is_rms, (m, n) in itertools.product((True, False), shapes):
-        op = "rms" if is_rms else "ln"
-        x, w, b, _ = norm_inputs(m, n, is_rms)
-        cfg = configs.norm_fwd_block_row_config(m, n) or configs.block_row_fwd_config(n)
-        for unmasked in (False, True, False, True):  # twice, interleaved
-            s.time("fwd-unmasked", {"op": op, "M": m, "N": n, "block_rows": cfg.block_rows,
-                                    "warps": cfg.num_warps, "unmasked": unmasked},
-                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg, allow_unmasked=unmasked),  # noqa: B023
-                   reps=10 if m == NARROW_ROWS else None)
-        del x, w, b
-        s.save()
 
 
 class _WithStages:

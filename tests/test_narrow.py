@@ -182,21 +182,6 @@ def test_persistent_forward(is_rms, n_cols):
     assert torch.equal(y, y_tile) and torch.equal(rstd, rstd_tile)  # same arithmetic per tile
 
 
-@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_unmasked_forward(is_rms):
-    # whole tiles of a power-of-two width drop every predicate; the result is the masked one's
-    cfg = configs.BlockRowFwdConfig(block_rows=4, num_warps=4)
-    x, weight, bias, _ = _make(4 * 9, 64, torch.float32, True, not is_rms)
-    y, mean, rstd = narrow._fwd(x, weight, bias, EPS[is_rms], is_rms, cfg)
-    masked = narrow._fwd(x, weight, bias, EPS[is_rms], is_rms, cfg, allow_unmasked=False)
-    y_ref, _, rstd_ref = _reference(x, weight, bias, EPS[is_rms], is_rms)
-    assert_close(y, y_ref)
-    assert_close(rstd, rstd_ref)
-    assert torch.equal(y, masked[0]) and torch.equal(rstd, masked[2])
-    if not is_rms:
-        assert torch.equal(mean, masked[1])
-
-
 def test_backward_is_deterministic():
     x, weight, bias, dy = _make(N_ROWS * 3, 17, torch.float32, True, True)
     _y, mean, rstd = narrow.block_row_forward(x, weight, bias, 1e-5, False)

@@ -29,60 +29,45 @@ STRATEGIES = ("auto", "persistent")  # the block-row backward's only dγ/dβ red
 
 @triton.jit
 def _load_x_tile(x_ptr, tile, n_rows, col_mask, x_row_stride, BLOCK_ROWS: tl.constexpr,
-                 BLOCK_COLS: tl.constexpr, UNMASKED: tl.constexpr):  # fmt: skip
-    """x of one row tile in its storage dtype; rows past n_rows (a tile past the end) read 0.
-    UNMASKED: the tile is known to lie inside the matrix (no predicates)."""
+                 BLOCK_COLS: tl.constexpr):  # fmt: skip
+    """x of one row tile in its storage dtype; rows past n_rows (a tile past the end) read 0."""
     rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    mask = (rows < n_rows)[:, None] & col_mask[None, :]
     cols = tl.arange(0, BLOCK_COLS)
-    ptrs = x_ptr + rows[:, None] * x_row_stride + cols[None, :]
-    if UNMASKED:
-        return tl.load(ptrs)
-    return tl.load(ptrs, mask=(rows < n_rows)[:, None] & col_mask[None, :], other=0.0)
-
-
-@triton.jit
-def _load_vector(ptr, cols, col_mask, UNMASKED: tl.constexpr):
-    """A weight or bias vector, fp32 (0 past n_cols)."""
-    if UNMASKED:
-        return tl.load(ptr + cols).to(tl.float32)
-    return tl.load(ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    return tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
 
 
 @triton.jit
 def _normalize_tile(
     x, tile, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, y_row_stride, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, UNMASKED: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
 ):  # fmt: skip
-    """Normalize one loaded row tile and store y (and mean, rstd); UNMASKED as _load_x_tile."""
+    """Normalize one loaded row tile and store y (and mean, rstd)."""
     rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
     col_mask = cols < n_cols
-    if UNMASKED:
-        row_mask = None
-        col_mask = None
-        mask = None
-    else:
-        mask = row_mask[:, None] & col_mask[None, :]
+    mask = row_mask[:, None] & col_mask[None, :]
     x = x.to(tl.float32)
     inv_n = 1.0 / n_cols
     if IS_RMS:
         xc = x
     else:
         mean = tl.sum(x, axis=1) * inv_n
-        xc = x - mean[:, None]
-        if not UNMASKED:  # padding columns must stay 0 so they add nothing to the variance
-            xc = tl.where(mask, xc, 0.0)
+        # padding columns must stay 0 so they add nothing to the variance
+        xc = tl.where(mask, x - mean[:, None], 0.0)
         tl.store(mean_ptr + rows, mean, mask=row_mask)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) * inv_n + eps)
     tl.store(rstd_ptr + rows, rstd, mask=row_mask)
 
     y = xc * rstd[:, None]
     if HAS_WEIGHT:
-        y = y * _load_vector(w_ptr, cols, col_mask, UNMASKED)[None, :]
+        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        y = y * w[None, :]
     if HAS_BIAS:
-        y = y + _load_vector(b_ptr, cols, col_mask, UNMASKED)[None, :]
+        b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        y = y + b[None, :]
     tl.store(
         y_ptr + rows[:, None] * y_row_stride + cols[None, :],
         y.to(y_ptr.dtype.element_ty),
@@ -109,35 +94,31 @@ def _block_row_fwd_kernel(
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     PERSISTENT: tl.constexpr,
-    UNMASKED: tl.constexpr,
 ):
     """y = (x - mean) * rstd * w + b, rstd = rsqrt(var + eps); RMSNorm: mean = 0 and no b.
 
     One program per row tile; PERSISTENT: a fixed grid grid-strides the row tiles, each program
     loading its next tile before it normalizes and stores the current one, so its loads stay in
-    flight while it stores (the persistent backward's prefetch). UNMASKED (one program per tile
-    only): every tile lies inside the matrix, so no load or store is predicated."""
+    flight while it stores (the persistent backward's prefetch)."""
     pid = tl.program_id(0)
     col_mask = tl.arange(0, BLOCK_COLS) < n_cols
     eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
     if PERSISTENT:
         n_programs = tl.num_programs(0)
-        x_next = _load_x_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS,
-                              False)  # fmt: skip
+        x_next = _load_x_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
         for tile in tl.range(pid, tl.cdiv(n_rows, BLOCK_ROWS), n_programs):
             x = x_next
             # past the last tile this reads nothing: every row is masked
             x_next = _load_x_tile(x_ptr, tile + n_programs, n_rows, col_mask, x_row_stride,
-                                  BLOCK_ROWS, BLOCK_COLS, False)  # fmt: skip
+                                  BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
             _normalize_tile(x, tile, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
                             y_row_stride, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
-                            BLOCK_COLS, False)  # fmt: skip
+                            BLOCK_COLS)  # fmt: skip
     else:
-        x = _load_x_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS,
-                         UNMASKED)  # fmt: skip
+        x = _load_x_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
         _normalize_tile(x, pid, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
                         y_row_stride, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
-                        BLOCK_COLS, UNMASKED)  # fmt: skip
+                        BLOCK_COLS)  # fmt: skip
 
 
 @triton.jit
@@ -314,9 +295,8 @@ def _check_vector(name: str, t, n: int, like: torch.Tensor, dtype=None) -> None:
         raise ValueError(f"{name} is on {t.device} but x is on {like.device}")
 
 
-def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig, *, allow_unmasked=True):
-    """Launch the forward with an explicit config (tuning scripts call this; no width limit).
-    ``allow_unmasked=False`` keeps the predicates where the tiles would not need them (A/B)."""
+def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig):
+    """Launch the forward with an explicit config (tuning scripts call this; no width limit)."""
     n_rows, n_cols = x.shape
     x = unit_col_stride(x)
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
@@ -344,8 +324,6 @@ def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig, *, allow_
         BLOCK_ROWS=cfg.block_rows,
         BLOCK_COLS=triton.next_power_of_2(n_cols),
         PERSISTENT=n_programs < n_tiles,
-        UNMASKED=(allow_unmasked and n_programs == n_tiles and n_rows % cfg.block_rows == 0
-                  and n_cols == triton.next_power_of_2(n_cols)),
         num_warps=cfg.num_warps,
     )
     return y, mean, rstd
