@@ -83,7 +83,9 @@ def norm_fwd_config(n_cols: int) -> NormFwdConfig:
 # 19.73 / 35.55 us, then 10.76 / 19.05 / 34.93 vs 11.32 / 19.56 / 35.55; LN 11.72 / 19.91 / 35.72
 # vs 12.12 / 20.52 / 36.08, then 11.51 / 19.55 / 35.31 vs 11.81 / 20.48 / 35.89. At 2048 columns
 # no tile beat one row per program (16384 rows). Outside the windows (and below 1024 columns,
-# not measured) one row per program stays.
+# not measured) one row per program stays. Dropping the loads' and stores' predicates where the
+# tiles cover the matrix exactly measured no faster (0.97-1.01x; run "fwd_unmasked" at 52d0e40,
+# reverted).
 NORM_FWD_BLOCK_ROW = {
     1024: ((2048, 4096, (4, 4, 4)), (4097, None, (2, 4, 0))),
     2048: ((2048, 4096, (2, 8, 4)),),

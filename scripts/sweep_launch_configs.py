@@ -27,6 +27,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   tiles with a next-tile prefetch) against the default, at the 11 peer shapes and 16..256 columns.
 * ``fwd_persistent_rows``: its best configs per width against the default over row counts.
 * ``fwd_1024``: 1024 columns at 8192-32768 rows, block-row tile heights x warps.
+* ``fwd_unmasked`` (at commit 52d0e40 only, since reverted with the kernel option it timed): the
+  block-row forward with and without predicates on exactly tiled shapes.
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
   name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs.
