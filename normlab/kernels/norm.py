@@ -36,7 +36,8 @@ an existing ``.grad``; ``two_stage`` and ``persistent`` are bitwise deterministi
 The Triton kernel names are stable (the bench's per-kernel breakdown keys on them):
 ``_norm_fwd_kernel``, ``_norm_bwd_atomic_kernel``, ``_norm_bwd_partials_kernel``,
 ``_norm_bwd_persistent_kernel``, ``_norm_bwd_persistent_two_pass_kernel``,
-``_reduce_partials_kernel``.
+``_reduce_partials_kernel`` (and ``kernels/narrow.py``'s ``_block_row_fwd_kernel`` in the
+forward's block-row windows).
 
 Inputs: any leading shape, normalized over the last dim; fp32/fp16/bf16 (fp64 and integer
 dtypes raise ``TypeError``: use ``normlab.ref`` for fp64). A tensor whose last dim is not
