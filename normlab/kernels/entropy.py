@@ -73,6 +73,17 @@ def _max_pair(a0, b0, a1, b1):
 
 
 @triton.jit
+def _reframe_acc(acc, s_x, s_t, alpha_x, alpha_t, d_x, d_t, KIND: tl.constexpr):
+    """acc (see _online_tile) moved to a new max frame: d_x = new - old x shift (d_t: target's),
+    alpha_* = exp(old - new) the matching sum rescales. Soft CE and reverse KL only."""
+    if KIND == _RKL:
+        acc = alpha_x * (acc + (d_t - d_x) * s_x)
+    else:
+        acc = alpha_t * (acc - d_x * s_t)
+    return acc
+
+
+@triton.jit
 def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
     """Fold one fp32 tile (-inf on masked lanes) into the running row statistics.
 
@@ -112,11 +123,8 @@ def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
         tile_s_x = tl.sum(e_x, axis=0)
         tile_s_t = tl.sum(e_t, axis=0)
         tile_acc = tl.sum(term, axis=0)
-        # Re-express acc in the new frame before adding this tile's share.
-        if KIND == _RKL:
-            acc = alpha_x * (acc + ((new_t - old_t) - (new_x - old_x)) * s_x) + tile_acc
-        else:
-            acc = alpha_t * (acc - (new_x - old_x) * s_t) + tile_acc
+        acc = _reframe_acc(acc, s_x, s_t, alpha_x, alpha_t, new_x - old_x, new_t - old_t,
+                           KIND) + tile_acc  # fmt: skip
         s_x = s_x * alpha_x + tile_s_x
         s_t = s_t * alpha_t + tile_s_t
     return m_x, s_x, m_t, s_t, acc
@@ -444,12 +452,8 @@ def _merge_chunk_stats(stats_ptr, base, n_slots, n_chunks, KIND: tl.constexpr,
         new_t = _safe_max(m_t)
         alpha_t = tl.exp(m_tk - new_t)
         s_t = tl.sum(s_tk * alpha_t, axis=0)
-        old_x = _safe_max(m_xk)
-        old_t = _safe_max(m_tk)
-        if KIND == _RKL:
-            acc_k = alpha_x * (acc_k + ((new_t - old_t) - (new_x - old_x)) * s_xk)
-        else:
-            acc_k = alpha_t * (acc_k - (new_x - old_x) * s_tk)
+        acc_k = _reframe_acc(acc_k, s_xk, s_tk, alpha_x, alpha_t, new_x - _safe_max(m_xk),
+                             new_t - _safe_max(m_tk), KIND)  # fmt: skip
         acc = tl.sum(tl.where(kmask, acc_k, 0.0), axis=0)
     return m_x, s_x, m_t, s_t, acc
 
