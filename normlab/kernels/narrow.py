@@ -28,13 +28,14 @@ STRATEGIES = ("auto", "persistent")  # the block-row backward's only dγ/dβ red
 
 
 @triton.jit
-def _load_x_tile(x_ptr, tile, n_rows, col_mask, x_row_stride, BLOCK_ROWS: tl.constexpr,
-                 BLOCK_COLS: tl.constexpr):  # fmt: skip
-    """x of one row tile in its storage dtype; rows past n_rows (a tile past the end) read 0."""
+def _load_row_tile(ptr, tile, n_rows, col_mask, row_stride, BLOCK_ROWS: tl.constexpr,
+                   BLOCK_COLS: tl.constexpr):  # fmt: skip
+    """One row tile of a matrix in its storage dtype; rows past n_rows (a tile past the end)
+    read 0."""
     rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     mask = (rows < n_rows)[:, None] & col_mask[None, :]
     cols = tl.arange(0, BLOCK_COLS)
-    return tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
+    return tl.load(ptr + rows[:, None] * row_stride + cols[None, :], mask=mask, other=0.0)
 
 
 @triton.jit
@@ -105,17 +106,18 @@ def _block_row_fwd_kernel(
     eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
     if PERSISTENT:
         n_programs = tl.num_programs(0)
-        x_next = _load_x_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
+        x_next = _load_row_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS,
+                                BLOCK_COLS)  # fmt: skip
         for tile in tl.range(pid, tl.cdiv(n_rows, BLOCK_ROWS), n_programs):
             x = x_next
             # past the last tile this reads nothing: every row is masked
-            x_next = _load_x_tile(x_ptr, tile + n_programs, n_rows, col_mask, x_row_stride,
-                                  BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
+            x_next = _load_row_tile(x_ptr, tile + n_programs, n_rows, col_mask, x_row_stride,
+                                    BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
             _normalize_tile(x, tile, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
                             y_row_stride, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
                             BLOCK_COLS)  # fmt: skip
     else:
-        x = _load_x_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
+        x = _load_row_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
         _normalize_tile(x, pid, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
                         y_row_stride, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
                         BLOCK_COLS)  # fmt: skip
@@ -134,11 +136,8 @@ def _load_tile(
     BLOCK_COLS: tl.constexpr,
 ):
     """x and dy of one row tile in their storage dtype; rows past n_rows read as 0."""
-    rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    cols = tl.arange(0, BLOCK_COLS)
-    mask = (rows < n_rows)[:, None] & col_mask[None, :]
-    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
-    dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)
+    x = _load_row_tile(x_ptr, tile, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
+    dy = _load_row_tile(dy_ptr, tile, n_rows, col_mask, dy_row_stride, BLOCK_ROWS, BLOCK_COLS)
     return x, dy
 
 

@@ -299,17 +299,17 @@ def _store_partials(
     """Store (or, ADD, atomically add into a zeroed row shared by two programs) a partial row."""
     cols = tl.arange(0, BLOCK_COLS)
     if HAS_WEIGHT:
-        if ADD:
-            tl.atomic_add(dw_out_ptr + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols,
-                          sem="relaxed")  # fmt: skip
-        else:
-            tl.store(dw_out_ptr + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols)
+        _put_row(dw_out_ptr + cols, tl.sum(dw_acc, axis=0), cols < n_cols, ADD)
     if HAS_BIAS:
-        if ADD:
-            tl.atomic_add(db_out_ptr + cols, tl.sum(db_acc, axis=0), mask=cols < n_cols,
-                          sem="relaxed")  # fmt: skip
-        else:
-            tl.store(db_out_ptr + cols, tl.sum(db_acc, axis=0), mask=cols < n_cols)
+        _put_row(db_out_ptr + cols, tl.sum(db_acc, axis=0), cols < n_cols, ADD)
+
+
+@triton.jit
+def _put_row(ptrs, values, mask, ADD: tl.constexpr):
+    if ADD:
+        tl.atomic_add(ptrs, values, mask=mask, sem="relaxed")
+    else:
+        tl.store(ptrs, values, mask=mask)
 
 
 # ============================================================================================
