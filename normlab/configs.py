@@ -456,10 +456,18 @@ ENTROPY_BACKWARD_WARPS = 8
 # Label CE V=131072, tile 4096: 888 / 744 / 699 us at 1 / 2 / 4 tiles, 844 / 821 at 8 / 16.
 ENTROPY_CHUNKED_TILES = 4
 ENTROPY_CHUNKED_WARPS = 4
-# In-place grad_output rescale after a fused forward: with grad_output == 1 every program exits
-# at once (3.5 us at 4096 rows measured); the scaling path itself is not tuned.
+# How a chunk's program waits for its row's other chunks: volatile loads (True) or acquire
+# atomics (False); and a cap on registers per thread (None: the compiler's choice).
+ENTROPY_CHUNKED_POLL_LOADS = False
+ENTROPY_CHUNKED_MAXNREG = None
+# In-place grad_output rescale after a fused forward, on a grid of PROGRAMS_PER_SM x SMs that
+# strides rows: with grad_output == 1 it only reads scalars. One program per row measured 3.5 us
+# at 4096 rows with every program exiting at once; the scaling path itself is not tuned.
 ENTROPY_RESCALE_BLOCK = 4096
 ENTROPY_RESCALE_WARPS = 8
+ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
+# Label CE "mean": the non-ignored row count, one program over the labels, this many per step.
+ENTROPY_COUNT_BLOCK = 4096
 
 # form="auto": per loss, ((form, cap) when the vocab tiles evenly, (form, cap) otherwise, (form,
 # cap) for wide vocabularies), where "evenly" = V <= ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE

@@ -143,6 +143,43 @@ def check_correctness():
     dump()
 
 
+def check_reduction():
+    """The in-launch reduction (the last program to draw a ticket sums every row's loss) with
+    thousands of concurrent programs: "mean" / "sum" against the fp64 sum of the per-row
+    losses of the same launch config, the same bits over 10 calls, for the fused and chunked
+    forms (chunked with both ways of waiting)."""
+    for loss in ("reverse_kl", "soft_cross_entropy", "cross_entropy"):
+        fn = getattr(normlab, loss)
+        x, other = inputs(loss, M, 32768)
+        x = x.detach()
+        for form, poll in (("fused", None), ("chunked", False), ("chunked", True)):
+            saved = configs.ENTROPY_CHUNKED_POLL_LOADS
+            if poll is not None:
+                configs.ENTROPY_CHUNKED_POLL_LOADS = poll
+            try:
+                rows = fn(x, other, form=form, reduction="none").double()
+                n = (other != -100).sum().item() if loss == "cross_entropy" else M
+                for reduction, divisor in (("mean", n), ("sum", 1)):
+                    outs = [fn(x, other, form=form, reduction=reduction) for _ in range(10)]
+                    expect = rows.sum().item() / divisor
+                    rel = abs(outs[0].item() - expect) / max(abs(expect), 1e-30)
+                    same = all(torch.equal(o, outs[0]) for o in outs)
+                    ok = rel < 1e-5 and same
+                    RESULTS["correctness"].append({"loss": loss, "V": 32768, "M": M, "variant": form,
+                                                   "poll_loads": poll, "reduction": reduction,
+                                                   "loss_rel_err": rel, "same_bits_10_calls": same,
+                                                   "ok": ok})  # fmt: skip
+                    print(f"reduce {loss:18s} {form:8s} poll={poll} {reduction:4s} rel {rel:.2e} "
+                          f"same bits {same} {'ok' if ok else 'FAIL'}", flush=True)  # fmt: skip
+            except Exception as e:  # noqa: BLE001
+                RESULTS["errors"].append({"where": f"reduce {loss} {form} {poll}", "error": repr(e)[:400]})
+                print("ERROR", loss, form, repr(e)[:400], flush=True)
+            finally:
+                configs.ENTROPY_CHUNKED_POLL_LOADS = saved
+        del x, other
+    dump()
+
+
 def measure(loss, n_cols, name, call, x, table="timing", extra=None):
     try:
         t = time_call(fwd_bwd(call, x), reps=REPS, warmup=2)
@@ -247,7 +284,7 @@ def main():
                      configs.ENTROPY_BACKWARD_WARPS]},
     }  # fmt: skip
     print(RESULTS["meta"], flush=True)
-    sections = [("correctness", check_correctness), ("reverse_kl", lambda: time_loss("reverse_kl")),
+    sections = [("correctness", check_correctness), ("reduction", check_reduction), ("reverse_kl", lambda: time_loss("reverse_kl")),
                 ("cross_entropy", lambda: time_loss("cross_entropy")), ("sweep", sweep_warps),
                 ("soft_cross_entropy", lambda: time_loss("soft_cross_entropy", 40.0)),
                 ("compile", time_compile)]  # fmt: skip

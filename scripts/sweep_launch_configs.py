@@ -29,6 +29,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``fwd_1024``: 1024 columns at 8192-32768 rows, block-row tile heights x warps.
 * ``fwd_unmasked`` (at commit 52d0e40 only, since reverted with the kernel option it timed): the
   block-row forward with and without predicates on exactly tiled shapes.
+* ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles)
+  and waiting (volatile-load vs atomic polling).
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
   name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs.
@@ -388,6 +390,76 @@ def part_chunked(s: Sweep) -> None:
             s.save()
             print(f"chunked {loss} {v}: done, {s.left():.0f} s left", flush=True)
         del x, t
+
+
+class _Capture:
+    """Stands in for a @triton.jit kernel: launches it and keeps the compiled kernel it returns
+    (registers and spills per thread)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.compiled = kernel, None
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.compiled = self.kernel[grid](*args, **kwargs)
+            return self.compiled
+
+        return launch
+
+
+def part_chunked_occupancy(s: Sweep) -> None:
+    """The chunked loss form is latency-bound (each program's chain: ticket, loads, publish, wait,
+    merge): programs resident per SM x how they wait. Tile x warps x tiles per chunk, a register
+    cap per thread (maxnreg) and polling with volatile loads vs acquire atomics, reverse KL and
+    label CE, with registers/spills of each compiled kernel and agreement with form="fused"."""
+    from normlab.kernels import entropy as E
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    saved = (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
+             configs.ENTROPY_CHUNKED_POLL_LOADS, configs.ENTROPY_CHUNKED_MAXNREG)
+    kernel = E._entropy_chunked_kernel
+    layouts = ((2048, 4, 4), (2048, 4, 2), (2048, 4, 8), (2048, 2, 4), (1024, 2, 8), (4096, 4, 2))
+    try:
+        E._entropy_chunked_kernel = cap_k = _Capture(kernel)
+        for loss, v in itertools.product(("reverse_kl", "cross_entropy"), (131072, 65536, 32768)):
+            x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+            fn = getattr(normlab, loss)
+            if loss == "cross_entropy":
+                other = torch.randint(0, v, (4096,), device="cuda", generator=g)
+            else:
+                other = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
+            out_ref = fn(x, other, form="fused", reduction="none")
+            (grad_ref,) = torch.autograd.grad(out_ref.sum(), x)
+            s.time("chunked-occupancy", {"op": loss, "M": 4096, "N": v, "form": "auto"},
+                   lambda: torch.autograd.grad(fn(x, other), x))  # noqa: B023
+            for (cap, warps, tiles), maxnreg, poll in itertools.product(
+                    layouts, (None, 64, 48, 40), (False, True)):  # fmt: skip
+                (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
+                 configs.ENTROPY_CHUNKED_POLL_LOADS, configs.ENTROPY_CHUNKED_MAXNREG) = (
+                    tiles, warps, poll, maxnreg)  # fmt: skip
+                case = {"op": loss, "M": 4096, "N": v, "form": "chunked", "cap": cap,
+                        "warps": warps, "tiles": tiles, "maxnreg": maxnreg, "poll_loads": poll}
+                try:
+                    out = fn(x, other, form="chunked", block_cap=cap, reduction="none")
+                    (grad,) = torch.autograd.grad(out.sum(), x)
+                    torch.cuda.synchronize()
+                    case["loss_max_diff"] = float((out - out_ref).abs().max())
+                    case["grad_max_diff"] = float((grad.float() - grad_ref.float()).abs().max())
+                    case["n_regs"] = getattr(cap_k.compiled, "n_regs", None)
+                    case["n_spills"] = getattr(cap_k.compiled, "n_spills", None)
+                except Exception as exc:
+                    s.data["errors"].append({"part": "chunked-occupancy", **case,
+                                             "error": f"{type(exc).__name__}: {exc}"})
+                    continue
+                s.time("chunked-occupancy", case, lambda: torch.autograd.grad(  # noqa: B023
+                    fn(x, other, form="chunked", block_cap=cap), x))  # noqa: B023
+            s.save()
+            print(f"chunked_occupancy {loss} {v}: done, {s.left():.0f} s left", flush=True)
+            del x, other
+    finally:
+        E._entropy_chunked_kernel = kernel
+        (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
+         configs.ENTROPY_CHUNKED_POLL_LOADS, configs.ENTROPY_CHUNKED_MAXNREG) = saved
 
 
 def part_fwd_persistent(s: Sweep) -> None:
