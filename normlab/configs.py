@@ -456,18 +456,19 @@ ENTROPY_BACKWARD_WARPS = 8
 # Label CE V=131072, tile 4096: 888 / 744 / 699 us at 1 / 2 / 4 tiles, 844 / 821 at 8 / 16.
 ENTROPY_CHUNKED_TILES = 4
 ENTROPY_CHUNKED_WARPS = 4
-# How a chunk's program waits for its row's other chunks: volatile loads (True) or acquire
-# atomics (False); and a cap on registers per thread (None: the compiler's choice).
-ENTROPY_CHUNKED_POLL_LOADS = False
-ENTROPY_CHUNKED_MAXNREG = None
+# Registers per thread of the chunked kernel (a launch cap): the compiler takes 72 (7 programs
+# of 4 warps per SM); 64 fits 8, without spills. Reverse KL, tile 2048 x 4 tiles, 4096 rows
+# (sweep_launch_configs_h200.json, "chunked-occupancy", commit 16b07d0): 1305.5 vs 1319.9 us at
+# V = 131072, 661.7 vs 668.3 at 65536; 48 spills (1338 us). Waiting on volatile loads instead of
+# acquire atomics was slower (1369 vs 1317 us at 131072; at 16b07d0 only).
+ENTROPY_CHUNKED_MAXNREG = 64
 # In-place grad_output rescale after a fused forward, on a grid of PROGRAMS_PER_SM x SMs that
-# strides rows: with grad_output == 1 it only reads scalars. One program per row measured 3.5 us
-# at 4096 rows with every program exiting at once; the scaling path itself is not tuned.
+# strides rows; a scalar grad_output == 1 makes every program exit after one load: 1.1-1.6 us at
+# 4096 rows against 3.5 us for one program per row (H200, entropy check at 16b07d0). The
+# scaling path itself is not tuned.
 ENTROPY_RESCALE_BLOCK = 4096
 ENTROPY_RESCALE_WARPS = 8
 ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
-# Label CE "mean": the non-ignored row count, one program over the labels, this many per step.
-ENTROPY_COUNT_BLOCK = 4096
 
 # form="auto": per loss, ((form, cap) when the vocab tiles evenly, (form, cap) otherwise, (form,
 # cap) for wide vocabularies), where "evenly" = V <= ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE

@@ -29,8 +29,7 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``fwd_1024``: 1024 columns at 8192-32768 rows, block-row tile heights x warps.
 * ``fwd_unmasked`` (at commit 52d0e40 only, since reverted with the kernel option it timed): the
   block-row forward with and without predicates on exactly tiled shapes.
-* ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles)
-  and waiting (volatile-load vs atomic polling).
+* ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles).
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
   name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs.
@@ -409,14 +408,15 @@ class _Capture:
 
 def part_chunked_occupancy(s: Sweep) -> None:
     """The chunked loss form is latency-bound (each program's chain: ticket, loads, publish, wait,
-    merge): programs resident per SM x how they wait. Tile x warps x tiles per chunk, a register
-    cap per thread (maxnreg) and polling with volatile loads vs acquire atomics, reverse KL and
-    label CE, with registers/spills of each compiled kernel and agreement with form="fused"."""
+    merge): programs resident per SM. Tile x warps x tiles per chunk and a register cap per
+    thread (maxnreg), reverse KL and label CE, with registers/spills of each compiled kernel and
+    agreement with form="fused". (At commit 16b07d0 it also crossed waiting on volatile loads
+    with waiting on acquire atomics: "poll_loads" in the recorded run.)"""
     from normlab.kernels import entropy as E
 
     g = torch.Generator(device="cuda").manual_seed(0)
     saved = (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
-             configs.ENTROPY_CHUNKED_POLL_LOADS, configs.ENTROPY_CHUNKED_MAXNREG)
+             configs.ENTROPY_CHUNKED_MAXNREG)
     kernel = E._entropy_chunked_kernel
     layouts = ((2048, 4, 4), (2048, 4, 2), (2048, 4, 8), (2048, 2, 4), (1024, 2, 8), (4096, 4, 2))
     try:
@@ -432,13 +432,11 @@ def part_chunked_occupancy(s: Sweep) -> None:
             (grad_ref,) = torch.autograd.grad(out_ref.sum(), x)
             s.time("chunked-occupancy", {"op": loss, "M": 4096, "N": v, "form": "auto"},
                    lambda: torch.autograd.grad(fn(x, other), x))  # noqa: B023
-            for (cap, warps, tiles), maxnreg, poll in itertools.product(
-                    layouts, (None, 64, 48, 40), (False, True)):  # fmt: skip
+            for (cap, warps, tiles), maxnreg in itertools.product(layouts, (None, 64, 48, 40)):
                 (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
-                 configs.ENTROPY_CHUNKED_POLL_LOADS, configs.ENTROPY_CHUNKED_MAXNREG) = (
-                    tiles, warps, poll, maxnreg)  # fmt: skip
+                 configs.ENTROPY_CHUNKED_MAXNREG) = (tiles, warps, maxnreg)
                 case = {"op": loss, "M": 4096, "N": v, "form": "chunked", "cap": cap,
-                        "warps": warps, "tiles": tiles, "maxnreg": maxnreg, "poll_loads": poll}
+                        "warps": warps, "tiles": tiles, "maxnreg": maxnreg}
                 try:
                     out = fn(x, other, form="chunked", block_cap=cap, reduction="none")
                     (grad,) = torch.autograd.grad(out.sum(), x)
@@ -459,7 +457,7 @@ def part_chunked_occupancy(s: Sweep) -> None:
     finally:
         E._entropy_chunked_kernel = kernel
         (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
-         configs.ENTROPY_CHUNKED_POLL_LOADS, configs.ENTROPY_CHUNKED_MAXNREG) = saved
+         configs.ENTROPY_CHUNKED_MAXNREG) = saved
 
 
 def part_fwd_persistent(s: Sweep) -> None:

@@ -198,45 +198,6 @@ def test_reductions_and_grad_output(loss, form, reduction):
     _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, reduction)
 
 
-@pytest.mark.parametrize("loss,form,reduction", [
-    *((loss, "fused", red) for loss in LOSSES for red in ("mean", "sum")),
-    ("cross_entropy", "chunked", "mean"), ("reverse_kl", "chunked", "sum")])  # fmt: skip
-def test_reduction_in_the_launch_over_many_rows(loss, form, reduction):
-    # The last program's sum steps over _SUM_BLOCK (1024) rows at a time: 1027 rows leave a
-    # ragged second step; every 5th label is ignored. Compared with the fp64 reference and with
-    # the per-row losses' own fp64 sum.
-    from normlab.kernels import entropy
-
-    n_rows = entropy._SUM_BLOCK.value + 3
-    x, other = _inputs(loss, (n_rows, 5), torch.float32)
-    if loss == "cross_entropy":
-        other[::5] = -100
-    out, grad = _run(loss, x, other, form=form, block_cap=16, reduction=reduction)
-    ref_out, ref_grad = _ref(loss, x, other, reduction=reduction)
-    # 5 columns leave rows whose whole gradient is a near-cancellation (p ~ q): an fp32 floor
-    # relative to the largest entry of the matrix, not of the row.
-    floor = 1e-5 * ref_grad.abs().max().item()
-    _check(loss, out, grad, ref_out, ref_grad, torch.float32, 5, reduction, grad_atol=floor)
-    rows = FNS[loss][0](x, other, form=form, block_cap=16, reduction="none").double()
-    n = (other != -100).sum().item() if loss == "cross_entropy" else n_rows
-    divisor = n if reduction == "mean" else 1
-    # fp32 sum of ~1000 terms: a few ulps of the sum of magnitudes.
-    assert abs(out.item() - rows.sum().item() / divisor) <= 1e-6 * rows.abs().sum().item() / divisor
-    again = FNS[loss][0](x, other, form=form, block_cap=16, reduction=reduction)
-    assert torch.equal(out, again)  # one program sums in a fixed order: the same bits
-
-
-@pytest.mark.parametrize("n_rows,ignored", [(1, []), (4096, [0, 4095]), (4097, [4096]),
-                                            (9000, list(range(0, 9000, 3)))])  # fmt: skip
-def test_count_valid_kernel(n_rows, ignored):
-    from normlab.kernels import entropy
-
-    labels = torch.randint(0, 50, (n_rows,))
-    labels[ignored] = -5
-    spec = entropy._Spec(2, "fused", 64, "mean", -5, None, 0, 50)
-    assert entropy._n_valid(spec, labels).item() == n_rows - len(ignored)
-
-
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_rescale_grid_strides_rows(reduction):
     # The backward's in-place rescale runs ENTROPY_RESCALE_PROGRAMS_PER_SM x 4 programs under the

@@ -50,7 +50,6 @@ _NEG_INF: tl.constexpr = tl.constexpr(float("-inf"))
 _RKL: tl.constexpr = tl.constexpr(0)
 _SCE: tl.constexpr = tl.constexpr(1)
 _CE: tl.constexpr = tl.constexpr(2)
-_SUM_BLOCK: tl.constexpr = tl.constexpr(1024)  # rows per step of the in-launch loss reduction
 _KINDS = {"reverse_kl": 0, "soft_cross_entropy": 1, "cross_entropy": 2}
 _REDUCTIONS = ("mean", "sum", "none")
 FORMS = ("auto", "fused", "chunked", "split")
@@ -233,31 +232,6 @@ def _load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size):
 
 
 @triton.jit
-def _reduce_loss_last(loss_ptr, total_ptr, count_ptr, n_rows, n_programs, divisor, n_valid_ptr,
-                      MEAN_OVER_VALID: tl.constexpr):  # fmt: skip
-    """Reduction in the launch: every program takes a ticket after its loss store; the one that
-    draws the last (n_programs - 1) sums all n_rows losses in a fixed order, so the total is the
-    same every run, and stores total / divisor (/ the non-ignored row count for label CE mean).
-
-    count_ptr: an int32 zero. Loads bypass L1 (.cg): other programs wrote the losses.
-    """
-    tl.debug_barrier()  # every thread's loss store happens before the release of the ticket
-    ticket = tl.atomic_add(count_ptr, 1, sem="acq_rel")
-    if ticket == n_programs - 1:
-        offs = tl.arange(0, _SUM_BLOCK)
-        acc = tl.zeros([_SUM_BLOCK], tl.float32)
-        for i in range(tl.cdiv(n_rows, _SUM_BLOCK)):
-            rows = i * _SUM_BLOCK + offs
-            acc += tl.load(loss_ptr + rows, mask=rows < n_rows, other=0.0, cache_modifier=".cg")
-        total = tl.sum(acc, axis=0)
-        if MEAN_OVER_VALID:
-            total = total / tl.load(n_valid_ptr)
-        else:
-            total = total / divisor
-        tl.store(total_ptr, total)
-
-
-@triton.jit
 def _fused_row(
     x_ptr,  # (n_rows, n_cols) logits
     t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
@@ -371,23 +345,15 @@ def _reverse_kl_fused_kernel(
     x_row_stride,
     t_row_stride,
     grad_row_stride,
-    total_ptr,  # () fp32 reduced loss (REDUCE only)
-    count_ptr,  # (1,) int32 zero: tickets of the in-launch reduction (REDUCE only)
-    n_rows,
-    divisor,  # the reduction's divisor: n_rows for "mean", 1 for "sum"
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
-    REDUCE: tl.constexpr,  # reduction "mean" / "sum" done in the launch (_reduce_loss_last)
     BLOCK: tl.constexpr,
 ):
     """Reverse KL loss and gradient of one row in one launch (see module docstring)."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
                _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
-    if REDUCE:
-        _reduce_loss_last(loss_ptr, total_ptr, count_ptr, n_rows, n_rows, divisor, n_valid_ptr,
-                          MEAN_OVER_VALID)  # fmt: skip
 
 
 @triton.jit
@@ -404,23 +370,15 @@ def _soft_cross_entropy_fused_kernel(
     x_row_stride,
     t_row_stride,
     grad_row_stride,
-    total_ptr,  # () fp32 reduced loss (REDUCE only)
-    count_ptr,  # (1,) int32 zero: tickets of the in-launch reduction (REDUCE only)
-    n_rows,
-    divisor,  # the reduction's divisor: n_rows for "mean", 1 for "sum"
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
-    REDUCE: tl.constexpr,  # reduction "mean" / "sum" done in the launch (_reduce_loss_last)
     BLOCK: tl.constexpr,
 ):
     """Soft-target cross-entropy loss and gradient of one row in one launch."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
                _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
-    if REDUCE:
-        _reduce_loss_last(loss_ptr, total_ptr, count_ptr, n_rows, n_rows, divisor, n_valid_ptr,
-                          MEAN_OVER_VALID)  # fmt: skip
 
 
 @triton.jit
@@ -437,14 +395,9 @@ def _cross_entropy_fused_kernel(
     x_row_stride,
     t_row_stride,
     grad_row_stride,
-    total_ptr,  # () fp32 reduced loss (REDUCE only)
-    count_ptr,  # (1,) int32 zero: tickets of the in-launch reduction (REDUCE only)
-    n_rows,
-    divisor,  # the reduction's divisor: n_rows for "mean", 1 for "sum"
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
-    REDUCE: tl.constexpr,  # reduction "mean" / "sum" done in the launch (_reduce_loss_last)
     BLOCK: tl.constexpr,
 ):
     """Label cross-entropy loss and gradient of one row in one launch."""
@@ -453,13 +406,10 @@ def _cross_entropy_fused_kernel(
         tl.store(loss_ptr + row, 0.0)
         if COMPUTE_GRAD and not ACCUMULATE:
             _fill_zero(grad_ptr + row * grad_row_stride, n_cols, BLOCK)
-    else:
-        _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale,
-                   ignore_index, n_cols, x_row_stride, t_row_stride, grad_row_stride,
-                   _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
-    if REDUCE:
-        _reduce_loss_last(loss_ptr, total_ptr, count_ptr, n_rows, n_rows, divisor, n_valid_ptr,
-                          MEAN_OVER_VALID)  # fmt: skip
+        return
+    _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
+               n_cols, x_row_stride, t_row_stride, grad_row_stride,
+               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
 
 
 @triton.jit
@@ -517,9 +467,7 @@ def _entropy_chunked_kernel(
     loss_ptr,  # (n_rows,) fp32 per-row loss
     n_valid_ptr,  # (1,) fp32 non-ignored row count (MEAN_OVER_VALID only)
     stats_ptr,  # (5, n_rows * n_chunks) fp32 raw statistics of each (row, chunk)
-    sync_ptr,  # (2 + n_rows,) int32 zeros: [0] tickets, [1] reduction tickets, [2 + r] row r's
-    total_ptr,  # () fp32 reduced loss (REDUCE only)
-    divisor,  # the reduction's divisor: n_rows for "mean", 1 for "sum"
+    sync_ptr,  # (1 + n_rows,) int32 zeros: [0] ticket counter, [1 + r] chunks of row r done
     grad_scale,
     ignore_index,
     n_rows,
@@ -534,10 +482,8 @@ def _entropy_chunked_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
-    REDUCE: tl.constexpr,  # reduction "mean" / "sum" done in the (last) launch
     BLOCK: tl.constexpr,
     CHUNKS_POW2: tl.constexpr,
-    POLL_LOADS: tl.constexpr,  # PHASE 3 waits with volatile loads (else with acquire atomics)
 ):
     """Chunked form: n_chunks programs share one row, each owning chunk_cols columns.
 
@@ -578,9 +524,6 @@ def _entropy_chunked_kernel(
                 tl.store(loss_ptr + row, 0.0)
             if PHASE != 1 and COMPUTE_GRAD and not ACCUMULATE:
                 _fill_zero(grad_row, width, BLOCK)
-            if PHASE != 1 and REDUCE:
-                _reduce_loss_last(loss_ptr, total_ptr, sync_ptr + 1, n_rows, n_rows * n_chunks,
-                                  divisor, n_valid_ptr, MEAN_OVER_VALID)  # fmt: skip
             return
         if chunk == 0:
             x_label = tl.load(x_ptr + row * x_row_stride + tl.where(bad, 0, label))
@@ -598,16 +541,10 @@ def _entropy_chunked_kernel(
     if PHASE == 3:
         # Every thread's stores above happen before the release that publishes them.
         tl.debug_barrier()
-        tl.atomic_add(sync_ptr + 2 + row, 1, sem="release")
-        if POLL_LOADS:  # spin on plain L2 reads, then one acquire orders the merge's loads
-            done = tl.load(sync_ptr + 2 + row, volatile=True)
-            while done < n_chunks:
-                done = tl.load(sync_ptr + 2 + row, volatile=True)
-            tl.atomic_add(sync_ptr + 2 + row, 0, sem="acquire")
-        else:
-            done = tl.atomic_add(sync_ptr + 2 + row, 0, sem="acquire")
-            while done < n_chunks:
-                done = tl.atomic_add(sync_ptr + 2 + row, 0, sem="acquire")
+        tl.atomic_add(sync_ptr + 1 + row, 1, sem="release")
+        done = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+        while done < n_chunks:
+            done = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
         tl.debug_barrier()
     if PHASE != 1:
         m_x, s_x, m_t, s_t, acc = _merge_chunk_stats(
@@ -619,9 +556,6 @@ def _entropy_chunked_kernel(
             _grad_pass(x_row, t_row, grad_row, width, x_last, t_last, n_full, m_x, s_x, m_t,
                        s_t, acc, label, bad, grad_scale, n_valid_ptr, KIND, ACCUMULATE,
                        MEAN_OVER_VALID, BLOCK)  # fmt: skip
-        if REDUCE:
-            _reduce_loss_last(loss_ptr, total_ptr, sync_ptr + 1, n_rows, n_rows * n_chunks,
-                              divisor, n_valid_ptr, MEAN_OVER_VALID)  # fmt: skip
 
 
 @triton.jit
@@ -757,18 +691,6 @@ def _entropy_grad_rescale_kernel(
                 tl.store(grad_row + offs, g.to(grad_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _count_valid_kernel(labels_ptr, n_valid_ptr, n_rows, ignore_index, BLOCK: tl.constexpr):
-    """n_valid = the number of labels != ignore_index, as fp32 (one program)."""
-    offs = tl.arange(0, BLOCK)
-    count = tl.zeros([BLOCK], tl.int32)
-    for i in range(tl.cdiv(n_rows, BLOCK)):
-        rows = i * BLOCK + offs
-        labels = tl.load(labels_ptr + rows, mask=rows < n_rows, other=ignore_index)
-        count += (labels != ignore_index).to(tl.int32)
-    tl.store(n_valid_ptr, tl.sum(count, axis=0).to(tl.float32))
-
-
 _FUSED_KERNELS = {0: _reverse_kl_fused_kernel, 1: _soft_cross_entropy_fused_kernel,
                   2: _cross_entropy_fused_kernel}  # fmt: skip
 
@@ -805,27 +727,18 @@ def _grad_scale(spec: _Spec, n_rows: int) -> tuple[float, bool]:
     return 1.0 / n_rows, False
 
 
-def _divisor(spec: _Spec, n_rows: int) -> float:
-    """Divisor of the reduced loss (label CE "mean" divides by the device count instead)."""
-    return float(n_rows) if spec.reduction == "mean" else 1.0
-
-
-def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate,
-                  total=None):  # fmt: skip
-    """Fused form; ``total``: a () fp32 buffer for the reduced loss, summed in the launch."""
+def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate):
     n_rows, n_cols = x.shape
     block = _block(n_cols, spec.block_cap)
     scale, over_valid = _grad_scale(spec, n_rows)
     is_ce = spec.kind == _KINDS["cross_entropy"]
     table = configs.ENTROPY_FUSED_WARPS_LABEL if is_ce else configs.ENTROPY_FUSED_WARPS
-    count = torch.zeros(1, dtype=torch.int32, device=x.device) if total is not None else loss_rows
     _FUSED_KERNELS[spec.kind][(n_rows,)](
         x, t, labels, grad if grad is not None else x, loss_rows, n_valid,
         scale, spec.ignore_index, n_cols,
         x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
-        total if total is not None else loss_rows, count, n_rows, _divisor(spec, n_rows),
         COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid,
-        REDUCE=total is not None, BLOCK=block, num_warps=configs.entropy_num_warps(block, table),
+        BLOCK=block, num_warps=configs.entropy_num_warps(block, table),
     )  # fmt: skip
 
 
@@ -844,10 +757,9 @@ def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int) -
 
 
 def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate,
-                    total=None, *, phases=None, tiles_per_chunk=None):  # fmt: skip
+                    *, phases=None, tiles_per_chunk=None):  # fmt: skip
     """Chunked form. ``phases``: 1 = one launch that meets in-kernel (the GPU default), 2 = a
-    statistics launch then a gradient launch (the interpreter's only option: see the kernel).
-    ``total``: as in _launch_fused."""
+    statistics launch then a gradient launch (the interpreter's only option: see the kernel)."""
     n_rows, n_cols = x.shape
     block = _block(n_cols, spec.block_cap)
     tiles = configs.ENTROPY_CHUNKED_TILES if tiles_per_chunk is None else tiles_per_chunk
@@ -861,17 +773,16 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
         raise ValueError("chunked form: the interpreter cannot run the one-launch version")
     scale, over_valid = _grad_scale(spec, n_rows)
     stats = x.new_empty((5, n_rows * n_chunks), dtype=torch.float32)
-    sync = torch.zeros(2 + n_rows, dtype=torch.int32, device=x.device)
+    sync = torch.zeros(1 + n_rows, dtype=torch.int32, device=x.device) if phases == 1 else stats
     for phase in ((3,) if phases == 1 else (1, 2)):
         _entropy_chunked_kernel[(n_rows * n_chunks,)](
             x, t, labels, grad if grad is not None else x, loss_rows, n_valid, stats, sync,
-            total if total is not None else loss_rows, _divisor(spec, n_rows),
             scale, spec.ignore_index, n_rows, n_cols, n_chunks, chunk_cols,
             x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
             KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
-            MEAN_OVER_VALID=over_valid, REDUCE=total is not None, BLOCK=block,
-            CHUNKS_POW2=triton.next_power_of_2(n_chunks), POLL_LOADS=configs.ENTROPY_CHUNKED_POLL_LOADS,
-            num_warps=configs.ENTROPY_CHUNKED_WARPS, **_maxnreg(configs.ENTROPY_CHUNKED_MAXNREG),
+            MEAN_OVER_VALID=over_valid, BLOCK=block,
+            CHUNKS_POW2=triton.next_power_of_2(n_chunks), num_warps=configs.ENTROPY_CHUNKED_WARPS,
+            **_maxnreg(configs.ENTROPY_CHUNKED_MAXNREG),
         )  # fmt: skip
 
 
@@ -945,33 +856,28 @@ def _combine_partials(spec, partial, labels):
 
 
 def _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, accumulate):
-    """Run the forward of any form; returns (loss_rows, row_stats or None, total or None), total
-    being the reduced loss when the launch reduced it (fused and chunked forms)."""
+    """Run the forward of either form; returns (loss_rows, row_stats or None)."""
     if spec.form in _GRAD_IN_FORWARD:
         loss_rows = x.new_empty(x.shape[0], dtype=torch.float32)
-        total = x.new_empty((), dtype=torch.float32) if spec.reduction != "none" else None
         launch = _launch_fused if spec.form == "fused" else _launch_chunked
-        launch(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate, total)
-        return loss_rows, None, total
+        launch(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate)
+        return loss_rows, None
     distributed = spec.group is not None
     partial, row_stats = _launch_stats(spec, x, t, labels, finalize=not distributed)
     if distributed:
         row_stats = _combine_partials(spec, partial, labels)
-    return row_stats[5], row_stats, None
+    return row_stats[5], row_stats
 
 
-def _reduce(spec, loss_rows, total, n_valid, lead_shape):
-    """The loss the caller sees: per row ("none"), else the launch's total or a torch sum."""
+def _reduce(spec, loss_rows, n_valid, lead_shape):
     if spec.reduction == "none":
         return loss_rows.reshape(lead_shape)
-    if total is not None:
-        return total
+    if spec.reduction == "mean" and spec.kind != _KINDS["cross_entropy"]:
+        return loss_rows.mean()  # one reduction kernel, no separate division
     total = loss_rows.sum()
     if spec.reduction == "sum":
         return total
-    if spec.kind == _KINDS["cross_entropy"]:
-        return total / n_valid[0]
-    return total / loss_rows.numel()
+    return total / n_valid[0]  # label CE: the mean over non-ignored rows
 
 
 # ============================================================================================
@@ -987,16 +893,14 @@ class EntropyLossFunction(torch.autograd.Function):
         x, t, labels, n_valid = _rows(spec, logits, other)
         compute_grad = ctx.needs_input_grad[0]
         grad = torch.empty_like(x) if (compute_grad and spec.form in _GRAD_IN_FORWARD) else None
-        loss_rows, row_stats, total = _forward_rows(
-            spec, x, t, labels, n_valid, grad, compute_grad, False
-        )
+        loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, False)
         ctx.spec, ctx.logits_shape, ctx.backward_calls = spec, logits.shape, 0
         if compute_grad:
             if spec.form in _GRAD_IN_FORWARD:
                 ctx.save_for_backward(grad)
             else:
                 ctx.save_for_backward(x, t, labels, row_stats, n_valid)
-        return _reduce(spec, loss_rows, total, n_valid, logits.shape[:-1])
+        return _reduce(spec, loss_rows, n_valid, logits.shape[:-1])
 
     @staticmethod
     def backward(ctx, grad_loss):
@@ -1031,12 +935,9 @@ def _rows(spec, logits, other):
 
 
 def _n_valid(spec, labels):
-    """(1,) fp32 count of non-ignored rows for label CE "mean"; otherwise an unread placeholder."""
-    n_valid = labels.new_empty(1, dtype=torch.float32)
     if spec.kind == _KINDS["cross_entropy"] and spec.reduction == "mean":
-        _count_valid_kernel[(1,)](labels, n_valid, labels.numel(), spec.ignore_index,
-                                  BLOCK=configs.ENTROPY_COUNT_BLOCK, num_warps=4)  # fmt: skip
-    return n_valid
+        return (labels != spec.ignore_index).sum(dtype=torch.float32).reshape(1)
+    return labels.new_empty(1, dtype=torch.float32)  # unread: a pointer argument only
 
 
 # ============================================================================================
@@ -1123,11 +1024,11 @@ def _run(name, logits, other, spec, grad_accumulate):
     with torch.no_grad():
         x, t, labels, n_valid = _rows(spec, logits, other)
         grad = grad_accumulate.view(-1, x.shape[1])
-        loss_rows, row_stats, total = _forward_rows(spec, x, t, labels, n_valid, grad, True, True)
+        loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, True, True)
         if spec.form == "split":
             ones = x.new_ones((), dtype=torch.float32)
             _launch_backward(spec, x, t, labels, row_stats, ones, n_valid, grad, True)
-        return _reduce(spec, loss_rows, total, n_valid, logits.shape[:-1])
+        return _reduce(spec, loss_rows, n_valid, logits.shape[:-1])
 
 
 def _distribution_loss(
