@@ -456,12 +456,13 @@ ENTROPY_BACKWARD_WARPS = 8
 # Label CE V=131072, tile 4096: 888 / 744 / 699 us at 1 / 2 / 4 tiles, 844 / 821 at 8 / 16.
 ENTROPY_CHUNKED_TILES = 4
 ENTROPY_CHUNKED_WARPS = 4
-# Registers per thread of the chunked kernel (a launch cap): the compiler takes 72 (7 programs
-# of 4 warps per SM); 64 fits 8, without spills. Reverse KL, tile 2048 x 4 tiles, 4096 rows
-# (sweep_launch_configs_h200.json, "chunked-occupancy", commit 16b07d0): 1305.5 vs 1319.9 us at
-# V = 131072, 661.7 vs 668.3 at 65536; 48 spills (1338 us). Waiting on volatile loads instead of
-# acquire atomics was slower (1369 vs 1317 us at 131072; at 16b07d0 only).
-ENTROPY_CHUNKED_MAXNREG = 64
+# Registers per thread of the chunked kernel by tile (a launch cap; other tiles: the compiler's
+# choice). At tile 2048 the compiler takes 72 for reverse KL (7 programs of 4 warps per SM); 64
+# fits 8, without spills: 1305.5 vs 1319.9 us at V = 131072, 661.7 vs 668.3 at 65536; 48 spills
+# (1338 us) (sweep_launch_configs_h200.json, "chunked-occupancy", commit 16b07d0). The cap on
+# the 4096 tile spills: reverse KL chunked4096 463 us at 32768 in the records of f4508b9. Waiting
+# on volatile loads instead of acquire atomics was slower (1369 vs 1317 us; at 16b07d0 only).
+ENTROPY_CHUNKED_MAXNREG = {2048: 64}
 # In-place grad_output rescale after a fused forward, on a grid of PROGRAMS_PER_SM x SMs that
 # strides rows; a scalar grad_output == 1 makes every program exit after one load: 1.1-1.6 us at
 # 4096 rows against 3.5 us for one program per row (H200, entropy check at 16b07d0). The
@@ -484,18 +485,24 @@ ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 #   label CE     fused4096 best or within 5% at every V: 215 / 831 / 415-436 / 973 us at 32768 /
 #                131072 / 50257 / 151936 (split 231 / 886 / 451 / 999).
 # V <= 4096 is not measured: fused there is a single register-resident tile (one read).
-# Wide vocabularies (V >= ENTROPY_AUTO_WIDE_COLS) take the third entry. Chunked form against the
-# fused default in the same run (chunked sweep above, tiles 4, 4 warps; label CE with every 7th
-# row ignored): reverse KL 131072: chunked2048 1327 vs 1369 us, 151936: 1574 vs 1620, but 65536:
-# 670 vs 667 and 50257: 816 vs 727; soft CE never ahead (131072: 1349 vs 1343); label CE
-# chunked4096 699 vs 773 at 131072, 829 vs 893 at 151936, 371 vs 423 at 50257, 383 vs 381 at
-# 65536, 198 vs 189 at 32768.
+# Wide vocabularies (V >= ENTROPY_AUTO_WIDE_COLS) take the third entry. Since the chunked
+# kernel's 64-register cap at tile 2048 (ENTROPY_CHUNKED_MAXNREG) it wins at every V but 32768
+# (records of f4508b9, us; "x" marks the entry taken):
+#   reverse KL   32768: fused4096 316.6 x, chunked2048 340.6; 65536: chunked2048 641.3 x, fused4096
+#                662.3; 131072: 1272.3 x vs 1360.4; 50257: chunked2048 626.0 x, fused2048 721.0;
+#                151936: chunked2048 1511.4 x, fused4096 1613.6.
+#   soft CE      32768: fused2048 322.9 x, chunked2048 333.9; 65536: chunked2048 633.0 x, fused2048
+#                655.7; 131072: 1250.3 x vs 1333.7; 50257: 647.7 x vs split 697.4; 151936: 1476.9 x
+#                vs 1565.6.
+#   label CE     32768: fused4096 205.9 x, chunked4096 215.2; 65536: chunked4096 405.5 x, fused4096
+#                413.1; 131072: 766.3 x vs 841.7, chunked2048 931.5; 50257: chunked2048 408.6 x,
+#                chunked4096 445.1; 151936: chunked4096 911.9 x, chunked2048 1108.4.
 ENTROPY_AUTO_TILE = 4096
-ENTROPY_AUTO_WIDE_COLS = 131072
+ENTROPY_AUTO_WIDE_COLS = 65536
 ENTROPY_AUTO = {
-    "reverse_kl": (("fused", 4096), ("fused", 2048), ("chunked", 2048)),
-    "soft_cross_entropy": (("fused", 2048), ("fused", 2048), ("fused", 2048)),
-    "cross_entropy": (("fused", 4096), ("chunked", 4096), ("chunked", 4096)),
+    "reverse_kl": (("fused", 4096), ("chunked", 2048), ("chunked", 2048)),
+    "soft_cross_entropy": (("fused", 2048), ("chunked", 2048), ("chunked", 2048)),
+    "cross_entropy": (("fused", 4096), ("chunked", 2048), ("chunked", 4096)),
 }
 
 

@@ -434,7 +434,7 @@ def part_chunked_occupancy(s: Sweep) -> None:
                    lambda: torch.autograd.grad(fn(x, other), x))  # noqa: B023
             for (cap, warps, tiles), maxnreg in itertools.product(layouts, (None, 64, 48, 40)):
                 (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
-                 configs.ENTROPY_CHUNKED_MAXNREG) = (tiles, warps, maxnreg)
+                 configs.ENTROPY_CHUNKED_MAXNREG) = (tiles, warps, {cap: maxnreg} if maxnreg else {})
                 case = {"op": loss, "M": 4096, "N": v, "form": "chunked", "cap": cap,
                         "warps": warps, "tiles": tiles, "maxnreg": maxnreg}
                 try:

@@ -396,17 +396,21 @@ def test_auto_form_uses_config_table():
             assert form in ("fused", "chunked", "split")
             assert cap & (cap - 1) == 0
             assert configs.ENTROPY_MIN_BLOCK <= cap <= configs.ENTROPY_MAX_BLOCK
-    # The measured choices (see configs): a ragged vocab takes a narrower tile for reverse KL;
-    # wide vocabularies (and ragged ones for label CE) take the chunked form.
-    assert configs.entropy_auto("reverse_kl", 65536, False) == ("fused", 4096)
-    assert configs.entropy_auto("reverse_kl", 50257, False) == ("fused", 2048)
+    # The measured choices (see configs): 32768 takes the fused form, wider or ragged
+    # vocabularies the chunked one (label CE: a narrower tile when ragged and not wide).
     wide = configs.ENTROPY_AUTO_WIDE_COLS
+    assert wide == 65536
+    assert configs.entropy_auto("reverse_kl", 32768, False) == ("fused", 4096)
     assert configs.entropy_auto("reverse_kl", wide - 4096, False) == ("fused", 4096)
+    assert configs.entropy_auto("reverse_kl", 50257, False) == ("chunked", 2048)
     assert configs.entropy_auto("reverse_kl", wide, False) == ("chunked", 2048)
     assert configs.entropy_auto("reverse_kl", 151936, False) == ("chunked", 2048)
-    assert configs.entropy_auto("soft_cross_entropy", 151936, False) == ("fused", 2048)
-    assert configs.entropy_auto("cross_entropy", 65536, False) == ("fused", 4096)
-    assert configs.entropy_auto("cross_entropy", 50257, False) == ("chunked", 4096)
+    assert configs.entropy_auto("soft_cross_entropy", 32768, False) == ("fused", 2048)
+    assert configs.entropy_auto("soft_cross_entropy", 151936, False) == ("chunked", 2048)
+    assert configs.entropy_auto("cross_entropy", 32768, False) == ("fused", 4096)
+    assert configs.entropy_auto("cross_entropy", 50257, False) == ("chunked", 2048)
+    assert configs.entropy_auto("cross_entropy", wide, False) == ("chunked", 4096)
+    assert configs.entropy_auto("cross_entropy", 151936, False) == ("chunked", 4096)
     assert configs.entropy_auto("cross_entropy", wide, True) == ("split", 4096)
 
 

@@ -782,7 +782,7 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
             KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
             MEAN_OVER_VALID=over_valid, BLOCK=block,
             CHUNKS_POW2=triton.next_power_of_2(n_chunks), num_warps=configs.ENTROPY_CHUNKED_WARPS,
-            **_maxnreg(configs.ENTROPY_CHUNKED_MAXNREG),
+            **_maxnreg(configs.ENTROPY_CHUNKED_MAXNREG.get(block)),
         )  # fmt: skip
 
 
