@@ -599,8 +599,10 @@ H200's 60 MB L2: the gradient pass goes back to DRAM (five passes of traffic for
 model). normlab's third form, `"chunked"`, cuts each row into chunks of a few tiles with one
 program per chunk. Each program folds its chunk into raw statistics, the programs of a row meet at a
 per-row counter, merge the statistics and write their chunk's gradient; the re-read is then a short
-L2 round trip. Meeting costs a chain of round trips per program, so it pays only for wide rows
-(the recorded table below shows where).
+L2 round trip. Meeting costs a chain of round trips per program (ticket, loads, publish, wait,
+merge), so the chunked form is latency-bound and wins only with enough programs resident per SM:
+capped at 64 registers per thread (8 programs of 4 warps per SM instead of 7) it became the default
+from V = 65536 up and for ragged vocabularies (the recorded table below shows where).
 '''),
     MODE_NOTE,
     SETUP,
