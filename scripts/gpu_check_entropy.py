@@ -277,7 +277,8 @@ def main():
                      configs.ENTROPY_BACKWARD_WARPS]},
     }  # fmt: skip
     print(RESULTS["meta"], flush=True)
-    sections = [("correctness", check_correctness), ("reduction", check_reduction), ("reverse_kl", lambda: time_loss("reverse_kl")),
+    sections = [("correctness", check_correctness), ("reduction", check_reduction),
+                ("reverse_kl", lambda: time_loss("reverse_kl")),
                 ("cross_entropy", lambda: time_loss("cross_entropy")), ("sweep", sweep_warps),
                 ("soft_cross_entropy", lambda: time_loss("soft_cross_entropy", 40.0)),
                 ("compile", time_compile)]  # fmt: skip

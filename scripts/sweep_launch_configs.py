@@ -343,6 +343,17 @@ def part_paired(s: Sweep) -> None:
     s.save()
 
 
+def _chunked_agreement(fn, x, other, cap, out_ref, grad_ref, case: dict):
+    """Run the chunked form once (reduction "none"); note its max loss and gradient difference
+    from the reference in ``case``; return (loss rows, gradient)."""
+    out = fn(x, other, form="chunked", block_cap=cap, reduction="none")
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    torch.cuda.synchronize()
+    case["loss_max_diff"] = float((out - out_ref).abs().max())
+    case["grad_max_diff"] = float((grad.float() - grad_ref.float()).abs().max())
+    return out, grad
+
+
 def part_chunked(s: Sweep) -> None:
     """The chunked loss form (one program per row chunk, meeting at a per-row counter) against
     the default: tiles x tiles per chunk x warps, per loss and vocab. Each case also records its
@@ -369,11 +380,7 @@ def part_chunked(s: Sweep) -> None:
                 case = {"op": loss, "M": 4096, "N": v, "form": "chunked", "cap": cap,
                         "tiles": tiles, "warps": warps}
                 try:
-                    out = fn(x, other, form="chunked", block_cap=cap, reduction="none")
-                    (grad,) = torch.autograd.grad(out.sum(), x)
-                    torch.cuda.synchronize()
-                    case["loss_max_diff"] = float((out - out_ref).abs().max())
-                    case["grad_max_diff"] = float((grad.float() - grad_ref.float()).abs().max())
+                    out, grad = _chunked_agreement(fn, x, other, cap, out_ref, grad_ref, case)
                     if tiles == 1 and warps == 4:
                         E._launch_chunked = functools.partial(one_launch, phases=2)
                         out2 = fn(x, other, form="chunked", block_cap=cap, reduction="none")
@@ -438,11 +445,7 @@ def part_chunked_occupancy(s: Sweep) -> None:
                 case = {"op": loss, "M": 4096, "N": v, "form": "chunked", "cap": cap,
                         "warps": warps, "tiles": tiles, "maxnreg": maxnreg}
                 try:
-                    out = fn(x, other, form="chunked", block_cap=cap, reduction="none")
-                    (grad,) = torch.autograd.grad(out.sum(), x)
-                    torch.cuda.synchronize()
-                    case["loss_max_diff"] = float((out - out_ref).abs().max())
-                    case["grad_max_diff"] = float((grad.float() - grad_ref.float()).abs().max())
+                    _chunked_agreement(fn, x, other, cap, out_ref, grad_ref, case)
                     case["n_regs"] = getattr(cap_k.compiled, "n_regs", None)
                     case["n_spills"] = getattr(cap_k.compiled, "n_spills", None)
                 except Exception as exc:

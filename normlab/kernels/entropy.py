@@ -674,8 +674,8 @@ def _entropy_grad_rescale_kernel(
 ):
     """grad *= grad_output[row]; a device-side no-op when it is 1 (the common loss.backward()).
 
-    A bounded grid strides the rows: in the usual all-ones case each program reads one scalar
-    per row and skips it, a launch of a few hundred programs rather than one per row.
+    A bounded grid strides the rows. A scalar grad_output of 1 (the usual loss.backward())
+    makes each program exit after one load; per-row values skip the rows whose value is 1.
     """
     if grad_out_stride == 0:  # one grad_output for every row
         if tl.load(grad_out_ptr).to(tl.float32) == 1.0:
@@ -817,7 +817,8 @@ def _launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, acc
 def _launch_rescale(grad, grad_out):
     n_rows, n_cols = grad.shape
     block = _block(n_cols, configs.ENTROPY_RESCALE_BLOCK)
-    programs = min(n_rows, configs.ENTROPY_RESCALE_PROGRAMS_PER_SM * _runtime.sm_count(grad.device.index))
+    per_sm = configs.ENTROPY_RESCALE_PROGRAMS_PER_SM
+    programs = min(n_rows, per_sm * _runtime.sm_count(grad.device.index))
     _entropy_grad_rescale_kernel[(programs,)](
         grad, grad_out, n_rows, n_cols, grad.stride(0), 1 if grad_out.dim() else 0, BLOCK=block,
         num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_RESCALE_BLOCK: configs.ENTROPY_RESCALE_WARPS}),
