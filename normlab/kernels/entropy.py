@@ -857,7 +857,7 @@ def _combine_partials(spec, partial, labels):
 
 
 def _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, accumulate):
-    """Run the forward of either form; returns (loss_rows, row_stats or None)."""
+    """Run the forward of any form; returns (loss_rows, row_stats or None: the split form only)."""
     if spec.form in _GRAD_IN_FORWARD:
         loss_rows = x.new_empty(x.shape[0], dtype=torch.float32)
         launch = _launch_fused if spec.form == "fused" else _launch_chunked
