@@ -32,7 +32,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles).
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
-  name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs.
+  name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs:
+  fused, chunked and split per loss, at the vocabularies of ``--entropy-vocabs``.
 
 Writes ``sweep_launch_configs.json`` under --out after every part; a budget skips what is left
 and lists it.
@@ -262,17 +263,17 @@ def _load_module(path: Path):
     return mod
 
 
-def part_entropy(s: Sweep, variants: list[Path]) -> None:
+def part_entropy(s: Sweep, variants: list[Path], vocabs: list[int]) -> None:
     mods = {p.stem: _load_module(p) for p in variants}
     g = torch.Generator(device="cuda").manual_seed(0)
     first: dict = {}
-    for v in (32768, 131072):
+    for v in vocabs:
         x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
         t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
         labels = torch.randint(0, v, (4096,), device="cuda", generator=g)
         for loss, (form, cap), (name, mod) in itertools.product(
             ("reverse_kl", "soft_cross_entropy", "cross_entropy"),
-            (("fused", 4096), ("fused", 2048), ("split", None)),
+            (("fused", 4096), ("fused", 2048), ("chunked", 2048), ("split", None)),
             mods.items(),
         ):
             fn = getattr(mod, loss)
@@ -593,6 +594,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--entropy-variants", default="", help="comma-separated module files")
+    ap.add_argument("--entropy-vocabs", default="32768,131072", help="vocabularies of 'entropy'")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     s = Sweep(args.out, args.budget_s, args.reps)
@@ -606,7 +608,7 @@ def main() -> int:
         t0 = time.time()
         try:
             if part == "entropy":  # A/B of module files; "losses": this checkout's kernels
-                part_entropy(s, variants)
+                part_entropy(s, variants, [int(v) for v in args.entropy_vocabs.split(",")])
             else:
                 globals()[f"part_{part}"](s)
         except Exception:

@@ -117,6 +117,52 @@ def test_tile_boundaries(loss, n_cols, form):
 
 
 @pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form,tiles", [("fused", None), ("chunked", 2), ("chunked", 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, monkeypatch):
+    # V = 203: row r starts r * 203 columns in, so the kernels' frames start up to 7 (bf16) or 3
+    # (fp32) columns before the row, on the previous row's data. Cap 16: a peeled first tile,
+    # whole tiles, a ragged last tile. One-tile chunks: chunk 0 is a first and last tile at
+    # once, and (203 + 7 columns in 14 chunks) some rows' last chunk is empty.
+    from normlab import _runtime
+    from normlab.kernels import entropy
+
+    monkeypatch.setattr(_runtime, "sm_count", lambda *a: 132)
+    monkeypatch.setattr(configs, "ENTROPY_CHUNKED_TILES", tiles or 1)
+    n_rows, n_cols = 11, 203
+    x, other = _inputs(loss, (n_rows, n_cols), dtype)
+    if loss == "cross_entropy":  # labels in a first tile, a last tile, an ignored row
+        other = torch.tensor([0, 1, 202, 5, 200, -100, 2, 16, 17, 7, 3])
+    assert entropy._frame_align(x, x, x, 16) == 16 // x.element_size()
+    out, grad = _run(loss, x, other, form=form, block_cap=16, reduction="none")
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    _check(loss, out, grad, ref_out, ref_grad, dtype, n_cols, f"{loss} {form}")
+    # NaN at both ends of row 4 stays there, though rows 3 and 5 load it in their edge vectors.
+    x[4, 0] = x[4, -1] = float("nan")
+    out, grad = _run(loss, x, other, form=form, block_cap=16, reduction="none")
+    keep = [r for r in range(n_rows) if r != 4]
+    assert torch.isnan(out[4])
+    assert torch.equal(torch.isfinite(out[keep]), torch.ones(n_rows - 1, dtype=torch.bool))
+    _check(loss, out[keep], grad[keep], ref_out[keep], ref_grad[keep], dtype, n_cols, "nan row")
+
+
+def test_frame_align_only_for_rows_aligned_alike():
+    from normlab.kernels import entropy
+
+    x = torch.randn(4, 203, dtype=torch.bfloat16)
+    assert entropy._frame_align(x, x, None, 4096) == 8
+    assert entropy._frame_align(x.float(), x.float(), None, 4096) == 4
+    assert entropy._frame_align(x, x, None, 4) == 1  # a tile narrower than 16 bytes
+    assert entropy._frame_align(x, x.float(), None, 4096) == 1  # target dtype differs
+    wide = torch.randn(4, 210, dtype=torch.bfloat16)
+    assert entropy._frame_align(x, wide[:, :203], None, 4096) == 1  # row strides differ
+    shifted = torch.randn(4 * 203 + 1, dtype=torch.bfloat16)[1:].view(4, 203)
+    assert entropy._frame_align(x, shifted, None, 4096) == 1  # not on a 16-byte boundary
+    even = torch.randn(4, 256, dtype=torch.bfloat16)
+    assert entropy._frame_align(even, even, even, 4096) == 1  # Triton sees the alignment itself
+
+
+@pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("form", ALL_FORMS)
 def test_huge_logits(loss, form):
     # |logits| ~ 1e4: any unshifted exp overflows; the loss itself is ~1e4.

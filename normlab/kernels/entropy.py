@@ -131,13 +131,45 @@ def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
 
 
 @triton.jit
-def _row_statistics(x_row, t_row, n_cols, KIND: tl.constexpr, BLOCK: tl.constexpr):
-    """Online statistics of one row: full tiles unmasked in a loop, then the (masked) last tile.
+def _row_frame(row, row_stride, ALIGN: tl.constexpr):
+    """(offset, lead) of a row's frame: the columns the kernels index, as offsets from the row.
 
-    Returns the raw statistics and the last tile (fp32) so a gradient pass can reuse it. Loads
-    are marked evict_last so the row stays in L2 for the fused kernel's gradient pass, whose own
-    loads and stores are evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us
-    without the hints; normlab/data/dev/sweep_launch_configs_h200.json, "entropy").
+    ALIGN == 1: the row itself (lead 0). ALIGN > 1 (ALIGN columns per 16 bytes, for rows that do
+    not start on a 16-byte boundary, e.g. V = 50257): the frame starts at the boundary at or
+    before the row, lead columns early, so every whole tile is one aligned vector load per
+    thread. Triton cannot prove row * stride aligned there and falls back to 2-byte loads.
+    """
+    offset = row * row_stride
+    lead = 0
+    if ALIGN > 1:
+        lead = offset % ALIGN
+        offset = tl.multiple_of(offset - lead, ALIGN)
+    return offset, lead
+
+
+@triton.jit
+def _tile_span(lo, hi, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
+    """(n_full, first) of the columns [lo, hi) of a frame: n_full tiles come before the last
+    (maybe partial) one; first = 1 when the first of them holds lanes before lo (ALIGN > 1)."""
+    n_full = (tl.maximum(hi, 1) - 1) // BLOCK
+    first = 0
+    if ALIGN > 1:
+        first = ((lo > 0) & (n_full > 0)).to(tl.int32)
+    return n_full, first
+
+
+@triton.jit
+def _row_statistics(x_row, t_row, lo, hi, KIND: tl.constexpr, BLOCK: tl.constexpr,
+                    ALIGN: tl.constexpr):  # fmt: skip
+    """Online statistics of the columns [lo, hi) of a frame (lo < ALIGN, 0 when ALIGN == 1):
+    whole tiles unmasked in a loop, then the (masked) last tile; with lo > 0 the first tile is
+    masked too.
+
+    Returns the raw statistics, the last tile (fp32) so a gradient pass can reuse it, the number
+    of tiles before it and whether the first one was peeled. Loads are marked evict_last so the
+    row stays in L2 for the fused kernel's gradient pass, whose own loads and stores are
+    evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us without the hints;
+    normlab/data/dev/sweep_launch_configs_h200.json, "entropy").
     """
     cols = tl.arange(0, BLOCK)
     m_x = tl.full([], float("-inf"), tl.float32)
@@ -145,33 +177,53 @@ def _row_statistics(x_row, t_row, n_cols, KIND: tl.constexpr, BLOCK: tl.constexp
     m_t = tl.full([], float("-inf"), tl.float32)
     s_t = tl.zeros([], tl.float32)
     acc = tl.zeros([], tl.float32)
-    n_full = (n_cols - 1) // BLOCK  # tiles before the last one, which may be partial
-    for i in range(n_full):
+    n_full, first = _tile_span(lo, hi, BLOCK, ALIGN)
+    if first > 0:
+        x, t = _load_edge_tile(x_row, t_row, cols, lo, hi, KIND, "evict_last", ALIGN)
+        m_x, s_x, m_t, s_t, acc = _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND)
+    for i in range(first, n_full):
         x = tl.load(x_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
         if KIND == _CE:
             t = x
         else:
             t = tl.load(t_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
         m_x, s_x, m_t, s_t, acc = _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND)
-    x_last, t_last = _load_last_tile(x_row, t_row, n_cols, n_full, KIND, BLOCK, "evict_last")
+    x_last, t_last = _load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, KIND,
+                                     "evict_last", ALIGN)  # fmt: skip
     m_x, s_x, m_t, s_t, acc = _online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND)
-    return m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full
+    return m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first
 
 
 @triton.jit
-def _load_last_tile(x_row, t_row, n_cols, n_full, KIND: tl.constexpr, BLOCK: tl.constexpr,
-                    EVICTION: tl.constexpr):  # fmt: skip
-    """The row's last (possibly partial) tile, fp32, -inf on masked lanes."""
-    last_cols = n_full * BLOCK + tl.arange(0, BLOCK)
-    mask = last_cols < n_cols
-    x_last = tl.load(x_row + last_cols, mask=mask, other=_NEG_INF, eviction_policy=EVICTION)
-    x_last = x_last.to(tl.float32)
-    if KIND == _CE:
-        t_last = x_last
+def _load_edge_tile(x_row, t_row, offs, lo, hi, KIND: tl.constexpr, EVICTION: tl.constexpr,
+                    ALIGN: tl.constexpr):  # fmt: skip
+    """Columns offs of a frame as fp32, -inf outside [lo, hi) (the first or last tile).
+
+    ALIGN > 1: loaded in whole 16-byte vectors, which stay inside the tensor (a vector that holds
+    a lane outside [lo, hi) also holds one of the row's own columns); the outside lanes are
+    dropped in registers. An exact mask would split every vector into 2-byte loads.
+    """
+    if ALIGN > 1:
+        keep = (offs >= lo) & (offs < hi)
+        hi_vec = tl.multiple_of(tl.cdiv(tl.maximum(hi, 0), ALIGN) * ALIGN, ALIGN)
+        in_vec = (offs >= 0) & (offs < hi_vec)
+        x = tl.load(x_row + offs, mask=in_vec, other=_NEG_INF, eviction_policy=EVICTION)
+        x = tl.where(keep, x.to(tl.float32), _NEG_INF)
+        if KIND == _CE:
+            t = x
+        else:
+            t = tl.load(t_row + offs, mask=in_vec, other=_NEG_INF, eviction_policy=EVICTION)
+            t = tl.where(keep, t.to(tl.float32), _NEG_INF)
     else:
-        t_last = tl.load(t_row + last_cols, mask=mask, other=_NEG_INF, eviction_policy=EVICTION)
-        t_last = t_last.to(tl.float32)
-    return x_last, t_last
+        keep = offs < hi
+        x = tl.load(x_row + offs, mask=keep, other=_NEG_INF, eviction_policy=EVICTION)
+        x = x.to(tl.float32)
+        if KIND == _CE:
+            t = x
+        else:
+            t = tl.load(t_row + offs, mask=keep, other=_NEG_INF, eviction_policy=EVICTION)
+            t = t.to(tl.float32)
+    return x, t
 
 
 @triton.jit
@@ -208,18 +260,18 @@ def _tile_grad(
 
 @triton.jit
 def _store_grad(grad_ptrs, g, mask, ACCUMULATE: tl.constexpr, EVICTION: tl.constexpr):
-    if ACCUMULATE:
-        g += tl.load(grad_ptrs, mask=mask, other=0.0).to(tl.float32)
+    if ACCUMULATE:  # masked lanes (mask may be None: a whole tile) are not stored
+        g += tl.load(grad_ptrs, mask=mask).to(tl.float32)
     tl.store(grad_ptrs, g.to(grad_ptrs.dtype.element_ty), mask=mask, eviction_policy=EVICTION)
 
 
 @triton.jit
-def _fill_zero(ptr, n_cols, BLOCK: tl.constexpr):
-    """Store n_cols zeros of ptr's dtype (the gradient of an ignored label CE row)."""
+def _fill_zero(ptr, lo, hi, BLOCK: tl.constexpr):
+    """Store zeros of ptr's dtype to columns [lo, hi) (the gradient of an ignored label CE row)."""
     zeros = tl.zeros([BLOCK], tl.float32).to(ptr.dtype.element_ty)
-    for i in range(tl.cdiv(n_cols, BLOCK)):
+    for i in range(tl.cdiv(tl.maximum(hi, 0), BLOCK)):
         offs = i * BLOCK + tl.arange(0, BLOCK)
-        tl.store(ptr + offs, zeros, mask=offs < n_cols)
+        tl.store(ptr + offs, zeros, mask=(offs >= lo) & (offs < hi))
 
 
 @triton.jit
@@ -250,45 +302,52 @@ def _fused_row(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    ALIGN: tl.constexpr,  # see _row_frame; > 1 only when the three row strides are equal
 ):
     row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * x_row_stride
-    t_row = t_ptr + row * t_row_stride
-    grad_row = grad_ptr + row * grad_row_stride
+    frame, lead = _row_frame(row, x_row_stride, ALIGN)
+    x_row = x_ptr + frame
+    t_frame, _t_lead = _row_frame(row, t_row_stride, ALIGN)
+    grad_frame, _grad_lead = _row_frame(row, grad_row_stride, ALIGN)
+    t_row = t_ptr + t_frame
+    grad_row = grad_ptr + grad_frame
     label = 0
     x_label = 0.0
     bad = False
     if KIND == _CE:
         # Ignored rows already returned in _cross_entropy_fused_kernel.
         label, _ignored, bad = _load_label(labels_ptr, row, ignore_index, 0, n_cols)
-        x_label = tl.load(x_row + tl.where(bad, 0, label)).to(tl.float32)
+        x_label = tl.load(x_row + lead + tl.where(bad, 0, label)).to(tl.float32)
         x_label = tl.where(bad, float("nan"), x_label)
-    m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(
-        x_row, t_row, n_cols, KIND, BLOCK
+        label = label + lead
+    m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = _row_statistics(
+        x_row, t_row, lead, lead + n_cols, KIND, BLOCK, ALIGN
     )
     loss = _finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
     tl.store(loss_ptr + row, loss)
     if COMPUTE_GRAD:
-        _grad_pass(x_row, t_row, grad_row, n_cols, x_last, t_last, n_full, m_x, s_x, m_t, s_t,
-                   acc, label, bad, grad_scale, n_valid_ptr, KIND, ACCUMULATE, MEAN_OVER_VALID,
-                   BLOCK)  # fmt: skip
+        _grad_pass(x_row, t_row, grad_row, lead, lead + n_cols, x_last, t_last, n_full, first,
+                   m_x, s_x, m_t, s_t, acc, label, bad, grad_scale, n_valid_ptr, KIND, ACCUMULATE,
+                   MEAN_OVER_VALID, BLOCK, ALIGN)  # fmt: skip
 
 
 @triton.jit
 def _grad_pass(
-    x_row,
+    x_row,  # frame of the row or chunk (see _row_frame)
     t_row,
     grad_row,
-    n_cols,
+    lo,  # the columns [lo, hi) of the frame are the row's
+    hi,
     x_last,  # fp32 last tile, still in registers
     t_last,
-    n_full,  # full tiles before the last one
+    n_full,  # tiles before the last one
+    first,  # 1 when the first of them starts before lo (peeled by _row_statistics)
     m_x,  # raw row statistics (see _online_tile)
     s_x,
     m_t,
     s_t,
     acc,
-    label,  # label CE: column of the label relative to x_row
+    label,  # label CE: column of the label in the frame
     bad,  # label CE: the label is out of range (the gradient becomes NaN)
     grad_scale,  # host scale of the reduction (1/n for "mean" over rows)
     n_valid_ptr,  # (1,) fp32 non-ignored row count (MEAN_OVER_VALID only)
@@ -296,9 +355,11 @@ def _grad_pass(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
-    """Write the gradient of n_cols columns from the row statistics, in reverse tile order: the
-    last tile is still in registers, its neighbour likely in L2."""
+    """Write the gradient of the columns [lo, hi) from the row statistics, in reverse tile order:
+    the last tile is still in registers, its neighbour likely in L2. Whole tiles store unmasked
+    (vectorized); edge tiles store exactly their own columns."""
     shift_x = _safe_max(m_x)
     shift_t = _safe_max(m_t)
     log_s_x = tl.log(s_x)
@@ -313,8 +374,15 @@ def _grad_pass(
     last_cols = n_full * BLOCK + cols
     g = _tile_grad(x_last, t_last, last_cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift,
                    label, scale, KIND)  # fmt: skip
-    _store_grad(grad_row + last_cols, g, last_cols < n_cols, ACCUMULATE, "evict_first")
-    for j in range(n_full):
+    if ALIGN > 1:
+        if (n_full * BLOCK + BLOCK == hi) & ((lo == 0) | (n_full > 0)):  # a whole tile
+            _store_grad(grad_row + last_cols, g, None, ACCUMULATE, "evict_first")
+        else:
+            mask = (last_cols >= lo) & (last_cols < hi)
+            _store_grad(grad_row + last_cols, g, mask, ACCUMULATE, "evict_first")
+    else:
+        _store_grad(grad_row + last_cols, g, last_cols < hi, ACCUMULATE, "evict_first")
+    for j in range(n_full - first):
         offs = (n_full - 1 - j) * BLOCK + cols
         x = tl.load(x_row + offs, eviction_policy="evict_first").to(tl.float32)
         if KIND == _CE:
@@ -323,7 +391,13 @@ def _grad_pass(
             t = tl.load(t_row + offs, eviction_policy="evict_first").to(tl.float32)
         g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
                        KIND)  # fmt: skip
-        _store_grad(grad_row + offs, g, offs < n_cols, ACCUMULATE, "evict_first")
+        _store_grad(grad_row + offs, g, None, ACCUMULATE, "evict_first")  # unmasked: vectorized
+    if ALIGN > 1:
+        if first > 0:  # the peeled first tile: lanes before lo are the previous row's
+            x, t = _load_edge_tile(x_row, t_row, cols, lo, hi, KIND, "evict_first", ALIGN)
+            g = _tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
+                           KIND)  # fmt: skip
+            _store_grad(grad_row + cols, g, cols >= lo, ACCUMULATE, "evict_first")
 
 
 # ============================================================================================
@@ -349,11 +423,12 @@ def _reverse_kl_fused_kernel(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
     """Reverse KL loss and gradient of one row in one launch (see module docstring)."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN)  # fmt: skip
 
 
 @triton.jit
@@ -374,11 +449,12 @@ def _soft_cross_entropy_fused_kernel(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
     """Soft-target cross-entropy loss and gradient of one row in one launch."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN)  # fmt: skip
 
 
 @triton.jit
@@ -399,17 +475,18 @@ def _cross_entropy_fused_kernel(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
     """Label cross-entropy loss and gradient of one row in one launch."""
     row = tl.program_id(0).to(tl.int64)
     if tl.load(labels_ptr + row) == ignore_index:  # loss 0, gradient 0, logits never read
         tl.store(loss_ptr + row, 0.0)
         if COMPUTE_GRAD and not ACCUMULATE:
-            _fill_zero(grad_ptr + row * grad_row_stride, n_cols, BLOCK)
+            _fill_zero(grad_ptr + row * grad_row_stride, 0, n_cols, BLOCK)
         return
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK)  # fmt: skip
+               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN)  # fmt: skip
 
 
 @triton.jit
@@ -484,6 +561,7 @@ def _entropy_chunked_kernel(
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
     CHUNKS_POW2: tl.constexpr,
+    ALIGN: tl.constexpr,  # see _row_frame; > 1 only when the three row strides are equal
 ):
     """Chunked form: n_chunks programs share one row, each owning chunk_cols columns.
 
@@ -502,6 +580,10 @@ def _entropy_chunked_kernel(
     than n_chunks - 1 programs fit on the GPU, one more can start and take the next ticket.
     The Triton interpreter runs one program at a time and would wait forever: it runs PHASE 1
     then PHASE 2 as two launches (program id = ticket), the same arithmetic without the wait.
+
+    Chunks cut the row's frame (see _row_frame): chunk 0 starts lead columns before the row, and
+    with ALIGN > 1 n_chunks covers n_cols + ALIGN - 1 columns, so a row's last chunk may be empty
+    (its statistics are those of no column, which weigh 0 in the merge).
     """
     if PHASE == 3:
         item = tl.atomic_add(sync_ptr, 1)
@@ -510,10 +592,14 @@ def _entropy_chunked_kernel(
     row = (item // n_chunks).to(tl.int64)
     chunk = item % n_chunks
     start = chunk * chunk_cols
-    width = tl.minimum(chunk_cols, n_cols - start)
-    x_row = x_ptr + row * x_row_stride + start
-    t_row = t_ptr + row * t_row_stride + start
-    grad_row = grad_ptr + row * grad_row_stride + start
+    frame, lead = _row_frame(row, x_row_stride, ALIGN)
+    t_frame, _t_lead = _row_frame(row, t_row_stride, ALIGN)
+    grad_frame, _grad_lead = _row_frame(row, grad_row_stride, ALIGN)
+    x_row = x_ptr + frame + start
+    t_row = t_ptr + t_frame + start
+    grad_row = grad_ptr + grad_frame + start
+    lo = tl.maximum(lead - start, 0)  # the chunk's own columns are [lo, hi)
+    hi = tl.minimum(chunk_cols, lead + n_cols - start)
     label = 0
     x_label = 0.0
     bad = False
@@ -523,21 +609,22 @@ def _entropy_chunked_kernel(
             if PHASE != 2 and chunk == 0:
                 tl.store(loss_ptr + row, 0.0)
             if PHASE != 1 and COMPUTE_GRAD and not ACCUMULATE:
-                _fill_zero(grad_row, width, BLOCK)
+                _fill_zero(grad_row, lo, hi, BLOCK)
             return
         if chunk == 0:
             x_label = tl.load(x_ptr + row * x_row_stride + tl.where(bad, 0, label))
             x_label = tl.where(bad, float("nan"), x_label.to(tl.float32))
-        label = label - start
+        label = label + lead - start
     n_slots = n_rows * n_chunks
-    n_full = (width - 1) // BLOCK
     if PHASE != 2:
-        m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full = _row_statistics(
-            x_row, t_row, width, KIND, BLOCK
+        m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = _row_statistics(
+            x_row, t_row, lo, hi, KIND, BLOCK, ALIGN
         )
         _store_raw_stats(stats_ptr, row * n_chunks + chunk, n_slots, m_x, s_x, m_t, s_t, acc)
     else:
-        x_last, t_last = _load_last_tile(x_row, t_row, width, n_full, KIND, BLOCK, "evict_first")
+        n_full, first = _tile_span(lo, hi, BLOCK, ALIGN)
+        x_last, t_last = _load_edge_tile(x_row, t_row, n_full * BLOCK + tl.arange(0, BLOCK), lo,
+                                         hi, KIND, "evict_first", ALIGN)  # fmt: skip
     if PHASE == 3:
         # Every thread's stores above happen before the release that publishes them.
         tl.debug_barrier()
@@ -553,9 +640,9 @@ def _entropy_chunked_kernel(
         if chunk == 0:
             tl.store(loss_ptr + row, _finish_loss(m_x, s_x, s_t, acc, x_label, KIND))
         if COMPUTE_GRAD:
-            _grad_pass(x_row, t_row, grad_row, width, x_last, t_last, n_full, m_x, s_x, m_t,
-                       s_t, acc, label, bad, grad_scale, n_valid_ptr, KIND, ACCUMULATE,
-                       MEAN_OVER_VALID, BLOCK)  # fmt: skip
+            _grad_pass(x_row, t_row, grad_row, lo, hi, x_last, t_last, n_full, first, m_x, s_x,
+                       m_t, s_t, acc, label, bad, grad_scale, n_valid_ptr, KIND, ACCUMULATE,
+                       MEAN_OVER_VALID, BLOCK, ALIGN)  # fmt: skip
 
 
 @triton.jit
@@ -588,8 +675,8 @@ def _entropy_stats_kernel(
         x_label = tl.load(x_row + tl.where(owned, label, 0)).to(tl.float32)
         x_label = tl.where(owned, x_label, 0.0)
         x_label = tl.where(bad, float("nan"), x_label)
-    m_x, s_x, m_t, s_t, acc, _x_last, _t_last, _n_full = _row_statistics(
-        x_row, t_row, n_cols, KIND, BLOCK
+    m_x, s_x, m_t, s_t, acc, _x_last, _t_last, _n_full, _first = _row_statistics(
+        x_row, t_row, 0, n_cols, KIND, BLOCK, 1
     )
     if KIND == _CE:
         acc = x_label
@@ -718,6 +805,19 @@ def _block(n_cols: int, cap: int) -> int:
     return min(triton.next_power_of_2(n_cols), cap)
 
 
+def _frame_align(x, t, grad, block) -> int:
+    """ALIGN of the kernels (see _row_frame): the columns per 16 bytes (V = 50257 in bf16: 8).
+    1 when Triton already sees aligned rows (strides and V multiples of 16), when the tensors'
+    rows are not aligned alike, or when a tile is narrower than 16 bytes."""
+    tensors = [x, t] + ([grad] if grad is not None else [])
+    if all(v.stride(0) % 16 == 0 for v in tensors) and x.shape[1] % 16 == 0:
+        return 1
+    align = 16 // x.element_size()
+    alike = all(v.stride(0) == x.stride(0) and v.element_size() == x.element_size()
+                and v.data_ptr() % 16 == 0 for v in tensors)  # fmt: skip
+    return align if alike and block >= align else 1
+
+
 def _grad_scale(spec: _Spec, n_rows: int) -> tuple[float, bool]:
     """(host scale, divide by the device count of valid rows?) for the reduction."""
     if spec.reduction != "mean":
@@ -738,7 +838,8 @@ def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, ac
         scale, spec.ignore_index, n_cols,
         x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
         COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid,
-        BLOCK=block, num_warps=configs.entropy_num_warps(block, table),
+        BLOCK=block, ALIGN=_frame_align(x, t, grad, block),
+        num_warps=configs.entropy_num_warps(block, table),
     )  # fmt: skip
 
 
@@ -763,7 +864,9 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
     n_rows, n_cols = x.shape
     block = _block(n_cols, spec.block_cap)
     tiles = configs.ENTROPY_CHUNKED_TILES if tiles_per_chunk is None else tiles_per_chunk
-    chunk_cols, n_chunks = chunk_layout(n_cols, block, tiles, _runtime.sm_count(x.device.index))
+    align = _frame_align(x, t, grad, block)
+    chunk_cols, n_chunks = chunk_layout(n_cols + align - 1, block, tiles,
+                                        _runtime.sm_count(x.device.index))  # fmt: skip
     if 5 * n_rows * n_chunks >= 2**31:  # tickets and statistics offsets are int32
         raise ValueError(
             f"chunked form: {n_rows} rows x {n_chunks} chunks is too many; use form='fused'"
@@ -780,7 +883,7 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
             scale, spec.ignore_index, n_rows, n_cols, n_chunks, chunk_cols,
             x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
             KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
-            MEAN_OVER_VALID=over_valid, BLOCK=block,
+            MEAN_OVER_VALID=over_valid, BLOCK=block, ALIGN=align,
             CHUNKS_POW2=triton.next_power_of_2(n_chunks), num_warps=configs.ENTROPY_CHUNKED_WARPS,
             **_maxnreg(configs.ENTROPY_CHUNKED_MAXNREG.get(block)),
         )  # fmt: skip
