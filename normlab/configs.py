@@ -487,7 +487,8 @@ ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 # V <= 4096 is not measured: fused there is a single register-resident tile (one read).
 # Wide vocabularies (V >= ENTROPY_AUTO_WIDE_COLS) take the third entry. Since the chunked
 # kernel's 64-register cap at tile 2048 (ENTROPY_CHUNKED_MAXNREG) it wins at every V but 32768
-# (records of f4508b9, us; "x" marks the entry taken):
+# (records of f4508b9, us; "x" marks the entry taken then; the 50257 entries are now those of
+# the aligned frames below):
 #   reverse KL   32768: fused4096 316.6 x, chunked2048 340.6; 65536: chunked2048 641.3 x, fused4096
 #                662.3; 131072: 1272.3 x vs 1360.4; 50257: chunked2048 626.0 x, fused2048 721.0;
 #                151936: chunked2048 1511.4 x, fused4096 1613.6.
@@ -497,12 +498,19 @@ ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 #   label CE     32768: fused4096 205.9 x, chunked4096 215.2; 65536: chunked4096 405.5 x, fused4096
 #                413.1; 131072: 766.3 x vs 841.7, chunked2048 931.5; 50257: chunked2048 408.6 x,
 #                chunked4096 445.1; 151936: chunked4096 911.9 x, chunked2048 1108.4.
+# Ragged vocabularies whose rows do not start on 16-byte boundaries (50257 in bf16) run the
+# kernels' aligned frames (kernels/entropy.py, _row_frames). With them, at V = 50257
+# (dev/sweep_launch_configs_h200.json, the last "78ac7b1+ab" run, us; "x" = taken):
+#   reverse KL   fused2048 533.0 x, chunked2048 551.4, fused4096 600.3
+#   soft CE      chunked2048 543.5 x, fused2048 582.6
+#   label CE     fused2048 345.0 x, fused4096 361.9, chunked2048 365.9
+# (Before them, every load 2-byte: 598-736, 564-642 and 360-466 us for the same forms.)
 ENTROPY_AUTO_TILE = 4096
 ENTROPY_AUTO_WIDE_COLS = 65536
 ENTROPY_AUTO = {
-    "reverse_kl": (("fused", 4096), ("chunked", 2048), ("chunked", 2048)),
+    "reverse_kl": (("fused", 4096), ("fused", 2048), ("chunked", 2048)),
     "soft_cross_entropy": (("fused", 2048), ("chunked", 2048), ("chunked", 2048)),
-    "cross_entropy": (("fused", 4096), ("chunked", 2048), ("chunked", 4096)),
+    "cross_entropy": (("fused", 4096), ("fused", 2048), ("chunked", 4096)),
 }
 
 

@@ -36,6 +36,6 @@ if [[ $WHAT == all || $WHAT == losses ]]; then
   bench --op cross_entropy --shapes losses --direction fwd+bwd --impl eager,torch,compile
   bench --op cross_entropy --shapes losses --direction fwd+bwd --impl normlab --form auto,split
   bench --op cross_entropy --shapes losses --direction fwd+bwd --impl normlab --form fused \
-        --block-cap 4096,8192,16384,32768
+        --block-cap 2048,4096,8192,16384,32768
 fi
 echo "records: $records ($(wc -l < "$records") lines)"

@@ -137,6 +137,11 @@ def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, monkeypatch):
     out, grad = _run(loss, x, other, form=form, block_cap=16, reduction="none")
     ref_out, ref_grad = _ref(loss, x, other, reduction="none")
     _check(loss, out, grad, ref_out, ref_grad, dtype, n_cols, f"{loss} {form}")
+    # Added into a buffer: a column stored twice (or not at all) would show.
+    buf = torch.randn(n_rows, n_cols).to(dtype)
+    before = buf.clone()
+    FNS[loss][0](x, other, form=form, block_cap=16, reduction="sum", grad_accumulate=buf)
+    assert_close(buf, (before.double() + ref_grad).to(dtype), dtype=torch.bfloat16)
     # NaN at both ends of row 4 stays there, though rows 3 and 5 load it in their edge vectors.
     x[4, 0] = x[4, -1] = float("nan")
     out, grad = _run(loss, x, other, form=form, block_cap=16, reduction="none")
@@ -144,6 +149,24 @@ def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, monkeypatch):
     assert torch.isnan(out[4])
     assert torch.equal(torch.isfinite(out[keep]), torch.ones(n_rows - 1, dtype=torch.bool))
     _check(loss, out[keep], grad[keep], ref_out[keep], ref_grad[keep], dtype, n_cols, "nan row")
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ["fused", "chunked"])
+@pytest.mark.parametrize("n_cols", [5, 9])
+def test_rows_inside_one_16_byte_vector(loss, form, n_cols):
+    # bf16, V = 5 or 9 at tile 8 or 16: a row can sit inside one 16-byte vector, or straddle
+    # two, with no whole vector to store; added into a buffer, so a lane stored twice shows.
+    n_rows = 16
+    x, other = _inputs(loss, (n_rows, n_cols), torch.bfloat16)
+    if loss == "cross_entropy":
+        other = torch.arange(n_rows) % n_cols
+    buf = torch.randn(n_rows, n_cols).to(torch.bfloat16)
+    before = buf.clone()
+    out = FNS[loss][0](x, other, form=form, reduction="none", grad_accumulate=buf)
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    assert_close(out, ref_out, dtype=torch.float32, reduce_len=n_cols)
+    assert_close(buf, (before.double() + ref_grad).to(torch.bfloat16), dtype=torch.bfloat16)
 
 
 def test_frame_align_only_for_rows_aligned_alike():
@@ -442,19 +465,20 @@ def test_auto_form_uses_config_table():
             assert form in ("fused", "chunked", "split")
             assert cap & (cap - 1) == 0
             assert configs.ENTROPY_MIN_BLOCK <= cap <= configs.ENTROPY_MAX_BLOCK
-    # The measured choices (see configs): 32768 takes the fused form, wider or ragged
-    # vocabularies the chunked one (label CE: a narrower tile when ragged and not wide).
+    # The measured choices (see configs): 32768 takes the fused form, wider vocabularies the
+    # chunked one; ragged ones below 65536 the fused form at tile 2048 (soft CE: chunked).
     wide = configs.ENTROPY_AUTO_WIDE_COLS
     assert wide == 65536
     assert configs.entropy_auto("reverse_kl", 32768, False) == ("fused", 4096)
     assert configs.entropy_auto("reverse_kl", wide - 4096, False) == ("fused", 4096)
-    assert configs.entropy_auto("reverse_kl", 50257, False) == ("chunked", 2048)
+    assert configs.entropy_auto("reverse_kl", 50257, False) == ("fused", 2048)
+    assert configs.entropy_auto("soft_cross_entropy", 50257, False) == ("chunked", 2048)
     assert configs.entropy_auto("reverse_kl", wide, False) == ("chunked", 2048)
     assert configs.entropy_auto("reverse_kl", 151936, False) == ("chunked", 2048)
     assert configs.entropy_auto("soft_cross_entropy", 32768, False) == ("fused", 2048)
     assert configs.entropy_auto("soft_cross_entropy", 151936, False) == ("chunked", 2048)
     assert configs.entropy_auto("cross_entropy", 32768, False) == ("fused", 4096)
-    assert configs.entropy_auto("cross_entropy", 50257, False) == ("chunked", 2048)
+    assert configs.entropy_auto("cross_entropy", 50257, False) == ("fused", 2048)
     assert configs.entropy_auto("cross_entropy", wide, False) == ("chunked", 4096)
     assert configs.entropy_auto("cross_entropy", 151936, False) == ("chunked", 4096)
     assert configs.entropy_auto("cross_entropy", wide, True) == ("split", 4096)
@@ -466,6 +490,9 @@ def test_auto_form_uses_config_table():
     (1 << 20, 4096, 1, 132, (8192, 128)),  # 256 tiles > 132 SMs: two tiles per chunk
     (500, 16, 1, 4, (128, 4)),  # the interpreter's 4 "SMs"
     (10, 16, 1, 4, (16, 1)),
+    (50257 + 7, 2048, 4, 132, (10240, 5)),  # 25 tiles: 5 chunks of 5, not 6 of 4 and 1 of 1
+    (151936, 2048, 4, 132, (8192, 19)),  # 75 tiles: 19 chunks, the last of 3 tiles
+    (3 * 2048, 2048, 4, 132, (6144, 1)),  # fewer tiles than a chunk
 ])  # fmt: skip
 def test_chunk_layout(n_cols, block, tiles, sms, expect):
     from normlab.kernels import entropy
@@ -479,8 +506,10 @@ def test_chunk_layout(n_cols, block, tiles, sms, expect):
 
 @pytest.mark.parametrize("loss", LOSSES)
 def test_chunked_one_tile_per_chunk(loss, monkeypatch):
-    # With many "SMs" every 16-wide tile is its own chunk: 300 columns = 19 chunks, the last 12
-    # wide, merged from a 32-lane vector of chunk statistics (13 lanes masked).
+    # With many "SMs" every 16-wide tile is its own chunk: 300 bf16 columns, framed from the
+    # 16-byte boundary before the row (every other row starts 4 columns past one) = 20 chunks,
+    # merged from a 32-lane vector of chunk statistics (12 lanes masked); rows that start on a
+    # boundary leave their last chunk empty.
     from normlab import _runtime
 
     monkeypatch.setattr(_runtime, "sm_count", lambda *a: 132)

@@ -131,20 +131,25 @@ def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
 
 
 @triton.jit
-def _row_frame(row, row_stride, ALIGN: tl.constexpr):
-    """(offset, lead) of a row's frame: the columns the kernels index, as offsets from the row.
+def _row_frames(row, x_row_stride, t_row_stride, grad_row_stride, ALIGN: tl.constexpr):
+    """(x, t, grad offsets, lead) of a row's frame: the columns the kernels index.
 
     ALIGN == 1: the row itself (lead 0). ALIGN > 1 (ALIGN columns per 16 bytes, for rows that do
-    not start on a 16-byte boundary, e.g. V = 50257): the frame starts at the boundary at or
-    before the row, lead columns early, so every whole tile is one aligned vector load per
-    thread. Triton cannot prove row * stride aligned there and falls back to 2-byte loads.
+    not start on a 16-byte boundary, e.g. V = 50257; the host checked that the three strides are
+    equal): the frame starts at the boundary at or before the row, lead columns early, so every
+    whole tile is one aligned vector load per thread. Triton cannot prove row * stride aligned
+    there and falls back to 2-byte loads.
     """
-    offset = row * row_stride
+    x_off = row * x_row_stride
+    t_off = row * t_row_stride
+    grad_off = row * grad_row_stride
     lead = 0
     if ALIGN > 1:
-        lead = offset % ALIGN
-        offset = tl.multiple_of(offset - lead, ALIGN)
-    return offset, lead
+        lead = x_off % ALIGN
+        x_off = tl.multiple_of(x_off - lead, ALIGN)
+        t_off = x_off
+        grad_off = x_off
+    return x_off, t_off, grad_off, lead
 
 
 @triton.jit
@@ -266,6 +271,37 @@ def _store_grad(grad_ptrs, g, mask, ACCUMULATE: tl.constexpr, EVICTION: tl.const
 
 
 @triton.jit
+def _store_edge_grad(x_row, t_row, grad_row, offs, g, lo, hi, shift_x, shift_t, log_s_x, log_s_t,
+                     kl_shift, label, scale, KIND: tl.constexpr, ACCUMULATE: tl.constexpr,
+                     ALIGN: tl.constexpr):  # fmt: skip
+    """Store the gradient g of an edge tile (columns offs of a frame) to exactly its columns in
+    [lo, hi): whole 16-byte vectors from g with one vector store each, the partial vector at
+    either end recomputed on ALIGN lanes. (An exact mask over the tile would split every store
+    into 2-byte stores: measured 735.7 against 534.0 us for reverse KL fused4096 at V = 50257 vs
+    50256.)"""
+    lo_vec = tl.multiple_of(tl.cdiv(lo, ALIGN) * ALIGN, ALIGN)  # first whole vector
+    hi_vec = tl.multiple_of(tl.maximum(hi, 0) // ALIGN * ALIGN, ALIGN)  # end of the last one
+    _store_grad(grad_row + offs, g, (offs >= lo_vec) & (offs < hi_vec), ACCUMULATE, "evict_first")
+    _store_lanes(x_row, t_row, grad_row, lo_vec - ALIGN, lo, tl.minimum(hi, lo_vec), shift_x,
+                 shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND, ACCUMULATE, ALIGN)  # fmt: skip
+    _store_lanes(x_row, t_row, grad_row, hi_vec, tl.maximum(lo_vec, hi_vec), hi, shift_x, shift_t,
+                 log_s_x, log_s_t, kl_shift, label, scale, KIND, ACCUMULATE, ALIGN)  # fmt: skip
+
+
+@triton.jit
+def _store_lanes(x_row, t_row, grad_row, start, lo, hi, shift_x, shift_t, log_s_x, log_s_t,
+                 kl_shift, label, scale, KIND: tl.constexpr, ACCUMULATE: tl.constexpr,
+                 ALIGN: tl.constexpr):  # fmt: skip
+    """Gradient of the columns [lo, hi) of the ALIGN columns from start (one partial vector)."""
+    cols = start + tl.arange(0, ALIGN)
+    mask = (cols >= lo) & (cols < hi)
+    x = tl.load(x_row + cols, mask=mask, other=_NEG_INF).to(tl.float32)
+    t = x if KIND == _CE else tl.load(t_row + cols, mask=mask, other=_NEG_INF).to(tl.float32)
+    g = _tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND)
+    _store_grad(grad_row + cols, g, mask, ACCUMULATE, "evict_first")
+
+
+@triton.jit
 def _fill_zero(ptr, lo, hi, BLOCK: tl.constexpr):
     """Store zeros of ptr's dtype to columns [lo, hi) (the gradient of an ignored label CE row)."""
     zeros = tl.zeros([BLOCK], tl.float32).to(ptr.dtype.element_ty)
@@ -302,15 +338,14 @@ def _fused_row(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
-    ALIGN: tl.constexpr,  # see _row_frame; > 1 only when the three row strides are equal
+    ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the three row strides are equal
 ):
     row = tl.program_id(0).to(tl.int64)
-    frame, lead = _row_frame(row, x_row_stride, ALIGN)
-    x_row = x_ptr + frame
-    t_frame, _t_lead = _row_frame(row, t_row_stride, ALIGN)
-    grad_frame, _grad_lead = _row_frame(row, grad_row_stride, ALIGN)
-    t_row = t_ptr + t_frame
-    grad_row = grad_ptr + grad_frame
+    x_off, t_off, grad_off, lead = _row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
+                                               ALIGN)  # fmt: skip
+    x_row = x_ptr + x_off
+    t_row = t_ptr + t_off
+    grad_row = grad_ptr + grad_off
     label = 0
     x_label = 0.0
     bad = False
@@ -333,7 +368,7 @@ def _fused_row(
 
 @triton.jit
 def _grad_pass(
-    x_row,  # frame of the row or chunk (see _row_frame)
+    x_row,  # frame of the row or chunk (see _row_frames)
     t_row,
     grad_row,
     lo,  # the columns [lo, hi) of the frame are the row's
@@ -375,11 +410,9 @@ def _grad_pass(
     g = _tile_grad(x_last, t_last, last_cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift,
                    label, scale, KIND)  # fmt: skip
     if ALIGN > 1:
-        if (n_full * BLOCK + BLOCK == hi) & ((lo == 0) | (n_full > 0)):  # a whole tile
-            _store_grad(grad_row + last_cols, g, None, ACCUMULATE, "evict_first")
-        else:
-            mask = (last_cols >= lo) & (last_cols < hi)
-            _store_grad(grad_row + last_cols, g, mask, ACCUMULATE, "evict_first")
+        _store_edge_grad(x_row, t_row, grad_row, last_cols, g, tl.maximum(lo, n_full * BLOCK), hi,
+                         shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND,
+                         ACCUMULATE, ALIGN)  # fmt: skip
     else:
         _store_grad(grad_row + last_cols, g, last_cols < hi, ACCUMULATE, "evict_first")
     for j in range(n_full - first):
@@ -397,7 +430,9 @@ def _grad_pass(
             x, t = _load_edge_tile(x_row, t_row, cols, lo, hi, KIND, "evict_first", ALIGN)
             g = _tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
                            KIND)  # fmt: skip
-            _store_grad(grad_row + cols, g, cols >= lo, ACCUMULATE, "evict_first")
+            _store_edge_grad(x_row, t_row, grad_row, cols, g, lo, BLOCK, shift_x, shift_t,
+                             log_s_x, log_s_t, kl_shift, label, scale, KIND, ACCUMULATE,
+                             ALIGN)  # fmt: skip
 
 
 # ============================================================================================
@@ -561,7 +596,7 @@ def _entropy_chunked_kernel(
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
     CHUNKS_POW2: tl.constexpr,
-    ALIGN: tl.constexpr,  # see _row_frame; > 1 only when the three row strides are equal
+    ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the three row strides are equal
 ):
     """Chunked form: n_chunks programs share one row, each owning chunk_cols columns.
 
@@ -581,7 +616,7 @@ def _entropy_chunked_kernel(
     The Triton interpreter runs one program at a time and would wait forever: it runs PHASE 1
     then PHASE 2 as two launches (program id = ticket), the same arithmetic without the wait.
 
-    Chunks cut the row's frame (see _row_frame): chunk 0 starts lead columns before the row, and
+    Chunks cut the row's frame (see _row_frames): chunk 0 starts lead columns before the row, and
     with ALIGN > 1 n_chunks covers n_cols + ALIGN - 1 columns, so a row's last chunk may be empty
     (its statistics are those of no column, which weigh 0 in the merge).
     """
@@ -592,12 +627,11 @@ def _entropy_chunked_kernel(
     row = (item // n_chunks).to(tl.int64)
     chunk = item % n_chunks
     start = chunk * chunk_cols
-    frame, lead = _row_frame(row, x_row_stride, ALIGN)
-    t_frame, _t_lead = _row_frame(row, t_row_stride, ALIGN)
-    grad_frame, _grad_lead = _row_frame(row, grad_row_stride, ALIGN)
-    x_row = x_ptr + frame + start
-    t_row = t_ptr + t_frame + start
-    grad_row = grad_ptr + grad_frame + start
+    x_off, t_off, grad_off, lead = _row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
+                                               ALIGN)  # fmt: skip
+    x_row = x_ptr + x_off + start
+    t_row = t_ptr + t_off + start
+    grad_row = grad_ptr + grad_off + start
     lo = tl.maximum(lead - start, 0)  # the chunk's own columns are [lo, hi)
     hi = tl.minimum(chunk_cols, lead + n_cols - start)
     label = 0
@@ -806,7 +840,7 @@ def _block(n_cols: int, cap: int) -> int:
 
 
 def _frame_align(x, t, grad, block) -> int:
-    """ALIGN of the kernels (see _row_frame): the columns per 16 bytes (V = 50257 in bf16: 8).
+    """ALIGN of the kernels (see _row_frames): the columns per 16 bytes (V = 50257 in bf16: 8).
     1 when Triton already sees aligned rows (strides and V multiples of 16), when the tensors'
     rows are not aligned alike, or when a tile is narrower than 16 bytes."""
     tensors = [x, t] + ([grad] if grad is not None else [])
@@ -849,11 +883,14 @@ def _maxnreg(cap: int | None) -> dict:
 
 
 def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int) -> tuple[int, int]:
-    """(chunk_cols, n_chunks) of the chunked form: chunks of whole tiles, at most ``sm_count``
-    chunks per row (so the waiting programs of one row always fit on the GPU, one per SM)."""
+    """(chunk_cols, n_chunks) of the chunked form: chunks of whole tiles, about
+    ``tiles_per_chunk`` each but evened out over the row (25 tiles in chunks of 4 would leave a
+    chunk of one tile, whose program waits on the others: 5 chunks of 5 instead, 8-10% faster at
+    V = 50257 on the H200), at most ``sm_count`` chunks per row (so the waiting programs of one
+    row always fit on the GPU, one per SM)."""
     n_tiles = triton.cdiv(n_cols, block)
-    tiles = max(tiles_per_chunk, triton.cdiv(n_tiles, sm_count))
-    chunk_cols = tiles * block
+    n_chunks = min(max(1, round(n_tiles / tiles_per_chunk)), sm_count)
+    chunk_cols = triton.cdiv(n_tiles, n_chunks) * block
     return chunk_cols, triton.cdiv(n_cols, chunk_cols)
 
 
