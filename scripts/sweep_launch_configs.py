@@ -273,7 +273,7 @@ def part_entropy(s: Sweep, variants: list[Path], vocabs: list[int]) -> None:
         labels = torch.randint(0, v, (4096,), device="cuda", generator=g)
         for loss, (form, cap), (name, mod) in itertools.product(
             ("reverse_kl", "soft_cross_entropy", "cross_entropy"),
-            (("fused", 4096), ("fused", 2048), ("chunked", 2048), ("split", None)),
+            (("fused", 4096), ("fused", 2048), ("chunked", 2048), ("chunked", 4096), ("split", None)),
             mods.items(),
         ):
             fn = getattr(mod, loss)
