@@ -491,7 +491,8 @@ def test_auto_form_uses_config_table():
     (500, 16, 1, 4, (128, 4)),  # the interpreter's 4 "SMs"
     (10, 16, 1, 4, (16, 1)),
     (50257 + 7, 2048, 4, 132, (10240, 5)),  # 25 tiles: 5 chunks of 5, not 6 of 4 and 1 of 1
-    (151936, 2048, 4, 132, (8192, 19)),  # 75 tiles: 19 chunks, the last of 3 tiles
+    (151936, 2048, 4, 132, (10240, 15)),  # 75 tiles: 15 chunks of 5, not 18 of 4 and 1 of 3
+    (131072, 2048, 4, 132, (8192, 16)),  # 64 tiles: 16 chunks of 4
     (3 * 2048, 2048, 4, 132, (6144, 1)),  # fewer tiles than a chunk
 ])  # fmt: skip
 def test_chunk_layout(n_cols, block, tiles, sms, expect):
