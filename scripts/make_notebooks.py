@@ -602,7 +602,14 @@ per-row counter, merge the statistics and write their chunk's gradient; the re-r
 L2 round trip. Meeting costs a chain of round trips per program (ticket, loads, publish, wait,
 merge), so the chunked form is latency-bound and wins only with enough programs resident per SM:
 capped at 64 registers per thread (8 programs of 4 warps per SM instead of 7) it became the default
-from V = 65536 up and for ragged vocabularies (the recorded table below shows where).
+from V = 65536 up (the recorded table below shows where).
+
+Ragged vocabularies teach one more thing. At V = 50257 a bf16 row is 100514 bytes, so most rows do
+not start on a 16-byte boundary; Triton cannot prove the alignment of `row * stride` and compiles
+every access to 2 bytes. The loss kernels therefore index each row from the 16-byte boundary before
+it: whole tiles become vector loads and stores, and the lanes that belong to the neighbouring rows
+are dropped in registers (`_row_frames` in `normlab/kernels/entropy.py`; the README gives the
+before and after).
 '''),
     MODE_NOTE,
     SETUP,

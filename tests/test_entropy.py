@@ -117,13 +117,15 @@ def test_tile_boundaries(loss, n_cols, form):
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form,tiles", [("fused", None), ("chunked", 2), ("chunked", 1)])
+@pytest.mark.parametrize("form,tiles", [("fused", None), ("chunked", 2), ("chunked", 1),
+                                        ("split", None)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, monkeypatch):
     # V = 203: row r starts r * 203 columns in, so the kernels' frames start up to 7 (bf16) or 3
     # (fp32) columns before the row, on the previous row's data. Cap 16: a peeled first tile,
     # whole tiles, a ragged last tile. One-tile chunks: chunk 0 is a first and last tile at
-    # once, and (203 + 7 columns in 14 chunks) some rows' last chunk is empty.
+    # once, and (203 + 7 columns in 14 chunks) some rows' last chunk is empty. Split: the
+    # backward's tiles cut the frame likewise, a row's last one sometimes empty.
     from normlab import _runtime
     from normlab.kernels import entropy
 
@@ -152,7 +154,7 @@ def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ["fused", "chunked"])
+@pytest.mark.parametrize("form", ALL_FORMS)
 @pytest.mark.parametrize("n_cols", [5, 9])
 def test_rows_inside_one_16_byte_vector(loss, form, n_cols):
     # bf16, V = 5 or 9 at tile 8 or 16: a row can sit inside one 16-byte vector, or straddle
@@ -311,12 +313,15 @@ def test_ignored_labels_and_all_ignored(form):
 
 
 def test_ignored_row_with_nan_gets_zero_grad():
-    x = torch.randn(3, 80)
-    x[1, 5] = float("nan")
-    labels = torch.tensor([1, -100, 2])
-    for form in ALL_FORMS:
-        out, grad = _run("cross_entropy", x, labels, form=form, reduction="none", block_cap=64)
-        assert out[1] == 0 and (grad[1] == 0).all() and torch.isfinite(out).all()
+    # 80 columns: rows on 16-byte boundaries; 83: row 1 starts 12 bytes past one (aligned frames).
+    for n_cols in (80, 83):
+        x = torch.randn(3, n_cols)
+        x[1, 0], x[1, 5], x[1, -1] = float("nan"), float("inf"), float("nan")
+        labels = torch.tensor([1, -100, 2])
+        for form in ALL_FORMS:
+            out, grad = _run("cross_entropy", x, labels, form=form, reduction="none", block_cap=64)
+            assert out[1] == 0 and (grad[1] == 0).all() and torch.isfinite(out).all()
+            assert torch.isfinite(grad).all()
 
 
 @pytest.mark.parametrize("loss", LOSSES)

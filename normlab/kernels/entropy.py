@@ -31,7 +31,9 @@ Forms (seed 004):
   This is also the tensor-parallel path: between the two, the raw per-row statistics
   (max, sum-exp of both distributions, and the loss accumulator) are all-reduced.
 
-Masked lanes are loaded as -inf, never 0, so they cannot move a max or a log-sum-exp.
+Masked lanes are loaded as -inf, never 0, so they cannot move a max or a log-sum-exp. All three
+forms index rows that do not start on a 16-byte boundary (a ragged V such as 50257) from the
+boundary before them (``_row_frames``), so their tiles stay 16-byte vector loads and stores.
 """
 
 from __future__ import annotations
@@ -706,21 +708,23 @@ def _entropy_stats_kernel(
     KIND: tl.constexpr,
     FINALIZE: tl.constexpr,
     BLOCK: tl.constexpr,
+    ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the row strides are equal
 ):
     """Per-row statistics of the split form. Label CE: acc is x[label] when this shard owns it."""
     row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * x_row_stride
-    t_row = t_ptr + row * t_row_stride
+    x_off, t_off, _grad_off, lead = _row_frames(row, x_row_stride, t_row_stride, 0, ALIGN)
+    x_row = x_ptr + x_off
+    t_row = t_ptr + t_off
     x_label = 0.0
     ignored = False
     if KIND == _CE:
         label, ignored, bad = _load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size)
         owned = (label >= 0) & (label < n_cols) & (ignored == 0)
-        x_label = tl.load(x_row + tl.where(owned, label, 0)).to(tl.float32)
+        x_label = tl.load(x_row + lead + tl.where(owned, label, 0)).to(tl.float32)
         x_label = tl.where(owned, x_label, 0.0)
         x_label = tl.where(bad, float("nan"), x_label)
     m_x, s_x, m_t, s_t, acc, _x_last, _t_last, _n_full, _first = _row_statistics(
-        x_row, t_row, 0, n_cols, KIND, BLOCK, 1, True
+        x_row, t_row, lead, lead + n_cols, KIND, BLOCK, ALIGN, True
     )
     if KIND == _CE:
         acc = x_label
@@ -761,11 +765,21 @@ def _entropy_backward_kernel(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the three row strides are equal
 ):
-    """Gradient of one (row, column tile) from the stored row statistics: elementwise only."""
+    """Gradient of one (row, column tile) from the stored row statistics: elementwise only.
+
+    With ALIGN > 1 the tiles cut the row's frame (cdiv(n_cols + ALIGN - 1, BLOCK) of them): whole
+    tiles load and store unmasked, the row's first and last tile as _load_edge_tile and
+    _store_edge_grad do (a row's last tile may be empty).
+    """
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_cols
+    x_off, t_off, grad_off, lead = _row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
+                                               ALIGN)  # fmt: skip
+    x_row = x_ptr + x_off
+    t_row = t_ptr + t_off
+    grad_row = grad_ptr + grad_off
     scale = tl.cast(grad_scale, tl.float32) * tl.load(grad_out_ptr + row * grad_out_stride).to(
         tl.float32
     )
@@ -776,21 +790,48 @@ def _entropy_backward_kernel(
         label, ignored, bad = _load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size)
         scale = tl.where(ignored, 0.0, scale)
         scale = tl.where(bad, float("nan"), scale)
+        label = label + lead
+        if ALIGN > 1:
+            if ignored:  # exact zeros even if the row holds NaN / inf; nothing to add
+                if not ACCUMULATE:
+                    zeros = tl.zeros([BLOCK], tl.float32).to(grad_ptr.dtype.element_ty)
+                    own = (offs >= lead) & (offs < lead + n_cols)
+                    tl.store(grad_row + offs, zeros, mask=own)
+                return
     shift_x = tl.load(row_stats_ptr + row)
     shift_t = tl.load(row_stats_ptr + n_rows + row)
     log_s_x = tl.load(row_stats_ptr + 2 * n_rows + row)
     log_s_t = tl.load(row_stats_ptr + 3 * n_rows + row)
     kl_shift = tl.load(row_stats_ptr + 4 * n_rows + row)
-    x = tl.load(x_ptr + row * x_row_stride + offs, mask=mask, other=_NEG_INF).to(tl.float32)
-    if KIND == _CE:
-        t = x
+    if ALIGN > 1:
+        tile_lo = tl.program_id(1) * BLOCK
+        lo = tl.maximum(lead, tile_lo)  # this tile's own columns are [lo, hi)
+        hi = tl.minimum(lead + n_cols, tile_lo + BLOCK)
+        if (lo == tile_lo) & (hi == tile_lo + BLOCK):  # a whole tile
+            x = tl.load(x_row + offs).to(tl.float32)
+            t = x if KIND == _CE else tl.load(t_row + offs).to(tl.float32)
+            g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
+                           KIND)  # fmt: skip
+            _store_grad(grad_row + offs, g, None, ACCUMULATE, "")
+        else:
+            x, t = _load_edge_tile(x_row, t_row, offs, lead, lead + n_cols, KIND, "", ALIGN)
+            g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
+                           KIND)  # fmt: skip
+            _store_edge_grad(x_row, t_row, grad_row, offs, g, lo, hi, shift_x, shift_t, log_s_x,
+                             log_s_t, kl_shift, label, scale, KIND, ACCUMULATE, ALIGN)  # fmt: skip
     else:
-        t = tl.load(t_ptr + row * t_row_stride + offs, mask=mask, other=_NEG_INF).to(tl.float32)
-    g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND)
-    if KIND == _CE:
-        g = tl.where(ignored, 0.0, g)  # exact zeros even if the ignored row holds NaN / inf
-    # No eviction hint here: evict_first measured slower for this kernel (see _row_statistics).
-    _store_grad(grad_ptr + row * grad_row_stride + offs, g, mask, ACCUMULATE, "")
+        mask = offs < n_cols
+        x = tl.load(x_row + offs, mask=mask, other=_NEG_INF).to(tl.float32)
+        if KIND == _CE:
+            t = x
+        else:
+            t = tl.load(t_row + offs, mask=mask, other=_NEG_INF).to(tl.float32)
+        g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
+                       KIND)  # fmt: skip
+        if KIND == _CE:
+            g = tl.where(ignored, 0.0, g)  # exact zeros even if the ignored row holds NaN / inf
+        # No eviction hint here: evict_first measured slower for this kernel (see _row_statistics).
+        _store_grad(grad_row + offs, g, mask, ACCUMULATE, "")
 
 
 @triton.jit
@@ -947,7 +988,7 @@ def _launch_stats(spec, x, t, labels, finalize):
         x, t, labels, partial if partial is not None else row_stats, row_stats,
         spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
         x.stride(0), t.stride(0),
-        KIND=spec.kind, FINALIZE=finalize, BLOCK=block,
+        KIND=spec.kind, FINALIZE=finalize, BLOCK=block, ALIGN=_frame_align(x, t, None, block),
         num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_STATS_BLOCK: configs.ENTROPY_STATS_WARPS}),
     )  # fmt: skip
     return partial, row_stats
@@ -957,11 +998,12 @@ def _launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, acc
     n_rows, n_cols = x.shape
     block = _block(n_cols, min(spec.block_cap, configs.ENTROPY_BACKWARD_BLOCK))
     scale, over_valid = _grad_scale(spec, n_rows)
-    _entropy_backward_kernel[(n_rows, triton.cdiv(n_cols, block))](
+    align = _frame_align(x, t, grad, block)
+    _entropy_backward_kernel[(n_rows, triton.cdiv(n_cols + align - 1, block))](
         x, t, labels, row_stats, grad_out, n_valid, grad,
         scale, spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
         x.stride(0), t.stride(0), grad.stride(0), 1 if grad_out.dim() else 0,
-        KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, BLOCK=block,
+        KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, BLOCK=block, ALIGN=align,
         num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_BACKWARD_BLOCK: configs.ENTROPY_BACKWARD_WARPS}),
     )  # fmt: skip
 
