@@ -471,9 +471,10 @@ ENTROPY_RESCALE_BLOCK = 4096
 ENTROPY_RESCALE_WARPS = 8
 ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 
-# form="auto": per loss, ((form, cap) when the vocab tiles evenly, (form, cap) otherwise, (form,
-# cap) for wide vocabularies), where "evenly" = V <= ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE
-# == 0. Measured in the second sweep
+# form="auto": per loss, (form, cap) for four classes of V (entropy_auto): "even" (V <=
+# ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE == 0), "ragged" (otherwise, V % 16 == 0), "unaligned"
+# (V % 16 != 0: contiguous rows start off 16-byte boundaries and the kernels run aligned frames)
+# and "wide" (V >= ENTROPY_AUTO_WIDE_COLS). Measured in the second sweep
 # (us, fused caps at the warps above; "split" with the split tiles above; before the eviction
 # hints of kernels/entropy.py, which took the fused forms a further 1-6% down):
 #   reverse KL   V=32768: fused4096 344, fused2048 350, fused16384 369, split 397; 131072: 1387,
@@ -485,7 +486,7 @@ ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 #   label CE     fused4096 best or within 5% at every V: 215 / 831 / 415-436 / 973 us at 32768 /
 #                131072 / 50257 / 151936 (split 231 / 886 / 451 / 999).
 # V <= 4096 is not measured: fused there is a single register-resident tile (one read).
-# Wide vocabularies (V >= ENTROPY_AUTO_WIDE_COLS) take the third entry. Since the chunked
+# Wide vocabularies (V >= ENTROPY_AUTO_WIDE_COLS) take the last entry. Since the chunked
 # kernel's 64-register cap at tile 2048 (ENTROPY_CHUNKED_MAXNREG) it wins at every V but 32768
 # (records of f4508b9, us; "x" marks the entry taken then; the 50257 entries are now those of
 # the aligned frames below):
@@ -498,19 +499,25 @@ ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 #   label CE     32768: fused4096 205.9 x, chunked4096 215.2; 65536: chunked4096 405.5 x, fused4096
 #                413.1; 131072: 766.3 x vs 841.7, chunked2048 931.5; 50257: chunked2048 408.6 x,
 #                chunked4096 445.1; 151936: chunked4096 911.9 x, chunked2048 1108.4.
-# Ragged vocabularies whose rows do not start on 16-byte boundaries (50257 in bf16) run the
-# kernels' aligned frames (kernels/entropy.py, _row_frames). With them, at V = 50257
-# (dev/sweep_launch_configs_h200.json, the last "78ac7b1+ab" run, us; "x" = taken):
-#   reverse KL   fused2048 533.0 x, chunked2048 551.4, fused4096 600.3
-#   soft CE      chunked2048 543.5 x, fused2048 582.6
-#   label CE     fused2048 345.0 x, fused4096 361.9, chunked2048 365.9
-# (Before them, every load 2-byte: 598-736, 564-642 and 360-466 us for the same forms.)
+# Unaligned vocabularies (50257) run the kernels' aligned frames (kernels/entropy.py,
+# _row_frames); ragged but aligned ones (50256) do not need them. At V = 50257 and 50256
+# (dev/sweep_launch_configs_h200.json, the last "78ac7b1+ab" run and the one before, us;
+# "x" = taken):
+#   reverse KL   50257: fused2048 533.0 x, chunked2048 551.4, fused4096 600.3;
+#                50256: chunked2048 511.7 x, fused2048 529.8, fused4096 534.8
+#   soft CE      50257: chunked2048 543.5 x, fused2048 582.6; 50256: chunked2048 500.9 x,
+#                fused2048 518.4
+#   label CE     50257: fused2048 345.0 x, fused4096 361.9, chunked2048 365.9;
+#                50256: fused4096 321.5 x, fused2048 336.2, chunked2048 345.1
+# (At 50257 before the frames, every access 2-byte: 598-736, 564-642 and 360-466 us.)
 ENTROPY_AUTO_TILE = 4096
 ENTROPY_AUTO_WIDE_COLS = 65536
+ENTROPY_AUTO_CLASSES = ("even", "ragged", "unaligned", "wide")
 ENTROPY_AUTO = {
-    "reverse_kl": (("fused", 4096), ("fused", 2048), ("chunked", 2048)),
-    "soft_cross_entropy": (("fused", 2048), ("chunked", 2048), ("chunked", 2048)),
-    "cross_entropy": (("fused", 4096), ("fused", 2048), ("chunked", 4096)),
+    "reverse_kl": (("fused", 4096), ("chunked", 2048), ("fused", 2048), ("chunked", 2048)),
+    "soft_cross_entropy": (("fused", 2048), ("chunked", 2048), ("chunked", 2048),
+                           ("chunked", 2048)),
+    "cross_entropy": (("fused", 4096), ("fused", 4096), ("fused", 2048), ("chunked", 4096)),
 }
 
 
@@ -528,6 +535,14 @@ def entropy_auto(loss: str, n_cols: int, distributed: bool) -> tuple[str, int]:
     Tensor parallel always takes the split form: the row statistics must be all-reduced between
     the stats pass and the gradient pass.
     """
-    even = n_cols <= ENTROPY_AUTO_TILE or n_cols % ENTROPY_AUTO_TILE == 0
-    form, cap = ENTROPY_AUTO[loss][2 if n_cols >= ENTROPY_AUTO_WIDE_COLS else 0 if even else 1]
+    form, cap = ENTROPY_AUTO[loss][ENTROPY_AUTO_CLASSES.index(entropy_vocab_class(n_cols))]
     return ("split" if distributed else form), cap
+
+
+def entropy_vocab_class(n_cols: int) -> str:
+    """The class of ENTROPY_AUTO_CLASSES that a vocabulary of ``n_cols`` columns falls in."""
+    if n_cols >= ENTROPY_AUTO_WIDE_COLS:
+        return "wide"
+    if n_cols <= ENTROPY_AUTO_TILE or n_cols % ENTROPY_AUTO_TILE == 0:
+        return "even"
+    return "ragged" if n_cols % 16 == 0 else "unaligned"

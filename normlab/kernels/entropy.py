@@ -216,9 +216,11 @@ def _load_edge_tile(x_row, t_row, offs, lo, hi, KIND: tl.constexpr, EVICTION: tl
                     ALIGN: tl.constexpr):  # fmt: skip
     """Columns offs of a frame as fp32, -inf outside [lo, hi) (the first or last tile).
 
-    ALIGN > 1: loaded in whole 16-byte vectors, which stay inside the tensor (a vector that holds
-    a lane outside [lo, hi) also holds one of the row's own columns); the outside lanes are
-    dropped in registers. An exact mask would split every vector into 2-byte loads.
+    ALIGN > 1: loaded in whole 16-byte vectors, the outside lanes dropped in registers; an exact
+    mask would split every vector into 2-byte loads. A vector loaded here holds one of the row's
+    own columns, so it lies in the same 16-byte granule as an element of the tensor: inside the
+    allocation (the host checked the data pointer is 16-byte aligned; CUDA allocations are whole
+    512-byte blocks).
     """
     if ALIGN > 1:
         keep = (offs >= lo) & (offs < hi)
