@@ -662,6 +662,52 @@ viz.speedup_vs_best_peer(kl, source="recorded")
 viz.records_table(kl, ["impl", "strategy", "block_cap", "M", "N", "device_us", "gbps", "frac_roofline",
                        "peak_extra_bytes"], empty=viz.NO_RECORDED_DATA)
 '''),
+    md('''
+## Ragged vocabularies: where each row starts
+
+A row of V bf16 logits is 2·V bytes, so row r starts 2·V·r bytes into the tensor. A 16-byte vector
+load (8 bf16 values per instruction) needs that address to be a multiple of 16. At V = 50256 it
+always is; at V = 50257 it almost never is, and Triton, which cannot prove it for any row, falls
+back to 2-byte loads and stores everywhere. The loss kernels therefore index each row from the
+16-byte boundary before it, drop the previous and next rows' lanes in registers, and store the
+partial vectors at a row's two ends lane by lane. `configs.entropy_vocab_class` is what
+`form="auto"` uses to tell the two cases apart.
+'''),
+    code('''
+# NBVAL_CHECK_OUTPUT
+from normlab import configs
+
+for V in (50256, 50257):
+    starts = [2 * V * r % 16 for r in range(8)]
+    print(f"V = {V}: rows 0-7 start {starts} bytes past a 16-byte boundary -> {configs.entropy_vocab_class(V)}")
+'''),
+    md('''
+The frames must not change a single value: the same check as above on rows that start off the
+boundary (fp32, V = 1003: row r starts 4012·r bytes in, so 12·r mod 16 bytes past a boundary), every
+form, and a 256-wide tile so that each row has a first, middle and last tile. (fp32 keeps the
+tolerance tight; bf16 rows go through the same frames with 8 columns per vector instead of 4.)
+'''),
+    code('''
+# NBVAL_CHECK_OUTPUT
+torch.manual_seed(0)
+M, V = 9, 1003
+logits = torch.randn(M, V, device=normlab.DEVICE, requires_grad=True)
+target = torch.randn(M, V, device=normlab.DEVICE)
+ref_loss = ref.reverse_kl_ref(logits.double(), target.double(), reduction="sum")
+ref_grad, = torch.autograd.grad(ref_loss, logits)
+for form in ("fused", "chunked", "split"):
+    loss = normlab.reverse_kl(logits, target, form=form, block_cap=256, reduction="sum")
+    grad, = torch.autograd.grad(loss, logits)
+    print(f"reverse_kl {form:<7} V={V}", viz.verdict("loss", loss, ref_loss, reduce_len=M * V),
+          "|", viz.verdict("dlogits", grad, ref_grad))
+'''),
+    md('''
+Recorded at V = 50257 (every form and cap; `auto` picks among them by `entropy_vocab_class`):
+'''),
+    code('''
+viz.records_table(viz.select(kl, N=50257), ["impl", "strategy", "block_cap", "device_us", "gbps",
+                                            "frac_roofline"], empty=viz.NO_RECORDED_DATA)
+'''),
     nav(5),
 ]
 
