@@ -822,18 +822,13 @@ def _entropy_backward_kernel(
             _store_edge_grad(x_row, t_row, grad_row, offs, g, lo, hi, shift_x, shift_t, log_s_x,
                              log_s_t, kl_shift, label, scale, KIND, ACCUMULATE, ALIGN)  # fmt: skip
     else:
-        mask = offs < n_cols
-        x = tl.load(x_row + offs, mask=mask, other=_NEG_INF).to(tl.float32)
-        if KIND == _CE:
-            t = x
-        else:
-            t = tl.load(t_row + offs, mask=mask, other=_NEG_INF).to(tl.float32)
+        x, t = _load_edge_tile(x_row, t_row, offs, 0, n_cols, KIND, "", ALIGN)
         g = _tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
                        KIND)  # fmt: skip
         if KIND == _CE:
             g = tl.where(ignored, 0.0, g)  # exact zeros even if the ignored row holds NaN / inf
         # No eviction hint here: evict_first measured slower for this kernel (see _row_statistics).
-        _store_grad(grad_row + offs, g, mask, ACCUMULATE, "")
+        _store_grad(grad_row + offs, g, offs < n_cols, ACCUMULATE, "")
 
 
 @triton.jit
