@@ -54,8 +54,27 @@ class NormFwdConfig:
     num_warps: int
 
 
-def norm_fwd_config(n_cols: int) -> NormFwdConfig:
+# RMSNorm forward at 1024-16384 columns (next_pow2): the row looped in two passes over chunks of
+# 8 elements per thread (one 16-byte bf16 vector; pass 1 sums squares with evict_last loads, pass
+# 2 re-reads the row from L2 with evict_first), as torch.compile generates it at 8192 columns
+# (16 warps, 32 registers, 93% achieved occupancy against 47% for the register-resident row: Nsight
+# Compute, H200, 32768x8192). next_pow2(n_cols) -> (chunk, warps). Measured (H200, torch 2.11,
+# triton 3.6, bf16, cold L2; normlab/data/dev/sweep_launch_configs_h200.json, runs "fwd_looped" and
+# "fwd_looped_rows" at 7e9c754+wip), looped / previous default (block-row windows or the
+# register-resident row): 32768x8192 255.4 vs 261.9 / 262.0 us; 4096x4096 18.9 / 19.1 vs 20.2 /
+# 20.0; 8192x4096 34.5 / 34.4 vs 35.2 / 36.3; 16384x1024 18.8 / 18.9 vs 19.2 / 19.4; 32768x1024
+# 34.2 / 34.4 vs 35.2 / 35.1; 16384x2048 34.0 vs 35.4; 512x16384 10.0 / 10.3 vs 11.4 / 10.4;
+# 256x8192 3.6 vs 4.3; 1024x8192 10.7 / 10.7 vs 10.8 / 10.4 (a tie); behind at 2048x4096 (10.5 vs
+# 10.2) and 8192x1024 (10.4 vs 9.3 in the second run, 10.5 vs 10.6 in the first). LayerNorm
+# measured slower looped (32768x8192: 376 us at 4096 / 16 warps vs 284) and keeps the defaults.
+NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (4096, 16),
+                       16384: (4096, 16)}  # fmt: skip
+
+
+def norm_fwd_config(n_cols: int, is_rms: bool = False) -> NormFwdConfig:
     """Heuristic forward launch config (the default; the only one under the interpreter)."""
+    if is_rms and _next_pow2(n_cols) in NORM_FWD_RMS_LOOPED:
+        return NormFwdConfig(*NORM_FWD_RMS_LOOPED[_next_pow2(n_cols)])
     block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = next((w for limit, w in NORM_FWD_WARPS if block <= limit), NORM_FWD_WARPS[-1][1])
     return NormFwdConfig(block_size=block, num_warps=warps)
@@ -63,7 +82,9 @@ def norm_fwd_config(n_cols: int) -> NormFwdConfig:
 
 # Forward with the block-row kernel (kernels/narrow.py) instead of one row per program, in
 # row-count windows per next_pow2(n_cols) (layout="auto" only): (min rows, max rows or None,
-# (tile rows, warps, programs per SM)); programs per SM 0 = one program per tile.
+# (tile rows, warps, programs per SM)); programs per SM 0 = one program per tile. LayerNorm only
+# since RMSNorm's looped row (NORM_FWD_RMS_LOOPED) measured faster in them, except at 2048x4096
+# and, in one of two runs, 8192x1024.
 #
 # A persistent grid (programs per SM > 0): programs grid-stride row tiles and load their next tile
 # before they normalize and store the current one. With one row per program, a launch of a few
@@ -95,8 +116,12 @@ NORM_FWD_BLOCK_ROW = {
 }
 
 
-def norm_fwd_block_row_config(n_rows: int, n_cols: int) -> BlockRowFwdConfig | None:
-    """The block-row forward's config where it measured faster than one row per program."""
+def norm_fwd_block_row_config(n_rows: int, n_cols: int,
+                              is_rms: bool = False) -> BlockRowFwdConfig | None:  # fmt: skip
+    """The block-row forward's config where it measured faster than one row per program (for
+    RMSNorm, none where its looped row runs: NORM_FWD_RMS_LOOPED)."""
+    if is_rms and _next_pow2(n_cols) in NORM_FWD_RMS_LOOPED:
+        return None
     for lo, hi, tile in NORM_FWD_BLOCK_ROW.get(_next_pow2(n_cols), ()):
         if lo <= n_rows and (hi is None or n_rows <= hi):
             return BlockRowFwdConfig(*tile)

@@ -53,9 +53,9 @@ DEV = _runtime.DEVICE  # "cuda"; "cpu" only for --dry (interpreter, tiny shapes,
 
 # Fastest peer per (op, dir, shape), µs device time, from shared/notes/h200_peers.md
 # (H200, 2026-11-29, torch 2.11.0+cu130, triton 3.6.0, liger 0.8.5, quack 0.6.5; same method).
-# Correctness shapes: single-pass widths, the widest single-pass row, two-pass, ragged (the
-# ragged ones, 32768x1024, 4096x8192 and 2048x16384 take the block-row forward:
-# configs.NORM_FWD_BLOCK_ROW).
+# Correctness shapes: single-pass widths, the widest single-pass row, two-pass, ragged (for
+# LayerNorm the ragged ones, 32768x1024, 4096x8192 and 2048x16384 take the block-row forward:
+# configs.NORM_FWD_BLOCK_ROW; for RMSNorm every one runs the looped row: NORM_FWD_RMS_LOOPED).
 CHECK_SHAPES = [(32768, 1024), (4096, 4096), (4096, 8192), (2048, 16384), (1000, 5000),
                 (3000, 1000), (1500, 3000)]
 REDUCE_SWEEP = {"n": (1024, 2048, 4096, 8192, 16384), "n_partials": (132, 264, 528, 1056)}
@@ -203,7 +203,7 @@ def check_correctness(results):
             ty = torch_fn(op, n)(tx, tw, tb)
             tgrads = torch.autograd.grad(ty, [t for t in (tx, tw, tb) if t is not None], dy)
             torch_dw_err = rel_rms(tgrads[1], rdw)
-            # the public default: the block-row forward where configs measured it faster
+            # the public default: the block-row forward or the looped row where configs say
             y, mean, rstd = K.norm_forward(x, w, b, EPS[op], is_rms, block_row=True)
             atol, rtol = ref.tolerance(torch.bfloat16)
             fwd_ok = bool(
@@ -221,7 +221,7 @@ def check_correctness(results):
                     "N": n,
                     "strategy": strategy,
                     "fwd_ok": fwd_ok,
-                    "fwd_block_row": configs.norm_fwd_block_row_config(m, n),
+                    "fwd_block_row": configs.norm_fwd_block_row_config(m, n, is_rms),
                     "dx_ok": dx_ok,
                     "dx_rel_rms": rel_rms(dx, rdx),
                     "dw_rel_rms": dw_err,

@@ -29,6 +29,9 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``fwd_1024``: 1024 columns at 8192-32768 rows, block-row tile heights x warps.
 * ``fwd_unmasked`` (at commit 52d0e40 only, since reverted with the kernel option it timed): the
   block-row forward with and without predicates on exactly tiled shapes.
+* ``fwd_looped``: the forward as torch.compile generates it (a looped two-pass reduction with
+  eviction hints at 4096-16384 columns, one warp per row at 1024) against the default.
+* ``fwd_looped_rows``: RMSNorm, the looped forward's best configs over row counts and widths.
 * ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles).
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
@@ -125,6 +128,52 @@ def part_fwd(s: Sweep) -> None:
                 best = (us, blk, wp)
         print(f"fwd {op} {m}x{n}: default {configs.norm_fwd_config(n)} best {best}", flush=True)
         del x, w, b
+
+
+def part_fwd_looped(s: Sweep) -> None:
+    """torch.compile's forward kernels (generated code, H200): at 8192 columns a looped two-pass
+    reduction (evict_last, then an evict_first re-read) at 16 warps and 32 registers; at 1024
+    columns one warp per row. Ours looped (with the same eviction hints) and at one warp, against
+    the default dispatch."""
+    shapes = ((512, 16384), (2048, 16384), (1024, 8192), (32768, 8192), (4096, 4096),
+              (8192, 4096), (16384, 1024), (8192, 1024), (32768, 1024))
+    for is_rms, (m, n) in itertools.product((True, False), shapes):
+        op = "rms" if is_rms else "ln"
+        x, w, b, _ = norm_inputs(m, n, is_rms)
+        s.time("fwd-looped", {"op": op, "M": m, "N": n, "block": None, "warps": None},
+               lambda: K.norm_forward(x, w, b, EPS, is_rms, block_row=True))
+        if n >= 4096:
+            variants = [(n, 8), (n, 16), (8192, 16), (4096, 16), (4096, 8), (2048, 8), (2048, 4),
+                        (1024, 4)]
+        else:
+            variants = [(n, 1), (n, 2), (n, 4), (512, 1), (512, 2)]
+        for blk, wp in dict.fromkeys(v for v in variants if v[0] <= n and v[0] <= 16384):
+            s.time("fwd-looped", {"op": op, "M": m, "N": n, "block": blk, "warps": wp},
+                   lambda: K.norm_forward(x, w, b, EPS, is_rms, block_size=blk, num_warps=wp))  # noqa: B023
+        del x, w, b
+        s.save()
+
+
+def part_fwd_looped_rows(s: Sweep) -> None:
+    """RMSNorm: the looped forward's best configs of ``fwd_looped`` over row counts and widths,
+    against the default dispatch (one row per program, or the block-row windows)."""
+    cands = {1024: ((512, 2), (512, 1)), 2048: ((1024, 4), (1024, 2)),
+             4096: ((2048, 8), (2048, 4)), 8192: ((4096, 16), (2048, 8)),
+             16384: ((4096, 16), (4096, 8))}
+    rows = {1024: (2048, 4096, 8192, 16384, 32768), 2048: (2048, 4096, 8192, 16384),
+            4096: (1024, 2048, 4096, 8192), 8192: (256, 1024, 4096, 32768),
+            16384: (256, 512, 1024, 2048)}
+    for n, ms in rows.items():
+        for m in ms:
+            x, w, _, _ = norm_inputs(m, n, True)
+            s.time("fwd-looped-rows", {"op": "rms", "M": m, "N": n, "block": None, "warps": None},
+                   lambda: K.norm_forward(x, w, None, EPS, True, block_row=True))  # noqa: B023
+            for blk, wp in cands[n]:
+                s.time("fwd-looped-rows", {"op": "rms", "M": m, "N": n, "block": blk, "warps": wp},
+                       lambda: K.norm_forward(x, w, None, EPS, True, block_size=blk,  # noqa: B023
+                                              num_warps=wp))  # noqa: B023
+            del x, w
+        s.save()
 
 
 def _bwd_case(s, part, op, m, n, is_rms, inputs, **kw):

@@ -226,15 +226,49 @@ def test_block_row_forward_windows():
     assert configs.norm_fwd_block_row_config(512, 20000) is None  # wider than one tile
 
 
+@pytest.mark.parametrize("n", [512, 513, 1000, 1025, 4097, 5000, 16384, 16385])
+def test_rms_forward_looped_row(monkeypatch, n):
+    """RMSNorm at 513-16384 columns runs one row per program looped over chunks narrower than the
+    row (configs.NORM_FWD_RMS_LOOPED; 513 leaves a one-column last chunk) under both layouts, never
+    the block-row windows; 512 and 16385 keep the register-resident block and the 16384 chunks."""
+    launched = []
+    real = K._norm_fwd_kernel
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(kwargs["BLOCK_SIZE"])
+                return real[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(K, "_norm_fwd_kernel", Recording())
+    looped = triton.next_power_of_2(n) in configs.NORM_FWD_RMS_LOOPED
+    block = configs.norm_fwd_config(n, is_rms=True).block_size
+    assert looped == (512 < n <= 16384)
+    assert (block < n) == (n > 512) and (block == FWD_MAX) == (n > 16384)
+    if looped:  # 4097 rows x 1000 columns: inside LayerNorm's two-row-tile window
+        assert all(configs.norm_fwd_block_row_config(m, n, is_rms=True) is None
+                   for m in (3, 256, 4097))  # fmt: skip
+    x, w, _ = _inputs(3, n, torch.bfloat16, True)
+    for layout in ("auto", "row"):
+        launched.clear()
+        y = _fwd(x, w, None, 1e-5, True, layout=layout)
+        assert launched == [block]
+        assert_close(y, _ref_fwd(x, w, None, 1e-5, True))
+
+
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 @pytest.mark.parametrize("m, n", [(256, 5000), (4097, 600)], ids=["persistent", "two-row-tiles"])
 def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):
     """layout="auto" takes the block-row forward inside its windows (the 8192-wide persistent
-    window's lower edge; the 1024-wide two-row tiles' lower edge), layout="row" one row per
-    program; both match fp64 and each other, forward and backward."""
+    window's lower edge; the 1024-wide two-row tiles' lower edge) for LayerNorm, and RMSNorm the
+    looped row (NORM_FWD_RMS_LOOPED) there; layout="row" one row per program; both match fp64 and
+    each other, forward and backward."""
     from normlab.kernels import narrow
 
     assert configs.norm_fwd_block_row_config(m, n) is not None
+    assert (configs.norm_fwd_block_row_config(m, n, is_rms) is None) == is_rms
     launched = []
 
     class Named:
@@ -257,7 +291,7 @@ def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):
         launched.clear()
         xg = x.clone().requires_grad_(True)
         ys[layout] = _fwd(xg, w, b, 1e-5, is_rms, layout=layout)
-        assert launched == ["block_row" if layout == "auto" else "row"]
+        assert launched == ["block_row" if layout == "auto" and not is_rms else "row"]
         assert_close(ys[layout], y_ref)
         (dxs[layout],) = torch.autograd.grad(ys[layout], xg, dy)
     assert_close(ys["auto"], ys["row"].double())

@@ -1,9 +1,10 @@
 """RMSNorm and LayerNorm: a row-per-program forward and three backward dweight strategies.
 
-The forward runs one program per row, except under ``layout="auto"`` in the row-count windows of
-``configs.NORM_FWD_BLOCK_ROW``, where the block-row kernel (``kernels/narrow.py``) takes it: on a
-persistent grid that prefetches each program's next row tile when the rows fill only a few
-waves, in two-row tiles at 1024 columns above that.
+The forward runs one program per row (RMSNorm at 1024-16384 columns looped in two passes over
+16-byte-per-thread chunks, ``configs.NORM_FWD_RMS_LOOPED``), except for LayerNorm under
+``layout="auto"`` in the row-count windows of ``configs.NORM_FWD_BLOCK_ROW``, where the block-row
+kernel (``kernels/narrow.py``) takes it: on a persistent grid that prefetches each program's next
+row tile when the rows fill only a few waves, in two-row tiles at 1024 columns above that.
 
     RMSNorm    y = x * rstd * w              rstd = 1 / sqrt(mean(x^2) + eps)
     LayerNorm  y = (x - mean) * rstd * w + b  rstd = 1 / sqrt(var(x) + eps)
@@ -370,7 +371,8 @@ def _norm_fwd_kernel(
         acc2 = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_SIZE):
             mask = start + cols < n_cols
-            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)  # fmt: skip
             d = tl.where(mask, x - shift, 0.0)
             acc1 += d
             acc2 += d * d
@@ -385,12 +387,15 @@ def _norm_fwd_kernel(
         # Pass 2: normalize (the row is re-read, mostly from L2).
         for start in range(0, n_cols, BLOCK_SIZE):
             mask = start + cols < n_cols
-            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)  # fmt: skip
             y = (x - mean) * rstd
             if HAS_WEIGHT:
-                y = y * tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+                y = y * tl.load(w_ptr + start + cols, mask=mask, other=0.0,
+                                eviction_policy="evict_last").to(tl.float32)  # fmt: skip
             if HAS_BIAS:
-                y = y + tl.load(b_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+                y = y + tl.load(b_ptr + start + cols, mask=mask, other=0.0,
+                                eviction_policy="evict_last").to(tl.float32)  # fmt: skip
             tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
     if not IS_RMS:
         tl.store(mean_ptr + row, mean)
@@ -675,7 +680,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, block_size=None, num_warps=N
     """
     x2d = unit_col_stride(x2d)
     n_rows, n_cols = x2d.shape
-    tile_cfg = configs.norm_fwd_block_row_config(n_rows, n_cols) if block_row else None
+    tile_cfg = configs.norm_fwd_block_row_config(n_rows, n_cols, is_rms) if block_row else None
     if tile_cfg is not None and block_size is None and num_warps is None:
         from normlab.kernels import narrow
 
@@ -696,7 +701,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, block_size=None, num_warps=N
     if AUTOTUNE and block_size is None and num_warps is None:
         _norm_fwd_kernel_tuned[(n_rows,)](*args, **flags)
     else:
-        cfg = configs.norm_fwd_config(n_cols)
+        cfg = configs.norm_fwd_config(n_cols, is_rms)
         block = triton.next_power_of_2(block_size) if block_size else cfg.block_size
         _norm_fwd_kernel[(n_rows,)](
             *args, **flags, BLOCK_SIZE=block, num_warps=num_warps or cfg.num_warps
