@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
-import torch
-import torch.nn.functional as F
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def _case(spec: str):
