@@ -65,8 +65,10 @@ class NormFwdConfig:
 # 20.0; 8192x4096 34.5 / 34.4 vs 35.2 / 36.3; 16384x1024 18.8 / 18.9 vs 19.2 / 19.4; 32768x1024
 # 34.2 / 34.4 vs 35.2 / 35.1; 16384x2048 34.0 vs 35.4; 512x16384 10.0 / 10.3 vs 11.4 / 10.4;
 # 256x8192 3.6 vs 4.3; 1024x8192 10.7 / 10.7 vs 10.8 / 10.4 (a tie); behind at 2048x4096 (10.5 vs
-# 10.2) and 8192x1024 (10.4 vs 9.3 in the second run, 10.5 vs 10.6 in the first). LayerNorm
-# measured slower looped (32768x8192: 376 us at 4096 / 16 warps vs 284) and keeps the defaults.
+# 10.2) and 8192x1024 (10.4 vs 9.3 in the second run, 10.5 vs 10.6 in the first). The records of
+# b9e2e8c against 2a07d86's: 32768x8192 255.7 vs 261.4 us, 2048x4096 10.3 vs 10.9, 8192x1024 10.5
+# vs 11.0. LayerNorm measured slower looped (32768x8192: 376 us at 4096 / 16 warps vs 284) and
+# keeps the defaults.
 NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (4096, 16),
                        16384: (4096, 16)}  # fmt: skip
 

@@ -18,8 +18,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
 
 def _case(spec: str):
@@ -63,7 +63,7 @@ def _case(spec: str):
         fn = torch.compile(getattr(ref, f"{op}_ref"), dynamic=False)
     else:
         public = getattr(normlab, op)
-        fn = lambda a, b: public(a, b, form=impl, block_cap=cap)  # noqa: E731
+        fn = lambda a, b: public(a, b, form=impl, block_cap=cap)
     x.requires_grad_(True)
 
     def step():

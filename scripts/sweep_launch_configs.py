@@ -141,7 +141,7 @@ def part_fwd_looped(s: Sweep) -> None:
         op = "rms" if is_rms else "ln"
         x, w, b, _ = norm_inputs(m, n, is_rms)
         s.time("fwd-looped", {"op": op, "M": m, "N": n, "block": None, "warps": None},
-               lambda: K.norm_forward(x, w, b, EPS, is_rms, block_row=True))
+               lambda: K.norm_forward(x, w, b, EPS, is_rms, block_row=True))  # noqa: B023, F821
         if n >= 4096:
             variants = [(n, 8), (n, 16), (8192, 16), (4096, 16), (4096, 8), (2048, 8), (2048, 4),
                         (1024, 4)]
@@ -149,7 +149,8 @@ def part_fwd_looped(s: Sweep) -> None:
             variants = [(n, 1), (n, 2), (n, 4), (512, 1), (512, 2)]
         for blk, wp in dict.fromkeys(v for v in variants if v[0] <= n and v[0] <= 16384):
             s.time("fwd-looped", {"op": op, "M": m, "N": n, "block": blk, "warps": wp},
-                   lambda: K.norm_forward(x, w, b, EPS, is_rms, block_size=blk, num_warps=wp))  # noqa: B023
+                   lambda: K.norm_forward(x, w, b, EPS, is_rms, block_size=blk,  # noqa: B023, F821
+                                          num_warps=wp))  # noqa: B023
         del x, w, b
         s.save()
 
@@ -167,10 +168,10 @@ def part_fwd_looped_rows(s: Sweep) -> None:
         for m in ms:
             x, w, _, _ = norm_inputs(m, n, True)
             s.time("fwd-looped-rows", {"op": "rms", "M": m, "N": n, "block": None, "warps": None},
-                   lambda: K.norm_forward(x, w, None, EPS, True, block_row=True))  # noqa: B023
+                   lambda: K.norm_forward(x, w, None, EPS, True, block_row=True))  # noqa: B023, F821
             for blk, wp in cands[n]:
                 s.time("fwd-looped-rows", {"op": "rms", "M": m, "N": n, "block": blk, "warps": wp},
-                       lambda: K.norm_forward(x, w, None, EPS, True, block_size=blk,  # noqa: B023
+                       lambda: K.norm_forward(x, w, None, EPS, True, block_size=blk,  # noqa: B023, F821
                                               num_warps=wp))  # noqa: B023
             del x, w
         s.save()
