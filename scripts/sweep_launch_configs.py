@@ -32,6 +32,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``fwd_looped``: the forward as torch.compile generates it (a looped two-pass reduction with
   eviction hints at 4096-16384 columns, one warp per row at 1024) against the default.
 * ``fwd_looped_rows``: RMSNorm, the looped forward's best configs over row counts and widths.
+* ``fwd_row_variants``: RMSNorm at 1024 columns, the register-resident row changed one way at a
+  time toward torch.compile's kernel (needs ``ab/ab_fwd.py``, see the part).
 * ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles).
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
@@ -174,6 +176,31 @@ def part_fwd_looped_rows(s: Sweep) -> None:
                        lambda: K.norm_forward(x, w, None, EPS, True, block_size=blk,  # noqa: B023, F821
                                               num_warps=wp))  # noqa: B023
             del x, w
+        s.save()
+
+
+def part_fwd_row_variants(s: Sweep) -> None:
+    """RMSNorm at 1024 columns: the register-resident row as torch.compile specialises it (no
+    predicates, int32 offsets, a static width, no rstd store) one change at a time, from
+    ``ab/ab_fwd.py`` (untracked A/B variants; the run "e096514+ab" in
+    normlab/data/dev/sweep_launch_configs_h200.json keeps its source in meta.ab_source), against
+    the default."""
+    ab = _load_module(Path(ROOT) / "ab" / "ab_fwd.py")
+    variants = {"base": (1, 1, 1, 0), "nomask": (0, 1, 1, 0), "int32": (1, 0, 1, 0),
+                "norstd": (1, 1, 0, 0), "static": (1, 1, 1, 1), "compile-like": (0, 0, 1, 1)}
+    for m, n in ((8192, 1024), (16384, 1024), (32768, 1024)):
+        x, w, _, _ = norm_inputs(m, n, True)
+        y = torch.empty_like(x)
+        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
+        s.time("fwd-row-variants", {"M": m, "N": n, "variant": "default", "warps": None},
+               lambda: K.norm_forward(x, w, None, EPS, True, block_row=True))  # noqa: B023, F821
+        for (name, (masked, int64, store, static)), wp in itertools.product(variants.items(), (1, 2, 4)):
+            def run(masked=masked, int64=int64, store=store, static=static, wp=wp):
+                ab.rms_fwd_variant[(m,)](x, y, w, rstd, n, EPS, N=n, BLOCK=n, MASKED=bool(masked),  # noqa: B023, F821
+                                         INT64=bool(int64), STORE_RSTD=bool(store),
+                                         STATIC_N=bool(static), num_warps=wp)
+            s.time("fwd-row-variants", {"M": m, "N": n, "variant": name, "warps": wp}, run)
+        del x, w, y, rstd
         s.save()
 
 
