@@ -226,13 +226,7 @@ NORM_BWD_LOOP_STAGES = 1
 # RMS 512x16384 31.4 -> 228.5 µs (16 warps), 39.5 at 32 warps.
 NORM_BWD_PREFETCH = ((8192, True), (1 << 62, False))
 
-NORM_BWD_STRATEGIES = ("atomic", "two_stage", "persistent", "column_split")
-
-# column_split: BLOCK_ROWS x BLOCK_COLS tiles on a 2-D grid; a row-sums kernel, then dx and one fp32
-# partial row per row block, then the reduce kernel. Placeholder tile (to be measured).
-NORM_BWD_SPLIT_BLOCK_ROWS = 16
-NORM_BWD_SPLIT_BLOCK_COLS = 256
-NORM_BWD_SPLIT_WARPS = 4
+NORM_BWD_STRATEGIES = ("atomic", "two_stage", "persistent")
 
 
 @dataclass(frozen=True)
@@ -284,13 +278,6 @@ def norm_bwd_config(
     paired_partials: bool | None = None,
 ) -> NormBwdConfig:
     """Backward launch config for ``strategy`` (not "auto"); any keyword overrides the heuristic."""
-    if strategy == "column_split":
-        block_rows = _next_pow2(block_rows or NORM_BWD_SPLIT_BLOCK_ROWS)
-        block_cols = _next_pow2(min(block_cols or NORM_BWD_SPLIT_BLOCK_COLS, _next_pow2(n_cols)))
-        return NormBwdConfig(strategy=strategy, two_pass=False, block_rows=block_rows,
-                             block_cols=block_cols, num_warps=num_warps or NORM_BWD_SPLIT_WARPS,
-                             programs_per_sm=0, rows_per_program=block_rows, loop_stages=1,
-                             prefetch=False, paired_partials=False)  # fmt: skip
     if two_pass is None:
         two_pass = n_cols > norm_bwd_single_pass_max_cols(is_rms, n_rows)
     if block_cols is None:

@@ -34,7 +34,9 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``fwd_looped_rows``: RMSNorm, the looped forward's best configs over row counts and widths.
 * ``fwd_row_variants``: RMSNorm at 1024 columns, the register-resident row changed one way at a
   time toward torch.compile's kernel (needs ``ab/ab_fwd.py``, see the part).
-* ``bwd_column_split``: the column-split backward's tiles against the default strategy.
+* ``bwd_column_split`` (at commits 3dbbb84 and 0149366 only, since reverted with the kernels it
+  timed): a column-split backward (a row-sums kernel, then dx and per-row-block partials on a 2-D
+  grid of tiles, then the reduce) against the default strategy.
 * ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles).
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
@@ -202,34 +204,6 @@ def part_fwd_row_variants(s: Sweep) -> None:
                                          STATIC_N=bool(static), num_warps=wp)
             s.time("fwd-row-variants", {"M": m, "N": n, "variant": name, "warps": wp}, run)
         del x, w, y, rstd
-        s.save()
-
-
-def part_bwd_column_split(s: Sweep) -> None:
-    """The column-split backward (a row-sums kernel, then dx and per-row-block partials on a 2-D
-    grid of tiles, then the reduce) at tile rows x columns x warps, against the default strategy,
-    with its max |dx| and |dweight| difference from the default's. (Its first run at 3dbbb84 also
-    took 1024x8192, 2048x16384, 2048x4096 and 4096x8192 with 4-32 row tiles of 128-1024 columns.)"""
-    shapes = ((512, 16384), (512, 8192), (1024, 16384))
-    tiles = ((4, 1024, 4), (2, 2048, 4), (4, 2048, 4), (2, 1024, 2), (1, 2048, 4), (4, 1024, 2),
-             (2, 4096, 8), (1, 4096, 4), (8, 1024, 4))
-    for is_rms, (m, n) in itertools.product((True, False), shapes):
-        op = "rms" if is_rms else "ln"
-        x, w, b, dy = norm_inputs(m, n, is_rms)
-        y, mean, rstd = K.norm_forward(x, w, b, EPS, is_rms)
-        ref_dx, ref_dw, _ = K.norm_backward(dy, x, w, b, mean, rstd, is_rms)
-        s.time("bwd-column-split", {"op": op, "M": m, "N": n, "tile": None},
-               lambda: K.norm_backward(dy, x, w, b, mean, rstd, is_rms))  # noqa: B023, F821
-        for br, bc, wp in tiles:
-            def run(br=br, bc=bc, wp=wp):
-                return K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="column_split",  # noqa: B023, F821
-                                       block_rows=br, block_cols=bc, num_warps=wp)
-            dx, dw, _ = run()
-            case = {"op": op, "M": m, "N": n, "tile": [br, bc, wp],
-                    "dx_max_diff": float((dx.float() - ref_dx.float()).abs().max()),
-                    "dw_max_diff": float((dw.float() - ref_dw.float()).abs().max())}
-            s.time("bwd-column-split", case, run)
-        del x, w, b, dy, y, mean, rstd
         s.save()
 
 

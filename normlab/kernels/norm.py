@@ -625,106 +625,6 @@ def _norm_bwd_persistent_two_pass_kernel(
 
 
 @triton.jit
-def _norm_bwd_row_sums_kernel(
-    x_ptr,  # (n_rows, n_cols) forward input
-    dy_ptr,  # (n_rows, n_cols) output gradient
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
-    rstd_ptr,  # (n_rows,) fp32 rstd
-    sums_ptr,  # (2, n_col_blocks, n_rows) fp32: sum(xhat * wdy), sum(wdy) per column block
-    n_rows,
-    n_cols,
-    x_row_stride,
-    dy_row_stride,
-    IS_RMS: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr,
-    BLOCK_COLS: tl.constexpr,
-):
-    """Column split, kernel 1 of 2: one program per (row block, column block) tile stores its
-    rows' partial sums of xhat * wdy (and wdy, LayerNorm). Loads are evict_last: kernel 2
-    re-reads the same tiles."""
-    rb = tl.program_id(0)
-    cb = tl.program_id(1)
-    n_cb = tl.num_programs(1)
-    rows = rb * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    cols = cb * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    row_mask = rows < n_rows
-    col_mask = cols < n_cols
-    mask = row_mask[:, None] & col_mask[None, :]
-    rows64 = rows.to(tl.int64)
-    mean, rstd = _load_row_stats(mean_ptr, rstd_ptr, rows, row_mask, IS_RMS)
-    w = _load_weight(w_ptr, cols, col_mask, HAS_WEIGHT)
-    x = tl.load(x_ptr + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0,
-                eviction_policy="evict_last")  # fmt: skip
-    dy = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0,
-                 eviction_policy="evict_last")  # fmt: skip
-    xhat, dy, wdy = _xhat_wdy(x, dy, w, mask, mean, rstd, IS_RMS, HAS_WEIGHT)
-    tl.store(sums_ptr + cb * n_rows + rows, tl.sum(xhat * wdy, axis=1), mask=row_mask)
-    if not IS_RMS:
-        tl.store(sums_ptr + (n_cb + cb) * n_rows + rows, tl.sum(wdy, axis=1), mask=row_mask)
-
-
-@triton.jit
-def _norm_bwd_column_split_kernel(
-    x_ptr,  # (n_rows, n_cols) forward input
-    dy_ptr,  # (n_rows, n_cols) output gradient
-    dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
-    rstd_ptr,  # (n_rows,) fp32 rstd
-    sums_ptr,  # (2, n_col_blocks, n_rows) fp32 from _norm_bwd_row_sums_kernel
-    dw_partial_ptr,  # (n_row_blocks, n_cols) fp32 dweight partials
-    db_partial_ptr,  # (n_row_blocks, n_cols) fp32 dbias partials
-    n_rows,
-    n_cols,
-    x_row_stride,
-    dy_row_stride,
-    dx_row_stride,
-    IS_RMS: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr,
-    BLOCK_COLS: tl.constexpr,
-    SUMS_POW2: tl.constexpr,  # next power of two >= n_col_blocks
-):
-    """Column split, kernel 2 of 2: per tile, fold the rows' partial sums over all column blocks
-    (a fixed order: deterministic) into c1/c2, re-read x and dy (from L2), write dx and the row
-    block's fp32 dweight/dbias partial for these columns."""
-    rb = tl.program_id(0)
-    cb = tl.program_id(1)
-    n_cb = tl.num_programs(1)
-    rows = rb * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    cols = cb * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    row_mask = rows < n_rows
-    col_mask = cols < n_cols
-    mask = row_mask[:, None] & col_mask[None, :]
-    rows64 = rows.to(tl.int64)
-    ks = tl.arange(0, SUMS_POW2)
-    sums_mask = (ks < n_cb)[:, None] & row_mask[None, :]
-    sums = sums_ptr + ks[:, None] * n_rows + rows[None, :]
-    c1 = tl.sum(tl.load(sums, mask=sums_mask, other=0.0), axis=0) / n_cols
-    if IS_RMS:
-        c2 = c1
-    else:
-        c2 = tl.sum(tl.load(sums + n_cb * n_rows, mask=sums_mask, other=0.0), axis=0) / n_cols
-    mean, rstd = _load_row_stats(mean_ptr, rstd_ptr, rows, row_mask, IS_RMS)
-    w = _load_weight(w_ptr, cols, col_mask, HAS_WEIGHT)
-    x = tl.load(x_ptr + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0,
-                eviction_policy="evict_first")  # fmt: skip
-    dy = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0,
-                 eviction_policy="evict_first")  # fmt: skip
-    xhat, dy, wdy = _xhat_wdy(x, dy, w, mask, mean, rstd, IS_RMS, HAS_WEIGHT)
-    _store_dx(dx_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride, IS_RMS)
-    if HAS_WEIGHT:
-        tl.store(dw_partial_ptr + rb.to(tl.int64) * n_cols + cols, tl.sum(dy * xhat, axis=0),
-                 mask=col_mask)  # fmt: skip
-    if HAS_BIAS:
-        tl.store(db_partial_ptr + rb.to(tl.int64) * n_cols + cols, tl.sum(dy, axis=0),
-                 mask=col_mask)  # fmt: skip
-
-
-@triton.jit
 def _reduce_partials_kernel(
     dw_partial_ptr,  # (n_partials, n_cols) fp32 dweight partials
     db_partial_ptr,  # (n_partials, n_cols) fp32 dbias partials
@@ -904,9 +804,6 @@ def norm_backward(
                     out.copy_(acc)
         return dx, dw, db
 
-    if strategy == "column_split":
-        return _column_split_backward(common, strides, n_rows, n_cols, flags, cfg, dw, db,
-                                      grad_weight, grad_bias, dummy)  # fmt: skip
     if strategy == "persistent":
         n_programs = min(n_tiles, cfg.programs_per_sm * _runtime.sm_count(device.index))
     else:
@@ -945,34 +842,6 @@ def norm_backward(
             accumulate_w=grad_weight is not None,
             accumulate_b=grad_bias is not None,
         )
-    return dx, dw, db
-
-
-def _column_split_backward(common, strides, n_rows, n_cols, flags, cfg, dw, db, grad_weight,
-                           grad_bias, dummy):  # fmt: skip
-    """The column-split path: row sums, then dx and per-row-block partials, then the reduce."""
-    x2d, dy2d, dx, weight, mean, rstd = common
-    n_rb = triton.cdiv(n_rows, cfg.block_rows)
-    n_cb = triton.cdiv(n_cols, cfg.block_cols)
-    device = x2d.device
-    sums = torch.empty((2 if not flags["IS_RMS"] else 1, n_cb, n_rows), dtype=torch.float32,
-                       device=device)  # fmt: skip
-    tile = {"BLOCK_ROWS": cfg.block_rows, "BLOCK_COLS": cfg.block_cols, "num_warps": cfg.num_warps}
-    _norm_bwd_row_sums_kernel[(n_rb, n_cb)](
-        x2d, dy2d, weight, mean, rstd, sums, n_rows, n_cols, strides[0], strides[1],
-        IS_RMS=flags["IS_RMS"], HAS_WEIGHT=flags["HAS_WEIGHT"], **tile,
-    )  # fmt: skip
-    has_w, has_b = flags["HAS_WEIGHT"], flags["HAS_BIAS"]
-    dw_partial = torch.empty((n_rb, n_cols), dtype=torch.float32, device=device) if has_w else dummy
-    db_partial = torch.empty((n_rb, n_cols), dtype=torch.float32, device=device) if has_b else dummy
-    _norm_bwd_column_split_kernel[(n_rb, n_cb)](
-        *common, sums, dw_partial, db_partial, n_rows, n_cols, *strides, **flags, **tile,
-        SUMS_POW2=triton.next_power_of_2(n_cb),
-    )  # fmt: skip
-    if has_w or has_b:
-        reduce_partials(dw_partial if has_w else None, db_partial if has_b else None, dw, db,
-                        accumulate_w=grad_weight is not None,
-                        accumulate_b=grad_bias is not None)  # fmt: skip
     return dx, dw, db
 
 
