@@ -173,8 +173,10 @@ kernel needs 32 registers instead of 54, and twice as many warps fit on each SM 
 occupancy against 47%). More warps mean more loads in flight, which is what a memory-bound kernel
 needs. normlab's RMSNorm forward now does the same at 1024–16384 columns
 (`configs.NORM_FWD_RMS_LOOPED` keeps the chunk and warp count per width, with the measurements).
-After the correctness check, a cell prints the launch config of a few widths. LayerNorm measured no faster looped and keeps
-the register-resident row, plus a persistent grid in the windows of `configs.NORM_FWD_BLOCK_ROW`.
+After the correctness check, a cell prints the launch config of a few widths. LayerNorm measured
+no faster looped and keeps the register-resident row, plus a persistent grid in the windows of
+`configs.NORM_FWD_BLOCK_ROW`. (The recorded `normlab[row]` series is `layout="row"`: for RMSNorm
+the same kernel as the default, so the two differ only by run-to-run noise.)
 '''),
     MODE_NOTE,
     SETUP,
@@ -722,6 +724,17 @@ Recorded at V = 50257 (every form and cap; `auto` picks among them by `entropy_v
     code('''
 viz.records_table(viz.select(kl, N=50257), ["impl", "strategy", "block_cap", "device_us", "gbps",
                                             "frac_roofline"], empty=viz.NO_RECORDED_DATA)
+'''),
+    md('''
+What the frames do not fix: even at V = 50256, whose rows are aligned, the chunked form ran reverse
+KL in 511.7 µs (2414 GB/s) in the A/B sweeps, short of the 2500 GB/s it reaches from 32768 up.
+Nsight Compute on the H200 (`normlab/data/dev/ncu_h200_7e9c754.json`) shows where the time goes.
+At 50256 the chunked kernel read 992 MB from HBM, against the 823 MB that `logits` and `target`
+hold (+20%); at 65536 the excess was 6.8%. With five tiles per chunk instead of four, more of the
+gradient pass's re-reads miss L2 and go back to HBM. The kernel also moves only 53–57% of HBM's
+peak bandwidth: it is bound by latency, not bandwidth. Each program runs a chain of loads, a wait
+at its row's counter, and re-reads. A timing-only variant without the wait was not faster, so the
+wait is not the cost.
 '''),
     nav(5),
 ]
