@@ -73,10 +73,16 @@ NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (
                        16384: (4096, 16)}  # fmt: skip
 
 
+def _rms_looped(n_cols: int, is_rms: bool) -> tuple[int, int] | None:
+    """(chunk, warps) of the looped RMSNorm row at this width, or None where it does not run."""
+    return NORM_FWD_RMS_LOOPED.get(_next_pow2(n_cols)) if is_rms else None
+
+
 def norm_fwd_config(n_cols: int, is_rms: bool = False) -> NormFwdConfig:
     """Heuristic forward launch config (the default; the only one under the interpreter)."""
-    if is_rms and _next_pow2(n_cols) in NORM_FWD_RMS_LOOPED:
-        return NormFwdConfig(*NORM_FWD_RMS_LOOPED[_next_pow2(n_cols)])
+    looped = _rms_looped(n_cols, is_rms)
+    if looped is not None:
+        return NormFwdConfig(*looped)
     block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = next((w for limit, w in NORM_FWD_WARPS if block <= limit), NORM_FWD_WARPS[-1][1])
     return NormFwdConfig(block_size=block, num_warps=warps)
@@ -122,7 +128,7 @@ def norm_fwd_block_row_config(n_rows: int, n_cols: int,
                               is_rms: bool = False) -> BlockRowFwdConfig | None:  # fmt: skip
     """The block-row forward's config where it measured faster than one row per program (for
     RMSNorm, none where its looped row runs: NORM_FWD_RMS_LOOPED)."""
-    if is_rms and _next_pow2(n_cols) in NORM_FWD_RMS_LOOPED:
+    if _rms_looped(n_cols, is_rms) is not None:
         return None
     for lo, hi, tile in NORM_FWD_BLOCK_ROW.get(_next_pow2(n_cols), ()):
         if lo <= n_rows and (hi is None or n_rows <= hi):
