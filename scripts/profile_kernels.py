@@ -5,7 +5,8 @@
 
 Case: ``<op>:<form or impl>:<block cap or ->:<rows>x<cols>``; ops reverse_kl, soft_cross_entropy,
 cross_entropy (forms of normlab, or ``compile``), rms_norm / layer_norm (``normlab``, ``compile``;
-direction fwd, or ``bwd`` as ``rms_norm-bwd``). The case runs three times unprofiled (compiles,
+direction fwd, the training forward as the benchmarks time it (inputs require grad, so the
+saved statistics are written), or ``bwd`` as ``rms_norm-bwd``). The case runs three times unprofiled (compiles,
 warms the allocator), then once profiled. With ``--code DIR``, torch.compile's generated code for
 the case is written to DIR.
 """
@@ -39,9 +40,9 @@ def _case(spec: str):
         else:
             torch_fn = F.rms_norm if name == "rms_norm" else F.layer_norm
             fn = torch.compile(lambda a, b: torch_fn(a, (cols,), b), dynamic=False)
+        x.requires_grad_(True)
+        w.requires_grad_(True)
         if direction == "bwd":
-            x.requires_grad_(True)
-            w.requires_grad_(True)
             dy = torch.randn(rows, cols, device=dev, dtype=torch.bfloat16, generator=gen)
 
             def run():

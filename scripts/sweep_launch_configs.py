@@ -34,6 +34,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``fwd_looped_rows``: RMSNorm, the looped forward's best configs over row counts and widths.
 * ``fwd_row_variants``: RMSNorm at 1024 columns, the register-resident row changed one way at a
   time toward torch.compile's kernel (needs ``ab/ab_fwd.py``, see the part).
+* ``fwd_1024_peer``: 1024 columns, both norms, the default forward and the register-resident row
+  at 1-4 warps against torch.compile in the same run, three interleaved rounds.
 * ``bwd_column_split`` (at commits 3dbbb84 and 0149366 only, since reverted with the kernels it
   timed): a column-split backward (a row-sums kernel, then dx and per-row-block partials on a 2-D
   grid of tiles, then the reduce) against the default strategy.
@@ -205,6 +207,27 @@ def part_fwd_row_variants(s: Sweep) -> None:
             s.time("fwd-row-variants", {"M": m, "N": n, "variant": name, "warps": wp}, run)
         del x, w, y, rstd
         s.save()
+
+
+def part_fwd_1024_peer(s: Sweep) -> None:
+    """1024 columns, both norms: the default forward, the register-resident row (one 1024 block)
+    at 1, 2 and 4 warps, and torch.compile (the benchmark's training forward), interleaved over
+    three rounds so that every candidate meets the peer in the same minutes of the run."""
+    from normlab.bench import registry
+
+    for round_, is_rms, m in itertools.product(range(3), (True, False), (4096, 8192, 16384, 32768)):
+        op = "rms_norm" if is_rms else "layer_norm"
+        case = {"op": op, "M": m, "N": 1024, "round": round_}
+        for impl in ("compile", "normlab"):
+            run = registry.get(op, impl).build(m, 1024, torch.bfloat16, "fwd", "cuda")
+            s.time("fwd-1024-peer", {**case, "kernel": impl}, run)
+            del run
+        x, w, b, _ = norm_inputs(m, 1024, is_rms)
+        for wp in (1, 2, 4):
+            s.time("fwd-1024-peer", {**case, "kernel": "row", "warps": wp},
+                   lambda: K.norm_forward(x, w, b, EPS, is_rms, block_size=1024, num_warps=wp))  # noqa: B023
+        del x, w, b
+    s.save()
 
 
 def _bwd_case(s, part, op, m, n, is_rms, inputs, **kw):
