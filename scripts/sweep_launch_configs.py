@@ -36,6 +36,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   time toward torch.compile's kernel (needs ``ab/ab_fwd.py``, see the part).
 * ``fwd_1024_peer``: 1024 columns, both norms, the default forward and the register-resident row
   at 1-4 warps against torch.compile in the same run, three interleaved rounds.
+* ``narrow_fwd_tiles``: 7,864,320 rows x 16-256 columns, block-row forward tiles down to 2 warps
+  against the default and torch.compile in the same run, two interleaved rounds.
 * ``bwd_column_split`` (at commits 3dbbb84 and 0149366 only, since reverted with the kernels it
   timed): a column-split backward (a row-sums kernel, then dx and per-row-block partials on a 2-D
   grid of tiles, then the reduce) against the default strategy.
@@ -228,6 +230,32 @@ def part_fwd_1024_peer(s: Sweep) -> None:
                    lambda: K.norm_forward(x, w, b, EPS, is_rms, block_size=1024, num_warps=wp))  # noqa: B023
         del x, w, b
     s.save()
+
+
+def part_narrow_fwd_tiles(s: Sweep) -> None:
+    """7,864,320 rows x 16-256 columns, both norms: block-row forward tiles (rows x warps, down to
+    the 2-warp 32-row tiles torch.compile generates at 64 columns) against the default and
+    torch.compile, two interleaved rounds."""
+    from normlab.bench import registry
+
+    for round_, is_rms, n in itertools.product(range(2), (True, False), (16, 64, 128, 256)):
+        op = "rms_norm" if is_rms else "layer_norm"
+        case = {"op": op, "M": NARROW_ROWS, "N": n, "round": round_}
+        for impl in ("compile", "normlab"):
+            run = registry.get(op, impl).build(NARROW_ROWS, n, torch.bfloat16, "fwd", "cuda")
+            s.time("narrow-fwd-tiles", {**case, "kernel": impl}, run, reps=8)
+            del run
+        x, w, b, _ = norm_inputs(NARROW_ROWS, n, is_rms)
+        for rows, wp in itertools.product((16, 32, 64, 128, 256), (1, 2, 4, 8)):
+            elems = rows * n
+            if not (1024 <= elems <= 16384 and 8 <= elems // (32 * wp) <= 64):
+                continue
+            cfg = configs.BlockRowFwdConfig(rows, wp)
+            s.time("narrow-fwd-tiles", {**case, "kernel": "block_row", "block_rows": rows,
+                                        "warps": wp},
+                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=8)  # noqa: B023
+        del x, w, b
+        s.save()
 
 
 def _bwd_case(s, part, op, m, n, is_rms, inputs, **kw):
