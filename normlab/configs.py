@@ -345,8 +345,9 @@ BLOCK_ROW_MAX_COLS = 256
 # below ~16k rows. (That run's backward was the untuned column-sum variant; at 256 columns it lost
 # at every row count, so the threshold at 256 columns is not yet measured with the tuned one.)
 BLOCK_ROW_MIN_ROWS = 16384
-# Forward tile: BLOCK_ROWS x next_pow2(n_cols), at most this many elements and rows. H200 run:
-# 4096-element tiles beat 2048 (501 vs 546 us at 64 columns, 1984 vs 2273 us at 256); at 16
+# Forward tile: BLOCK_ROWS x next_pow2(n_cols), at most this many elements and rows (the rule for
+# widths outside BLOCK_ROW_FWD_TILES and for the tuning scripts' overrides). H200 run: 4096-element
+# tiles beat 2048 (501 vs 546 us at 64 columns, 1984 vs 2273 us at 256, at 4-8 warps); at 16
 # columns 128- or 256-row tiles measured 146 / 144 us against 155 us for 64 rows in the same
 # pass, but the 64-row default took 141 us in another pass, so the difference is within noise
 # and seed 003's 64-row cap stays. Second sweep (normlab/data/dev/sweep_launch_configs_h200.json,
@@ -355,12 +356,31 @@ BLOCK_ROW_MIN_ROWS = 16384
 # columns ("narrow128") 980 vs 1001 us (LayerNorm, 8 warps), RMSNorm 976 vs 972 (a tie).
 BLOCK_ROW_TILE_ELEMS = 8192
 BLOCK_ROW_MAX_ROWS = 64
-# Forward warps: one per this many tile elements, clamped to [BLOCK_ROW_MIN_WARPS, 8]. Second
+# Forward warps under that rule: one per this many tile elements, clamped to [4, 8]. Second
 # sweep: 2048-element tiles (32 columns) at 4 warps 253 / 246 us vs 8 warps 282 / 254 us
 # (LayerNorm / RMSNorm); 4096 (64 columns) at 8 warps 491 us vs 4 warps 497 (RMSNorm).
 BLOCK_ROW_FWD_ELEMS_PER_WARP = 512
 BLOCK_ROW_MIN_WARPS = 4
 BLOCK_ROW_MAX_WARPS = 8
+# Forward tile per norm (is_rms) and next_pow2(n_cols): (rows, warps); narrower rows take the 16
+# entry. Third sweep (sweep_launch_configs_h200.json, run "narrow_fwd_tiles" at 6e9b8f9: tile
+# heights 16-256 x 1-8 warps, with normlab's previous default and torch.compile in the same run,
+# two interleaved rounds, us per call): the first sweeps never tried fewer than 4 warps or tiles
+# under 4096 elements at 64-128 columns, and there the smaller tiles win, as torch.compile's own
+# (32 rows x 2 warps at 64 columns):
+#   64 cols:  RMS 32 x 4 482.4 / 479.2 vs previous 490.6 / 490.3 (torch.compile 481.6 / 482.5);
+#             LN 32 x 4 491.9 / 491.9 vs 498.5 / 498.4 (compile 492.7 / 493.0).
+#   128 cols: RMS 16 x 4 948.1 / 948.7 vs 977.3 / 977.2 (compile 950.4 / 951.6);
+#             LN 16 x 2 962.2 / 962.1 vs 979.5 / 980.1 (compile 983.5 / 982.2).
+#   256 cols: RMS 32 x 4 1936.8 / 1934.0 vs 1944.4 / 1943.3 (compile 1918.1 / 1917.7: no tile
+#             reached it); LN keeps 32 x 8, 1918.5 / 1919.4 (compile 1950.6 / 1949.7).
+#   16 cols:  LN 64 x 2 136.7 / 136.6 vs 64 x 4 140.6 / 140.5 (compile 136.3 / 136.9); RMS keeps
+#             64 x 4, 127.7 / 129.1 (compile 128.4 / 128.5).
+# 32 columns (not in that sweep) and 512 keep the rule's tiles.
+BLOCK_ROW_FWD_TILES = {
+    True: {16: (64, 4), 32: (64, 4), 64: (32, 4), 128: (16, 4), 256: (32, 4), 512: (16, 8)},
+    False: {16: (64, 2), 32: (64, 4), 64: (32, 4), 128: (16, 2), 256: (32, 8), 512: (16, 8)},
+}
 # Backward tiles, warps and persistent programs per SM. Swept in normlab/data/dev/
 # narrow_bwd_sweep_h200.json (scripts/tune_narrow_bwd.py; H200, torch 2.11, triton 3.6,
 # 2026-11-29, commit 06e714036363, 7,864,320 rows, bf16, tile {2048, 4096} x warps {4, 8} x
@@ -402,12 +422,21 @@ def use_block_row(n_rows: int, n_cols: int) -> bool:
 
 
 def block_row_fwd_config(
-    n_cols: int, *, tile_elems: int | None = None, max_rows: int | None = None, num_warps=None
+    n_cols: int,
+    is_rms: bool,
+    *,
+    tile_elems: int | None = None,
+    max_rows: int | None = None,
+    num_warps: int | None = None,
 ) -> BlockRowFwdConfig:
-    """Block-row forward launch config; keywords override the heuristic (tuning scripts)."""
+    """Block-row forward launch config: the measured tile of BLOCK_ROW_FWD_TILES, or the element
+    rule where ``tile_elems``/``max_rows`` override it (tuning scripts) or the width has no entry."""
+    block_cols = _next_pow2(n_cols)
+    tile = BLOCK_ROW_FWD_TILES[bool(is_rms)].get(max(block_cols, 16))
+    if tile is not None and tile_elems is None and max_rows is None:
+        return BlockRowFwdConfig(tile[0], tile[1] if num_warps is None else num_warps)
     tile_elems = BLOCK_ROW_TILE_ELEMS if tile_elems is None else tile_elems
     max_rows = BLOCK_ROW_MAX_ROWS if max_rows is None else max_rows
-    block_cols = _next_pow2(n_cols)
     block_rows = max(1, min(max_rows, tile_elems // block_cols))
     if num_warps is None:
         warps = (block_rows * block_cols) // BLOCK_ROW_FWD_ELEMS_PER_WARP

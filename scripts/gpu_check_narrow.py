@@ -120,7 +120,7 @@ def make_inputs(n_rows, n_cols, norm, requires_grad=False):
 def impl_block(x, w, b, dy, norm, fwd_cfg=None, bwd_cfg=None):
     n_cols = x.shape[1]
     is_rms = norm == "rms"
-    fwd_cfg = fwd_cfg or configs.block_row_fwd_config(n_cols)
+    fwd_cfg = fwd_cfg or configs.block_row_fwd_config(n_cols, is_rms)
     bwd_cfg = bwd_cfg or configs.block_row_bwd_config(n_cols)
     _, mean, rstd = narrow._fwd(x, w, b, EPS[norm], is_rms, fwd_cfg)
 
@@ -298,7 +298,7 @@ def phase_c(rec: Recorder) -> None:
     for n_cols in (16, 64, 128, 256):
         inputs = make_inputs(M, n_cols, norm)
         jobs = [
-            ("fwd", v, _fwd_only, configs.block_row_fwd_config(n_cols, **v)) for v in fwd_variants
+            ("fwd", v, _fwd_only, configs.block_row_fwd_config(n_cols, norm == "rms", **v)) for v in fwd_variants
         ]
         jobs += [
             ("bwd", v, _bwd_only, configs.block_row_bwd_config(n_cols, **v)) for v in bwd_variants

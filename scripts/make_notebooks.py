@@ -504,8 +504,9 @@ nbs[4] = [
 Seed 003 (a Liger-Kernel PR) trains tiny networks with 16–256 features and ~7.9 million rows. One
 program per row then moves 16 × 2 bytes per program: far less than a warp can load in one
 instruction, so most lanes idle and the launch grid (7.9 M programs) is mostly scheduling overhead.
-**Block-row** kernels pack many rows into one 2-D tile (`BLOCK_ROWS × next_pow2(N)`, about 4096
-elements) so every program does a full tile of work, and the backward runs a persistent grid.
+**Block-row** kernels pack many rows into one 2-D tile (`BLOCK_ROWS × next_pow2(N)`, 1024–8192
+elements, measured per norm and width) so every program does a full tile of work, and the backward
+runs a persistent grid.
 
 normlab picks the layout with `layout="auto"` (`configs.use_block_row`: N ≤ 256 and M ≥ 16384) or
 you force it with `layout="row"` / `layout="block_row"`.
@@ -516,7 +517,8 @@ you force it with `layout="row"` / `layout="block_row"`.
 ## The occupancy intuition, in numbers
 
 Elements per program and programs launched for seed 003's 7,864,320 rows, from the kernels' own
-launch configuration (`configs.block_row_fwd_config`):
+launch configuration (`configs.block_row_fwd_config`, LayerNorm's forward tiles; RMSNorm's differ
+at 16, 128 and 256 columns, `configs.BLOCK_ROW_FWD_TILES`):
 '''),
     code('''
 # NBVAL_CHECK_OUTPUT
@@ -526,7 +528,7 @@ ROWS = 7_864_320
 print(f"{'N':>5} {'row: elems/program':>19} {'row: programs':>14} {'block-row: rows/tile':>21} "
       f"{'elems/program':>14} {'programs':>10}")
 for N in (16, 32, 64, 128, 256, 512):
-    cfg = configs.block_row_fwd_config(N)
+    cfg = configs.block_row_fwd_config(N, is_rms=False)
     print(f"{N:>5} {N:>19} {ROWS:>14,} {cfg.block_rows:>21} {cfg.block_rows * N:>14} "
           f"{-(-ROWS // cfg.block_rows):>10,}")
 '''),

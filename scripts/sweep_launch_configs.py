@@ -306,7 +306,8 @@ def part_narrow(s: Sweep) -> None:
         op = "rms" if is_rms else "ln"
         x, w, b, dy = norm_inputs(NARROW_ROWS, n, is_rms)
         for tile, rows, wp in itertools.product((4096, 8192), (64, 256), (4, 8)):
-            cfg = configs.block_row_fwd_config(n, tile_elems=tile, max_rows=rows, num_warps=wp)
+            cfg = configs.block_row_fwd_config(n, is_rms, tile_elems=tile, max_rows=rows,
+                                               num_warps=wp)
             if tile // (1 << (n - 1).bit_length()) > rows * 2:  # same tile as a smaller cap
                 continue
             s.time("narrow-fwd", {"op": op, "M": NARROW_ROWS, "N": n, "tile": tile,
@@ -378,7 +379,7 @@ def part_narrow128(s: Sweep) -> None:
         op = "rms" if is_rms else "ln"
         x, w, b, _ = norm_inputs(NARROW_ROWS, 128, is_rms)
         for tile, wp in ((8192, None), (4096, None), (8192, 4), (4096, 4)):
-            cfg = configs.block_row_fwd_config(128, tile_elems=tile, num_warps=wp)
+            cfg = configs.block_row_fwd_config(128, is_rms, tile_elems=tile, num_warps=wp)
             s.time("narrow-fwd", {"op": op, "M": NARROW_ROWS, "N": 128, "tile": tile,
                                   "max_rows": cfg.block_rows, "warps": cfg.num_warps,
                                   "block_rows": cfg.block_rows},
@@ -620,7 +621,7 @@ def part_fwd_persistent(s: Sweep) -> None:
     for is_rms, n in itertools.product((True, False), (16, 32, 64, 128, 256)):
         op = "rms" if is_rms else "ln"
         x, w, b, _ = norm_inputs(NARROW_ROWS, n, is_rms)
-        base = configs.block_row_fwd_config(n)
+        base = configs.block_row_fwd_config(n, is_rms)
         for pps in (0, 2, 4, 8):
             cfg = base._replace(programs_per_sm=pps)
             s.time("fwd-persistent", {"op": op, "M": NARROW_ROWS, "N": n, "kernel": "block_row",

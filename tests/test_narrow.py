@@ -154,7 +154,7 @@ def test_persistent_backward_loops_over_many_tiles(is_rms, acc_tile, prefetch):
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_forward_tile_heights(is_rms, max_rows):
     # the tuning script tries taller and shorter forward tiles than the default 64 rows
-    cfg = configs.block_row_fwd_config(16, max_rows=max_rows)
+    cfg = configs.block_row_fwd_config(16, is_rms, max_rows=max_rows)
     assert cfg.block_rows == max_rows
     x, weight, bias, _ = _make(300, 16, torch.float16, True, not is_rms)
     y, _, rstd = narrow._fwd(x, weight, bias, EPS[is_rms], is_rms, cfg)
@@ -302,18 +302,60 @@ def test_use_block_row_thresholds():
 @pytest.mark.parametrize("n_cols", list(range(1, 18)) + [31, 33, 100, 127, 129, 255, 256])
 def test_tile_configs_stay_within_limits(n_cols):
     block_cols = 1 << (n_cols - 1).bit_length()
-    fwd = configs.block_row_fwd_config(n_cols)
     bwd = configs.block_row_bwd_config(n_cols)
-    for (block_rows, num_warps), tile_elems in (
-        (fwd[:2], configs.BLOCK_ROW_TILE_ELEMS),
-        (bwd[:2], configs.BLOCK_ROW_BWD_TILE_ELEMS),
-    ):
-        assert 1 <= block_rows <= configs.BLOCK_ROW_MAX_ROWS
+    tiles = [(configs.block_row_fwd_config(n_cols, is_rms)[:2], configs.BLOCK_ROW_TILE_ELEMS)
+             for is_rms in (True, False)]  # fmt: skip
+    for (block_rows, num_warps), tile_elems in tiles + [(bwd[:2], configs.BLOCK_ROW_BWD_TILE_ELEMS)]:
+        assert 1 <= block_rows <= configs.BLOCK_ROW_MAX_ROWS  # seed 003's 64-row cap
         assert block_rows & (block_rows - 1) == 0  # tl.arange needs a power of two
-        # full-height tiles unless the row cap binds
-        assert block_rows * block_cols == tile_elems or block_rows == configs.BLOCK_ROW_MAX_ROWS
+        assert block_rows * block_cols <= tile_elems
         assert num_warps in (1, 2, 4, 8, 16)
+    # the backward's tiles are full height unless the row cap binds
+    assert (bwd.block_rows * block_cols == configs.BLOCK_ROW_BWD_TILE_ELEMS
+            or bwd.block_rows == configs.BLOCK_ROW_MAX_ROWS)  # fmt: skip
     assert bwd.programs_per_sm >= 1
+
+
+@pytest.mark.parametrize("n_cols", [1, 9, 16, 17, 32, 33, 64, 65, 100, 128, 129, 256, 512])
+def test_forward_config_is_the_measured_tile_per_norm(n_cols):
+    # configs.BLOCK_ROW_FWD_TILES per norm and next_pow2 width (narrower rows take the 16 entry);
+    # keywords fall back to the element rule (tuning scripts)
+    key = max(1 << (n_cols - 1).bit_length(), 16)
+    for is_rms in (True, False):
+        cfg = configs.block_row_fwd_config(n_cols, is_rms)
+        assert (cfg.block_rows, cfg.num_warps) == configs.BLOCK_ROW_FWD_TILES[is_rms][key]
+        assert cfg.programs_per_sm == 0
+        assert configs.block_row_fwd_config(n_cols, is_rms, num_warps=1).num_warps == 1
+    # the two norms were measured apart and differ where their sweeps did
+    assert configs.block_row_fwd_config(128, True) != configs.block_row_fwd_config(128, False)
+    assert configs.block_row_fwd_config(64, True, tile_elems=4096) == (64, 8, 0)
+    assert configs.block_row_fwd_config(1024, True) == (8, 8, 0)  # no entry: the rule
+
+
+@pytest.mark.parametrize("n_cols", [65, 100, 128])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_public_forward_launches_the_measured_tile(monkeypatch, is_rms, n_cols):
+    """The public API's block-row forward launches its norm's tile (LayerNorm 16 rows x 2 warps,
+    RMSNorm 16 x 4 at 65-128 columns), 333 rows leaving a ragged last tile; fp64 agreement."""
+    launched = []
+    real = narrow._block_row_fwd_kernel
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append((kwargs["BLOCK_ROWS"], kwargs["num_warps"]))
+                return real[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(narrow, "_block_row_fwd_kernel", Recording())
+    x, weight, bias, _ = _make(333, n_cols, torch.bfloat16, True, not is_rms)
+    if is_rms:
+        y = normlab.rms_norm(x, weight, EPS[True], layout="block_row")
+    else:
+        y = normlab.layer_norm(x, weight, bias, EPS[False], layout="block_row")
+    assert launched == [(16, 4 if is_rms else 2)]
+    assert_close(y, _reference(x, weight, bias, EPS[is_rms], is_rms)[0])
 
 
 def test_backward_config_is_the_measured_default_at_every_width():

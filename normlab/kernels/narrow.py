@@ -405,7 +405,7 @@ def block_row_forward(x, weight, bias, eps, is_rms):
     _check_vector("bias", bias, n_cols, x)
     if is_rms and bias is not None:
         raise ValueError("RMSNorm has no bias; pass bias=None with is_rms=True")
-    return _fwd(x, weight, bias, eps, is_rms, configs.block_row_fwd_config(n_cols))
+    return _fwd(x, weight, bias, eps, is_rms, configs.block_row_fwd_config(n_cols, is_rms))
 
 
 def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto"):
