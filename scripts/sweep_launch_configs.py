@@ -38,6 +38,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   at 1-4 warps against torch.compile in the same run, three interleaved rounds.
 * ``narrow_fwd_tiles``: 7,864,320 rows x 16-256 columns, block-row forward tiles down to 2 warps
   against the default and torch.compile in the same run, two interleaved rounds.
+* ``fwd_wide_tiles``: the block-row forward at 512 columns over row counts and short tiles at 256,
+  against the default and torch.compile, two interleaved rounds.
 * ``bwd_column_split`` (at commits 3dbbb84 and 0149366 only, since reverted with the kernels it
   timed): a column-split backward (a row-sums kernel, then dx and per-row-block partials on a 2-D
   grid of tiles, then the reduce) against the default strategy.
@@ -253,6 +255,32 @@ def part_narrow_fwd_tiles(s: Sweep) -> None:
             cfg = configs.BlockRowFwdConfig(rows, wp)
             s.time("narrow-fwd-tiles", {**case, "kernel": "block_row", "block_rows": rows,
                                         "warps": wp},
+                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=8)  # noqa: B023
+        del x, w, b
+        s.save()
+
+
+def part_fwd_wide_tiles(s: Sweep) -> None:
+    """The block-row forward at 512 columns (where layout="auto" runs one row per program) over
+    row counts, and short tiles at 256 columns, against the default and torch.compile, two
+    interleaved rounds."""
+    from normlab.bench import registry
+
+    cases = [(512, m) for m in (16384, 65536, 262144, 1048576, NARROW_ROWS)] + [(256, NARROW_ROWS)]
+    tiles = {512: ((4, 4), (8, 4), (8, 8), (16, 4), (16, 8), (32, 8)),
+             256: ((4, 2), (4, 4), (8, 2), (8, 4), (8, 8))}
+    for round_, is_rms, (n, m) in itertools.product(range(2), (True, False), cases):
+        op = "rms_norm" if is_rms else "layer_norm"
+        case = {"op": op, "M": m, "N": n, "round": round_}
+        for impl in ("compile", "normlab"):
+            run = registry.get(op, impl).build(m, n, torch.bfloat16, "fwd", "cuda")
+            s.time("fwd-wide-tiles", {**case, "kernel": impl}, run, reps=8)
+            del run
+        x, w, b, _ = norm_inputs(m, n, is_rms)
+        for rows, wp in tiles[n]:
+            cfg = configs.BlockRowFwdConfig(rows, wp)
+            s.time("fwd-wide-tiles", {**case, "kernel": "block_row", "block_rows": rows,
+                                      "warps": wp},
                    lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=8)  # noqa: B023
         del x, w, b
         s.save()
