@@ -73,14 +73,9 @@ NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (
                        16384: (4096, 16)}  # fmt: skip
 
 
-def _rms_looped(n_cols: int, is_rms: bool) -> tuple[int, int] | None:
-    """(chunk, warps) of the looped RMSNorm row at this width, or None where it does not run."""
-    return NORM_FWD_RMS_LOOPED.get(_next_pow2(n_cols)) if is_rms else None
-
-
 def norm_fwd_config(n_cols: int, is_rms: bool = False) -> NormFwdConfig:
     """Heuristic forward launch config (the default; the only one under the interpreter)."""
-    looped = _rms_looped(n_cols, is_rms)
+    looped = NORM_FWD_RMS_LOOPED.get(_next_pow2(n_cols)) if is_rms else None
     if looped is not None:
         return NormFwdConfig(*looped)
     block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
@@ -89,10 +84,20 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False) -> NormFwdConfig:
 
 
 # Forward with the block-row kernel (kernels/narrow.py) instead of one row per program, in
-# row-count windows per next_pow2(n_cols) (layout="auto" only): (min rows, max rows or None,
-# (tile rows, warps, programs per SM)); programs per SM 0 = one program per tile. LayerNorm only
-# since RMSNorm's looped row (NORM_FWD_RMS_LOOPED) measured faster in them, except at 2048x4096
-# and, in one of two runs, 8192x1024.
+# row-count windows per norm (is_rms) and next_pow2(n_cols) (layout="auto" only): (min rows, max
+# rows or None, (tile rows, warps, programs per SM)); programs per SM 0 = one program per tile.
+# RMSNorm has no windows at 1024-16384 columns since its looped row (NORM_FWD_RMS_LOOPED)
+# measured faster in them, except at 2048x4096 and, in one of two runs, 8192x1024.
+#
+# 512 columns (257-512: above the block-row layout's BLOCK_ROW_MAX_COLS, so the backward stays on
+# the row path), short tiles, one program each. Run "fwd_wide_tiles" at 94531ef (two interleaved
+# rounds, torch.compile in the same run), tile vs one row per program, us: RMS 4 x 4 warps 11.7 /
+# 11.5 vs 12.7 / 12.2 at 16384 rows, 35.6 / 35.4 vs 41.9 / 41.8 at 65536, 130.5 / 130.8 vs 161.0 /
+# 160.5 at 262144, 509.8 / 510.7 vs 636.2 / 635.7 at 1048576, 3793.4 / 3807.8 vs 4753.4 / 4754.1
+# at 7864320 (torch.compile 3835.0 / 3836.8); LN 8 x 4 warps 12.6 / 12.7 vs 12.4 / 12.6 at 16384
+# (a tie: the window starts at the next row count measured), 36.6 / 36.5 vs 42.6 / 42.3 at
+# 65536, 132.4 / 132.8 vs 161.4 at 262144, 523.0 / 523.5 vs 638.7 at 1048576, 3889.6 / 3885.3 vs
+# 4772.5 / 4772.2 at 7864320 (torch.compile 3887.5 / 3885.9). Fewer rows: not measured.
 #
 # A persistent grid (programs per SM > 0): programs grid-stride row tiles and load their next tile
 # before they normalize and store the current one. With one row per program, a launch of a few
@@ -116,21 +121,24 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False) -> NormFwdConfig:
 # tiles cover the matrix exactly measured no faster (0.97-1.01x; run "fwd_unmasked" at 52d0e40,
 # reverted).
 NORM_FWD_BLOCK_ROW = {
-    1024: ((2048, 4096, (4, 4, 4)), (4097, None, (2, 4, 0))),
-    2048: ((2048, 4096, (2, 8, 4)),),
-    4096: ((1024, 2048, (1, 8, 4)),),
-    8192: ((256, 4096, (1, 16, 2)),),
-    16384: ((512, 2048, (1, 32, 1)),),
+    False: {  # LayerNorm
+        512: ((65536, None, (8, 4, 0)),),
+        1024: ((2048, 4096, (4, 4, 4)), (4097, None, (2, 4, 0))),
+        2048: ((2048, 4096, (2, 8, 4)),),
+        4096: ((1024, 2048, (1, 8, 4)),),
+        8192: ((256, 4096, (1, 16, 2)),),
+        16384: ((512, 2048, (1, 32, 1)),),
+    },
+    True: {  # RMSNorm
+        512: ((16384, None, (4, 4, 0)),),
+    },
 }
 
 
 def norm_fwd_block_row_config(n_rows: int, n_cols: int,
                               is_rms: bool = False) -> BlockRowFwdConfig | None:  # fmt: skip
-    """The block-row forward's config where it measured faster than one row per program (for
-    RMSNorm, none where its looped row runs: NORM_FWD_RMS_LOOPED)."""
-    if _rms_looped(n_cols, is_rms) is not None:
-        return None
-    for lo, hi, tile in NORM_FWD_BLOCK_ROW.get(_next_pow2(n_cols), ()):
+    """The block-row forward's config where it measured faster than one row per program."""
+    for lo, hi, tile in NORM_FWD_BLOCK_ROW[bool(is_rms)].get(_next_pow2(n_cols), ()):
         if lo <= n_rows and (hi is None or n_rows <= hi):
             return BlockRowFwdConfig(*tile)
     return None
@@ -372,14 +380,17 @@ BLOCK_ROW_MAX_WARPS = 8
 #             LN 32 x 4 491.9 / 491.9 vs 498.5 / 498.4 (compile 492.7 / 493.0).
 #   128 cols: RMS 16 x 4 948.1 / 948.7 vs 977.3 / 977.2 (compile 950.4 / 951.6);
 #             LN 16 x 2 962.2 / 962.1 vs 979.5 / 980.1 (compile 983.5 / 982.2).
-#   256 cols: RMS 32 x 4 1936.8 / 1934.0 vs 1944.4 / 1943.3 (compile 1918.1 / 1917.7: no tile
-#             reached it); LN keeps 32 x 8, 1918.5 / 1919.4 (compile 1950.6 / 1949.7).
+#   256 cols: (16-64 rows) RMS 32 x 4 1936.8 / 1934.0 vs 1944.4 / 1943.3 (compile 1918.1 /
+#             1917.7); LN 32 x 8 1918.5 / 1919.4 (compile 1950.6 / 1949.7). Shorter tiles (run
+#             "fwd_wide_tiles" at 94531ef): RMS 8 x 4 1892.0 / 1891.8 vs default 32 x 4 1946.6 /
+#             1946.8 (compile 1926.9 / 1927.2); LN 8 x 2 1902.5 / 1900.6 vs 32 x 8 1943.6 / 1942.5
+#             (compile 1959.2 / 1958.9).
 #   16 cols:  LN 64 x 2 136.7 / 136.6 vs 64 x 4 140.6 / 140.5 (compile 136.3 / 136.9); RMS keeps
 #             64 x 4, 127.7 / 129.1 (compile 128.4 / 128.5).
-# 32 columns (not in that sweep) and 512 keep the rule's tiles.
+# 32 columns (not in that sweep) keep the rule's tiles.
 BLOCK_ROW_FWD_TILES = {
-    True: {16: (64, 4), 32: (64, 4), 64: (32, 4), 128: (16, 4), 256: (32, 4), 512: (16, 8)},
-    False: {16: (64, 2), 32: (64, 4), 64: (32, 4), 128: (16, 2), 256: (32, 8), 512: (16, 8)},
+    True: {16: (64, 4), 32: (64, 4), 64: (32, 4), 128: (16, 4), 256: (8, 4)},
+    False: {16: (64, 2), 32: (64, 4), 64: (32, 4), 128: (16, 2), 256: (8, 2)},
 }
 # Backward tiles, warps and persistent programs per SM. Swept in normlab/data/dev/
 # narrow_bwd_sweep_h200.json (scripts/tune_narrow_bwd.py; H200, torch 2.11, triton 3.6,

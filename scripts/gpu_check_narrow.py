@@ -120,7 +120,10 @@ def make_inputs(n_rows, n_cols, norm, requires_grad=False):
 def impl_block(x, w, b, dy, norm, fwd_cfg=None, bwd_cfg=None):
     n_cols = x.shape[1]
     is_rms = norm == "rms"
-    fwd_cfg = fwd_cfg or configs.block_row_fwd_config(n_cols, is_rms)
+    # the public forward's tile: the 512-column window's (configs.NORM_FWD_BLOCK_ROW), else the
+    # block-row layout's
+    fwd_cfg = (fwd_cfg or configs.norm_fwd_block_row_config(x.shape[0], n_cols, is_rms)
+               or configs.block_row_fwd_config(n_cols, is_rms))  # fmt: skip
     bwd_cfg = bwd_cfg or configs.block_row_bwd_config(n_cols)
     _, mean, rstd = narrow._fwd(x, w, b, EPS[norm], is_rms, fwd_cfg)
 

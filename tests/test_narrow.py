@@ -316,10 +316,10 @@ def test_tile_configs_stay_within_limits(n_cols):
     assert bwd.programs_per_sm >= 1
 
 
-@pytest.mark.parametrize("n_cols", [1, 9, 16, 17, 32, 33, 64, 65, 100, 128, 129, 256, 512])
+@pytest.mark.parametrize("n_cols", [1, 9, 16, 17, 32, 33, 64, 65, 100, 128, 129, 255, 256])
 def test_forward_config_is_the_measured_tile_per_norm(n_cols):
     # configs.BLOCK_ROW_FWD_TILES per norm and next_pow2 width (narrower rows take the 16 entry);
-    # keywords fall back to the element rule (tuning scripts)
+    # keywords, and widths beyond the table, fall back to the element rule (tuning scripts)
     key = max(1 << (n_cols - 1).bit_length(), 16)
     for is_rms in (True, False):
         cfg = configs.block_row_fwd_config(n_cols, is_rms)
@@ -329,7 +329,8 @@ def test_forward_config_is_the_measured_tile_per_norm(n_cols):
     # the two norms were measured apart and differ where their sweeps did
     assert configs.block_row_fwd_config(128, True) != configs.block_row_fwd_config(128, False)
     assert configs.block_row_fwd_config(64, True, tile_elems=4096) == (64, 8, 0)
-    assert configs.block_row_fwd_config(1024, True) == (8, 8, 0)  # no entry: the rule
+    assert configs.block_row_fwd_config(512, False) == (16, 8, 0)  # no entry: the rule
+    assert configs.block_row_fwd_config(1024, True) == (8, 8, 0)
 
 
 @pytest.mark.parametrize("n_cols", [65, 100, 128])

@@ -205,25 +205,35 @@ def test_backward_persistent_program_count(programs_per_sm):
                     block_rows=2)  # fmt: skip
 
 
-def test_block_row_forward_windows():
-    # The block-row forward's row windows per width, at their exact edges.
-    for width, windows in configs.NORM_FWD_BLOCK_ROW.items():
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_block_row_forward_windows(is_rms):
+    # The block-row forward's row windows per norm and width, at their exact edges.
+    for width, windows in configs.NORM_FWD_BLOCK_ROW[is_rms].items():
         for n_cols in (width // 2 + 1, width):  # widths that share next_pow2
             for lo, hi, tile in windows:
                 cfg = configs.BlockRowFwdConfig(*tile)
-                assert configs.norm_fwd_block_row_config(lo, n_cols) == cfg
+                assert configs.norm_fwd_block_row_config(lo, n_cols, is_rms) == cfg
                 if hi is not None:
-                    assert configs.norm_fwd_block_row_config(hi, n_cols) == cfg
+                    assert configs.norm_fwd_block_row_config(hi, n_cols, is_rms) == cfg
             lo, hi = windows[0][0], windows[-1][1]
-            assert configs.norm_fwd_block_row_config(lo - 1, n_cols) is None
+            assert configs.norm_fwd_block_row_config(lo - 1, n_cols, is_rms) is None
             if hi is not None:
-                assert configs.norm_fwd_block_row_config(hi + 1, n_cols) is None
-    # 1024 columns: persistent up to 4096 rows, two-row tiles (one program each) from 4097 on
-    assert configs.norm_fwd_block_row_config(4096, 1000).programs_per_sm == 4
-    assert configs.norm_fwd_block_row_config(4097, 1000) == configs.BlockRowFwdConfig(2, 4, 0)
-    assert configs.norm_fwd_block_row_config(10**6, 1024) == configs.BlockRowFwdConfig(2, 4, 0)
-    assert configs.norm_fwd_block_row_config(2048, 512) is None  # below 1024: not measured
-    assert configs.norm_fwd_block_row_config(512, 20000) is None  # wider than one tile
+                assert configs.norm_fwd_block_row_config(hi + 1, n_cols, is_rms) is None
+    # 512 columns: short tiles from 16384 rows (RMSNorm) / 65536 (LayerNorm); the block-row
+    # layout's widths (<= 256) and the widest rows have no window
+    big = 10**6
+    assert configs.norm_fwd_block_row_config(16384, 257, is_rms) == (
+        configs.BlockRowFwdConfig(4, 4, 0) if is_rms else None)  # fmt: skip
+    assert configs.norm_fwd_block_row_config(big, 512, is_rms).block_rows == (4 if is_rms else 8)
+    assert configs.norm_fwd_block_row_config(big, 256, is_rms) is None
+    assert configs.norm_fwd_block_row_config(512, 20000, is_rms) is None  # wider than one tile
+    if is_rms:  # 1024-16384 columns: the looped row
+        assert all(configs.norm_fwd_block_row_config(m, n, True) is None
+                   for m in (256, 4096, big) for n in (1024, 4096, 16384))  # fmt: skip
+    else:  # 1024 columns: persistent up to 4096 rows, two-row tiles (one program each) from 4097
+        assert configs.norm_fwd_block_row_config(4096, 1000).programs_per_sm == 4
+        assert configs.norm_fwd_block_row_config(4097, 1000) == configs.BlockRowFwdConfig(2, 4, 0)
+        assert configs.norm_fwd_block_row_config(big, 1024) == configs.BlockRowFwdConfig(2, 4, 0)
 
 
 @pytest.mark.parametrize("n", [512, 513, 1000, 1025, 4097, 5000, 16384, 16385])
@@ -296,6 +306,47 @@ def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):
         (dxs[layout],) = torch.autograd.grad(ys[layout], xg, dy)
     assert_close(ys["auto"], ys["row"].double())
     assert_close(dxs["auto"], dxs["row"].double())  # the backward reads the forward's mean/rstd
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_512_column_window_dispatch(monkeypatch, is_rms):
+    """257-512 columns: layout="auto" runs the 512 window's short block-row tiles (the window's
+    row edge lowered so the interpreter can run it; 37 rows leave a ragged last tile) and the
+    row-path backward; one row fewer than the edge runs one row per program. fp64 agreement."""
+    from normlab.kernels import narrow
+
+    ((_, hi, tile),) = configs.NORM_FWD_BLOCK_ROW[is_rms][512]
+    monkeypatch.setitem(configs.NORM_FWD_BLOCK_ROW[is_rms], 512, ((30, hi, tile),))
+    launched = []
+    real_tile, real_row = narrow._block_row_fwd_kernel, K._norm_fwd_kernel
+
+    class Recording:
+        def __init__(self, kernel, row):
+            self.kernel, self.row = kernel, row
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append("row" if self.row else (kwargs["BLOCK_ROWS"], kwargs["num_warps"]))
+                return self.kernel[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(narrow, "_block_row_fwd_kernel", Recording(real_tile, False))
+    monkeypatch.setattr(K, "_norm_fwd_kernel", Recording(real_row, True))
+    for m, expected in ((29, "row"), (30, tile[:2]), (37, tile[:2])):
+        x, w, b = _inputs(m, 300, torch.float32, is_rms, offset=3.0)
+        dy = torch.randn(m, 300)
+        launched.clear()
+        xg = x.clone().requires_grad_(True)
+        y = _fwd(xg, w, b, 1e-5, is_rms, layout="auto")
+        assert launched == [expected]
+        (dx,) = torch.autograd.grad(y, xg, dy)
+        xd = x.double().requires_grad_(True)
+        y_ref = ref.rms_norm(xd, w.double(), 1e-5) if is_rms else ref.layer_norm(
+            xd, w.double(), b.double(), 1e-5)  # fmt: skip
+        (dx_ref,) = torch.autograd.grad(y_ref, xd, dy.double())
+        assert_close(y, y_ref.detach())
+        assert_close(dx, dx_ref)
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])

@@ -1,10 +1,11 @@
 """RMSNorm and LayerNorm: a row-per-program forward and three backward dweight strategies.
 
 The forward runs one program per row (RMSNorm at 1024-16384 columns looped in two passes over
-16-byte-per-thread chunks, ``configs.NORM_FWD_RMS_LOOPED``), except for LayerNorm under
-``layout="auto"`` in the row-count windows of ``configs.NORM_FWD_BLOCK_ROW``, where the block-row
-kernel (``kernels/narrow.py``) takes it: on a persistent grid that prefetches each program's next
-row tile when the rows fill only a few waves, in two-row tiles at 1024 columns above that.
+16-byte-per-thread chunks, ``configs.NORM_FWD_RMS_LOOPED``), except under ``layout="auto"`` in
+the row-count windows of ``configs.NORM_FWD_BLOCK_ROW``, where the block-row kernel
+(``kernels/narrow.py``) takes it: short row tiles at 512 columns (both norms); for LayerNorm at
+1024-16384 columns, a persistent grid that prefetches each program's next row tile when the rows
+fill only a few waves, and two-row tiles at 1024 columns above that.
 
     RMSNorm    y = x * rstd * w              rstd = 1 / sqrt(mean(x^2) + eps)
     LayerNorm  y = (x - mean) * rstd * w + b  rstd = 1 / sqrt(var(x) + eps)
