@@ -573,6 +573,11 @@ viz.gbps_vs_shape(viz.select(live, direction="fwd"), source="live")
 '''),
     md('''
 ## Recorded on the H200: seed 003's shapes
+
+`normlab` is the default (`layout="auto"`). At 512 columns, above the block-row layout's limit, its
+forward still packs rows: short tiles of 4 (RMSNorm) or 8 (LayerNorm) rows, one program each
+(`configs.NORM_FWD_BLOCK_ROW`), 1.2× faster than one row per program there; its backward stays on
+the row path.
 '''),
     code('''
 narrow = [r for r in recorded if r.M == 7_864_320]
