@@ -40,6 +40,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   against the default and torch.compile in the same run, two interleaved rounds.
 * ``fwd_wide_tiles``: the block-row forward at 512 columns over row counts and short tiles at 256,
   against the default and torch.compile, two interleaved rounds.
+* ``peer_rounds``: normlab's default against torch.compile where the records have the peer ahead,
+  three interleaved rounds.
 * ``bwd_column_split`` (at commits 3dbbb84 and 0149366 only, since reverted with the kernels it
   timed): a column-split backward (a row-sums kernel, then dx and per-row-block partials on a 2-D
   grid of tiles, then the reduce) against the default strategy.
@@ -284,6 +286,23 @@ def part_fwd_wide_tiles(s: Sweep) -> None:
                    lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=8)  # noqa: B023
         del x, w, b
         s.save()
+
+
+def part_peer_rounds(s: Sweep) -> None:
+    """The peer shapes where torch.compile led in the records, normlab's default against it in
+    three interleaved rounds of one process (run-to-run spread against a real gap)."""
+    from normlab.bench import registry
+
+    cases = (("rms_norm", "fwd", 1024, 8192), ("rms_norm", "fwd", 32768, 8192),
+             ("rms_norm", "bwd", 512, 16384), ("layer_norm", "bwd", 512, 16384),
+             ("layer_norm", "bwd", 2048, 16384))
+    for round_, (op, direction, m, n) in itertools.product(range(3), cases):
+        for impl in ("compile", "normlab"):
+            run = registry.get(op, impl).build(m, n, torch.bfloat16, direction, "cuda")
+            s.time("peer-rounds", {"op": op, "direction": direction, "M": m, "N": n,
+                                   "round": round_, "kernel": impl}, run)
+            del run
+    s.save()
 
 
 def _bwd_case(s, part, op, m, n, is_rms, inputs, **kw):
