@@ -42,6 +42,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   against the default and torch.compile, two interleaved rounds.
 * ``peer_rounds``: normlab's default against torch.compile where the records have the peer ahead,
   three interleaved rounds.
+* ``fwd_looped_variants``: RMSNorm at 8192 columns, the looped row without masks / with int32
+  offsets / without the weight's hint (needs ``ab/ab_looped.py``, see the part).
 * ``bwd_column_split`` (at commits 3dbbb84 and 0149366 only, since reverted with the kernels it
   timed): a column-split backward (a row-sums kernel, then dx and per-row-block partials on a 2-D
   grid of tiles, then the reduce) against the default strategy.
@@ -303,6 +305,41 @@ def part_peer_rounds(s: Sweep) -> None:
                                    "round": round_, "kernel": impl}, run)
             del run
     s.save()
+
+
+def part_fwd_looped_variants(s: Sweep) -> None:
+    """RMSNorm at 8192 columns, where torch.compile's looped row stays ahead of ours: the looped
+    row from ``ab/ab_looped.py`` (untracked A/B kernel; the run keeps its source in
+    meta.ab_source) without chunk masks, with int32 offsets, without the weight's eviction hint,
+    at chunk x warps 4096 x 16 and 8192 x 32, against the default and torch.compile, three
+    interleaved rounds."""
+    from normlab.bench import registry
+
+    path = Path(ROOT) / "ab" / "ab_looped.py"
+    ab = _load_module(path)
+    s.data["meta"]["ab_source"] = path.read_text()
+    variants = {"masked": (1, 1, 1), "nomask": (0, 1, 1), "nomask-int32": (0, 0, 1),
+                "nomask-int32-nowhint": (0, 0, 0), "masked-nowhint": (1, 1, 0)}
+    for round_, m in itertools.product(range(3), (1024, 32768)):
+        n = 8192
+        case = {"op": "rms_norm", "M": m, "N": n, "round": round_}
+        for impl in ("compile", "normlab"):
+            run = registry.get("rms_norm", impl).build(m, n, torch.bfloat16, "fwd", "cuda")
+            s.time("fwd-looped-variants", {**case, "kernel": impl}, run)
+            del run
+        x, w, _, _ = norm_inputs(m, n, True)
+        y = torch.empty_like(x)
+        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
+        for (name, (masked, int64, whint)), (blk, wp) in itertools.product(
+            variants.items(), ((4096, 16), (8192, 32))
+        ):
+            def run(masked=masked, int64=int64, whint=whint, blk=blk, wp=wp):
+                ab.rms_looped_variant[(m,)](x, y, w, rstd, n, EPS, BLOCK=blk,  # noqa: B023
+                                            MASKED=bool(masked), INT64=bool(int64),
+                                            W_HINT=bool(whint), num_warps=wp)
+            s.time("fwd-looped-variants", {**case, "kernel": name, "block": blk, "warps": wp}, run)
+        del x, w, y, rstd
+        s.save()
 
 
 def _bwd_case(s, part, op, m, n, is_rms, inputs, **kw):
