@@ -268,6 +268,24 @@ def test_rms_forward_looped_row(monkeypatch, n):
         assert_close(y, _ref_fwd(x, w, None, 1e-5, True))
 
 
+def test_forward_drops_predicates_and_int64_only_where_safe():
+    """The forward kernel's heuristics: no chunk predicates when the chunks tile the row exactly,
+    int32 row offsets while rows x row stride stays below 2**31 for x and y."""
+    flags = K._norm_fwd_kernel.values  # triton.heuristics: name -> fn(launch args)
+
+    def args(n_cols, block, rows, x_stride, y_stride):
+        return {"n_cols": n_cols, "BLOCK_SIZE": block, "x_ptr": torch.empty(rows, 0),
+                "y_ptr": torch.empty(rows, 0), "x_row_stride": x_stride, "y_row_stride": y_stride}
+
+    for n_cols, block, even in ((8192, 4096, True), (16384, 4096, True), (1024, 1024, True),
+                                (5000, 4096, False), (1000, 1024, False), (513, 512, False)):
+        assert flags["EVEN_COLS"](args(n_cols, block, 4, n_cols, n_cols)) == even
+    rows = 2**31 // 8192  # rows x stride == 2**31: the last offset needs int64
+    assert flags["INT64_ROWS"](args(8192, 4096, rows, 8192, 8192))
+    assert not flags["INT64_ROWS"](args(8192, 4096, rows - 1, 8192, 8192))
+    assert flags["INT64_ROWS"](args(8192, 4096, rows - 1, 8192, 8200))  # a strided y
+
+
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 @pytest.mark.parametrize("m, n", [(256, 5000), (4097, 600)], ids=["persistent", "two-row-tiles"])
 def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):

@@ -319,7 +319,38 @@ def _put_row(ptrs, values, mask, ADD: tl.constexpr):
 # ============================================================================================
 
 
-@triton.heuristics({"SINGLE_BLOCK": lambda args: args["n_cols"] <= args["BLOCK_SIZE"]})
+@triton.jit
+def _load_f32(ptrs, mask, EVEN: tl.constexpr, EVICTION: tl.constexpr):
+    """fp32 values; no predicate when the chunks tile the row exactly (EVEN)."""
+    if EVEN:
+        return tl.load(ptrs, eviction_policy=EVICTION).to(tl.float32)
+    return tl.load(ptrs, mask=mask, other=0.0, eviction_policy=EVICTION).to(tl.float32)
+
+
+@triton.jit
+def _store_cast(ptrs, values, mask, EVEN: tl.constexpr):
+    """values in the pointers' dtype; no predicate under EVEN."""
+    if EVEN:
+        tl.store(ptrs, values.to(ptrs.dtype.element_ty))
+    else:
+        tl.store(ptrs, values.to(ptrs.dtype.element_ty), mask=mask)
+
+
+def _row_offsets_need_int64(args) -> bool:
+    """Whether row * row_stride can pass int32 for x or y (2-D tensors)."""
+    return max(args["x_ptr"].shape[0] * args["x_row_stride"],
+               args["y_ptr"].shape[0] * args["y_row_stride"]) >= 2**31  # fmt: skip
+
+
+# The chunk masks and int64 row offsets cost 2.2% at RMSNorm 32768x8192 (run
+# "fwd_looped_variants" at 614e101+ab in normlab/data/dev/sweep_launch_configs_h200.json: the
+# looped row unmasked with int32 offsets 250.4 us vs 254.4 for the default, torch.compile 249.6),
+# so both go where they are not needed.
+@triton.heuristics({
+    "SINGLE_BLOCK": lambda args: args["n_cols"] <= args["BLOCK_SIZE"],
+    "EVEN_COLS": lambda args: args["n_cols"] % args["BLOCK_SIZE"] == 0,
+    "INT64_ROWS": _row_offsets_need_int64,
+})  # fmt: skip
 @triton.jit
 def _norm_fwd_kernel(
     x_ptr,  # (n_rows, n_cols) input
@@ -337,9 +368,13 @@ def _norm_fwd_kernel(
     HAS_BIAS: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     SINGLE_BLOCK: tl.constexpr,
+    EVEN_COLS: tl.constexpr,  # n_cols a multiple of BLOCK_SIZE: no predicates
+    INT64_ROWS: tl.constexpr,  # row offsets may pass int32
 ):
     """One row per program; fp32 statistics. Rows wider than BLOCK_SIZE loop over chunks."""
-    row = tl.program_id(0).to(tl.int64)
+    row = tl.program_id(0)
+    if INT64_ROWS:
+        row = row.to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * y_row_stride
     # Inductor may pass eps as fp64, which would promote the whole row to fp64.
@@ -347,20 +382,22 @@ def _norm_fwd_kernel(
     cols = tl.arange(0, BLOCK_SIZE)
     if SINGLE_BLOCK:
         mask = cols < n_cols
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        x = _load_f32(x_row + cols, mask, EVEN_COLS, "")
         if IS_RMS:
             mean = 0.0
             xc = x
         else:
             mean = tl.sum(x, axis=0) / n_cols
-            xc = tl.where(mask, x - mean, 0.0)
+            xc = x - mean
+            if not EVEN_COLS:
+                xc = tl.where(mask, xc, 0.0)
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
         y = xc * rstd
         if HAS_WEIGHT:
-            y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            y = y * _load_f32(w_ptr + cols, mask, EVEN_COLS, "")
         if HAS_BIAS:
-            y = y + tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+            y = y + _load_f32(b_ptr + cols, mask, EVEN_COLS, "")
+        _store_cast(y_row + cols, y, mask, EVEN_COLS)
     else:
         # Pass 1: sums over chunks. LayerNorm sums d = x - x[0] so that var = E[d^2] - E[d]^2
         # does not cancel catastrophically when |mean| >> std.
@@ -372,9 +409,9 @@ def _norm_fwd_kernel(
         acc2 = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_SIZE):
             mask = start + cols < n_cols
-            x = tl.load(x_row + start + cols, mask=mask, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)  # fmt: skip
-            d = tl.where(mask, x - shift, 0.0)
+            d = _load_f32(x_row + start + cols, mask, EVEN_COLS, "evict_last") - shift
+            if not EVEN_COLS:
+                d = tl.where(mask, d, 0.0)
             acc1 += d
             acc2 += d * d
         mean_d = tl.sum(acc1, axis=0) / n_cols
@@ -388,16 +425,12 @@ def _norm_fwd_kernel(
         # Pass 2: normalize (the row is re-read, mostly from L2).
         for start in range(0, n_cols, BLOCK_SIZE):
             mask = start + cols < n_cols
-            x = tl.load(x_row + start + cols, mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)  # fmt: skip
-            y = (x - mean) * rstd
+            y = (_load_f32(x_row + start + cols, mask, EVEN_COLS, "evict_first") - mean) * rstd
             if HAS_WEIGHT:
-                y = y * tl.load(w_ptr + start + cols, mask=mask, other=0.0,
-                                eviction_policy="evict_last").to(tl.float32)  # fmt: skip
+                y = y * _load_f32(w_ptr + start + cols, mask, EVEN_COLS, "evict_last")
             if HAS_BIAS:
-                y = y + tl.load(b_ptr + start + cols, mask=mask, other=0.0,
-                                eviction_policy="evict_last").to(tl.float32)  # fmt: skip
-            tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+                y = y + _load_f32(b_ptr + start + cols, mask, EVEN_COLS, "evict_last")
+            _store_cast(y_row + start + cols, y, mask, EVEN_COLS)
     if not IS_RMS:
         tl.store(mean_ptr + row, mean)
     tl.store(rstd_ptr + row, rstd)
