@@ -373,9 +373,10 @@ BLOCK_ROW_MAX_WARPS = 8
 # Forward tile per norm (is_rms) and next_pow2(n_cols): (rows, warps); narrower rows take the 16
 # entry. Third sweep (sweep_launch_configs_h200.json, run "narrow_fwd_tiles" at 6e9b8f9: tile
 # heights 16-256 x 1-8 warps, with normlab's previous default and torch.compile in the same run,
-# two interleaved rounds, us per call): the first sweeps never tried fewer than 4 warps or tiles
-# under 4096 elements at 64-128 columns, and there the smaller tiles win, as torch.compile's own
-# (32 rows x 2 warps at 64 columns):
+# two interleaved rounds, us per call): the first run above (CUDA-event timing, that commit's
+# kernel) had 2048-element tiles losing at 64 columns and no sweep tried fewer than 4 warps;
+# measured again, smaller tiles win at 64-256 columns, as in torch.compile's own kernel (32 rows x
+# 2 warps at 64 columns):
 #   64 cols:  RMS 32 x 4 482.4 / 479.2 vs previous 490.6 / 490.3 (torch.compile 481.6 / 482.5);
 #             LN 32 x 4 491.9 / 491.9 vs 498.5 / 498.4 (compile 492.7 / 493.0).
 #   128 cols: RMS 16 x 4 948.1 / 948.7 vs 977.3 / 977.2 (compile 950.4 / 951.6);

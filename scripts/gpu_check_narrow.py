@@ -300,9 +300,8 @@ def phase_c(rec: Recorder) -> None:
     norm = "ln"
     for n_cols in (16, 64, 128, 256):
         inputs = make_inputs(M, n_cols, norm)
-        jobs = [
-            ("fwd", v, _fwd_only, configs.block_row_fwd_config(n_cols, norm == "rms", **v)) for v in fwd_variants
-        ]
+        jobs = [("fwd", v, _fwd_only, configs.block_row_fwd_config(n_cols, norm == "rms", **v))
+                for v in fwd_variants]  # fmt: skip
         jobs += [
             ("bwd", v, _bwd_only, configs.block_row_bwd_config(n_cols, **v)) for v in bwd_variants
         ]

@@ -6,9 +6,9 @@
 Case: ``<op>:<form or impl>:<block cap or ->:<rows>x<cols>``; ops reverse_kl, soft_cross_entropy,
 cross_entropy (forms of normlab, or ``compile``), rms_norm / layer_norm (``normlab``, ``compile``;
 direction fwd, the training forward as the benchmarks time it (inputs require grad, so the
-saved statistics are written), or ``bwd`` as ``rms_norm-bwd``). The case runs three times unprofiled (compiles,
-warms the allocator), then once profiled. With ``--code DIR``, torch.compile's generated code for
-the case is written to DIR.
+saved statistics are written), or ``bwd`` as ``rms_norm-bwd``). The case runs three times
+unprofiled (compiles, warms the allocator), then once profiled. With ``--code DIR``,
+torch.compile's generated code for the case is written to DIR.
 """
 
 from __future__ import annotations

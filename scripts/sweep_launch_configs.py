@@ -233,7 +233,7 @@ def part_fwd_1024_peer(s: Sweep) -> None:
         x, w, b, _ = norm_inputs(m, 1024, is_rms)
         for wp in (1, 2, 4):
             s.time("fwd-1024-peer", {**case, "kernel": "row", "warps": wp},
-                   lambda: K.norm_forward(x, w, b, EPS, is_rms, block_size=1024, num_warps=wp))  # noqa: B023
+                   lambda: K.norm_forward(x, w, b, EPS, is_rms, block_size=1024, num_warps=wp))  # noqa: B023, F821
         del x, w, b
     s.save()
 
@@ -259,7 +259,7 @@ def part_narrow_fwd_tiles(s: Sweep) -> None:
             cfg = configs.BlockRowFwdConfig(rows, wp)
             s.time("narrow-fwd-tiles", {**case, "kernel": "block_row", "block_rows": rows,
                                         "warps": wp},
-                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=8)  # noqa: B023
+                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=8)  # noqa: B023, F821
         del x, w, b
         s.save()
 
@@ -285,7 +285,7 @@ def part_fwd_wide_tiles(s: Sweep) -> None:
             cfg = configs.BlockRowFwdConfig(rows, wp)
             s.time("fwd-wide-tiles", {**case, "kernel": "block_row", "block_rows": rows,
                                       "warps": wp},
-                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=8)  # noqa: B023
+                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=8)  # noqa: B023, F821
         del x, w, b
         s.save()
 
@@ -334,7 +334,7 @@ def part_fwd_looped_variants(s: Sweep) -> None:
             variants.items(), ((4096, 16), (8192, 32))
         ):
             def run(masked=masked, int64=int64, whint=whint, blk=blk, wp=wp):
-                ab.rms_looped_variant[(m,)](x, y, w, rstd, n, EPS, BLOCK=blk,  # noqa: B023
+                ab.rms_looped_variant[(m,)](x, y, w, rstd, n, EPS, BLOCK=blk,  # noqa: B023, F821
                                             MASKED=bool(masked), INT64=bool(int64),
                                             W_HINT=bool(whint), num_warps=wp)
             s.time("fwd-looped-variants", {**case, "kernel": name, "block": blk, "warps": wp}, run)
