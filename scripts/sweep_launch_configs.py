@@ -217,19 +217,37 @@ def part_fwd_row_variants(s: Sweep) -> None:
         s.save()
 
 
+def _time_default_and_compile(s: Sweep, part: str, case: dict, direction: str = "fwd",
+                              reps: int | None = None) -> None:
+    """normlab's default and torch.compile on ``case`` (op, M, N), built as the benchmarks build
+    them (the training forward, or the backward after one forward), one timing each."""
+    from normlab.bench import registry
+
+    for impl in ("compile", "normlab"):
+        run = registry.get(case["op"], impl).build(case["M"], case["N"], torch.bfloat16, direction,
+                                                   "cuda")  # fmt: skip
+        s.time(part, {**case, "kernel": impl}, run, reps=reps)
+        del run
+
+
+def _time_block_row_tiles(s: Sweep, part: str, case: dict, is_rms: bool, tiles) -> None:
+    """The block-row forward at each (rows, warps) tile, one program per tile, on case's M x N."""
+    x, w, b, _ = norm_inputs(case["M"], case["N"], is_rms)
+    for rows, wp in tiles:
+        cfg = configs.BlockRowFwdConfig(rows, wp)
+        s.time(part, {**case, "kernel": "block_row", "block_rows": rows, "warps": wp},
+               lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=8)  # noqa: B023, F821
+    del x, w, b
+
+
 def part_fwd_1024_peer(s: Sweep) -> None:
     """1024 columns, both norms: the default forward, the register-resident row (one 1024 block)
     at 1, 2 and 4 warps, and torch.compile (the benchmark's training forward), interleaved over
     three rounds so that every candidate meets the peer in the same minutes of the run."""
-    from normlab.bench import registry
-
     for round_, is_rms, m in itertools.product(range(3), (True, False), (4096, 8192, 16384, 32768)):
         op = "rms_norm" if is_rms else "layer_norm"
         case = {"op": op, "M": m, "N": 1024, "round": round_}
-        for impl in ("compile", "normlab"):
-            run = registry.get(op, impl).build(m, 1024, torch.bfloat16, "fwd", "cuda")
-            s.time("fwd-1024-peer", {**case, "kernel": impl}, run)
-            del run
+        _time_default_and_compile(s, "fwd-1024-peer", case)
         x, w, b, _ = norm_inputs(m, 1024, is_rms)
         for wp in (1, 2, 4):
             s.time("fwd-1024-peer", {**case, "kernel": "row", "warps": wp},
@@ -242,25 +260,13 @@ def part_narrow_fwd_tiles(s: Sweep) -> None:
     """7,864,320 rows x 16-256 columns, both norms: block-row forward tiles (rows x warps, down to
     the 2-warp 32-row tiles torch.compile generates at 64 columns) against the default and
     torch.compile, two interleaved rounds."""
-    from normlab.bench import registry
-
     for round_, is_rms, n in itertools.product(range(2), (True, False), (16, 64, 128, 256)):
         op = "rms_norm" if is_rms else "layer_norm"
         case = {"op": op, "M": NARROW_ROWS, "N": n, "round": round_}
-        for impl in ("compile", "normlab"):
-            run = registry.get(op, impl).build(NARROW_ROWS, n, torch.bfloat16, "fwd", "cuda")
-            s.time("narrow-fwd-tiles", {**case, "kernel": impl}, run, reps=8)
-            del run
-        x, w, b, _ = norm_inputs(NARROW_ROWS, n, is_rms)
-        for rows, wp in itertools.product((16, 32, 64, 128, 256), (1, 2, 4, 8)):
-            elems = rows * n
-            if not (1024 <= elems <= 16384 and 8 <= elems // (32 * wp) <= 64):
-                continue
-            cfg = configs.BlockRowFwdConfig(rows, wp)
-            s.time("narrow-fwd-tiles", {**case, "kernel": "block_row", "block_rows": rows,
-                                        "warps": wp},
-                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=8)  # noqa: B023, F821
-        del x, w, b
+        _time_default_and_compile(s, "narrow-fwd-tiles", case, reps=8)
+        tiles = [(rows, wp) for rows, wp in itertools.product((16, 32, 64, 128, 256), (1, 2, 4, 8))
+                 if 1024 <= rows * n <= 16384 and 8 <= rows * n // (32 * wp) <= 64]  # fmt: skip
+        _time_block_row_tiles(s, "narrow-fwd-tiles", case, is_rms, tiles)
         s.save()
 
 
@@ -268,42 +274,26 @@ def part_fwd_wide_tiles(s: Sweep) -> None:
     """The block-row forward at 512 columns (where layout="auto" runs one row per program) over
     row counts, and short tiles at 256 columns, against the default and torch.compile, two
     interleaved rounds."""
-    from normlab.bench import registry
-
     cases = [(512, m) for m in (16384, 65536, 262144, 1048576, NARROW_ROWS)] + [(256, NARROW_ROWS)]
     tiles = {512: ((4, 4), (8, 4), (8, 8), (16, 4), (16, 8), (32, 8)),
              256: ((4, 2), (4, 4), (8, 2), (8, 4), (8, 8))}
     for round_, is_rms, (n, m) in itertools.product(range(2), (True, False), cases):
         op = "rms_norm" if is_rms else "layer_norm"
         case = {"op": op, "M": m, "N": n, "round": round_}
-        for impl in ("compile", "normlab"):
-            run = registry.get(op, impl).build(m, n, torch.bfloat16, "fwd", "cuda")
-            s.time("fwd-wide-tiles", {**case, "kernel": impl}, run, reps=8)
-            del run
-        x, w, b, _ = norm_inputs(m, n, is_rms)
-        for rows, wp in tiles[n]:
-            cfg = configs.BlockRowFwdConfig(rows, wp)
-            s.time("fwd-wide-tiles", {**case, "kernel": "block_row", "block_rows": rows,
-                                      "warps": wp},
-                   lambda: NR._fwd(x, w, b, EPS, is_rms, cfg), reps=8)  # noqa: B023, F821
-        del x, w, b
+        _time_default_and_compile(s, "fwd-wide-tiles", case, reps=8)
+        _time_block_row_tiles(s, "fwd-wide-tiles", case, is_rms, tiles[n])
         s.save()
 
 
 def part_peer_rounds(s: Sweep) -> None:
     """The peer shapes where torch.compile led in the records, normlab's default against it in
     three interleaved rounds of one process (run-to-run spread against a real gap)."""
-    from normlab.bench import registry
-
     cases = (("rms_norm", "fwd", 1024, 8192), ("rms_norm", "fwd", 32768, 8192),
              ("rms_norm", "bwd", 512, 16384), ("layer_norm", "bwd", 512, 16384),
              ("layer_norm", "bwd", 2048, 16384))
     for round_, (op, direction, m, n) in itertools.product(range(3), cases):
-        for impl in ("compile", "normlab"):
-            run = registry.get(op, impl).build(m, n, torch.bfloat16, direction, "cuda")
-            s.time("peer-rounds", {"op": op, "direction": direction, "M": m, "N": n,
-                                   "round": round_, "kernel": impl}, run)
-            del run
+        case = {"op": op, "direction": direction, "M": m, "N": n, "round": round_}
+        _time_default_and_compile(s, "peer-rounds", case, direction)
     s.save()
 
 
@@ -313,8 +303,6 @@ def part_fwd_looped_variants(s: Sweep) -> None:
     meta.ab_source) without chunk masks, with int32 offsets, without the weight's eviction hint,
     at chunk x warps 4096 x 16 and 8192 x 32, against the default and torch.compile, three
     interleaved rounds."""
-    from normlab.bench import registry
-
     path = Path(ROOT) / "ab" / "ab_looped.py"
     ab = _load_module(path)
     s.data["meta"]["ab_source"] = path.read_text()
@@ -323,10 +311,7 @@ def part_fwd_looped_variants(s: Sweep) -> None:
     for round_, m in itertools.product(range(3), (1024, 32768)):
         n = 8192
         case = {"op": "rms_norm", "M": m, "N": n, "round": round_}
-        for impl in ("compile", "normlab"):
-            run = registry.get("rms_norm", impl).build(m, n, torch.bfloat16, "fwd", "cuda")
-            s.time("fwd-looped-variants", {**case, "kernel": impl}, run)
-            del run
+        _time_default_and_compile(s, "fwd-looped-variants", case)
         x, w, _, _ = norm_inputs(m, n, True)
         y = torch.empty_like(x)
         rstd = torch.empty(m, device="cuda", dtype=torch.float32)
