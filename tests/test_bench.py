@@ -3,6 +3,7 @@ flags, the registry and sweeps (CPU; the GPU path's kernel attribution is tested
 profiler events)."""
 
 import io
+import itertools
 import math
 
 import pytest
@@ -395,6 +396,12 @@ def test_sweep_records_and_progress_on_cpu():
         assert len(res) == 2 * 2 * 2  # impls x shapes x directions
     assert streamed == list(res)
     assert seen[0][:2] == (0, len(res)) and seen[-1] == (len(res), len(res), "done")
+    # shape by shape: every impl of one (shape, direction) before the next
+    cases = [(r.M, r.N, r.direction) for r in res]
+    runs = [key for key, _ in itertools.groupby(cases)]
+    assert len(runs) == len(set(cases))  # each case's impls form one contiguous run
+    if normlab.INTERPRET:
+        assert [r.impl for r in res] == ["eager", "torch"] * len(runs)
     for rec in res:
         expected_bytes = traffic.bytes_moved("rms_norm", rec.direction, rec.M, rec.N, "bf16")
         assert rec.bytes == expected_bytes and rec.dtype == "bf16"
