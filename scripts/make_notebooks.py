@@ -752,6 +752,13 @@ gradient pass's re-reads miss L2 and go back to HBM. The kernel also moves only 
 peak bandwidth: it is bound by latency, not bandwidth. Each program runs a chain of loads, a wait
 at its row's counter, and re-reads. A timing-only variant without the wait was not faster, so the
 wait is not the cost.
+
+The fused 2048 tile, the default at 50257, shows the other side of the trade. It moves 73% of HBM's
+peak, but it read 1458 MB (+77%): 7 programs per SM fit by registers, so 924 rows are in flight,
+and 924 × 201 KB of logits and targets is 186 MB against 60 MB of L2, so most of the gradient pass
+goes back to HBM. Fewer programs per SM would keep the rows in L2 but starve the loads (a
+persistent grid at 1–2 programs per SM measured 10–23% slower). What is left at 50257 is L2
+capacity, between a kernel that re-reads from HBM and one that waits on its neighbours.
 '''),
     nav(5),
 ]
