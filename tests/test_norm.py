@@ -70,11 +70,13 @@ def test_forward_matches_fp64(dtype, is_rms, shape):
     assert_close(y, _ref_fwd(x, w, b, 1e-5, is_rms))
 
 
+@pytest.mark.parametrize("n", [37, 48], ids=["ragged-chunks", "even-chunks"])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_forward_chunked_statistics(is_rms):
-    """Force the chunk loop on a narrow row (block 16 < 37 columns); a large mean offset checks
-    that the shifted sums keep LayerNorm's variance accurate."""
-    x, w, b = _inputs(5, 37, torch.float32, is_rms, offset=300.0)
+def test_forward_chunked_statistics(is_rms, n):
+    """Force the chunk loop on a narrow row (block 16: a ragged last chunk at 37 columns, three
+    whole chunks and no predicates at 48); a large mean offset checks that the shifted sums keep
+    LayerNorm's variance accurate."""
+    x, w, b = _inputs(5, n, torch.float32, is_rms, offset=300.0)
     y, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms, block_size=16, num_warps=1)
     xd = x.double()
     mu = torch.zeros(5, dtype=torch.float64) if is_rms else xd.mean(-1)
