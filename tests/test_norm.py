@@ -466,6 +466,25 @@ def test_autograd_3d(strategy, is_rms):
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_backward_fills_no_zero_gradient_for_statistics(is_rms):
+    """mean/rstd are outputs of the forward op but get no gradient: autograd must not zero-fill
+    one per backward (a fill kernel per statistic on a GPU). 13 rows: no workspace has 13 rows."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x, w, b = _inputs(13, 40, torch.float32, is_rms)
+    params = tuple(t.requires_grad_() for t in (x, w, b) if t is not None)
+    dy = torch.randn(13, 40)
+    y = _fwd(x, w, b, 1e-5, is_rms)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        grads = torch.autograd.grad(y, params, dy)
+    filled = [e.input_shapes for e in prof.events() if e.name in ("aten::zero_", "aten::fill_")]
+    assert not [s for s in filled if s and s[0] == [13]], filled
+    expect = ref.norm_backward(dy.double(), x.double(), _d(w), _d(b), 1e-5, is_rms)
+    for got, want in zip(grads, expect):
+        assert_close(got, want, reduce_len=13)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_non_contiguous_inputs(is_rms):
     """A transposed input is copied; a row-strided slice is read in place. Both are correct."""
     base = torch.randn(24, 16)
