@@ -240,26 +240,12 @@ NORM_BWD_LOOP_STAGES = 1
 # RMS 512x16384 31.4 -> 228.5 µs (16 warps), 39.5 at 32 warps.
 NORM_BWD_PREFETCH = ((8192, True), (1 << 62, False))
 
-# chunked: one BLOCK_ROWS x BLOCK_COLS tile per program, the rows' column chunks meeting at a
-# per-row-group counter (kernels/norm.py, _norm_bwd_chunked_kernel). Not yet measured: a first
-# guess of 8192-element tiles at 8 warps, 32 fp32 values per thread per array.
-NORM_BWD_CHUNKED_TILE = (16, 512, 8)  # rows, columns, warps
-
-NORM_BWD_STRATEGIES = ("atomic", "two_stage", "persistent", "chunked")
-
-
-def norm_bwd_chunked_cols(n_cols: int, block_cols: int, max_chunks: int) -> int:
-    """The chunked backward's chunk width: block_cols, widened (powers of two) until a row has at
-    most max_chunks chunks. A row group's chunks wait for each other, so all of them must be able
-    to run at once: the launcher passes the SM count (one program per SM always fits)."""
-    while -(-n_cols // block_cols) > max_chunks:
-        block_cols *= 2
-    return block_cols
+NORM_BWD_STRATEGIES = ("atomic", "two_stage", "persistent")
 
 
 @dataclass(frozen=True)
 class NormBwdConfig:
-    strategy: str  # one of NORM_BWD_STRATEGIES
+    strategy: str  # "atomic" | "two_stage" | "persistent"
     two_pass: bool
     block_rows: int
     block_cols: int
@@ -306,15 +292,6 @@ def norm_bwd_config(
     paired_partials: bool | None = None,
 ) -> NormBwdConfig:
     """Backward launch config for ``strategy`` (not "auto"); any keyword overrides the heuristic."""
-    if strategy == "chunked":
-        rows, cols, warps = NORM_BWD_CHUNKED_TILE
-        block_rows = _next_pow2(block_rows or rows)
-        block_cols = _next_pow2(block_cols or min(cols, _next_pow2(n_cols)))
-        return NormBwdConfig(
-            strategy=strategy, two_pass=False, block_rows=block_rows, block_cols=block_cols,
-            num_warps=num_warps or warps, programs_per_sm=0, rows_per_program=block_rows,
-            loop_stages=1, prefetch=False, paired_partials=False,
-        )  # fmt: skip
     if two_pass is None:
         two_pass = n_cols > norm_bwd_single_pass_max_cols(is_rms, n_rows)
     if block_cols is None:

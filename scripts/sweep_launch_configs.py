@@ -47,8 +47,6 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``bwd_column_split`` (at commits 3dbbb84 and 0149366 only, since reverted with the kernels it
   timed): a column-split backward (a row-sums kernel, then dx and per-row-block partials on a 2-D
   grid of tiles, then the reduce) against the default strategy.
-* ``bwd_chunked``: the chunked backward's tiles against the persistent default and torch.compile
-  at the peer shapes with few rows per SM.
 * ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles).
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
@@ -297,33 +295,6 @@ def part_peer_rounds(s: Sweep) -> None:
         case = {"op": op, "direction": direction, "M": m, "N": n, "round": round_}
         _time_default_and_compile(s, "peer-rounds", case, direction)
     s.save()
-
-
-def part_bwd_chunked(s: Sweep) -> None:
-    """The chunked backward (one rows x columns tile per program, a row group's column chunks
-    meeting at a counter) at its tiles, against the persistent default (the kernels alone, and
-    the default through autograd as the benchmarks run it) and torch.compile, on the peer shapes
-    with few rows per SM; two interleaved rounds at 16384 columns."""
-    tiles = ((4, 1024, 4), (4, 2048, 8), (8, 512, 4), (8, 1024, 8), (8, 2048, 16), (16, 256, 4),
-             (16, 512, 8), (16, 1024, 16), (32, 256, 8), (32, 512, 16))
-    shapes = [(512, 16384, r) for r in range(2)] + [(2048, 16384, r) for r in range(2)]
-    shapes += [(1024, 8192, 0), (2048, 4096, 0), (4096, 4096, 0), (8192, 4096, 0),
-               (32768, 8192, 0)]
-    for (m, n, round_), is_rms in itertools.product(shapes, (True, False)):
-        op = "rms_norm" if is_rms else "layer_norm"
-        case = {"op": op, "direction": "bwd", "M": m, "N": n, "round": round_}
-        _time_default_and_compile(s, "bwd-chunked", case, "bwd")
-        x, w, b, dy = norm_inputs(m, n, is_rms)
-        _, mean, rstd = K.norm_forward(x, w, b, EPS, is_rms)
-        s.time("bwd-chunked", {**case, "kernel": "persistent"},
-               lambda: K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="persistent"))  # noqa: B023, F821
-        for rows, cols, wp in tiles:
-            s.time("bwd-chunked", {**case, "kernel": "chunked", "block_rows": rows,
-                                   "block_cols": cols, "warps": wp},
-                   lambda: K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="chunked",  # noqa: B023, F821
-                                           block_rows=rows, block_cols=cols, num_warps=wp))  # noqa: B023
-        del x, w, b, dy, mean, rstd
-        s.save()
 
 
 def part_fwd_looped_variants(s: Sweep) -> None:

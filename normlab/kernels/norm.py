@@ -659,99 +659,6 @@ def _norm_bwd_persistent_two_pass_kernel(
 
 
 @triton.jit
-def _norm_bwd_chunked_kernel(
-    x_ptr,  # (n_rows, n_cols) forward input
-    dy_ptr,  # (n_rows, n_cols) output gradient
-    dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
-    rstd_ptr,  # (n_rows,) fp32 rstd
-    dw_partial_ptr,  # (n_groups, n_cols) fp32 dweight partials (written)
-    db_partial_ptr,  # (n_groups, n_cols) fp32 dbias partials (written)
-    sums_ptr,  # (2, n_rows, n_chunks) fp32 per-(row, chunk) sums of xhat * wdy and of wdy
-    sync_ptr,  # (1 + n_groups,) int32 zeros: [0] ticket counter, [1 + g] chunks of group g done
-    n_rows,
-    n_cols,
-    n_chunks,
-    x_row_stride,
-    dy_row_stride,
-    dx_row_stride,
-    IS_RMS: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    PHASE: tl.constexpr,  # 1: row sums only, 2: dx and partials only, 3: both, meeting in-kernel
-    BLOCK_ROWS: tl.constexpr,
-    BLOCK_COLS: tl.constexpr,
-    CHUNKS_POW2: tl.constexpr,
-):
-    """chunked: rows cut into n_chunks column chunks, one BLOCK_ROWS x BLOCK_COLS tile per
-    program, for few wide rows (fewer than a handful per SM: one program per row tile leaves the
-    GPU idle, a two-pass row re-reads it).
-
-    Each program reduces its tile's share of the per-row c1/c2 sums and stores it; the row
-    group's n_chunks programs then wait for each other at a per-group counter, add the n_chunks
-    shares in a fixed order, and write dx from the tile still in registers, plus one fp32
-    partial row per row group (reduced by _reduce_partials_kernel): x and dy are read from DRAM
-    once, and the result is bitwise deterministic.
-
-    Forward progress (PHASE 3) as in kernels/entropy.py's chunked loss kernel: a program takes
-    its (group, chunk) from a ticket counter when it starts, so at most n_chunks - 1 running
-    programs wait on one that has not started. The Triton interpreter runs one program at a
-    time: it launches PHASE 1 then PHASE 2 (program id = ticket, the tile loaded again).
-    """
-    if PHASE == 3:
-        item = tl.atomic_add(sync_ptr, 1)
-    else:
-        item = tl.program_id(0)
-    group = item // n_chunks
-    chunk = item % n_chunks
-    rows = group * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    row_mask = rows < n_rows
-    col_mask = cols < n_cols
-    mask = row_mask[:, None] & col_mask[None, :]
-    rows64 = rows.to(tl.int64)
-    w = _load_weight(w_ptr, cols, col_mask, HAS_WEIGHT)
-    mean, rstd = _load_row_stats(mean_ptr, rstd_ptr, rows, row_mask, IS_RMS)
-    xhat, dy, wdy = _load_xhat_wdy(
-        x_ptr, dy_ptr, w, rows64, cols, mask, mean, rstd,
-        x_row_stride, dy_row_stride, IS_RMS, HAS_WEIGHT,
-    )  # fmt: skip
-    n_sums = n_rows * n_chunks
-    if PHASE != 2:
-        share = rows64 * n_chunks + chunk
-        tl.store(sums_ptr + share, tl.sum(xhat * wdy, axis=1), mask=row_mask)
-        if not IS_RMS:
-            tl.store(sums_ptr + n_sums + share, tl.sum(wdy, axis=1), mask=row_mask)
-    if PHASE == 3:
-        # Every thread's stores above happen before the release that publishes them.
-        tl.debug_barrier()
-        tl.atomic_add(sync_ptr + 1 + group, 1, sem="release")
-        done = tl.atomic_add(sync_ptr + 1 + group, 0, sem="acquire")
-        while done < n_chunks:
-            done = tl.atomic_add(sync_ptr + 1 + group, 0, sem="acquire")
-        tl.debug_barrier()
-    if PHASE != 1:
-        ks = tl.arange(0, CHUNKS_POW2)
-        shares = rows64[:, None] * n_chunks + ks[None, :]
-        kmask = row_mask[:, None] & (ks < n_chunks)[None, :]
-        # .cg: other programs wrote these during this launch.
-        c1 = tl.sum(tl.load(sums_ptr + shares, mask=kmask, other=0.0, cache_modifier=".cg"), 1)
-        c1 = c1 / n_cols
-        if IS_RMS:
-            c2 = c1
-        else:
-            c2 = tl.load(sums_ptr + n_sums + shares, mask=kmask, other=0.0, cache_modifier=".cg")
-            c2 = tl.sum(c2, axis=1) / n_cols
-        _store_dx(dx_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride, IS_RMS)
-        out = group.to(tl.int64) * n_cols + cols
-        if HAS_WEIGHT:
-            tl.store(dw_partial_ptr + out, tl.sum(dy * xhat, axis=0), mask=col_mask)
-        if HAS_BIAS:
-            tl.store(db_partial_ptr + out, tl.sum(dy, axis=0), mask=col_mask)
-
-
-@triton.jit
 def _reduce_partials_kernel(
     dw_partial_ptr,  # (n_partials, n_cols) fp32 dweight partials
     db_partial_ptr,  # (n_partials, n_cols) fp32 dbias partials
@@ -933,8 +840,6 @@ def norm_backward(
 
     if strategy == "persistent":
         n_programs = min(n_tiles, cfg.programs_per_sm * _runtime.sm_count(device.index))
-    elif strategy == "chunked":
-        n_programs = n_tiles  # one partial row per row group (all of its column chunks)
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
         n_programs = triton.cdiv(n_tiles, tiles_per_program)
@@ -953,20 +858,6 @@ def norm_backward(
             *common, dw_partial, db_partial, n_rows, n_cols, *strides, tiles_per_program,
             **flags, TWO_PASS=cfg.two_pass, **tile,
         )  # fmt: skip
-    elif strategy == "chunked":
-        if not _runtime.INTERPRET:  # the one-launch meeting (the interpreter runs two launches)
-            tile["BLOCK_COLS"] = configs.norm_bwd_chunked_cols(
-                n_cols, cfg.block_cols, _runtime.sm_count(device.index)
-            )
-        n_chunks = triton.cdiv(n_cols, tile["BLOCK_COLS"])
-        sums = torch.empty((1 if is_rms else 2, n_rows, n_chunks), dtype=torch.float32,
-                           device=device)  # fmt: skip
-        sync = torch.zeros(1 + n_tiles, dtype=torch.int32, device=device)
-        for phase in ((1, 2) if _runtime.INTERPRET else (3,)):
-            _norm_bwd_chunked_kernel[(n_tiles * n_chunks,)](
-                *common, dw_partial, db_partial, sums, sync, n_rows, n_cols, n_chunks, *strides,
-                **flags, PHASE=phase, CHUNKS_POW2=triton.next_power_of_2(n_chunks), **tile,
-            )  # fmt: skip
     elif cfg.two_pass:
         _norm_bwd_persistent_two_pass_kernel[grid](
             *common, dw_partial, db_partial, n_rows, n_cols, *strides, **flags, **tile

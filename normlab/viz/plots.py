@@ -32,9 +32,7 @@ OURS_PREFIX = "normlab"
 # Show at most this many programs/workspace rows in the contention picture; the rest are counted.
 MAX_CARTS_SHOWN = 24
 MAX_DOCKS_SHOWN = 10
-# The three dγ reductions the contention picture contrasts (seeds 000 and 002). The chunked
-# backward reduces dγ as two_stage does (one partial row per row group); it differs in dx.
-STRATEGIES = ("atomic", "two_stage", "persistent")
+STRATEGIES = configs.NORM_BWD_STRATEGIES
 _COLORS = {"atomic": "#d62728", "two_stage": "#1f77b4", "persistent": "#2ca02c"}
 
 
