@@ -47,6 +47,9 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``bwd_column_split`` (at commits 3dbbb84 and 0149366 only, since reverted with the kernels it
   timed): a column-split backward (a row-sums kernel, then dx and per-row-block partials on a 2-D
   grid of tiles, then the reduce) against the default strategy.
+* ``bwd_chunked`` (at commit 87bc001 only, since reverted with the kernel it timed): a chunked
+  backward (one rows x columns tile per program, a row group's column chunks meeting at a
+  counter, x and dy read once) at ten tiles against the persistent default and torch.compile.
 * ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles).
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
