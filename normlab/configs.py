@@ -216,15 +216,27 @@ NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
 # atomic: rows per program (1 = one fp32 atomic per column per row, seed 002's design).
 NORM_BWD_ATOMIC_BLOCK_ROWS = 1
 
-# Partial-sum reduce kernel tile (rows of partials x columns). Fast-LLM's kernel_2 uses 64 x 8.
-# Measured (H200, 2026-11-29, torch 2.11, triton 3.6, cold fp32 partials): 128 x 16 / 8 warps was
-# fastest or within 3% on 19 of 20 (partials x N) cases of the first sweep, e.g. 264x1024 3.14 µs vs
-# 64x8 3.34 vs 32x32 6.07, 1056x8192 15.9 vs 18.6; the second sweep found 128 x 8 better at N=1024
-# (264 partials 2.78 vs 3.21 µs; 528: 3.74 vs 4.49) and worse at 8192 (6.31 vs 5.77). (n_cols <= key
-# -> BLOCK_N)
-NORM_REDUCE_BLOCK_M = 128
-NORM_REDUCE_BLOCK_N = ((1024, 8), (1 << 62, 16))
-NORM_REDUCE_WARPS = 8
+# Partial-sum reduce kernel tile (rows of partials x columns, warps), by the number of partial
+# buffers it sums (1: dweight; 2: dweight and dbias, LayerNorm) and n_cols (<= key). Fast-LLM's
+# kernel_2 uses 64 x 8. The first two sweeps (H200, 2026-11-29, torch 2.11, triton 3.6, cold fp32
+# partials) chose 128 x 16 / 8 warps (e.g. 264x1024 3.14 µs vs 64x8 3.34 vs 32x32 6.07) and 128 x 8
+# at N=1024 (264 partials 2.78 vs 3.21 µs). Run "reduce_tiles" (commit 489fb1c+reduce_tiles,
+# normlab/data/dev/sweep_launch_configs_h200.json: 28 tiles inside the default backward at the 11
+# peer shapes, reduce kernel µs) found wider column strips faster from 2048 columns with two
+# buffers and from 8192 with one: LayerNorm 512x16384 128x32/4 warps 4.79 vs 128x16/8 8.45,
+# 2048x16384 4.84 vs 8.10, 1024x8192 3.24 vs 4.44, 2048x4096 3.34 vs 3.79, 16384x2048 3.08 vs 3.41
+# (but 2.83 vs 2.58 at 1024 columns); RMSNorm 512x16384 16x32/8 warps 3.09 vs 4.04, 2048x16384
+# 3.19 vs 4.03, 1024x8192 2.54 vs 2.79 (but 2.87 vs 2.54 at 2048x4096).
+NORM_REDUCE_TILES = {
+    1: ((1024, (128, 8, 8)), (4096, (128, 16, 8)), (1 << 62, (16, 32, 8))),
+    2: ((1024, (128, 8, 8)), (1 << 62, (128, 32, 4))),
+}
+
+
+def norm_reduce_config(n_cols: int, n_buffers: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps) of the reduce kernel summing n_buffers partial workspaces."""
+    return _ladder(NORM_REDUCE_TILES[n_buffers], n_cols)
+
 
 # Software-pipelining depth of the persistent row-tile loop (tl.range num_stages). Measured (H200,
 # 2026-11-29, torch 2.11, triton 3.6): 2 stages was slower than 1 on every shape tried (e.g.

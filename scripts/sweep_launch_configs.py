@@ -50,6 +50,7 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``bwd_chunked`` (at commit 87bc001 only, since reverted with the kernel it timed): a chunked
   backward (one rows x columns tile per program, a row group's column chunks meeting at a
   counter, x and dy read once) at ten tiles against the persistent default and torch.compile.
+* ``reduce_tiles``: the partial-sum reduce kernel's tile inside the default backward, peer shapes.
 * ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles).
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
@@ -298,6 +299,32 @@ def part_peer_rounds(s: Sweep) -> None:
         case = {"op": op, "direction": direction, "M": m, "N": n, "round": round_}
         _time_default_and_compile(s, "peer-rounds", case, direction)
     s.save()
+
+
+def part_reduce_tiles(s: Sweep) -> None:
+    """The partial-sum reduce kernel's tile (BLOCK_M partial rows x BLOCK_N columns, warps) inside
+    the default backward at the 11 peer shapes, both norms: the whole backward timed, the reduce
+    kernel read from the breakdown. (Run at 489fb1c, when the default was one 128 x 16 / 8-warp
+    tile, 128 x 8 up to 1024 columns.)"""
+    tiles = [(bm, bn, wp) for bn, bm in itertools.product((8, 16, 32, 64, 128), (16, 32, 64, 128))
+             if 512 <= bm * bn <= 4096 for wp in (4, 8)]  # fmt: skip
+    saved = configs.NORM_REDUCE_TILES
+    try:
+        for (m, n), is_rms in itertools.product(PEERS, (True, False)):
+            op = "rms_norm" if is_rms else "layer_norm"
+            x, w, b, dy = norm_inputs(m, n, is_rms)
+            _, mean, rstd = K.norm_forward(x, w, b, EPS, is_rms)
+            for tile in [None] + tiles:
+                configs.NORM_REDUCE_TILES = saved if tile is None else {
+                    k: ((1 << 62, tile),) for k in saved
+                }  # fmt: skip
+                name = "default" if tile is None else "{}x{}w{}".format(*tile)
+                s.time("reduce-tiles", {"op": op, "M": m, "N": n, "tile": name},
+                       lambda: K.norm_backward(dy, x, w, b, mean, rstd, is_rms), reps=10)  # noqa: B023, F821
+            del x, w, b, dy, mean, rstd
+            s.save()
+    finally:
+        configs.NORM_REDUCE_TILES = saved
 
 
 def part_fwd_looped_variants(s: Sweep) -> None:

@@ -433,6 +433,24 @@ def test_backward_accumulates_into_grad(strategy, buf_dtype):
     assert_close(gb, expect_b, reduce_len=13, dtype=torch.bfloat16)
 
 
+@pytest.mark.parametrize("n_cols", [1024, 1025, 4097], ids=str)
+@pytest.mark.parametrize("with_bias", [False, True], ids=["dw", "dw+db"])
+def test_reduce_partials_at_each_tile(n_cols, with_bias):
+    """The reduce kernel's tile changes with the column count and the number of buffers
+    (configs.NORM_REDUCE_TILES); each tile sums 37 partial rows (a ragged BLOCK_M step) in fp32."""
+    n_buffers = 2 if with_bias else 1
+    tile = configs.norm_reduce_config(n_cols, n_buffers)
+    expect = {1024: (128, 8, 8), 1025: (128, 16, 8) if n_buffers == 1 else (128, 32, 4),
+              4097: (16, 32, 8) if n_buffers == 1 else (128, 32, 4)}[n_cols]  # fmt: skip
+    assert tile == expect
+    parts = [torch.randn(37, n_cols) for _ in range(n_buffers)]
+    outs = [torch.empty(n_cols, dtype=torch.bfloat16) for _ in range(n_buffers)]
+    K.reduce_partials(parts[0], parts[1] if with_bias else None, outs[0],
+                      outs[1] if with_bias else None)  # fmt: skip
+    for out, part in zip(outs, parts):
+        assert_close(out, part.double().sum(0), reduce_len=37)
+
+
 def test_auto_strategy_and_config_table():
     for n in (1, 100, BWD_MAX[False], BWD_MAX[True], BWD_MAX[True] + 1):
         assert configs.norm_bwd_auto_strategy(64, n) in STRATEGIES

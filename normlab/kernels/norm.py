@@ -894,8 +894,10 @@ def reduce_partials(
     """Sum (n_partials, n_cols) fp32 partials over rows into dw/db (param dtype), in fp32."""
     ref = dw_partial if dw_partial is not None else db_partial
     n_partials, n_cols = ref.shape
-    block_m = block_m or configs.NORM_REDUCE_BLOCK_M
-    block_n = block_n or configs._ladder(configs.NORM_REDUCE_BLOCK_N, n_cols)
+    tile_m, tile_n, warps = configs.norm_reduce_config(
+        n_cols, int(dw_partial is not None) + int(db_partial is not None)
+    )
+    block_m, block_n = block_m or tile_m, block_n or tile_n
     _reduce_partials_kernel[(triton.cdiv(n_cols, block_n),)](
         ref if dw_partial is None else dw_partial,
         ref if db_partial is None else db_partial,
@@ -904,7 +906,7 @@ def reduce_partials(
         n_partials, n_cols,
         HAS_WEIGHT=dw_partial is not None, HAS_BIAS=db_partial is not None,
         ACCUMULATE_W=bool(accumulate_w), ACCUMULATE_B=bool(accumulate_b),
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps or configs.NORM_REDUCE_WARPS,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps or warps,
     )  # fmt: skip
     return dw, db
 
