@@ -186,7 +186,7 @@ offsets are 32-bit. normlab's kernel gets the same code from two compile-time fl
 the H200, RMSNorm 32768×8192 took 250.4 µs against 254.4 with predicates and 64-bit offsets,
 torch.compile 249.6 in the same rounds (run `614e101+ab` in
 `normlab/data/dev/sweep_launch_configs_h200.json`). LayerNorm's 8192-wide register block gained
-most: 284.8 → 258.3 µs in the records, 89% → 98% of copy.
+most: 284.8 → 258.2 µs in the records (of `b9e2e8c` and `e0cba32`), 89% → 98% of copy.
 '''),
     MODE_NOTE,
     SETUP,
