@@ -26,8 +26,8 @@ if [[ $WHAT == all || $WHAT == norms ]]; then
         --strategy auto,atomic,two_stage,persistent
 fi
 if [[ $WHAT == all || $WHAT == narrow ]]; then
-  bench --op rms_norm,layer_norm --shapes narrow --direction fwd,bwd --impl torch,compile,normlab \
-        --layout auto,row,block_row --reps 10
+  bench --op rms_norm,layer_norm --shapes narrow --direction fwd,bwd,fwd+bwd \
+        --impl torch,compile,normlab --layout auto,row,block_row --reps 10
 fi
 if [[ $WHAT == all || $WHAT == losses ]]; then
   bench --op reverse_kl,soft_cross_entropy --shapes losses --direction fwd+bwd \

@@ -304,6 +304,26 @@ def test_norm_baselines_agree_on_the_backward():
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("impl", ["torch", "normlab"])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_norm_fwd_bwd_is_one_training_step(op, impl):
+    """``fwd+bwd`` (seed 003's "total"): a fresh forward and its backward per call, the same
+    gradients as the fp64 reference on the registry's inputs and output gradient."""
+    from normlab import ref
+
+    M_, N_ = 13, 100
+    grads = _build(op, impl, M_, N_, "fwd+bwd")
+    torch.manual_seed(1)  # the registry's draws, in its order
+    x = torch.randn(M_, N_).double()
+    w = (1 + 0.1 * torch.randn(N_)).double()
+    b = (0.1 * torch.randn(N_)).double() if op == "layer_norm" else None
+    dy = torch.randn(M_, N_).double()
+    expect = ref.norm_backward(dy, x, w, b, registry.EPS[op], op == "rms_norm")
+    assert len(grads) == (3 if op == "layer_norm" else 2)
+    for got, want in zip(grads, expect):
+        torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("op", ["reverse_kl", "soft_cross_entropy", "cross_entropy"])
 def test_loss_eager_baseline(op):
     M_, V = 5, 333
@@ -340,7 +360,7 @@ def test_registry_lists_and_rejects():
     with pytest.raises(ValueError, match="has no impl"):
         registry.get("layer_norm", "eager")
     with pytest.raises(ValueError, match="no direction"):
-        registry.get("rms_norm", "torch").build(4, 4, torch.float32, "fwd+bwd", "cpu")
+        registry.get("reverse_kl", "eager").build(4, 4, torch.float32, "bwd", "cpu")
     if normlab.INTERPRET:
         assert "torch.compile" in registry.get("rms_norm", "compile").unavailable()
 

@@ -8,7 +8,9 @@ direction, ready for ``timing.time_call``. Directions:
 * ``bwd`` (norms): one untimed forward at build time, then each call is
   ``torch.autograd.grad(y, (x, w[, b]), dy, retain_graph=True)``: every kernel the backward
   launches, the dγ reduction included (h200_peers.md; seed 000's training view).
-* ``fwd+bwd`` (losses): the loss and ``torch.autograd.grad(loss, logits)``.
+* ``fwd+bwd``: the training forward and its backward in one call: for a norm
+  ``torch.autograd.grad(y, (x, w[, b]), dy)`` on a fresh forward (seed 003's "total"); for a loss
+  the loss and ``torch.autograd.grad(loss, logits)``.
 
 normlab and the peers are resolved lazily, at build time, so this module imports without them.
 ``compile`` is skipped under the interpreter: torch.compile on CPU spends seconds per shape in
@@ -30,10 +32,10 @@ from normlab import _runtime
 from normlab.bench.traffic import LABEL_LOSS_OPS, NORM_OPS, SOFT_LOSS_OPS
 
 EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
-NORM_DIRECTIONS = ("fwd", "bwd")
+NORM_DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 LOSS_DIRECTIONS = ("fwd", "fwd+bwd")
 DEFAULT_DIRECTIONS = {
-    **{op: NORM_DIRECTIONS for op in NORM_OPS},
+    **{op: ("fwd", "bwd") for op in NORM_OPS},
     **{op: ("fwd+bwd",) for op in SOFT_LOSS_OPS + LABEL_LOSS_OPS},
     "copy": ("fwd",),
 }
@@ -148,9 +150,11 @@ def _norm_case(fn: Callable, op: str, M: int, N: int, dtype, direction: str, dev
     eps = EPS[op]
     if direction == "fwd":
         return lambda: fn(x, w, b, eps)
-    y = fn(x, w, b, eps)
-    dy = torch.randn_like(y)
+    dy = torch.randn(M, N, dtype=dtype, device=device)
     inputs = (x, w) if b is None else (x, w, b)
+    if direction == "fwd+bwd":
+        return lambda: torch.autograd.grad(fn(x, w, b, eps), inputs, dy)
+    y = fn(x, w, b, eps)
     return lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)
 
 

@@ -131,7 +131,7 @@ class Explorer:
         self.strategy.options = LOSS_FORMS if op in LOSS_OPS else ("auto", *plots.STRATEGIES)
         self.strategy.value = "auto"
         self.direction.options = DIRECTIONS["loss" if op in LOSS_OPS else "norm"]
-        self.direction.value = self.direction.options[-1]
+        self.direction.value = "fwd+bwd" if op in LOSS_OPS else "bwd"
 
     def shapes(self) -> list[tuple[int, int]]:
         """The requested shapes (preset or sliders), as run on this machine."""
