@@ -602,6 +602,13 @@ viz.gbps_vs_shape(viz.select(narrow, op="layer_norm", direction="fwd"), source="
     code('''
 viz.gbps_vs_shape(viz.select(narrow, op="layer_norm", direction="bwd"), source="recorded")
 '''),
+    md('''
+Seed 003's "total": the forward and its backward in one call, as a training step runs them
+(`direction="fwd+bwd"`, bytes 5·M·N·e).
+'''),
+    code('''
+viz.gbps_vs_shape(viz.select(narrow, op="layer_norm", direction="fwd+bwd"), source="recorded")
+'''),
     code('''
 viz.speedup_vs_best_peer(viz.select(narrow, op="rms_norm"), source="recorded")
 '''),
