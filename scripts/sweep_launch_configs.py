@@ -53,6 +53,9 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``reduce_tiles``: the partial-sum reduce kernel's tile inside the default backward, peer shapes.
 * ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles).
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
+* ``entropy_fused``: as ``entropy``, the fused form only (reverse KL and soft CE, caps 2048 and
+  4096), two interleaved rounds (run at 5062f0b with variants that kept only a row's last tiles
+  evict_last in L2; see the run's note).
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
   name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs:
   fused, chunked and split per loss, at the vocabularies of ``--entropy-vocabs``.
@@ -527,6 +530,31 @@ def part_entropy(s: Sweep, variants: list[Path], vocabs: list[int]) -> None:
         s.save()
 
 
+def part_entropy_fused(s: Sweep, variants: list[Path], vocabs: list[int]) -> None:
+    """A/B of module variants (as ``entropy``) on the fused form only: reverse KL and soft CE at
+    caps 2048 and 4096, two interleaved rounds, with each variant's agreement with the first."""
+    mods = {p.stem: _load_module(p) for p in variants}
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for v in vocabs:
+        x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+        t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
+        first: dict = {}
+        for round_, loss, cap, (name, mod) in itertools.product(
+            range(2), ("reverse_kl", "soft_cross_entropy"), (2048, 4096), mods.items()
+        ):
+            fn = getattr(mod, loss)
+            out = fn(x, t, form="fused", block_cap=cap)
+            (grad,) = torch.autograd.grad(out, x)
+            ref_out, ref_grad = first.setdefault((loss, cap), (out.detach().float(), grad.float()))
+            case = {"op": loss, "M": 4096, "N": v, "variant": name, "form": "fused", "cap": cap,
+                    "round": round_, "loss_diff": float((out.detach().float() - ref_out).abs()),
+                    "grad_max_diff": float((grad.float() - ref_grad).abs().max())}
+            s.time("entropy-fused", case,
+                   lambda: torch.autograd.grad(fn(x, t, form="fused", block_cap=cap), x))  # noqa: B023
+        del x, t
+        s.save()
+
+
 def part_losses(s: Sweep) -> None:
     """normlab's own losses (this checkout): fused tiles x warps, and split, per vocab."""
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -838,8 +866,9 @@ def main() -> int:
     for part in args.parts.split(","):
         t0 = time.time()
         try:
-            if part == "entropy":  # A/B of module files; "losses": this checkout's kernels
-                part_entropy(s, variants, [int(v) for v in args.entropy_vocabs.split(",")])
+            if part in ("entropy", "entropy_fused"):  # A/B of module files
+                globals()[f"part_{part}"](s, variants,
+                                          [int(v) for v in args.entropy_vocabs.split(",")])
             else:
                 globals()[f"part_{part}"](s)
         except Exception:
