@@ -550,7 +550,7 @@ def part_entropy_fused(s: Sweep, variants: list[Path], vocabs: list[int]) -> Non
                     "round": round_, "loss_diff": float((out.detach().float() - ref_out).abs()),
                     "grad_max_diff": float((grad.float() - ref_grad).abs().max())}
             s.time("entropy-fused", case,
-                   lambda: torch.autograd.grad(fn(x, t, form="fused", block_cap=cap), x))  # noqa: B023
+                   lambda: torch.autograd.grad(fn(x, t, form="fused", block_cap=cap), x))  # noqa: B023, F821
         del x, t
         s.save()
 
