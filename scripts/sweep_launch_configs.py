@@ -51,6 +51,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   backward (one rows x columns tile per program, a row group's column chunks meeting at a
   counter, x and dy read once) at ten tiles against the persistent default and torch.compile.
 * ``reduce_tiles``: the partial-sum reduce kernel's tile inside the default backward, peer shapes.
+* ``bwd_512``: the row path's backward at 7,864,320 x 512 (tile rows x warps x programs per SM
+  x prefetch) against the default and torch.compile.
 * ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles).
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy_fused``: as ``entropy``, the fused form only (reverse KL and soft CE, caps 2048 and
@@ -328,6 +330,24 @@ def part_reduce_tiles(s: Sweep) -> None:
             s.save()
     finally:
         configs.NORM_REDUCE_TILES = saved
+
+
+def part_bwd_512(s: Sweep) -> None:
+    """7,864,320 rows x 512 columns (the row path's backward, 0.97x of torch.compile in the
+    records): the persistent single-pass backward's tile rows x warps x programs per SM x
+    prefetch, against the default and torch.compile, two interleaved rounds."""
+    for round_, is_rms in itertools.product(range(2), (True, False)):
+        op = "rms_norm" if is_rms else "layer_norm"
+        case = {"op": op, "direction": "bwd", "M": NARROW_ROWS, "N": 512, "round": round_}
+        _time_default_and_compile(s, "bwd-512", case, "bwd", reps=8)
+        x, w, b, dy = norm_inputs(NARROW_ROWS, 512, is_rms)
+        _, mean, rstd = K.norm_forward(x, w, b, EPS, is_rms)
+        for br, wp, pps, pf in itertools.product((2, 4, 8, 16), (4, 8), (2, 4, 8), (True, False)):
+            kw = {"block_rows": br, "num_warps": wp, "programs_per_sm": pps, "prefetch": pf}
+            s.time("bwd-512", {**case, "kernel": "persistent", **kw},
+                   lambda: K.norm_backward(dy, x, w, b, mean, rstd, is_rms, **kw), reps=8)  # noqa: B023, F821
+        del x, w, b, dy, mean, rstd
+        s.save()
 
 
 def part_fwd_looped_variants(s: Sweep) -> None:
