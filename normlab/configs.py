@@ -269,7 +269,8 @@ class NormBwdConfig:
     paired_partials: bool  # persistent single-pass only: two programs per partial row
 
 
-def _ladder(table, key: int) -> int:
+def _ladder(table, key: int):
+    """The value of the first (limit, value) entry with key <= limit (else the last one's)."""
     return next((v for limit, v in table if key <= limit), table[-1][1])
 
 

@@ -517,7 +517,16 @@ def _load_module(path: Path):
     return mod
 
 
-def part_entropy(s: Sweep, variants: list[Path], vocabs: list[int]) -> None:
+ENTROPY_AB_FORMS = (("fused", 4096), ("fused", 2048), ("chunked", 2048), ("chunked", 4096),
+                    ("split", None))
+
+
+def part_entropy(s: Sweep, variants: list[Path], vocabs: list[int], *,
+                 losses=("reverse_kl", "soft_cross_entropy", "cross_entropy"),
+                 forms=ENTROPY_AB_FORMS, rounds: int = 1, part: str = "entropy") -> None:
+    """A/B of module variants: every loss x (form, cap) x variant per vocabulary, ``rounds``
+    interleaved rounds, with each variant's agreement with the first on the same inputs (the
+    loss and the max |grad| difference)."""
     mods = {p.stem: _load_module(p) for p in variants}
     g = torch.Generator(device="cuda").manual_seed(0)
     first: dict = {}
@@ -525,54 +534,34 @@ def part_entropy(s: Sweep, variants: list[Path], vocabs: list[int]) -> None:
         x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
         t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
         labels = torch.randint(0, v, (4096,), device="cuda", generator=g)
-        for loss, (form, cap), (name, mod) in itertools.product(
-            ("reverse_kl", "soft_cross_entropy", "cross_entropy"),
-            (("fused", 4096), ("fused", 2048), ("chunked", 2048), ("chunked", 4096), ("split", None)),
-            mods.items(),
+        for round_, loss, (form, cap), (name, mod) in itertools.product(
+            range(rounds), losses, forms, mods.items()
         ):
             fn = getattr(mod, loss)
             other = labels if loss == "cross_entropy" else t
 
             def call():
-                return torch.autograd.grad(fn(x, other, form=form, block_cap=cap), x)
+                return torch.autograd.grad(fn(x, other, form=form, block_cap=cap), x)  # noqa: B023
 
-            case = {"op": loss, "M": 4096, "N": v, "variant": name, "form": form, "cap": cap}
-            # Agreement with the first variant (same inputs): loss and max |grad| difference.
             out = fn(x, other, form=form, block_cap=cap)
             (grad,) = torch.autograd.grad(out, x)
-            key = (loss, form, cap, v)
-            if key not in first:
-                first[key] = (out.detach().float(), grad.float())
-            case["loss_diff"] = float((out.detach().float() - first[key][0]).abs())
-            case["grad_max_diff"] = float((grad.float() - first[key][1]).abs().max())
-            s.time("entropy", case, call)
-        del x, t
+            ref_out, ref_grad = first.setdefault((loss, form, cap, v),
+                                                 (out.detach().float(), grad.float()))  # fmt: skip
+            case = {"op": loss, "M": 4096, "N": v, "variant": name, "form": form, "cap": cap,
+                    "loss_diff": float((out.detach().float() - ref_out).abs()),
+                    "grad_max_diff": float((grad.float() - ref_grad).abs().max())}
+            if rounds > 1:
+                case["round"] = round_
+            s.time(part, case, call)
+        del x, t, labels
         s.save()
 
 
 def part_entropy_fused(s: Sweep, variants: list[Path], vocabs: list[int]) -> None:
-    """A/B of module variants (as ``entropy``) on the fused form only: reverse KL and soft CE at
-    caps 2048 and 4096, two interleaved rounds, with each variant's agreement with the first."""
-    mods = {p.stem: _load_module(p) for p in variants}
-    g = torch.Generator(device="cuda").manual_seed(0)
-    for v in vocabs:
-        x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
-        t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
-        first: dict = {}
-        for round_, loss, cap, (name, mod) in itertools.product(
-            range(2), ("reverse_kl", "soft_cross_entropy"), (2048, 4096), mods.items()
-        ):
-            fn = getattr(mod, loss)
-            out = fn(x, t, form="fused", block_cap=cap)
-            (grad,) = torch.autograd.grad(out, x)
-            ref_out, ref_grad = first.setdefault((loss, cap), (out.detach().float(), grad.float()))
-            case = {"op": loss, "M": 4096, "N": v, "variant": name, "form": "fused", "cap": cap,
-                    "round": round_, "loss_diff": float((out.detach().float() - ref_out).abs()),
-                    "grad_max_diff": float((grad.float() - ref_grad).abs().max())}
-            s.time("entropy-fused", case,
-                   lambda: torch.autograd.grad(fn(x, t, form="fused", block_cap=cap), x))  # noqa: B023, F821
-        del x, t
-        s.save()
+    """``entropy`` on the fused form only: reverse KL and soft CE at caps 2048 and 4096, two
+    interleaved rounds."""
+    part_entropy(s, variants, vocabs, losses=("reverse_kl", "soft_cross_entropy"),
+                 forms=(("fused", 2048), ("fused", 4096)), rounds=2, part="entropy-fused")
 
 
 def part_losses(s: Sweep) -> None:

@@ -16,7 +16,7 @@ import plotly.io as pio
 from IPython.display import display
 
 from normlab import _runtime, bench
-from normlab.bench.registry import LOSS_DIRECTIONS, NORM_DIRECTIONS
+from normlab.bench.registry import DEFAULT_DIRECTIONS, LOSS_DIRECTIONS, NORM_DIRECTIONS
 from normlab.bench.sweep import SHAPES
 from normlab.bench.traffic import LABEL_LOSS_OPS, SOFT_LOSS_OPS
 from normlab.kernels.entropy import FORMS as LOSS_FORMS
@@ -131,7 +131,7 @@ class Explorer:
         self.strategy.options = LOSS_FORMS if op in LOSS_OPS else ("auto", *plots.STRATEGIES)
         self.strategy.value = "auto"
         self.direction.options = DIRECTIONS["loss" if op in LOSS_OPS else "norm"]
-        self.direction.value = "fwd+bwd" if op in LOSS_OPS else "bwd"
+        self.direction.value = DEFAULT_DIRECTIONS[op][-1]  # bwd for norms, fwd+bwd for losses
 
     def shapes(self) -> list[tuple[int, int]]:
         """The requested shapes (preset or sliders), as run on this machine."""
