@@ -50,10 +50,14 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``bwd_chunked`` (at commit 87bc001 only, since reverted with the kernel it timed): a chunked
   backward (one rows x columns tile per program, a row group's column chunks meeting at a
   counter, x and dy read once) at ten tiles against the persistent default and torch.compile.
+* ``fwd_ties``: the forwards within 2% of torch.compile in the records, six interleaved rounds with
+  the order flipped every round.
 * ``reduce_tiles``: the partial-sum reduce kernel's tile inside the default backward, peer shapes.
 * ``bwd_512``: the row path's backward at 7,864,320 x 512 (tile rows x warps x programs per SM
   x prefetch) against the default and torch.compile.
 * ``chunked_occupancy``: the chunked loss form's residency (register cap, tile x warps x tiles).
+* ``chunked_layouts``: the chunked loss form's chunk layout (uniform k-tile chunks, balanced chunks
+  of unequal length) at exactly tiled, ragged, unaligned and wide vocabularies.
 * ``loss_stages``: num_stages (loop software pipelining) of the fused and chunked loss kernels.
 * ``entropy_fused``: as ``entropy``, the fused form only (reverse KL and soft CE, caps 2048 and
   4096), two interleaved rounds (run at 5062f0b with variants that kept only a row's last tiles
@@ -227,12 +231,12 @@ def part_fwd_row_variants(s: Sweep) -> None:
 
 
 def _time_default_and_compile(s: Sweep, part: str, case: dict, direction: str = "fwd",
-                              reps: int | None = None) -> None:
+                              reps: int | None = None, order=("compile", "normlab")) -> None:
     """normlab's default and torch.compile on ``case`` (op, M, N), built as the benchmarks build
     them (the training forward, or the backward after one forward), one timing each."""
     from normlab.bench import registry
 
-    for impl in ("compile", "normlab"):
+    for impl in order:
         run = registry.get(case["op"], impl).build(case["M"], case["N"], torch.bfloat16, direction,
                                                    "cuda")  # fmt: skip
         s.time(part, {**case, "kernel": impl}, run, reps=reps)
@@ -303,6 +307,20 @@ def part_peer_rounds(s: Sweep) -> None:
     for round_, (op, direction, m, n) in itertools.product(range(3), cases):
         case = {"op": op, "direction": direction, "M": m, "N": n, "round": round_}
         _time_default_and_compile(s, "peer-rounds", case, direction)
+    s.save()
+
+
+def part_fwd_ties(s: Sweep) -> None:
+    """The forwards whose records put normlab's default within 2% of torch.compile either way,
+    six interleaved rounds of one process, the order of the two flipped every round."""
+    cases = (("rms_norm", 32768, 8192), ("rms_norm", 1024, 8192), ("rms_norm", 16384, 1024),
+             ("layer_norm", 16384, 1024), ("layer_norm", 8192, 1024),
+             ("layer_norm", NARROW_ROWS, 16), ("layer_norm", NARROW_ROWS, 64),
+             ("rms_norm", NARROW_ROWS, 16), ("rms_norm", NARROW_ROWS, 64))
+    for round_, (op, m, n) in itertools.product(range(6), cases):
+        order = ("compile", "normlab")[:: 1 if round_ % 2 == 0 else -1]
+        _time_default_and_compile(s, "fwd-ties", {"op": op, "M": m, "N": n, "round": round_},
+                                  order=order)
     s.save()
 
 
@@ -665,6 +683,66 @@ def part_chunked(s: Sweep) -> None:
             s.save()
             print(f"chunked {loss} {v}: done, {s.left():.0f} s left", flush=True)
         del x, t
+
+
+def _loss_step(fn, x, other, form, cap):
+    """One timed loss call: forward and the gradient wrt x."""
+    return torch.autograd.grad(fn(x, other, form=form, block_cap=cap), x)
+
+
+def _forced_layouts(n_tiles: int) -> dict[str, tuple[int, int, int]]:
+    """Chunk layouts (chunk_tiles, n_long, n_chunks) of ``n_tiles`` tiles: k-tile chunks with a
+    short last one ("uniform k"), and n chunks of whole tiles differing by at most one
+    ("balanced n", n = the row's tiles over 3, 4 and 5)."""
+    out = {f"uniform{k}": (k, 0, -(-n_tiles // k)) for k in (3, 4, 5, 6, 8) if k < n_tiles}
+    for per in (3, 4, 5):
+        n = max(1, round(n_tiles / per))
+        out[f"balanced{n}"] = (n_tiles // n, n_tiles % n, n)
+    return out
+
+
+def part_chunked_layouts(s: Sweep) -> None:
+    """Reverse KL and soft CE, chunked form at tile 2048: chunk layouts forced (uniform k-tile
+    chunks, balanced chunks of unequal length) at vocabularies exactly tiled (49152, 65536),
+    ragged (50256), unaligned (50257) and wide (151936), against the default layout and the
+    fused form, two interleaved rounds; each case with its gradient's max difference from the
+    fused form's."""
+    from normlab.kernels import entropy as E
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    default_layout = E.chunk_layout
+    try:
+        for v in (50257, 50256, 49152, 65536, 151936):
+            x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+            t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
+            n_tiles = -(-(v + (7 if v % 8 else 0)) // 2048)
+            layouts = {"default": None, **_forced_layouts(n_tiles)}
+            for round_, loss in itertools.product(range(2), ("reverse_kl", "soft_cross_entropy")):
+                fn = getattr(normlab, loss)
+                ref = fn(x, t, form="fused", block_cap=2048, reduction="none")
+                (grad_ref,) = torch.autograd.grad(ref.sum(), x)
+                s.time("chunked-layouts", {"op": loss, "M": 4096, "N": v, "form": "fused",
+                                           "cap": 2048, "round": round_},
+                       functools.partial(_loss_step, fn, x, t, "fused", 2048))
+                for name, lay in layouts.items():
+                    E.chunk_layout = default_layout if lay is None else (
+                        lambda *a, _lay=lay: E.ChunkLayout(*_lay))
+                    case = {"op": loss, "M": 4096, "N": v, "form": "chunked", "cap": 2048,
+                            "layout": name, "chunk_tiles_long_n": lay, "round": round_}
+                    try:
+                        _chunked_agreement(fn, x, t, 2048, ref, grad_ref, case)
+                    except Exception as exc:
+                        s.data["errors"].append({"part": "chunked-layouts", **case,
+                                                 "error": f"{type(exc).__name__}: {exc}"})
+                        continue
+                    s.time("chunked-layouts", case,
+                           functools.partial(_loss_step, fn, x, t, "chunked", 2048))
+                E.chunk_layout = default_layout
+                s.save()
+            print(f"chunked_layouts {v}: done, {s.left():.0f} s left", flush=True)
+            del x, t
+    finally:
+        E.chunk_layout = default_layout
 
 
 class _Capture:

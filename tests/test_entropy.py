@@ -499,24 +499,26 @@ def test_auto_form_uses_config_table():
 
 
 @pytest.mark.parametrize("n_cols,block,tiles,sms,expect", [
-    (131072, 4096, 1, 132, (4096, 32)),  # one tile per chunk
-    (151936, 4096, 1, 132, (4096, 38)),  # ragged: the last chunk is 3712 wide
-    (1 << 20, 4096, 1, 132, (8192, 128)),  # 256 tiles > 132 SMs: two tiles per chunk
-    (500, 16, 1, 4, (128, 4)),  # the interpreter's 4 "SMs"
-    (10, 16, 1, 4, (16, 1)),
-    (50257 + 7, 2048, 4, 132, (10240, 5)),  # 25 tiles: 5 chunks of 5, not 6 of 4 and 1 of 1
-    (151936, 2048, 4, 132, (10240, 15)),  # 75 tiles: 15 chunks of 5, not 18 of 4 and 1 of 3
-    (131072, 2048, 4, 132, (8192, 16)),  # 64 tiles: 16 chunks of 4
-    (3 * 2048, 2048, 4, 132, (6144, 1)),  # fewer tiles than a chunk
+    (131072, 4096, 1, 132, (1, 0, 32)),  # one tile per chunk
+    (151936, 4096, 1, 132, (1, 0, 38)),  # ragged: the last chunk is 3712 wide
+    (1 << 20, 4096, 1, 132, (2, 0, 128)),  # 256 tiles > 132 SMs: two tiles per chunk
+    (500, 16, 1, 4, (8, 0, 4)),  # the interpreter's 4 "SMs"
+    (10, 16, 1, 4, (1, 0, 1)),
+    (50257 + 7, 2048, 4, 132, (5, 0, 5)),  # 25 tiles: 5 chunks of 5, not 6 of 4 and 1 of 1
+    (151936, 2048, 4, 132, (5, 0, 15)),  # 75 tiles: 15 chunks of 5, not 18 of 4 and 1 of 3
+    (131072, 2048, 4, 132, (4, 0, 16)),  # 64 tiles: 16 chunks of 4
+    (3 * 2048, 2048, 4, 132, (3, 0, 1)),  # fewer tiles than a chunk
 ])  # fmt: skip
 def test_chunk_layout(n_cols, block, tiles, sms, expect):
     from normlab.kernels import entropy
 
-    chunk_cols, n_chunks = entropy.chunk_layout(n_cols, block, tiles, sms)
-    assert (chunk_cols, n_chunks) == expect
+    layout = entropy.chunk_layout(n_cols, block, tiles, sms)
+    assert tuple(layout) == expect
     # Whole tiles, no empty chunk, every column covered, at most one chunk per SM.
-    assert chunk_cols % block == 0 and (n_chunks - 1) * chunk_cols < n_cols <= n_chunks * chunk_cols
-    assert n_chunks <= sms
+    starts = layout.starts(block)
+    assert starts[0] == 0 and all(s % block == 0 for s in starts)
+    assert starts[-1] < n_cols <= starts[-1] + (layout.chunk_tiles + (layout.n_long > 0)) * block
+    assert layout.n_chunks <= sms
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -535,6 +537,21 @@ def test_chunked_one_tile_per_chunk(loss, monkeypatch):
     # The fused form agrees to fp32 rounding of the differently ordered sums.
     out_f, _ = _run(loss, x, other, form="fused", block_cap=16, reduction="none")
     assert_close(out, out_f, dtype=torch.float32, reduce_len=300)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_chunked_long_and_short_chunks(loss, monkeypatch):
+    # A layout with chunks of unequal length: 300 bf16 columns (19-20 tiles of 16 in the
+    # row's frame) as 2 chunks of 4 tiles, 3 of 3 and a last one cut short by the row.
+    from normlab.kernels import entropy
+
+    layout = entropy.ChunkLayout(chunk_tiles=3, n_long=2, n_chunks=6)
+    assert layout.starts(16) == [0, 64, 128, 176, 224, 272]
+    monkeypatch.setattr(entropy, "chunk_layout", lambda *a: layout)
+    x, other = _inputs(loss, (7, 300), torch.bfloat16)
+    out, grad = _run(loss, x, other, form="chunked", block_cap=16, reduction="none")
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    _check(loss, out, grad, ref_out, ref_grad, torch.bfloat16, 300, f"{loss} long/short chunks")
 
 
 def test_chunked_one_launch_refused_by_interpreter(monkeypatch):

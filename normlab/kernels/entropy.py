@@ -39,6 +39,7 @@ boundary before them (``_row_frames``), so their tiles stay 16-byte vector loads
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import torch
 import triton
@@ -599,7 +600,8 @@ def _entropy_chunked_kernel(
     n_rows,
     n_cols,
     n_chunks,
-    chunk_cols,  # columns per chunk, a multiple of BLOCK; the last chunk may be shorter
+    chunk_tiles,  # tiles per chunk; the first n_long chunks take one more, the last may be short
+    n_long,
     x_row_stride,
     t_row_stride,
     grad_row_stride,
@@ -612,7 +614,7 @@ def _entropy_chunked_kernel(
     CHUNKS_POW2: tl.constexpr,
     ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the three row strides are equal
 ):
-    """Chunked form: n_chunks programs share one row, each owning chunk_cols columns.
+    """Chunked form: n_chunks programs share one row, each owning a chunk of whole tiles.
 
     Each program folds its chunk into raw statistics and stores them; the row's programs then
     wait for each other at a per-row counter, merge the n_chunks statistics and write the
@@ -640,7 +642,8 @@ def _entropy_chunked_kernel(
         item = tl.program_id(0)
     row = (item // n_chunks).to(tl.int64)
     chunk = item % n_chunks
-    start = chunk * chunk_cols
+    start = (chunk * chunk_tiles + tl.minimum(chunk, n_long)) * BLOCK
+    chunk_cols = (chunk_tiles + (chunk < n_long).to(tl.int32)) * BLOCK
     x_off, t_off, grad_off, lead = _row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
                                                ALIGN)  # fmt: skip
     x_row = x_ptr + x_off + start
@@ -930,18 +933,31 @@ def _maxnreg(cap: int | None) -> dict:
     return {} if cap is None else {"maxnreg": cap}
 
 
-def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int) -> tuple[int, int]:
-    """(chunk_cols, n_chunks) of the chunked form: chunks of whole tiles, ``tiles_per_chunk`` or
-    one more each (whichever leaves the last chunk fuller), evened out over the row, at most
-    ``sm_count`` chunks per row (so the waiting programs of one row always fit on the GPU, one
-    per SM). A short last chunk's program waits on the others: 25 tiles as 5 chunks of 5, not 6
-    of 4 and 1 of 1, ran 8-10% faster at V = 50257 on the H200, and 75 tiles as 15 of 5, not 18
-    of 4 and 1 of 3, 1.4-6.7% faster at 151936 (dev/sweep_launch_configs_h200.json)."""
+class ChunkLayout(NamedTuple):
+    """How the chunked form cuts a row: n_chunks chunks of chunk_tiles tiles, the first n_long
+    of them one tile longer (the last chunk may end early, where the row does)."""
+
+    chunk_tiles: int
+    n_long: int
+    n_chunks: int
+
+    def starts(self, block: int) -> list[int]:
+        """First column of each chunk (tests and sweeps)."""
+        return [(k * self.chunk_tiles + min(k, self.n_long)) * block for k in range(self.n_chunks)]
+
+
+def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int) -> ChunkLayout:
+    """The chunked form's layout: chunks of whole tiles, ``tiles_per_chunk`` or one more each
+    (whichever leaves the last chunk fuller), evened out over the row, at most ``sm_count``
+    chunks per row (so the waiting programs of one row always fit on the GPU, one per SM). A
+    short last chunk's program waits on the others: 25 tiles as 5 chunks of 5, not 6 of 4 and
+    1 of 1, ran 8-10% faster at V = 50257 on the H200, and 75 tiles as 15 of 5, not 18 of 4 and
+    1 of 3, 1.4-6.7% faster at 151936 (dev/sweep_launch_configs_h200.json)."""
     n_tiles = triton.cdiv(n_cols, block)
     tiles = min((tiles_per_chunk, tiles_per_chunk + 1), key=lambda k: (-n_tiles % k, k))
     n_chunks = min(max(1, round(n_tiles / tiles)), sm_count)
-    chunk_cols = triton.cdiv(n_tiles, n_chunks) * block
-    return chunk_cols, triton.cdiv(n_cols, chunk_cols)
+    chunk_tiles = triton.cdiv(n_tiles, n_chunks)
+    return ChunkLayout(chunk_tiles, 0, triton.cdiv(n_tiles, chunk_tiles))
 
 
 def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate,
@@ -952,8 +968,8 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
     block = _block(n_cols, spec.block_cap)
     tiles = configs.ENTROPY_CHUNKED_TILES if tiles_per_chunk is None else tiles_per_chunk
     align = _frame_align(x, t, grad, block)
-    chunk_cols, n_chunks = chunk_layout(n_cols + align - 1, block, tiles,
-                                        _runtime.sm_count(x.device.index))  # fmt: skip
+    layout = chunk_layout(n_cols + align - 1, block, tiles, _runtime.sm_count(x.device.index))
+    n_chunks = layout.n_chunks
     if 5 * n_rows * n_chunks >= 2**31:  # tickets and statistics offsets are int32
         raise ValueError(
             f"chunked form: {n_rows} rows x {n_chunks} chunks is too many; use form='fused'"
@@ -967,7 +983,7 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
     for phase in ((3,) if phases == 1 else (1, 2)):
         _entropy_chunked_kernel[(n_rows * n_chunks,)](
             x, t, labels, grad if grad is not None else x, loss_rows, n_valid, stats, sync,
-            scale, spec.ignore_index, n_rows, n_cols, n_chunks, chunk_cols,
+            scale, spec.ignore_index, n_rows, n_cols, n_chunks, layout.chunk_tiles, layout.n_long,
             x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
             KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
             MEAN_OVER_VALID=over_valid, BLOCK=block, ALIGN=align,
