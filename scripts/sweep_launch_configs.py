@@ -50,6 +50,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``bwd_chunked`` (at commit 87bc001 only, since reverted with the kernel it timed): a chunked
   backward (one rows x columns tile per program, a row group's column chunks meeting at a
   counter, x and dy read once) at ten tiles against the persistent default and torch.compile.
+* ``chunked_unaligned``: the chunked loss form at V = 50257 (aligned frames) against 50256 under
+  register caps, with each compiled kernel's registers and spills.
 * ``fwd_ties``: the forwards within 2% of torch.compile in the records, six interleaved rounds with
   the order flipped every round.
 * ``reduce_tiles``: the partial-sum reduce kernel's tile inside the default backward, peer shapes.
@@ -808,6 +810,38 @@ def part_chunked_occupancy(s: Sweep) -> None:
         E._entropy_chunked_kernel = kernel
         (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
          configs.ENTROPY_CHUNKED_MAXNREG) = saved
+
+
+def part_chunked_unaligned(s: Sweep) -> None:
+    """The chunked form at V = 50257 (rows off 16-byte boundaries: the aligned frames, ALIGN 8)
+    against 50256 (ALIGN 1), reverse KL and soft CE at tile 2048: registers and spills of each
+    compiled kernel under register caps (maxnreg), two interleaved rounds."""
+    from normlab.kernels import entropy as E
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    saved = configs.ENTROPY_CHUNKED_MAXNREG
+    kernel = E._entropy_chunked_kernel
+    try:
+        E._entropy_chunked_kernel = cap_k = _Capture(kernel)
+        for v in (50257, 50256):
+            x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+            t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
+            for round_, loss, maxnreg in itertools.product(range(2), ("reverse_kl", "soft_cross_entropy"),
+                                                           (64, None, 72, 80, 96)):
+                fn = getattr(normlab, loss)
+                configs.ENTROPY_CHUNKED_MAXNREG = {2048: maxnreg} if maxnreg else {}
+                _loss_step(fn, x, t, "chunked", 2048)
+                case = {"op": loss, "M": 4096, "N": v, "form": "chunked", "cap": 2048,
+                        "maxnreg": maxnreg, "round": round_,
+                        "n_regs": getattr(cap_k.compiled, "n_regs", None),
+                        "n_spills": getattr(cap_k.compiled, "n_spills", None)}
+                s.time("chunked-unaligned", case,
+                       functools.partial(_loss_step, fn, x, t, "chunked", 2048))
+            s.save()
+            del x, t
+    finally:
+        E._entropy_chunked_kernel = kernel
+        configs.ENTROPY_CHUNKED_MAXNREG = saved
 
 
 def part_fwd_persistent(s: Sweep) -> None:
