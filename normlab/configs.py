@@ -597,6 +597,10 @@ ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 #   label CE     50257: fused2048 345.0 x, fused4096 361.9, chunked2048 365.9;
 #                50256: fused4096 321.5 x, fused2048 336.2, chunked2048 345.1
 # (At 50257 before the frames, every access 2-byte: 598-736, 564-642 and 360-466 us.)
+# Frames of unaligned rows (kernels/entropy.py, _row_frames): a row that does not start on 16
+# bytes is read from the ENTROPY_FRAME_BYTES boundary at or before it (16 bytes or more; a
+# multiple of 16), so that whole tiles are aligned vector loads. Not yet measured above 16.
+ENTROPY_FRAME_BYTES = 16
 ENTROPY_AUTO_TILE = 4096
 ENTROPY_AUTO_WIDE_COLS = 65536
 ENTROPY_AUTO_CLASSES = ("even", "ragged", "unaligned", "wide")

@@ -52,6 +52,7 @@ before each call), bf16. Parts (the JSON of each run is kept in
   counter, x and dy read once) at ten tiles against the persistent default and torch.compile.
 * ``chunked_unaligned``: the chunked loss form at V = 50257 (aligned frames) against 50256 under
   register caps, with each compiled kernel's registers and spills.
+* ``frame_bytes``: the frame boundary of unaligned rows (V = 50257) for every loss and form.
 * ``fwd_ties``: the forwards within 2% of torch.compile in the records, six interleaved rounds with
   the order flipped every round.
 * ``reduce_tiles``: the partial-sum reduce kernel's tile inside the default backward, peer shapes.
@@ -842,6 +843,42 @@ def part_chunked_unaligned(s: Sweep) -> None:
     finally:
         E._entropy_chunked_kernel = kernel
         configs.ENTROPY_CHUNKED_MAXNREG = saved
+
+
+def part_frame_bytes(s: Sweep) -> None:
+    """Unaligned rows (V = 50257, bf16): the frame boundary the kernels read them from
+    (configs.ENTROPY_FRAME_BYTES 16 / 32 / 64 / 128) for every loss and form at tiles 2048 and
+    4096, two interleaved rounds, each case with its gradient's max difference from the first
+    frame's; V = 50256 (no frames) beside them."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    saved = configs.ENTROPY_FRAME_BYTES
+    forms = (("fused", 2048), ("fused", 4096), ("chunked", 2048), ("chunked", 4096),
+             ("split", None))
+    first: dict = {}
+    try:
+        for v in (50257, 50256):
+            x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+            t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
+            labels = torch.randint(0, v, (4096,), device="cuda", generator=g)
+            frames = (16, 32, 64, 128) if v % 8 else (16,)
+            for round_, loss, (form, cap), fb in itertools.product(
+                    range(2), ("reverse_kl", "soft_cross_entropy", "cross_entropy"), forms, frames):
+                configs.ENTROPY_FRAME_BYTES = fb
+                fn = getattr(normlab, loss)
+                other = labels if loss == "cross_entropy" else t
+                out = fn(x, other, form=form, block_cap=cap)
+                (grad,) = torch.autograd.grad(out, x)
+                ref_out, ref_grad = first.setdefault((loss, form, cap, v),
+                                                     (out.detach().float(), grad.float()))  # fmt: skip
+                case = {"op": loss, "M": 4096, "N": v, "form": form, "cap": cap,
+                        "frame_bytes": fb, "round": round_,
+                        "loss_diff": float((out.detach().float() - ref_out).abs()),
+                        "grad_max_diff": float((grad.float() - ref_grad).abs().max())}
+                s.time("frame-bytes", case, functools.partial(_loss_step, fn, x, other, form, cap))
+            s.save()
+            del x, t, labels
+    finally:
+        configs.ENTROPY_FRAME_BYTES = saved
 
 
 def part_fwd_persistent(s: Sweep) -> None:

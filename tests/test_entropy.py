@@ -120,33 +120,39 @@ def test_tile_boundaries(loss, n_cols, form):
 @pytest.mark.parametrize("form,tiles", [("fused", None), ("chunked", 2), ("chunked", 1),
                                         ("split", None)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, monkeypatch):
-    # V = 203: row r starts r * 203 columns in, so the kernels' frames start up to 7 (bf16) or 3
-    # (fp32) columns before the row, on the previous row's data. Cap 16: a peeled first tile,
+@pytest.mark.parametrize("frame_bytes,cap", [(16, 16), (64, 32)])
+def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, frame_bytes, cap, monkeypatch):
+    # V = 203: row r starts r * 203 columns in, so the kernels' frames start before the row, on
+    # the previous row's data: up to 7 (bf16) or 3 (fp32) columns with 16-byte frames, up to 31
+    # or 15 with 64-byte ones (configs.ENTROPY_FRAME_BYTES). Cap 16 or 32: a peeled first tile,
     # whole tiles, a ragged last tile. One-tile chunks: chunk 0 is a first and last tile at
-    # once, and (203 + 7 columns in 14 chunks) some rows' last chunk is empty. Split: the
-    # backward's tiles cut the frame likewise, a row's last one sometimes empty.
+    # once, and some rows' last chunk is empty. Split: the backward's tiles cut the frame
+    # likewise, a row's last one sometimes empty.
     from normlab import _runtime
     from normlab.kernels import entropy
 
     monkeypatch.setattr(_runtime, "sm_count", lambda *a: 132)
     monkeypatch.setattr(configs, "ENTROPY_CHUNKED_TILES", tiles or 1)
+    monkeypatch.setattr(configs, "ENTROPY_FRAME_BYTES", frame_bytes)
     n_rows, n_cols = 11, 203
     x, other = _inputs(loss, (n_rows, n_cols), dtype)
     if loss == "cross_entropy":  # labels in a first tile, a last tile, an ignored row
         other = torch.tensor([0, 1, 202, 5, 200, -100, 2, 16, 17, 7, 3])
-    assert entropy._frame_align(x, x, x, 16) == 16 // x.element_size()
-    out, grad = _run(loss, x, other, form=form, block_cap=16, reduction="none")
+    assert x.data_ptr() % frame_bytes == 0  # CPU tensors start on 64 bytes
+    esize = x.element_size()
+    assert entropy._frame_align(x, x, x, cap) == {"ALIGN": 16 // esize,
+                                                  "FRAME": frame_bytes // esize}  # fmt: skip
+    out, grad = _run(loss, x, other, form=form, block_cap=cap, reduction="none")
     ref_out, ref_grad = _ref(loss, x, other, reduction="none")
     _check(loss, out, grad, ref_out, ref_grad, dtype, n_cols, f"{loss} {form}")
     # Added into a buffer: a column stored twice (or not at all) would show.
     buf = torch.randn(n_rows, n_cols).to(dtype)
     before = buf.clone()
-    FNS[loss][0](x, other, form=form, block_cap=16, reduction="sum", grad_accumulate=buf)
+    FNS[loss][0](x, other, form=form, block_cap=cap, reduction="sum", grad_accumulate=buf)
     assert_close(buf, (before.double() + ref_grad).to(dtype), dtype=torch.bfloat16)
     # NaN at both ends of row 4 stays there, though rows 3 and 5 load it in their edge vectors.
     x[4, 0] = x[4, -1] = float("nan")
-    out, grad = _run(loss, x, other, form=form, block_cap=16, reduction="none")
+    out, grad = _run(loss, x, other, form=form, block_cap=cap, reduction="none")
     keep = [r for r in range(n_rows) if r != 4]
     assert torch.isnan(out[4])
     assert torch.equal(torch.isfinite(out[keep]), torch.ones(n_rows - 1, dtype=torch.bool))
@@ -171,20 +177,29 @@ def test_rows_inside_one_16_byte_vector(loss, form, n_cols):
     assert_close(buf, (before.double() + ref_grad).to(torch.bfloat16), dtype=torch.bfloat16)
 
 
-def test_frame_align_only_for_rows_aligned_alike():
+def test_frame_align_only_for_rows_aligned_alike(monkeypatch):
     from normlab.kernels import entropy
 
+    def frames(x, t, block):
+        out = entropy._frame_align(x, t, None, block)
+        return out["ALIGN"], out["FRAME"]
+
+    monkeypatch.setattr(configs, "ENTROPY_FRAME_BYTES", 64)
     x = torch.randn(4, 203, dtype=torch.bfloat16)
-    assert entropy._frame_align(x, x, None, 4096) == 8
-    assert entropy._frame_align(x.float(), x.float(), None, 4096) == 4
-    assert entropy._frame_align(x, x, None, 4) == 1  # a tile narrower than 16 bytes
-    assert entropy._frame_align(x, x.float(), None, 4096) == 1  # target dtype differs
+    assert x.data_ptr() % 64 == 0
+    assert frames(x, x, 4096) == (8, 32)
+    assert frames(x.float(), x.float(), 4096) == (4, 16)
+    assert frames(x, x, 16) == (8, 8)  # a tile narrower than the frame: 16-byte frames
+    assert frames(x, x, 4) == (1, 1)  # a tile narrower than 16 bytes
+    assert frames(x, x.float(), 4096) == (1, 1)  # target dtype differs
     wide = torch.randn(4, 210, dtype=torch.bfloat16)
-    assert entropy._frame_align(x, wide[:, :203], None, 4096) == 1  # row strides differ
+    assert frames(x, wide[:, :203], 4096) == (1, 1)  # row strides differ
     shifted = torch.randn(4 * 203 + 1, dtype=torch.bfloat16)[1:].view(4, 203)
-    assert entropy._frame_align(x, shifted, None, 4096) == 1  # not on a 16-byte boundary
+    assert frames(x, shifted, 4096) == (1, 1)  # not on a 16-byte boundary
+    on16 = torch.randn(4 * 203 + 8, dtype=torch.bfloat16)[8:].view(4, 203)
+    assert frames(x, on16, 4096) == (8, 8)  # on 16 bytes, not 64: 16-byte frames
     even = torch.randn(4, 256, dtype=torch.bfloat16)
-    assert entropy._frame_align(even, even, even, 4096) == 1  # Triton sees the alignment itself
+    assert frames(even, even, 4096) == (1, 1)  # Triton sees the alignment itself
 
 
 @pytest.mark.parametrize("loss", LOSSES)

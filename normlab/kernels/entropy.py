@@ -134,21 +134,23 @@ def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
 
 
 @triton.jit
-def _row_frames(row, x_row_stride, t_row_stride, grad_row_stride, ALIGN: tl.constexpr):
+def _row_frames(row, x_row_stride, t_row_stride, grad_row_stride, ALIGN: tl.constexpr,
+                FRAME: tl.constexpr):  # fmt: skip
     """(x, t, grad offsets, lead) of a row's frame: the columns the kernels index.
 
     ALIGN == 1: the row itself (lead 0). ALIGN > 1 (ALIGN columns per 16 bytes, for rows that do
     not start on a 16-byte boundary, e.g. V = 50257; the host checked that the three strides are
-    equal): the frame starts at the boundary at or before the row, lead columns early, so every
-    whole tile is one aligned vector load per thread. Triton cannot prove row * stride aligned
-    there and falls back to 2-byte loads.
+    equal): the frame starts at the FRAME-column boundary at or before the row (FRAME a multiple
+    of ALIGN; the host checked that the tensors start on one), lead columns early, so every whole
+    tile is one aligned vector load per thread. Triton cannot prove row * stride aligned there
+    and falls back to 2-byte loads. See configs.ENTROPY_FRAME_BYTES for FRAME > ALIGN.
     """
     x_off = row * x_row_stride
     t_off = row * t_row_stride
     grad_off = row * grad_row_stride
     lead = 0
     if ALIGN > 1:
-        lead = x_off % ALIGN
+        lead = x_off % FRAME
         x_off = tl.multiple_of(x_off - lead, ALIGN)
         t_off = x_off
         grad_off = x_off
@@ -354,10 +356,11 @@ def _fused_row(
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
     ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the three row strides are equal
+    FRAME: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     x_off, t_off, grad_off, lead = _row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
-                                               ALIGN)  # fmt: skip
+                                               ALIGN, FRAME)  # fmt: skip
     x_row = x_ptr + x_off
     t_row = t_ptr + t_off
     grad_row = grad_ptr + grad_off
@@ -474,11 +477,12 @@ def _reverse_kl_fused_kernel(
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
     ALIGN: tl.constexpr,
+    FRAME: tl.constexpr,
 ):
     """Reverse KL loss and gradient of one row in one launch (see module docstring)."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN)  # fmt: skip
+               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN, FRAME)  # fmt: skip
 
 
 @triton.jit
@@ -500,11 +504,12 @@ def _soft_cross_entropy_fused_kernel(
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
     ALIGN: tl.constexpr,
+    FRAME: tl.constexpr,
 ):
     """Soft-target cross-entropy loss and gradient of one row in one launch."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN)  # fmt: skip
+               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN, FRAME)  # fmt: skip
 
 
 @triton.jit
@@ -526,6 +531,7 @@ def _cross_entropy_fused_kernel(
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
     ALIGN: tl.constexpr,
+    FRAME: tl.constexpr,
 ):
     """Label cross-entropy loss and gradient of one row in one launch."""
     row = tl.program_id(0).to(tl.int64)
@@ -536,7 +542,7 @@ def _cross_entropy_fused_kernel(
         return
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN)  # fmt: skip
+               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN, FRAME)  # fmt: skip
 
 
 @triton.jit
@@ -613,6 +619,7 @@ def _entropy_chunked_kernel(
     BLOCK: tl.constexpr,
     CHUNKS_POW2: tl.constexpr,
     ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the three row strides are equal
+    FRAME: tl.constexpr,
 ):
     """Chunked form: n_chunks programs share one row, each owning a chunk of whole tiles.
 
@@ -633,7 +640,7 @@ def _entropy_chunked_kernel(
     then PHASE 2 as two launches (program id = ticket), the same arithmetic without the wait.
 
     Chunks cut the row's frame (see _row_frames): chunk 0 starts lead columns before the row, and
-    with ALIGN > 1 n_chunks covers n_cols + ALIGN - 1 columns, so a row's last chunk may be empty
+    with ALIGN > 1 n_chunks covers n_cols + FRAME - 1 columns, so a row's last chunk may be empty
     (its statistics are those of no column, which weigh 0 in the merge).
     """
     if PHASE == 3:
@@ -645,7 +652,7 @@ def _entropy_chunked_kernel(
     start = (chunk * chunk_tiles + tl.minimum(chunk, n_long)) * BLOCK
     chunk_cols = (chunk_tiles + (chunk < n_long).to(tl.int32)) * BLOCK
     x_off, t_off, grad_off, lead = _row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
-                                               ALIGN)  # fmt: skip
+                                               ALIGN, FRAME)  # fmt: skip
     x_row = x_ptr + x_off + start
     t_row = t_ptr + t_off + start
     grad_row = grad_ptr + grad_off + start
@@ -714,10 +721,11 @@ def _entropy_stats_kernel(
     FINALIZE: tl.constexpr,
     BLOCK: tl.constexpr,
     ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the row strides are equal
+    FRAME: tl.constexpr,
 ):
     """Per-row statistics of the split form. Label CE: acc is x[label] when this shard owns it."""
     row = tl.program_id(0).to(tl.int64)
-    x_off, t_off, _grad_off, lead = _row_frames(row, x_row_stride, t_row_stride, 0, ALIGN)
+    x_off, t_off, _grad_off, lead = _row_frames(row, x_row_stride, t_row_stride, 0, ALIGN, FRAME)
     x_row = x_ptr + x_off
     t_row = t_ptr + t_off
     x_label = 0.0
@@ -771,17 +779,18 @@ def _entropy_backward_kernel(
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
     ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the three row strides are equal
+    FRAME: tl.constexpr,
 ):
     """Gradient of one (row, column tile) from the stored row statistics: elementwise only.
 
-    With ALIGN > 1 the tiles cut the row's frame (cdiv(n_cols + ALIGN - 1, BLOCK) of them): whole
+    With ALIGN > 1 the tiles cut the row's frame (cdiv(n_cols + FRAME - 1, BLOCK) of them): whole
     tiles load and store unmasked, the row's first and last tile as _load_edge_tile and
     _store_edge_grad do (a row's last tile may be empty).
     """
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     x_off, t_off, grad_off, lead = _row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
-                                               ALIGN)  # fmt: skip
+                                               ALIGN, FRAME)  # fmt: skip
     x_row = x_ptr + x_off
     t_row = t_ptr + t_off
     grad_row = grad_ptr + grad_off
@@ -890,17 +899,25 @@ def _block(n_cols: int, cap: int) -> int:
     return min(triton.next_power_of_2(n_cols), cap)
 
 
-def _frame_align(x, t, grad, block) -> int:
-    """ALIGN of the kernels (see _row_frames): the columns per 16 bytes (V = 50257 in bf16: 8).
-    1 when Triton already sees aligned rows (strides and V multiples of 16), when the tensors'
-    rows are not aligned alike, or when a tile is narrower than 16 bytes."""
+def _frame_align(x, t, grad, block) -> dict[str, int]:
+    """ALIGN and FRAME of the kernels (see _row_frames). ALIGN: the columns per 16 bytes (V =
+    50257 in bf16: 8); 1 when Triton already sees aligned rows (strides and V multiples of 16),
+    when the tensors' rows are not aligned alike, or when a tile is narrower than 16 bytes.
+    FRAME: the columns per configs.ENTROPY_FRAME_BYTES where every tensor starts on such a
+    boundary and a tile is that wide, else ALIGN."""
     tensors = [x, t] + ([grad] if grad is not None else [])
     if all(v.stride(0) % 16 == 0 for v in tensors) and x.shape[1] % 16 == 0:
-        return 1
+        return {"ALIGN": 1, "FRAME": 1}
     align = 16 // x.element_size()
     alike = all(v.stride(0) == x.stride(0) and v.element_size() == x.element_size()
                 and v.data_ptr() % 16 == 0 for v in tensors)  # fmt: skip
-    return align if alike and block >= align else 1
+    if not alike or block < align:
+        return {"ALIGN": 1, "FRAME": 1}
+    frame_bytes = max(16, configs.ENTROPY_FRAME_BYTES)
+    frame = frame_bytes // x.element_size()
+    if block < frame or any(v.data_ptr() % frame_bytes for v in tensors):
+        frame = align
+    return {"ALIGN": align, "FRAME": frame}
 
 
 def _grad_scale(spec: _Spec, n_rows: int) -> tuple[float, bool]:
@@ -923,7 +940,7 @@ def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, ac
         scale, spec.ignore_index, n_cols,
         x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
         COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid,
-        BLOCK=block, ALIGN=_frame_align(x, t, grad, block),
+        BLOCK=block, **_frame_align(x, t, grad, block),
         num_warps=configs.entropy_num_warps(block, table),
     )  # fmt: skip
 
@@ -967,8 +984,9 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
     n_rows, n_cols = x.shape
     block = _block(n_cols, spec.block_cap)
     tiles = configs.ENTROPY_CHUNKED_TILES if tiles_per_chunk is None else tiles_per_chunk
-    align = _frame_align(x, t, grad, block)
-    layout = chunk_layout(n_cols + align - 1, block, tiles, _runtime.sm_count(x.device.index))
+    frames = _frame_align(x, t, grad, block)
+    layout = chunk_layout(n_cols + frames["FRAME"] - 1, block, tiles,
+                          _runtime.sm_count(x.device.index))  # fmt: skip
     n_chunks = layout.n_chunks
     if 5 * n_rows * n_chunks >= 2**31:  # tickets and statistics offsets are int32
         raise ValueError(
@@ -986,7 +1004,7 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
             scale, spec.ignore_index, n_rows, n_cols, n_chunks, layout.chunk_tiles, layout.n_long,
             x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
             KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
-            MEAN_OVER_VALID=over_valid, BLOCK=block, ALIGN=align,
+            MEAN_OVER_VALID=over_valid, BLOCK=block, **frames,
             CHUNKS_POW2=triton.next_power_of_2(n_chunks), num_warps=configs.ENTROPY_CHUNKED_WARPS,
             **_maxnreg(configs.ENTROPY_CHUNKED_MAXNREG.get(block)),
         )  # fmt: skip
@@ -1001,7 +1019,7 @@ def _launch_stats(spec, x, t, labels, finalize):
         x, t, labels, partial if partial is not None else row_stats, row_stats,
         spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
         x.stride(0), t.stride(0),
-        KIND=spec.kind, FINALIZE=finalize, BLOCK=block, ALIGN=_frame_align(x, t, None, block),
+        KIND=spec.kind, FINALIZE=finalize, BLOCK=block, **_frame_align(x, t, None, block),
         num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_STATS_BLOCK: configs.ENTROPY_STATS_WARPS}),
     )  # fmt: skip
     return partial, row_stats
@@ -1011,12 +1029,12 @@ def _launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, acc
     n_rows, n_cols = x.shape
     block = _block(n_cols, min(spec.block_cap, configs.ENTROPY_BACKWARD_BLOCK))
     scale, over_valid = _grad_scale(spec, n_rows)
-    align = _frame_align(x, t, grad, block)
-    _entropy_backward_kernel[(n_rows, triton.cdiv(n_cols + align - 1, block))](
+    frames = _frame_align(x, t, grad, block)
+    _entropy_backward_kernel[(n_rows, triton.cdiv(n_cols + frames["FRAME"] - 1, block))](
         x, t, labels, row_stats, grad_out, n_valid, grad,
         scale, spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
         x.stride(0), t.stride(0), grad.stride(0), 1 if grad_out.dim() else 0,
-        KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, BLOCK=block, ALIGN=align,
+        KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, BLOCK=block, **frames,
         num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_BACKWARD_BLOCK: configs.ENTROPY_BACKWARD_WARPS}),
     )  # fmt: skip
 
