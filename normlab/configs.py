@@ -597,18 +597,32 @@ ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 #   label CE     50257: fused2048 345.0 x, fused4096 361.9, chunked2048 365.9;
 #                50256: fused4096 321.5 x, fused2048 336.2, chunked2048 345.1
 # (At 50257 before the frames, every access 2-byte: 598-736, 564-642 and 360-466 us.)
+# Since 128-byte frames and whole last tiles of inner chunks (kernels/entropy.py, _is_whole;
+# run "entropy" at bdb8c58+ab, variant "entropy_whole2", two rounds, us):
+#   reverse KL   50257: chunked2048 519.6-522.1 x, fused2048 530.0-534.2, split 592.9
+#   soft CE      50257: fused2048 515.9-516.1 x, chunked2048 519.3-523.0, split 579.7-583.6
+#   label CE     50257: fused4096 331.2-332.2 x, fused2048 349.8-350.9, chunked2048 355.4-356.2
+# (the chunked form's gain is its inner chunks' whole last tiles, 552 -> 520 for reverse KL; the
+# fused and split kernels almost never take the new branch, and their changes, both ways, are
+# the compiler's: the same kernels without it measured fused2048 525-528 / 576 / 331-332 and
+# split 638 / 607-609 us).
 # Frames of unaligned rows (kernels/entropy.py, _row_frames): a row that does not start on 16
 # bytes is read from the ENTROPY_FRAME_BYTES boundary at or before it (16 bytes or more; a
-# multiple of 16), so that whole tiles are aligned vector loads. Not yet measured above 16.
-ENTROPY_FRAME_BYTES = 16
+# multiple of 16), so that whole tiles are aligned vector loads, and with 32 bytes or more on
+# whole 32-byte sectors. H200, 4096 x 50257 bf16 (dev/sweep_launch_configs_h200.json, run
+# "frame_bytes" at bdb8c58), 16 / 32 / 64 / 128-byte frames, us: reverse KL fused2048 532.2 /
+# 530.6 / 529.3 / 526.1, split 646.3 / 643.6 / 641.6 / 639.8; soft CE fused2048 582.9 / 579.7 /
+# 578.3 / 574.3; label CE fused2048 345.6 / 338.8 / 336.4 / 331.7, fused4096 361.0 / 350.4 /
+# 348.9 / 347.5; the chunked form within 1% either way.
+ENTROPY_FRAME_BYTES = 128
 ENTROPY_AUTO_TILE = 4096
 ENTROPY_AUTO_WIDE_COLS = 65536
 ENTROPY_AUTO_CLASSES = ("even", "ragged", "unaligned", "wide")
 ENTROPY_AUTO = {
-    "reverse_kl": (("fused", 4096), ("chunked", 2048), ("fused", 2048), ("chunked", 2048)),
-    "soft_cross_entropy": (("fused", 2048), ("chunked", 2048), ("chunked", 2048),
+    "reverse_kl": (("fused", 4096), ("chunked", 2048), ("chunked", 2048), ("chunked", 2048)),
+    "soft_cross_entropy": (("fused", 2048), ("chunked", 2048), ("fused", 2048),
                            ("chunked", 2048)),
-    "cross_entropy": (("fused", 4096), ("fused", 4096), ("fused", 2048), ("chunked", 4096)),
+    "cross_entropy": (("fused", 4096), ("fused", 4096), ("fused", 4096), ("chunked", 4096)),
 }
 
 

@@ -486,8 +486,9 @@ def test_auto_form_uses_config_table():
             assert cap & (cap - 1) == 0
             assert configs.ENTROPY_MIN_BLOCK <= cap <= configs.ENTROPY_MAX_BLOCK
     # The measured choices (see configs): 32768 takes the fused form, wider vocabularies the
-    # chunked one; unaligned ones below 65536 (rows off 16-byte boundaries) the fused form at
-    # tile 2048 (soft CE: chunked), ragged but aligned ones as measured at 50256.
+    # chunked one; unaligned ones below 65536 (rows off 16-byte boundaries): reverse KL the
+    # chunked form, soft CE fused at tile 2048, label CE fused at 4096; ragged but aligned ones
+    # as measured at 50256.
     wide = configs.ENTROPY_AUTO_WIDE_COLS
     assert wide == 65536
     classes = {n: configs.entropy_vocab_class(n) for n in (1000, 4097, 32000, 32768, 50256, 50257,
@@ -500,14 +501,14 @@ def test_auto_form_uses_config_table():
     assert configs.entropy_auto("cross_entropy", 50256, False) == ("fused", 4096)
     assert configs.entropy_auto("reverse_kl", 32768, False) == ("fused", 4096)
     assert configs.entropy_auto("reverse_kl", wide - 4096, False) == ("fused", 4096)
-    assert configs.entropy_auto("reverse_kl", 50257, False) == ("fused", 2048)
-    assert configs.entropy_auto("soft_cross_entropy", 50257, False) == ("chunked", 2048)
+    assert configs.entropy_auto("reverse_kl", 50257, False) == ("chunked", 2048)
+    assert configs.entropy_auto("soft_cross_entropy", 50257, False) == ("fused", 2048)
     assert configs.entropy_auto("reverse_kl", wide, False) == ("chunked", 2048)
     assert configs.entropy_auto("reverse_kl", 151936, False) == ("chunked", 2048)
     assert configs.entropy_auto("soft_cross_entropy", 32768, False) == ("fused", 2048)
     assert configs.entropy_auto("soft_cross_entropy", 151936, False) == ("chunked", 2048)
     assert configs.entropy_auto("cross_entropy", 32768, False) == ("fused", 4096)
-    assert configs.entropy_auto("cross_entropy", 50257, False) == ("fused", 2048)
+    assert configs.entropy_auto("cross_entropy", 50257, False) == ("fused", 4096)
     assert configs.entropy_auto("cross_entropy", wide, False) == ("chunked", 4096)
     assert configs.entropy_auto("cross_entropy", 151936, False) == ("chunked", 4096)
     assert configs.entropy_auto("cross_entropy", wide, True) == ("split", 4096)
