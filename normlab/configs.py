@@ -589,7 +589,7 @@ ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 # Unaligned vocabularies (50257) run the kernels' aligned frames (kernels/entropy.py,
 # _row_frames); ragged but aligned ones (50256) do not need them. At V = 50257 and 50256
 # (dev/sweep_launch_configs_h200.json, the last "78ac7b1+ab" run and the one before, us;
-# "x" = taken):
+# "x" = taken then):
 #   reverse KL   50257: fused2048 533.0 x, chunked2048 551.4, fused4096 600.3;
 #                50256: chunked2048 511.7 x, fused2048 529.8, fused4096 534.8
 #   soft CE      50257: chunked2048 543.5 x, fused2048 582.6; 50256: chunked2048 500.9 x,

@@ -653,10 +653,10 @@ from V = 65536 up (the recorded table below shows where).
 
 Ragged vocabularies teach one more thing. At V = 50257 a bf16 row is 100514 bytes, so most rows do
 not start on a 16-byte boundary; Triton cannot prove the alignment of `row * stride` and compiles
-every access to 2 bytes. The loss kernels therefore index each row from the 16-byte boundary before
-it: whole tiles become vector loads and stores, and the lanes that belong to the neighbouring rows
-are dropped in registers (`_row_frames` in `normlab/kernels/entropy.py`; the README gives the
-before and after).
+every access to 2 bytes. The loss kernels therefore index each row from the 128-byte boundary before
+it: whole tiles become vector loads and stores on whole 32-byte sectors, and the lanes that belong
+to the neighbouring rows are dropped in registers (`_row_frames` in `normlab/kernels/entropy.py`;
+the README gives the before and after).
 '''),
     MODE_NOTE,
     SETUP,
@@ -716,8 +716,9 @@ A row of V bf16 logits is 2·V bytes, so row r starts 2·V·r bytes into the ten
 load (8 bf16 values per instruction) needs that address to be a multiple of 16. At V = 50256 it
 always is; at V = 50257 it almost never is, and Triton, which cannot prove it for any row, falls
 back to 2-byte loads and stores everywhere. The loss kernels therefore index each row from the
-16-byte boundary before it, drop the previous and next rows' lanes in registers, and store the
-partial vectors at a row's two ends lane by lane. `configs.entropy_vocab_class` is what
+128-byte boundary before it (a cache line, so whole tiles also fall on whole 32-byte sectors), drop
+the previous and next rows' lanes in registers, and store the partial vectors at a row's two ends
+lane by lane. `configs.entropy_vocab_class` is what
 `form="auto"` uses to tell the two cases apart.
 '''),
     code('''
@@ -756,22 +757,22 @@ viz.records_table(viz.select(kl, N=50257), ["impl", "strategy", "block_cap", "de
                                             "frac_roofline"], empty=viz.NO_RECORDED_DATA)
 '''),
     md('''
-What the frames do not fix: even at V = 50256, whose rows are aligned, the chunked form ran reverse
-KL in 511.7 µs (2414 GB/s) in the A/B sweeps, short of the 2500 GB/s it reaches from 32768 up.
-Nsight Compute on the H200 (`normlab/data/dev/ncu_h200_7e9c754.json`) shows where the time goes.
-At 50256 the chunked kernel read 992 MB from HBM, against the 823 MB that `logits` and `target`
-hold (+20%); at 65536 the excess was 6.8%. With five tiles per chunk instead of four, more of the
-gradient pass's re-reads miss L2 and go back to HBM. The kernel also moves only 53–57% of HBM's
-peak bandwidth: it is bound by latency, not bandwidth. Each program runs a chain of loads, a wait
-at its row's counter, and re-reads. A timing-only variant without the wait was not faster, so the
-wait is not the cost.
+What is left at 50257. The chunked form, the default for reverse KL there, ran 4096 × 50257 in
+515–518 µs (2390–2400 GB/s), short of the 2500 GB/s it reaches from 65536 up. Sweeps on the H200
+(`normlab/data/dev/sweep_launch_configs_h200.json`) say why. The kernels are bound by latency per
+tile, not by bytes: at 49152 columns (24 whole tiles of 2048) the chunked form took 487 µs, at 50256
+(25 tiles, the last 54% full) 511 µs, so a ragged last tile costs as much as a whole one. And even
+whole tiles run at only about 2480 GB/s there: Nsight Compute (`normlab/data/dev/ncu_h200_7e9c754.json`)
+has the chunked kernel moving 53–57% of HBM's peak, each program waiting on its chain of loads, the
+meeting at its row's counter, and the re-reads. Unaligned rows used to cost another 7%, because every
+inner chunk's last tile took the masked edge path meant for a row's ends; loading and storing those
+whole tiles unmasked took reverse KL from 552 to 518 µs.
 
-The fused 2048 tile, the default at 50257, shows the other side of the trade. It moves 73% of HBM's
-peak, but it read 1458 MB (+77%): 7 programs per SM fit by registers, so 924 rows are in flight,
-and 924 × 201 KB of logits and targets is 186 MB against 60 MB of L2, so most of the gradient pass
-goes back to HBM. Fewer programs per SM would keep the rows in L2 but starve the loads (a
-persistent grid at 1–2 programs per SM measured 10–23% slower). What is left at 50257 is L2
-capacity, between a kernel that re-reads from HBM and one that waits on its neighbours.
+The fused 2048 tile shows the other side of the trade (531 µs). It moves 73% of HBM's peak, but it
+read 1458 MB against the 823 MB minimum (+77%): 7 programs per SM fit by registers, so 924 rows are
+in flight, and 924 × 201 KB of logits and targets is 186 MB against 60 MB of L2. Most of its
+gradient pass goes back to HBM. Fewer programs per SM would keep the rows in L2 but starve the loads
+(a persistent grid at 1–2 programs per SM measured 10–23% slower).
 '''),
     nav(5),
 ]
