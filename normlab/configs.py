@@ -605,7 +605,9 @@ ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 # (the chunked form's gain is its inner chunks' whole last tiles, 552 -> 520 for reverse KL; the
 # fused and split kernels almost never take the new branch, and their changes, both ways, are
 # the compiler's: the same kernels without it measured fused2048 525-528 / 576 / 331-332 and
-# split 638 / 607-609 us).
+# split 638 / 607-609 us). The same branches for aligned rows measured slower for the forms
+# "auto" takes there (reverse KL fused4096 at 32768 319 -> 341 us; run "entropy" at 3ee70cd+ab):
+# not adopted.
 # Frames of unaligned rows (kernels/entropy.py, _row_frames): a row that does not start on 16
 # bytes is read from the ENTROPY_FRAME_BYTES boundary at or before it (16 bytes or more; a
 # multiple of 16), so that whole tiles are aligned vector loads, and with 32 bytes or more on
