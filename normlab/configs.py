@@ -597,7 +597,7 @@ ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 #   label CE     50257: fused2048 345.0 x, fused4096 361.9, chunked2048 365.9;
 #                50256: fused4096 321.5 x, fused2048 336.2, chunked2048 345.1
 # (At 50257 before the frames, every access 2-byte: 598-736, 564-642 and 360-466 us.)
-# Since 128-byte frames and whole last tiles of inner chunks (kernels/entropy.py, _is_whole;
+# Since 128-byte frames and whole last tiles of inner chunks (kernels/entropy.py, _grad_pass;
 # run "entropy" at bdb8c58+ab, variant "entropy_whole2", two rounds, us):
 #   reverse KL   50257: chunked2048 519.6-522.1 x, fused2048 530.0-534.2, split 592.9
 #   soft CE      50257: fused2048 515.9-516.1 x, chunked2048 519.3-523.0, split 579.7-583.6

@@ -33,7 +33,8 @@ Forms (seed 004):
 
 Masked lanes are loaded as -inf, never 0, so they cannot move a max or a log-sum-exp. All three
 forms index rows that do not start on a 16-byte boundary (a ragged V such as 50257) from the
-boundary before them (``_row_frames``), so their tiles stay 16-byte vector loads and stores.
+128-byte boundary before them (``_row_frames``), so their tiles stay 16-byte vector loads and
+stores.
 """
 
 from __future__ import annotations
@@ -988,7 +989,9 @@ def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int) -
     chunks per row (so the waiting programs of one row always fit on the GPU, one per SM). A
     short last chunk's program waits on the others: 25 tiles as 5 chunks of 5, not 6 of 4 and
     1 of 1, ran 8-10% faster at V = 50257 on the H200, and 75 tiles as 15 of 5, not 18 of 4 and
-    1 of 3, 1.4-6.7% faster at 151936 (dev/sweep_launch_configs_h200.json)."""
+    1 of 3, 1.4-6.7% faster at 151936 (dev/sweep_launch_configs_h200.json). n_long is 0: chunks
+    of q and q + 1 tiles measured slower than these layouts at every V (run "chunked_layouts" at
+    a868c1c); sweeps force such layouts through it."""
     n_tiles = triton.cdiv(n_cols, block)
     tiles = min((tiles_per_chunk, tiles_per_chunk + 1), key=lambda k: (-n_tiles % k, k))
     n_chunks = min(max(1, round(n_tiles / tiles)), sm_count)
