@@ -36,6 +36,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   time toward torch.compile's kernel (needs ``ab/ab_fwd.py``, see the part).
 * ``fwd_1024_peer``: 1024 columns, both norms, the default forward and the register-resident row
   at 1-4 warps against torch.compile in the same run, three interleaved rounds.
+* ``fwd_1024_occupancy``: RMSNorm at 1024 columns, the block-row forward at fewer resident rows
+  (tile rows x warps x programs per SM) against the default and torch.compile.
 * ``narrow_fwd_tiles``: 7,864,320 rows x 16-256 columns, block-row forward tiles down to 2 warps
   against the default and torch.compile in the same run, two interleaved rounds.
 * ``fwd_wide_tiles``: the block-row forward at 512 columns over row counts and short tiles at 256,
@@ -270,6 +272,25 @@ def part_fwd_1024_peer(s: Sweep) -> None:
                    lambda: K.norm_forward(x, w, b, EPS, is_rms, block_size=1024, num_warps=wp))  # noqa: B023, F821
         del x, w, b
     s.save()
+
+
+def part_fwd_1024_occupancy(s: Sweep) -> None:
+    """RMSNorm at 1024 columns (where torch.compile's one-warp row, at 38% achieved occupancy,
+    leads): the block-row forward at fewer resident rows, tile rows x warps x programs per SM
+    (0: one program per tile), against the default and torch.compile, two interleaved rounds."""
+    tiles = [(rows, wp, pps) for rows, wp, pps in itertools.product((1, 2, 4), (1, 2, 4), (0, 4, 8, 16))
+             if rows * 1024 // (32 * wp) >= 8]  # fmt: skip
+    for round_, m in itertools.product(range(2), (8192, 16384, 32768)):
+        case = {"op": "rms_norm", "M": m, "N": 1024, "round": round_}
+        _time_default_and_compile(s, "fwd-1024-occupancy", case)
+        x, w, b, _ = norm_inputs(m, 1024, True)
+        for rows, wp, pps in tiles:
+            cfg = configs.BlockRowFwdConfig(rows, wp, pps)
+            s.time("fwd-1024-occupancy", {**case, "kernel": "block_row", "block_rows": rows,
+                                          "warps": wp, "programs_per_sm": pps},
+                   functools.partial(NR._fwd, x, w, b, EPS, True, cfg), reps=10)
+        del x, w, b
+        s.save()
 
 
 def part_narrow_fwd_tiles(s: Sweep) -> None:
