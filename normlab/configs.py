@@ -558,6 +558,16 @@ ENTROPY_RESCALE_BLOCK = 4096
 ENTROPY_RESCALE_WARPS = 8
 ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 
+# Frames of unaligned rows (kernels/entropy.py, _row_frames): a row that does not start on 16
+# bytes is read from the ENTROPY_FRAME_BYTES boundary at or before it (16 bytes or more; a
+# multiple of 16), so that whole tiles are aligned vector loads, and with 32 bytes or more on
+# whole 32-byte sectors. H200, 4096 x 50257 bf16 (dev/sweep_launch_configs_h200.json, run
+# "frame_bytes" at bdb8c58), 16 / 32 / 64 / 128-byte frames, us: reverse KL fused2048 532.2 /
+# 530.6 / 529.3 / 526.1, split 646.3 / 643.6 / 641.6 / 639.8; soft CE fused2048 582.9 / 579.7 /
+# 578.3 / 574.3; label CE fused2048 345.6 / 338.8 / 336.4 / 331.7, fused4096 361.0 / 350.4 /
+# 348.9 / 347.5; the chunked form within 1% either way.
+ENTROPY_FRAME_BYTES = 128
+
 # form="auto": per loss, (form, cap) for four classes of V (entropy_auto): "even" (V <=
 # ENTROPY_AUTO_TILE or V % ENTROPY_AUTO_TILE == 0), "ragged" (otherwise, V % 16 == 0), "unaligned"
 # (V % 16 != 0: contiguous rows start off 16-byte boundaries and the kernels run aligned frames)
@@ -608,15 +618,6 @@ ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
 # split 638 / 607-609 us). The same branches for aligned rows measured slower for the forms
 # "auto" takes there (reverse KL fused4096 at 32768 319 -> 341 us; run "entropy" at 3ee70cd+ab):
 # not adopted.
-# Frames of unaligned rows (kernels/entropy.py, _row_frames): a row that does not start on 16
-# bytes is read from the ENTROPY_FRAME_BYTES boundary at or before it (16 bytes or more; a
-# multiple of 16), so that whole tiles are aligned vector loads, and with 32 bytes or more on
-# whole 32-byte sectors. H200, 4096 x 50257 bf16 (dev/sweep_launch_configs_h200.json, run
-# "frame_bytes" at bdb8c58), 16 / 32 / 64 / 128-byte frames, us: reverse KL fused2048 532.2 /
-# 530.6 / 529.3 / 526.1, split 646.3 / 643.6 / 641.6 / 639.8; soft CE fused2048 582.9 / 579.7 /
-# 578.3 / 574.3; label CE fused2048 345.6 / 338.8 / 336.4 / 331.7, fused4096 361.0 / 350.4 /
-# 348.9 / 347.5; the chunked form within 1% either way.
-ENTROPY_FRAME_BYTES = 128
 ENTROPY_AUTO_TILE = 4096
 ENTROPY_AUTO_WIDE_COLS = 65536
 ENTROPY_AUTO_CLASSES = ("even", "ragged", "unaligned", "wide")

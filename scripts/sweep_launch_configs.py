@@ -563,6 +563,21 @@ ENTROPY_AB_FORMS = (("fused", 4096), ("fused", 2048), ("chunked", 2048), ("chunk
                     ("split", None))
 
 
+def _loss_step(fn, x, other, form, cap):
+    """One timed loss call: forward and the gradient wrt x."""
+    return torch.autograd.grad(fn(x, other, form=form, block_cap=cap), x)
+
+
+def _agreement(first: dict, key, fn, x, other, form, cap) -> dict:
+    """Run one loss call; its loss and max |grad| difference from the first call under ``key``
+    (the same inputs), which ``first`` keeps."""
+    out = fn(x, other, form=form, block_cap=cap)
+    (grad,) = torch.autograd.grad(out, x)
+    ref_out, ref_grad = first.setdefault(key, (out.detach().float(), grad.float()))
+    return {"loss_diff": float((out.detach().float() - ref_out).abs()),
+            "grad_max_diff": float((grad.float() - ref_grad).abs().max())}
+
+
 def part_entropy(s: Sweep, variants: list[Path], vocabs: list[int], *,
                  losses=("reverse_kl", "soft_cross_entropy", "cross_entropy"),
                  forms=ENTROPY_AB_FORMS, rounds: int = 1, part: str = "entropy") -> None:
@@ -581,20 +596,11 @@ def part_entropy(s: Sweep, variants: list[Path], vocabs: list[int], *,
         ):
             fn = getattr(mod, loss)
             other = labels if loss == "cross_entropy" else t
-
-            def call():
-                return torch.autograd.grad(fn(x, other, form=form, block_cap=cap), x)  # noqa: B023
-
-            out = fn(x, other, form=form, block_cap=cap)
-            (grad,) = torch.autograd.grad(out, x)
-            ref_out, ref_grad = first.setdefault((loss, form, cap, v),
-                                                 (out.detach().float(), grad.float()))  # fmt: skip
             case = {"op": loss, "M": 4096, "N": v, "variant": name, "form": form, "cap": cap,
-                    "loss_diff": float((out.detach().float() - ref_out).abs()),
-                    "grad_max_diff": float((grad.float() - ref_grad).abs().max())}
+                    **_agreement(first, (loss, form, cap, v), fn, x, other, form, cap)}
             if rounds > 1:
                 case["round"] = round_
-            s.time(part, case, call)
+            s.time(part, case, functools.partial(_loss_step, fn, x, other, form, cap))
         del x, t, labels
         s.save()
 
@@ -709,11 +715,6 @@ def part_chunked(s: Sweep) -> None:
         del x, t
 
 
-def _loss_step(fn, x, other, form, cap):
-    """One timed loss call: forward and the gradient wrt x."""
-    return torch.autograd.grad(fn(x, other, form=form, block_cap=cap), x)
-
-
 def _forced_layouts(n_tiles: int) -> dict[str, tuple[int, int, int]]:
     """Chunk layouts (chunk_tiles, n_long, n_chunks) of ``n_tiles`` tiles: k-tile chunks with a
     short last one ("uniform k"), and n chunks of whole tiles differing by at most one
@@ -739,7 +740,8 @@ def part_chunked_layouts(s: Sweep) -> None:
         for v in (50257, 50256, 49152, 65536, 151936):
             x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
             t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
-            n_tiles = -(-(v + (7 if v % 8 else 0)) // 2048)
+            frame = E._frame_align(x, t, None, 2048)["FRAME"]  # the columns a frame may lead by
+            n_tiles = -(-(v + frame - 1) // 2048)
             layouts = {"default": None, **_forced_layouts(n_tiles)}
             for round_, loss in itertools.product(range(2), ("reverse_kl", "soft_cross_entropy")):
                 fn = getattr(normlab, loss)
@@ -887,14 +889,9 @@ def part_frame_bytes(s: Sweep) -> None:
                 configs.ENTROPY_FRAME_BYTES = fb
                 fn = getattr(normlab, loss)
                 other = labels if loss == "cross_entropy" else t
-                out = fn(x, other, form=form, block_cap=cap)
-                (grad,) = torch.autograd.grad(out, x)
-                ref_out, ref_grad = first.setdefault((loss, form, cap, v),
-                                                     (out.detach().float(), grad.float()))  # fmt: skip
                 case = {"op": loss, "M": 4096, "N": v, "form": form, "cap": cap,
                         "frame_bytes": fb, "round": round_,
-                        "loss_diff": float((out.detach().float() - ref_out).abs()),
-                        "grad_max_diff": float((grad.float() - ref_grad).abs().max())}
+                        **_agreement(first, (loss, form, cap, v), fn, x, other, form, cap)}
                 s.time("frame-bytes", case, functools.partial(_loss_step, fn, x, other, form, cap))
             s.save()
             del x, t, labels
