@@ -366,6 +366,10 @@ BLOCK_ROW_MAX_COLS = 256
 # below ~16k rows. (That run's backward was the untuned column-sum variant; at 256 columns it lost
 # at every row count, so the threshold at 256 columns is not yet measured with the tuned one.)
 BLOCK_ROW_MIN_ROWS = 16384
+# The block-row path stores no row statistics: its forward writes y only and its backward
+# recomputes mean and rstd from the x tile it reads anyway (LayerNorm: 8 bytes a row, against
+# 64 for x and y at 16 bf16 columns). MEASUREMENT PENDING.
+BLOCK_ROW_RECOMPUTE_STATS = True
 # Forward tile: BLOCK_ROWS x next_pow2(n_cols), at most this many elements and rows (the rule for
 # widths outside BLOCK_ROW_FWD_TILES and for the tuning scripts' overrides). H200 run: 4096-element
 # tiles beat 2048 (501 vs 546 us at 64 columns, 1984 vs 2273 us at 256, at 4-8 warps); at 16

@@ -57,6 +57,10 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``frame_bytes``: the frame boundary of unaligned rows (V = 50257) for every loss and form.
 * ``fwd_ties``: the forwards within 2% of torch.compile in the records, six interleaved rounds with
   the order flipped every round.
+* ``narrow_recompute``: 7,864,320 rows x 16-256 columns, both norms: the block-row forward with
+  and without storing mean/rstd, the backward reading them or recomputing them from x (at the
+  default tile and at 4 / 16 warps), against torch.compile, three interleaved rounds; with the
+  two paths' agreement and the recomputing backward's error against fp32 autograd.
 * ``reduce_tiles``: the partial-sum reduce kernel's tile inside the default backward, peer shapes.
 * ``bwd_512``: the row path's backward at 7,864,320 x 512 (tile rows x warps x programs per SM
   x prefetch) against the default and torch.compile.
@@ -95,6 +99,7 @@ sys.path.insert(0, str(ROOT))
 # isort: off
 import normlab  # picks the runtime before triton
 import torch
+import torch.nn.functional as F
 from normlab import _runtime, configs
 from normlab.bench import device_info, time_call
 from normlab.bench.sweep import PEERS
@@ -304,6 +309,80 @@ def part_narrow_fwd_tiles(s: Sweep) -> None:
         tiles = [(rows, wp) for rows, wp in itertools.product((16, 32, 64, 128, 256), (1, 2, 4, 8))
                  if 1024 <= rows * n <= 16384 and 8 <= rows * n // (32 * wp) <= 64]  # fmt: skip
         _time_block_row_tiles(s, "narrow-fwd-tiles", case, is_rms, tiles)
+        s.save()
+
+
+def _narrow_recompute_agreement(s: Sweep, op: str, n: int, x, w, b, dy, is_rms: bool) -> None:
+    """The recomputing path against the storing one (y bitwise, dx / dγ / dβ), and its dγ / dβ
+    against fp32 autograd over all rows (its dx on the first 2^20)."""
+    fcfg = configs.block_row_fwd_config(n, is_rms)
+    bcfg = configs.block_row_bwd_config(n)
+    y, mean, rstd = NR._fwd(x, w, b, EPS, is_rms, fcfg)
+    y2, _, _ = NR._fwd(x, w, b, EPS, is_rms, fcfg, store_stats=False)
+    stored = NR._bwd(dy, x, w, b is not None, mean, rstd, is_rms, bcfg)
+    got = NR._bwd(dy, x, w, b is not None, None, None, is_rms, bcfg, eps=EPS)
+    params = [t.float().requires_grad_() for t in (w, b) if t is not None]
+    ref_sums = [torch.zeros(n, device=x.device, dtype=torch.float64) for _ in params]
+    chunk = 1 << 20
+    for r0 in range(0, x.shape[0], chunk):
+        xs = x[r0:r0 + chunk].float().requires_grad_()
+        ys = (F.rms_norm(xs, (n,), params[0], EPS) if is_rms
+              else F.layer_norm(xs, (n,), params[0], params[1], EPS))  # fmt: skip
+        grads = torch.autograd.grad(ys, [xs, *params], dy[r0:r0 + chunk].float())
+        if r0 == 0:
+            dx_err = (got[0][:chunk].float() - grads[0]).abs().max().item()
+        for acc, g_ in zip(ref_sums, grads[1:]):
+            acc += g_.double()
+
+    def rel(a, e):
+        return ((a.double() - e).abs().max() / e.abs().max()).item()
+
+    res = {"part": "narrow-recompute-check", "op": op, "N": n,
+           "y_bitwise_equal": torch.equal(y, y2),
+           "dx_max_abs_diff_vs_stored": (got[0].float() - stored[0].float()).abs().max().item(),
+           "dx_max_abs_err_vs_fp32_first_2^20_rows": dx_err}  # fmt: skip
+    for name, g_, st, e in zip(("dweight", "dbias"), got[1:], stored[1:], ref_sums):
+        res[f"{name}_rel_diff_vs_stored"] = rel(g_, st.double())
+        res[f"{name}_rel_err_vs_fp32"] = rel(g_, e)
+    s.data["results"].append(res)
+    print(res, flush=True)
+    del y, y2, mean, rstd, stored, got
+
+
+def part_narrow_recompute(s: Sweep) -> None:
+    """7,864,320 rows x 16-256 columns, both norms: the block-row forward storing mean/rstd or not,
+    the backward reading them or recomputing them from x (default tile, and at 4 / 16 warps),
+    against torch.compile, three interleaved rounds, the order flipped every round."""
+    for round_, is_rms, n in itertools.product(range(3), (True, False), (16, 32, 64, 128, 256)):
+        op = "rms_norm" if is_rms else "layer_norm"
+        case = {"op": op, "M": NARROW_ROWS, "N": n, "round": round_}
+        x, w, b, dy = norm_inputs(NARROW_ROWS, n, is_rms)
+        if round_ == 0:
+            _narrow_recompute_agreement(s, op, n, x, w, b, dy, is_rms)
+        fcfg = configs.block_row_fwd_config(n, is_rms)
+        _, mean, rstd = NR._fwd(x, w, b, EPS, is_rms, fcfg)
+        runs = [("fwd", {"stats": "stored"},
+                 functools.partial(NR._fwd, x, w, b, EPS, is_rms, fcfg)),
+                ("fwd", {"stats": "none"},
+                 functools.partial(NR._fwd, x, w, b, EPS, is_rms, fcfg, store_stats=False))]
+        for wp in (None, 4, 16):
+            bcfg = configs.block_row_bwd_config(n, num_warps=wp)
+            runs.append(("bwd", {"stats": "stored", "warps": bcfg.num_warps},
+                         functools.partial(NR._bwd, dy, x, w, b is not None, mean, rstd, is_rms,
+                                           bcfg)))  # fmt: skip
+            runs.append(("bwd", {"stats": "recomputed", "warps": bcfg.num_warps},
+                         functools.partial(NR._bwd, dy, x, w, b is not None, None, None, is_rms,
+                                           bcfg, eps=EPS)))  # fmt: skip
+        if round_ % 2:
+            runs.reverse()
+        order = ("normlab", "compile") if round_ % 2 else ("compile", "normlab")
+        for direction in ("fwd", "bwd"):
+            _time_default_and_compile(s, "narrow-recompute", {**case, "direction": direction},
+                                      direction, reps=10, order=order)
+        for direction, extra, run in runs:
+            s.time("narrow-recompute", {**case, "direction": direction, "kernel": "block_row",
+                                        **extra}, run, reps=10)  # fmt: skip
+        del x, w, b, dy, mean, rstd, runs
         s.save()
 
 

@@ -100,6 +100,23 @@ def _check_all(x, weight, bias, dy, is_rms, dtype):
         assert db.dtype == bias.dtype and db.shape == bias.shape
         assert_close(db, db_ref, dtype=dtype, reduce_len=n_rows, msg="dbias")
 
+    # the path the public API takes: a forward that stores no statistics, a backward that
+    # recomputes them from x (the same fp32 arithmetic: y is bitwise the same)
+    y2, mean2, rstd2 = narrow.block_row_forward(x, weight, bias, eps, is_rms, store_stats=False)
+    assert mean2 is None and rstd2 is None
+    assert torch.equal(y2, y)
+    grads = narrow.block_row_backward(dy, x, weight, bias, None, None, is_rms, eps=eps)
+    for got, stored, ref, name in zip(grads, (dx, dw, db), (dx_ref, dw_ref, db_ref),
+                                      ("dx", "dweight", "dbias")):  # fmt: skip
+        if ref is None:
+            assert got is None
+            continue
+        assert got.dtype == stored.dtype and got.shape == stored.shape
+        scale = rstd_ref[:, None] if name == "dx" else 1.0
+        reduce_len = None if name == "dx" else n_rows
+        assert_close(got / scale, ref / scale, dtype=dtype, reduce_len=reduce_len,
+                     msg=f"{name} (recomputed statistics)")  # fmt: skip
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n_cols", WIDTHS)
@@ -180,6 +197,36 @@ def test_persistent_forward(is_rms, n_cols):
     y_tile, _, rstd_tile = narrow._fwd(x, weight, bias, EPS[is_rms], is_rms, cfg._replace(
         programs_per_sm=0))  # fmt: skip
     assert torch.equal(y, y_tile) and torch.equal(rstd, rstd_tile)  # same arithmetic per tile
+
+
+@pytest.mark.parametrize("acc_tile", [False, True], ids=["acc_vector", "acc_tile"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_recomputed_statistics_at_eps_zero(is_rms, acc_tile):
+    # eps = 0: the masked rows past n_rows (all zeros) would get rstd = rsqrt(0) = inf and
+    # xhat = 0 * inf = NaN, which the dγ sum would pick up; the kernel gives them rstd 0.
+    n_cols = 16
+    cfg = configs.block_row_bwd_config(n_cols, acc_tile=acc_tile)
+    n_rows = 3 * cfg.block_rows + 5  # ragged: the last tile is mostly padding
+    x, weight, bias, dy = _make(n_rows, n_cols, torch.float32, True, not is_rms)
+    dx, dw, db = narrow._bwd(dy, x, weight, bias is not None, None, None, is_rms, cfg, eps=0.0)
+    dx_ref, dw_ref, db_ref = _reference_grads(x, weight, bias, dy, 0.0, is_rms)
+    assert dw.isfinite().all()
+    assert_close(dx, dx_ref, msg="dx")
+    assert_close(dw, dw_ref, reduce_len=n_rows, msg="dweight")
+    if db is not None:
+        assert_close(db, db_ref, reduce_len=n_rows, msg="dbias")
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_public_api_stores_no_statistics_on_the_block_row_path(is_rms):
+    x, weight, bias, _ = _make(N_ROWS, 17, torch.float32, True, not is_rms)
+    for layout, n_stats in (("block_row", 0), ("row", N_ROWS)):
+        if layout == "block_row" and not configs.BLOCK_ROW_RECOMPUTE_STATS:
+            n_stats = N_ROWS
+        _y, mean, rstd = torch.ops.normlab.norm_fwd(x, weight, bias, EPS[is_rms], is_rms, "auto",
+                                                    layout)  # fmt: skip
+        assert rstd.shape == (n_stats,)
+        assert mean.shape == ((0,) if is_rms else (n_stats,))
 
 
 def test_backward_is_deterministic():
@@ -278,6 +325,15 @@ def test_clear_errors():
         narrow.block_row_backward(x, x, w, None, None, rstd, False)
     with pytest.raises(TypeError, match="rstd.dtype"):
         narrow.block_row_backward(x, x, w, None, mean, rstd.half(), False)
+    with pytest.raises(ValueError, match="pass the forward's eps"):
+        narrow.block_row_backward(x, x, w, None, None, None, False)
+    with pytest.raises(ValueError, match="mean without rstd"):
+        narrow.block_row_backward(x, x, w, None, mean, None, False, eps=1e-5)
+    for bad_eps in (-1.0, math.inf, True, "1e-5"):
+        with pytest.raises(ValueError, match="eps must be a finite float"):
+            narrow.block_row_backward(x, x, w, None, None, None, False, eps=bad_eps)
+    with pytest.raises(ValueError, match="needs the forward's eps"):
+        narrow._bwd(x, x, w, False, None, None, False, configs.block_row_bwd_config(16))
     for strategy in ("atomic", "two_stage", "bogus"):
         with pytest.raises(
             ValueError, match=f"strategy='{strategy}' does not exist for layout='block_row'"

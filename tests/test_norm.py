@@ -535,15 +535,19 @@ def test_row_strided_view_is_not_copied(monkeypatch):
     assert seen["stride"] == (40, 1)
 
 
+@pytest.mark.parametrize(
+    ("layout", "dynamic"), [("auto", False), ("auto", True), ("block_row", True)]
+)
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_torch_compile_fullgraph(is_rms):
+def test_torch_compile_fullgraph(is_rms, layout, dynamic):
+    # block_row: the forward returns empty statistics and the backward recomputes them
     x, w, b = _inputs(6, 20, torch.float32, is_rms)
     w.requires_grad_(True)
 
     def loss(x, w, b):
-        return (_fwd(x, w, b, 1e-5, is_rms) * torch.arange(20.0)).sum()
+        return (_fwd(x, w, b, 1e-5, is_rms, layout=layout) * torch.arange(20.0)).sum()
 
-    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager", dynamic=dynamic)
     xe, xc = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     le, lc = loss(xe, w, b), compiled(xc, w, b)
     gw_e = torch.autograd.grad(le, (xe, w))
@@ -663,12 +667,15 @@ def test_layout_dispatch(monkeypatch, is_rms):
 
     calls = []
 
-    def fwd(x, weight, bias, eps, is_rms_):
-        calls.append(("fwd", x.shape, is_rms_))
-        return K.norm_forward(x, weight, bias, eps, is_rms_)
+    def fwd(x, weight, bias, eps, is_rms_, store_stats=True):
+        calls.append(("fwd", x.shape, is_rms_, store_stats))
+        y, mean, rstd = K.norm_forward(x, weight, bias, eps, is_rms_)
+        return (y, mean, rstd) if store_stats else (y, None, None)
 
-    def bwd(dy, x, weight, bias, mean, rstd, is_rms_, strategy="auto"):
-        calls.append(("bwd", x.shape, strategy))
+    def bwd(dy, x, weight, bias, mean, rstd, is_rms_, strategy="auto", eps=None):
+        calls.append(("bwd", x.shape, strategy, rstd is None))
+        if rstd is None:  # the statistics the forward did not store
+            _, mean, rstd = K.norm_forward(x, weight, bias, eps, is_rms_)
         return K.norm_backward(dy, x, weight, bias, mean, rstd, is_rms_, strategy=strategy)
 
     monkeypatch.setattr(narrow, "block_row_forward", fwd)
@@ -685,5 +692,7 @@ def test_layout_dispatch(monkeypatch, is_rms):
     assert calls == []
     y = _fwd(x, w, None, 1e-5, is_rms, layout="auto", strategy="persistent")
     y.backward(torch.randn(5, 16))
-    assert calls == [("fwd", (5, 16), is_rms), ("bwd", (5, 16), "persistent")]
+    recompute = configs.BLOCK_ROW_RECOMPUTE_STATS
+    assert calls == [("fwd", (5, 16), is_rms, not recompute),
+                     ("bwd", (5, 16), "persistent", recompute)]  # fmt: skip
     assert_close(y, _ref_fwd(x.detach(), w.detach(), None, 1e-5, is_rms))

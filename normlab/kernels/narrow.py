@@ -42,9 +42,9 @@ def _load_row_tile(ptr, tile, n_rows, col_mask, row_stride, BLOCK_ROWS: tl.const
 def _normalize_tile(
     x, tile, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, y_row_stride, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, STORE_STATS: tl.constexpr,
 ):  # fmt: skip
-    """Normalize one loaded row tile and store y (and mean, rstd)."""
+    """Normalize one loaded row tile and store y (and, with STORE_STATS, mean and rstd)."""
     rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
@@ -58,9 +58,11 @@ def _normalize_tile(
         mean = tl.sum(x, axis=1) * inv_n
         # padding columns must stay 0 so they add nothing to the variance
         xc = tl.where(mask, x - mean[:, None], 0.0)
-        tl.store(mean_ptr + rows, mean, mask=row_mask)
+        if STORE_STATS:
+            tl.store(mean_ptr + rows, mean, mask=row_mask)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) * inv_n + eps)
-    tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+    if STORE_STATS:
+        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
 
     y = xc * rstd[:, None]
     if HAS_WEIGHT:
@@ -82,8 +84,8 @@ def _block_row_fwd_kernel(
     y_ptr,  # (n_rows, n_cols) output, dtype of x
     w_ptr,  # (n_cols,) weight; read only if HAS_WEIGHT
     b_ptr,  # (n_cols,) bias; read only if HAS_BIAS
-    mean_ptr,  # (n_rows,) fp32 row mean; written only for LayerNorm
-    rstd_ptr,  # (n_rows,) fp32 1 / sqrt(var + eps)
+    mean_ptr,  # (n_rows,) fp32 row mean; written only for LayerNorm with STORE_STATS
+    rstd_ptr,  # (n_rows,) fp32 1 / sqrt(var + eps); written only with STORE_STATS
     n_rows,
     n_cols,
     x_row_stride,
@@ -95,6 +97,7 @@ def _block_row_fwd_kernel(
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     PERSISTENT: tl.constexpr,
+    STORE_STATS: tl.constexpr,
 ):
     """y = (x - mean) * rstd * w + b, rstd = rsqrt(var + eps); RMSNorm: mean = 0 and no b.
 
@@ -115,12 +118,12 @@ def _block_row_fwd_kernel(
                                     BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
             _normalize_tile(x, tile, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
                             y_row_stride, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
-                            BLOCK_COLS)  # fmt: skip
+                            BLOCK_COLS, STORE_STATS)  # fmt: skip
     else:
         x = _load_row_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
         _normalize_tile(x, pid, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
                         y_row_stride, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
-                        BLOCK_COLS)  # fmt: skip
+                        BLOCK_COLS, STORE_STATS)  # fmt: skip
 
 
 @triton.jit
@@ -146,8 +149,8 @@ def _block_row_bwd_kernel(
     dy_ptr,  # (n_rows, n_cols) upstream gradient
     x_ptr,  # (n_rows, n_cols) forward input
     w_ptr,  # (n_cols,) weight; read only if HAS_WEIGHT
-    mean_ptr,  # (n_rows,) fp32 row mean from the forward; read only for LayerNorm
-    rstd_ptr,  # (n_rows,) fp32 rstd from the forward
+    mean_ptr,  # (n_rows,) fp32 row mean from the forward; read only for LayerNorm, not RECOMPUTE
+    rstd_ptr,  # (n_rows,) fp32 rstd from the forward; read only without RECOMPUTE_STATS
     dx_ptr,  # (n_rows, n_cols) input gradient, dtype of x
     dw_partial_ptr,  # (n_programs, n_cols) fp32 per-program dγ; written only if HAS_WEIGHT
     db_partial_ptr,  # (n_programs, n_cols) fp32 per-program dβ; written only if HAS_BIAS
@@ -156,6 +159,7 @@ def _block_row_bwd_kernel(
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    eps,  # the forward's eps; used only with RECOMPUTE_STATS
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -163,10 +167,13 @@ def _block_row_bwd_kernel(
     BLOCK_COLS: tl.constexpr,
     ACC_TILE: tl.constexpr,
     PREFETCH: tl.constexpr,
+    RECOMPUTE_STATS: tl.constexpr,
 ):
     """xhat = (x - mean) * rstd, g = dy * w:  dx = rstd * (g - xhat * mean(g * xhat) - mean(g))
     (RMSNorm drops the mean(g) term);  dγ = Σ_rows dy * xhat,  dβ = Σ_rows dy.
 
+    RECOMPUTE_STATS: mean and rstd come from the x tile already in registers, with the forward's
+    fp32 arithmetic, instead of from memory (the forward then stores none).
     ACC_TILE: accumulate dγ/dβ as whole fp32 tiles and reduce over rows once at the end (no
     per-tile cross-warp reduction, but two tile-sized register accumulators); otherwise reduce
     each tile's columns into fp32 vectors. PREFETCH: issue the loads of this program's next
@@ -176,6 +183,7 @@ def _block_row_bwd_kernel(
     n_programs = tl.num_programs(0)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
     inv_n = 1.0 / n_cols
+    eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
     cols = tl.arange(0, BLOCK_COLS)
     col_mask = cols < n_cols
     if HAS_WEIGHT:
@@ -224,12 +232,23 @@ def _block_row_bwd_kernel(
         mask = row_mask[:, None] & col_mask[None, :]
         x = x.to(tl.float32)
         dy = dy.to(tl.float32)
-        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
-        if IS_RMS:
-            xhat = x * rstd[:, None]
+        if RECOMPUTE_STATS:
+            # as _normalize_tile; rows past n_rows get rstd 0 (not rsqrt(eps), inf at eps = 0)
+            if IS_RMS:
+                xc = x
+            else:
+                mean = tl.sum(x, axis=1) * inv_n
+                xc = tl.where(mask, x - mean[:, None], 0.0)
+            rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) * inv_n + eps)
+            rstd = tl.where(row_mask, rstd, 0.0)
+            xhat = xc * rstd[:, None]
         else:
-            mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
-            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+            rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+            if IS_RMS:
+                xhat = x * rstd[:, None]
+            else:
+                mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
+                xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
         if HAS_WEIGHT:
             g = dy * w[None, :]
         else:
@@ -294,13 +313,17 @@ def _check_vector(name: str, t, n: int, like: torch.Tensor, dtype=None) -> None:
         raise ValueError(f"{name} is on {t.device} but x is on {like.device}")
 
 
-def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig):
-    """Launch the forward with an explicit config (tuning scripts call this; no width limit)."""
+def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig, store_stats=True):
+    """Launch the forward with an explicit config (tuning scripts call this; no width limit).
+
+    -> (y, mean, rstd); mean is None for RMSNorm, both are None without ``store_stats``."""
     n_rows, n_cols = x.shape
     x = unit_col_stride(x)
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    rstd = mean = None
+    if store_stats:
+        rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+        mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
     n_tiles = triton.cdiv(n_rows, cfg.block_rows)
     n_programs = n_tiles
     if cfg.programs_per_sm:
@@ -310,8 +333,8 @@ def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig):
         y,
         weight if weight is not None else x,  # dummy pointer, never read
         bias if bias is not None else x,
-        mean if mean is not None else rstd,
-        rstd,
+        mean if mean is not None else rstd if rstd is not None else y,  # dummy: never written
+        rstd if rstd is not None else y,
         n_rows,
         n_cols,
         x.stride(0),
@@ -323,15 +346,20 @@ def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig):
         BLOCK_ROWS=cfg.block_rows,
         BLOCK_COLS=triton.next_power_of_2(n_cols),
         PERSISTENT=n_programs < n_tiles,
+        STORE_STATS=store_stats,
         num_warps=cfg.num_warps,
     )
     return y, mean, rstd
 
 
-def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, cfg: configs.BlockRowBwdConfig):
+def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, cfg: configs.BlockRowBwdConfig, eps=None):
     """Launch the backward with an explicit config (tuning scripts call this; no width limit).
+    ``rstd`` None: recompute mean and rstd from x with the forward's ``eps``.
 
     Returns dx and the fp32 dγ / dβ sums (None where absent), not yet cast to the param dtype."""
+    recompute = rstd is None
+    if recompute and eps is None:
+        raise ValueError("recomputing the row statistics (rstd=None) needs the forward's eps")
     n_rows, n_cols = x.shape
     x = unit_col_stride(x)
     dy = unit_col_stride(dy)
@@ -353,8 +381,8 @@ def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, cfg: configs.BlockRowBwdCo
         dy,
         x,
         weight if has_weight else x,  # dummy pointer, never read
-        mean if mean is not None else rstd,
-        rstd,
+        mean if mean is not None else rstd if rstd is not None else dx,  # dummy: never read
+        rstd if rstd is not None else dx,
         dx,
         dw_partial if has_weight else dx,
         db_partial if has_bias else dx,
@@ -363,6 +391,7 @@ def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, cfg: configs.BlockRowBwdCo
         x.stride(0),
         dy.stride(0),
         dx.stride(0),
+        float(eps) if recompute else 0.0,
         IS_RMS=is_rms,
         HAS_WEIGHT=has_weight,
         HAS_BIAS=has_bias,
@@ -370,6 +399,7 @@ def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, cfg: configs.BlockRowBwdCo
         BLOCK_COLS=triton.next_power_of_2(n_cols),
         ACC_TILE=cfg.acc_tile,
         PREFETCH=cfg.prefetch,
+        RECOMPUTE_STATS=recompute,
         num_warps=cfg.num_warps,
     )
     # partials are fp32 already; the column sum stays in fp32
@@ -398,18 +428,23 @@ def _check_input(x) -> tuple[int, int]:
     return n_rows, n_cols
 
 
-def block_row_forward(x, weight, bias, eps, is_rms):
-    """x: (n_rows, n_cols) contiguous -> (y, mean or None, rstd) with mean/rstd fp32 (n_rows,)."""
+def block_row_forward(x, weight, bias, eps, is_rms, *, store_stats=True):
+    """x: (n_rows, n_cols) contiguous -> (y, mean or None, rstd) with mean/rstd fp32 (n_rows,);
+    without ``store_stats`` -> (y, None, None), for a backward that recomputes them."""
     n_rows, n_cols = _check_input(x)
     _check_vector("weight", weight, n_cols, x)
     _check_vector("bias", bias, n_cols, x)
     if is_rms and bias is not None:
         raise ValueError("RMSNorm has no bias; pass bias=None with is_rms=True")
-    return _fwd(x, weight, bias, eps, is_rms, configs.block_row_fwd_config(n_cols, is_rms))
+    cfg = configs.block_row_fwd_config(n_cols, is_rms)
+    return _fwd(x, weight, bias, eps, is_rms, cfg, store_stats=store_stats)
 
 
-def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto"):
-    """-> (dx, dweight or None, dbias or None); dweight/dbias fp32-reduced, cast to param dtype."""
+def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto", *, eps=None):
+    """-> (dx, dweight or None, dbias or None); dweight/dbias fp32-reduced, cast to param dtype.
+
+    ``mean``/``rstd`` are the forward's statistics; with both None the kernel recomputes them
+    from x and ``eps`` (the forward's), which it reads anyway."""
     if strategy not in STRATEGIES:
         raise ValueError(
             f"strategy={strategy!r} does not exist for layout='block_row': its backward is "
@@ -421,18 +456,29 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto")
         raise ValueError(f"dy is on {dy.device} but x is on {x.device}")
     _check_vector("weight", weight, n_cols, x)
     _check_vector("bias", bias, n_cols, x)
-    _check_vector("rstd", rstd, n_rows, x, torch.float32)
+    if is_rms and bias is not None:
+        raise ValueError("RMSNorm has no bias; pass bias=None with is_rms=True")
     if rstd is None:
-        raise ValueError("rstd is required (the fp32 rstd returned by block_row_forward)")
-    if is_rms:
-        if bias is not None:
-            raise ValueError("RMSNorm has no bias; pass bias=None with is_rms=True")
+        if mean is not None:
+            raise ValueError("mean without rstd: pass both from block_row_forward, or neither")
+        if eps is None:
+            raise ValueError(
+                "rstd is None: pass the forward's eps to recompute the statistics, or the fp32 "
+                "mean/rstd returned by block_row_forward"
+            )
+        finite = isinstance(eps, (int, float)) and not isinstance(eps, bool)
+        if not (finite and 0.0 <= eps < float("inf")):
+            raise ValueError(f"eps must be a finite float >= 0, got {eps!r}")
     else:
-        if mean is None:
-            raise ValueError("LayerNorm backward needs the fp32 mean returned by block_row_forward")
-        _check_vector("mean", mean, n_rows, x, torch.float32)
+        _check_vector("rstd", rstd, n_rows, x, torch.float32)
+        if not is_rms:
+            if mean is None:
+                raise ValueError(
+                    "LayerNorm backward needs the fp32 mean returned by block_row_forward"
+                )
+            _check_vector("mean", mean, n_rows, x, torch.float32)
     cfg = configs.block_row_bwd_config(n_cols)
-    dx, dw, db = _bwd(dy, x, weight, bias is not None, mean, rstd, is_rms, cfg)
+    dx, dw, db = _bwd(dy, x, weight, bias is not None, mean, rstd, is_rms, cfg, eps=eps)
     dw = dw.to(weight.dtype) if dw is not None else None
     db = db.to(bias.dtype) if db is not None else None
     return dx, dw, db

@@ -936,22 +936,30 @@ def _norm_fwd_op(
     strategy: str,
     layout: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(y, mean, rstd); mean is an empty tensor for RMSNorm (custom ops return no None)."""
+    """(y, mean, rstd); absent statistics are empty tensors (custom ops return no None): mean for
+    RMSNorm, both on the block-row path, whose backward recomputes them."""
     n_rows, n_cols = x.shape
     if _use_block_row(layout, strategy, n_rows, n_cols):
         from normlab.kernels import narrow
 
-        y, mean, rstd = narrow.block_row_forward(x.contiguous(), weight, bias, eps, is_rms)
+        y, mean, rstd = narrow.block_row_forward(
+            x.contiguous(), weight, bias, eps, is_rms,
+            store_stats=not configs.BLOCK_ROW_RECOMPUTE_STATS,
+        )  # fmt: skip
     else:
         y, mean, rstd = norm_forward(x, weight, bias, eps, is_rms, block_row=layout == "auto")
-    return y, (mean if mean is not None else rstd.new_empty(0)), rstd
+    none = x.new_empty((0,), dtype=torch.float32)
+    return y, (mean if mean is not None else none), (rstd if rstd is not None else none.clone())
 
 
 @_norm_fwd_op.register_fake
 def _(x, weight, bias, eps, is_rms, strategy, layout):
     n_rows, n_cols = x.shape
-    stat = x.new_empty((n_rows,), dtype=torch.float32)
-    mean = x.new_empty((0,), dtype=torch.float32) if is_rms else stat.new_empty((n_rows,))
+    n_stats = n_rows
+    if _use_block_row(layout, strategy, n_rows, n_cols) and configs.BLOCK_ROW_RECOMPUTE_STATS:
+        n_stats = 0
+    stat = x.new_empty((n_stats,), dtype=torch.float32)
+    mean = x.new_empty((0,), dtype=torch.float32) if is_rms else stat.new_empty((n_stats,))
     return x.new_empty((n_rows, n_cols)), mean, stat
 
 
@@ -963,19 +971,22 @@ def _norm_bwd_op(
     bias: torch.Tensor | None,
     mean: torch.Tensor,
     rstd: torch.Tensor,
+    eps: float,
     is_rms: bool,
     strategy: str,
     layout: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dx, dweight, dbias); absent parameter gradients are empty tensors."""
+    """(dx, dweight, dbias); absent parameter gradients are empty tensors. An empty rstd (the
+    block-row forward stored none) means: recompute the statistics from x and eps."""
     n_rows, n_cols = x.shape
-    mean_ = None if is_rms else mean
+    mean_ = None if is_rms or mean.numel() == 0 else mean
     if _use_block_row(layout, strategy, n_rows, n_cols):
         from normlab.kernels import narrow
 
         dx, dw, db = narrow.block_row_backward(
-            dy.contiguous(), x.contiguous(), weight, bias, mean_, rstd, is_rms, strategy
-        )
+            dy.contiguous(), x.contiguous(), weight, bias, mean_,
+            rstd if rstd.numel() else None, is_rms, strategy, eps=eps,
+        )  # fmt: skip
     else:
         # layout="row" is seed 003's row_mode=True: one row per tile, however narrow the rows.
         block_rows = 1 if layout == "row" else None
@@ -988,17 +999,17 @@ def _norm_bwd_op(
 
 
 @_norm_bwd_op.register_fake
-def _(dy, x, weight, bias, mean, rstd, is_rms, strategy, layout):
+def _(dy, x, weight, bias, mean, rstd, eps, is_rms, strategy, layout):
     dw = weight.new_empty(weight.shape) if weight is not None else rstd.new_empty((0,))
     db = bias.new_empty(bias.shape) if bias is not None else rstd.new_empty((0,))
     return x.new_empty(x.shape), dw, db
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, _eps, is_rms, strategy, layout = inputs
+    x, weight, bias, eps, is_rms, strategy, layout = inputs
     _, mean, rstd = output
     ctx.save_for_backward(x, weight, bias, mean, rstd)
-    ctx.is_rms, ctx.strategy, ctx.layout = is_rms, strategy, layout
+    ctx.eps, ctx.is_rms, ctx.strategy, ctx.layout = eps, is_rms, strategy, layout
     # mean/rstd get no gradient: left unmaterialized, autograd launches no zero-fill per backward
     # (0.7-1.8 us in the records of 2a07d86, "FillFunctor<float>").
     ctx.set_materialize_grads(False)
@@ -1007,7 +1018,7 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, dy, _dmean, _drstd):
     x, weight, bias, mean, rstd = ctx.saved_tensors
     dx, dw, db = torch.ops.normlab.norm_bwd(
-        dy, x, weight, bias, mean, rstd, ctx.is_rms, ctx.strategy, ctx.layout
+        dy, x, weight, bias, mean, rstd, ctx.eps, ctx.is_rms, ctx.strategy, ctx.layout
     )
     return (
         dx,
