@@ -61,6 +61,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   and without storing mean/rstd, the backward reading them or recomputing them from x (at the
   default tile and at 4 / 16 warps), against torch.compile, three interleaved rounds; with the
   two paths' agreement and the recomputing backward's error against fp32 autograd.
+* ``narrow_recompute_tiles``: the recomputing block-row backward's tile (elements x warps x
+  accumulator x prefetch) with registers and spills, against the default reading the statistics.
 * ``reduce_tiles``: the partial-sum reduce kernel's tile inside the default backward, peer shapes.
 * ``bwd_512``: the row path's backward at 7,864,320 x 512 (tile rows x warps x programs per SM
   x prefetch) against the default and torch.compile.
@@ -384,6 +386,42 @@ def part_narrow_recompute(s: Sweep) -> None:
                                         **extra}, run, reps=10)  # fmt: skip
         del x, w, b, dy, mean, rstd, runs
         s.save()
+
+
+def part_narrow_recompute_tiles(s: Sweep) -> None:
+    """The block-row backward recomputing mean/rstd, over tile elements x warps x accumulator x
+    prefetch at 7,864,320 rows (LayerNorm at 16-256 columns, RMSNorm at 128 and 256), with the
+    registers and spills of each compiled kernel, against the default tile reading the stored
+    statistics, two interleaved rounds."""
+    saved = NR._block_row_bwd_kernel
+    grid = list(itertools.product((1024, 2048, 4096), (2, 4, 8), (True, False), (False, True)))
+    cases = [(False, n) for n in (16, 32, 64, 128, 256)] + [(True, 128), (True, 256)]
+    try:
+        NR._block_row_bwd_kernel = cap_k = _Capture(saved)
+        for round_, (is_rms, n) in itertools.product(range(2), cases):
+            op = "rms_norm" if is_rms else "layer_norm"
+            case = {"op": op, "M": NARROW_ROWS, "N": n, "round": round_, "direction": "bwd"}
+            x, w, b, dy = norm_inputs(NARROW_ROWS, n, is_rms)
+            _, mean, rstd = NR._fwd(x, w, b, EPS, is_rms, configs.block_row_fwd_config(n, is_rms))
+            default = configs.block_row_bwd_config(n)
+            s.time("narrow-recompute-tiles", {**case, "stats": "stored", "default": True},
+                   functools.partial(NR._bwd, dy, x, w, b is not None, mean, rstd, is_rms,
+                                     default), reps=8)  # fmt: skip
+            for elems, wp, acc, pf in grid:
+                cfg = configs.block_row_bwd_config(n, tile_elems=elems, num_warps=wp,
+                                                   acc_tile=acc, prefetch=pf)  # fmt: skip
+                run = functools.partial(NR._bwd, dy, x, w, b is not None, None, None, is_rms, cfg,
+                                        eps=EPS)  # fmt: skip
+                run()
+                extra = {"stats": "recomputed", "tile_elems": elems, "block_rows": cfg.block_rows,
+                         "warps": wp, "acc_tile": acc, "prefetch": pf,
+                         "n_regs": getattr(cap_k.compiled, "n_regs", None),
+                         "n_spills": getattr(cap_k.compiled, "n_spills", None)}  # fmt: skip
+                s.time("narrow-recompute-tiles", {**case, **extra}, run, reps=8)
+            del x, w, b, dy, mean, rstd
+            s.save()
+    finally:
+        NR._block_row_bwd_kernel = saved
 
 
 def part_fwd_wide_tiles(s: Sweep) -> None:
