@@ -366,10 +366,6 @@ BLOCK_ROW_MAX_COLS = 256
 # below ~16k rows. (That run's backward was the untuned column-sum variant; at 256 columns it lost
 # at every row count, so the threshold at 256 columns is not yet measured with the tuned one.)
 BLOCK_ROW_MIN_ROWS = 16384
-# The block-row path stores no row statistics: its forward writes y only and its backward
-# recomputes mean and rstd from the x tile it reads anyway (LayerNorm: 8 bytes a row, against
-# 64 for x and y at 16 bf16 columns). MEASUREMENT PENDING.
-BLOCK_ROW_RECOMPUTE_STATS = True
 # Forward tile: BLOCK_ROWS x next_pow2(n_cols), at most this many elements and rows (the rule for
 # widths outside BLOCK_ROW_FWD_TILES and for the tuning scripts' overrides). H200 run: 4096-element
 # tiles beat 2048 (501 vs 546 us at 64 columns, 1984 vs 2273 us at 256, at 4-8 warps); at 16
@@ -431,6 +427,38 @@ BLOCK_ROW_BWD_ACC_TILE = True
 BLOCK_ROW_BWD_PREFETCH = False
 
 
+# Widest row (per norm, is_rms) whose block-row forward stores no statistics: it writes y only,
+# and the backward recomputes mean and rstd from the x tile it reads anyway, with the forward's
+# fp32 arithmetic (y bitwise the same). The statistics are 4 (RMSNorm) or 8 (LayerNorm) bytes a
+# row against 64 for x and y at 16 bf16 columns. Measured (H200, torch 2.11, triton 3.6, bf16,
+# 7,864,320 rows; normlab/data/dev/sweep_launch_configs_h200.json, runs "narrow_recompute" at
+# 6168a46, three interleaved rounds, and "narrow_recompute_tiles" at 847d200, two), forward
+# without / with the stores, medians of three, us: RMSNorm 119.5 / 128.4 at 16 columns, 237.5 /
+# 245.4 at 32, 472.7 / 480.1 at 64, 936.6 / 946.9 at 128, 1878.0 / 1885.0 at 256 (torch.compile
+# 127.9 / 246.9 / 482.9 / 950.9 / 1917.7); LayerNorm 119.7 / 136.6, 236.6 / 252.5, 470.1 / 489.7,
+# 942.0 / 959.7, 1881.8 / 1897.1 (torch.compile 150.8 / 256.4 / 492.2 / 981.7 / 1947.4).
+# Backward recomputing / reading them: RMSNorm at the default tile 224.8 / 227.8, 368.2 / 373.0,
+# 732.9 / 733.0, 1470.7 / 1469.5, 2955.7 / 2953.3 (ties or better); LayerNorm, each at its best
+# tile, 220.4 / 246.1 at 16, 382.6 / 389.2 at 32, 770.3 / 763.5 at 64 (+7 against the forward's
+# -20), but 1573.7 / 1532.2 at 128 and 3189.2 / 3101.7 at 256 (+42 and +87 against -18 and -15):
+# LayerNorm's two more row reductions (the mean, then the variance) cost more than the stores
+# save in wide tiles, so it keeps the stores there.
+BLOCK_ROW_RECOMPUTE_MAX_COLS = {True: 256, False: 64}
+# The recomputing backward's tile where it differs from the default (LayerNorm, by
+# next_pow2(n_cols); overrides of block_row_bwd_config), from the same "narrow_recompute_tiles"
+# run: 16 columns with the prefetch 220.4 / 220.6 us against 237.8 / 237.9 without; 32 columns
+# at 4 warps with the prefetch 382.6 / 382.9 against 527.5 at the default 8 warps without.
+BLOCK_ROW_BWD_RECOMPUTE_TILES = {
+    16: {"prefetch": True},
+    32: {"num_warps": 4, "prefetch": True},
+}
+
+
+def block_row_recompute_stats(n_cols: int, is_rms: bool) -> bool:
+    """Does the block-row path recompute mean/rstd in the backward (the forward storing none)?"""
+    return n_cols <= BLOCK_ROW_RECOMPUTE_MAX_COLS[bool(is_rms)]
+
+
 class BlockRowFwdConfig(NamedTuple):
     block_rows: int
     num_warps: int
@@ -483,7 +511,8 @@ def block_row_bwd_config(
     acc_tile: bool | None = None,
     prefetch: bool | None = None,
 ) -> BlockRowBwdConfig:
-    """Persistent block-row backward launch config; keywords override the heuristic."""
+    """Persistent block-row backward launch config; keywords override the heuristic. (The
+    backward that recomputes the statistics takes block_row_bwd_recompute_config.)"""
     tile_elems = BLOCK_ROW_BWD_TILE_ELEMS if tile_elems is None else tile_elems
     num_warps = BLOCK_ROW_BWD_WARPS if num_warps is None else num_warps
     programs_per_sm = BLOCK_ROW_BWD_PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
@@ -496,6 +525,12 @@ def block_row_bwd_config(
         acc_tile=BLOCK_ROW_BWD_ACC_TILE if acc_tile is None else acc_tile,
         prefetch=BLOCK_ROW_BWD_PREFETCH if prefetch is None else prefetch,
     )
+
+
+def block_row_bwd_recompute_config(n_cols: int, is_rms: bool) -> BlockRowBwdConfig:
+    """The block-row backward's config when it recomputes mean/rstd from x."""
+    overrides = {} if is_rms else BLOCK_ROW_BWD_RECOMPUTE_TILES.get(max(16, _next_pow2(n_cols)), {})
+    return block_row_bwd_config(n_cols, **overrides)
 
 
 # ============================================================================================

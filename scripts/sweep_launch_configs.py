@@ -61,6 +61,7 @@ before each call), bf16. Parts (the JSON of each run is kept in
   and without storing mean/rstd, the backward reading them or recomputing them from x (at the
   default tile and at 4 / 16 warps), against torch.compile, three interleaved rounds; with the
   two paths' agreement and the recomputing backward's error against fp32 autograd.
+* ``narrow_recompute_check``: that agreement alone, at the recomputing backward's configured tile.
 * ``narrow_recompute_tiles``: the recomputing block-row backward's tile (elements x warps x
   accumulator x prefetch) with registers and spills, against the default reading the statistics.
 * ``reduce_tiles``: the partial-sum reduce kernel's tile inside the default backward, peer shapes.
@@ -318,11 +319,11 @@ def _narrow_recompute_agreement(s: Sweep, op: str, n: int, x, w, b, dy, is_rms: 
     """The recomputing path against the storing one (y bitwise, dx / dγ / dβ), and its dγ / dβ
     against fp32 autograd over all rows (its dx on the first 2^20)."""
     fcfg = configs.block_row_fwd_config(n, is_rms)
-    bcfg = configs.block_row_bwd_config(n)
     y, mean, rstd = NR._fwd(x, w, b, EPS, is_rms, fcfg)
     y2, _, _ = NR._fwd(x, w, b, EPS, is_rms, fcfg, store_stats=False)
-    stored = NR._bwd(dy, x, w, b is not None, mean, rstd, is_rms, bcfg)
-    got = NR._bwd(dy, x, w, b is not None, None, None, is_rms, bcfg, eps=EPS)
+    stored = NR._bwd(dy, x, w, b is not None, mean, rstd, is_rms, configs.block_row_bwd_config(n))
+    got = NR._bwd(dy, x, w, b is not None, None, None, is_rms,
+                  configs.block_row_bwd_recompute_config(n, is_rms), eps=EPS)  # fmt: skip
     params = [t.float().requires_grad_() for t in (w, b) if t is not None]
     ref_sums = [torch.zeros(n, device=x.device, dtype=torch.float64) for _ in params]
     chunk = 1 << 20
@@ -386,6 +387,17 @@ def part_narrow_recompute(s: Sweep) -> None:
                                         **extra}, run, reps=10)  # fmt: skip
         del x, w, b, dy, mean, rstd, runs
         s.save()
+
+
+def part_narrow_recompute_check(s: Sweep) -> None:
+    """The agreement of ``narrow_recompute`` alone, at the recomputing backward's configured tile,
+    every width 16-256, both norms."""
+    for is_rms, n in itertools.product((True, False), (16, 32, 64, 128, 256)):
+        x, w, b, dy = norm_inputs(NARROW_ROWS, n, is_rms)
+        _narrow_recompute_agreement(s, "rms_norm" if is_rms else "layer_norm", n, x, w, b, dy,
+                                    is_rms)  # fmt: skip
+        del x, w, b, dy
+    s.save()
 
 
 def part_narrow_recompute_tiles(s: Sweep) -> None:

@@ -7,11 +7,13 @@ persistent backward to loop over several tiles per program.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
 from helpers import assert_close
 
 import normlab
@@ -217,16 +219,52 @@ def test_recomputed_statistics_at_eps_zero(is_rms, acc_tile):
         assert_close(db, db_ref, reduce_len=n_rows, msg="dbias")
 
 
-@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_public_api_stores_no_statistics_on_the_block_row_path(is_rms):
-    x, weight, bias, _ = _make(N_ROWS, 17, torch.float32, True, not is_rms)
-    for layout, n_stats in (("block_row", 0), ("row", N_ROWS)):
-        if layout == "block_row" and not configs.BLOCK_ROW_RECOMPUTE_STATS:
-            n_stats = N_ROWS
-        _y, mean, rstd = torch.ops.normlab.norm_fwd(x, weight, bias, EPS[is_rms], is_rms, "auto",
-                                                    layout)  # fmt: skip
-        assert rstd.shape == (n_stats,)
-        assert mean.shape == ((0,) if is_rms else (n_stats,))
+# the widest width whose statistics are recomputed, and one column more where the layout has it
+SWITCH_WIDTHS = [
+    (is_rms, configs.BLOCK_ROW_RECOMPUTE_MAX_COLS[is_rms] + side)
+    for is_rms, side in itertools.product((True, False), (0, 1))
+    if configs.BLOCK_ROW_RECOMPUTE_MAX_COLS[is_rms] + side <= configs.BLOCK_ROW_MAX_COLS
+]
+
+
+@pytest.mark.parametrize(("is_rms", "n_cols"), SWITCH_WIDTHS)
+def test_statistics_stored_or_recomputed_either_side_of_the_switch(is_rms, n_cols):
+    recompute = n_cols <= configs.BLOCK_ROW_RECOMPUTE_MAX_COLS[is_rms]
+    assert configs.block_row_recompute_stats(n_cols, is_rms) == recompute
+    x, weight, bias, dy = _make(N_ROWS, n_cols, torch.float32, True, not is_rms)
+    _y, mean, rstd = torch.ops.normlab.norm_fwd(x, weight, bias, EPS[is_rms], is_rms, "auto",
+                                                "block_row")  # fmt: skip
+    n_stats = 0 if recompute else N_ROWS
+    assert rstd.shape == (n_stats,)
+    assert mean.shape == ((0,) if is_rms else (n_stats,))
+    _y, mean, rstd = torch.ops.normlab.norm_fwd(x, weight, bias, EPS[is_rms], is_rms, "auto", "row")
+    assert rstd.shape == (N_ROWS,)  # the row path always stores them
+
+    xg, wg = x.clone().requires_grad_(), weight.clone().requires_grad_()
+    bg = bias.clone().requires_grad_() if bias is not None else None
+    if is_rms:
+        y = normlab.rms_norm(xg, wg, EPS[True], layout="block_row")
+    else:
+        y = normlab.layer_norm(xg, wg, bg, EPS[False], layout="block_row")
+    inputs = [t for t in (xg, wg, bg) if t is not None]
+    grads = torch.autograd.grad(y, inputs, dy)
+    y_ref, _, rstd_ref = _reference(x, weight, bias, EPS[is_rms], is_rms)
+    refs = _reference_grads(x, weight, bias, dy, EPS[is_rms], is_rms)
+    f32 = torch.float32
+    assert_close(y, y_ref, dtype=f32, msg="y")
+    assert_close(grads[0] / rstd_ref[:, None], refs[0] / rstd_ref[:, None], dtype=f32, msg="dx")
+    for got, ref_, name in zip(grads[1:], refs[1:], ("dweight", "dbias")):
+        assert_close(got, ref_, dtype=f32, reduce_len=N_ROWS, msg=name)
+
+
+def test_recompute_configs_are_valid_at_every_width():
+    for is_rms, n_cols in itertools.product((True, False), range(1, configs.BLOCK_ROW_MAX_COLS + 1)):
+        cfg = configs.block_row_bwd_recompute_config(n_cols, is_rms)
+        default = configs.block_row_bwd_config(n_cols)
+        assert cfg.block_rows * triton.next_power_of_2(n_cols) <= configs.BLOCK_ROW_BWD_TILE_ELEMS
+        assert cfg.programs_per_sm == default.programs_per_sm
+        if is_rms or triton.next_power_of_2(n_cols) > 32:
+            assert cfg == default
 
 
 def test_backward_is_deterministic():

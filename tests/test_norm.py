@@ -692,7 +692,7 @@ def test_layout_dispatch(monkeypatch, is_rms):
     assert calls == []
     y = _fwd(x, w, None, 1e-5, is_rms, layout="auto", strategy="persistent")
     y.backward(torch.randn(5, 16))
-    recompute = configs.BLOCK_ROW_RECOMPUTE_STATS
+    recompute = configs.block_row_recompute_stats(16, is_rms)
     assert calls == [("fwd", (5, 16), is_rms, not recompute),
                      ("bwd", (5, 16), "persistent", recompute)]  # fmt: skip
     assert_close(y, _ref_fwd(x.detach(), w.detach(), None, 1e-5, is_rms))

@@ -937,14 +937,14 @@ def _norm_fwd_op(
     layout: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, mean, rstd); absent statistics are empty tensors (custom ops return no None): mean for
-    RMSNorm, both on the block-row path, whose backward recomputes them."""
+    RMSNorm, both where the block-row backward recomputes them (configs.block_row_recompute_stats)."""
     n_rows, n_cols = x.shape
     if _use_block_row(layout, strategy, n_rows, n_cols):
         from normlab.kernels import narrow
 
         y, mean, rstd = narrow.block_row_forward(
             x.contiguous(), weight, bias, eps, is_rms,
-            store_stats=not configs.BLOCK_ROW_RECOMPUTE_STATS,
+            store_stats=not configs.block_row_recompute_stats(n_cols, is_rms),
         )  # fmt: skip
     else:
         y, mean, rstd = norm_forward(x, weight, bias, eps, is_rms, block_row=layout == "auto")
@@ -956,7 +956,8 @@ def _norm_fwd_op(
 def _(x, weight, bias, eps, is_rms, strategy, layout):
     n_rows, n_cols = x.shape
     n_stats = n_rows
-    if _use_block_row(layout, strategy, n_rows, n_cols) and configs.BLOCK_ROW_RECOMPUTE_STATS:
+    if (_use_block_row(layout, strategy, n_rows, n_cols)
+            and configs.block_row_recompute_stats(n_cols, is_rms)):  # fmt: skip
         n_stats = 0
     stat = x.new_empty((n_stats,), dtype=torch.float32)
     mean = x.new_empty((0,), dtype=torch.float32) if is_rms else stat.new_empty((n_stats,))
