@@ -61,6 +61,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   and without storing mean/rstd, the backward reading them or recomputing them from x (at the
   default tile and at 4 / 16 warps), against torch.compile, three interleaved rounds; with the
   two paths' agreement and the recomputing backward's error against fp32 autograd.
+* ``compile_configs``: torch.compile's RMSNorm forward recompiled from scratch every round, with
+  the launch configs its autotuner kept, against block-row tiles at 1024 columns.
 * ``narrow_recompute_check``: that agreement alone, at the recomputing backward's configured tile.
 * ``narrow_recompute_tiles``: the recomputing block-row backward's tile (elements x warps x
   accumulator x prefetch) with registers and spills, against the default reading the statistics.
@@ -386,6 +388,56 @@ def part_narrow_recompute(s: Sweep) -> None:
             s.time("narrow-recompute", {**case, "direction": direction, "kernel": "block_row",
                                         **extra}, run, reps=10)  # fmt: skip
         del x, w, b, dy, mean, rstd, runs
+        s.save()
+
+
+def _inductor_launch_configs() -> dict:
+    """Kernel name -> the launch configs Inductor's autotuner kept (after a call), from the
+    generated modules it has loaded."""
+    from torch._inductor.codecache import PyCodeCache
+
+    out = {}
+    mods = list(getattr(PyCodeCache, "modules", [])) + list(
+        getattr(PyCodeCache, "modules_no_attr", {}).values())  # fmt: skip
+    for mod in mods:
+        for name, obj in vars(mod).items():
+            launchers = getattr(obj, "launchers", None)
+            if name.startswith("triton_") and launchers:
+                out[name] = [str(getattr(launcher, "config", launcher)) for launcher in launchers]
+    return out
+
+
+def part_compile_configs(s: Sweep) -> None:
+    """torch.compile's forward where its time moves between processes (RMSNorm 16384 x 1024
+    17.1-19.5 us): each round recompiles from scratch (no FX graph or autotune cache), so
+    Inductor autotunes again, and the configs it kept are recorded beside its time; then
+    normlab's default and block-row tiles of 2-32 rows x 1-16 warps at 1024 columns."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fx_graph_cache = False
+    if hasattr(inductor_config, "autotune_local_cache"):
+        inductor_config.autotune_local_cache = False
+    shapes = ((16384, 1024), (8192, 1024), (1024, 8192), (32768, 8192))
+    tiles = ((1, 2), (2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 2), (8, 4), (8, 8), (16, 4),
+             (16, 8), (16, 16), (32, 8), (32, 16))  # fmt: skip
+    for round_, (m, n) in itertools.product(range(3), shapes):
+        case = {"op": "rms_norm", "M": m, "N": n, "round": round_}
+        torch._dynamo.reset()
+        for impl in ("normlab", "compile") if round_ % 2 else ("compile", "normlab"):
+            _time_default_and_compile(s, "compile-configs", case, order=(impl,))
+            last = s.data["results"][-1] if s.data["results"] else {}
+            if impl == "compile" and last.get("kernel") == "compile" and last.get("M") == m \
+                    and last.get("round") == round_:  # fmt: skip
+                last["inductor_configs"] = _inductor_launch_configs()
+        if n == 1024:
+            x, w, _, _ = norm_inputs(m, n, True)
+            for rows, wp in tiles:
+                s.time("compile-configs", {**case, "kernel": "block_row", "block_rows": rows,
+                                           "warps": wp},
+                       functools.partial(NR._fwd, x, w, None, EPS, True,
+                                         configs.BlockRowFwdConfig(rows, wp)), reps=10)  # fmt: skip
+            del x, w
         s.save()
 
 

@@ -4,7 +4,9 @@ One program per row leaves a GPU idle when rows hold 16-256 elements: each progr
 hundred bytes and the launch, the reduction and the DRAM latency dominate. Here one program
 normalises a (BLOCK_ROWS, BLOCK_COLS) tile of many rows in the forward, and the backward runs a
 persistent grid that grid-strides row tiles, keeping dγ/dβ in fp32 registers and writing one fp32
-partial row per program (reduced on the host by ``.sum(0)``; no atomics, deterministic).
+partial row per program (reduced on the host by ``.sum(0)``; no atomics, deterministic). Where
+``configs.block_row_recompute_stats`` says so, the forward stores no mean/rstd and the backward
+recomputes them from the x tile it reads anyway.
 
 Used by ``normlab.kernels.norm`` for ``layout="block_row"`` (and ``"auto"`` when
 ``configs.use_block_row`` says so); that module owns the autograd Function and the public API.
