@@ -63,6 +63,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   two paths' agreement and the recomputing backward's error against fp32 autograd.
 * ``compile_configs``: torch.compile's RMSNorm forward recompiled from scratch every round, with
   the launch configs its autotuner kept, against block-row tiles at 1024 columns.
+* ``fwd_1024_rows``: 1024 columns, both norms, 1024-32768 rows: one- and two-row block-row tiles
+  at 1-4 warps against the default and torch.compile, three interleaved rounds.
 * ``narrow_recompute_check``: that agreement alone, at the recomputing backward's configured tile.
 * ``narrow_recompute_tiles``: the recomputing block-row backward's tile (elements x warps x
   accumulator x prefetch) with registers and spills, against the default reading the statistics.
@@ -439,6 +441,27 @@ def part_compile_configs(s: Sweep) -> None:
                                          configs.BlockRowFwdConfig(rows, wp)), reps=10)  # fmt: skip
             del x, w
         s.save()
+
+
+def part_fwd_1024_rows(s: Sweep) -> None:
+    """1024 columns, both norms, over row counts: the block-row forward at one or two rows per
+    tile (the register-resident row, 1-4 warps, one program per tile) against the default and
+    torch.compile, three interleaved rounds with the order flipped every round."""
+    tiles = ((1, 1), (1, 2), (1, 4), (2, 2), (2, 4))
+    rows = (1024, 2048, 4096, 6144, 8192, 12288, 16384, 24576, 32768)
+    for round_, is_rms, m in itertools.product(range(3), (True, False), rows):
+        op = "rms_norm" if is_rms else "layer_norm"
+        case = {"op": op, "M": m, "N": 1024, "round": round_}
+        order = ("normlab", "compile") if round_ % 2 else ("compile", "normlab")
+        _time_default_and_compile(s, "fwd-1024-rows", case, reps=12, order=order)
+        x, w, b, _ = norm_inputs(m, 1024, is_rms)
+        for rows_, wp in tiles[::-1] if round_ % 2 else tiles:
+            s.time("fwd-1024-rows", {**case, "kernel": "block_row", "block_rows": rows_,
+                                     "warps": wp},
+                   functools.partial(NR._fwd, x, w, b, EPS, is_rms,
+                                     configs.BlockRowFwdConfig(rows_, wp)), reps=12)  # fmt: skip
+        del x, w, b
+    s.save()
 
 
 def part_narrow_recompute_check(s: Sweep) -> None:
