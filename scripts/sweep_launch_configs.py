@@ -65,6 +65,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   the launch configs its autotuner kept, against block-row tiles at 1024 columns.
 * ``fwd_1024_rows``: 1024 columns, both norms, 1024-32768 rows: one- and two-row block-row tiles
   at 1-4 warps against the default and torch.compile, three interleaved rounds.
+* ``fwd_1024_window``: RMSNorm at 1024 columns through the benchmark's build, the default against
+  block-row tiles patched into configs.NORM_FWD_BLOCK_ROW, and torch.compile, four rounds.
 * ``narrow_recompute_check``: that agreement alone, at the recomputing backward's configured tile.
 * ``narrow_recompute_tiles``: the recomputing block-row backward's tile (elements x warps x
   accumulator x prefetch) with registers and spills, against the default reading the statistics.
@@ -462,6 +464,39 @@ def part_fwd_1024_rows(s: Sweep) -> None:
                                      configs.BlockRowFwdConfig(rows_, wp)), reps=12)  # fmt: skip
         del x, w, b
     s.save()
+
+
+def part_fwd_1024_window(s: Sweep) -> None:
+    """RMSNorm at 1024 columns through the benchmark's own build (the public op on fresh inputs,
+    as the records time it): the default (the looped row) against configs.NORM_FWD_BLOCK_ROW
+    patched to send every row count to a block-row tile (2 rows x 4 warps, 1 row x 2 warps,
+    one program per tile), and torch.compile, four interleaved rounds, the order rotated."""
+    from normlab.bench import registry
+
+    saved = configs.NORM_FWD_BLOCK_ROW[True].get(1024)
+    variants = {"default": saved, "tile2x4": ((1, None, (2, 4, 0)),),
+                "tile1x2": ((1, None, (1, 2, 0)),)}
+    try:
+        for round_, m in itertools.product(range(4), (1024, 2048, 4096, 8192, 12288, 16384)):
+            names = list(variants) + ["compile"]
+            names = names[round_ % 4:] + names[:round_ % 4]
+            for name in names:
+                impl = "compile" if name == "compile" else "normlab"
+                if impl == "normlab":
+                    if variants[name] is None:
+                        configs.NORM_FWD_BLOCK_ROW[True].pop(1024, None)
+                    else:
+                        configs.NORM_FWD_BLOCK_ROW[True][1024] = variants[name]
+                run = registry.get("rms_norm", impl).build(m, 1024, torch.bfloat16, "fwd", "cuda")
+                s.time("fwd-1024-window", {"op": "rms_norm", "M": m, "N": 1024, "round": round_,
+                                           "kernel": name}, run, reps=12)  # fmt: skip
+                del run
+            s.save()
+    finally:
+        if saved is None:
+            configs.NORM_FWD_BLOCK_ROW[True].pop(1024, None)
+        else:
+            configs.NORM_FWD_BLOCK_ROW[True][1024] = saved
 
 
 def part_narrow_recompute_check(s: Sweep) -> None:
