@@ -470,16 +470,22 @@ def part_fwd_1024_window(s: Sweep) -> None:
     """RMSNorm at 1024 columns through the benchmark's own build (the public op on fresh inputs,
     as the records time it): the default (the looped row) against configs.NORM_FWD_BLOCK_ROW
     patched to send every row count to a block-row tile (2 rows x 4 warps, 1 row x 2 warps,
-    one program per tile), and torch.compile, four interleaved rounds, the order rotated."""
+    one program per tile), and torch.compile, four interleaved rounds, the order rotated. With
+    FWD_1024_WINDOW_ROUNDS set: that many rounds, 4096-32768 rows, the 2 x 4 tile only."""
     from normlab.bench import registry
 
     saved = configs.NORM_FWD_BLOCK_ROW[True].get(1024)
-    variants = {"default": saved, "tile2x4": ((1, None, (2, 4, 0)),),
-                "tile1x2": ((1, None, (1, 2, 0)),)}
+    variants = {"default": saved, "tile2x4": ((1, None, (2, 4, 0)),)}
+    if os.environ.get("FWD_1024_WINDOW_ROUNDS"):  # the second run: more rounds, more rows
+        rounds, rows = int(os.environ["FWD_1024_WINDOW_ROUNDS"]), (4096, 8192, 12288, 16384, 24576,
+                                                                     32768)  # fmt: skip
+    else:
+        variants["tile1x2"] = ((1, None, (1, 2, 0)),)
+        rounds, rows = 4, (1024, 2048, 4096, 8192, 12288, 16384)
     try:
-        for round_, m in itertools.product(range(4), (1024, 2048, 4096, 8192, 12288, 16384)):
+        for round_, m in itertools.product(range(rounds), rows):
             names = list(variants) + ["compile"]
-            names = names[round_ % 4:] + names[:round_ % 4]
+            names = names[round_ % len(names):] + names[:round_ % len(names)]
             for name in names:
                 impl = "compile" if name == "compile" else "normlab"
                 if impl == "normlab":
