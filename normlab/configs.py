@@ -86,8 +86,19 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False) -> NormFwdConfig:
 # Forward with the block-row kernel (kernels/narrow.py) instead of one row per program, in
 # row-count windows per norm (is_rms) and next_pow2(n_cols) (layout="auto" only): (min rows, max
 # rows or None, (tile rows, warps, programs per SM)); programs per SM 0 = one program per tile.
-# RMSNorm has no windows at 1024-16384 columns since its looped row (NORM_FWD_RMS_LOOPED)
-# measured faster in them, except at 2048x4096 and, in one of two runs, 8192x1024.
+# RMSNorm has no windows at 2048-16384 columns since its looped row (NORM_FWD_RMS_LOOPED)
+# measured faster in them, except at 2048x4096.
+#
+# RMSNorm at 1024 columns: LayerNorm's two-row tiles at 4 warps, up to 24576 rows. Run
+# "fwd_1024_window" at 9d70d09 (the benchmark's own build, fresh inputs every time, ten rounds,
+# the order rotated; H200, torch 2.11, triton 3.6, bf16, cold L2), medians, tile / looped row /
+# torch.compile, us: 4096 rows 5.42 / 5.74 / 5.71, 8192 9.45 / 10.16 / 9.57, 12288 13.48 /
+# 14.79 / 14.79, 16384 17.54 / 18.55 / 18.73, 24576 25.82 / 26.30 / 26.61, but 32768 34.55 /
+# 34.32 / 34.91. (At 588609e, four rounds: 1024 rows 2.42 / 2.65 / 2.75, 2048 3.16 / 3.75 /
+# 3.35.) The tile's times and torch.compile's (one warp per row) are bimodal over fresh
+# allocations, ~7% apart (16384 rows: 17.3-17.6 in 7 of 10 rounds, 18.6-18.7 in 3); the looped
+# row's are not (18.46-18.82). Timed on the same buffers (run "fwd_1024_rows" at c9207bc) the
+# tile also led up to 12288 rows and trailed at 16384 (18.82 / 18.53): one of those modes.
 #
 # 512 columns (257-512: above the block-row layout's BLOCK_ROW_MAX_COLS, so the backward stays on
 # the row path), short tiles, one program each. Run "fwd_wide_tiles" at 94531ef (two interleaved
@@ -131,6 +142,7 @@ NORM_FWD_BLOCK_ROW = {
     },
     True: {  # RMSNorm
         512: ((16384, None, (4, 4, 0)),),
+        1024: ((1, 24576, (2, 4, 0)),),
     },
 }
 

@@ -172,11 +172,14 @@ $y$. The extra pass costs no HBM traffic, and each thread holds 8 values instead
 kernel needs 32 registers instead of 54, and twice as many warps fit on each SM (93% achieved
 occupancy against 47%). More warps mean more loads in flight, which is what a memory-bound kernel
 needs. normlab's RMSNorm forward now does the same at 1024–16384 columns
-(`configs.NORM_FWD_RMS_LOOPED` keeps the chunk and warp count per width, with the measurements).
+(`configs.NORM_FWD_RMS_LOOPED` keeps the chunk and warp count per width, with the measurements),
+except at 1024 columns up to 24576 rows, where two rows per program at 4 warps measured faster
+(`configs.NORM_FWD_BLOCK_ROW`).
 After the correctness check, a cell prints the launch config of a few widths. LayerNorm measured
 no faster looped and keeps the register-resident row, plus a persistent grid in the windows of
 `configs.NORM_FWD_BLOCK_ROW`. (The recorded `normlab[row]` series is `layout="row"`: for RMSNorm
-the same kernel as the default, so the two differ only by run-to-run noise.)
+the same kernel as the default outside that 1024-column window, so there the two differ only by
+run-to-run noise.)
 
 One more thing the compiler gets from knowing the shape: torch.compile builds a kernel per shape,
 so where the chunks tile the row exactly its loads and stores carry no predicates, and its row

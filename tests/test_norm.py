@@ -229,9 +229,12 @@ def test_block_row_forward_windows(is_rms):
     assert configs.norm_fwd_block_row_config(big, 512, is_rms).block_rows == (4 if is_rms else 8)
     assert configs.norm_fwd_block_row_config(big, 256, is_rms) is None
     assert configs.norm_fwd_block_row_config(512, 20000, is_rms) is None  # wider than one tile
-    if is_rms:  # 1024-16384 columns: the looped row
+    if is_rms:  # 1024 columns: two-row tiles up to 24576 rows; 2048-16384: the looped row
+        assert configs.norm_fwd_block_row_config(1, 1000, True) == configs.BlockRowFwdConfig(2, 4, 0)
+        assert configs.norm_fwd_block_row_config(24576, 1024, True).block_rows == 2
+        assert configs.norm_fwd_block_row_config(24577, 1024, True) is None
         assert all(configs.norm_fwd_block_row_config(m, n, True) is None
-                   for m in (256, 4096, big) for n in (1024, 4096, 16384))  # fmt: skip
+                   for m in (256, 4096, big) for n in (2048, 4096, 16384))  # fmt: skip
     else:  # 1024 columns: persistent up to 4096 rows, two-row tiles (one program each) from 4097
         assert configs.norm_fwd_block_row_config(4096, 1000).programs_per_sm == 4
         assert configs.norm_fwd_block_row_config(4097, 1000) == configs.BlockRowFwdConfig(2, 4, 0)
@@ -241,8 +244,9 @@ def test_block_row_forward_windows(is_rms):
 @pytest.mark.parametrize("n", [512, 513, 1000, 1025, 4097, 5000, 16384, 16385])
 def test_rms_forward_looped_row(monkeypatch, n):
     """RMSNorm at 513-16384 columns runs one row per program looped over chunks narrower than the
-    row (configs.NORM_FWD_RMS_LOOPED; 513 leaves a one-column last chunk) under both layouts, never
-    the block-row windows; 512 and 16385 keep the register-resident block and the 16384 chunks."""
+    row (configs.NORM_FWD_RMS_LOOPED; 513 leaves a one-column last chunk) with layout="row", and
+    with "auto" outside the block-row window (513-1024 columns: up to 24576 rows); 512 and 16385
+    keep the register-resident block and the 16384 chunks."""
     launched = []
     real = K._norm_fwd_kernel
 
@@ -259,14 +263,17 @@ def test_rms_forward_looped_row(monkeypatch, n):
     block = configs.norm_fwd_config(n, is_rms=True).block_size
     assert looped == (512 < n <= 16384)
     assert (block < n) == (n > 512) and (block == FWD_MAX) == (n > 16384)
-    if looped:  # 4097 rows x 1000 columns: inside LayerNorm's two-row-tile window
-        assert all(configs.norm_fwd_block_row_config(m, n, is_rms=True) is None
-                   for m in (3, 256, 4097))  # fmt: skip
+    if looped:  # past the window's last row (the windows of looped widths all end)
+        windows = configs.NORM_FWD_BLOCK_ROW[True].get(triton.next_power_of_2(n), ())
+        past_windows = max((hi for _, hi, _ in windows), default=0) + 1
+        assert configs.norm_fwd_block_row_config(past_windows, n, is_rms=True) is None
     x, w, _ = _inputs(3, n, torch.bfloat16, True)
     for layout in ("auto", "row"):
         launched.clear()
         y = _fwd(x, w, None, 1e-5, True, layout=layout)
-        assert launched == [block]
+        windowed = layout == "auto" and configs.norm_fwd_block_row_config(3, n, True) is not None
+        assert windowed == (layout == "auto" and 512 < n <= 1024)
+        assert launched == ([] if windowed else [block])
         assert_close(y, _ref_fwd(x, w, None, 1e-5, True))
 
 
@@ -292,13 +299,14 @@ def test_forward_drops_predicates_and_int64_only_where_safe():
 @pytest.mark.parametrize("m, n", [(256, 5000), (4097, 600)], ids=["persistent", "two-row-tiles"])
 def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):
     """layout="auto" takes the block-row forward inside its windows (the 8192-wide persistent
-    window's lower edge; the 1024-wide two-row tiles' lower edge) for LayerNorm, and RMSNorm the
-    looped row (NORM_FWD_RMS_LOOPED) there; layout="row" one row per program; both match fp64 and
-    each other, forward and backward."""
+    window's lower edge, LayerNorm only: RMSNorm runs the looped row there, NORM_FWD_RMS_LOOPED;
+    the 1024-wide two-row tiles, both norms); layout="row" one row per program; both match fp64
+    and each other, forward and backward."""
     from normlab.kernels import narrow
 
     assert configs.norm_fwd_block_row_config(m, n) is not None
-    assert (configs.norm_fwd_block_row_config(m, n, is_rms) is None) == is_rms
+    tiled = configs.norm_fwd_block_row_config(m, n, is_rms) is not None
+    assert tiled == (not is_rms or n <= 1024)
     launched = []
 
     class Named:
@@ -321,7 +329,7 @@ def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):
         launched.clear()
         xg = x.clone().requires_grad_(True)
         ys[layout] = _fwd(xg, w, b, 1e-5, is_rms, layout=layout)
-        assert launched == ["block_row" if layout == "auto" and not is_rms else "row"]
+        assert launched == ["block_row" if layout == "auto" and tiled else "row"]
         assert_close(ys[layout], y_ref)
         (dxs[layout],) = torch.autograd.grad(ys[layout], xg, dy)
     assert_close(ys["auto"], ys["row"].double())
