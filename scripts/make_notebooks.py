@@ -173,7 +173,7 @@ kernel needs 32 registers instead of 54, and twice as many warps fit on each SM 
 occupancy against 47%). More warps mean more loads in flight, which is what a memory-bound kernel
 needs. normlab's RMSNorm forward now does the same at 1024–16384 columns
 (`configs.NORM_FWD_RMS_LOOPED` keeps the chunk and warp count per width, with the measurements),
-except at 1024 columns up to 24576 rows, where two rows per program at 4 warps measured faster
+except at 1024 columns up to 6144 rows, where two rows per program at 4 warps measured faster
 (`configs.NORM_FWD_BLOCK_ROW`).
 After the correctness check, a cell prints the launch config of a few widths. LayerNorm measured
 no faster looped and keeps the register-resident row, plus a persistent grid in the windows of

@@ -229,10 +229,10 @@ def test_block_row_forward_windows(is_rms):
     assert configs.norm_fwd_block_row_config(big, 512, is_rms).block_rows == (4 if is_rms else 8)
     assert configs.norm_fwd_block_row_config(big, 256, is_rms) is None
     assert configs.norm_fwd_block_row_config(512, 20000, is_rms) is None  # wider than one tile
-    if is_rms:  # 1024 columns: two-row tiles up to 24576 rows; 2048-16384: the looped row
+    if is_rms:  # 1024 columns: two-row tiles up to 6144 rows; 2048-16384: the looped row
         assert configs.norm_fwd_block_row_config(1, 1000, True) == configs.BlockRowFwdConfig(2, 4, 0)
-        assert configs.norm_fwd_block_row_config(24576, 1024, True).block_rows == 2
-        assert configs.norm_fwd_block_row_config(24577, 1024, True) is None
+        assert configs.norm_fwd_block_row_config(6144, 1024, True).block_rows == 2
+        assert configs.norm_fwd_block_row_config(6145, 1024, True) is None
         assert all(configs.norm_fwd_block_row_config(m, n, True) is None
                    for m in (256, 4096, big) for n in (2048, 4096, 16384))  # fmt: skip
     else:  # 1024 columns: persistent up to 4096 rows, two-row tiles (one program each) from 4097
@@ -245,7 +245,7 @@ def test_block_row_forward_windows(is_rms):
 def test_rms_forward_looped_row(monkeypatch, n):
     """RMSNorm at 513-16384 columns runs one row per program looped over chunks narrower than the
     row (configs.NORM_FWD_RMS_LOOPED; 513 leaves a one-column last chunk) with layout="row", and
-    with "auto" outside the block-row window (513-1024 columns: up to 24576 rows); 512 and 16385
+    with "auto" outside the block-row window (513-1024 columns: up to 6144 rows); 512 and 16385
     keep the register-resident block and the 16384 chunks."""
     launched = []
     real = K._norm_fwd_kernel
@@ -306,7 +306,7 @@ def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):
 
     assert configs.norm_fwd_block_row_config(m, n) is not None
     tiled = configs.norm_fwd_block_row_config(m, n, is_rms) is not None
-    assert tiled == (not is_rms or n <= 1024)
+    assert tiled == (not is_rms or (n <= 1024 and m <= 6144))
     launched = []
 
     class Named:
