@@ -67,6 +67,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   at 1-4 warps against the default and torch.compile, three interleaved rounds.
 * ``fwd_1024_window``: RMSNorm at 1024 columns through the benchmark's build, the default against
   block-row tiles patched into configs.NORM_FWD_BLOCK_ROW, and torch.compile, four rounds.
+* ``fwd_two_pass_whole``: RMSNorm at 8192 / 16384 columns, the two-pass forward with one chunk
+  as wide as the row (as torch.compile runs it) against the default chunks and torch.compile.
 * ``narrow_recompute_check``: that agreement alone, at the recomputing backward's configured tile.
 * ``narrow_recompute_tiles``: the recomputing block-row backward's tile (elements x warps x
   accumulator x prefetch) with registers and spills, against the default reading the statistics.
@@ -503,6 +505,43 @@ def part_fwd_1024_window(s: Sweep) -> None:
             configs.NORM_FWD_BLOCK_ROW[True].pop(1024, None)
         else:
             configs.NORM_FWD_BLOCK_ROW[True][1024] = saved
+
+
+def part_fwd_two_pass_whole(s: Sweep) -> None:
+    """RMSNorm at 8192 and 16384 columns: the forward kernel's two-pass path (pass 1 sums the
+    squares, pass 2 re-reads the row from L2) with one chunk as wide as the row, as torch.compile's
+    generated kernel runs at 8192 columns (R0_BLOCK 8192, 16 warps; run "compile_configs"),
+    against the default chunks, the register-resident row and torch.compile. The production
+    kernel without its heuristics (``.fn``), on fresh inputs every round, six rounds rotated."""
+    from normlab.bench import registry
+
+    variants = {8192: ((4096, 16, False), (8192, 16, False), (8192, 32, False), (8192, 8, False),
+                       (8192, 16, True), (2048, 8, False)),
+                16384: ((4096, 16, False), (8192, 16, False), (16384, 32, False),
+                        (16384, 16, False), (16384, 16, True))}  # fmt: skip
+    shapes = ((32768, 8192), (1024, 8192), (4096, 8192), (512, 16384), (2048, 16384))
+    for round_, (m, n) in itertools.product(range(6), shapes):
+        case = {"op": "rms_norm", "M": m, "N": n, "round": round_}
+        runs = []
+        for impl in ("compile", "normlab"):
+            runs.append(({"kernel": impl}, registry.get("rms_norm", impl).build(
+                m, n, torch.bfloat16, "fwd", "cuda")))  # fmt: skip
+        x, w, _, _ = norm_inputs(m, n, True)
+        y = torch.empty_like(x)
+        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
+        for blk, wp, single in variants[n]:
+            def run(blk=blk, wp=wp, single=single):
+                K._norm_fwd_kernel.fn[(m,)](x, y, w, w, rstd, rstd, x.stride(0), y.stride(0),  # noqa: B023
+                                            n, EPS, IS_RMS=True, HAS_WEIGHT=True, HAS_BIAS=False,
+                                            BLOCK_SIZE=blk, SINGLE_BLOCK=single, EVEN_COLS=True,
+                                            INT64_ROWS=False, num_warps=wp)  # fmt: skip
+            runs.append(({"kernel": "single" if single else "two_pass", "block": blk,
+                          "warps": wp}, run))  # fmt: skip
+        k = round_ % len(runs)
+        for extra, run in runs[k:] + runs[:k]:
+            s.time("fwd-two-pass-whole", {**case, **extra}, run, reps=12)
+        del runs, x, w, y, rstd
+        s.save()
 
 
 def part_narrow_recompute_check(s: Sweep) -> None:
