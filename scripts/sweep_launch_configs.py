@@ -69,6 +69,7 @@ before each call), bf16. Parts (the JSON of each run is kept in
   block-row tiles patched into configs.NORM_FWD_BLOCK_ROW, and torch.compile, four rounds.
 * ``fwd_two_pass_whole``: RMSNorm at 8192 / 16384 columns, the two-pass forward with one chunk
   as wide as the row (as torch.compile runs it) against the default chunks and torch.compile.
+* ``fwd_8192_rows``: RMSNorm at 8192 columns over 256-2048 rows, two-pass chunks at 4-16 warps.
 * ``narrow_recompute_check``: that agreement alone, at the recomputing backward's configured tile.
 * ``narrow_recompute_tiles``: the recomputing block-row backward's tile (elements x warps x
   accumulator x prefetch) with registers and spills, against the default reading the statistics.
@@ -513,13 +514,29 @@ def part_fwd_two_pass_whole(s: Sweep) -> None:
     generated kernel runs at 8192 columns (R0_BLOCK 8192, 16 warps; run "compile_configs"),
     against the default chunks, the register-resident row and torch.compile. The production
     kernel without its heuristics (``.fn``), on fresh inputs every round, six rounds rotated."""
-    from normlab.bench import registry
-
     variants = {8192: ((4096, 16, False), (8192, 16, False), (8192, 32, False), (8192, 8, False),
                        (8192, 16, True), (2048, 8, False)),
                 16384: ((4096, 16, False), (8192, 16, False), (16384, 32, False),
                         (16384, 16, False), (16384, 16, True))}  # fmt: skip
     shapes = ((32768, 8192), (1024, 8192), (4096, 8192), (512, 16384), (2048, 16384))
+    _time_fwd_kernel_variants(s, "fwd-two-pass-whole", shapes, variants)
+
+
+def part_fwd_8192_rows(s: Sweep) -> None:
+    """RMSNorm at 8192 columns over 256-2048 rows (one wave of 16-warp programs holds 4 per SM,
+    528 rows on 132 SMs): the two-pass chunks at 4-16 warps, against the default and
+    torch.compile, six rounds rotated (as ``fwd_two_pass_whole``)."""
+    variants = {8192: ((4096, 16, False), (2048, 8, False), (4096, 8, False), (1024, 4, False))}
+    shapes = tuple((m, 8192) for m in (256, 512, 768, 1024, 1280, 1536, 2048))
+    _time_fwd_kernel_variants(s, "fwd-8192-rows", shapes, variants)
+
+
+def _time_fwd_kernel_variants(s: Sweep, part: str, shapes, variants) -> None:
+    """RMSNorm forward: torch.compile and normlab (the benchmark's builds) and the forward kernel
+    without its heuristics at (block, warps, single block) per width, on fresh inputs every round,
+    six rounds, the order rotated."""
+    from normlab.bench import registry
+
     for round_, (m, n) in itertools.product(range(6), shapes):
         case = {"op": "rms_norm", "M": m, "N": n, "round": round_}
         runs = []
@@ -539,7 +556,7 @@ def part_fwd_two_pass_whole(s: Sweep) -> None:
                           "warps": wp}, run))  # fmt: skip
         k = round_ % len(runs)
         for extra, run in runs[k:] + runs[:k]:
-            s.time("fwd-two-pass-whole", {**case, **extra}, run, reps=12)
+            s.time(part, {**case, **extra}, run, reps=12)
         del runs, x, w, y, rstd
         s.save()
 
