@@ -73,10 +73,28 @@ NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (
                        16384: (4096, 16)}  # fmt: skip
 
 
-def norm_fwd_config(n_cols: int, is_rms: bool = False) -> NormFwdConfig:
-    """Heuristic forward launch config (the default; the only one under the interpreter)."""
+# RMSNorm's looped row at 8192 columns when the rows need two waves of its 16-warp programs (4 per
+# SM by warps: 64 warps a SM) but fit in one wave at 8 warps (8 per SM): 4 x SMs < rows <= 8 x
+# SMs (528-1056 rows on 132 SMs). next_pow2(n_cols) -> (lower, upper programs per SM, (chunk,
+# warps)). Run "fwd_8192_rows" at 6c13c44 (the production kernel, fresh inputs, six rounds; H200,
+# torch 2.11, triton 3.6, bf16, cold L2), medians, 4096 x 8 warps / default 4096 x 16 /
+# torch.compile, us: 768 rows 7.34 / 8.15 / 7.36, 1024 rows 9.70 / 10.55 / 10.50; outside the
+# window the 16-warp default is as fast or faster: 512 rows 5.38 / 5.14, 1280 rows 13.79 / 13.30.
+# (The same run: torch.compile leads the default at 512, 1280 and 1536 rows by 1-3%.)
+NORM_FWD_RMS_ONE_WAVE = {8192: (4, 8, (4096, 8))}
+
+
+def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None,
+                    sm_count: int | None = None) -> NormFwdConfig:  # fmt: skip
+    """Heuristic forward launch config (the default; the only one under the interpreter).
+    ``n_rows``/``sm_count``: the row-count rule of NORM_FWD_RMS_ONE_WAVE (left out: ignored)."""
     looped = NORM_FWD_RMS_LOOPED.get(_next_pow2(n_cols)) if is_rms else None
     if looped is not None:
+        wave = NORM_FWD_RMS_ONE_WAVE.get(_next_pow2(n_cols))
+        if wave and n_rows is not None and sm_count:
+            lo, hi, cfg = wave
+            if lo * sm_count < n_rows <= hi * sm_count:
+                return NormFwdConfig(*cfg)
         return NormFwdConfig(*looped)
     block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = next((w for limit, w in NORM_FWD_WARPS if block <= limit), NORM_FWD_WARPS[-1][1])

@@ -277,6 +277,41 @@ def test_rms_forward_looped_row(monkeypatch, n):
         assert_close(y, _ref_fwd(x, w, None, 1e-5, True))
 
 
+def test_rms_forward_one_wave_rule(monkeypatch):
+    """RMSNorm at 8192 columns: 8-warp programs where the rows need two waves of 16-warp programs
+    but fit in one of 8-warp programs (configs.NORM_FWD_RMS_ONE_WAVE), at the rule's exact edges,
+    and the launch uses it (on the interpreter's 4 "SMs")."""
+    lo, hi, wave = configs.NORM_FWD_RMS_ONE_WAVE[8192]
+    wave = configs.NormFwdConfig(*wave)
+    sms = normlab._runtime.sm_count()
+    default = configs.norm_fwd_config(8192, True)
+    for n_cols in (4097, 8192):
+        assert configs.norm_fwd_config(n_cols, True, lo * sms, sms) == default
+        assert configs.norm_fwd_config(n_cols, True, lo * sms + 1, sms) == wave
+        assert configs.norm_fwd_config(n_cols, True, hi * sms, sms) == wave
+        assert configs.norm_fwd_config(n_cols, True, hi * sms + 1, sms) == default
+    # LayerNorm, and widths without a rule, ignore the row count
+    assert configs.norm_fwd_config(8192, False, lo * sms + 1, sms) == configs.norm_fwd_config(8192)
+    assert configs.norm_fwd_config(4096, True, lo * sms + 1, sms) == configs.norm_fwd_config(4096, True)
+
+    launched = []
+    real = K._norm_fwd_kernel
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append((kwargs["BLOCK_SIZE"], kwargs["num_warps"]))
+                return real[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(K, "_norm_fwd_kernel", Recording())
+    x, w, _ = _inputs(lo * sms + 1, 8192, torch.float32, True)
+    y = _fwd(x, w, None, 1e-6, True, layout="row")
+    assert launched == [(wave.block_size, wave.num_warps)]
+    assert_close(y, _ref_fwd(x, w, None, 1e-6, True))
+
+
 def test_forward_drops_predicates_and_int64_only_where_safe():
     """The forward kernel's heuristics: no chunk predicates when the chunks tile the row exactly,
     int32 row offsets while rows x row stride stays below 2**31 for x and y."""

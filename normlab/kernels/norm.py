@@ -735,7 +735,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, block_size=None, num_warps=N
     if AUTOTUNE and block_size is None and num_warps is None:
         _norm_fwd_kernel_tuned[(n_rows,)](*args, **flags)
     else:
-        cfg = configs.norm_fwd_config(n_cols, is_rms)
+        cfg = configs.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(x2d.device.index))
         block = triton.next_power_of_2(block_size) if block_size else cfg.block_size
         _norm_fwd_kernel[(n_rows,)](
             *args, **flags, BLOCK_SIZE=block, num_warps=num_warps or cfg.num_warps
