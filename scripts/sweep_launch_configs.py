@@ -70,6 +70,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``fwd_two_pass_whole``: RMSNorm at 8192 / 16384 columns, the two-pass forward with one chunk
   as wide as the row (as torch.compile runs it) against the default chunks and torch.compile.
 * ``fwd_8192_rows``: RMSNorm at 8192 columns over 256-2048 rows, two-pass chunks at 4-16 warps.
+* ``fwd_static_cols``: RMSNorm forward with n_cols a constexpr (``ab/ab_static.py``) against the
+  same code with a runtime n_cols, the production kernel and torch.compile.
 * ``narrow_recompute_check``: that agreement alone, at the recomputing backward's configured tile.
 * ``narrow_recompute_tiles``: the recomputing block-row backward's tile (elements x warps x
   accumulator x prefetch) with registers and spills, against the default reading the statistics.
@@ -557,6 +559,44 @@ def _time_fwd_kernel_variants(s: Sweep, part: str, shapes, variants) -> None:
         k = round_ % len(runs)
         for extra, run in runs[k:] + runs[:k]:
             s.time(part, {**case, **extra}, run, reps=12)
+        del runs, x, w, y, rstd
+        s.save()
+
+
+def part_fwd_static_cols(s: Sweep) -> None:
+    """RMSNorm forward with the row width a compile-time constant, as torch.compile specialises
+    its kernel to the static shape: ``ab/ab_static.py`` (untracked; the run keeps its source in
+    meta.ab_source), the forward kernel's RMSNorm path with n_cols constexpr against the same
+    code with n_cols a runtime argument and the production kernel (``.fn``), at the default's
+    (chunk, warps) per shape, against normlab and torch.compile, six rounds rotated."""
+    from normlab.bench import registry
+
+    path = Path(ROOT) / "ab" / "ab_static.py"
+    ab = _load_module(path)
+    s.data["meta"]["ab_source"] = path.read_text()
+    shapes = {(32768, 8192): (4096, 16), (1024, 8192): (4096, 8), (16384, 1024): (512, 2),
+              (4096, 4096): (2048, 8), (512, 16384): (4096, 16), (32768, 1024): (512, 2)}
+    for round_, ((m, n), (blk, wp)) in itertools.product(range(6), shapes.items()):
+        case = {"op": "rms_norm", "M": m, "N": n, "round": round_}
+        runs = [({"kernel": impl}, registry.get("rms_norm", impl).build(
+            m, n, torch.bfloat16, "fwd", "cuda")) for impl in ("compile", "normlab")]  # fmt: skip
+        x, w, _, _ = norm_inputs(m, n, True)
+        y = torch.empty_like(x)
+        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
+        single = blk >= n
+        runs.append(({"kernel": "static"}, lambda: ab.rms_fwd_static[(m,)](  # noqa: B023
+            x, y, w, rstd, x.stride(0), y.stride(0), EPS, n_cols=n, BLOCK_SIZE=blk,  # noqa: B023
+            SINGLE_BLOCK=single, num_warps=wp)))  # noqa: B023
+        runs.append(({"kernel": "dynamic"}, lambda: ab.rms_fwd_dynamic[(m,)](  # noqa: B023
+            x, y, w, rstd, x.stride(0), y.stride(0), EPS, n, BLOCK_SIZE=blk,  # noqa: B023
+            SINGLE_BLOCK=single, num_warps=wp)))  # noqa: B023
+        runs.append(({"kernel": "production"}, lambda: K._norm_fwd_kernel.fn[(m,)](  # noqa: B023
+            x, y, w, w, rstd, rstd, x.stride(0), y.stride(0), n, EPS, IS_RMS=True,  # noqa: B023
+            HAS_WEIGHT=True, HAS_BIAS=False, BLOCK_SIZE=blk, SINGLE_BLOCK=single,  # noqa: B023
+            EVEN_COLS=True, INT64_ROWS=False, num_warps=wp)))  # noqa: B023
+        k = round_ % len(runs)
+        for extra, run in runs[k:] + runs[:k]:
+            s.time("fwd-static-cols", {**case, **extra, "block": blk, "warps": wp}, run, reps=12)
         del runs, x, w, y, rstd
         s.save()
 
