@@ -361,7 +361,7 @@ def _norm_fwd_kernel(
     rstd_ptr,  # (n_rows,) fp32 1 / std, written
     x_row_stride,
     y_row_stride,
-    n_cols,
+    n_cols: tl.constexpr,  # one compiled kernel per width: static loop bounds (configs cites why)
     eps,
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
