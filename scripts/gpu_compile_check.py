@@ -34,6 +34,13 @@ def main() -> int:
     ok = check("rms_norm", lambda x, w: normlab.rms_norm(x, w), x, w)
     ok &= check("layer_norm", lambda x, w, b: normlab.layer_norm(x, w, b), x, w, b)
     ok &= check("RMSNorm module", normlab.RMSNorm(2048, device=dev, dtype=bf), x)
+    # block-row rows (layout="auto" from 16384 rows): no stored statistics, the backward
+    # recomputes them (configs.block_row_recompute_stats)
+    xn = torch.randn(65536, 64, device=dev, dtype=bf, requires_grad=True)
+    wn = (1 + 0.1 * torch.randn(64, device=dev)).to(bf).requires_grad_()
+    bn = (0.1 * torch.randn(64, device=dev)).to(bf).requires_grad_()
+    ok &= check("rms_norm block-row", lambda x, w: normlab.rms_norm(x, w), xn, wn)
+    ok &= check("layer_norm block-row", lambda x, w, b: normlab.layer_norm(x, w, b), xn, wn, bn)
     ok &= check("reverse_kl", lambda a: normlab.reverse_kl(a, target), logits)
     return 0 if ok else 1
 
