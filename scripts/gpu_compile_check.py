@@ -1,5 +1,7 @@
 """normlab's norms and losses inside torch.compile(fullgraph=True) with the default (inductor)
-backend on a GPU: forward and gradients equal the eager calls. Prints one line per case."""
+backend on a GPU: forward and gradients equal the eager calls. Prints one line per case; exits
+1 if any case fails. (At 5d1df6e the losses failed: Inductor re-emits their Triton kernels and
+writes the -inf constant as an undefined name; normlab/data/dev/gpu_checks/compile_check_5d1df6e.log.)"""
 
 import sys
 from pathlib import Path
@@ -11,6 +13,14 @@ import normlab  # noqa: E402
 
 
 def check(name, fn, *inputs):
+    try:
+        return _check(name, fn, *inputs)
+    except Exception as exc:  # noqa: BLE001  (report every case, then fail)
+        print(f"{name}: FAIL, {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
+        return False
+
+
+def _check(name, fn, *inputs):
     eager_out = fn(*inputs)
     eager_grads = torch.autograd.grad(eager_out.float().sum(), [t for t in inputs if t.requires_grad])
     compiled = torch.compile(fn, fullgraph=True, dynamic=False)
