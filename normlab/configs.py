@@ -115,6 +115,38 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
 # RMSNorm has no windows at 2048-16384 columns since its looped row (NORM_FWD_RMS_LOOPED)
 # measured faster in them, except at 2048x4096.
 #
+# 512 columns (257-512: above the block-row layout's BLOCK_ROW_MAX_COLS, so the backward stays on
+# the row path), short tiles, one program each. Run "fwd_wide_tiles" at 94531ef (two interleaved
+# rounds, torch.compile in the same run), tile vs one row per program, us: RMS 4 x 4 warps 11.7 /
+# 11.5 vs 12.7 / 12.2 at 16384 rows, 35.6 / 35.4 vs 41.9 / 41.8 at 65536, 130.5 / 130.8 vs 161.0 /
+# 160.5 at 262144, 509.8 / 510.7 vs 636.2 / 635.7 at 1048576, 3793.4 / 3807.8 vs 4753.4 / 4754.1
+# at 7864320 (torch.compile 3835.0 / 3836.8); LN 8 x 4 warps 12.6 / 12.7 vs 12.4 / 12.6 at 16384
+# (a tie: the window starts at the next row count measured), 36.6 / 36.5 vs 42.6 / 42.3 at
+# 65536, 132.4 / 132.8 vs 161.4 at 262144, 523.0 / 523.5 vs 638.7 at 1048576, 3889.6 / 3885.3 vs
+# 4772.5 / 4772.2 at 7864320 (torch.compile 3887.5 / 3885.9). Fewer rows: not measured.
+#
+# A persistent grid (programs per SM > 0): programs grid-stride row tiles and load their next tile
+# before they normalize and store the current one. With one row per program, a launch of a few
+# waves loads every row, then stores every row, and nothing overlaps the two; the prefetch
+# overlaps them. Measured (H200, torch 2.11, triton 3.6, 2026-11-29;
+# normlab/data/dev/sweep_launch_configs_h200.json, runs "fwd_persistent" at 0ad59d4 and
+# "fwd_persistent_rows" at e59d49c), persistent / one-row time, RMS then LN: 1024 cols 0.92 / 0.97
+# at 2048 rows, 0.88 / 0.91 at 4096, 0.95 / 1.04 at 8192; 2048 cols 0.94 / 0.83 at 2048,
+# 0.97 / 0.93 at 4096, 1.04 / 1.01 at 8192; 4096 cols 0.99 / 0.82 at 1024, 0.92 / 0.89 at 2048,
+# 1.02 / 0.99 at 4096; 8192 cols 0.87 / 0.99 at 256, 0.90 / 0.85 at 1024, 0.99 / 0.92 at 4096,
+# 1.01 / 0.94 at 8192; 16384 cols 11.0 / 12.7 us vs 12.2 / 14.2 at 512 rows, 0.93 / 0.92 at
+# 1024, 0.98 / 0.95 at 2048, 1.01 / 0.98 at 4096, 1.03 / 1.03 at 256.
+#
+# Two-row tiles at 4 warps, one program per tile, above the persistent window at 1024 columns:
+# faster than one row per program in all 12 comparisons of two runs ("fwd-multirow" at
+# 581b5e0, "fwd_1024" at 0e50d9d): RMS 8192 / 16384 / 32768 rows 10.92 / 19.41 / 35.15 vs 11.18 /
+# 19.73 / 35.55 us, then 10.76 / 19.05 / 34.93 vs 11.32 / 19.56 / 35.55; LN 11.72 / 19.91 / 35.72
+# vs 12.12 / 20.52 / 36.08, then 11.51 / 19.55 / 35.31 vs 11.81 / 20.48 / 35.89. At 2048 columns
+# no tile beat one row per program (16384 rows). Outside the windows (and below 1024 columns,
+# not measured) one row per program stays. Dropping the loads' and stores' predicates where the
+# tiles cover the matrix exactly measured no faster (0.97-1.01x; run "fwd_unmasked" at 52d0e40,
+# reverted).
+#
 # RMSNorm at 1024 columns: LayerNorm's two-row tiles at 4 warps, up to 6144 rows. Run
 # "fwd_1024_window" at 9d70d09 (the benchmark's own build, fresh inputs every time, ten rounds,
 # the order rotated; H200, torch 2.11, triton 3.6, bf16, cold L2), tile / looped row /
@@ -122,8 +154,8 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
 # [5.12-6.01]; at 588609e (four rounds) 1024 rows 2.42 / 2.65 / 2.75, 2048 3.16 [3.07-3.45] /
 # 3.75 [3.67-3.80] / 3.35; on the same buffers (run "fwd_1024_rows" at c9207bc, three rounds)
 # 6144 rows 7.14 [7.09-7.17] / 8.14 [8.13-8.18] / 7.50. From 8192 rows the tile's times (and
-# torch.compile's, one warp per row) split into two modes over fresh allocations, about 10%
-# apart, where the looped row's do not: 8192 rows 9.21-9.47 in 6 rounds, 10.23-10.32 in 4,
+# torch.compile's, one warp per row) split into two modes over fresh builds (new inputs each),
+# ~10% apart, where the looped row's do not: 8192 rows 9.21-9.47 in 6 rounds, 10.23-10.32 in 4,
 # against 9.98-10.39; in the records run of 7699519, a fresh machine, the tile drew 10.9 against
 # the looped row's 10.3 (16384 rows: 18.8 each; dev data "fwd_1024_window_record"). Its median
 # still led up to 24576 rows (16384: 17.54 against 18.55), but the looped row is never slow, so

@@ -549,11 +549,10 @@ def _time_fwd_kernel_variants(s: Sweep, part: str, shapes, variants) -> None:
         y = torch.empty_like(x)
         rstd = torch.empty(m, device="cuda", dtype=torch.float32)
         for blk, wp, single in variants[n]:
-            def run(blk=blk, wp=wp, single=single):
-                K._norm_fwd_kernel.fn[(m,)](x, y, w, w, rstd, rstd, x.stride(0), y.stride(0),  # noqa: B023
-                                            n, EPS, IS_RMS=True, HAS_WEIGHT=True, HAS_BIAS=False,
-                                            BLOCK_SIZE=blk, SINGLE_BLOCK=single, EVEN_COLS=True,
-                                            INT64_ROWS=False, num_warps=wp)  # fmt: skip
+            run = functools.partial(
+                K._norm_fwd_kernel.fn[(m,)], x, y, w, w, rstd, rstd, x.stride(0), y.stride(0), n,
+                EPS, IS_RMS=True, HAS_WEIGHT=True, HAS_BIAS=False, BLOCK_SIZE=blk,
+                SINGLE_BLOCK=single, EVEN_COLS=True, INT64_ROWS=False, num_warps=wp)  # fmt: skip
             runs.append(({"kernel": "single" if single else "two_pass", "block": blk,
                           "warps": wp}, run))  # fmt: skip
         k = round_ % len(runs)
@@ -584,16 +583,17 @@ def part_fwd_static_cols(s: Sweep) -> None:
         y = torch.empty_like(x)
         rstd = torch.empty(m, device="cuda", dtype=torch.float32)
         single = blk >= n
-        runs.append(({"kernel": "static"}, lambda: ab.rms_fwd_static[(m,)](  # noqa: B023
-            x, y, w, rstd, x.stride(0), y.stride(0), EPS, n_cols=n, BLOCK_SIZE=blk,  # noqa: B023
-            SINGLE_BLOCK=single, num_warps=wp)))  # noqa: B023
-        runs.append(({"kernel": "dynamic"}, lambda: ab.rms_fwd_dynamic[(m,)](  # noqa: B023
-            x, y, w, rstd, x.stride(0), y.stride(0), EPS, n, BLOCK_SIZE=blk,  # noqa: B023
-            SINGLE_BLOCK=single, num_warps=wp)))  # noqa: B023
-        runs.append(({"kernel": "production"}, lambda: K._norm_fwd_kernel.fn[(m,)](  # noqa: B023
-            x, y, w, w, rstd, rstd, x.stride(0), y.stride(0), n, EPS, IS_RMS=True,  # noqa: B023
-            HAS_WEIGHT=True, HAS_BIAS=False, BLOCK_SIZE=blk, SINGLE_BLOCK=single,  # noqa: B023
-            EVEN_COLS=True, INT64_ROWS=False, num_warps=wp)))  # noqa: B023
+        strides = (x.stride(0), y.stride(0))
+        runs.append(({"kernel": "static"}, functools.partial(
+            ab.rms_fwd_static[(m,)], x, y, w, rstd, *strides, EPS, n_cols=n, BLOCK_SIZE=blk,
+            SINGLE_BLOCK=single, num_warps=wp)))  # fmt: skip
+        runs.append(({"kernel": "dynamic"}, functools.partial(
+            ab.rms_fwd_dynamic[(m,)], x, y, w, rstd, *strides, EPS, n, BLOCK_SIZE=blk,
+            SINGLE_BLOCK=single, num_warps=wp)))  # fmt: skip
+        runs.append(({"kernel": "production"}, functools.partial(
+            K._norm_fwd_kernel.fn[(m,)], x, y, w, w, rstd, rstd, *strides, n, EPS, IS_RMS=True,
+            HAS_WEIGHT=True, HAS_BIAS=False, BLOCK_SIZE=blk, SINGLE_BLOCK=single, EVEN_COLS=True,
+            INT64_ROWS=False, num_warps=wp)))  # fmt: skip
         k = round_ % len(runs)
         for extra, run in runs[k:] + runs[:k]:
             s.time("fwd-static-cols", {**case, **extra, "block": blk, "warps": wp}, run, reps=12)
