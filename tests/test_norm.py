@@ -241,24 +241,32 @@ def test_block_row_forward_windows(is_rms):
         assert configs.norm_fwd_block_row_config(big, 1024) == configs.BlockRowFwdConfig(2, 4, 0)
 
 
-@pytest.mark.parametrize("n", [512, 513, 1000, 1025, 4097, 5000, 16384, 16385])
-def test_rms_forward_looped_row(monkeypatch, n):
-    """RMSNorm at 513-16384 columns runs one row per program looped over chunks narrower than the
-    row (configs.NORM_FWD_RMS_LOOPED; 513 leaves a one-column last chunk) with layout="row", and
-    with "auto" outside the block-row window (513-1024 columns: up to 6144 rows); 512 and 16385
-    keep the register-resident block and the 16384 chunks."""
+def _record_forward_launches(monkeypatch, *keys):
+    """Launches of the row forward kernel from now on: one entry per launch, the launch keywords
+    ``keys`` (one value, or a tuple of them)."""
     launched = []
     real = K._norm_fwd_kernel
 
     class Recording:
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
-                launched.append(kwargs["BLOCK_SIZE"])
+                values = tuple(kwargs[k] for k in keys)
+                launched.append(values if len(values) > 1 else values[0])
                 return real[grid](*args, **kwargs)
 
             return launch
 
     monkeypatch.setattr(K, "_norm_fwd_kernel", Recording())
+    return launched
+
+
+@pytest.mark.parametrize("n", [512, 513, 1000, 1025, 4097, 5000, 16384, 16385])
+def test_rms_forward_looped_row(monkeypatch, n):
+    """RMSNorm at 513-16384 columns runs one row per program looped over chunks narrower than the
+    row (configs.NORM_FWD_RMS_LOOPED; 513 leaves a one-column last chunk) with layout="row", and
+    with "auto" outside the block-row window (513-1024 columns: up to 6144 rows); 512 and 16385
+    keep the register-resident block and the 16384 chunks."""
+    launched = _record_forward_launches(monkeypatch, "BLOCK_SIZE")
     looped = triton.next_power_of_2(n) in configs.NORM_FWD_RMS_LOOPED
     block = configs.norm_fwd_config(n, is_rms=True).block_size
     assert looped == (512 < n <= 16384)
@@ -294,18 +302,7 @@ def test_rms_forward_one_wave_rule(monkeypatch):
     assert configs.norm_fwd_config(8192, False, lo * sms + 1, sms) == configs.norm_fwd_config(8192)
     assert configs.norm_fwd_config(4096, True, lo * sms + 1, sms) == configs.norm_fwd_config(4096, True)
 
-    launched = []
-    real = K._norm_fwd_kernel
-
-    class Recording:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                launched.append((kwargs["BLOCK_SIZE"], kwargs["num_warps"]))
-                return real[grid](*args, **kwargs)
-
-            return launch
-
-    monkeypatch.setattr(K, "_norm_fwd_kernel", Recording())
+    launched = _record_forward_launches(monkeypatch, "BLOCK_SIZE", "num_warps")
     x, w, _ = _inputs(lo * sms + 1, 8192, torch.float32, True)
     y = _fwd(x, w, None, 1e-6, True, layout="row")
     assert launched == [(wave.block_size, wave.num_warps)]
