@@ -563,8 +563,9 @@ The backward needs each row's mean and rstd. Stored by the forward, they cost 4 
 traffic. The block-row backward reads the row's x anyway, so it can recompute them in registers
 with the forward's fp32 arithmetic instead. On the H200 that took LayerNorm's forward at 16 columns
 from 136.6 to 119.7 µs. The price is two more row reductions in the backward (the mean, then the
-variance). For RMSNorm, and for LayerNorm up to 64 columns, they cost nothing measurable. For
-LayerNorm at 128 and 256 columns they cost more than the stores save, so the stores stay there
+variance). For RMSNorm they cost nothing measurable. For LayerNorm up to 64 columns they cost
+less than the stores save (at 16 and 32 columns, with tiles of their own, the backward even got
+faster); at 128 and 256 columns they cost more, so the stores stay there
 (`configs.block_row_recompute_stats`; the measurements are cited in `normlab/configs.py`):
 '''),
     code('''
