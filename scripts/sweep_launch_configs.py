@@ -533,28 +533,39 @@ def part_fwd_8192_rows(s: Sweep) -> None:
     _time_fwd_kernel_variants(s, "fwd-8192-rows", shapes, variants)
 
 
+def _production_fwd(m, n, x, y, w, rstd, blk, wp, single):
+    """The forward kernel without its heuristics (``.fn``), RMSNorm, at (block, warps, single)."""
+    return functools.partial(
+        K._norm_fwd_kernel.fn[(m,)], x, y, w, w, rstd, rstd, x.stride(0), y.stride(0), n, EPS,
+        IS_RMS=True, HAS_WEIGHT=True, HAS_BIAS=False, BLOCK_SIZE=blk, SINGLE_BLOCK=single,
+        EVEN_COLS=True, INT64_ROWS=False, num_warps=wp)  # fmt: skip
+
+
 def _time_fwd_kernel_variants(s: Sweep, part: str, shapes, variants) -> None:
-    """RMSNorm forward: torch.compile and normlab (the benchmark's builds) and the forward kernel
-    without its heuristics at (block, warps, single block) per width, on fresh inputs every round,
-    six rounds, the order rotated."""
+    """RMSNorm forward at (block, warps, single block) per width (``variants``: width -> tuple),
+    through _time_fwd_rounds."""
+    def make_runs(m, n, x, y, w, rstd):
+        return [({"kernel": "single" if single else "two_pass", "block": blk, "warps": wp},
+                 _production_fwd(m, n, x, y, w, rstd, blk, wp, single))
+                for blk, wp, single in variants[n]]  # fmt: skip
+
+    _time_fwd_rounds(s, part, shapes, make_runs)
+
+
+def _time_fwd_rounds(s: Sweep, part: str, shapes, make_runs) -> None:
+    """RMSNorm forward: torch.compile and normlab (the benchmark's builds) and the kernels of
+    ``make_runs(m, n, x, y, w, rstd)`` (a list of (case fields, run)), on fresh inputs every
+    round, six rounds, the order rotated."""
     from normlab.bench import registry
 
     for round_, (m, n) in itertools.product(range(6), shapes):
         case = {"op": "rms_norm", "M": m, "N": n, "round": round_}
-        runs = []
-        for impl in ("compile", "normlab"):
-            runs.append(({"kernel": impl}, registry.get("rms_norm", impl).build(
-                m, n, torch.bfloat16, "fwd", "cuda")))  # fmt: skip
+        runs = [({"kernel": impl}, registry.get("rms_norm", impl).build(
+            m, n, torch.bfloat16, "fwd", "cuda")) for impl in ("compile", "normlab")]  # fmt: skip
         x, w, _, _ = norm_inputs(m, n, True)
         y = torch.empty_like(x)
-        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
-        for blk, wp, single in variants[n]:
-            run = functools.partial(
-                K._norm_fwd_kernel.fn[(m,)], x, y, w, w, rstd, rstd, x.stride(0), y.stride(0), n,
-                EPS, IS_RMS=True, HAS_WEIGHT=True, HAS_BIAS=False, BLOCK_SIZE=blk,
-                SINGLE_BLOCK=single, EVEN_COLS=True, INT64_ROWS=False, num_warps=wp)  # fmt: skip
-            runs.append(({"kernel": "single" if single else "two_pass", "block": blk,
-                          "warps": wp}, run))  # fmt: skip
+        rstd = torch.empty(m, device=x.device, dtype=torch.float32)
+        runs += make_runs(m, n, x, y, w, rstd)
         k = round_ % len(runs)
         for extra, run in runs[k:] + runs[:k]:
             s.time(part, {**case, **extra}, run, reps=12)
@@ -568,37 +579,25 @@ def part_fwd_static_cols(s: Sweep) -> None:
     meta.ab_source), the forward kernel's RMSNorm path with n_cols constexpr against the same
     code with n_cols a runtime argument and the production kernel (``.fn``), at the default's
     (chunk, warps) per shape, against normlab and torch.compile, six rounds rotated."""
-    from normlab.bench import registry
-
     path = Path(ROOT) / "ab" / "ab_static.py"
     ab = _load_module(path)
     s.data["meta"]["ab_source"] = path.read_text()
-    shapes = {(32768, 8192): (4096, 16), (1024, 8192): (4096, 8), (16384, 1024): (512, 2),
-              (4096, 4096): (2048, 8), (512, 16384): (4096, 16), (32768, 1024): (512, 2)}
-    for round_, ((m, n), (blk, wp)) in itertools.product(range(6), shapes.items()):
-        case = {"op": "rms_norm", "M": m, "N": n, "round": round_}
-        runs = [({"kernel": impl}, registry.get("rms_norm", impl).build(
-            m, n, torch.bfloat16, "fwd", "cuda")) for impl in ("compile", "normlab")]  # fmt: skip
-        x, w, _, _ = norm_inputs(m, n, True)
-        y = torch.empty_like(x)
-        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
-        single = blk >= n
-        strides = (x.stride(0), y.stride(0))
-        runs.append(({"kernel": "static"}, functools.partial(
-            ab.rms_fwd_static[(m,)], x, y, w, rstd, *strides, EPS, n_cols=n, BLOCK_SIZE=blk,
-            SINGLE_BLOCK=single, num_warps=wp)))  # fmt: skip
-        runs.append(({"kernel": "dynamic"}, functools.partial(
-            ab.rms_fwd_dynamic[(m,)], x, y, w, rstd, *strides, EPS, n, BLOCK_SIZE=blk,
-            SINGLE_BLOCK=single, num_warps=wp)))  # fmt: skip
-        runs.append(({"kernel": "production"}, functools.partial(
-            K._norm_fwd_kernel.fn[(m,)], x, y, w, w, rstd, rstd, *strides, n, EPS, IS_RMS=True,
-            HAS_WEIGHT=True, HAS_BIAS=False, BLOCK_SIZE=blk, SINGLE_BLOCK=single, EVEN_COLS=True,
-            INT64_ROWS=False, num_warps=wp)))  # fmt: skip
-        k = round_ % len(runs)
-        for extra, run in runs[k:] + runs[:k]:
-            s.time("fwd-static-cols", {**case, **extra, "block": blk, "warps": wp}, run, reps=12)
-        del runs, x, w, y, rstd
-        s.save()
+    configs_ = {(32768, 8192): (4096, 16), (1024, 8192): (4096, 8), (16384, 1024): (512, 2),
+                (4096, 4096): (2048, 8), (512, 16384): (4096, 16), (32768, 1024): (512, 2)}
+
+    def make_runs(m, n, x, y, w, rstd):
+        blk, wp = configs_[(m, n)]
+        single, common = blk >= n, {"block": blk, "warps": wp}
+        launch = {"BLOCK_SIZE": blk, "SINGLE_BLOCK": single, "num_warps": wp}
+        args = (x, y, w, rstd, x.stride(0), y.stride(0), EPS)
+        return [({"kernel": "static", **common},
+                 functools.partial(ab.rms_fwd_static[(m,)], *args, n_cols=n, **launch)),
+                ({"kernel": "dynamic", **common},
+                 functools.partial(ab.rms_fwd_dynamic[(m,)], *args, n, **launch)),
+                ({"kernel": "production", **common},
+                 _production_fwd(m, n, x, y, w, rstd, blk, wp, single))]  # fmt: skip
+
+    _time_fwd_rounds(s, "fwd-static-cols", tuple(configs_), make_runs)
 
 
 def part_narrow_recompute_check(s: Sweep) -> None:

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime, configs
-from normlab.kernels._host import FLOAT_DTYPES, unit_col_stride
+from normlab.kernels._host import FLOAT_DTYPES, is_valid_eps, unit_col_stride
 
 STRATEGIES = ("auto", "persistent")  # the block-row backward's only dγ/dβ reduction
 
@@ -468,8 +468,7 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto",
                 "rstd is None: pass the forward's eps to recompute the statistics, or the fp32 "
                 "mean/rstd returned by block_row_forward"
             )
-        finite = isinstance(eps, (int, float)) and not isinstance(eps, bool)
-        if not (finite and 0.0 <= eps < float("inf")):
+        if not is_valid_eps(eps):
             raise ValueError(f"eps must be a finite float >= 0, got {eps!r}")
     else:
         _check_vector("rstd", rstd, n_rows, x, torch.float32)

@@ -56,7 +56,7 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime, configs
-from normlab.kernels._host import FLOAT_DTYPES, unit_col_stride
+from normlab.kernels._host import FLOAT_DTYPES, is_valid_eps, unit_col_stride
 
 STRATEGIES = ("auto",) + configs.NORM_BWD_STRATEGIES
 LAYOUTS = ("auto", "row", "block_row")
@@ -1071,11 +1071,7 @@ def _prepare(name, x, weight, bias, eps, strategy, layout):
             raise ValueError(
                 f"{name}: {pname} is on device {p.device} but x is on device {x.device}"
             )
-    if (
-        not isinstance(eps, (int, float))
-        or isinstance(eps, bool)
-        or not (0.0 <= float(eps) < float("inf"))
-    ):
+    if not is_valid_eps(eps):
         raise ValueError(f"{name}: eps must be a finite float >= 0, got {eps!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"{name}: strategy={strategy!r}; expected one of {STRATEGIES}")
