@@ -613,7 +613,7 @@ ENTROPY_STATS_BLOCK = 2048
 ENTROPY_STATS_WARPS = 4
 ENTROPY_BACKWARD_BLOCK = 4096
 ENTROPY_BACKWARD_WARPS = 8
-# Chunked form: a row is cut into chunks of ENTROPY_CHUNKED_TILES column tiles (block_cap wide),
+# Chunked form: a row is cut into chunks of entropy_chunk_tiles(tile) column tiles (block_cap wide),
 # one program per chunk, meeting at a per-row counter (kernels/entropy.py). Swept (H200, torch
 # 2.11, triton 3.6, 2026-11-29, commit f972972, 4096 rows; sweep_launch_configs_h200.json,
 # "chunked"): longer chunks win although one tile per chunk never re-reads a logit, because
@@ -622,6 +622,11 @@ ENTROPY_BACKWARD_WARPS = 8
 # 8 / 16 tiles (commit ed5d1ff): 1334 / 1385; 8 warps slower everywhere (1644 at 4 tiles).
 # Label CE V=131072, tile 4096: 888 / 744 / 699 us at 1 / 2 / 4 tiles, 844 / 821 at 8 / 16.
 ENTROPY_CHUNKED_TILES = 4
+# Tile 1024 (lane statistics; run "chunked-lanes-unaligned" at c949859+lanes, two rounds, us):
+# 6 / 8 / 10 / 12 tiles per chunk, reverse KL V = 50257: 483.1-484.3 / 488.0 / 484.1-485.0 /
+# 490.6-490.8; 32001: 319.5 / 320.6-321.0 / 322.7-323.0 / 322.1-322.6; soft CE 50257:
+# 487.3-487.8 / 492.4-492.8 / 487.8-488.0 / 492.1-493.1. Tile 1024 at 4 tiles: 497.1.
+ENTROPY_CHUNKED_TILES_BY_BLOCK = {1024: 6}
 ENTROPY_CHUNKED_WARPS = 4
 # Registers per thread of the chunked kernel by tile (a launch cap; other tiles: the compiler's
 # choice). At tile 2048 the compiler takes 72 for reverse KL (7 programs of 4 warps per SM); 64
@@ -630,6 +635,23 @@ ENTROPY_CHUNKED_WARPS = 4
 # the 4096 tile spills: reverse KL chunked4096 463 us at 32768 in the records of f4508b9. Waiting
 # on volatile loads instead of acquire atomics was slower (1369 vs 1317 us; at 16b07d0 only).
 ENTROPY_CHUNKED_MAXNREG = {2048: 64}
+# With lane statistics (below) the cap spills at V = 50257, whose aligned frames take more
+# registers: 16 spills at 64, 6 at 72, 2 at 80; reverse KL 519.3-520.0 / 489.7-490.6 /
+# 492.6-492.8 us (run "chunked-lanes-unaligned"), but 0 spills at 50256 (64: 470.9 us, none:
+# 473.3, 80: 486.5; run "chunked-lanes"). Unaligned vocabularies take tile 1024 instead (40
+# registers, no cap, no spills; ENTROPY_AUTO).
+# Lanes of the running statistics (kernels/entropy.py, _online_tile): tiles up to
+# ENTROPY_LANE_MAX_BLOCK keep a max / sum-exp per ENTROPY_LANE columns, reduced within a thread,
+# and fold the lanes once per row or chunk; wider tiles are one lane (a cross-warp reduction per
+# tile). H200, 4096 rows, bf16, forward+backward, us, whole-tile lanes -> 8-column lanes
+# (dev/sweep_launch_configs_h200.json, run "entropy" at c949859+ab, variants base / lanes):
+#   tile 2048   reverse KL chunked 336.1 -> 304.4 (V = 32768), 1267.5 -> 1154.0 (131072), 515.3
+#               -> 520.3 (50257); fused 326.3 -> 300.8, 1369.4 -> 1265.9, 529.6 -> 503.6; split
+#               (stats tile 2048) 387.4 -> 350.2, 1585.7 -> 1420.2, 592.9 -> 547.8
+#   tile 4096   reverse KL fused 321.1 -> 340.6, chunked 384.1 -> 480.6 (32768): 4 lanes per
+#               thread at 4 warps (16-column lanes, 2 per thread: 331.4 / 350.8)
+ENTROPY_LANE = 8
+ENTROPY_LANE_MAX_BLOCK = 2048
 # In-place grad_output rescale after a fused forward, on a grid of PROGRAMS_PER_SM x SMs that
 # strides rows; a scalar grad_output == 1 makes every program exit after one load: 1.1-1.6 us at
 # 4096 rows against 3.5 us for one program per row (H200, entropy check at 16b07d0). The
@@ -698,15 +720,39 @@ ENTROPY_FRAME_BYTES = 128
 # split 638 / 607-609 us). The same branches for aligned rows measured slower for the forms
 # "auto" takes there (reverse KL fused4096 at 32768 319 -> 341 us; run "entropy" at 3ee70cd+ab):
 # not adopted.
+# The entries now: since lane statistics (ENTROPY_LANE; runs "entropy" (base / lanes_t),
+# "chunked-lanes" and "chunked-lanes-unaligned" at c949859, us; "x" = taken):
+#   reverse KL   32768: fused2048 300.5-301.7 x, chunked2048 305.8-307.8, fused4096 322.7;
+#                50256: chunked2048 470.9 x, fused2048 493.3; 50257: chunked1024 483.1-484.3 x,
+#                fused2048 502.9-504.1, chunked2048 519.3-520.0; 65536: chunked2048 587.2 x,
+#                fused2048 614.8; 131072: 1155.1 x vs 1259.8; 151936: 1338.3 x vs 1476.4.
+#   soft CE      32768: fused2048 308.6-311.0 x, chunked2048 306.4-307.6 (within 1.5%, and no
+#                workspace); 50256: chunked2048 467.5 x, fused2048 504.6; 50257: chunked1024
+#                487.3-487.8 x, chunked2048 511.1-512.3, fused2048 516.2; 65536: chunked2048
+#                585.3 x vs fused2048 620.4; 131072: 1165.7 x vs 1264.5; 151936: 1330.4 x vs 1480.3.
+#   label CE     32768: fused4096 194.7 x, fused2048 198.5, chunked4096 212.1; 50257: fused2048
+#                325.0-325.8 x, fused4096 329.1, chunked1024 324.0-324.5 (at 10 tiles per chunk
+#                314.7-315.3, but 212.4 against fused2048's 202.5 at V = 32001); 65536:
+#                chunked4096 385.3 x, fused4096 399.5; 131072: 754.5 x vs 820.4.
 ENTROPY_AUTO_TILE = 4096
 ENTROPY_AUTO_WIDE_COLS = 65536
 ENTROPY_AUTO_CLASSES = ("even", "ragged", "unaligned", "wide")
 ENTROPY_AUTO = {
-    "reverse_kl": (("fused", 4096), ("chunked", 2048), ("chunked", 2048), ("chunked", 2048)),
-    "soft_cross_entropy": (("fused", 2048), ("chunked", 2048), ("fused", 2048),
+    "reverse_kl": (("fused", 2048), ("chunked", 2048), ("chunked", 1024), ("chunked", 2048)),
+    "soft_cross_entropy": (("fused", 2048), ("chunked", 2048), ("chunked", 1024),
                            ("chunked", 2048)),
-    "cross_entropy": (("fused", 4096), ("fused", 4096), ("fused", 4096), ("chunked", 4096)),
+    "cross_entropy": (("fused", 4096), ("fused", 4096), ("fused", 2048), ("chunked", 4096)),
 }
+
+
+def entropy_chunk_tiles(block: int) -> int:
+    """Tiles per chunk of the chunked form at a column tile of ``block`` elements."""
+    return ENTROPY_CHUNKED_TILES_BY_BLOCK.get(block, ENTROPY_CHUNKED_TILES)
+
+
+def entropy_lane(block: int) -> int:
+    """Columns per lane of the running statistics for a column tile of ``block`` elements."""
+    return min(ENTROPY_LANE, block) if block <= ENTROPY_LANE_MAX_BLOCK else block
 
 
 def entropy_num_warps(block: int, table: dict[int, int] | None = None) -> int:

@@ -18,6 +18,7 @@ written before commit 3727dd5 came from a script-local copy of the same method.)
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import os
 import sys
@@ -79,10 +80,12 @@ def variants(loss: str, x, other, with_compile=False, caps=CAPS):
     """name -> zero-arg loss callable."""
     fn = {"reverse_kl": normlab.reverse_kl, "soft_cross_entropy": normlab.soft_cross_entropy,
           "cross_entropy": normlab.cross_entropy}[loss]  # fmt: skip
-    out = {}
-    for cap in caps:
+    out = {"auto": lambda: fn(x, other)}
+    for cap in (1024, 2048, *caps):
         out[f"fused_c{cap}"] = lambda cap=cap: fn(x, other, form="fused", block_cap=cap)
     out["chunked"] = lambda: fn(x, other, form="chunked")
+    for cap in (1024, 2048, 4096):
+        out[f"chunked_c{cap}"] = lambda cap=cap: fn(x, other, form="chunked", block_cap=cap)
     out["split"] = lambda: fn(x, other, form="split")
     if loss == "cross_entropy":
         eager = lambda: F.cross_entropy(x.float(), other)
@@ -145,10 +148,12 @@ def check_correctness():
 
 def check_reduction():
     """Reductions at the benchmark's size (4096 rows): "mean" / "sum" against the fp64 sum of the
-    per-row losses of the same form, and the same bits over 10 calls, fused and chunked."""
-    for loss in ("reverse_kl", "soft_cross_entropy", "cross_entropy"):
+    per-row losses of the same form, and the same bits over 10 calls, fused and chunked (at the
+    auto tile: 2048 or 4096 at V = 32768, 1024 or 2048 at 50257)."""
+    for loss, n_cols in itertools.product(("reverse_kl", "soft_cross_entropy", "cross_entropy"),
+                                          (32768, 50257)):
         fn = getattr(normlab, loss)
-        x, other = inputs(loss, M, 32768)
+        x, other = inputs(loss, M, n_cols)
         x = x.detach()
         for form in ("fused", "chunked"):
             try:
@@ -160,11 +165,11 @@ def check_reduction():
                     rel = abs(outs[0].item() - expect) / max(abs(expect), 1e-30)
                     same = all(torch.equal(o, outs[0]) for o in outs)
                     ok = rel < 1e-5 and same
-                    RESULTS["correctness"].append({"loss": loss, "V": 32768, "M": M, "variant": form,
+                    RESULTS["correctness"].append({"loss": loss, "V": n_cols, "M": M, "variant": form,
                                                    "reduction": reduction,
                                                    "loss_rel_err": rel, "same_bits_10_calls": same,
                                                    "ok": ok})  # fmt: skip
-                    print(f"reduce {loss:18s} {form:8s} {reduction:4s} rel {rel:.2e} "
+                    print(f"reduce {loss:18s} V={n_cols:6d} {form:8s} {reduction:4s} rel {rel:.2e} "
                           f"same bits {same} {'ok' if ok else 'FAIL'}", flush=True)  # fmt: skip
             except Exception as e:  # noqa: BLE001
                 RESULTS["errors"].append({"where": f"reduce {loss} {form}", "error": repr(e)[:400]})

@@ -35,7 +35,7 @@ if [[ $WHAT == all || $WHAT == losses ]]; then
   bench --op reverse_kl,soft_cross_entropy --shapes losses --direction fwd+bwd --impl normlab \
         --form fused --block-cap 2048,4096,8192,16384,32768
   bench --op reverse_kl,soft_cross_entropy,cross_entropy --shapes losses --direction fwd+bwd \
-        --impl normlab --form chunked --block-cap 2048,4096
+        --impl normlab --form chunked --block-cap 1024,2048,4096
   bench --op cross_entropy --shapes losses --direction fwd+bwd --impl eager,torch,compile,normlab \
         --form auto,split
   bench --op cross_entropy --shapes losses --direction fwd+bwd --impl normlab --form fused \

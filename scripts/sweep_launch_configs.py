@@ -944,6 +944,7 @@ def part_entropy(s: Sweep, variants: list[Path], vocabs: list[int], *,
                 case["round"] = round_
             s.time(part, case, functools.partial(_loss_step, fn, x, other, form, cap))
         del x, t, labels
+        first.clear()  # the reference gradients of this vocabulary
         s.save()
 
 
@@ -1021,6 +1022,7 @@ def part_chunked(s: Sweep) -> None:
 
     g = torch.Generator(device="cuda").manual_seed(0)
     saved = (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS)
+    by_block, configs.ENTROPY_CHUNKED_TILES_BY_BLOCK = configs.ENTROPY_CHUNKED_TILES_BY_BLOCK, {}
     one_launch = E._launch_chunked
     for v in (32768, 65536, 131072, 50257, 151936):
         x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
@@ -1055,6 +1057,7 @@ def part_chunked(s: Sweep) -> None:
             s.save()
             print(f"chunked {loss} {v}: done, {s.left():.0f} s left", flush=True)
         del x, t
+    configs.ENTROPY_CHUNKED_TILES_BY_BLOCK = by_block
 
 
 def _forced_layouts(n_tiles: int) -> dict[str, tuple[int, int, int]]:
@@ -1138,7 +1141,8 @@ def part_chunked_occupancy(s: Sweep) -> None:
 
     g = torch.Generator(device="cuda").manual_seed(0)
     saved = (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
-             configs.ENTROPY_CHUNKED_MAXNREG)
+             configs.ENTROPY_CHUNKED_MAXNREG, configs.ENTROPY_CHUNKED_TILES_BY_BLOCK)
+    configs.ENTROPY_CHUNKED_TILES_BY_BLOCK = {}  # the cases' tiles per chunk at every tile
     kernel = E._entropy_chunked_kernel
     layouts = ((2048, 4, 4), (2048, 4, 2), (2048, 4, 8), (2048, 2, 4), (1024, 2, 8), (4096, 4, 2))
     try:
@@ -1175,7 +1179,81 @@ def part_chunked_occupancy(s: Sweep) -> None:
     finally:
         E._entropy_chunked_kernel = kernel
         (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
-         configs.ENTROPY_CHUNKED_MAXNREG) = saved
+         configs.ENTROPY_CHUNKED_MAXNREG, configs.ENTROPY_CHUNKED_TILES_BY_BLOCK) = saved
+
+
+def _chunked_cases(s: Sweep, part: str, vocabs, losses, cases, rounds: int = 1) -> None:
+    """The chunked form under (tile, tiles per chunk, warps, register cap) ``cases``, per
+    vocabulary and loss, ``rounds`` interleaved rounds, with registers/spills of each compiled
+    kernel, its chunk layout and its agreement with form="fused" at tile 2048; the fused form
+    at tiles 2048 and 1024 beside."""
+    from normlab.kernels import entropy as E
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    saved = (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
+             configs.ENTROPY_CHUNKED_MAXNREG, configs.ENTROPY_CHUNKED_TILES_BY_BLOCK)
+    configs.ENTROPY_CHUNKED_TILES_BY_BLOCK = {}  # the cases' tiles per chunk at every tile
+    kernel = E._entropy_chunked_kernel
+    try:
+        E._entropy_chunked_kernel = cap_k = _Capture(kernel)
+        for v in vocabs:
+            x = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+            t = torch.randn(4096, v, device="cuda", dtype=torch.bfloat16, generator=g)
+            labels = torch.randint(0, v, (4096,), device="cuda", generator=g)
+            frame = E._frame_align(x, t, None, 2048)["FRAME"]
+            for round_, loss in itertools.product(range(rounds), losses):
+                fn = getattr(normlab, loss)
+                other = labels if loss == "cross_entropy" else t
+                out_ref = fn(x, other, form="fused", block_cap=2048, reduction="none")
+                (grad_ref,) = torch.autograd.grad(out_ref.sum(), x)
+                for cap in (2048, 1024):
+                    s.time(part, {"op": loss, "M": 4096, "N": v, "form": "fused", "cap": cap,
+                                  "round": round_},
+                           functools.partial(_loss_step, fn, x, other, "fused", cap))
+                for cap, tiles, warps, maxnreg in cases:
+                    (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
+                     configs.ENTROPY_CHUNKED_MAXNREG) = (tiles, warps,
+                                                         {cap: maxnreg} if maxnreg else {})
+                    case = {"op": loss, "M": 4096, "N": v, "form": "chunked", "cap": cap,
+                            "tiles": tiles, "warps": warps, "maxnreg": maxnreg, "round": round_,
+                            "layout": list(E.chunk_layout(v + frame - 1, cap, tiles,
+                                                          _runtime.sm_count()))}
+                    try:
+                        _chunked_agreement(fn, x, other, cap, out_ref, grad_ref, case)
+                        case["n_regs"] = getattr(cap_k.compiled, "n_regs", None)
+                        case["n_spills"] = getattr(cap_k.compiled, "n_spills", None)
+                    except Exception as exc:
+                        s.data["errors"].append({"part": part, **case,
+                                                 "error": f"{type(exc).__name__}: {exc}"})
+                        continue
+                    s.time(part, case, functools.partial(_loss_step, fn, x, other, "chunked", cap))
+                s.save()
+            print(f"{part} {v}: done, {s.left():.0f} s left", flush=True)
+            del x, t, labels
+    finally:
+        E._entropy_chunked_kernel = kernel
+        (configs.ENTROPY_CHUNKED_TILES, configs.ENTROPY_CHUNKED_WARPS,
+         configs.ENTROPY_CHUNKED_MAXNREG, configs.ENTROPY_CHUNKED_TILES_BY_BLOCK) = saved
+
+
+def part_chunked_lanes(s: Sweep) -> None:
+    """The chunked form with lane statistics (kernels/entropy.py, _online_tile): tile x tiles per
+    chunk x warps x register cap at V = 50257 (aligned frames), 50256, 65536 and 32768, reverse
+    KL and soft CE."""
+    cases = ((2048, 4, 4, 64), (2048, 4, 4, None), (2048, 4, 4, 80), (2048, 3, 4, 64),
+             (2048, 6, 4, 64), (2048, 8, 4, 64), (1024, 4, 4, None), (1024, 4, 4, 64),
+             (1024, 8, 4, None), (1024, 10, 4, None), (1024, 4, 2, None), (1024, 8, 2, None))
+    _chunked_cases(s, "chunked-lanes", (50257, 50256, 65536, 32768),
+                   ("reverse_kl", "soft_cross_entropy"), cases)
+
+
+def part_chunked_lanes_unaligned(s: Sweep) -> None:
+    """``chunked_lanes`` for unaligned vocabularies (50257, 32001): tile 1024 at 6-12 tiles per
+    chunk against tile 2048 under 64-80 register caps, every loss, two interleaved rounds."""
+    cases = ((1024, 6, 4, None), (1024, 8, 4, None), (1024, 10, 4, None), (1024, 12, 4, None),
+             (2048, 4, 4, 64), (2048, 4, 4, 72), (2048, 4, 4, 80))
+    _chunked_cases(s, "chunked-lanes-unaligned", (50257, 32001),
+                   ("reverse_kl", "soft_cross_entropy", "cross_entropy"), cases, rounds=2)
 
 
 def part_chunked_unaligned(s: Sweep) -> None:
@@ -1372,6 +1450,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--entropy-variants", default="", help="comma-separated module files")
     ap.add_argument("--entropy-vocabs", default="32768,131072", help="vocabularies of 'entropy'")
+    ap.add_argument("--entropy-forms", default="",
+                    help="forms of 'entropy' as form:cap, e.g. fused:2048,chunked:1024,split")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     s = Sweep(args.out, args.budget_s, args.reps)
@@ -1384,9 +1464,13 @@ def main() -> int:
     for part in args.parts.split(","):
         t0 = time.time()
         try:
-            if part in ("entropy", "entropy_fused"):  # A/B of module files
-                globals()[f"part_{part}"](s, variants,
-                                          [int(v) for v in args.entropy_vocabs.split(",")])
+            vocabs = [int(v) for v in args.entropy_vocabs.split(",")]
+            if part == "entropy" and args.entropy_forms:  # A/B of module files
+                forms = [(f, int(c[0]) if c else None) for f, *c in
+                         (spec.split(":") for spec in args.entropy_forms.split(","))]
+                part_entropy(s, variants, vocabs, forms=forms)
+            elif part in ("entropy", "entropy_fused"):
+                globals()[f"part_{part}"](s, variants, vocabs)
             else:
                 globals()[f"part_{part}"](s)
         except Exception:

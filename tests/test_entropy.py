@@ -486,9 +486,9 @@ def test_auto_form_uses_config_table():
             assert cap & (cap - 1) == 0
             assert configs.ENTROPY_MIN_BLOCK <= cap <= configs.ENTROPY_MAX_BLOCK
     # The measured choices (see configs): 32768 takes the fused form, wider vocabularies the
-    # chunked one; unaligned ones below 65536 (rows off 16-byte boundaries): reverse KL the
-    # chunked form, soft CE fused at tile 2048, label CE fused at 4096; ragged but aligned ones
-    # as measured at 50256.
+    # chunked one; unaligned ones below 65536 (rows off 16-byte boundaries): reverse KL and soft
+    # CE the chunked form at tile 1024, label CE fused at 2048; ragged but aligned ones as
+    # measured at 50256.
     wide = configs.ENTROPY_AUTO_WIDE_COLS
     assert wide == 65536
     classes = {n: configs.entropy_vocab_class(n) for n in (1000, 4097, 32000, 32768, 50256, 50257,
@@ -499,19 +499,51 @@ def test_auto_form_uses_config_table():
     assert configs.entropy_auto("reverse_kl", 50256, False) == ("chunked", 2048)
     assert configs.entropy_auto("soft_cross_entropy", 50256, False) == ("chunked", 2048)
     assert configs.entropy_auto("cross_entropy", 50256, False) == ("fused", 4096)
-    assert configs.entropy_auto("reverse_kl", 32768, False) == ("fused", 4096)
-    assert configs.entropy_auto("reverse_kl", wide - 4096, False) == ("fused", 4096)
-    assert configs.entropy_auto("reverse_kl", 50257, False) == ("chunked", 2048)
-    assert configs.entropy_auto("soft_cross_entropy", 50257, False) == ("fused", 2048)
+    assert configs.entropy_auto("reverse_kl", 32768, False) == ("fused", 2048)
+    assert configs.entropy_auto("reverse_kl", wide - 4096, False) == ("fused", 2048)
+    assert configs.entropy_auto("reverse_kl", 50257, False) == ("chunked", 1024)
+    assert configs.entropy_auto("soft_cross_entropy", 50257, False) == ("chunked", 1024)
     assert configs.entropy_auto("reverse_kl", wide, False) == ("chunked", 2048)
     assert configs.entropy_auto("reverse_kl", 151936, False) == ("chunked", 2048)
     assert configs.entropy_auto("soft_cross_entropy", 32768, False) == ("fused", 2048)
     assert configs.entropy_auto("soft_cross_entropy", 151936, False) == ("chunked", 2048)
     assert configs.entropy_auto("cross_entropy", 32768, False) == ("fused", 4096)
-    assert configs.entropy_auto("cross_entropy", 50257, False) == ("fused", 4096)
+    assert configs.entropy_auto("cross_entropy", 50257, False) == ("fused", 2048)
     assert configs.entropy_auto("cross_entropy", wide, False) == ("chunked", 4096)
     assert configs.entropy_auto("cross_entropy", 151936, False) == ("chunked", 4096)
     assert configs.entropy_auto("cross_entropy", wide, True) == ("split", 4096)
+
+
+def test_chunk_tiles_and_lanes_by_tile():
+    assert [configs.entropy_chunk_tiles(b) for b in (16, 1024, 2048, 4096)] == [4, 6, 4, 4]
+    assert [configs.entropy_lane(b) for b in (16, 1024, 2048, 4096, 8192)] == [8, 8, 8, 4096,
+                                                                               8192]  # fmt: skip
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ALL_FORMS)
+@pytest.mark.parametrize("lane", [8, 32, 64])
+def test_lane_statistics(loss, form, lane, monkeypatch):
+    # Tile 64 in lanes of 8 or 32 columns (each with its own max / sum-exp, folded once a row or
+    # chunk) or as one lane (the wide tiles' path). Row 0: one whole tile is -inf, so every lane
+    # sees only -inf there; row 1: columns 8-15 of every tile are -inf, so one 8-column lane
+    # never sees a finite logit; row 2: the lanes' maxima differ by ~60 (exp underflows across).
+    monkeypatch.setattr(configs, "ENTROPY_LANE", lane)
+    monkeypatch.setattr(configs, "ENTROPY_CHUNKED_TILES", 2)
+    x, other = _inputs(loss, (3, 300), torch.float32)
+    x[0, 128:192] = float("-inf")
+    lane_1 = torch.arange(300) % 64 // 8 == 1
+    x[1, lane_1] = float("-inf")
+    x[2, ::7] += 60.0
+    if other.is_floating_point():
+        other[0, 128:192] = float("-inf")
+        other[1, lane_1] = float("-inf")
+    else:
+        other = torch.tensor([5, -100, 290])
+    out, grad = _run(loss, x, other, form=form, block_cap=64, reduction="none")
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    assert torch.isfinite(out).all() and torch.isfinite(grad).all()
+    _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, f"lane {lane}")
 
 
 @pytest.mark.parametrize("n_cols,block,tiles,sms,expect", [

@@ -88,45 +88,53 @@ def _reframe_acc(acc, s_x, s_t, alpha_x, alpha_t, d_x, d_t, KIND: tl.constexpr):
 
 
 @triton.jit
+def _tile_cols(BLOCK: tl.constexpr, LANE: tl.constexpr):
+    """Column offsets of a tile as a (BLOCK // LANE, LANE) grid: each grid row is one lane of
+    the running statistics (see _online_tile; configs.entropy_lane)."""
+    return tl.arange(0, BLOCK // LANE)[:, None] * LANE + tl.arange(0, LANE)[None, :]
+
+
+@triton.jit
 def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
-    """Fold one fp32 tile (-inf on masked lanes) into the running row statistics.
+    """Fold one fp32 tile (a _tile_cols grid, -inf on masked lanes) into running statistics kept
+    per lane (per grid row: vectors of BLOCK // LANE). Lanes of a few columns reduce within a
+    thread, so a tile costs no cross-warp round trip; _fold_stats folds the lanes once a row.
 
     s_x = sum exp(x - safe(m_x)); s_t likewise. acc, in the same shifted frame:
       reverse KL  sum e_x ((x - m_x) - (t - m_t))   ->  L = acc / s_x - log s_x + log s_t
       soft CE     sum e_t (x - m_x)                 ->  L = log s_x - acc / s_t
-    Two-distribution losses take both tile maxima in one two-operand reduction (one cross-warp
-    round trip instead of two). The three sums stay separate tl.sum calls: the Triton interpreter
-    folds a multi-operand reduction sequentially in fp32, which the CPU tests can tell apart.
     """
     # The rescale factors use the raw old max: exp(-inf - new) = 0 while nothing was summed yet
     # (the safe 0 would give exp(0 - new) = inf for a row whose logits all sit below -88).
     raw_x = m_x
     old_x = _safe_max(m_x)
     if KIND == _CE:
-        m_x = tl.maximum(m_x, tl.max(x, axis=0))
+        m_x = tl.maximum(m_x, tl.max(x, axis=1))
         new_x = _safe_max(m_x)
-        e_x = tl.exp(x - new_x)
-        s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=0)
+        e_x = tl.exp(x - new_x[:, None])
+        s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=1)
     else:
         raw_t = m_t
         old_t = _safe_max(m_t)
-        tile_max_x, tile_max_t = tl.reduce((x, t), 0, _max_pair)
+        tile_max_x, tile_max_t = tl.reduce((x, t), 1, _max_pair)
         m_x = tl.maximum(m_x, tile_max_x)
         m_t = tl.maximum(m_t, tile_max_t)
         new_x = _safe_max(m_x)
         new_t = _safe_max(m_t)
         alpha_x = tl.exp(raw_x - new_x)
         alpha_t = tl.exp(raw_t - new_t)
-        e_x = tl.exp(x - new_x)
-        e_t = tl.exp(t - new_t)
+        xs = x - new_x[:, None]
+        ts = t - new_t[:, None]
+        e_x = tl.exp(xs)
+        e_t = tl.exp(ts)
         # p_j = 0 terms are skipped (x = -inf would give 0 * inf).
         if KIND == _RKL:
-            term = tl.where(e_x > 0, e_x * ((x - new_x) - (t - new_t)), 0.0)
+            term = tl.where(e_x > 0, e_x * (xs - ts), 0.0)
         else:
-            term = tl.where(e_t > 0, e_t * (x - new_x), 0.0)
-        tile_s_x = tl.sum(e_x, axis=0)
-        tile_s_t = tl.sum(e_t, axis=0)
-        tile_acc = tl.sum(term, axis=0)
+            term = tl.where(e_t > 0, e_t * xs, 0.0)
+        tile_s_x = tl.sum(e_x, axis=1)
+        tile_s_t = tl.sum(e_t, axis=1)
+        tile_acc = tl.sum(term, axis=1)
         acc = _reframe_acc(acc, s_x, s_t, alpha_x, alpha_t, new_x - old_x, new_t - old_t,
                            KIND) + tile_acc  # fmt: skip
         s_x = s_x * alpha_x + tile_s_x
@@ -180,23 +188,23 @@ def _tile_span(lo, hi, BLOCK: tl.constexpr, ALIGN: tl.constexpr, CLAMP_HI: tl.co
 
 @triton.jit
 def _row_statistics(x_row, t_row, lo, hi, KIND: tl.constexpr, BLOCK: tl.constexpr,
-                    ALIGN: tl.constexpr, CLAMP_HI: tl.constexpr):  # fmt: skip
+                    LANE: tl.constexpr, ALIGN: tl.constexpr, CLAMP_HI: tl.constexpr):  # fmt: skip
     """Online statistics of the columns [lo, hi) of a frame (lo < FRAME, 0 when ALIGN == 1):
     whole tiles unmasked in a loop, then the last tile (masked unless whole: see _grad_pass);
     with lo > 0 the first tile is masked too.
 
-    Returns the raw statistics, the last tile (fp32) so a gradient pass can reuse it, the number
+    Returns the raw statistics (lanes folded), the last tile (fp32) so a gradient pass can reuse it, the number
     of tiles before it and whether the first one was peeled. Loads are marked evict_last so the
     row stays in L2 for the fused kernel's gradient pass, whose own loads and stores are
     evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us without the hints;
     normlab/data/dev/sweep_launch_configs_h200.json, "entropy").
     """
-    cols = tl.arange(0, BLOCK)
-    m_x = tl.full([], float("-inf"), tl.float32)
-    s_x = tl.zeros([], tl.float32)
-    m_t = tl.full([], float("-inf"), tl.float32)
-    s_t = tl.zeros([], tl.float32)
-    acc = tl.zeros([], tl.float32)
+    cols = _tile_cols(BLOCK, LANE)
+    m_x = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
+    s_x = tl.zeros([BLOCK // LANE], tl.float32)
+    m_t = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
+    s_t = tl.zeros([BLOCK // LANE], tl.float32)
+    acc = tl.zeros([BLOCK // LANE], tl.float32)
     n_full, first = _tile_span(lo, hi, BLOCK, ALIGN, CLAMP_HI)
     if ALIGN > 1:  # compiled only for the aligned frames
         if first > 0:
@@ -225,6 +233,8 @@ def _row_statistics(x_row, t_row, lo, hi, KIND: tl.constexpr, BLOCK: tl.constexp
         x_last, t_last = _load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, KIND,
                                          "evict_last", ALIGN)  # fmt: skip
     m_x, s_x, m_t, s_t, acc = _online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND)
+    m_x, s_x, m_t, s_t, acc = _fold_stats(m_x, s_x, m_t, s_t, acc,
+                                          tl.full([BLOCK // LANE], 1, tl.int1), KIND)  # fmt: skip
     return m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first
 
 
@@ -369,6 +379,7 @@ def _fused_row(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    LANE: tl.constexpr,  # columns per lane of the running statistics (configs.entropy_lane)
     ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the three row strides are equal
     FRAME: tl.constexpr,
 ):
@@ -388,14 +399,14 @@ def _fused_row(
         x_label = tl.where(bad, float("nan"), x_label)
         label = label + lead
     m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = _row_statistics(
-        x_row, t_row, lead, lead + n_cols, KIND, BLOCK, ALIGN, True
+        x_row, t_row, lead, lead + n_cols, KIND, BLOCK, LANE, ALIGN, True
     )
     loss = _finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
     tl.store(loss_ptr + row, loss)
     if COMPUTE_GRAD:
         _grad_pass(x_row, t_row, grad_row, lead, lead + n_cols, x_last, t_last, n_full, first,
                    m_x, s_x, m_t, s_t, acc, label, bad, grad_scale, n_valid_ptr, KIND, ACCUMULATE,
-                   MEAN_OVER_VALID, BLOCK, ALIGN)  # fmt: skip
+                   MEAN_OVER_VALID, BLOCK, LANE, ALIGN)  # fmt: skip
 
 
 @triton.jit
@@ -422,6 +433,7 @@ def _grad_pass(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    LANE: tl.constexpr,
     ALIGN: tl.constexpr,
 ):
     """Write the gradient of the columns [lo, hi) from the row statistics, in reverse tile order:
@@ -437,7 +449,7 @@ def _grad_pass(
         scale = scale / tl.load(n_valid_ptr)
     if KIND == _CE:
         scale = tl.where(bad, float("nan"), scale)
-    cols = tl.arange(0, BLOCK)
+    cols = _tile_cols(BLOCK, LANE)
     last_cols = n_full * BLOCK + cols
     g = _tile_grad(x_last, t_last, last_cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift,
                    label, scale, KIND)  # fmt: skip
@@ -496,13 +508,14 @@ def _reverse_kl_fused_kernel(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    LANE: tl.constexpr,  # columns per lane of the running statistics (configs.entropy_lane)
     ALIGN: tl.constexpr,
     FRAME: tl.constexpr,
 ):
     """Reverse KL loss and gradient of one row in one launch (see module docstring)."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN, FRAME)  # fmt: skip
+               _RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
 
 
 @triton.jit
@@ -523,13 +536,14 @@ def _soft_cross_entropy_fused_kernel(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    LANE: tl.constexpr,  # columns per lane of the running statistics (configs.entropy_lane)
     ALIGN: tl.constexpr,
     FRAME: tl.constexpr,
 ):
     """Soft-target cross-entropy loss and gradient of one row in one launch."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN, FRAME)  # fmt: skip
+               _SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
 
 
 @triton.jit
@@ -550,6 +564,7 @@ def _cross_entropy_fused_kernel(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    LANE: tl.constexpr,  # columns per lane of the running statistics (configs.entropy_lane)
     ALIGN: tl.constexpr,
     FRAME: tl.constexpr,
 ):
@@ -562,7 +577,7 @@ def _cross_entropy_fused_kernel(
         return
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
                n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, ALIGN, FRAME)  # fmt: skip
+               _CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
 
 
 @triton.jit
@@ -576,20 +591,10 @@ def _store_raw_stats(ptr, slot, n_slots, m_x, s_x, m_t, s_t, acc):
 
 
 @triton.jit
-def _merge_chunk_stats(stats_ptr, base, n_slots, n_chunks, KIND: tl.constexpr,
-                       CHUNKS_POW2: tl.constexpr):  # fmt: skip
-    """Fold the raw statistics of a row's n_chunks column chunks into the row's (see
-    _online_tile for the frames; a chunk that saw only -inf weighs exactly 0).
-
-    stats_ptr: (5, n_slots) fp32 m_x, s_x, m_t, s_t, acc; the row's chunks sit at base + k.
-    Loads bypass L1 (.cg): other programs wrote them during this launch.
-    """
-    ks = tl.arange(0, CHUNKS_POW2)
-    kmask = ks < n_chunks
-    p = stats_ptr + base + ks
-    m_xk = tl.load(p, mask=kmask, other=_NEG_INF, cache_modifier=".cg")
-    s_xk = tl.load(p + n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
-    acc_k = tl.load(p + 4 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+def _fold_stats(m_xk, s_xk, m_tk, s_tk, acc_k, keep, KIND: tl.constexpr):
+    """Fold raw statistics k (vectors: a tile's lanes or a row's chunks; see _online_tile for the
+    frames) into one set; k that saw only -inf weighs exactly 0, k outside ``keep`` nothing.
+    Label CE reads only m_xk and s_xk (and returns m_t = m_x, s_t = s_x, acc = 0)."""
     m_x = tl.max(m_xk, axis=0)
     new_x = _safe_max(m_x)
     alpha_x = tl.exp(m_xk - new_x)
@@ -599,16 +604,38 @@ def _merge_chunk_stats(stats_ptr, base, n_slots, n_chunks, KIND: tl.constexpr,
         s_t = s_x
         acc = tl.zeros([], tl.float32)
     else:
-        m_tk = tl.load(p + 2 * n_slots, mask=kmask, other=_NEG_INF, cache_modifier=".cg")
-        s_tk = tl.load(p + 3 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
         m_t = tl.max(m_tk, axis=0)
         new_t = _safe_max(m_t)
         alpha_t = tl.exp(m_tk - new_t)
         s_t = tl.sum(s_tk * alpha_t, axis=0)
         acc_k = _reframe_acc(acc_k, s_xk, s_tk, alpha_x, alpha_t, new_x - _safe_max(m_xk),
                              new_t - _safe_max(m_tk), KIND)  # fmt: skip
-        acc = tl.sum(tl.where(kmask, acc_k, 0.0), axis=0)
+        acc = tl.sum(tl.where(keep, acc_k, 0.0), axis=0)
     return m_x, s_x, m_t, s_t, acc
+
+
+@triton.jit
+def _merge_chunk_stats(stats_ptr, base, n_slots, n_chunks, KIND: tl.constexpr,
+                       CHUNKS_POW2: tl.constexpr):  # fmt: skip
+    """Fold the raw statistics of a row's n_chunks column chunks into the row's (_fold_stats).
+
+    stats_ptr: (5, n_slots) fp32 m_x, s_x, m_t, s_t, acc; the row's chunks sit at base + k.
+    Loads bypass L1 (.cg): other programs wrote them during this launch.
+    """
+    ks = tl.arange(0, CHUNKS_POW2)
+    kmask = ks < n_chunks
+    p = stats_ptr + base + ks
+    m_xk = tl.load(p, mask=kmask, other=_NEG_INF, cache_modifier=".cg")
+    s_xk = tl.load(p + n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+    if KIND == _CE:
+        m_tk = m_xk
+        s_tk = s_xk
+        acc_k = s_xk
+    else:
+        m_tk = tl.load(p + 2 * n_slots, mask=kmask, other=_NEG_INF, cache_modifier=".cg")
+        s_tk = tl.load(p + 3 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+        acc_k = tl.load(p + 4 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+    return _fold_stats(m_xk, s_xk, m_tk, s_tk, acc_k, kmask, KIND)
 
 
 @triton.jit
@@ -637,6 +664,7 @@ def _entropy_chunked_kernel(
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
+    LANE: tl.constexpr,  # columns per lane of the running statistics (configs.entropy_lane)
     CHUNKS_POW2: tl.constexpr,
     ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the three row strides are equal
     FRAME: tl.constexpr,
@@ -696,12 +724,12 @@ def _entropy_chunked_kernel(
     n_slots = n_rows * n_chunks
     if PHASE != 2:
         m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = _row_statistics(
-            x_row, t_row, lo, hi, KIND, BLOCK, ALIGN, False
+            x_row, t_row, lo, hi, KIND, BLOCK, LANE, ALIGN, False
         )
         _store_raw_stats(stats_ptr, row * n_chunks + chunk, n_slots, m_x, s_x, m_t, s_t, acc)
     else:
         n_full, first = _tile_span(lo, hi, BLOCK, ALIGN, False)
-        x_last, t_last = _load_edge_tile(x_row, t_row, n_full * BLOCK + tl.arange(0, BLOCK), lo,
+        x_last, t_last = _load_edge_tile(x_row, t_row, n_full * BLOCK + _tile_cols(BLOCK, LANE), lo,
                                          hi, KIND, "evict_first", ALIGN)  # fmt: skip
     if PHASE == 3:
         # Every thread's stores above happen before the release that publishes them.
@@ -720,7 +748,7 @@ def _entropy_chunked_kernel(
         if COMPUTE_GRAD:
             _grad_pass(x_row, t_row, grad_row, lo, hi, x_last, t_last, n_full, first, m_x, s_x,
                        m_t, s_t, acc, label, bad, grad_scale, n_valid_ptr, KIND, ACCUMULATE,
-                       MEAN_OVER_VALID, BLOCK, ALIGN)  # fmt: skip
+                       MEAN_OVER_VALID, BLOCK, LANE, ALIGN)  # fmt: skip
 
 
 @triton.jit
@@ -740,6 +768,7 @@ def _entropy_stats_kernel(
     KIND: tl.constexpr,
     FINALIZE: tl.constexpr,
     BLOCK: tl.constexpr,
+    LANE: tl.constexpr,  # columns per lane of the running statistics (configs.entropy_lane)
     ALIGN: tl.constexpr,  # see _row_frames; > 1 only when the row strides are equal
     FRAME: tl.constexpr,
 ):
@@ -757,7 +786,7 @@ def _entropy_stats_kernel(
         x_label = tl.where(owned, x_label, 0.0)
         x_label = tl.where(bad, float("nan"), x_label)
     m_x, s_x, m_t, s_t, acc, _x_last, _t_last, _n_full, _first = _row_statistics(
-        x_row, t_row, lead, lead + n_cols, KIND, BLOCK, ALIGN, True
+        x_row, t_row, lead, lead + n_cols, KIND, BLOCK, LANE, ALIGN, True
     )
     if KIND == _CE:
         acc = x_label
@@ -916,7 +945,9 @@ class _Spec:
 
 
 def _block(n_cols: int, cap: int) -> int:
-    return min(triton.next_power_of_2(n_cols), cap)
+    """Column tile: the row's next power of two up to ``cap``, at least ENTROPY_MIN_BLOCK (a
+    _tile_cols grid needs BLOCK >= a lane)."""
+    return max(min(triton.next_power_of_2(n_cols), cap), configs.ENTROPY_MIN_BLOCK)
 
 
 def _frame_align(x, t, grad, block) -> dict[str, int]:
@@ -960,7 +991,7 @@ def _launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, ac
         scale, spec.ignore_index, n_cols,
         x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
         COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid,
-        BLOCK=block, **_frame_align(x, t, grad, block),
+        BLOCK=block, LANE=configs.entropy_lane(block), **_frame_align(x, t, grad, block),
         num_warps=configs.entropy_num_warps(block, table),
     )  # fmt: skip
 
@@ -1005,7 +1036,7 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
     statistics launch then a gradient launch (the interpreter's only option: see the kernel)."""
     n_rows, n_cols = x.shape
     block = _block(n_cols, spec.block_cap)
-    tiles = configs.ENTROPY_CHUNKED_TILES if tiles_per_chunk is None else tiles_per_chunk
+    tiles = configs.entropy_chunk_tiles(block) if tiles_per_chunk is None else tiles_per_chunk
     frames = _frame_align(x, t, grad, block)
     layout = chunk_layout(n_cols + frames["FRAME"] - 1, block, tiles,
                           _runtime.sm_count(x.device.index))  # fmt: skip
@@ -1026,7 +1057,7 @@ def _launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, 
             scale, spec.ignore_index, n_rows, n_cols, n_chunks, layout.chunk_tiles, layout.n_long,
             x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
             KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
-            MEAN_OVER_VALID=over_valid, BLOCK=block, **frames,
+            MEAN_OVER_VALID=over_valid, BLOCK=block, LANE=configs.entropy_lane(block), **frames,
             CHUNKS_POW2=triton.next_power_of_2(n_chunks), num_warps=configs.ENTROPY_CHUNKED_WARPS,
             **_maxnreg(configs.ENTROPY_CHUNKED_MAXNREG.get(block)),
         )  # fmt: skip
@@ -1041,7 +1072,8 @@ def _launch_stats(spec, x, t, labels, finalize):
         x, t, labels, partial if partial is not None else row_stats, row_stats,
         spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
         x.stride(0), t.stride(0),
-        KIND=spec.kind, FINALIZE=finalize, BLOCK=block, **_frame_align(x, t, None, block),
+        KIND=spec.kind, FINALIZE=finalize, BLOCK=block, LANE=configs.entropy_lane(block),
+        **_frame_align(x, t, None, block),
         num_warps=configs.entropy_num_warps(block, {configs.ENTROPY_STATS_BLOCK: configs.ENTROPY_STATS_WARPS}),
     )  # fmt: skip
     return partial, row_stats
