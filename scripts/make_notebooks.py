@@ -786,22 +786,30 @@ viz.records_table(viz.select(kl, N=50257), ["impl", "strategy", "block_cap", "de
                                             "frac_roofline"], empty=viz.NO_RECORDED_DATA)
 '''),
     md('''
-What is left at 50257. The chunked form, the default for reverse KL there, ran 4096 × 50257 in
-515–518 µs (2390–2400 GB/s), short of the 2500 GB/s it reaches from 65536 up. Sweeps on the H200
-(`normlab/data/dev/sweep_launch_configs_h200.json`) say why. The kernels are bound by latency per
-tile, not by bytes: at 49152 columns (24 whole tiles of 2048) the chunked form took 487 µs, at 50256
-(25 tiles, the last 54% full) 511 µs, so a ragged last tile costs as much as a whole one. And even
-whole tiles run at only about 2480 GB/s there: Nsight Compute (`normlab/data/dev/ncu_h200_7e9c754.json`)
-has the chunked kernel moving 53–57% of HBM's peak, each program waiting on its chain of loads, the
-meeting at its row's counter, and the re-reads. Unaligned rows used to cost another 7%, because every
-inner chunk's last tile took the masked edge path meant for a row's ends; loading and storing those
-whole tiles unmasked took reverse KL from 552 to 518 µs.
+What a tile costs. The kernels are bound by latency per tile more than by bytes: at 49152 columns
+(24 whole tiles of 2048) the chunked form took 487 µs, at 50256 (25 tiles, the last 54% full) 511
+µs, so a ragged last tile cost as much as a whole one. Part of each tile's cost was its
+reductions. The online softmax needs the tile's max and three sums over all 4 warps of a program;
+a reduction across warps goes through shared memory and a barrier, and a warp waiting at a
+barrier issues no loads. The loss kernels now keep a running max and sum-exp per **lane** of 8
+columns (a 2048 tile is a 256 × 8 grid, two lanes per thread), reduce a tile within each thread,
+and fold the lanes once per row or chunk (`_online_tile`, `_fold_stats`; `configs.entropy_lane`).
+On the H200 that took reverse KL at 32768 from 327 to 302 µs (fused, tile 2048) and at 131072
+from 1267 to 1155 µs (chunked), and every recorded vocabulary past 2500 GB/s. Tiles wider than
+2048 keep one lane per tile: at 4096, four lanes' state per thread cost more than the barriers.
 
-The fused 2048 tile shows the other side of the trade (531 µs). It moves 73% of HBM's peak, but it
-read 1458 MB against the 823 MB minimum (+77%): 7 programs per SM fit by registers, so 924 rows are
-in flight, and 924 × 201 KB of logits and targets is 186 MB against 60 MB of L2. Most of its
-gradient pass goes back to HBM. Fewer programs per SM would keep the rows in L2 but starve the loads
-(a persistent grid at 1–2 programs per SM measured 10–23% slower).
+At 50257 the chunked 2048 tile did not gain: its aligned-frame code needs more than the 64
+registers per thread it is capped at, and it spilled. The 1024 tile needs 40 registers; in chunks
+of 6 tiles it is the default there (483.6 µs, 2554 GB/s; the table above).
+
+One idea was measured and dropped, and its story is worth knowing. The chunked form keeps 5 fp32
+statistics per row and chunk in a workspace (0.4–1.9 MiB at 4096 rows), so its extra memory is a
+third of torch.compile's plus 0.1–0.16%. Storing them inside the gradient's own first columns,
+written over last, removes the workspace. The first version had a race: a chunk's first tile
+was written before the other chunks of its row had read the statistics there. The CPU tests could
+not show it (the interpreter runs one program at a time), and the GPU correctness checks of that
+build passed by timing; a timing sweep that compared every result with the previous kernel's
+caught it. It was also slower, and it was not kept (README, "Targets not met").
 '''),
     nav(5),
 ]
