@@ -103,6 +103,9 @@ def _online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
     s_x = sum exp(x - safe(m_x)); s_t likewise. acc, in the same shifted frame:
       reverse KL  sum e_x ((x - m_x) - (t - m_t))   ->  L = acc / s_x - log s_x + log s_t
       soft CE     sum e_t (x - m_x)                 ->  L = log s_x - acc / s_t
+    Both tile maxima come from one two-operand reduction. The three sums stay separate tl.sum
+    calls: the Triton interpreter folds a multi-operand reduction sequentially in fp32, which the
+    CPU tests can tell apart.
     """
     # The rescale factors use the raw old max: exp(-inf - new) = 0 while nothing was summed yet
     # (the safe 0 would give exp(0 - new) = inf for a row whose logits all sit below -88).
@@ -193,11 +196,11 @@ def _row_statistics(x_row, t_row, lo, hi, KIND: tl.constexpr, BLOCK: tl.constexp
     whole tiles unmasked in a loop, then the last tile (masked unless whole: see _grad_pass);
     with lo > 0 the first tile is masked too.
 
-    Returns the raw statistics (lanes folded), the last tile (fp32) so a gradient pass can reuse it, the number
-    of tiles before it and whether the first one was peeled. Loads are marked evict_last so the
-    row stays in L2 for the fused kernel's gradient pass, whose own loads and stores are
-    evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us without the hints;
-    normlab/data/dev/sweep_launch_configs_h200.json, "entropy").
+    Returns the raw statistics (lanes folded), the last tile (fp32) so a gradient pass can reuse
+    it, the number of tiles before it and whether the first one was peeled. Loads are marked
+    evict_last so the row stays in L2 for the fused kernel's gradient pass, whose own loads and
+    stores are evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us without the
+    hints; normlab/data/dev/sweep_launch_configs_h200.json, "entropy").
     """
     cols = _tile_cols(BLOCK, LANE)
     m_x = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
@@ -729,8 +732,8 @@ def _entropy_chunked_kernel(
         _store_raw_stats(stats_ptr, row * n_chunks + chunk, n_slots, m_x, s_x, m_t, s_t, acc)
     else:
         n_full, first = _tile_span(lo, hi, BLOCK, ALIGN, False)
-        x_last, t_last = _load_edge_tile(x_row, t_row, n_full * BLOCK + _tile_cols(BLOCK, LANE), lo,
-                                         hi, KIND, "evict_first", ALIGN)  # fmt: skip
+        x_last, t_last = _load_edge_tile(x_row, t_row, n_full * BLOCK + _tile_cols(BLOCK, LANE),
+                                         lo, hi, KIND, "evict_first", ALIGN)  # fmt: skip
     if PHASE == 3:
         # Every thread's stores above happen before the release that publishes them.
         tl.debug_barrier()
