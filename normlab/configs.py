@@ -613,9 +613,9 @@ ENTROPY_STATS_BLOCK = 2048
 ENTROPY_STATS_WARPS = 4
 ENTROPY_BACKWARD_BLOCK = 4096
 ENTROPY_BACKWARD_WARPS = 8
-# Chunked form: a row is cut into chunks of entropy_chunk_tiles(tile) column tiles (block_cap wide),
-# one program per chunk, meeting at a per-row counter (kernels/entropy.py). Swept (H200, torch
-# 2.11, triton 3.6, 2026-11-29, commit f972972, 4096 rows; sweep_launch_configs_h200.json,
+# Chunked form: a row is cut into chunks of entropy_chunk_tiles(tile) column tiles (block_cap
+# wide), one program per chunk, meeting at a per-row counter (kernels/entropy.py). Swept (H200,
+# torch 2.11, triton 3.6, 2026-11-29, commit f972972, 4096 rows; sweep_launch_configs_h200.json,
 # "chunked"): longer chunks win although one tile per chunk never re-reads a logit, because
 # each program's chain of round trips (ticket, loads, publish, wait, merge) is paid per chunk:
 # reverse KL V=131072, tile 2048 at 4 warps, 1 / 2 / 4 tiles per chunk: 1914 / 1513 / 1327 us,
@@ -634,12 +634,12 @@ ENTROPY_CHUNKED_WARPS = 4
 # (1338 us) (sweep_launch_configs_h200.json, "chunked-occupancy", commit 16b07d0). The cap on
 # the 4096 tile spills: reverse KL chunked4096 463 us at 32768 in the records of f4508b9. Waiting
 # on volatile loads instead of acquire atomics was slower (1369 vs 1317 us; at 16b07d0 only).
-ENTROPY_CHUNKED_MAXNREG = {2048: 64}
-# With lane statistics (below) the cap spills at V = 50257, whose aligned frames take more
+# With lane statistics (ENTROPY_LANE) the cap spills at V = 50257, whose aligned frames take more
 # registers: 16 spills at 64, 6 at 72, 2 at 80; reverse KL 519.3-520.0 / 489.7-490.6 /
 # 492.6-492.8 us (run "chunked-lanes-unaligned"), but 0 spills at 50256 (64: 470.9 us, none:
 # 473.3, 80: 486.5; run "chunked-lanes"). Unaligned vocabularies take tile 1024 instead (40
 # registers, no cap, no spills; ENTROPY_AUTO).
+ENTROPY_CHUNKED_MAXNREG = {2048: 64}
 # Lanes of the running statistics (kernels/entropy.py, _online_tile): tiles up to
 # ENTROPY_LANE_MAX_BLOCK keep a max / sum-exp per ENTROPY_LANE columns, reduced within a thread,
 # and fold the lanes once per row or chunk; wider tiles are one lane (a cross-warp reduction per
