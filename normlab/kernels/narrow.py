@@ -470,6 +470,7 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto",
             )
         if not is_valid_eps(eps):
             raise ValueError(f"eps must be a finite float >= 0, got {eps!r}")
+        cfg = configs.block_row_bwd_recompute_config(n_cols, is_rms)
     else:
         _check_vector("rstd", rstd, n_rows, x, torch.float32)
         if not is_rms:
@@ -478,9 +479,6 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto",
                     "LayerNorm backward needs the fp32 mean returned by block_row_forward"
                 )
             _check_vector("mean", mean, n_rows, x, torch.float32)
-    if rstd is None:
-        cfg = configs.block_row_bwd_recompute_config(n_cols, is_rms)
-    else:
         cfg = configs.block_row_bwd_config(n_cols)
     dx, dw, db = _bwd(dy, x, weight, bias is not None, mean, rstd, is_rms, cfg, eps=eps)
     dw = dw.to(weight.dtype) if dw is not None else None

@@ -921,6 +921,12 @@ def _use_block_row(layout: str, strategy: str, n_rows: int, n_cols: int) -> bool
     return strategy in narrow.STRATEGIES and configs.use_block_row(n_rows, n_cols)
 
 
+def _recomputes_stats(layout: str, strategy: str, n_rows: int, n_cols: int, is_rms: bool) -> bool:
+    """Does this call's forward store no mean/rstd (the block-row backward recomputes them)?"""
+    return (_use_block_row(layout, strategy, n_rows, n_cols)
+            and configs.block_row_recompute_stats(n_cols, is_rms))  # fmt: skip
+
+
 # ============================================================================================
 # Custom ops (torch.compile-able) and autograd
 # ============================================================================================
@@ -944,7 +950,7 @@ def _norm_fwd_op(
 
         y, mean, rstd = narrow.block_row_forward(
             x.contiguous(), weight, bias, eps, is_rms,
-            store_stats=not configs.block_row_recompute_stats(n_cols, is_rms),
+            store_stats=not _recomputes_stats(layout, strategy, n_rows, n_cols, is_rms),
         )  # fmt: skip
     else:
         y, mean, rstd = norm_forward(x, weight, bias, eps, is_rms, block_row=layout == "auto")
@@ -955,10 +961,7 @@ def _norm_fwd_op(
 @_norm_fwd_op.register_fake
 def _(x, weight, bias, eps, is_rms, strategy, layout):
     n_rows, n_cols = x.shape
-    n_stats = n_rows
-    if (_use_block_row(layout, strategy, n_rows, n_cols)
-            and configs.block_row_recompute_stats(n_cols, is_rms)):  # fmt: skip
-        n_stats = 0
+    n_stats = 0 if _recomputes_stats(layout, strategy, n_rows, n_cols, is_rms) else n_rows
     stat = x.new_empty((n_stats,), dtype=torch.float32)
     mean = x.new_empty((0,), dtype=torch.float32) if is_rms else stat.new_empty((n_stats,))
     return x.new_empty((n_rows, n_cols)), mean, stat
