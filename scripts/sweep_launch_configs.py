@@ -85,6 +85,9 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``entropy_fused``: as ``entropy``, the fused form only (reverse KL and soft CE, caps 2048 and
   4096), two interleaved rounds (run at 5062f0b with variants that kept only a row's last tiles
   evict_last in L2; see the run's note).
+* ``fwd_placement``: RMSNorm at 1024 columns, buffers placed anew each round: normlab's default
+  kernel, Inductor's own compiled kernel and a plain-Triton transcription of it, all on the same
+  buffers, against torch.compile's call (its own outputs) and the default on its outputs.
 * ``entropy``: A/B of copies of ``normlab/kernels/entropy.py`` (edited, saved under another
   name and passed with ``--entropy-variants a.py,b.py``), with their agreement on the same inputs:
   fused, chunked and split per loss, at the vocabularies of ``--entropy-vocabs``.
@@ -114,6 +117,8 @@ sys.path.insert(0, str(ROOT))
 import normlab  # picks the runtime before triton
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 from normlab import _runtime, configs
 from normlab.bench import device_info, time_call
 from normlab.bench.sweep import PEERS
@@ -1439,6 +1444,89 @@ def part_loss_stages(s: Sweep) -> None:
                     E._FUSED_KERNELS.update(fused)
                     E._entropy_chunked_kernel = chunked
         del x, t
+        s.save()
+
+
+@triton.jit
+def _inductor_like_rms_fwd(rstd_ptr, x_ptr, w_ptr, y_ptr, EPS: tl.constexpr, N: tl.constexpr):
+    """torch.compile's RMSNorm forward at static (rows, N) as Inductor emits it (see
+    normlab/data/dev/inductor_rms_fwd_kernels_h200.txt), transcribed: one row per program, the
+    whole row in registers, no predicates, int32 offsets, rstd stored before y."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, N)
+    x = tl.load(x_ptr + cols + N * row).to(tl.float32)
+    w = tl.load(w_ptr + cols, eviction_policy="evict_last").to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, 0) / N + EPS)
+    y = x * rstd * w
+    tl.debug_barrier()
+    tl.store(rstd_ptr + row, rstd)
+    tl.store(y_ptr + cols + N * row, y.to(y_ptr.dtype.element_ty))
+
+
+def _inductor_kernel(name_part: str):
+    """The Inductor kernel (a CachingAutotuner) whose name holds ``name_part``, from the generated
+    modules loaded so far, or None."""
+    from torch._inductor.codecache import PyCodeCache
+
+    mods = list(getattr(PyCodeCache, "modules", [])) + list(
+        getattr(PyCodeCache, "modules_no_attr", {}).values())  # fmt: skip
+    for mod in mods:
+        for name, obj in vars(mod).items():
+            if name.startswith("triton_") and name_part in name and hasattr(obj, "run"):
+                return obj
+    return None
+
+
+def part_fwd_placement(s: Sweep) -> None:
+    """Does torch.compile's lead at 16384 x 1024 follow its kernel or its buffers? Each round
+    allocates a pad of random size (kept), then x, y and rstd, so the buffers land elsewhere; on
+    those same buffers it times normlab's default kernel (``.fn``, the recorded config),
+    Inductor's own compiled kernel (launched through its CachingAutotuner) and a transcription of
+    it; then torch.compile's call, which writes outputs it allocates itself, and normlab's kernel
+    writing into one of those outputs (kept alive). Rotated order; addresses recorded (mod 2 MiB
+    and the MiB index) with each case."""
+    gen = torch.Generator().manual_seed(0)
+    compiled = torch.compile(F.rms_norm, dynamic=False)
+    pads = []
+    for round_, (m, n) in itertools.product(range(8), ((16384, 1024), (8192, 1024))):
+        pads.append(torch.empty(int(torch.randint(1, 64, (1,), generator=gen)) << 20,
+                                dtype=torch.uint8, device="cuda"))  # fmt: skip
+        x, w, _, _ = norm_inputs(m, n, True)
+        x.requires_grad_()
+        y = torch.empty_like(x)
+        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
+        xd = x.detach()
+        y_c = compiled(x, (n,), w, EPS)
+        ind = _inductor_kernel("rms_norm")
+        cfg = K.norm_fwd_config(n, True, m, _runtime.sm_count(0))
+        single = cfg.block_size >= n
+        stream = torch.cuda.current_stream().cuda_stream
+        runs = [
+            ({"kernel": "normlab", "y_at": y.data_ptr()},
+             _production_fwd(m, n, xd, y, w, rstd, cfg.block_size, cfg.num_warps, single)),
+            ({"kernel": "inductor_like", "y_at": y.data_ptr()},
+             functools.partial(_inductor_like_rms_fwd[(m,)], rstd, xd, w, y, EPS, n, num_warps=1)),
+            ({"kernel": "compile", "y_at": None}, functools.partial(compiled, x, (n,), w, EPS)),
+            ({"kernel": "normlab_on_compile_out", "y_at": y_c.data_ptr()},
+             _production_fwd(m, n, xd, y_c, w, rstd, cfg.block_size, cfg.num_warps, single)),
+        ]  # fmt: skip
+        if ind is not None:
+            runs.append(({"kernel": "inductor_kernel", "y_at": y.data_ptr()},
+                         functools.partial(ind.run, rstd, xd, w, y, m, n, stream=stream)))
+        k = round_ % len(runs)
+        for extra, run in runs[k:] + runs[:k]:
+            at = extra.pop("y_at")
+            case = {"op": "rms_norm", "M": m, "N": n, "round": round_, **extra,
+                    "x_mib": xd.data_ptr() >> 20, "x_mod_2mib": xd.data_ptr() % (2 << 20),
+                    "y_mib": None if at is None else at >> 20,
+                    "y_mod_2mib": None if at is None else at % (2 << 20)}
+            s.time("fwd-placement", case, run, reps=12)
+        ref = F.rms_norm(xd.float(), (n,), w.float(), EPS)
+        s.data["results"].append({"part": "fwd-placement-check", "M": m, "N": n, "round": round_,
+                                  "y_max_err": float((y.float() - ref).abs().max()),
+                                  "y_c_max_err": float((y_c.float() - ref).abs().max()),
+                                  "inductor_found": ind is not None})  # fmt: skip
+        del x, w, y, rstd, xd, y_c, runs
         s.save()
 
 
