@@ -1498,7 +1498,7 @@ def part_fwd_placement(s: Sweep) -> None:
         xd = x.detach()
         y_c = compiled(x, (n,), w, EPS)
         ind = _inductor_kernel("rms_norm")
-        cfg = K.norm_fwd_config(n, True, m, _runtime.sm_count(0))
+        cfg = configs.norm_fwd_config(n, True, m, _runtime.sm_count(0))
         single = cfg.block_size >= n
         stream = torch.cuda.current_stream().cuda_stream
         runs = [
