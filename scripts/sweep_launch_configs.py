@@ -85,6 +85,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
 * ``entropy_fused``: as ``entropy``, the fused form only (reverse KL and soft CE, caps 2048 and
   4096), two interleaved rounds (run at 5062f0b with variants that kept only a row's last tiles
   evict_last in L2; see the run's note).
+* ``fwd_1024_transcribed``: RMSNorm at 1024 columns, that transcription undone one way at a time,
+  normlab's production kernel at the default and as one row per warp, on the same buffers.
 * ``fwd_placement``: RMSNorm at 1024 columns, buffers placed anew each round: normlab's default
   kernel, Inductor's own compiled kernel and a plain-Triton transcription of it, all on the same
   buffers, against torch.compile's call (its own outputs) and the default on its outputs.
@@ -1448,29 +1450,43 @@ def part_loss_stages(s: Sweep) -> None:
 
 
 @triton.jit
-def _inductor_like_rms_fwd(rstd_ptr, x_ptr, w_ptr, y_ptr, EPS: tl.constexpr, N: tl.constexpr):
+def _inductor_like_rms_fwd(rstd_ptr, x_ptr, w_ptr, y_ptr, eps, N: tl.constexpr,
+                           EPS: tl.constexpr = 1e-6, RSTD_FIRST: tl.constexpr = True,
+                           BARRIER: tl.constexpr = True, EPS_CONST: tl.constexpr = True):  # fmt: skip
     """torch.compile's RMSNorm forward at static (rows, N) as Inductor emits it (see
     normlab/data/dev/inductor_rms_fwd_kernels_h200.txt), transcribed: one row per program, the
-    whole row in registers, no predicates, int32 offsets, rstd stored before y."""
+    whole row in registers, no predicates, int32 offsets, rstd stored before y behind a barrier,
+    eps a constant. The flags undo one of the last three at a time (part fwd_1024_transcribed)."""
     row = tl.program_id(0)
     cols = tl.arange(0, N)
     x = tl.load(x_ptr + cols + N * row).to(tl.float32)
     w = tl.load(w_ptr + cols, eviction_policy="evict_last").to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, 0) / N + EPS)
+    if EPS_CONST:
+        rstd = tl.rsqrt(tl.sum(x * x, 0) / N + EPS)
+    else:
+        rstd = tl.rsqrt(tl.sum(x * x, 0) / N + eps)
     y = x * rstd * w
-    tl.debug_barrier()
-    tl.store(rstd_ptr + row, rstd)
+    if BARRIER:
+        tl.debug_barrier()
+    if RSTD_FIRST:
+        tl.store(rstd_ptr + row, rstd)
     tl.store(y_ptr + cols + N * row, y.to(y_ptr.dtype.element_ty))
+    if not RSTD_FIRST:
+        tl.store(rstd_ptr + row, rstd)
 
 
-def _inductor_kernel(name_part: str):
-    """The Inductor kernel (a CachingAutotuner) whose name holds ``name_part``, from the generated
-    modules loaded so far, or None."""
+def _inductor_kernel(name_part: str, m: int, n: int):
+    """The Inductor kernel (a CachingAutotuner) whose name holds ``name_part`` and whose module
+    was generated for the static shape (m, n) (its source sets xnumel and r0_numel), or None."""
     from torch._inductor.codecache import PyCodeCache
 
     mods = list(getattr(PyCodeCache, "modules", [])) + list(
         getattr(PyCodeCache, "modules_no_attr", {}).values())  # fmt: skip
     for mod in mods:
+        src = Path(getattr(mod, "__file__", "") or "/nonexistent")
+        text = src.read_text() if src.is_file() else ""
+        if f"xnumel = {m}\n" not in text or f"r0_numel = {n}\n" not in text:
+            continue
         for name, obj in vars(mod).items():
             if name.startswith("triton_") and name_part in name and hasattr(obj, "run"):
                 return obj
@@ -1497,7 +1513,7 @@ def part_fwd_placement(s: Sweep) -> None:
         rstd = torch.empty(m, device="cuda", dtype=torch.float32)
         xd = x.detach()
         y_c = compiled(x, (n,), w, EPS)
-        ind = _inductor_kernel("rms_norm")
+        ind = _inductor_kernel("rms_norm", m, n)
         cfg = configs.norm_fwd_config(n, True, m, _runtime.sm_count(0))
         single = cfg.block_size >= n
         stream = torch.cuda.current_stream().cuda_stream
@@ -1524,9 +1540,53 @@ def part_fwd_placement(s: Sweep) -> None:
         ref = F.rms_norm(xd.float(), (n,), w.float(), EPS)
         s.data["results"].append({"part": "fwd-placement-check", "M": m, "N": n, "round": round_,
                                   "y_max_err": float((y.float() - ref).abs().max()),
-                                  "y_c_max_err": float((y_c.float() - ref).abs().max()),
+                                  "y_c_max_err": float((y_c.detach().float() - ref).abs().max()),
                                   "inductor_found": ind is not None})  # fmt: skip
         del x, w, y, rstd, xd, y_c, runs
+        s.save()
+
+
+def part_fwd_1024_transcribed(s: Sweep) -> None:
+    """RMSNorm at 1024 columns, 4096-32768 rows, all on the same buffers: the transcription of
+    Inductor's kernel (_inductor_like_rms_fwd) and it without the barrier, with rstd stored
+    after y, with eps a runtime argument; normlab's production kernel at the default config and
+    as one register-resident row per warp; Inductor's own kernel; torch.compile's call. Six
+    rounds, fresh buffers each, the order rotated."""
+    compiled = torch.compile(F.rms_norm, dynamic=False)
+    variants = {"transcribed": {}, "no_barrier": {"BARRIER": False},
+                "rstd_after": {"RSTD_FIRST": False}, "eps_runtime": {"EPS_CONST": False}}
+    for round_, m in itertools.product(range(6), (16384, 8192, 32768, 4096)):
+        n = 1024
+        x, w, _, _ = norm_inputs(m, n, True)
+        x.requires_grad_()
+        xd = x.detach()
+        y = torch.empty_like(xd)
+        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
+        compiled(x, (n,), w, EPS)
+        ind = _inductor_kernel("rms_norm", m, n)
+        cfg = configs.norm_fwd_config(n, True, m, _runtime.sm_count(0))
+        stream = torch.cuda.current_stream().cuda_stream
+        runs = [({"kernel": name}, functools.partial(_inductor_like_rms_fwd[(m,)], rstd, xd, w, y,
+                                                     EPS, n, num_warps=1, **flags))
+                for name, flags in variants.items()]  # fmt: skip
+        runs += [({"kernel": "normlab", "block": cfg.block_size, "warps": cfg.num_warps},
+                  _production_fwd(m, n, xd, y, w, rstd, cfg.block_size, cfg.num_warps,
+                                  cfg.block_size >= n)),
+                 ({"kernel": "normlab_row_1warp", "block": n, "warps": 1},
+                  _production_fwd(m, n, xd, y, w, rstd, n, 1, True)),
+                 ({"kernel": "compile"}, functools.partial(compiled, x, (n,), w, EPS))]  # fmt: skip
+        if ind is not None:
+            runs.append(({"kernel": "inductor_kernel"},
+                         functools.partial(ind.run, rstd, xd, w, y, m, n, stream=stream)))
+        k = round_ % len(runs)
+        for extra, run in runs[k:] + runs[:k]:
+            s.time("fwd-1024-transcribed", {"op": "rms_norm", "M": m, "N": n, "round": round_,
+                                            **extra}, run, reps=12)  # fmt: skip
+        ref = F.rms_norm(xd.float(), (n,), w.float(), EPS)
+        s.data["results"].append({"part": "fwd-1024-transcribed-check", "M": m, "round": round_,
+                                  "y_max_err": float((y.float() - ref).abs().max()),
+                                  "inductor_found": ind is not None})  # fmt: skip
+        del x, xd, w, y, rstd, runs
         s.save()
 
 
