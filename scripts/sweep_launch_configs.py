@@ -89,6 +89,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   normlab's production kernel at the default and as one row per warp, on the same buffers.
 * ``fwd_1024_warm``: RMSNorm at 1024 columns, the default against one row per 1 or 2 warps,
   Inductor's kernel and torch.compile, each timing after 20 ms of busy GPU.
+* ``fwd_1024_clocks``: the same kernels after a busy GPU and after 200 ms idle, with the SM clock,
+  power and throttle reasons read before and after each timing.
 * ``fwd_placement``: RMSNorm at 1024 columns, buffers placed anew each round: normlab's default
   kernel, Inductor's own compiled kernel and a plain-Triton transcription of it, all on the same
   buffers, against torch.compile's call (its own outputs) and the default on its outputs.
@@ -1638,6 +1640,62 @@ def part_fwd_1024_warm(s: Sweep) -> None:
             _busy_gpu()
             s.time("fwd-1024-warm", {"op": "rms_norm", "M": m, "N": n, "round": round_, **extra},
                    run, reps=12)  # fmt: skip
+        del x, xd, w, y, rstd, runs
+        s.save()
+
+
+def _gpu_clocks() -> dict:
+    """SM and memory clocks (MHz), power (W) and temperature (C) now, from nvidia-smi."""
+    import subprocess
+
+    q = "clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active"
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits",
+                              "-i", "0"], capture_output=True, text=True, timeout=10).stdout  # fmt: skip
+        sm, mem, power, temp, reasons = [v.strip() for v in out.strip().split(",")]
+        return {"sm_mhz": int(sm), "mem_mhz": int(mem), "power_w": float(power),
+                "temp_c": int(temp), "throttle": reasons}  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - a reading that failed says so in the record
+        return {"clock_error": f"{type(exc).__name__}: {exc}"}
+
+
+def part_fwd_1024_clocks(s: Sweep) -> None:
+    """The state behind torch.compile's two speeds at 1024 columns: every kernel of
+    fwd_1024_warm timed twice per round, once after 20 ms of matrix products (busy) and once
+    after the GPU sat idle for 200 ms, with the SM clock, power and throttle reasons read just
+    before and after each timing (nvidia-smi). Six rounds, rotated."""
+    compiled = torch.compile(F.rms_norm, dynamic=False)
+    for round_, m in itertools.product(range(6), (8192, 16384, 32768)):
+        n = 1024
+        x, w, _, _ = norm_inputs(m, n, True)
+        x.requires_grad_()
+        xd = x.detach()
+        y = torch.empty_like(xd)
+        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
+        compiled(x, (n,), w, EPS)
+        ind = _inductor_kernel("rms_norm", m, n)
+        stream = torch.cuda.current_stream().cuda_stream
+        runs = [({"kernel": "default"}, functools.partial(K.norm_forward, xd, w, None, EPS, True,
+                                                          block_row=True)),
+                ({"kernel": "row_1warp"}, functools.partial(K.norm_forward, xd, w, None, EPS, True,
+                                                            block_size=n, num_warps=1)),
+                ({"kernel": "compile"}, functools.partial(compiled, x, (n,), w, EPS))]  # fmt: skip
+        if ind is not None:
+            runs.append(({"kernel": "inductor_kernel"},
+                         functools.partial(ind.run, rstd, xd, w, y, m, n, stream=stream)))
+        k = round_ % len(runs)
+        for (extra, run), state in itertools.product(runs[k:] + runs[:k], ("busy", "idle")):
+            if state == "busy":
+                _busy_gpu()
+            else:
+                torch.cuda.synchronize()
+                time.sleep(0.2)
+            case = {"op": "rms_norm", "M": m, "N": n, "round": round_, "state": state, **extra}
+            before = _gpu_clocks()
+            s.time("fwd-1024-clocks", case, run, reps=12)
+            after = _gpu_clocks()
+            if s.data["results"] and s.data["results"][-1].get("state") == state:
+                s.data["results"][-1].update({"before": before, "after": after})
         del x, xd, w, y, rstd, runs
         s.save()
 
