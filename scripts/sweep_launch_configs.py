@@ -1651,7 +1651,7 @@ def _gpu_clocks() -> dict:
     q = "clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active"
     try:
         out = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits",
-                              "-i", "0"], capture_output=True, text=True, timeout=10).stdout  # fmt: skip
+                              "-i", "0"], capture_output=True, text=True, timeout=10, check=False).stdout  # fmt: skip
         sm, mem, power, temp, reasons = [v.strip() for v in out.strip().split(",")]
         return {"sm_mhz": int(sm), "mem_mhz": int(mem), "power_w": float(power),
                 "temp_c": int(temp), "throttle": reasons}  # fmt: skip
@@ -1694,7 +1694,7 @@ def part_fwd_1024_clocks(s: Sweep) -> None:
             before = _gpu_clocks()
             s.time("fwd-1024-clocks", case, run, reps=12)
             after = _gpu_clocks()
-            if s.data["results"] and s.data["results"][-1].get("state") == state:
+            if s.data["results"] and all(s.data["results"][-1].get(k) == v for k, v in case.items()):
                 s.data["results"][-1].update({"before": before, "after": after})
         del x, xd, w, y, rstd, runs
         s.save()
