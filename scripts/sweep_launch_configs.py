@@ -91,6 +91,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   Inductor's kernel and torch.compile, each timing after 20 ms of busy GPU.
 * ``fwd_1024_clocks``: the same kernels after a busy GPU and after 200 ms idle, with the SM clock,
   power and throttle reasons read before and after each timing.
+* ``fwd_1024_modes``: RMSNorm 16384 x 1024, Inductor's kernel, the default and the one-warp row on
+  each round's same buffers, placed as the benchmark places them and then behind random pads.
 * ``fwd_placement``: RMSNorm at 1024 columns, buffers placed anew each round: normlab's default
   kernel, Inductor's own compiled kernel and a plain-Triton transcription of it, all on the same
   buffers, against torch.compile's call (its own outputs) and the default on its outputs.
@@ -1696,6 +1698,45 @@ def part_fwd_1024_clocks(s: Sweep) -> None:
             after = _gpu_clocks()
             if s.data["results"] and all(s.data["results"][-1].get(k) == v for k, v in case.items()):
                 s.data["results"][-1].update({"before": before, "after": after})
+        del x, xd, w, y, rstd, runs
+        s.save()
+
+
+def part_fwd_1024_modes(s: Sweep) -> None:
+    """Which buffers give the one-warp kernels their fast mode at 16384 x 1024 (17.4-17.9 us in
+    fwd_placement against 18.9-19.4 in fwd_1024_warm/clocks, at the same SM clock)? Six rounds
+    on buffers allocated as the benchmark allocates them (the previous round's freed), then
+    twelve with a pad of random size kept before each (fwd_placement's way), on every round's
+    same x, y, rstd: Inductor's kernel twice, normlab's default and its one-warp row."""
+    gen = torch.Generator().manual_seed(1)
+    compiled = torch.compile(F.rms_norm, dynamic=False)
+    m, n = 16384, 1024
+    pads = []
+    for round_ in range(18):
+        padded = round_ >= 6
+        if padded:
+            pads.append(torch.empty(int(torch.randint(1, 64, (1,), generator=gen)) << 20,
+                                    dtype=torch.uint8, device="cuda"))  # fmt: skip
+        x, w, _, _ = norm_inputs(m, n, True)
+        x.requires_grad_()
+        xd = x.detach()
+        y = torch.empty_like(xd)
+        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
+        compiled(x, (n,), w, EPS)
+        ind = _inductor_kernel("rms_norm", m, n)
+        stream = torch.cuda.current_stream().cuda_stream
+        runs = [({"kernel": "inductor_kernel", "take": 1},
+                 functools.partial(ind.run, rstd, xd, w, y, m, n, stream=stream)),
+                ({"kernel": "default"}, functools.partial(K.norm_forward, xd, w, None, EPS, True,
+                                                          block_row=True)),
+                ({"kernel": "row_1warp"}, functools.partial(K.norm_forward, xd, w, None, EPS, True,
+                                                            block_size=n, num_warps=1)),
+                ({"kernel": "inductor_kernel", "take": 2},
+                 functools.partial(ind.run, rstd, xd, w, y, m, n, stream=stream))]  # fmt: skip
+        for extra, run in runs:
+            s.time("fwd-1024-modes", {"op": "rms_norm", "M": m, "N": n, "round": round_,
+                                      "padded": padded, "x_mib": xd.data_ptr() >> 20,
+                                      "y_mib": y.data_ptr() >> 20, **extra}, run, reps=12)  # fmt: skip
         del x, xd, w, y, rstd, runs
         s.save()
 
