@@ -76,7 +76,11 @@ class NormFwdConfig:
 # 10.2) and 8192x1024 (10.4 vs 9.3 in the second run, 10.5 vs 10.6 in the first). The records of
 # b9e2e8c against 2a07d86's: 32768x8192 255.7 vs 261.4 us, 2048x4096 10.3 vs 10.9, 8192x1024 10.5
 # vs 11.0. LayerNorm measured slower looped (32768x8192: 376 us at 4096 / 16 warps vs 284) and
-# keeps the defaults.
+# keeps the defaults. At 1024 columns one register-resident row per warp (torch.compile's kernel
+# there) has two speeds with the same code and buffers, set by what ran before it: after matrix
+# products 3-12% slower than the looped row at 4096-32768 rows (16384x1024: 19.32 vs 18.54 us, run
+# "fwd_1024_warm" at 25c84e8), timed after other timings of the shape 2-4% faster (17.72-18.18 vs
+# 18.23-18.69, run "fwd_1024_modes" at fd6ed74); the looped row is steady in both.
 NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (4096, 16),
                        16384: (4096, 16)}  # fmt: skip
 
