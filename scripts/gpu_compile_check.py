@@ -1,7 +1,8 @@
 """normlab's norms and losses inside torch.compile(fullgraph=True) with the default (inductor)
 backend on a GPU: forward and gradients equal the eager calls. Prints one line per case; exits
-1 if any case fails. (At 5d1df6e the losses failed: Inductor re-emits their Triton kernels and
-writes the -inf constant as an undefined name; normlab/data/dev/gpu_checks/compile_check_5d1df6e.log.)"""
+1 if any case fails. (At 5d1df6e the losses failed: Inductor re-emitted their Triton kernels and
+wrote the -inf constant as an undefined name; normlab/data/dev/gpu_checks/compile_check_5d1df6e.log.
+They are custom ops since.)"""
 
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ def check(name, fn, *inputs):
 
 
 def _check(name, fn, *inputs):
+    torch._dynamo.reset()  # every case compiles anew: no recompile limit across cases
     eager_out = fn(*inputs)
     eager_grads = torch.autograd.grad(eager_out.float().sum(), [t for t in inputs if t.requires_grad])
     compiled = torch.compile(fn, fullgraph=True, dynamic=False)
@@ -51,7 +53,24 @@ def main() -> int:
     bn = (0.1 * torch.randn(64, device=dev)).to(bf).requires_grad_()
     ok &= check("rms_norm block-row", lambda x, w: normlab.rms_norm(x, w), xn, wn)
     ok &= check("layer_norm block-row", lambda x, w, b: normlab.layer_norm(x, w, b), xn, wn, bn)
-    ok &= check("reverse_kl", lambda a: normlab.reverse_kl(a, target), logits)
+    # The losses are custom ops (normlab::entropy_fwd, normlab::entropy_split_bwd): every form,
+    # at an aligned and an unaligned vocabulary, mean and per-row reductions.
+    for n_cols in (32768, 50257):
+        logits = torch.randn(256, n_cols, device=dev, dtype=bf, requires_grad=True)
+        target = torch.randn(256, n_cols, device=dev, dtype=bf)
+        labels = torch.randint(0, n_cols, (256,), device=dev)
+        labels[::7] = -100
+        row_w = torch.randn(256, device=dev)
+        for form in ("auto", "fused", "chunked", "split"):
+            for name, other in (("reverse_kl", target), ("soft_cross_entropy", target),
+                                ("cross_entropy", labels)):  # fmt: skip
+                fn = getattr(normlab, name)
+                ok &= check(f"{name} {form} V={n_cols} mean",
+                            lambda a, fn=fn, other=other, form=form: fn(a, other, form=form),
+                            logits)  # fmt: skip
+                ok &= check(f"{name} {form} V={n_cols} none",
+                            lambda a, fn=fn, other=other, form=form, row_w=row_w: fn(
+                                a, other, form=form, reduction="none") * row_w, logits)  # fmt: skip
     return 0 if ok else 1
 
 

@@ -627,3 +627,63 @@ def test_chunked_refuses_int32_overflow():
         entropy._launch_chunked(spec, x, x, x, None, None, None, False, False,
                                 tiles_per_chunk=1)  # fmt: skip
 
+
+
+# ---- torch.compile (the losses are custom ops: Dynamo never traces their kernels) -----------
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ALL_FORMS)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_torch_compile_fullgraph(loss, form, reduction):
+    x, other = _inputs(loss, (2, 3, 100), torch.float32)
+    weight = torch.randn(2, 3) if reduction == "none" else torch.tensor(1.5)
+
+    def step(x, other):
+        out = FNS[loss][0](x, other, form=form, block_cap=16, reduction=reduction)
+        return (out * weight).sum()
+
+    torch._dynamo.reset()  # each case compiles the public function anew (recompile limit)
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    xc = x.clone().requires_grad_()
+    value = compiled(xc, other)
+    (grad,) = torch.autograd.grad(value, xc)
+    ref_out, ref_grad = _ref(loss, x, other, reduction=reduction, weight=weight)
+    assert_close(value, (ref_out * weight.double()).sum(), dtype=torch.float32, reduce_len=600)
+    assert_close(grad, ref_grad, dtype=torch.float32, reduce_len=100)
+
+
+@pytest.mark.parametrize("form", ALL_FORMS)
+def test_torch_compile_dynamic_rows(form):
+    # Symbolic row counts (the vocabulary is specialised): two batch sizes, one graph.
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b: normlab.reverse_kl(a, b, form=form, block_cap=16),
+                             fullgraph=True, backend="aot_eager", dynamic=True)  # fmt: skip
+    for rows in (3, 5):
+        x, t = _inputs("reverse_kl", (rows, 70), torch.float32)
+        xc = x.clone().requires_grad_()
+        (grad,) = torch.autograd.grad(compiled(xc, t), xc)
+        _, ref_grad = _ref("reverse_kl", x, t)
+        assert_close(grad, ref_grad, dtype=torch.float32, reduce_len=70)
+
+
+@pytest.mark.parametrize("loss,form,reduction,compute_grad", [
+    ("reverse_kl", "fused", "none", True), ("soft_cross_entropy", "chunked", "sum", True),
+    ("reverse_kl", "split", "mean", True), ("cross_entropy", "split", "mean", True),
+    ("cross_entropy", "fused", "mean", False)])  # fmt: skip
+def test_custom_op_opcheck(loss, form, reduction, compute_grad):
+    # Schema, fake (meta) shapes, autograd registration and AOT dispatch of the loss op.
+    x, other = _inputs(loss, (3, 50), torch.float32)
+    x.requires_grad_(compute_grad)
+    from normlab.kernels.entropy import _KINDS
+
+    args = (x, other, _KINDS[loss], form, 16, reduction, -100, compute_grad)
+    torch.library.opcheck(torch.ops.normlab.entropy_fwd.default, args)
+
+
+def test_check_labels_refused_inside_torch_compile():
+    x, labels = _inputs("cross_entropy", (4, 30), torch.float32)
+    compiled = torch.compile(lambda a, b: normlab.cross_entropy(a, b, check_labels=True),
+                             fullgraph=True, backend="aot_eager")  # fmt: skip
+    with pytest.raises(Exception, match="check_labels=True syncs with the host"):
+        compiled(x, labels)

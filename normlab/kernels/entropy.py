@@ -1164,61 +1164,172 @@ def _reduce(spec, loss_rows, n_valid, lead_shape):
 
 
 # ============================================================================================
-# autograd.Function
+# Custom ops (torch.compile-able) and autograd
 # ============================================================================================
 
 
-class EntropyLossFunction(torch.autograd.Function):
-    """Loss of (logits, target or labels); gradient with respect to logits only."""
+def _loss_forward(spec, logits, other, compute_grad):
+    """(loss, grad | None, row_stats | None, n_valid): the reduced loss; the gradient for
+    grad_output = 1 (fused and chunked forms); the split form's (6, M) row statistics."""
+    x, t, labels, n_valid = _rows(spec, logits, other)
+    grad = torch.empty_like(x) if (compute_grad and spec.form in _GRAD_IN_FORWARD) else None
+    loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, False)
+    return _reduce(spec, loss_rows, n_valid, logits.shape[:-1]), grad, row_stats, n_valid
+
+
+def _split_grad(spec, logits, other, row_stats, g_out, n_valid):
+    """The split form's gradient from its row statistics, times grad_output ``g_out``
+    (``n_valid`` may be empty where _counts_valid says the kernels do not read it)."""
+    x, t, labels, _ = _rows(spec, logits, other, count_valid=False)
+    n_valid = n_valid if n_valid.numel() else row_stats  # unread: a pointer argument only
+    grad = torch.empty_like(x)
+    _launch_backward(spec, x, t, labels, row_stats, g_out, n_valid, grad, False)
+    return grad.view(logits.shape)
+
+
+def _grad_output(grad_loss):
+    """grad_output as the kernels read it: fp32, a scalar or one value per row."""
+    return grad_loss.float().reshape(-1).contiguous() if grad_loss.dim() else grad_loss.float()
+
+
+def _local_spec(kind, form, block_cap, reduction, ignore_index, n_cols):
+    return _Spec(kind, form, block_cap, reduction, ignore_index, None, 0, n_cols)
+
+
+@torch.library.custom_op("normlab::entropy_fwd", mutates_args=())
+def _entropy_fwd_op(
+    logits: torch.Tensor,
+    other: torch.Tensor,
+    kind: int,
+    form: str,
+    block_cap: int,
+    reduction: str,
+    ignore_index: int,
+    compute_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, grad, row_stats, n_valid) of one unsharded call (see _loss_forward); absent ones
+    are empty tensors (custom ops return no None). ``other``: target logits, or the labels."""
+    spec = _local_spec(kind, form, block_cap, reduction, ignore_index, logits.shape[-1])
+    loss, grad, row_stats, n_valid = _loss_forward(spec, logits, other, compute_grad)
+    if row_stats is not None and reduction == "none":
+        loss = loss.clone()  # the split form's per-row losses are a row of its statistics
+    empty = logits.new_empty((0,), dtype=torch.float32)
+    return (loss, grad if grad is not None else logits.new_empty((0,)),
+            row_stats if row_stats is not None else empty,
+            n_valid if _counts_valid(kind, reduction) else empty.clone())  # fmt: skip
+
+
+@_entropy_fwd_op.register_fake
+def _(logits, other, kind, form, block_cap, reduction, ignore_index, compute_grad):
+    n_cols = logits.shape[-1]
+    n_rows = logits.numel() // n_cols
+    f32 = torch.float32
+    loss = logits.new_empty(logits.shape[:-1] if reduction == "none" else (), dtype=f32)
+    grad_shape = (n_rows, n_cols) if compute_grad and form in _GRAD_IN_FORWARD else (0,)
+    stats_shape = (6, n_rows) if form == "split" else (0,)
+    return (loss, logits.new_empty(grad_shape), logits.new_empty(stats_shape, dtype=f32),
+            logits.new_empty((1 if _counts_valid(kind, reduction) else 0,), dtype=f32))  # fmt: skip
+
+
+@torch.library.custom_op("normlab::entropy_split_bwd", mutates_args=())
+def _entropy_split_bwd_op(
+    logits: torch.Tensor,
+    other: torch.Tensor,
+    row_stats: torch.Tensor,
+    g_out: torch.Tensor,
+    n_valid: torch.Tensor,
+    kind: int,
+    block_cap: int,
+    reduction: str,
+    ignore_index: int,
+) -> torch.Tensor:
+    """The split form's d loss / d logits (see _split_grad)."""
+    spec = _local_spec(kind, "split", block_cap, reduction, ignore_index, logits.shape[-1])
+    return _split_grad(spec, logits, other, row_stats, g_out, n_valid)
+
+
+@_entropy_split_bwd_op.register_fake
+def _(logits, other, row_stats, g_out, n_valid, kind, block_cap, reduction, ignore_index):
+    return logits.new_empty(logits.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    logits, other, kind, form, block_cap, reduction, ignore_index, _compute_grad = inputs
+    _, grad, row_stats, n_valid = output
+    ctx.args = (kind, form, block_cap, reduction, ignore_index)
+    ctx.logits_shape, ctx.backward_calls, ctx.first_g_out = logits.shape, 0, None
+    if form in _GRAD_IN_FORWARD:
+        ctx.save_for_backward(grad)
+    else:
+        ctx.save_for_backward(logits, other, row_stats, n_valid)
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grad_loss, _dgrad, _dstats, _dn_valid):
+    kind, form, block_cap, reduction, ignore_index = ctx.args
+    if grad_loss is None:
+        return (None,) * 8
+    g_out = _grad_output(grad_loss)
+    if form not in _GRAD_IN_FORWARD:
+        logits, other, row_stats, n_valid = ctx.saved_tensors
+        grad = torch.ops.normlab.entropy_split_bwd(logits, other, row_stats, g_out, n_valid, kind,
+                                                   block_cap, reduction, ignore_index)  # fmt: skip
+        return (grad,) + (None,) * 7
+    (grad,) = ctx.saved_tensors
+    ctx.backward_calls += 1
+    traced = torch.compiler.is_compiling() or type(grad) is not torch.Tensor  # fake / functional
+    if ctx.backward_calls == 1 and not traced:
+        # Eager, first backward: scale the saved gradient in place (no new M x V buffer).
+        _launch_rescale(grad, g_out)
+        ctx.first_g_out = g_out
+        return (grad.view(ctx.logits_shape),) + (None,) * 7
+    # A later backward (retain_graph=True) undoes the first scale; a traced (compiled) backward,
+    # which may be replayed, never scales in place. Out of place.
+    scale = g_out if ctx.first_g_out is None else g_out / ctx.first_g_out
+    scale = scale[:, None] if scale.dim() else scale
+    return ((grad.float() * scale).to(grad.dtype).view(ctx.logits_shape),) + (None,) * 7
+
+
+_entropy_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class ShardedEntropyLoss(torch.autograd.Function):
+    """Vocab-sharded (tensor-parallel) loss, split form: the row statistics are all-reduced over
+    ``spec.group`` between the two kernels. Eager only (a process group is no custom-op argument)."""
 
     @staticmethod
     def forward(ctx, logits, other, spec):
-        x, t, labels, n_valid = _rows(spec, logits, other)
-        compute_grad = ctx.needs_input_grad[0]
-        grad = torch.empty_like(x) if (compute_grad and spec.form in _GRAD_IN_FORWARD) else None
-        loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, False)
-        ctx.spec, ctx.logits_shape, ctx.backward_calls = spec, logits.shape, 0
-        if compute_grad:
-            if spec.form in _GRAD_IN_FORWARD:
-                ctx.save_for_backward(grad)
-            else:
-                ctx.save_for_backward(x, t, labels, row_stats, n_valid)
-        return _reduce(spec, loss_rows, n_valid, logits.shape[:-1])
+        loss, _, row_stats, n_valid = _loss_forward(spec, logits, other, False)
+        ctx.spec = spec
+        ctx.save_for_backward(logits, other, row_stats, n_valid)
+        return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
-        spec = ctx.spec
-        g_out = grad_loss.float().reshape(-1).contiguous() if grad_loss.dim() else grad_loss.float()
-        ctx.backward_calls += 1
-        if spec.form in _GRAD_IN_FORWARD:
-            (grad,) = ctx.saved_tensors
-            if ctx.backward_calls == 1:
-                _launch_rescale(grad, g_out)  # in place: no new M x V buffer, no host sync
-                ctx.first_g_out = g_out
-                return grad.view(ctx.logits_shape), None, None
-            # retain_graph=True and a later backward: undo the first scale, out of place.
-            scale = g_out / ctx.first_g_out
-            scale = scale[:, None] if scale.dim() else scale
-            return (grad.float() * scale).to(grad.dtype).view(ctx.logits_shape), None, None
-        x, t, labels, row_stats, n_valid = ctx.saved_tensors
-        grad = torch.empty_like(x)
-        _launch_backward(spec, x, t, labels, row_stats, g_out, n_valid, grad, False)
-        return grad.view(ctx.logits_shape), None, None
+        logits, other, row_stats, n_valid = ctx.saved_tensors
+        grad = _split_grad(ctx.spec, logits, other, row_stats, _grad_output(grad_loss), n_valid)
+        return grad, None, None
 
 
-def _rows(spec, logits, other):
+def _rows(spec, logits, other, count_valid=True):
     """(x, t, labels, n_valid): logits and target as (M, V) rows (t = x for label CE), the labels
-    (a 1-element placeholder for the distribution losses) and the non-ignored row count."""
+    (a 1-element placeholder for the distribution losses) and the non-ignored row count (None
+    without ``count_valid``)."""
     n_cols = logits.shape[-1]
     x = logits.reshape(-1, n_cols)
     is_ce = spec.kind == _KINDS["cross_entropy"]
     labels = other.reshape(-1) if is_ce else x.new_empty(1, dtype=torch.int64)
     t = x if is_ce else other.reshape(-1, n_cols)
-    return x, t, labels, _n_valid(spec, labels)
+    return x, t, labels, (_n_valid(spec, labels) if count_valid else None)
+
+
+def _counts_valid(kind, reduction):
+    """Whether the loss divides by the non-ignored row count (label CE's mean)."""
+    return kind == _KINDS["cross_entropy"] and reduction == "mean"
 
 
 def _n_valid(spec, labels):
-    if spec.kind == _KINDS["cross_entropy"] and spec.reduction == "mean":
+    if _counts_valid(spec.kind, spec.reduction):
         return (labels != spec.ignore_index).sum(dtype=torch.float32).reshape(1)
     return labels.new_empty(1, dtype=torch.float32)  # unread: a pointer argument only
 
@@ -1300,8 +1411,13 @@ def _check_grad_accumulate(name, grad_accumulate, logits):
 
 
 def _run(name, logits, other, spec, grad_accumulate):
+    if grad_accumulate is None and spec.group is not None:
+        return ShardedEntropyLoss.apply(logits, other, spec)
     if grad_accumulate is None:
-        return EntropyLossFunction.apply(logits, other, spec)
+        compute_grad = torch.is_grad_enabled() and logits.requires_grad
+        loss, *_ = torch.ops.normlab.entropy_fwd(logits, other, spec.kind, spec.form, spec.block_cap,
+                                                 spec.reduction, spec.ignore_index, compute_grad)
+        return loss
     # Eager: loss and gradient now, the gradient added into the caller's buffer.
     _check_grad_accumulate(name, grad_accumulate, logits)
     with torch.no_grad():
@@ -1338,8 +1454,9 @@ def _distribution_loss(
         raise ValueError(
             f"{name}: no gradient with respect to target_logits is computed; pass target_logits.detach()"
         )
-    form, cap = _resolve(name, logits.shape[-1], form, block_cap, group)
-    spec = _Spec(_KINDS[name], form, cap, reduction, 0, group, 0, logits.shape[-1])
+    n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
+    form, cap = _resolve(name, n_cols, form, block_cap, group)
+    spec = _Spec(_KINDS[name], form, cap, reduction, 0, group, 0, n_cols)
     return _run(
         name, _contiguous_rows(logits), _contiguous_rows(target_logits), spec, grad_accumulate
     )
@@ -1406,8 +1523,8 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
     Gradient ``softmax(x) - onehot(label)`` times grad_output. The loss is fp32.
 
     Out-of-range labels: ``check_labels`` (default: True on CPU, False on GPU, where it would
-    cost a host sync) raises ValueError on the host; unchecked, the kernels never read out of
-    bounds: such a row gets a NaN loss and a NaN gradient row.
+    cost a host sync, and inside torch.compile) raises ValueError on the host; unchecked, the
+    kernels never read out of bounds: such a row gets a NaN loss and a NaN gradient row.
 
     With ``group``, the vocab is sharded over the ranks (labels are global ids, the same on
     every rank); each rank finds its ``vocab_start`` by all-gathering the shard sizes
@@ -1426,10 +1543,13 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
         )
     if labels.device != logits.device:
         raise ValueError(f"{name}: labels on {labels.device}, logits on {logits.device}")
-    n_cols = logits.shape[-1]
+    n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
     vocab_start, vocab_size = _vocab_layout(group, n_cols) if group is not None else (0, n_cols)
+    compiling = torch.compiler.is_compiling()
     if check_labels is None:
-        check_labels = logits.device.type == "cpu"
+        check_labels = logits.device.type == "cpu" and not compiling
+    if check_labels and compiling:
+        raise ValueError(f"{name}: check_labels=True syncs with the host; not inside torch.compile")
     if check_labels:
         bad = (labels != ignore_index) & ((labels < 0) | (labels >= vocab_size))
         if bool(bad.any()):
