@@ -19,8 +19,9 @@ Forms (seed 004):
 * ``"fused"``: ``_{loss}_fused_kernel``, one program per row: an online max / sum-exp pass over
   column tiles of ``min(next_pow2(V), block_cap)``, then the gradient pass in reverse tile order
   (the last tile is reused from registers). The gradient (times the reduction's 1/n) is written
-  during the forward and saved; the backward only rescales it by ``grad_output`` in place
-  (``_entropy_grad_rescale_kernel``, which exits on the device when grad_output == 1).
+  during the forward and saved; the backward only rescales it by ``grad_output``, in place in
+  eager (``_entropy_grad_rescale_kernel``, which exits on the device when grad_output == 1), out
+  of place in a compiled backward.
 * ``"chunked"``: ``_entropy_chunked_kernel``, a row cut into chunks of whole tiles, one program
   per chunk. Each program folds its chunk into raw statistics and stores them; the row's
   programs meet at a per-row counter (in-kernel, on a GPU), merge the chunk statistics and
@@ -35,6 +36,10 @@ Masked lanes are loaded as -inf, never 0, so they cannot move a max or a log-sum
 forms index rows that do not start on a 16-byte boundary (a ragged V such as 50257) from the
 128-byte boundary before them (``_row_frames``), so their tiles stay 16-byte vector loads and
 stores.
+
+The unsharded losses are custom ops (``normlab::entropy_fwd``, ``normlab::entropy_split_bwd``,
+autograd registered), so torch.compile sees them as opaque calls; the sharded one
+(``ShardedEntropyLoss``) is an autograd Function (a process group is no custom-op argument).
 """
 
 from __future__ import annotations
