@@ -93,6 +93,8 @@ before each call), bf16. Parts (the JSON of each run is kept in
   power and throttle reasons read before and after each timing.
 * ``fwd_1024_modes``: RMSNorm 16384 x 1024, Inductor's kernel, the default and the one-warp row on
   each round's same buffers, placed as the benchmark places them and then behind random pads.
+* ``norm_bwd_ab``: A/B of copies of ``normlab/kernels/norm.py`` (``--norm-variants``): the
+  default backward at LayerNorm's peer shapes, with agreement, registers and spills.
 * ``fwd_placement``: RMSNorm at 1024 columns, buffers placed anew each round: normlab's default
   kernel, Inductor's own compiled kernel and a plain-Triton transcription of it, all on the same
   buffers, against torch.compile's call (its own outputs) and the default on its outputs.
@@ -1741,6 +1743,46 @@ def part_fwd_1024_modes(s: Sweep) -> None:
         s.save()
 
 
+def part_norm_bwd_ab(s: Sweep, variants: list[Path]) -> None:
+    """A/B of copies of normlab/kernels/norm.py (cut before its custom ops, edited, passed with
+    ``--norm-variants a.py,b.py``): the default backward (norm_backward, strategy "auto") of
+    each on the same inputs, LayerNorm at six peer shapes and RMSNorm at 32768 x 8192, three
+    rounds rotated, with dx / dweight / dbias agreement against the first variant and the
+    registers and spills of each variant's compiled persistent kernel."""
+    mods = {p.stem: _load_module(p) for p in variants}
+    s.data["meta"]["ab_sources"] = {p.stem: p.read_text() for p in variants}
+    shapes = (("ln", 32768, 8192), ("ln", 8192, 4096), ("ln", 16384, 2048), ("ln", 4096, 4096),
+              ("ln", 32768, 1024), ("ln", 1024, 8192), ("rms", 32768, 8192))
+    for round_, (op, m, n) in itertools.product(range(3), shapes):
+        is_rms = op == "rms"
+        x, w, b, dy = norm_inputs(m, n, is_rms)
+        _, mean, rstd = K.norm_forward(x, w, b, EPS, is_rms)
+        first = None
+        names = list(mods)
+        k = round_ % len(names)
+        for name in names[k:] + names[:k]:
+            mod = mods[name]
+            run = functools.partial(mod.norm_backward, dy, x, w, b, mean, rstd, is_rms)
+            case = {"op": op, "M": m, "N": n, "round": round_, "variant": name}
+            if round_ == 0:
+                saved = mod._norm_bwd_persistent_kernel
+                mod._norm_bwd_persistent_kernel = cap_k = _Capture(saved)
+                try:
+                    out = run()
+                finally:
+                    mod._norm_bwd_persistent_kernel = saved
+                case["n_regs"] = getattr(cap_k.compiled, "n_regs", None)
+                case["n_spills"] = getattr(cap_k.compiled, "n_spills", None)
+                if first is None:
+                    first = out
+                else:
+                    case["max_diff"] = [float((a.float() - r.float()).abs().max())
+                                        for a, r in zip(out, first) if a is not None]  # fmt: skip
+            s.time("norm-bwd-ab", case, run, reps=12)
+        del x, w, b, dy, mean, rstd, first
+        s.save()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
@@ -1748,6 +1790,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--entropy-variants", default="", help="comma-separated module files")
+    ap.add_argument("--norm-variants", default="", help="comma-separated module files")
     ap.add_argument("--entropy-vocabs", default="32768,131072", help="vocabularies of 'entropy'")
     ap.add_argument("--entropy-forms", default="",
                     help="forms of 'entropy' as form:cap, e.g. fused:2048,chunked:1024,split")
@@ -1768,6 +1811,8 @@ def main() -> int:
                 forms = [(f, int(c[0]) if c else None) for f, *c in
                          (spec.split(":") for spec in args.entropy_forms.split(","))]
                 part_entropy(s, variants, vocabs, forms=forms)
+            elif part == "norm_bwd_ab":
+                part_norm_bwd_ab(s, [Path(p) for p in args.norm_variants.split(",") if p])
             elif part in ("entropy", "entropy_fused"):
                 globals()[f"part_{part}"](s, variants, vocabs)
             else:
