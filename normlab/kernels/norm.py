@@ -166,6 +166,11 @@ def _load_tile(x_ptr, dy_ptr, tile, n_rows, n_cols, x_row_stride, dy_row_stride,
 
 
 @triton.jit
+def _add_pair(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
+
+
+@triton.jit
 def _bwd_tile_single_pass(
     tile,
     x_ptr,  # (n_rows, n_cols) forward input
@@ -203,8 +208,14 @@ def _bwd_tile_single_pass(
             x_ptr, dy_ptr, w, rows64, cols, mask, mean, rstd,
             x_row_stride, dy_row_stride, IS_RMS, HAS_WEIGHT,
         )  # fmt: skip
-    c1 = tl.sum(xhat * wdy, axis=1) / n_cols
-    c2 = tl.sum(wdy, axis=1) / n_cols
+    if IS_RMS:
+        c1 = tl.sum(xhat * wdy, axis=1) / n_cols
+        c2 = c1  # unread
+    else:
+        # Both row sums in one reduction: one cross-warp exchange per tile, not two.
+        s1, s2 = tl.reduce((xhat * wdy, wdy), 1, _add_pair)
+        c1 = s1 / n_cols
+        c2 = s2 / n_cols
     _store_dx(dx_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride, IS_RMS)
     return dy * xhat, dy
 
@@ -568,7 +579,7 @@ def _norm_bwd_persistent_kernel(
     dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (PAIRED: zeroed, n_programs / 2)
     db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (PAIRED: as dweight's)
     n_rows,
-    n_cols,
+    n_cols: tl.constexpr,  # one compiled kernel per width, as the forward (configs cites why)
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
