@@ -1743,7 +1743,11 @@ def part_fwd_1024_modes(s: Sweep) -> None:
         s.save()
 
 
-def part_norm_bwd_ab(s: Sweep, variants: list[Path]) -> None:
+NORM_AB_SHAPES = (("ln", 32768, 8192), ("ln", 8192, 4096), ("ln", 16384, 2048), ("ln", 4096, 4096),
+                  ("ln", 32768, 1024), ("ln", 1024, 8192), ("rms", 32768, 8192))
+
+
+def part_norm_bwd_ab(s: Sweep, variants: list[Path], shapes=NORM_AB_SHAPES) -> None:
     """A/B of copies of normlab/kernels/norm.py (cut before its custom ops, edited, passed with
     ``--norm-variants a.py,b.py``): the default backward (norm_backward, strategy "auto") of
     each on the same inputs, LayerNorm at six peer shapes and RMSNorm at 32768 x 8192, three
@@ -1751,8 +1755,6 @@ def part_norm_bwd_ab(s: Sweep, variants: list[Path]) -> None:
     registers and spills of each variant's compiled persistent kernel."""
     mods = {p.stem: _load_module(p) for p in variants}
     s.data["meta"]["ab_sources"] = {p.stem: p.read_text() for p in variants}
-    shapes = (("ln", 32768, 8192), ("ln", 8192, 4096), ("ln", 16384, 2048), ("ln", 4096, 4096),
-              ("ln", 32768, 1024), ("ln", 1024, 8192), ("rms", 32768, 8192))
     for round_, (op, m, n) in itertools.product(range(3), shapes):
         is_rms = op == "rms"
         x, w, b, dy = norm_inputs(m, n, is_rms)
@@ -1791,6 +1793,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--entropy-variants", default="", help="comma-separated module files")
     ap.add_argument("--norm-variants", default="", help="comma-separated module files")
+    ap.add_argument("--norm-shapes", default="", help="norm_bwd_ab shapes, e.g. ln:2048x16384")
     ap.add_argument("--entropy-vocabs", default="32768,131072", help="vocabularies of 'entropy'")
     ap.add_argument("--entropy-forms", default="",
                     help="forms of 'entropy' as form:cap, e.g. fused:2048,chunked:1024,split")
@@ -1812,7 +1815,10 @@ def main() -> int:
                          (spec.split(":") for spec in args.entropy_forms.split(","))]
                 part_entropy(s, variants, vocabs, forms=forms)
             elif part == "norm_bwd_ab":
-                part_norm_bwd_ab(s, [Path(p) for p in args.norm_variants.split(",") if p])
+                shapes = [(op, *map(int, mn.split("x"))) for op, mn in
+                          (c.split(":") for c in args.norm_shapes.split(","))] \
+                    if args.norm_shapes else NORM_AB_SHAPES  # fmt: skip
+                part_norm_bwd_ab(s, [Path(p) for p in args.norm_variants.split(",") if p], shapes)
             elif part in ("entropy", "entropy_fused"):
                 globals()[f"part_{part}"](s, variants, vocabs)
             else:
