@@ -172,34 +172,6 @@ def test_backward_prefetch(is_rms, m, n, block_rows):
         assert (a is None and c is None) or torch.equal(a, c)
 
 
-@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-@pytest.mark.parametrize("past", [0, 1], ids=["widest-constant", "first-runtime"])
-def test_backward_constant_width_switch(monkeypatch, is_rms, past):
-    """The persistent single-pass kernel gets the width as a constant (LayerNorm's row sums
-    paired) up to NORM_BWD_STATIC_MAX_COLS columns and as a runtime value past it: right against
-    fp64 on both sides of the switch (a 40-column stand-in threshold keeps the interpreter fast;
-    the real one's launch values are checked without running it)."""
-    n_real = configs.NORM_BWD_STATIC_MAX_COLS + past
-    assert configs.norm_bwd_static_cols(n_real) == (0 if past else n_real)
-    monkeypatch.setattr(configs, "NORM_BWD_STATIC_MAX_COLS", 40)
-    launched = []
-    real = K._norm_bwd_persistent_kernel
-
-    class Recording:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                launched.append(kwargs["STATIC_COLS"])
-                return real[grid](*args, **kwargs)
-
-            return launch
-
-    monkeypatch.setattr(K, "_norm_bwd_persistent_kernel", Recording())
-    n = 40 + past
-    _check_backward(37, n, torch.bfloat16, is_rms, "persistent", prefetch=True, block_rows=4)
-    _check_backward(5, n, torch.float32, is_rms, "persistent", prefetch=False)
-    assert launched == [0 if past else n] * 2
-
-
 @pytest.mark.parametrize("rows_past", [-1, 0], ids=["fewer-rows", "enough-rows"])
 def test_backward_layer_norm_row_count_switch(rows_past):
     """LayerNorm rows between the few-rows limit and the single-pass limit are two-pass below

@@ -166,11 +166,6 @@ def _load_tile(x_ptr, dy_ptr, tile, n_rows, n_cols, x_row_stride, dy_row_stride,
 
 
 @triton.jit
-def _add_pair(a0, b0, a1, b1):
-    return a0 + a1, b0 + b1
-
-
-@triton.jit
 def _bwd_tile_single_pass(
     tile,
     x_ptr,  # (n_rows, n_cols) forward input
@@ -191,12 +186,10 @@ def _bwd_tile_single_pass(
     x_pre=None,
     dy_pre=None,
     PRELOADED: tl.constexpr = False,
-    PAIR_SUMS: tl.constexpr = False,
 ):
     """dx of one BLOCK_ROWS tile whose rows fit in BLOCK_COLS (w: fp32 [BLOCK_COLS], loaded
     once per program); returns the fp32 tile contributions (dy * xhat, dy) to dw and db.
-    With PRELOADED, x_pre / dy_pre are this tile's x and dy, already loaded (_load_tile).
-    PAIR_SUMS: LayerNorm's two row sums in one reduction (configs.norm_bwd_static_cols)."""
+    With PRELOADED, x_pre / dy_pre are this tile's x and dy, already loaded (_load_tile)."""
     rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
@@ -210,14 +203,8 @@ def _bwd_tile_single_pass(
             x_ptr, dy_ptr, w, rows64, cols, mask, mean, rstd,
             x_row_stride, dy_row_stride, IS_RMS, HAS_WEIGHT,
         )  # fmt: skip
-    if PAIR_SUMS and not IS_RMS:
-        # Both row sums in one reduction: one cross-warp exchange per tile, not two.
-        s1, s2 = tl.reduce((xhat * wdy, wdy), 1, _add_pair)
-        c1 = s1 / n_cols
-        c2 = s2 / n_cols
-    else:
-        c1 = tl.sum(xhat * wdy, axis=1) / n_cols
-        c2 = tl.sum(wdy, axis=1) / n_cols
+    c1 = tl.sum(xhat * wdy, axis=1) / n_cols
+    c2 = tl.sum(wdy, axis=1) / n_cols
     _store_dx(dx_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride, IS_RMS)
     return dy * xhat, dy
 
@@ -593,15 +580,12 @@ def _norm_bwd_persistent_kernel(
     LOOP_STAGES: tl.constexpr,
     PREFETCH: tl.constexpr,
     PAIRED: tl.constexpr,
-    STATIC_COLS: tl.constexpr,  # > 0: n_cols as a compile-time constant (configs.norm_bwd_static_cols)
 ):
     """Seed 000 kernel_1, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
     tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:
     programs 2k and 2k + 1 add into partial row k).
     PREFETCH issues the loads of the program's next tile before working on the current one
     (registers, not shared memory), so two tiles' loads are in flight per program."""
-    if STATIC_COLS:
-        n_cols = STATIC_COLS
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_COLS)
@@ -620,7 +604,7 @@ def _norm_bwd_persistent_kernel(
             dw, db = _bwd_tile_single_pass(
                 tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
                 x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS,
-                BLOCK_COLS, x_cur, dy_cur, True, STATIC_COLS > 0,
+                BLOCK_COLS, x_cur, dy_cur, True,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
@@ -629,7 +613,7 @@ def _norm_bwd_persistent_kernel(
             dw, db = _bwd_tile_single_pass(
                 tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
                 x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS,
-                BLOCK_COLS, PAIR_SUMS=STATIC_COLS > 0,
+                BLOCK_COLS,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
@@ -882,7 +866,6 @@ def norm_backward(
         _norm_bwd_persistent_kernel[grid](
             *common, dw_partial, db_partial, n_rows, n_cols, *strides, **flags, **tile,
             LOOP_STAGES=cfg.loop_stages, PREFETCH=cfg.prefetch, PAIRED=paired,
-            STATIC_COLS=configs.norm_bwd_static_cols(n_cols),
         )  # fmt: skip
     if has_w or has_b:
         reduce_partials(
