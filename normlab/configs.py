@@ -204,17 +204,17 @@ NORM_BWD_SINGLE_PASS_MAX_COLS = 16384
 NORM_BWD_LN_FEW_ROWS_MAX_COLS = 8192
 NORM_BWD_LN_SINGLE_PASS_MIN_ROWS = 2048
 
-# Measured, not kept: the single-pass persistent kernel with the row width a compile-time constant
-# and LayerNorm's two row sums in one reduction. Run "norm_bwd_ab" at 7101f5b+ab (normlab/data/dev/
-# sweep_launch_configs_h200.json; H200, torch 2.11, triton 3.6, bf16, cold L2, three rounds,
-# medians, us), base / pair / pair + constant width: LayerNorm 32768x8192 517.9 / 513.6 / 501.6,
-# 8192x4096 64.2 / 61.4 / 60.8, 1024x8192 24.1 / 24.1 / 23.9; RMSNorm 32768x8192 419.5 / 417.4 /
-# 406.3 (bitwise equal, no spills). At 16384 columns, where the tile already spills, both cost
-# (run at 4dd23b8+ab, base / pair / constant / both): LayerNorm 2048x16384 116.7 / 121.4 / 125.2 /
-# 308.7 us (60 / 68 / 72 / 152 spilled registers). Behind a switch (the constant width and pairs up
-# to 8192 columns: commit e866894, reverted) LayerNorm 32768x8192 measured 521.0 us (RMSNorm 409.2)
-# in the GPU check and the benchmark, against 502.8 for the unswitched kernel of 6298661: the
-# gain did not survive the switch, and we did not find why in the time we had.
+# Up to this many columns the single-pass persistent backward runs _norm_bwd_persistent_static_kernel
+# (the row width a compile-time constant) and sums LayerNorm's two row sums in one reduction. Run
+# "norm_bwd_ab" at 7101f5b+ab (normlab/data/dev/sweep_launch_configs_h200.json; H200, torch 2.11,
+# triton 3.6, bf16, cold L2, three rounds, medians, us), base / pair / pair + constant width:
+# LayerNorm 32768x8192 517.9 / 513.6 / 501.6, 8192x4096 64.2 / 61.4 / 60.8, 1024x8192 24.1 / 24.1
+# / 23.9; RMSNorm 32768x8192 419.5 / 417.4 / 406.3 (bitwise equal, no spills). At 16384 columns,
+# where the tile already spills, both cost (run at 4dd23b8+ab, base / pair / constant / both):
+# LayerNorm 2048x16384 116.7 / 121.4 / 125.2 / 308.7 us (60 / 68 / 72 / 152 spilled registers).
+# One kernel that took the constant width from a constexpr switch (commit e866894, reverted) ran
+# LayerNorm 32768x8192 in 521.0 us against 502.8 for the constant-width kernel of 6298661.
+NORM_BWD_STATIC_MAX_COLS = 8192
 # Single-pass register tile: BLOCK_ROWS x next_pow2(n_cols) with about this many elements. Measured
 # (H200, 2026-11-29, torch 2.11, triton 3.6): N=1024 2x1024/4 warps 21.8 µs vs 4x1024/8 warps 23.6
 # vs 8x1024 24.4 (RMS 8192x1024); N=2048 1x2048/4 warps 63.5 vs 2x2048/8 warps 65.6 (16384x2048).

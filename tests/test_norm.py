@@ -172,6 +172,34 @@ def test_backward_prefetch(is_rms, m, n, block_rows):
         assert (a is None and c is None) or torch.equal(a, c)
 
 
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("past", [0, 1], ids=["widest-constant", "first-runtime"])
+def test_backward_constant_width_switch(monkeypatch, is_rms, past):
+    """The single-pass persistent backward runs its constant-width kernel (LayerNorm's row sums
+    paired) up to NORM_BWD_STATIC_MAX_COLS columns and the runtime-width one past it: right
+    against fp64 on both sides (a 40-column stand-in threshold keeps the interpreter fast)."""
+    monkeypatch.setattr(configs, "NORM_BWD_STATIC_MAX_COLS", 40)
+    launched = []
+
+    def recording(name):
+        real = getattr(K, name)
+
+        class Recording:
+            def __getitem__(self, grid):
+                launched.append(name)
+                return real[grid]
+
+        return Recording()
+
+    for name in ("_norm_bwd_persistent_kernel", "_norm_bwd_persistent_static_kernel"):
+        monkeypatch.setattr(K, name, recording(name))
+    n = 40 + past
+    _check_backward(37, n, torch.bfloat16, is_rms, "persistent", prefetch=True, block_rows=4)
+    _check_backward(5, n, torch.float32, is_rms, "persistent", prefetch=False)
+    kernel = "_norm_bwd_persistent_kernel" if past else "_norm_bwd_persistent_static_kernel"
+    assert launched == [kernel] * 2
+
+
 @pytest.mark.parametrize("rows_past", [-1, 0], ids=["fewer-rows", "enough-rows"])
 def test_backward_layer_norm_row_count_switch(rows_past):
     """LayerNorm rows between the few-rows limit and the single-pass limit are two-pass below
@@ -606,7 +634,8 @@ def test_empty_batch_does_not_launch(monkeypatch, is_rms):
         def __getitem__(self, grid):
             raise AssertionError("kernel launched for an empty batch")
 
-    for name in ("_norm_fwd_kernel", "_norm_bwd_persistent_kernel", "_reduce_partials_kernel"):
+    for name in ("_norm_fwd_kernel", "_norm_bwd_persistent_kernel",
+                 "_norm_bwd_persistent_static_kernel", "_reduce_partials_kernel"):
         monkeypatch.setattr(K, name, NoLaunch())
     x = torch.randn(0, 3, 16, requires_grad=True)
     w = torch.randn(16, requires_grad=True)

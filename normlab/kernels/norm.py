@@ -37,7 +37,8 @@ an existing ``.grad``; ``two_stage`` and ``persistent`` are bitwise deterministi
 
 The Triton kernel names are stable (the bench's per-kernel breakdown keys on them):
 ``_norm_fwd_kernel``, ``_norm_bwd_atomic_kernel``, ``_norm_bwd_partials_kernel``,
-``_norm_bwd_persistent_kernel``, ``_norm_bwd_persistent_two_pass_kernel``,
+``_norm_bwd_persistent_kernel`` and ``_norm_bwd_persistent_static_kernel`` (the single pass at a
+runtime and at a compile-time width), ``_norm_bwd_persistent_two_pass_kernel``,
 ``_reduce_partials_kernel`` (and ``kernels/narrow.py``'s ``_block_row_fwd_kernel`` in the
 forward's block-row windows).
 
@@ -166,6 +167,11 @@ def _load_tile(x_ptr, dy_ptr, tile, n_rows, n_cols, x_row_stride, dy_row_stride,
 
 
 @triton.jit
+def _add_pair(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
+
+
+@triton.jit
 def _bwd_tile_single_pass(
     tile,
     x_ptr,  # (n_rows, n_cols) forward input
@@ -186,10 +192,12 @@ def _bwd_tile_single_pass(
     x_pre=None,
     dy_pre=None,
     PRELOADED: tl.constexpr = False,
+    PAIR_SUMS: tl.constexpr = False,
 ):
     """dx of one BLOCK_ROWS tile whose rows fit in BLOCK_COLS (w: fp32 [BLOCK_COLS], loaded
     once per program); returns the fp32 tile contributions (dy * xhat, dy) to dw and db.
-    With PRELOADED, x_pre / dy_pre are this tile's x and dy, already loaded (_load_tile)."""
+    With PRELOADED, x_pre / dy_pre are this tile's x and dy, already loaded (_load_tile).
+    PAIR_SUMS: LayerNorm's two row sums in one reduction (one cross-warp exchange, not two)."""
     rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
@@ -203,8 +211,16 @@ def _bwd_tile_single_pass(
             x_ptr, dy_ptr, w, rows64, cols, mask, mean, rstd,
             x_row_stride, dy_row_stride, IS_RMS, HAS_WEIGHT,
         )  # fmt: skip
-    c1 = tl.sum(xhat * wdy, axis=1) / n_cols
-    c2 = tl.sum(wdy, axis=1) / n_cols
+    if IS_RMS:
+        c1 = tl.sum(xhat * wdy, axis=1) / n_cols
+        c2 = c1  # unread
+    elif PAIR_SUMS:
+        s1, s2 = tl.reduce((xhat * wdy, wdy), 1, _add_pair)
+        c1 = s1 / n_cols
+        c2 = s2 / n_cols
+    else:
+        c1 = tl.sum(xhat * wdy, axis=1) / n_cols
+        c2 = tl.sum(wdy, axis=1) / n_cols
     _store_dx(dx_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride, IS_RMS)
     return dy * xhat, dy
 
@@ -558,7 +574,7 @@ def _norm_bwd_partials_kernel(
 
 
 @triton.jit
-def _norm_bwd_persistent_kernel(
+def _persistent_single_pass(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
@@ -580,6 +596,7 @@ def _norm_bwd_persistent_kernel(
     LOOP_STAGES: tl.constexpr,
     PREFETCH: tl.constexpr,
     PAIRED: tl.constexpr,
+    PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
 ):
     """Seed 000 kernel_1, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
     tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:
@@ -604,7 +621,7 @@ def _norm_bwd_persistent_kernel(
             dw, db = _bwd_tile_single_pass(
                 tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
                 x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS,
-                BLOCK_COLS, x_cur, dy_cur, True,
+                BLOCK_COLS, x_cur, dy_cur, True, PAIR_SUMS,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
@@ -613,13 +630,80 @@ def _norm_bwd_persistent_kernel(
             dw, db = _bwd_tile_single_pass(
                 tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
                 x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS,
-                BLOCK_COLS,
+                BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
     slot = (pid // 2 if PAIRED else pid).to(tl.int64)
     _store_partials(dw_partial_ptr + slot * n_cols, db_partial_ptr + slot * n_cols, dw_acc,
                     db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS, PAIRED)  # fmt: skip
+
+
+
+
+@triton.jit
+def _norm_bwd_persistent_kernel(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) output gradient
+    dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    w_ptr,  # (n_cols,) weight
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    rstd_ptr,  # (n_rows,) fp32 rstd
+    dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (PAIRED: zeroed, n_programs / 2)
+    db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (PAIRED: as dweight's)
+    n_rows,
+    n_cols,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    PAIRED: tl.constexpr,
+):
+    """The single-pass persistent backward (_persistent_single_pass) at a runtime width."""
+    _persistent_single_pass(
+        x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows, n_cols,
+        x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
+        BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False,
+    )  # fmt: skip
+
+
+@triton.jit
+def _norm_bwd_persistent_static_kernel(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) output gradient
+    dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    w_ptr,  # (n_cols,) weight
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    rstd_ptr,  # (n_rows,) fp32 rstd
+    dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (PAIRED: zeroed, n_programs / 2)
+    db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (PAIRED: as dweight's)
+    n_rows,
+    n_cols: tl.constexpr,  # one compiled kernel per width
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    PAIRED: tl.constexpr,
+):
+    """The same at a compile-time width, LayerNorm's row sums paired
+    (configs.NORM_BWD_STATIC_MAX_COLS: where it measured faster)."""
+    _persistent_single_pass(
+        x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows, n_cols,
+        x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
+        BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, True,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -863,7 +947,9 @@ def norm_backward(
             *common, dw_partial, db_partial, n_rows, n_cols, *strides, **flags, **tile
         )
     else:
-        _norm_bwd_persistent_kernel[grid](
+        static = n_cols <= configs.NORM_BWD_STATIC_MAX_COLS
+        kernel = _norm_bwd_persistent_static_kernel if static else _norm_bwd_persistent_kernel
+        kernel[grid](
             *common, dw_partial, db_partial, n_rows, n_cols, *strides, **flags, **tile,
             LOOP_STAGES=cfg.loop_stages, PREFETCH=cfg.prefetch, PAIRED=paired,
         )  # fmt: skip
