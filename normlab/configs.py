@@ -204,7 +204,7 @@ NORM_BWD_SINGLE_PASS_MAX_COLS = 16384
 NORM_BWD_LN_FEW_ROWS_MAX_COLS = 8192
 NORM_BWD_LN_SINGLE_PASS_MIN_ROWS = 2048
 
-# Up to this many columns the single-pass persistent backward runs _norm_bwd_persistent_static_kernel
+# In this column range the single-pass persistent backward runs _norm_bwd_persistent_static_kernel
 # (the row width a compile-time constant) and sums LayerNorm's two row sums in one reduction. Run
 # "norm_bwd_ab" at 7101f5b+ab (normlab/data/dev/sweep_launch_configs_h200.json; H200, torch 2.11,
 # triton 3.6, bf16, cold L2, three rounds, medians, us), base / pair / pair + constant width:
@@ -213,8 +213,15 @@ NORM_BWD_LN_SINGLE_PASS_MIN_ROWS = 2048
 # where the tile already spills, both cost (run at 4dd23b8+ab, base / pair / constant / both):
 # LayerNorm 2048x16384 116.7 / 121.4 / 125.2 / 308.7 us (60 / 68 / 72 / 152 spilled registers).
 # One kernel that took the constant width from a constexpr switch (commit e866894, reverted) ran
-# LayerNorm 32768x8192 in 521.0 us against 502.8 for the constant-width kernel of 6298661.
-NORM_BWD_STATIC_MAX_COLS = 8192
+# LayerNorm 32768x8192 in 521.0 us against 502.8 for the constant-width kernel of 6298661. Below
+# 1024 columns (the narrow rows' row path) it was not measured and the runtime width stays.
+NORM_BWD_STATIC_COLS = (1024, 8192)
+
+
+def norm_bwd_static_width(n_cols: int) -> bool:
+    """Whether the single-pass persistent backward takes n_cols as a compile-time constant."""
+    lo, hi = NORM_BWD_STATIC_COLS
+    return lo <= n_cols <= hi
 # Single-pass register tile: BLOCK_ROWS x next_pow2(n_cols) with about this many elements. Measured
 # (H200, 2026-11-29, torch 2.11, triton 3.6): N=1024 2x1024/4 warps 21.8 µs vs 4x1024/8 warps 23.6
 # vs 8x1024 24.4 (RMS 8192x1024); N=2048 1x2048/4 warps 63.5 vs 2x2048/8 warps 65.6 (16384x2048).

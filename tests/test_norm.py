@@ -173,12 +173,15 @@ def test_backward_prefetch(is_rms, m, n, block_rows):
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-@pytest.mark.parametrize("past", [0, 1], ids=["widest-constant", "first-runtime"])
-def test_backward_constant_width_switch(monkeypatch, is_rms, past):
+@pytest.mark.parametrize("n", [32, 33, 40, 41], ids=["below", "lowest", "highest", "above"])
+def test_backward_constant_width_switch(monkeypatch, is_rms, n):
     """The single-pass persistent backward runs its constant-width kernel (LayerNorm's row sums
-    paired) up to NORM_BWD_STATIC_MAX_COLS columns and the runtime-width one past it: right
-    against fp64 on both sides (a 40-column stand-in threshold keeps the interpreter fast)."""
-    monkeypatch.setattr(configs, "NORM_BWD_STATIC_MAX_COLS", 40)
+    paired) inside NORM_BWD_STATIC_COLS and the runtime-width one outside: right against fp64 at
+    both edges (a 33-40 stand-in range keeps the interpreter fast)."""
+    lo, hi = configs.NORM_BWD_STATIC_COLS
+    assert [configs.norm_bwd_static_width(c) for c in (lo - 1, lo, hi, hi + 1)] == [
+        False, True, True, False]  # fmt: skip
+    monkeypatch.setattr(configs, "NORM_BWD_STATIC_COLS", (33, 40))
     launched = []
 
     def recording(name):
@@ -193,10 +196,10 @@ def test_backward_constant_width_switch(monkeypatch, is_rms, past):
 
     for name in ("_norm_bwd_persistent_kernel", "_norm_bwd_persistent_static_kernel"):
         monkeypatch.setattr(K, name, recording(name))
-    n = 40 + past
     _check_backward(37, n, torch.bfloat16, is_rms, "persistent", prefetch=True, block_rows=4)
     _check_backward(5, n, torch.float32, is_rms, "persistent", prefetch=False)
-    kernel = "_norm_bwd_persistent_kernel" if past else "_norm_bwd_persistent_static_kernel"
+    static = 33 <= n <= 40
+    kernel = "_norm_bwd_persistent_static_kernel" if static else "_norm_bwd_persistent_kernel"
     assert launched == [kernel] * 2
 
 

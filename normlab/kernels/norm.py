@@ -698,7 +698,7 @@ def _norm_bwd_persistent_static_kernel(
     PAIRED: tl.constexpr,
 ):
     """The same at a compile-time width, LayerNorm's row sums paired
-    (configs.NORM_BWD_STATIC_MAX_COLS: where it measured faster)."""
+    (configs.NORM_BWD_STATIC_COLS: where it measured faster)."""
     _persistent_single_pass(
         x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows, n_cols,
         x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
@@ -947,7 +947,7 @@ def norm_backward(
             *common, dw_partial, db_partial, n_rows, n_cols, *strides, **flags, **tile
         )
     else:
-        static = n_cols <= configs.NORM_BWD_STATIC_MAX_COLS
+        static = configs.norm_bwd_static_width(n_cols)
         kernel = _norm_bwd_persistent_static_kernel if static else _norm_bwd_persistent_kernel
         kernel[grid](
             *common, dw_partial, db_partial, n_rows, n_cols, *strides, **flags, **tile,
