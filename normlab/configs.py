@@ -222,6 +222,8 @@ def norm_bwd_static_width(n_cols: int) -> bool:
     """Whether the single-pass persistent backward takes n_cols as a compile-time constant."""
     lo, hi = NORM_BWD_STATIC_COLS
     return lo <= n_cols <= hi
+
+
 # Single-pass register tile: BLOCK_ROWS x next_pow2(n_cols) with about this many elements. Measured
 # (H200, 2026-11-29, torch 2.11, triton 3.6): N=1024 2x1024/4 warps 21.8 µs vs 4x1024/8 warps 23.6
 # vs 8x1024 24.4 (RMS 8192x1024); N=2048 1x2048/4 warps 63.5 vs 2x2048/8 warps 65.6 (16384x2048).

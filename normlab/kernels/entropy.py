@@ -1300,7 +1300,8 @@ _entropy_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 class ShardedEntropyLoss(torch.autograd.Function):
     """Vocab-sharded (tensor-parallel) loss, split form: the row statistics are all-reduced over
-    ``spec.group`` between the two kernels. Eager only (a process group is no custom-op argument)."""
+    ``spec.group`` between the two kernels. Eager only (a process group is no custom-op
+    argument)."""
 
     @staticmethod
     def forward(ctx, logits, other, spec):
@@ -1420,8 +1421,10 @@ def _run(name, logits, other, spec, grad_accumulate):
         return ShardedEntropyLoss.apply(logits, other, spec)
     if grad_accumulate is None:
         compute_grad = torch.is_grad_enabled() and logits.requires_grad
-        loss, *_ = torch.ops.normlab.entropy_fwd(logits, other, spec.kind, spec.form, spec.block_cap,
-                                                 spec.reduction, spec.ignore_index, compute_grad)
+        loss, *_ = torch.ops.normlab.entropy_fwd(
+            logits, other, spec.kind, spec.form, spec.block_cap, spec.reduction,
+            spec.ignore_index, compute_grad,
+        )  # fmt: skip
         return loss
     # Eager: loss and gradient now, the gradient added into the caller's buffer.
     _check_grad_accumulate(name, grad_accumulate, logits)

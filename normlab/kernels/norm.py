@@ -639,8 +639,6 @@ def _persistent_single_pass(
                     db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS, PAIRED)  # fmt: skip
 
 
-
-
 @triton.jit
 def _norm_bwd_persistent_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
@@ -667,9 +665,9 @@ def _norm_bwd_persistent_kernel(
 ):
     """The single-pass persistent backward (_persistent_single_pass) at a runtime width."""
     _persistent_single_pass(
-        x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows, n_cols,
-        x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
-        BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False,
+        x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows,
+        n_cols, x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS,
+        BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False,
     )  # fmt: skip
 
 
@@ -700,9 +698,9 @@ def _norm_bwd_persistent_static_kernel(
     """The same at a compile-time width, LayerNorm's row sums paired
     (configs.NORM_BWD_STATIC_COLS: where it measured faster)."""
     _persistent_single_pass(
-        x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows, n_cols,
-        x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
-        BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, True,
+        x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows,
+        n_cols, x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS,
+        BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, True,
     )  # fmt: skip
 
 
