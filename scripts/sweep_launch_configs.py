@@ -1554,6 +1554,20 @@ def part_fwd_placement(s: Sweep) -> None:
         s.save()
 
 
+def _rms_1024_inputs(compiled, m: int):
+    """Fresh RMSNorm m x 1024 inputs: x (requiring grad), its detached view xd, w, the output
+    buffers y and rstd; one call of ``compiled`` (torch.compile's F.rms_norm) on them, and
+    Inductor's kernel generated for the shape (None if not found)."""
+    n = 1024
+    x, w, _, _ = norm_inputs(m, n, True)
+    x.requires_grad_()
+    xd = x.detach()
+    y = torch.empty_like(xd)
+    rstd = torch.empty(m, device="cuda", dtype=torch.float32)
+    compiled(x, (n,), w, EPS)
+    return x, xd, w, y, rstd, _inductor_kernel("rms_norm", m, n)
+
+
 def part_fwd_1024_transcribed(s: Sweep) -> None:
     """RMSNorm at 1024 columns, 4096-32768 rows, all on the same buffers: the transcription of
     Inductor's kernel (_inductor_like_rms_fwd) and it without the barrier, with rstd stored
@@ -1565,13 +1579,7 @@ def part_fwd_1024_transcribed(s: Sweep) -> None:
                 "rstd_after": {"RSTD_FIRST": False}, "eps_runtime": {"EPS_CONST": False}}
     for round_, m in itertools.product(range(6), (16384, 8192, 32768, 4096)):
         n = 1024
-        x, w, _, _ = norm_inputs(m, n, True)
-        x.requires_grad_()
-        xd = x.detach()
-        y = torch.empty_like(xd)
-        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
-        compiled(x, (n,), w, EPS)
-        ind = _inductor_kernel("rms_norm", m, n)
+        x, xd, w, y, rstd, ind = _rms_1024_inputs(compiled, m)
         cfg = configs.norm_fwd_config(n, True, m, _runtime.sm_count(0))
         stream = torch.cuda.current_stream().cuda_stream
         runs = [({"kernel": name}, functools.partial(_inductor_like_rms_fwd[(m,)], rstd, xd, w, y,
@@ -1612,6 +1620,26 @@ def _busy_gpu(ms: float = 20.0) -> None:
             break
 
 
+def _rms_1024_runs(compiled, m: int, row_warps) -> list:
+    """The timed calls of fwd_1024_warm / fwd_1024_clocks on fresh RMSNorm m x 1024 inputs
+    (the calls hold them): the default, the one-row-per-program kernel at one register-resident
+    row per each of ``row_warps`` warps, torch.compile's call (``compiled``), and Inductor's own
+    kernel on the same input."""
+    n = 1024
+    x, xd, w, y, rstd, ind = _rms_1024_inputs(compiled, m)
+    stream = torch.cuda.current_stream().cuda_stream
+    runs = [({"kernel": "default"}, functools.partial(K.norm_forward, xd, w, None, EPS, True,
+                                                      block_row=True))]  # fmt: skip
+    runs += [({"kernel": f"row_{wp}warp"}, functools.partial(K.norm_forward, xd, w, None, EPS,
+                                                             True, block_size=n, num_warps=wp))
+             for wp in row_warps]  # fmt: skip
+    runs.append(({"kernel": "compile"}, functools.partial(compiled, x, (n,), w, EPS)))
+    if ind is not None:
+        runs.append(({"kernel": "inductor_kernel"},
+                     functools.partial(ind.run, rstd, xd, w, y, m, n, stream=stream)))
+    return runs
+
+
 def part_fwd_1024_warm(s: Sweep) -> None:
     """RMSNorm at 1024 columns, 4096-32768 rows, eight rounds: the default (the benchmark's call),
     the one-row-per-program kernel at one register-resident row per 1 and 2 warps, Inductor's own
@@ -1621,30 +1649,13 @@ def part_fwd_1024_warm(s: Sweep) -> None:
     compiled = torch.compile(F.rms_norm, dynamic=False)
     for round_, m in itertools.product(range(8), (4096, 8192, 12288, 16384, 24576, 32768)):
         n = 1024
-        x, w, _, _ = norm_inputs(m, n, True)
-        x.requires_grad_()
-        xd = x.detach()
-        y = torch.empty_like(xd)
-        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
-        compiled(x, (n,), w, EPS)
-        ind = _inductor_kernel("rms_norm", m, n)
-        stream = torch.cuda.current_stream().cuda_stream
-        runs = [({"kernel": "default"}, functools.partial(K.norm_forward, xd, w, None, EPS, True,
-                                                          block_row=True)),
-                ({"kernel": "row_1warp"}, functools.partial(K.norm_forward, xd, w, None, EPS, True,
-                                                            block_size=n, num_warps=1)),
-                ({"kernel": "row_2warp"}, functools.partial(K.norm_forward, xd, w, None, EPS, True,
-                                                            block_size=n, num_warps=2)),
-                ({"kernel": "compile"}, functools.partial(compiled, x, (n,), w, EPS))]  # fmt: skip
-        if ind is not None:
-            runs.append(({"kernel": "inductor_kernel"},
-                         functools.partial(ind.run, rstd, xd, w, y, m, n, stream=stream)))
+        runs = _rms_1024_runs(compiled, m, (1, 2))
         k = round_ % len(runs)
         for extra, run in runs[k:] + runs[:k]:
             _busy_gpu()
             s.time("fwd-1024-warm", {"op": "rms_norm", "M": m, "N": n, "round": round_, **extra},
                    run, reps=12)  # fmt: skip
-        del x, xd, w, y, rstd, runs
+        del runs
         s.save()
 
 
@@ -1671,22 +1682,7 @@ def part_fwd_1024_clocks(s: Sweep) -> None:
     compiled = torch.compile(F.rms_norm, dynamic=False)
     for round_, m in itertools.product(range(6), (8192, 16384, 32768)):
         n = 1024
-        x, w, _, _ = norm_inputs(m, n, True)
-        x.requires_grad_()
-        xd = x.detach()
-        y = torch.empty_like(xd)
-        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
-        compiled(x, (n,), w, EPS)
-        ind = _inductor_kernel("rms_norm", m, n)
-        stream = torch.cuda.current_stream().cuda_stream
-        runs = [({"kernel": "default"}, functools.partial(K.norm_forward, xd, w, None, EPS, True,
-                                                          block_row=True)),
-                ({"kernel": "row_1warp"}, functools.partial(K.norm_forward, xd, w, None, EPS, True,
-                                                            block_size=n, num_warps=1)),
-                ({"kernel": "compile"}, functools.partial(compiled, x, (n,), w, EPS))]  # fmt: skip
-        if ind is not None:
-            runs.append(({"kernel": "inductor_kernel"},
-                         functools.partial(ind.run, rstd, xd, w, y, m, n, stream=stream)))
+        runs = _rms_1024_runs(compiled, m, (1,))
         k = round_ % len(runs)
         for (extra, run), state in itertools.product(runs[k:] + runs[:k], ("busy", "idle")):
             if state == "busy":
@@ -1700,7 +1696,7 @@ def part_fwd_1024_clocks(s: Sweep) -> None:
             after = _gpu_clocks()
             if s.data["results"] and all(s.data["results"][-1].get(k) == v for k, v in case.items()):
                 s.data["results"][-1].update({"before": before, "after": after})
-        del x, xd, w, y, rstd, runs
+        del runs
         s.save()
 
 
@@ -1719,13 +1715,7 @@ def part_fwd_1024_modes(s: Sweep) -> None:
         if padded:
             pads.append(torch.empty(int(torch.randint(1, 64, (1,), generator=gen)) << 20,
                                     dtype=torch.uint8, device="cuda"))  # fmt: skip
-        x, w, _, _ = norm_inputs(m, n, True)
-        x.requires_grad_()
-        xd = x.detach()
-        y = torch.empty_like(xd)
-        rstd = torch.empty(m, device="cuda", dtype=torch.float32)
-        compiled(x, (n,), w, EPS)
-        ind = _inductor_kernel("rms_norm", m, n)
+        x, xd, w, y, rstd, ind = _rms_1024_inputs(compiled, m)
         stream = torch.cuda.current_stream().cuda_stream
         runs = [({"kernel": "inductor_kernel", "take": 1},
                  functools.partial(ind.run, rstd, xd, w, y, m, n, stream=stream)),
