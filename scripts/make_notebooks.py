@@ -194,6 +194,18 @@ step takes the width itself as a compile-time constant (`n_cols: tl.constexpr`: 
 kernel per width, static loop bounds), as torch.compile does: 251.6 → 250.2 µs at 32768×8192
 (torch.compile 250.0) and 9.7 → 9.0 µs at 1024×8192 in one run (`02c77ac+ab`,
 "fwd_static_cols").
+
+**A measurement lesson at 16384×1024.** There torch.compile's kernel holds one row per warp in
+registers, and its time has two modes: 17.4–18.1 µs or 18.8–19.5. So does Inductor's own kernel
+launched on normlab's buffers, a plain transcription of it, and normlab's kernel run as one
+1024-wide row per warp, with the same code on the same buffers. Which mode you get depends on what
+ran just before. Timed right after another timing of the same shape, they are fast. Timed after
+fresh buffers, after 20 ms of matrix products, or after the GPU idled, they are slow. The SM clock
+read the same in both. normlab's looped row (2 warps) stays at 18.2–18.7 µs in every state, so it
+stays the default. After matrix products, the state a norm meets in a transformer layer, it is
+2–7% ahead; against the one-warp kernels' fast mode it trails by up to 5% (runs `041c83b`,
+`25c84e8` and `fd6ed74` in `normlab/data/dev/sweep_launch_configs_h200.json`). A ratio from one
+run of a 20 µs kernel can be a ratio of two GPU states, not of two kernels.
 '''),
     MODE_NOTE,
     SETUP,
@@ -406,6 +418,14 @@ Seed 000 (Fast-LLM's normalization backward rewrite) makes two changes to the ba
 
 It also warns about a **measurement confound**: timing the backward as `fwd_bwd − fwd` leaves the
 forward's output warm in L2 and flatters the backward. normlab's bench flushes L2 before every call.
+
+From 1024 to 8192 columns the single-pass kernel has a twin that takes the row width as a
+compile-time constant and sums LayerNorm's two row sums in one reduction (one cross-warp exchange
+per row tile instead of two): at 32768×8192, RMSNorm 420.3 → 405.2 µs and LayerNorm 514.6 →
+501.7 in the records. At 16384 columns the same change cost up to 165%. The one-row tile there
+already spills registers (60 per thread for LayerNorm), and the change made it spill 152.
+Registers decide a change's sign, so `configs.NORM_BWD_STATIC_COLS` keeps it where it was measured
+faster.
 '''),
     MODE_NOTE,
     SETUP,
