@@ -9,7 +9,7 @@ from normlab.kernels.norm import layer_norm, rms_norm
 from normlab.kernels.entropy import cross_entropy, reverse_kl, soft_cross_entropy
 from normlab.nn import CrossEntropyLoss, LayerNorm, ReverseKLLoss, RMSNorm, SoftCrossEntropyLoss
 
-__version__ = "0.1.0"
+from normlab._version import __version__
 
 __all__ = [
     "DEVICE",

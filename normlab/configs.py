@@ -27,14 +27,14 @@ NORM_FWD_MAX_BLOCK = 16384
 
 # Warps per forward program by block size (block <= key -> warps). Measured (H200, 2026-11-29,
 # torch 2.11, triton 3.6, bf16, cold L2, device time; scripts/gpu_check_norm.py: first sweep in
-# normlab/data/dev/norm_tuning_h200_sweep1.json, second in norm_tuning_h200.json):
+# benchmarks/data/dev/norm_tuning_h200_sweep1.json, second in norm_tuning_h200.json):
 # N=1024: 4 warps 11.2 µs vs 8 warps 14.0 (RMS 8192x1024); 2 warps then 12.0/20.6/37.1 vs 4 warps
 # 12.3/21.7/39.5 for LN 8192/16384/32768x1024 (RMS equal within 1%); N=2048: 4 -> 34.5 vs 8 -> 36.3
 # (16384x2048); N=4096: 8 -> 19.8 vs 16 -> 21.8 (4096x4096); N=8192: 8 -> 261 vs 16 -> 265
 # (32768x8192, RMS), LN 1024x8192 16 -> 13.2 vs 8 -> 14.3 (a tie within noise: keep 8);
 # N=16384: 16 -> 37.0/40.9 (RMS/LN 2048x16384) vs 32 -> 36.6/60.6.
 NORM_FWD_WARPS = ((1024, 2), (2048, 4), (8192, 8), (16384, 16))
-# Second sweep (normlab/data/dev/sweep_launch_configs_h200.json, "fwd", "fwd-multirow"): on the
+# Second sweep (benchmarks/data/dev/sweep_launch_configs_h200.json, "fwd", "fwd-multirow"): on the
 # shapes where torch.compile is faster, other warps or a chunked 8192 block win by <= 5%
 # (RMS 512x16384 11.6 µs at 8192 / 8 warps vs 12.1 default, compile 10.2) and 2-8 rows per
 # program (the block-row kernel at 1024-4096 columns) by 0-3% (RMS 8192x1024 10.9 vs 11.2):
@@ -67,7 +67,7 @@ class NormFwdConfig:
 # 2 re-reads the row from L2 with evict_first), as torch.compile generates it at 8192 columns
 # (16 warps, 32 registers, 93% achieved occupancy against 47% for the register-resident row: Nsight
 # Compute, H200, 32768x8192). next_pow2(n_cols) -> (chunk, warps). Measured (H200, torch 2.11,
-# triton 3.6, bf16, cold L2; normlab/data/dev/sweep_launch_configs_h200.json, runs "fwd_looped" and
+# triton 3.6, bf16, cold L2; benchmarks/data/dev/sweep_launch_configs_h200.json, runs "fwd_looped" and
 # "fwd_looped_rows" at 7e9c754+wip), looped / previous default (block-row windows or the
 # register-resident row): 32768x8192 255.4 vs 261.9 / 262.0 us; 4096x4096 18.9 / 19.1 vs 20.2 /
 # 20.0; 8192x4096 34.5 / 34.4 vs 35.2 / 36.3; 16384x1024 18.8 / 18.9 vs 19.2 / 19.4; 32768x1024
@@ -133,7 +133,7 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
 # before they normalize and store the current one. With one row per program, a launch of a few
 # waves loads every row, then stores every row, and nothing overlaps the two; the prefetch
 # overlaps them. Measured (H200, torch 2.11, triton 3.6, 2026-11-29;
-# normlab/data/dev/sweep_launch_configs_h200.json, runs "fwd_persistent" at 0ad59d4 and
+# benchmarks/data/dev/sweep_launch_configs_h200.json, runs "fwd_persistent" at 0ad59d4 and
 # "fwd_persistent_rows" at e59d49c), persistent / one-row time, RMS then LN: 1024 cols 0.92 / 0.97
 # at 2048 rows, 0.88 / 0.91 at 4096, 0.95 / 1.04 at 8192; 2048 cols 0.94 / 0.83 at 2048,
 # 0.97 / 0.93 at 4096, 1.04 / 1.01 at 8192; 4096 cols 0.99 / 0.82 at 1024, 0.92 / 0.89 at 2048,
@@ -192,7 +192,7 @@ def norm_fwd_block_row_config(n_rows: int, n_cols: int,
 # Backward. Rows up to this many columns are single-pass (the whole row in one register tile); wider
 # rows are two-pass (pass 1 reduces the per-row c1/c2 corrections over column chunks, pass 2 re-
 # reads x/dy to write dx and the dweight partials). Measured (H200, 2026-11-29, torch 2.11, triton
-# 3.6, bf16, cold L2; normlab/data/dev/sweep_launch_configs_h200.json): at N=16384 single-pass with
+# 3.6, bf16, cold L2; benchmarks/data/dev/sweep_launch_configs_h200.json): at N=16384 single-pass with
 # one 1 x 16384 tile of 16 warps, 1 program/SM: RMSNorm 30.8 µs at 512 rows (32 warps 31.6);
 # LayerNorm 119.8 µs at 2048 rows vs the best two-pass 126.4 (4 x 8192 tile, 16 warps), but
 # 43.0 at 512 rows vs two-pass 37.9 (4 x 4096, 16 warps): with few rows the two-pass tiles keep
@@ -206,7 +206,7 @@ NORM_BWD_LN_SINGLE_PASS_MIN_ROWS = 2048
 
 # In this column range the single-pass persistent backward runs _norm_bwd_persistent_static_kernel
 # (the row width a compile-time constant) and sums LayerNorm's two row sums in one reduction. Run
-# "norm_bwd_ab" at 7101f5b+ab (normlab/data/dev/sweep_launch_configs_h200.json; H200, torch 2.11,
+# "norm_bwd_ab" at 7101f5b+ab (benchmarks/data/dev/sweep_launch_configs_h200.json; H200, torch 2.11,
 # triton 3.6, bf16, cold L2, three rounds, medians, us), base / pair / pair + constant width:
 # LayerNorm 32768x8192 517.9 / 513.6 / 501.6, 8192x4096 64.2 / 61.4 / 60.8, 1024x8192 24.1 / 24.1
 # / 23.9; RMSNorm 32768x8192 419.5 / 417.4 / 406.3 (bitwise equal, no spills). At 16384 columns,
@@ -265,7 +265,7 @@ NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
 # <= 2 x SMs x N x 4 bytes). Above it, programs share a zeroed partial row in pairs (fp32 atomic
 # adds: with exactly two addends into 0 the sum is the same in either order, so the result stays
 # bitwise deterministic). Measured (H200, torch 2.11, triton 3.6, 2026-11-29, commit f972972;
-# normlab/data/dev/sweep_launch_configs_h200.json, "bwd-paired"), 4/SM unpaired -> paired -> 2/SM:
+# benchmarks/data/dev/sweep_launch_configs_h200.json, "bwd-paired"), 4/SM unpaired -> paired -> 2/SM:
 # RMS 8192x1024 19.1 -> 19.6 -> 22.4 us, 32768x1024 56.6 -> 57.2 -> 70.1, 16384x2048 57.0 -> 60.8
 # -> 69.7; LN 32768x1024 60.3 -> 62.3 -> 81.1, 16384x2048 60.9 -> 63.8 -> 75.8. The pairs cost
 # 0.5-3.9 us (a 1-2.6 us memset of the workspace, atomics at 2048 columns) where halving the
@@ -286,7 +286,7 @@ NORM_BWD_ATOMIC_BLOCK_ROWS = 1
 # kernel_2 uses 64 x 8. The first two sweeps (H200, 2026-11-29, torch 2.11, triton 3.6, cold fp32
 # partials) chose 128 x 16 / 8 warps (e.g. 264x1024 3.14 µs vs 64x8 3.34 vs 32x32 6.07) and 128 x 8
 # at N=1024 (264 partials 2.78 vs 3.21 µs). Run "reduce_tiles" (commit 489fb1c+reduce_tiles,
-# normlab/data/dev/sweep_launch_configs_h200.json: 28 tiles inside the default backward at the 11
+# benchmarks/data/dev/sweep_launch_configs_h200.json: 28 tiles inside the default backward at the 11
 # peer shapes, reduce kernel µs) found wider column strips faster from 2048 columns with two
 # buffers and from 8192 with one: LayerNorm 512x16384 128x32/4 warps 4.79 vs 128x16/8 8.45,
 # 2048x16384 4.84 vs 8.10, 1024x8192 3.24 vs 4.44, 2048x4096 3.34 vs 3.79, 16384x2048 3.08 vs 3.41
@@ -310,7 +310,7 @@ NORM_BWD_LOOP_STAGES = 1
 
 # Register prefetch of the next row tile in the single-pass persistent loop (n_cols <= key ->
 # on/off): two tiles' loads in flight per program instead of one. Second sweep (H200, 2026-11-29,
-# torch 2.11, triton 3.6; normlab/data/dev/sweep_launch_configs_h200.json, "bwd-prefetch"), default
+# torch 2.11, triton 3.6; benchmarks/data/dev/sweep_launch_configs_h200.json, "bwd-prefetch"), default
 # tiles, off -> on: RMS 32768x8192 496.4 -> 420.6 µs, 8192x4096 66.2 -> 57.3, 32768x1024 63.7 ->
 # 57.0, 1024x8192 25.2 -> 21.1; LN 32768x8192 547.1 -> 521.4, 16384x2048 68.2 -> 60.9: faster on
 # all 19 single-pass shapes up to 8192 columns. At 16384 columns the 1 x 16384 tile spills:
@@ -417,7 +417,7 @@ def norm_bwd_config(
 # ============================================================================================
 
 
-# Measured in normlab/data/dev/narrow_tuning_h200.json ("H200 run" below): NVIDIA H200, 132 SMs,
+# Measured in benchmarks/data/dev/narrow_tuning_h200.json ("H200 run" below): NVIDIA H200, 132 SMs,
 # torch 2.11.0+cu130, triton 3.6.0, 2026-11-29, 7,864,320 rows, bf16, LayerNorm unless noted,
 # CUDA-event time per call with L2 flushed before each; copy bandwidth 4274 GB/s.
 
@@ -436,7 +436,7 @@ BLOCK_ROW_MIN_ROWS = 16384
 # tiles beat 2048 (501 vs 546 us at 64 columns, 1984 vs 2273 us at 256, at 4-8 warps); at 16
 # columns 128- or 256-row tiles measured 146 / 144 us against 155 us for 64 rows in the same
 # pass, but the 64-row default took 141 us in another pass, so the difference is within noise
-# and seed 003's 64-row cap stays. Second sweep (normlab/data/dev/sweep_launch_configs_h200.json,
+# and seed 003's 64-row cap stays. Second sweep (benchmarks/data/dev/sweep_launch_configs_h200.json,
 # device time, same card and versions): 8192-element tiles at 256 columns (32 rows) 1920 us vs
 # 1945 / 2011 us for 4096 at 4 / 8 warps (LayerNorm; RMSNorm 1928-1936 either way); at 128
 # columns ("narrow128") 980 vs 1001 us (LayerNorm, 8 warps), RMSNorm 976 vs 972 (a tie).
@@ -471,7 +471,7 @@ BLOCK_ROW_FWD_TILES = {
     True: {16: (64, 4), 32: (64, 4), 64: (32, 4), 128: (16, 4), 256: (8, 4)},
     False: {16: (64, 2), 32: (64, 4), 64: (32, 4), 128: (16, 2), 256: (8, 2)},
 }
-# Backward tiles, warps and persistent programs per SM. Swept in normlab/data/dev/
+# Backward tiles, warps and persistent programs per SM. Swept in benchmarks/data/dev/
 # narrow_bwd_sweep_h200.json (scripts/tune_narrow_bwd.py; H200, torch 2.11, triton 3.6,
 # 2026-11-29, commit 06e714036363, 7,864,320 rows, bf16, tile {2048, 4096} x warps {4, 8} x
 # programs/SM {2, 4, 8, 16}): 2048-element tiles, 8 warps, 4 programs per SM is best or within
@@ -496,7 +496,7 @@ BLOCK_ROW_BWD_PREFETCH = False
 # and the backward recomputes mean and rstd from the x tile it reads anyway, with the forward's
 # fp32 arithmetic (y bitwise the same). The statistics are 4 (RMSNorm) or 8 (LayerNorm) bytes a
 # row against 64 for x and y at 16 bf16 columns. Measured (H200, torch 2.11, triton 3.6, bf16,
-# 7,864,320 rows; normlab/data/dev/sweep_launch_configs_h200.json, runs "narrow_recompute" at
+# 7,864,320 rows; benchmarks/data/dev/sweep_launch_configs_h200.json, runs "narrow_recompute" at
 # 6168a46, three interleaved rounds, and "narrow_recompute_tiles" at 847d200, two), forward
 # without / with the stores, medians of three, us: RMSNorm 119.5 / 128.4 at 16 columns, 237.5 /
 # 245.4 at 32, 472.7 / 480.1 at 64, 936.6 / 946.9 at 128, 1878.0 / 1885.0 at 256 (torch.compile
@@ -609,7 +609,7 @@ ENTROPY_BLOCK_CAPS = (4096, 8192, 16384, 32768)
 ENTROPY_MIN_BLOCK = 16
 ENTROPY_MAX_BLOCK = 65536
 
-# Measurements cited below: normlab/data/dev/entropy_tuning_h200.json -- NVIDIA H200, torch
+# Measurements cited below: benchmarks/data/dev/entropy_tuning_h200.json -- NVIDIA H200, torch
 # 2.11.0+cu130, triton 3.6.0, 2026-11-29; 4096 tokens x V, bf16, forward+backward device time
 # (torch.profiler kernel sum, L2 flushed before each call), scripts/gpu_check_entropy.py.
 
@@ -619,7 +619,7 @@ ENTROPY_MAX_BLOCK = 65536
 # 16 warps beat 4/8/32 (377 vs 1750 / 544 / 396 us at 32768). 8192: 16 best at 32768 (434 vs
 # 484 / 451 / 504 us), 4 best at 131072 (1726 vs 1892 / 1866 / 2109): kept 16. 32768: only 32
 # measured (1005 us at 32768: the seed-004 occupancy cliff, 2.7x slower than the 16384 cap).
-# Second sweep, with both tile maxima in one reduction (normlab/data/dev/
+# Second sweep, with both tile maxima in one reduction (benchmarks/data/dev/
 # sweep_launch_configs_h200.json, "losses"): 4096 at 2 / 4 / 8 warps 432 / 344 / 378 us (reverse
 # KL, 32768); 2048 (4 warps, the fallback below) 350 us.
 ENTROPY_FUSED_WARPS = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}

@@ -15,7 +15,7 @@ Timing: ``normlab.bench.time_call`` (L2 flushed before each call, device time = 
 kernel sum from torch.profiler), reps adapted to the call's length; GB/s on
 ``normlab.bench.traffic``'s minimal model (forward 2*M*N*2 B, backward 3*M*N*2 B, bf16).
 
-normlab/data/dev/narrow_tuning_h200.json was recorded on 2026-11-29 by this script at commit
+benchmarks/data/dev/narrow_tuning_h200.json was recorded on 2026-11-29 by this script at commit
 fca3320 (kernels and configs of that commit: a column-sum + prefetch backward by default, and an
 earlier phase C variant list); configs.py cites it for the defaults chosen since. Until commit
 3727dd5 the script timed with CUDA events around each call (after a >= 2 GiB L2 flush) instead.

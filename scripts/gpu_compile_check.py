@@ -1,7 +1,7 @@
 """normlab's norms and losses inside torch.compile(fullgraph=True) with the default (inductor)
 backend on a GPU: forward and gradients equal the eager calls. Prints one line per case; exits
 1 if any case fails. (At 5d1df6e the losses failed: Inductor re-emitted their Triton kernels and
-wrote the -inf constant as an undefined name; normlab/data/dev/gpu_checks/compile_check_5d1df6e.log.
+wrote the -inf constant as an undefined name; benchmarks/data/dev/gpu_checks/compile_check_5d1df6e.log.
 They are custom ops since.)"""
 
 import sys

@@ -188,7 +188,7 @@ offsets are 32-bit. normlab's kernel gets the same code from two compile-time fl
 `INT64_ROWS` only when rows × row stride passes $2^{31}$). At the roofline that is worth 2%: on
 the H200, RMSNorm 32768×8192 took 250.4 µs against 254.4 with predicates and 64-bit offsets,
 torch.compile 249.6 in the same rounds (run `614e101+ab` in
-`normlab/data/dev/sweep_launch_configs_h200.json`). LayerNorm's 8192-wide register block gained
+`benchmarks/data/dev/sweep_launch_configs_h200.json`). LayerNorm's 8192-wide register block gained
 most: 284.8 → 258.2 µs in the records (of `b9e2e8c` and `e0cba32`), 89% → 98% of copy. The last
 step takes the width itself as a compile-time constant (`n_cols: tl.constexpr`: one compiled
 kernel per width, static loop bounds), as torch.compile does: 251.6 → 250.2 µs at 32768×8192
@@ -204,7 +204,7 @@ fresh buffers, after 20 ms of matrix products, or after the GPU idled, they are 
 read the same in both. normlab's looped row (2 warps) stays at 18.2–18.7 µs in every state, so it
 stays the default. After matrix products, the state a norm meets in a transformer layer, it is
 2–7% ahead; against the one-warp kernels' fast mode it trails by up to 5% (runs `041c83b`,
-`25c84e8` and `fd6ed74` in `normlab/data/dev/sweep_launch_configs_h200.json`). A ratio from one
+`25c84e8` and `fd6ed74` in `benchmarks/data/dev/sweep_launch_configs_h200.json`). A ratio from one
 run of a 20 µs kernel can be a ratio of two GPU states, not of two kernels.
 '''),
     MODE_NOTE,

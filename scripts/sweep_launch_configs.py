@@ -5,7 +5,7 @@
 
 Device time per call from ``normlab.bench.time_call`` (torch.profiler kernel sum, L2 flushed
 before each call), bf16. Parts (the JSON of each run is kept in
-``normlab/data/dev/sweep_launch_configs_h200.json``, which ``normlab/configs.py`` cites):
+``benchmarks/data/dev/sweep_launch_configs_h200.json``, which ``normlab/configs.py`` cites):
 
 * ``fwd``: the peer shapes that missed, both norms, warps per row program (and a chunked 8192
   block at N = 16384).
@@ -248,7 +248,7 @@ def part_fwd_row_variants(s: Sweep) -> None:
     """RMSNorm at 1024 columns: the register-resident row as torch.compile specialises it (no
     predicates, int32 offsets, a static width, no rstd store) one change at a time, from
     ``ab/ab_fwd.py`` (untracked A/B variants; the run "e096514+ab" in
-    normlab/data/dev/sweep_launch_configs_h200.json keeps its source in meta.ab_source), against
+    benchmarks/data/dev/sweep_launch_configs_h200.json keeps its source in meta.ab_source), against
     the default."""
     ab = _load_module(Path(ROOT) / "ab" / "ab_fwd.py")
     variants = {"base": (1, 1, 1, 0), "nomask": (0, 1, 1, 0), "int32": (1, 0, 1, 0),
@@ -1462,7 +1462,7 @@ def _inductor_like_rms_fwd(rstd_ptr, x_ptr, w_ptr, y_ptr, eps, N: tl.constexpr,
                            EPS: tl.constexpr = 1e-6, RSTD_FIRST: tl.constexpr = True,
                            BARRIER: tl.constexpr = True, EPS_CONST: tl.constexpr = True):  # fmt: skip
     """torch.compile's RMSNorm forward at static (rows, N) as Inductor emits it (see
-    normlab/data/dev/inductor_rms_fwd_kernels_h200.txt), transcribed: one row per program, the
+    benchmarks/data/dev/inductor_rms_fwd_kernels_h200.txt), transcribed: one row per program, the
     whole row in registers, no predicates, int32 offsets, rstd stored before y behind a barrier,
     eps a constant. The flags undo one of the last three at a time (part fwd_1024_transcribed)."""
     row = tl.program_id(0)

@@ -359,7 +359,7 @@ def _row_offsets_need_int64(args) -> bool:
 
 
 # The chunk masks and int64 row offsets cost 2.2% at RMSNorm 32768x8192 (run
-# "fwd_looped_variants" at 614e101+ab in normlab/data/dev/sweep_launch_configs_h200.json: the
+# "fwd_looped_variants" at 614e101+ab in benchmarks/data/dev/sweep_launch_configs_h200.json: the
 # looped row unmasked with int32 offsets 250.4 us vs 254.4 for the default, torch.compile 249.6),
 # so both go where they are not needed.
 @triton.heuristics({

@@ -1,0 +1,29 @@
+"""The wheel ships only what the package reads: code, py.typed and the recorded records."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import normlab
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_contents(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("normlab-*.whl")
+    assert wheel.name.startswith(f"normlab-{normlab.__version__}-")
+    with zipfile.ZipFile(wheel) as z:
+        infos = z.infolist()
+        names = {i.filename for i in infos}
+    unpacked = sum(i.file_size for i in infos)
+    assert unpacked < 2 * 2**20, f"wheel unpacks to {unpacked / 2**20:.1f} MiB"
+    assert "normlab/py.typed" in names
+    assert any(n.endswith("licenses/LICENSE") for n in names)
+    assert not any("/dev/" in n or n.endswith(".ipynb") for n in names)
+    assert any(n.startswith("normlab/data/") and n.endswith(".jsonl") for n in names)
