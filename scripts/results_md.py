@@ -1,63 +1,446 @@
-"""Markdown tables of a recorded results file, for the README (every number comes from the file).
+"""Write docs/results.md from the recorded runs in normlab/data/*.jsonl (release tooling).
 
-    python scripts/results_md.py normlab/data/nvidia-h200-2026-11-29.jsonl > /tmp/tables.md
+    python scripts/results_md.py                 # regenerate docs/results.md
+    python scripts/results_md.py --summary       # print only the summary table (Markdown)
+    python scripts/results_md.py --check         # exit 1 if docs/results.md is out of date
+    python scripts/results_md.py out/*.jsonl     # other records (a new run), to stdout
 
-Per op and direction: one row per shape, normlab's default (strategy/layout/form "auto"), its
-best variant, the fastest peer measured in the same run, and their ratio (peer µs / normlab µs:
-above 1 means normlab is faster).
+Every number in the output comes from the records (or, for the Python version, which records do
+not carry, from the header of the record logs shipped beside them); the prose around the numbers
+only says how they were measured and how to read them. The output is deterministic: groups,
+shapes and runs are sorted, and every float has a fixed format.
+
+Definitions used throughout:
+
+* normlab's **default** is the record of ``impl == "normlab"`` with strategy/form, layout and
+  block cap all left to "auto" (what a caller gets without options);
+* a **peer** is any other implementation (eager, torch, compile) of the same op, direction, dtype
+  and shape **in the same run** as that default (same commit and timestamp: one invocation of
+  ``python -m normlab bench`` on one op);
+* **ratio** = the fastest peer's device µs / normlab's default device µs: above 1 normlab is
+  faster.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
+import re
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-from normlab.bench.records import read_records  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from normlab.bench.records import Record, read_records  # noqa: E402
+
+DATA_GLOB = "normlab/data/*.jsonl"
+OUTPUT = REPO / "docs" / "results.md"
+COMMAND = "python scripts/results_md.py"
 
 OP_ORDER = ("rms_norm", "layer_norm", "reverse_kl", "soft_cross_entropy", "cross_entropy")
+OP_NAMES = {
+    "rms_norm": "RMSNorm",
+    "layer_norm": "LayerNorm",
+    "reverse_kl": "reverse KL",
+    "soft_cross_entropy": "soft-target cross-entropy",
+    "cross_entropy": "label cross-entropy",
+}
+DIRECTION_ORDER = ("fwd", "bwd", "fwd+bwd")
+DIRECTION_NAMES = {"fwd": "forward", "bwd": "backward", "fwd+bwd": "forward+backward"}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
+NOT_PEERS = ("normlab", "copy")
 
 
-def is_default(rec) -> bool:
-    return rec.impl == "normlab" and rec.strategy in (None, "", "auto") and rec.layout in (None, "", "auto") \
+# ---------------------------------------------------------------------------------------------
+# Selection and arithmetic (pure functions; tests/test_results_md.py checks them)
+# ---------------------------------------------------------------------------------------------
+
+
+def is_default(rec: Record) -> bool:
+    """normlab with every option left to "auto"."""
+    return (
+        rec.impl == "normlab"
+        and rec.strategy in (None, "", "auto")
+        and rec.layout in (None, "", "auto")
         and rec.block_cap is None
+    )
 
 
-def main(path: str) -> None:
-    records = [r for r in read_records(path) if r.valid and r.device_us]
-    if not records:
-        print(f"(no valid records in {path})")
-        return
-    first = records[0]
-    print(f"Card: {first.card} ({first.sm_count} SMs), torch {first.torch}, triton {first.triton}, "
-          f"date {first.date}, commit {first.commit}. Measured copy roofline "
-          f"{first.roofline_gbps:.0f} GB/s (datasheet {first.datasheet_gbps:.0f}). Device time per call, "
-          f"cold L2; GB/s on the minimal bytes model.\n")
+def run_key(rec: Record) -> tuple[str, str]:
+    """One run = one bench invocation on one op: records with the same commit and timestamp."""
+    return (rec.commit, rec.date)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One shape of one (op, direction, dtype) table."""
+
+    M: int
+    N: int
+    default: Record
+    best: Record  # fastest normlab record of the shape, any run
+    peer: Record | None  # fastest peer in the default's run
+
+    @property
+    def shape(self) -> str:
+        return f"{self.M}×{self.N}"
+
+    @property
+    def ratio(self) -> float | None:
+        if self.peer is None:
+            return None
+        return self.peer.device_us / self.default.device_us
+
+
+def _order(value: str, order: tuple[str, ...]) -> tuple[int, str]:
+    return (order.index(value) if value in order else len(order), value)
+
+
+def group_key(rec: Record) -> tuple:
+    return (rec.card, _order(rec.op, OP_ORDER), _order(rec.direction, DIRECTION_ORDER), rec.dtype)
+
+
+def usable(records) -> list[Record]:
+    """Valid records with a device time."""
+    return [r for r in records if r.valid and r.device_us]
+
+
+def cells(records) -> list[Cell]:
+    """One Cell per shape that has a normlab default, sorted by (M, N). Records of one group."""
+    by_shape = defaultdict(list)
+    for r in records:
+        by_shape[(r.M, r.N)].append(r)
+    out = []
+    for (M, N), here in sorted(by_shape.items()):
+        defaults = [r for r in here if is_default(r)]
+        if not defaults:
+            continue
+        # the latest run's default if a shape was recorded twice
+        default = max(defaults, key=lambda r: (r.date, r.commit, -r.device_us))
+        ours = [r for r in here if r.impl == "normlab"]
+        best = min(ours, key=lambda r: (r.device_us, r.label, r.date))
+        peers = [
+            r for r in here if r.impl not in NOT_PEERS and run_key(r) == run_key(default)
+        ]
+        peer = min(peers, key=lambda r: (r.device_us, r.label)) if peers else None
+        out.append(Cell(M, N, default, best, peer))
+    return out
+
+
+@dataclass(frozen=True)
+class Summary:
+    shapes: int  # shapes with a ratio
+    faster: int  # of which normlab's default is faster (ratio > 1)
+    geomean: float
+    worst: Cell
+
+
+def summarize(group_cells: list[Cell]) -> Summary | None:
+    """Geometric mean of the ratios and the smallest one (ties: the first shape)."""
+    rated = [c for c in group_cells if c.ratio is not None]
+    if not rated:
+        return None
+    geomean = math.exp(sum(math.log(c.ratio) for c in rated) / len(rated))
+    worst = min(rated, key=lambda c: (c.ratio, c.M, c.N))
+    return Summary(len(rated), sum(c.ratio > 1 for c in rated), geomean, worst)
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------------------------
+
+
+def us(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def ratio(x: float) -> str:
+    return f"{x:.3f}×"
+
+
+def percent(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def short_date(date: str) -> str:
+    """2026-11-30T06:31:21Z -> 2026-11-30 06:31:21 UTC"""
+    return date.replace("T", " ").replace("Z", " UTC")
+
+
+def plain_command(command: str) -> str:
+    """The bench command without its output path (a detail of the machine it ran on); any other
+    absolute path shortened to its file name."""
+    words = command.split()
+    out, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+            continue
+        if w in ("--out", "-o"):
+            skip = True
+            continue
+        if w.startswith("--out=") or w.startswith("-o="):
+            continue
+        out.append(Path(w).name if w.startswith("/") else w)
+    return " ".join(out).replace("|", "\\|")
+
+
+def relative(path: Path) -> str:
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(REPO).as_posix()
+    except ValueError:
+        return path.name
+
+
+def python_versions(paths: list[Path]) -> list[tuple[str, str]]:
+    """(version, log file) from the record logs beside each records file (``<stem>.*.log``)."""
+    found = []
+    for path in paths:
+        for log in sorted(Path(path).parent.glob(f"{Path(path).stem}.*.log")):
+            for line in log.read_text(encoding="utf-8", errors="replace").splitlines()[:20]:
+                m = re.match(r"^\s*python\s+(\d+\.\d+\.\d+)\s*$", line, re.IGNORECASE) or re.search(
+                    r"\bPython (\d+\.\d+\.\d+)\b", line
+                )
+                if m:
+                    found.append((m.group(1), relative(log)))
+                    break
+    return found
+
+
+def bytes_model(records) -> list[str]:
+    """The bytes model per (op, direction), read back from the records: bytes / (M·N·e)."""
+    factors = defaultdict(set)
+    for r in records:
+        e = ELEMENT_BYTES.get(r.dtype)
+        if e:
+            factors[(_order(r.op, OP_ORDER), _order(r.direction, DIRECTION_ORDER))].add(
+                r.bytes / (r.M * r.N * e)
+            )
+    lines = []
+    for (op, direction), fs in sorted(factors.items()):
+        text = ", ".join(f"{f:g}" for f in sorted(fs))
+        lines.append(f"{OP_NAMES.get(op[1], op[1])} {direction[1]}: {text}·M·N·e")
+    return lines
+
+
+def _range(values, fmt) -> str:
+    lo, hi = min(values), max(values)
+    return fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)}–{fmt(hi)}"
+
+
+def _groups(records):
     groups = defaultdict(list)
     for r in records:
-        groups[(r.op, r.direction, r.dtype)].append(r)
-    for key in sorted(groups, key=lambda k: (OP_ORDER.index(k[0]) if k[0] in OP_ORDER else 99, k[1])):
-        op, direction, dtype = key
-        rows = groups[key]
-        print(f"#### {op} {direction} ({dtype})\n")
-        print("| M×N | normlab default µs | GB/s | % copy | best normlab variant µs | fastest peer µs | "
-              "peer/normlab |")
-        print("|---|---|---|---|---|---|---|")
-        shapes = sorted({(r.M, r.N) for r in rows}, key=lambda s: (s[0] * s[1], s))
-        for M, N in shapes:
-            here = [r for r in rows if (r.M, r.N) == (M, N)]
-            ours = [r for r in here if r.impl == "normlab"]
-            default = next((r for r in ours if is_default(r)), None)
-            best_ours = min(ours, key=lambda r: r.device_us, default=None)
-            peers = [r for r in here if r.impl not in ("normlab", "copy")]
-            peer = min(peers, key=lambda r: r.device_us, default=None)
-            if default is None or peer is None:
-                continue
-            print(f"| {M}×{N} | {default.device_us:.1f} | {default.gbps:.0f} | "
-                  f"{100 * default.frac_roofline:.0f}% | {best_ours.label} {best_ours.device_us:.1f} | "
-                  f"{peer.label} {peer.device_us:.1f} | {peer.device_us / default.device_us:.2f}× |")
-        print()
+        groups[group_key(r)].append(r)
+    return [(key, groups[key]) for key in sorted(groups)]
+
+
+def _title(key, many_cards: bool) -> str:
+    card, (_, op), (_, direction), dtype = key
+    title = f"{OP_NAMES.get(op, op)} {DIRECTION_NAMES.get(direction, direction)} ({dtype})"
+    return f"{card}: {title}" if many_cards else title
+
+
+def summary_table(records) -> str:
+    records = usable(records)
+    many_cards = len({r.card for r in records}) > 1
+    lines = [
+        "| op | direction | dtype | shapes | normlab faster | geomean peer/normlab | "
+        "worst peer/normlab (shape) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, group in _groups(records):
+        s = summarize(cells(group))
+        if s is None:
+            continue
+        card, (_, op), (_, direction), dtype = key
+        name = OP_NAMES.get(op, op) + (f" ({card})" if many_cards else "")
+        w = s.worst
+        lines.append(
+            f"| {name} | {direction} | {dtype} | {s.shapes} | {s.faster} of {s.shapes} | "
+            f"{ratio(s.geomean)} | {ratio(w.ratio)} ({w.shape}, {w.peer.label}) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def worst_line(s: Summary) -> str:
+    w = s.worst
+    if w.ratio < 1:
+        verdict = (f"normlab's default is slower here: it takes "
+                   f"{100 * (1 / w.ratio - 1):.1f}% longer than {w.peer.label}")
+    elif w.ratio == 1:
+        verdict = "a tie"
+    else:
+        verdict = (f"normlab's default is faster even here: {w.peer.label} takes "
+                   f"{ratio(w.ratio)} its time")
+    return (
+        f"Worst cell: {w.shape}, normlab {us(w.default.device_us)} µs against "
+        f"{w.peer.label} {us(w.peer.device_us)} µs, ratio {ratio(w.ratio)}: {verdict}."
+    )
+
+
+def group_table(group_cells: list[Cell]) -> str:
+    lines = [
+        "| M×N | normlab µs (wall) | GB/s | % of copy | best normlab variant µs | "
+        "fastest peer µs (wall) | peer/normlab | run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in group_cells:
+        d = c.default
+        best = f"{c.best.label} {us(c.best.device_us)}"
+        if run_key(c.best) != run_key(d):
+            best += f" (at `{c.best.commit}`)" if c.best.commit != d.commit else " (other run)"
+        peer = f"{c.peer.label} {us(c.peer.device_us)} ({us(c.peer.wall_us)})" if c.peer else "—"
+        rat = ratio(c.ratio) if c.ratio is not None else "—"
+        frac = percent(d.frac_roofline) if d.frac_roofline is not None else "—"
+        gbps = f"{d.gbps:.0f}" if d.gbps is not None else "—"
+        lines.append(
+            f"| {c.shape} | {us(d.device_us)} ({us(d.wall_us)}) | {gbps} | {frac} | {best} | "
+            f"{peer} | {rat} | `{d.commit}` {d.date[11:19]} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def runs_table(records) -> str:
+    runs = defaultdict(list)
+    for r in records:
+        runs[run_key(r)].append(r)
+    lines = [
+        "| date (UTC) | commit | op | records | copy GB/s | command |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (commit, date), rs in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        ops = ", ".join(sorted({r.op for r in rs}, key=lambda o: _order(o, OP_ORDER)))
+        copy = _range([r.roofline_gbps for r in rs if r.roofline_gbps], lambda x: f"{x:.1f}")
+        commands = sorted({plain_command(r.command) for r in rs})
+        lines.append(
+            f"| {date[:10]} {date[11:19]} | `{commit}` | {ops} | {len(rs)} | {copy} | "
+            + "<br>".join(f"`{c}`" for c in commands)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render(paths: list[Path]) -> str:
+    all_records = []
+    for p in paths:
+        all_records += read_records(p)
+    records = usable(all_records)
+    if not records:
+        return f"# Recorded results\n\n(no valid records in {', '.join(map(relative, paths))})\n"
+    many_cards = len({r.card for r in records}) > 1
+    cards = sorted({(r.card, r.sm_count) for r in records})
+    torches = sorted({r.torch for r in records})
+    tritons = sorted({r.triton for r in records})
+    modes = sorted({r.mode for r in records})
+    commits = sorted({r.commit for r in records})
+    dates = sorted({r.date for r in records})
+    pythons = python_versions(paths)
+    roof = [r.roofline_gbps for r in records if r.roofline_gbps]
+    sheet = sorted({r.datasheet_gbps for r in records if r.datasheet_gbps})
+
+    out = ["# Recorded results\n"]
+    out.append(
+        f"<!-- Generated by `{COMMAND}` from {', '.join(relative(p) for p in paths)}. "
+        f"Do not edit by hand: tests/test_results_md.py fails when this file and the data "
+        f"disagree. -->\n"
+    )
+    if pythons:
+        py = "; ".join(sorted({f"Python {v} (header of `{log}`)" for v, log in pythons}))
+    else:
+        py = "Python version not recorded"
+    out.append(
+        "- **Card**: "
+        + "; ".join(f"{c} ({sm} SMs)" for c, sm in cards)
+        + f", mode {', '.join(modes)}.\n"
+        f"- **Software**: torch {', '.join(torches)}, triton {', '.join(tritons)}, {py}.\n"
+        f"- **Records**: {len(records)} valid of {len(all_records)} in "
+        f"{', '.join(f'`{relative(p)}`' for p in paths)}, measured "
+        f"{short_date(dates[0])} to {short_date(dates[-1])}, at commits "
+        f"{', '.join(f'`{c}`' for c in commits)} (each run below).\n"
+        f"- **Roofline**: the card's copy bandwidth measured in each run (a device-to-device copy, "
+        f"bytes read + written): {_range(roof, lambda x: f'{x:.0f}')} GB/s "
+        f"(datasheet {', '.join(f'{s:.0f}' for s in sheet)} GB/s). % of copy = GB/s / that run's "
+        f"copy; a copy is a floor of what the card can move, not a ceiling, so a kernel may "
+        f"slightly exceed it.\n"
+    )
+    out.append(
+        "## How these numbers were measured\n\n"
+        "- **Device µs**: the sum of the durations of every kernel (memsets and copies included) "
+        "one call launched, read from `torch.profiler`, with the L2 flushed before every call by a "
+        "kernel of its own (inputs come from HBM, as in training), averaged over the timed calls. "
+        "A backward is timed alone, after an untimed forward.\n"
+        "- **Wall µs** (in parentheses): CUDA events around the call after the flush and a "
+        "synchronize, median over the calls: it includes the host's launch overhead, which is "
+        "time a user waits for as well.\n"
+        "- **GB/s** = the minimal bytes model / device time. The model counts each tensor the op "
+        "must read or write once (e = bytes per element; statistics, parameters and workspaces "
+        "are not counted), as the records carry it:\n"
+        + "".join(f"  - {line}\n" for line in bytes_model(records))
+        + "- **peer/normlab** = the fastest peer's device µs / normlab's default device µs, both "
+        "from the **same run** (one `bench` invocation, same commit and timestamp, shape by "
+        "shape): above 1 normlab's default is faster. Peers: `eager` (the op-by-op PyTorch "
+        "reference), `torch` (PyTorch's built-in op where it has one), `compile` "
+        "(`torch.compile` of it, `dynamic=False`).\n"
+        "- **normlab** is the default (every option `auto`); **best normlab variant** is the "
+        "fastest normlab record of that shape in the file, any strategy, layout, form or tile; "
+        "where it comes from another run than the default, the cell says so, and it is not a "
+        "same-run comparison.\n"
+        "- **Worst cell** under each table: the smallest peer/normlab ratio of that table.\n"
+    )
+    out.append("## Summary\n\n" + summary_table(records))
+    out.append("## Runs\n\n" + runs_table(records))
+    for key, group in _groups(records):
+        group_cells = cells(group)
+        if not group_cells:
+            continue
+        out.append(f"## {_title(key, many_cards)}\n\n" + group_table(group_cells))
+        s = summarize(group_cells)
+        if s is not None:
+            out.append(worst_line(s) + "\n")
+    return "\n".join(out)
+
+
+def default_paths() -> list[Path]:
+    return sorted(REPO.glob(DATA_GLOB))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", type=Path, help=f"records (default: {DATA_GLOB})")
+    parser.add_argument("-o", "--output", default=None,
+                        help="file to write, - = stdout (default: docs/results.md for the "
+                             "shipped data, stdout for files given)")
+    parser.add_argument("--summary", action="store_true", help="print only the summary table")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the output file differs")
+    args = parser.parse_args(argv)
+    paths = args.files or default_paths()
+    if args.output is None:
+        args.output = "-" if args.files else str(OUTPUT)
+    if args.summary:
+        records = []
+        for p in paths:
+            records += read_records(p)
+        sys.stdout.write(summary_table(records))
+        return 0
+    text = render(paths)
+    if args.check:
+        out = Path(args.output)
+        current = out.read_text(encoding="utf-8") if out.exists() else ""
+        if current != text:
+            print(f"{args.output} is out of date: run `{COMMAND}`", file=sys.stderr)
+            return 1
+        return 0
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text, encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""docs/results.md is generated from normlab/data/*.jsonl by scripts/results_md.py: the committed
+file must equal a fresh generation, and the ratio / geometric-mean logic is checked on records
+made by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from normlab.bench.records import Record
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "results_md.py"
+DOC = REPO / "docs" / "results.md"
+
+
+@pytest.fixture(scope="module")
+def results_md():
+    spec = importlib.util.spec_from_file_location("results_md", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being defined
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def _record(impl, M, N, device_us, *, strategy=None, layout="auto", commit="aaaaaaa",
+            date="2026-11-30T00:00:00Z", op="rms_norm", direction="fwd") -> Record:  # fmt: skip
+    nbytes = 2 * M * N * 2
+    return Record(
+        op=op, impl=impl, strategy=strategy, layout=layout if impl == "normlab" else None,
+        M=M, N=N, dtype="bf16", direction=direction, device_us=device_us,
+        wall_us=device_us + 100.0, bytes=nbytes, gbps=nbytes / device_us / 1e3,
+        roofline_gbps=4000.0, frac_roofline=nbytes / device_us / 1e3 / 4000.0,
+        datasheet_gbps=4800.0, peak_extra_bytes=0, kernels={}, card="Test GPU", sm_count=2,
+        torch="2.0", triton="3.0", mode="gpu", date=date, commit=commit, command="python -m x",
+    )  # fmt: skip
+
+
+def test_committed_results_md_is_current(results_md, tmp_path):
+    out = tmp_path / "results.md"
+    assert results_md.main(["-o", str(out)]) == 0
+    fresh = out.read_text(encoding="utf-8")
+    committed = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
+    assert committed == fresh, (
+        "docs/results.md differs from what normlab/data/*.jsonl gives: "
+        "run `python scripts/results_md.py` and commit docs/results.md"
+    )
+
+
+def test_generation_is_deterministic(results_md):
+    paths = results_md.default_paths()
+    assert paths, "no records under normlab/data/"
+    assert results_md.render(paths) == results_md.render(list(reversed(paths)))
+
+
+def test_ratio_geomean_and_worst(results_md):
+    records = [
+        # shape A: normlab 10 µs, compile 20 µs in the same run -> ratio 2
+        _record("normlab", 1024, 1024, 10.0),
+        _record("compile", 1024, 1024, 20.0),
+        _record("torch", 1024, 1024, 25.0),
+        # shape B: normlab 40 µs, torch 20 µs in the same run -> ratio 0.5, the worst cell
+        _record("normlab", 2048, 1024, 40.0),
+        _record("torch", 2048, 1024, 20.0),
+        # a faster peer of another run (other timestamp) is no same-run comparison: ignored
+        _record("compile", 2048, 1024, 1.0, date="2026-11-30T01:00:00Z"),
+        # a variant is the best normlab record but never the default
+        _record("normlab", 2048, 1024, 30.0, layout="row", date="2026-11-30T02:00:00Z"),
+    ]
+    cells = results_md.cells(records)
+    assert [(c.M, c.N) for c in cells] == [(1024, 1024), (2048, 1024)]
+    a, b = cells
+    assert a.peer.impl == "compile" and a.ratio == pytest.approx(2.0)
+    assert b.peer.impl == "torch" and b.ratio == pytest.approx(0.5)
+    assert b.default.device_us == 40.0 and b.best.layout == "row"
+
+    s = results_md.summarize(cells)
+    assert s.shapes == 2 and s.faster == 1
+    assert s.geomean == pytest.approx(math.sqrt(2.0 * 0.5))
+    assert s.worst is b
+    line = results_md.worst_line(s)
+    assert "2048×1024" in line and "0.500×" in line and "100.0% longer" in line
+
+    table = results_md.summary_table(records)
+    assert "| RMSNorm | fwd | bf16 | 2 | 1 of 2 | 1.000× | 0.500× (2048×1024, torch) |" in table
+
+
+def test_shape_without_peer_has_no_ratio(results_md):
+    cells = results_md.cells([_record("normlab", 64, 64, 5.0)])
+    assert cells[0].peer is None and cells[0].ratio is None
+    assert results_md.summarize(cells) is None
+
+
+def test_commands_shown_without_paths(results_md):
+    cmd = "python -m normlab bench --out /root/out/x.jsonl --op rms_norm --shapes /abs/dir/s.txt"
+    assert results_md.plain_command(cmd) == "python -m normlab bench --op rms_norm --shapes s.txt"
