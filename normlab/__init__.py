@@ -8,6 +8,7 @@ from normlab._runtime import DEVICE, INTERPRET, MODE  # noqa: I001  (must run be
 from normlab.kernels.norm import layer_norm, rms_norm
 from normlab.kernels.entropy import cross_entropy, reverse_kl, soft_cross_entropy
 from normlab.nn import CrossEntropyLoss, LayerNorm, ReverseKLLoss, RMSNorm, SoftCrossEntropyLoss
+from normlab.patching import patch
 
 from normlab._version import __version__
 
@@ -22,6 +23,7 @@ __all__ = [
     "SoftCrossEntropyLoss",
     "cross_entropy",
     "layer_norm",
+    "patch",
     "reverse_kl",
     "rms_norm",
     "soft_cross_entropy",

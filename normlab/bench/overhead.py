@@ -1,0 +1,208 @@
+"""Host overhead: what one call costs the CPU, beside what it costs the GPU.
+
+On a tiny input the GPU finishes each kernel long before the CPU has launched the next one, so a
+loop of calls runs at the speed of the Python and C++ host path: argument checks, dispatch,
+autograd bookkeeping, the Triton launcher, allocations. Two numbers per call:
+
+* ``host_us``: CPU µs per call in a launch-bound loop (``LOOP_CALLS`` calls back to back, one
+  synchronize at the end; the loop's time over its calls).
+* ``wall_us``: one isolated call, from an idle GPU to its last kernel's end (synchronize,
+  call, synchronize; the median over ``ISOLATED_CALLS``). It is what a lone call costs a step.
+
+Peers run the same op on the same input in the same process: torch's own op
+(``F.rms_norm``, ``F.layer_norm``, ``F.cross_entropy``; reverse KL and soft cross-entropy as
+``F.kl_div`` / a sum over ``log_softmax``), ``torch.compile`` of it, and Liger-Kernel where it is
+importable. Under the interpreter the numbers are interpreter figures: they say how slow the
+interpreter is, nothing about a GPU's host path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from normlab import _runtime
+from normlab.bench.records import dtype_name, parse_dtype
+
+LOOP_CALLS = {"gpu": 2000, "cpu": 3}
+ISOLATED_CALLS = {"gpu": 200, "cpu": 3}
+WARMUP_CALLS = 20
+TINY = {"norm": (4, 1024), "loss": (4, 4096)}  # a few rows: the GPU is never the bottleneck
+DIRECTIONS = ("fwd", "fwd+bwd")
+NORM_OPS = ("rms_norm", "layer_norm")
+LOSS_OPS = ("cross_entropy", "reverse_kl", "soft_cross_entropy")
+OPS = NORM_OPS + LOSS_OPS
+IMPLS = ("normlab", "torch", "compile", "normlab+compile", "liger")
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCost:
+    """One op's host cost in one direction. ``mode`` is "gpu" or "interpret"."""
+
+    op: str
+    impl: str
+    direction: str
+    M: int
+    N: int
+    dtype: str
+    host_us: float
+    wall_us: float
+    mode: str
+
+
+def _norm_fn(op: str, impl: str) -> Callable | None:
+    if impl in ("normlab", "normlab+compile"):
+        import normlab
+
+        fn = (lambda x, w, b: normlab.rms_norm(x, w, 1e-6)) if op == "rms_norm" else (
+            lambda x, w, b: normlab.layer_norm(x, w, b, 1e-5))  # fmt: skip
+    elif impl in ("torch", "compile"):
+        fn = (lambda x, w, b: F.rms_norm(x, (x.shape[-1],), w, 1e-6)) if op == "rms_norm" else (
+            lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5))  # fmt: skip
+    elif impl == "liger":
+        try:
+            from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+            from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        except ImportError:
+            return None
+        fn = (lambda x, w, b: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)) \
+            if op == "rms_norm" else (lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5))
+    else:
+        raise ValueError(f"unknown impl {impl!r}")
+    return torch.compile(fn, fullgraph=True) if impl.endswith("compile") else fn
+
+
+def _loss_fn(op: str, impl: str) -> Callable | None:
+    if impl in ("normlab", "normlab+compile"):
+        import normlab
+
+        fn = getattr(normlab, op)
+    elif impl in ("torch", "compile"):
+        if op == "cross_entropy":
+            fn = F.cross_entropy
+        elif op == "reverse_kl":  # KL(p||q), p = softmax(logits): kl_div takes log q, log p
+            fn = lambda x, t: F.kl_div(  # noqa: E731
+                F.log_softmax(t.float(), -1), F.log_softmax(x.float(), -1),
+                reduction="batchmean", log_target=True)  # fmt: skip
+        else:
+            fn = lambda x, t: -(F.softmax(t.float(), -1) * F.log_softmax(x.float(), -1)).sum(-1).mean()  # noqa: E731,E501
+    elif impl == "liger":
+        if op != "cross_entropy":
+            return None
+        try:
+            from liger_kernel.transformers.functional import liger_cross_entropy
+        except ImportError:
+            return None
+        fn = liger_cross_entropy
+    else:
+        raise ValueError(f"unknown impl {impl!r}")
+    return torch.compile(fn, fullgraph=True) if impl.endswith("compile") else fn
+
+
+def _case(op: str, impl: str, direction: str, dtype: torch.dtype, device: str):
+    """(M, N, zero-argument call) or None where the impl lacks the op."""
+    if op in NORM_OPS:
+        M, N = TINY["norm"]
+        fn = _norm_fn(op, impl)
+        if fn is None:
+            return None
+        x = torch.randn(M, N, dtype=dtype, device=device, requires_grad=direction != "fwd")
+        w = torch.ones(N, dtype=dtype, device=device, requires_grad=direction != "fwd")
+        b = torch.zeros(N, dtype=dtype, device=device, requires_grad=direction != "fwd") \
+            if op == "layer_norm" else None
+        inputs = [t for t in (x, w, b) if t is not None]
+        dy = torch.randn(M, N, dtype=dtype, device=device)
+        if direction == "fwd":
+            return M, N, lambda: fn(x, w, b)
+        return M, N, lambda: torch.autograd.grad(fn(x, w, b), inputs, dy)
+    M, N = TINY["loss"]
+    fn = _loss_fn(op, impl)
+    if fn is None:
+        return None
+    logits = torch.randn(M, N, dtype=dtype, device=device, requires_grad=direction != "fwd")
+    other = (torch.randint(0, N, (M,), device=device) if op == "cross_entropy"
+             else torch.randn(M, N, dtype=dtype, device=device))  # fmt: skip
+    if direction == "fwd":
+        return M, N, lambda: fn(logits, other)
+    return M, N, lambda: torch.autograd.grad(fn(logits, other), (logits,))
+
+
+def _sync() -> None:
+    if _runtime.DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def host_cost(run: Callable[[], object], *, loop_calls: int, isolated_calls: int,
+              warmup: int = WARMUP_CALLS) -> tuple[float, float]:  # fmt: skip
+    """(host_us, wall_us) of ``run()``: a launch-bound loop's µs per call, and the median µs of
+    an isolated call (synchronized before and after)."""
+    for _ in range(warmup):
+        run()
+    _sync()
+    t0 = time.perf_counter()
+    for _ in range(loop_calls):
+        run()
+    _sync()
+    host = (time.perf_counter() - t0) * 1e6 / loop_calls
+    walls = []
+    for _ in range(isolated_calls):
+        _sync()
+        t0 = time.perf_counter()
+        run()
+        _sync()
+        walls.append((time.perf_counter() - t0) * 1e6)
+    return host, statistics.median(walls)
+
+
+def measure_overhead(ops=OPS, impls=IMPLS, directions=DIRECTIONS, dtype="bf16",
+                     progress: Callable[[str], None] | None = None) -> list[HostCost]:  # fmt: skip
+    """Host cost of every (op, impl, direction); impls that lack an op (or are not importable,
+    or torch.compile under the interpreter) are left out."""
+    device = _runtime.DEVICE
+    kind = "gpu" if device == "cuda" else "cpu"
+    mode = "gpu" if device == "cuda" else "interpret"
+    torch_dtype = parse_dtype(dtype)
+    out = []
+    for op in ops:
+        for direction in directions:
+            for impl in impls:
+                if impl.endswith("compile") and device != "cuda":
+                    continue  # a C++ compile per case on CPU, and nothing to learn from it
+                case = _case(op, impl, direction, torch_dtype, device)
+                if case is None:
+                    continue
+                M, N, run = case
+                if progress:
+                    progress(f"{op} {direction} {impl}")
+                host, wall = host_cost(run, loop_calls=LOOP_CALLS[kind],
+                                       isolated_calls=ISOLATED_CALLS[kind],
+                                       warmup=WARMUP_CALLS if kind == "gpu" else 1)  # fmt: skip
+                out.append(HostCost(op, impl, direction, M, N, dtype_name(torch_dtype),
+                                    round(host, 2), round(wall, 2), mode))  # fmt: skip
+    return out
+
+
+def format_overhead(costs: list[HostCost]) -> str:
+    """A Markdown table: one row per (op, direction), µs per impl, and normlab ÷ torch."""
+    impls = [i for i in IMPLS if any(c.impl == i for c in costs)]
+    keys = list(dict.fromkeys((c.op, c.direction) for c in costs))
+    by = {(c.op, c.direction, c.impl): c for c in costs}
+    mode = costs[0].mode if costs else "?"
+    head = ["op", "direction"] + [f"{i} host/wall µs" for i in impls] + ["normlab ÷ torch (host)"]
+    lines = [("Interpreter figures (CPU): they measure the interpreter, not a GPU's host path.\n"
+              if mode == "interpret" else ""),  # fmt: skip
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for op, direction in keys:
+        cells = []
+        for i in impls:
+            c = by.get((op, direction, i))
+            cells.append(f"{c.host_us:.1f} / {c.wall_us:.1f}" if c else "–")
+        ours, theirs = by.get((op, direction, "normlab")), by.get((op, direction, "torch"))
+        ratio = f"{ours.host_us / theirs.host_us:.2f}×" if ours and theirs else "–"
+        lines.append(f"| {op} | {direction} | " + " | ".join(cells) + f" | {ratio} |")
+    return "\n".join(lines).lstrip("\n")

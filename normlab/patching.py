@@ -1,0 +1,116 @@
+"""``patch(model)``: swap a model's norms (and, where asked, its loss) for normlab's, in place.
+
+Liger-Kernel calls its version ``apply_liger_kernel_to_llama``. Here one function walks any
+``torch.nn.Module``: every norm whose forward is ``weight * x / rms(x)`` (torch.nn.RMSNorm and the
+Hugging Face classes in ``RMS_NORM_CLASSES``) or torch.nn.LayerNorm becomes normlab's module over
+the *same* parameters, so optimizers, state_dict keys and tied weights are unchanged. Norms of
+another form (Gemma's ``(1 + weight)``) are left alone and listed in the returned report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from normlab import nn as _nn
+
+# Hugging Face RMSNorm classes whose forward is Llama's: fp32 statistics, weight * x_hat.
+RMS_NORM_CLASSES = frozenset({
+    "LlamaRMSNorm", "MistralRMSNorm", "MixtralRMSNorm", "Qwen2RMSNorm", "Qwen2MoeRMSNorm",
+    "Qwen3RMSNorm", "Qwen3MoeRMSNorm", "Phi3RMSNorm", "GraniteRMSNorm", "T5LayerNorm",
+})  # fmt: skip
+
+
+@dataclasses.dataclass
+class PatchReport:
+    """What ``patch`` did: the names of the swapped modules, the norms it left alone (with their
+    class), and whether the loss was swapped."""
+
+    replaced: list[str] = dataclasses.field(default_factory=list)
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    loss: bool = False
+
+
+def _rms_eps(module) -> float:
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    if eps is None:
+        raise ValueError(f"{type(module).__name__} has no eps attribute")
+    return float(eps)
+
+
+def _replacement(module, strategy: str, layout: str):
+    """normlab's module over ``module``'s parameters, or None where the form differs."""
+    name = type(module).__name__
+    if isinstance(module, torch.nn.LayerNorm):
+        new = _nn.LayerNorm(module.normalized_shape, module.eps, module.elementwise_affine,
+                            bias=module.bias is not None, device="meta",
+                            strategy=strategy, layout=layout)  # fmt: skip
+        new.weight, new.bias = module.weight, module.bias
+        return new
+    if isinstance(module, torch.nn.RMSNorm):
+        new = _nn.RMSNorm(module.normalized_shape, module.eps, module.elementwise_affine,
+                          device="meta", strategy=strategy, layout=layout)  # fmt: skip
+        new.weight = module.weight
+        return new
+    if name in RMS_NORM_CLASSES:
+        weight = module.weight
+        new = _nn.RMSNorm(weight.shape[-1], _rms_eps(module), device="meta",
+                          strategy=strategy, layout=layout)  # fmt: skip
+        new.weight = weight
+        return new
+    return None
+
+
+def _looks_like_norm(module) -> bool:
+    name = type(module).__name__
+    return name.endswith(("RMSNorm", "LayerNorm")) and not isinstance(
+        module, (_nn.RMSNorm, _nn.LayerNorm)
+    )
+
+
+def causal_lm_loss(logits, labels, vocab_size: int, num_items_in_batch=None,
+                   ignore_index: int = -100, shift_labels=None, **kwargs):  # fmt: skip
+    """Hugging Face's ``ForCausalLMLoss`` over :func:`normlab.cross_entropy`: labels shifted
+    left by one, mean over non-ignored tokens (or a sum over ``num_items_in_batch``). The logits
+    stay in their dtype; the kernel reduces in fp32."""
+    from normlab.kernels.entropy import cross_entropy
+
+    if shift_labels is None:
+        labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)
+        shift_labels = labels[..., 1:]
+    logits = logits.reshape(-1, vocab_size)
+    shift_labels = shift_labels.reshape(-1).to(logits.device)
+    if num_items_in_batch is None:
+        return cross_entropy(logits, shift_labels, ignore_index=ignore_index, reduction="mean")
+    loss = cross_entropy(logits, shift_labels, ignore_index=ignore_index, reduction="sum")
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(loss.device)
+    return loss / num_items_in_batch
+
+
+def patch(model: torch.nn.Module, *, norms: bool = True, loss: bool = False,
+          strategy: str = "auto", layout: str = "auto") -> PatchReport:  # fmt: skip
+    """Swap ``model``'s norms for normlab's modules (same parameters) and, with ``loss=True``,
+    a Hugging Face causal LM's loss for :func:`causal_lm_loss`. Returns what it did."""
+    report = PatchReport()
+    if norms:
+        for parent_name, parent in list(model.named_modules()):
+            for child_name, child in list(parent.named_children()):
+                full = f"{parent_name}.{child_name}" if parent_name else child_name
+                new = _replacement(child, strategy, layout)
+                if new is not None:
+                    new.train(child.training)
+                    setattr(parent, child_name, new)
+                    report.replaced.append(full)
+                elif _looks_like_norm(child):
+                    report.skipped.append((full, type(child).__name__))
+    if loss:
+        if not isinstance(getattr(type(model), "loss_function", None), property):
+            raise TypeError(
+                f"patch(loss=True): {type(model).__name__} has no Hugging Face loss_function to "
+                "replace; call normlab.cross_entropy in your training step instead"
+            )
+        model.loss_function = causal_lm_loss
+        report.loss = True
+    return report

@@ -1,0 +1,75 @@
+"""normlab.patch on a real model: Hugging Face's LlamaForCausalLM from a tiny random config."""
+
+import pytest
+import torch
+import transformers  # a test dependency (pyproject [test])
+
+import normlab
+from normlab.patching import patch
+
+
+def _tiny_llama(seed=0):
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=203, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        rms_norm_eps=1e-5,
+    )
+    return transformers.LlamaForCausalLM(config).float()
+
+
+def _step(model, ids, labels):
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=ids, labels=labels)
+    out.loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.loss.detach(), out.logits.detach(), grads
+
+
+def test_patch_llama_matches_unpatched():
+    ref_model, model = _tiny_llama(), _tiny_llama()
+    # Non-trivial norm weights, so a dropped weight would show.
+    with torch.no_grad():
+        for m in (ref_model, model):
+            torch.manual_seed(1)
+            for name, p in m.named_parameters():
+                if "norm" in name:
+                    p.copy_(1 + 0.3 * torch.randn_like(p))
+    norm_params = {n: p for n, p in model.named_parameters() if "norm" in n}
+    report = patch(model, loss=True)
+    assert len(report.replaced) == 2 * 2 + 1 and report.loss and not report.skipped
+    assert all(isinstance(model.get_submodule(n), normlab.RMSNorm) for n in report.replaced)
+    # the same Parameter objects: optimizers and state_dict keys are unchanged
+    assert all(dict(model.named_parameters())[n] is p for n, p in norm_params.items())
+    assert model.state_dict().keys() == ref_model.state_dict().keys()
+
+    ids = torch.randint(0, 203, (2, 17))
+    labels = ids.clone()
+    labels[0, :5] = -100  # ignored tokens, as a padded batch has
+    loss_ref, logits_ref, grads_ref = _step(ref_model, ids, labels)
+    loss, logits, grads = _step(model, ids, labels)
+    torch.testing.assert_close(logits, logits_ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == grads_ref.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_ref[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_patch_leaves_other_norm_forms_alone():
+    class GemmaRMSNorm(torch.nn.Module):  # (1 + weight) form: not normlab's module's
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(8))
+
+    model = torch.nn.Sequential(torch.nn.LayerNorm(8), GemmaRMSNorm(), torch.nn.RMSNorm(8))
+    report = patch(model)
+    assert report.replaced == ["0", "2"]
+    assert report.skipped == [("1", "GemmaRMSNorm")]
+    assert isinstance(model[0], normlab.LayerNorm) and isinstance(model[2], normlab.RMSNorm)
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(model[0](x), torch.nn.functional.layer_norm(x, (8,)))
+
+
+def test_patch_loss_needs_a_hugging_face_model():
+    with pytest.raises(TypeError, match="loss_function"):
+        patch(torch.nn.Linear(2, 2), loss=True)
