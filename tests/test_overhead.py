@@ -1,0 +1,27 @@
+"""The host-overhead measurement: its arithmetic and its table (under the interpreter)."""
+
+import time
+
+from normlab.bench import overhead
+
+
+def test_host_cost_measures_the_call():
+    calls = []
+
+    def run():
+        calls.append(1)
+        time.sleep(0.002)
+
+    host, wall = overhead.host_cost(run, loop_calls=5, isolated_calls=3, warmup=2)
+    assert len(calls) == 2 + 5 + 3
+    assert 2000 <= host < 20000 and 2000 <= wall < 20000
+
+
+def test_measure_overhead_rms_norm_interpreter():
+    costs = overhead.measure_overhead(ops=("rms_norm",), impls=("normlab", "torch"),
+                                      directions=("fwd",))  # fmt: skip
+    assert {(c.impl, c.direction) for c in costs} == {("normlab", "fwd"), ("torch", "fwd")}
+    assert all(c.mode == "interpret" and c.host_us > 0 and c.wall_us > 0 for c in costs)
+    table = overhead.format_overhead(costs)
+    assert table.startswith("Interpreter figures")
+    assert "| rms_norm | fwd |" in table and "×" in table
