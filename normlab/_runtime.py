@@ -1,8 +1,15 @@
 """Runtime mode: compiled Triton kernels on a CUDA GPU, or the Triton interpreter on CPU.
 
 The mode is decided once, when ``normlab`` is first imported, *before* any kernel is
-defined: ``triton.jit`` reads ``TRITON_INTERPRET`` at decoration time, so setting it
-later leaves compiled-mode kernels that fail with "0 active drivers" on a CPU host.
+defined: ``triton.jit`` decides at decoration time whether a function is compiled
+(``JITFunction``) or interpreted (``InterpretedFunction``), from ``TRITON_INTERPRET`` (the
+``triton.knobs.runtime.interpret`` knob in newer triton).
+
+If triton was imported before normlab (``import triton``, ``import torch._dynamo``, a
+``torch.compile`` call...), triton.language's own ``@jit`` library functions (``tl.sum``,
+``tl.max``, ``tl.cdiv``, ...) were decorated compiled-mode and cannot be called from an
+interpreted kernel ("Cannot call @triton.jit'd outside of the scope of a kernel");
+:func:`_interpret_triton_library` re-wraps them as interpreted functions.
 
 Override with ``NORMLAB_MODE=gpu`` or ``NORMLAB_MODE=interpret`` (default ``auto``).
 """
@@ -31,11 +38,48 @@ def _select_mode() -> str:
     return "gpu"
 
 
-MODE: str = _select_mode()
-INTERPRET: bool = MODE == "interpret"
-DEVICE: str = "cpu" if INTERPRET else "cuda"
+def _interpret_triton_library() -> int:
+    """Replace the compiled-mode ``JITFunction`` objects of ``triton.language`` (decorated when
+    triton was imported before interpret mode was set) with interpreted ones, as they would
+    have been had ``TRITON_INTERPRET=1`` been set first. Returns how many were replaced."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
 
-if INTERPRET:
+    import triton.language as tl
+
+    interpreted: dict[int, object] = {}  # id(JITFunction) -> its InterpretedFunction
+
+    def as_interpreted(jit_fn):
+        if id(jit_fn) not in interpreted:
+            interpreted[id(jit_fn)] = InterpretedFunction(jit_fn.fn)
+        return interpreted[id(jit_fn)]
+
+    # Module attributes are the functions' globals, so library functions that call each other
+    # (tl.softmax -> max, sum; sum -> _sum_combine) see the replacements too.
+    modules = [m for name, m in list(sys.modules.items())
+               if m is not None and (name == "triton.language" or name.startswith("triton.language."))]
+    for module in modules:
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                setattr(module, attr, as_interpreted(value))
+
+    # Tensor methods (x.sum(), x.to...): a JITFunction is set on tl.tensor as is, anything else
+    # through a plain forwarding function (triton.language.core._tensor_member_fn).
+    for attr, value in list(vars(tl.tensor).items()):
+        if isinstance(value, JITFunction):
+            setattr(tl.tensor, attr, _tensor_method(as_interpreted(value)))
+    return len(interpreted)
+
+
+def _tensor_method(fn):
+    def method(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    method.__name__ = getattr(fn, "__name__", "method")
+    return method
+
+
+def _setup_interpreter() -> None:
     os.environ["TRITON_INTERPRET"] = "1"
     import warnings
 
@@ -45,19 +89,28 @@ if INTERPRET:
         "ignore", message="invalid value encountered", category=RuntimeWarning,
         module=r"triton\.runtime\.interpreter",
     )
-    if "triton" in sys.modules:
-        # Kernels decorated before this point would be compiled-mode; ours are not yet.
-        try:
-            from triton import knobs
+    triton_was_imported = "triton" in sys.modules
+    try:
+        from triton import knobs  # triton >= 3.4: an explicit setting outranks the env var
 
-            knobs.runtime.interpret = True
-        except (ImportError, AttributeError):
-            pass
+        knobs.runtime.interpret = True
+    except (ImportError, AttributeError):
+        pass
+    if triton_was_imported:
+        _interpret_triton_library()
     print(
         "normlab: no CUDA GPU in use -> Triton interpreter on CPU tensors "
         "(correctness only; timings say nothing about GPU bandwidth)",
         file=sys.stderr,
     )
+
+
+MODE: str = _select_mode()
+INTERPRET: bool = MODE == "interpret"
+DEVICE: str = "cpu" if INTERPRET else "cuda"
+
+if INTERPRET:
+    _setup_interpreter()
 
 
 @functools.lru_cache(maxsize=None)
