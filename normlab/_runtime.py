@@ -60,8 +60,8 @@ def _interpret_triton_library() -> int:
 
     # Module attributes are the functions' globals, so library functions that call each other
     # (tl.softmax -> max, sum; sum -> _sum_combine) see the replacements too.
-    modules = [m for name, m in list(sys.modules.items())
-               if m is not None and (name == "triton.language" or name.startswith("triton.language."))]
+    modules = [m for name, m in list(sys.modules.items()) if m is not None
+               and (name == "triton.language" or name.startswith("triton.language."))]
     for module in modules:
         for attr, value in list(vars(module).items()):
             if isinstance(value, JITFunction):
