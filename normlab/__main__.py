@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
@@ -148,7 +147,7 @@ def _cmd_bench(args, argv: list[str]) -> int:
     from normlab import _runtime
     from normlab.bench import registry
     from normlab.bench.device import device_info
-    from normlab.bench.records import parse_dtype, write_records
+    from normlab.bench.records import parse_dtype, portable_command, write_records
     from normlab.bench.sweep import CPU_LABEL, Results, format_table, parse_shapes, sweep
 
     ops = args.op or list(NORM_OPS)
@@ -178,7 +177,7 @@ def _cmd_bench(args, argv: list[str]) -> int:
         "form": args.form,
         "block_cap": _block_caps(args.block_cap),
     }
-    command = "python -m normlab " + shlex.join(argv)
+    command = portable_command(["python", "-m", "normlab", *argv])
 
     info = device_info(measure_copy=True)
     print(

@@ -2,6 +2,8 @@
 
 import dataclasses
 import json
+import re
+import shlex
 
 import pytest
 import torch
@@ -223,3 +225,72 @@ def test_dtype_names():
         records.parse_dtype("int8")
     with pytest.raises(TypeError):
         records.parse_dtype(16)
+
+
+# ---- commands and paths in records ----------------------------------------------------------
+
+# An absolute path at the start of a word: "/root/...", "=/tmp/x", "'/home/..."
+_ABSOLUTE_PATH = re.compile(r"(?:^|[\s=\"'(\[,:])(/[A-Za-z0-9_.~-][^\s\"',)\]]*)")
+
+
+def _shipped_files():
+    data_dir = records.DATA_DIR
+    return sorted(data_dir.glob("*.jsonl")) + sorted(data_dir.glob("*.log"))
+
+
+def test_shipped_records_and_logs_name_no_machine_path():
+    files = _shipped_files()
+    assert any(p.suffix == ".jsonl" for p in files) and any(p.suffix == ".log" for p in files)
+    found = {}
+    for path in files:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            hits = _ABSOLUTE_PATH.findall(line)
+            if hits:
+                found.setdefault(path.name, []).append((n, hits[:3]))
+    assert not found, f"absolute machine paths in normlab/data: {found}"
+    for path in records.recorded_files():
+        for rec in records.read_jsonl(path):
+            words = shlex.split(rec.command)
+            assert words[:1] in (["python"], ["python3"]), rec.command
+            assert not any(w.startswith("/") or "=/" in w for w in words), rec.command
+
+
+def test_absolute_path_pattern_finds_machine_paths():
+    for line in ("wrote 3 records to /root/out/x.jsonl", "--out=/tmp/a.csv", "'/home/u/r'"):
+        assert _ABSOLUTE_PATH.search(line), line
+    for line in ("copy roofline: 4253 GB/s", "fwd/bwd 12 µs/call", "out/x.jsonl", "(a / b)"):
+        assert not _ABSOLUTE_PATH.search(line), line
+
+
+def test_portable_command(tmp_path):
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    argv = [
+        "/opt/venvs/lab/bin/python3.11", str(root / "scripts" / "x.py"),
+        "--out", str(root / "out" / "r.jsonl"), f"--log={root}/logs/a b.log",
+        "--cache", "/tmp/run-17/cache.json", "--op", "rms_norm,layer_norm", "rel/path.csv",
+    ]
+    assert records.portable_command(argv, repo_root=root) == (
+        "python scripts/x.py --out out/r.jsonl '--log=logs/a b.log' --cache cache.json "
+        "--op rms_norm,layer_norm rel/path.csv"
+    )
+    # a program named without a path is kept; the repository root itself is "."
+    assert records.portable_command(["python3", "-m", "normlab", "bench", "--out", str(root)],
+                                    repo_root=root) == "python3 -m normlab bench --out ."
+    # a path that only starts like the root is outside it
+    outside = records.portable_command(["python", f"{root}-old/x.jsonl"], repo_root=root)
+    assert outside == "python x.jsonl"
+
+
+def test_bench_records_a_portable_command(tmp_path, capsys):
+    from normlab import __main__ as cli
+
+    out = tmp_path / "r.jsonl"
+    argv = ["bench", "--no-progress", "--op", "rms_norm", "--impl", "eager", "--shapes", "4x64",
+            "--direction", "fwd", "--reps", "2", "--out", str(out)]
+    assert cli.main(argv) == 0
+    (rec,) = records.read_jsonl(out)
+    assert rec.command == (
+        "python -m normlab bench --no-progress --op rms_norm --impl eager --shapes 4x64 "
+        "--direction fwd --reps 2 --out r.jsonl"
+    )

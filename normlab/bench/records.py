@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import re
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+REPO_ROOT = DATA_DIR.parent.parent
 _RECORDED_NAME = re.compile(r"^(?P<card>.+)-(?P<date>\d{4}-\d{2}-\d{2})\.jsonl$")
 
 # A kernel may beat the measured copy by noise (h200_peers.md: compile RMSNorm fwd 32768x8192 at
@@ -59,6 +61,41 @@ def parse_dtype(dtype: torch.dtype | str) -> torch.dtype:
 def dtype_name(dtype: torch.dtype | str) -> str:
     """Short name ("bf16") of a dtype, as stored in records."""
     return _SHORT[parse_dtype(dtype)]
+
+
+_PYTHON_NAME = re.compile(r"^python[0-9.]*$")
+
+
+def portable_command(argv, repo_root: str | Path = REPO_ROOT) -> str:
+    """The command line ``argv`` (a list of arguments) as a record's ``command``: run from the
+    repository root, naming no directory of the machine it ran on.
+
+    A Python interpreter given by path (a venv's ``/.../bin/python3.11``) becomes ``python``;
+    an absolute path under ``repo_root`` (also as ``--opt=/path``) becomes relative to it; any
+    other absolute path keeps only its file name. Relative arguments are kept as given.
+    """
+    root = Path(repo_root).resolve()
+
+    def portable_path(token: str) -> str:
+        if not token.startswith("/"):
+            return token
+        path = Path(token)
+        try:
+            return path.resolve().relative_to(root).as_posix() or "."
+        except ValueError:
+            return path.name or "."
+
+    words = [str(a) for a in argv]
+    out = []
+    for i, word in enumerate(words):
+        if i == 0 and "/" in word and _PYTHON_NAME.match(Path(word).name):
+            out.append("python")
+        elif word.startswith("-") and "=" in word:
+            option, value = word.split("=", 1)
+            out.append(f"{option}={portable_path(value)}")
+        else:
+            out.append(portable_path(word))
+    return shlex.join(out)
 
 
 def card_slug(card: str) -> str:
