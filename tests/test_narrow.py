@@ -351,8 +351,6 @@ def test_clear_errors():
         narrow.block_row_forward(x.long(), None, None, 1e-5, True)
     with pytest.raises(ValueError, match="2-D"):
         narrow.block_row_forward(x[0], None, None, 1e-5, True)
-    with pytest.raises(ValueError, match="empty"):
-        narrow.block_row_forward(x[:0], None, None, 1e-5, True)
     with pytest.raises(ValueError, match=r"weight has shape \(15,\)"):
         narrow.block_row_forward(x, w[:15], None, 1e-5, True)
     with pytest.raises(ValueError, match="RMSNorm has no bias"):
@@ -381,6 +379,32 @@ def test_clear_errors():
     a = narrow.block_row_backward(x, x, w, None, mean, rstd, False, strategy="auto")
     b = narrow.block_row_backward(x, x, w, None, mean, rstd, False, strategy="persistent")
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("shape", [(0, 16), (5, 0), (0, 0)], ids=str)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_empty_inputs_as_torch(monkeypatch, is_rms, shape):
+    """No rows or no columns: as F.rms_norm / F.layer_norm, y and dx empty, dweight/dbias 0,
+    statistics stored or recomputed; no kernel launch."""
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError("kernel launched for an empty input")
+
+    monkeypatch.setattr(narrow, "_block_row_fwd_kernel", NoLaunch())
+    monkeypatch.setattr(narrow, "_block_row_bwd_kernel", NoLaunch())
+    n_rows, n_cols = shape
+    x, weight, bias, dy = _make(n_rows, n_cols, torch.float32, True, not is_rms)
+    y, mean, rstd = narrow.block_row_forward(x, weight, bias, 1e-5, is_rms)
+    assert y.shape == shape and rstd.shape == (n_rows,) and (mean is None) == is_rms
+    stats = ((mean, rstd), (None, None))
+    for (mean_, rstd_), eps in zip(stats, (None, 1e-5)):
+        dx, dw, db = narrow.block_row_backward(dy, x, weight, bias, mean_, rstd_, is_rms, eps=eps)
+        assert dx.shape == shape
+        assert torch.equal(dw, torch.zeros(n_cols))
+        assert (db is None) if is_rms else torch.equal(db, torch.zeros(n_cols))
+    y2, mean2, rstd2 = narrow.block_row_forward(x, weight, bias, 1e-5, is_rms, store_stats=False)
+    assert y2.shape == shape and mean2 is None and rstd2 is None
 
 
 def test_use_block_row_thresholds():
