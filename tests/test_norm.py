@@ -106,6 +106,43 @@ def test_forward_mixed_param_dtype():
     assert_close(y, ref.rms_norm(x.double(), w.double(), 1e-6))
 
 
+def _small_variance_rows(n, dtype):
+    """Rows whose variance (LayerNorm) or mean square (RMSNorm) is below or near eps = 1e-5, so
+    that eps sets rstd: all zeros, constants, a constant plus 1e-4 noise, 3e-3 noise (mean
+    square ~ eps), 1e-3 noise, and one ordinary row."""
+    noise = torch.randn(7, n)
+    rows = torch.stack([
+        torch.zeros(n), torch.full((n,), 0.75), torch.full((n,), -3.0),
+        0.01 + 1e-4 * noise[3], 3e-3 * noise[4], 1e-3 * noise[5], noise[6],
+    ])  # fmt: skip
+    return rows.to(dtype)
+
+
+LAYOUT_STRATEGIES = [("row", s) for s in STRATEGIES] + [("block_row", "persistent")]
+
+
+@pytest.mark.parametrize("n", [48, 100], ids=["48-cols", "100-cols"])
+@pytest.mark.parametrize("layout,strategy", LAYOUT_STRATEGIES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_eps_dominated_rows(is_rms, dtype, layout, strategy, n):
+    """Rows where eps sets the scale: y, dx, dweight, dbias against fp64 at every strategy and
+    layout (block-row at 48 columns recomputes the statistics in the backward; LayerNorm at
+    100 columns stores them). An eps off by any factor shows in y (small-noise rows) and in dx
+    (constant rows: dx = rstd * (w * dy - mean(w * dy)), rstd = 1 / sqrt(eps))."""
+    x = _small_variance_rows(n, dtype)
+    m = x.shape[0]
+    _, w, b = _inputs(m, n, dtype, is_rms)
+    dy = torch.randn(m, n).to(dtype)
+    params = [t.requires_grad_(True) for t in (x, w, b) if t is not None]
+    y = _fwd(x, w, b, 1e-5, is_rms, strategy=strategy, layout=layout)
+    grads = torch.autograd.grad(y, params, dy)
+    assert_close(y, _ref_fwd(x, w, b, 1e-5, is_rms), msg="y")
+    expect = ref.norm_backward(dy.double(), x.double(), _d(w), _d(b), 1e-5, is_rms)
+    for got, want, name in zip(grads, expect, ("dx", "dweight", "dbias")):
+        assert_close(got, want, reduce_len=None if name == "dx" else m, msg=name)
+
+
 # ---- backward: every strategy ------------------------------------------------------------------
 
 
