@@ -561,15 +561,27 @@ def test_reduce_partials_at_each_tile(n_cols, with_bias):
         assert_close(out, part.double().sum(0), reduce_len=37)
 
 
-def test_auto_strategy_and_config_table():
-    for n in (1, 100, BWD_MAX[False], BWD_MAX[True], BWD_MAX[True] + 1):
-        assert configs.norm_bwd_auto_strategy(64, n) in STRATEGIES
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_auto_strategy_and_config_table(is_rms):
+    """Each width's backward config: one power-of-two block holding the whole row up to the
+    single-pass limit, NORM_BWD_TWO_PASS_BLOCK_COLS-wide chunks past it; and strategy="auto"
+    (persistent) against fp64 through the launcher."""
+    one_pass_max = configs.norm_bwd_single_pass_max_cols(is_rms, 64)
+    for n in (1, 100, BWD_MAX[False], BWD_MAX[False] + 1, BWD_MAX[True], BWD_MAX[True] + 1):
+        assert configs.norm_bwd_auto_strategy(64, n) == "persistent"
+        pow2 = triton.next_power_of_2(n)
         for s in STRATEGIES:
-            cfg = configs.norm_bwd_config(s, 64, n)
-            assert cfg.block_cols >= min(n, cfg.block_cols) and cfg.block_rows >= 1
-            assert cfg.two_pass or cfg.block_cols >= n
+            cfg = configs.norm_bwd_config(s, 64, n, is_rms=is_rms)
+            assert cfg.strategy == s
+            assert cfg.two_pass == (n > one_pass_max), (s, n)
+            expect_cols = min(configs.NORM_BWD_TWO_PASS_BLOCK_COLS, pow2) if cfg.two_pass else pow2
+            assert cfg.block_cols == expect_cols, (s, n)
+            assert cfg.block_rows >= 1 and triton.next_power_of_2(cfg.block_rows) == cfg.block_rows
+            if s == "atomic":
+                assert cfg.block_rows == configs.NORM_BWD_ATOMIC_BLOCK_ROWS
     with pytest.raises(ValueError, match="block_cols"):
         configs.norm_bwd_config("persistent", 4, 100, two_pass=False, block_cols=64)
+    _check_backward(37, 100, torch.float32, is_rms, "auto")
 
 
 # ---- autograd through the public API -----------------------------------------------------------
@@ -650,21 +662,25 @@ def test_row_strided_view_is_not_copied(monkeypatch):
 )
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_torch_compile_fullgraph(is_rms, layout, dynamic):
-    # block_row: the forward returns empty statistics and the backward recomputes them
+    """Compiled forward and backward against fp64 (block_row: the forward returns empty
+    statistics and the backward recomputes them)."""
     x, w, b = _inputs(6, 20, torch.float32, is_rms)
-    w.requires_grad_(True)
+    scale = torch.arange(20.0)
 
     def loss(x, w, b):
-        return (_fwd(x, w, b, 1e-5, is_rms, layout=layout) * torch.arange(20.0)).sum()
+        return (_fwd(x, w, b, 1e-5, is_rms, layout=layout) * scale).sum()
 
     compiled = torch.compile(loss, fullgraph=True, backend="aot_eager", dynamic=dynamic)
-    xe, xc = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
-    le, lc = loss(xe, w, b), compiled(xc, w, b)
-    gw_e = torch.autograd.grad(le, (xe, w))
-    gw_c = torch.autograd.grad(lc, (xc, w))
-    assert_close(lc, le.double())
-    for a, e in zip(gw_c, gw_e):
-        assert_close(a, e.double())
+    xc, wc = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    lc = compiled(xc, wc, b)
+    grads = torch.autograd.grad(lc, (xc, wc))
+    xd, wd = x.double().requires_grad_(True), w.double().requires_grad_(True)
+    y_ref = ref.rms_norm(xd, wd, 1e-5) if is_rms else ref.layer_norm(xd, wd, _d(b), 1e-5)
+    l_ref = (y_ref * scale.double()).sum()
+    expect = torch.autograd.grad(l_ref, (xd, wd))
+    assert_close(lc, l_ref.detach(), reduce_len=y_ref.numel(), msg="loss")
+    assert_close(grads[0], expect[0], msg="dx")
+    assert_close(grads[1], expect[1], reduce_len=6, msg="dweight")
 
 
 # ---- edge cases and bad inputs -----------------------------------------------------------------
