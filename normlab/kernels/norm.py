@@ -45,7 +45,9 @@ forward's block-row windows).
 Inputs: any leading shape, normalized over the last dim; fp32/fp16/bf16 (fp64 and integer
 dtypes raise ``TypeError``: use ``normlab.ref`` for fp64). A tensor whose last dim is not
 contiguous, or whose rows are not evenly strided, is copied once (``x.flatten(0, -2)``
-then ``.contiguous()``); a row-strided view such as ``x[:, :n]`` is read in place.
+then ``.contiguous()``); a row-strided view such as ``x[:, :n]`` is read in place. An empty
+input (no rows, or a zero-width last dim) gives an empty y and dx and zero dweight/dbias, as
+torch, with no kernel launch.
 """
 
 from __future__ import annotations
