@@ -10,6 +10,9 @@ from normlab.kernels import norm as _norm
 # ---- norms -----------------------------------------------------------------------------------
 
 
+_FP32_EPS = torch.finfo(torch.float32).eps
+
+
 def _check_knobs(cls_name, strategy, layout):
     if strategy not in _norm.STRATEGIES:
         raise ValueError(f"{cls_name}: strategy={strategy!r}; expected one of {_norm.STRATEGIES}")
@@ -20,6 +23,8 @@ def _check_knobs(cls_name, strategy, layout):
 def _flatten_trailing(module, x):
     """x (..., *normalized_shape) -> (..., prod(normalized_shape)) for the 1-D kernels."""
     shape = tuple(module.normalized_shape)
+    if not shape:  # torch raises too: there is no dimension to normalize over
+        raise ValueError(f"{type(module).__name__}: normalized_shape is empty; it needs >= 1 dim")
     if tuple(x.shape[x.dim() - len(shape) :]) != shape:
         raise ValueError(
             f"{type(module).__name__}: input shape {tuple(x.shape)} does not end with "
@@ -35,8 +40,10 @@ def _flat(p):
 class RMSNorm(torch.nn.RMSNorm):
     """Drop-in ``torch.nn.RMSNorm`` (same arguments and state_dict) over :func:`normlab.rms_norm`.
 
-    ``eps=None`` means ``torch.finfo(x.dtype).eps``, as in torch. Keyword-only ``strategy`` and
-    ``layout`` choose the backward dweight reduction and the row/block-row kernels.
+    ``eps=None`` means ``torch.finfo(torch.float32).eps`` for every input dtype, as in torch,
+    whose fp16/bf16 RMSNorm computes in fp32 and takes the eps of that compute dtype (not
+    ``finfo(x.dtype).eps``: 0.0078 for bf16). Keyword-only ``strategy`` and ``layout`` choose the
+    backward dweight reduction and the row/block-row kernels.
     """
 
     def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None,
@@ -46,7 +53,8 @@ class RMSNorm(torch.nn.RMSNorm):
         self.strategy, self.layout = strategy, layout
 
     def forward(self, x):
-        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        # The kernels compute in fp32 for every input dtype: eps=None is fp32's machine eps.
+        eps = self.eps if self.eps is not None else _FP32_EPS
         y = _norm.rms_norm(_flatten_trailing(self, x), _flat(self.weight), eps,
                            strategy=self.strategy, layout=self.layout)  # fmt: skip
         return y.view(x.shape)

@@ -351,8 +351,6 @@ def test_clear_errors():
         narrow.block_row_forward(x.long(), None, None, 1e-5, True)
     with pytest.raises(ValueError, match="2-D"):
         narrow.block_row_forward(x[0], None, None, 1e-5, True)
-    with pytest.raises(ValueError, match="empty"):
-        narrow.block_row_forward(x[:0], None, None, 1e-5, True)
     with pytest.raises(ValueError, match=r"weight has shape \(15,\)"):
         narrow.block_row_forward(x, w[:15], None, 1e-5, True)
     with pytest.raises(ValueError, match="RMSNorm has no bias"):
@@ -381,6 +379,32 @@ def test_clear_errors():
     a = narrow.block_row_backward(x, x, w, None, mean, rstd, False, strategy="auto")
     b = narrow.block_row_backward(x, x, w, None, mean, rstd, False, strategy="persistent")
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("shape", [(0, 16), (5, 0), (0, 0)], ids=str)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_empty_inputs_as_torch(monkeypatch, is_rms, shape):
+    """No rows or no columns: as F.rms_norm / F.layer_norm, y and dx empty, dweight/dbias 0,
+    statistics stored or recomputed; no kernel launch."""
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError("kernel launched for an empty input")
+
+    monkeypatch.setattr(narrow, "_block_row_fwd_kernel", NoLaunch())
+    monkeypatch.setattr(narrow, "_block_row_bwd_kernel", NoLaunch())
+    n_rows, n_cols = shape
+    x, weight, bias, dy = _make(n_rows, n_cols, torch.float32, True, not is_rms)
+    y, mean, rstd = narrow.block_row_forward(x, weight, bias, 1e-5, is_rms)
+    assert y.shape == shape and rstd.shape == (n_rows,) and (mean is None) == is_rms
+    stats = ((mean, rstd), (None, None))
+    for (mean_, rstd_), eps in zip(stats, (None, 1e-5)):
+        dx, dw, db = narrow.block_row_backward(dy, x, weight, bias, mean_, rstd_, is_rms, eps=eps)
+        assert dx.shape == shape
+        assert torch.equal(dw, torch.zeros(n_cols))
+        assert (db is None) if is_rms else torch.equal(db, torch.zeros(n_cols))
+    y2, mean2, rstd2 = narrow.block_row_forward(x, weight, bias, 1e-5, is_rms, store_stats=False)
+    assert y2.shape == shape and mean2 is None and rstd2 is None
 
 
 def test_use_block_row_thresholds():
@@ -497,9 +521,11 @@ def test_auto_layout_with_a_row_only_strategy_takes_the_row_kernels(monkeypatch,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("n_cols", [17, 256])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_public_api_block_row_equals_row_path(is_rms, n_cols, dtype):
+def test_public_api_block_row_and_row_path_match_fp64(is_rms, n_cols, dtype):
     x, weight, bias, dy = _make(N_ROWS, n_cols, dtype, True, not is_rms)
-    results = {}
+    y_ref, _, rstd_ref = _reference(x, weight, bias, EPS[is_rms], is_rms)
+    grads_ref = _reference_grads(x, weight, bias, dy, EPS[is_rms], is_rms)
+    expect = (y_ref, *(g for g in grads_ref if g is not None))
     for layout in ("row", "block_row"):
         xg = x.clone().requires_grad_()
         wg = weight.clone().requires_grad_()
@@ -510,11 +536,11 @@ def test_public_api_block_row_equals_row_path(is_rms, n_cols, dtype):
         else:
             y = normlab.layer_norm(xg, wg, bg, EPS[False], layout=layout)
             grads = torch.autograd.grad(y, (xg, wg, bg), dy)
-        results[layout] = (y, *grads)
-    names = ("y", "dx", "dweight", "dbias")
-    for name, row, block in zip(names, results["row"], results["block_row"]):
-        reduce_len = N_ROWS if name in ("dweight", "dbias") else None
-        assert_close(block, row, reduce_len=reduce_len, dtype=dtype, msg=name)
+        for name, got, want in zip(("y", "dx", "dweight", "dbias"), (y, *grads), expect):
+            reduce_len = N_ROWS if name in ("dweight", "dbias") else None
+            if name == "dx":  # in units of each row's rstd, as in _check_all
+                got, want = got / rstd_ref[:, None], want / rstd_ref[:, None]
+            assert_close(got, want, reduce_len=reduce_len, dtype=dtype, msg=f"{layout} {name}")
 
 
 def test_public_api_too_wide_for_block_row():

@@ -106,6 +106,43 @@ def test_forward_mixed_param_dtype():
     assert_close(y, ref.rms_norm(x.double(), w.double(), 1e-6))
 
 
+def _small_variance_rows(n, dtype):
+    """Rows whose variance (LayerNorm) or mean square (RMSNorm) is below or near eps = 1e-5, so
+    that eps sets rstd: all zeros, constants, a constant plus 1e-4 noise, 3e-3 noise (mean
+    square ~ eps), 1e-3 noise, and one ordinary row."""
+    noise = torch.randn(7, n)
+    rows = torch.stack([
+        torch.zeros(n), torch.full((n,), 0.75), torch.full((n,), -3.0),
+        0.01 + 1e-4 * noise[3], 3e-3 * noise[4], 1e-3 * noise[5], noise[6],
+    ])  # fmt: skip
+    return rows.to(dtype)
+
+
+LAYOUT_STRATEGIES = [("row", s) for s in STRATEGIES] + [("block_row", "persistent")]
+
+
+@pytest.mark.parametrize("n", [48, 100], ids=["48-cols", "100-cols"])
+@pytest.mark.parametrize("layout,strategy", LAYOUT_STRATEGIES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_eps_dominated_rows(is_rms, dtype, layout, strategy, n):
+    """Rows where eps sets the scale: y, dx, dweight, dbias against fp64 at every strategy and
+    layout (block-row at 48 columns recomputes the statistics in the backward; LayerNorm at
+    100 columns stores them). An eps off by any factor shows in y (small-noise rows) and in dx
+    (constant rows: dx = rstd * (w * dy - mean(w * dy)), rstd = 1 / sqrt(eps))."""
+    x = _small_variance_rows(n, dtype)
+    m = x.shape[0]
+    _, w, b = _inputs(m, n, dtype, is_rms)
+    dy = torch.randn(m, n).to(dtype)
+    params = [t.requires_grad_(True) for t in (x, w, b) if t is not None]
+    y = _fwd(x, w, b, 1e-5, is_rms, strategy=strategy, layout=layout)
+    grads = torch.autograd.grad(y, params, dy)
+    assert_close(y, _ref_fwd(x, w, b, 1e-5, is_rms), msg="y")
+    expect = ref.norm_backward(dy.double(), x.double(), _d(w), _d(b), 1e-5, is_rms)
+    for got, want, name in zip(grads, expect, ("dx", "dweight", "dbias")):
+        assert_close(got, want, reduce_len=None if name == "dx" else m, msg=name)
+
+
 # ---- backward: every strategy ------------------------------------------------------------------
 
 
@@ -363,8 +400,8 @@ def test_forward_drops_predicates_and_int64_only_where_safe():
 def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):
     """layout="auto" takes the block-row forward inside its windows (the 8192-wide persistent
     window's lower edge, LayerNorm only: RMSNorm runs the looped row there, NORM_FWD_RMS_LOOPED;
-    the 1024-wide two-row tiles, both norms); layout="row" one row per program; both match fp64
-    and each other, forward and backward."""
+    the 1024-wide two-row tiles, both norms); layout="row" one row per program; both match
+    fp64, forward and backward."""
     from normlab.kernels import narrow
 
     assert configs.norm_fwd_block_row_config(m, n) is not None
@@ -395,8 +432,9 @@ def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):
         assert launched == ["block_row" if layout == "auto" and tiled else "row"]
         assert_close(ys[layout], y_ref)
         (dxs[layout],) = torch.autograd.grad(ys[layout], xg, dy)
-    assert_close(ys["auto"], ys["row"].double())
-    assert_close(dxs["auto"], dxs["row"].double())  # the backward reads the forward's mean/rstd
+    dx_ref, _, _ = ref.norm_backward(dy.double(), x.double(), w.double(), _d(b), 1e-5, is_rms)
+    for layout in ("auto", "row"):  # the backward reads the forward's mean/rstd
+        assert_close(dxs[layout], dx_ref, msg=f"{layout} dx")
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
@@ -489,19 +527,21 @@ def test_backward_deterministic(strategy):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("buf_dtype", [torch.float32, torch.bfloat16])
 def test_backward_accumulates_into_grad(strategy, buf_dtype):
-    """grad_weight/grad_bias: the reduction adds into an existing buffer and returns it."""
+    """grad_weight/grad_bias: the reduction adds into an existing buffer and returns it; the
+    sum matches fp64 to the buffer's own dtype (an fp32 .grad keeps the fp32 reduction)."""
     x, w, b = _inputs(13, 40, torch.bfloat16, False)
     dy = torch.randn(13, 40).bfloat16()
     _, mean, rstd = K.norm_forward(x, w, b, 1e-5, False)
-    _, dw, db = K.norm_backward(dy, x, w, b, mean, rstd, False, strategy=strategy)
+    _, rdw, rdb = ref.norm_backward(dy.double(), x.double(), w.double(), b.double(), 1e-5, False)
     gw, gb = torch.randn(40).to(buf_dtype), torch.randn(40).to(buf_dtype)
-    expect_w, expect_b = gw.double() + dw.double(), gb.double() + db.double()
+    expect_w, expect_b = gw.double() + rdw, gb.double() + rdb
     out = K.norm_backward(
         dy, x, w, b, mean, rstd, False, strategy=strategy, grad_weight=gw, grad_bias=gb
     )
     assert out[1] is gw and out[2] is gb
-    assert_close(gw, expect_w, reduce_len=13, dtype=torch.bfloat16)
-    assert_close(gb, expect_b, reduce_len=13, dtype=torch.bfloat16)
+    assert gw.dtype == gb.dtype == buf_dtype
+    assert_close(gw, expect_w, reduce_len=13, msg="grad_weight")
+    assert_close(gb, expect_b, reduce_len=13, msg="grad_bias")
 
 
 @pytest.mark.parametrize("n_cols", [1024, 1025, 4097], ids=str)
@@ -522,15 +562,27 @@ def test_reduce_partials_at_each_tile(n_cols, with_bias):
         assert_close(out, part.double().sum(0), reduce_len=37)
 
 
-def test_auto_strategy_and_config_table():
-    for n in (1, 100, BWD_MAX[False], BWD_MAX[True], BWD_MAX[True] + 1):
-        assert configs.norm_bwd_auto_strategy(64, n) in STRATEGIES
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_auto_strategy_and_config_table(is_rms):
+    """Each width's backward config: one power-of-two block holding the whole row up to the
+    single-pass limit, NORM_BWD_TWO_PASS_BLOCK_COLS-wide chunks past it; and strategy="auto"
+    (persistent) against fp64 through the launcher."""
+    one_pass_max = configs.norm_bwd_single_pass_max_cols(is_rms, 64)
+    for n in (1, 100, BWD_MAX[False], BWD_MAX[False] + 1, BWD_MAX[True], BWD_MAX[True] + 1):
+        assert configs.norm_bwd_auto_strategy(64, n) == "persistent"
+        pow2 = triton.next_power_of_2(n)
         for s in STRATEGIES:
-            cfg = configs.norm_bwd_config(s, 64, n)
-            assert cfg.block_cols >= min(n, cfg.block_cols) and cfg.block_rows >= 1
-            assert cfg.two_pass or cfg.block_cols >= n
+            cfg = configs.norm_bwd_config(s, 64, n, is_rms=is_rms)
+            assert cfg.strategy == s
+            assert cfg.two_pass == (n > one_pass_max), (s, n)
+            expect_cols = min(configs.NORM_BWD_TWO_PASS_BLOCK_COLS, pow2) if cfg.two_pass else pow2
+            assert cfg.block_cols == expect_cols, (s, n)
+            assert cfg.block_rows >= 1 and triton.next_power_of_2(cfg.block_rows) == cfg.block_rows
+            if s == "atomic":
+                assert cfg.block_rows == configs.NORM_BWD_ATOMIC_BLOCK_ROWS
     with pytest.raises(ValueError, match="block_cols"):
         configs.norm_bwd_config("persistent", 4, 100, two_pass=False, block_cols=64)
+    _check_backward(37, 100, torch.float32, is_rms, "auto")
 
 
 # ---- autograd through the public API -----------------------------------------------------------
@@ -611,41 +663,75 @@ def test_row_strided_view_is_not_copied(monkeypatch):
 )
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_torch_compile_fullgraph(is_rms, layout, dynamic):
-    # block_row: the forward returns empty statistics and the backward recomputes them
+    """Compiled forward and backward against fp64 (block_row: the forward returns empty
+    statistics and the backward recomputes them)."""
     x, w, b = _inputs(6, 20, torch.float32, is_rms)
-    w.requires_grad_(True)
+    scale = torch.arange(20.0)
 
     def loss(x, w, b):
-        return (_fwd(x, w, b, 1e-5, is_rms, layout=layout) * torch.arange(20.0)).sum()
+        return (_fwd(x, w, b, 1e-5, is_rms, layout=layout) * scale).sum()
 
     compiled = torch.compile(loss, fullgraph=True, backend="aot_eager", dynamic=dynamic)
-    xe, xc = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
-    le, lc = loss(xe, w, b), compiled(xc, w, b)
-    gw_e = torch.autograd.grad(le, (xe, w))
-    gw_c = torch.autograd.grad(lc, (xc, w))
-    assert_close(lc, le.double())
-    for a, e in zip(gw_c, gw_e):
-        assert_close(a, e.double())
+    xc, wc = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    lc = compiled(xc, wc, b)
+    grads = torch.autograd.grad(lc, (xc, wc))
+    xd, wd = x.double().requires_grad_(True), w.double().requires_grad_(True)
+    y_ref = ref.rms_norm(xd, wd, 1e-5) if is_rms else ref.layer_norm(xd, wd, _d(b), 1e-5)
+    l_ref = (y_ref * scale.double()).sum()
+    expect = torch.autograd.grad(l_ref, (xd, wd))
+    assert_close(lc, l_ref.detach(), reduce_len=y_ref.numel(), msg="loss")
+    assert_close(grads[0], expect[0], msg="dx")
+    assert_close(grads[1], expect[1], reduce_len=6, msg="dweight")
 
 
 # ---- edge cases and bad inputs -----------------------------------------------------------------
 
 
+ALL_KERNELS = ("_norm_fwd_kernel", "_norm_bwd_atomic_kernel", "_norm_bwd_partials_kernel",
+               "_norm_bwd_persistent_kernel", "_norm_bwd_persistent_static_kernel",
+               "_norm_bwd_persistent_two_pass_kernel", "_reduce_partials_kernel")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "layout,strategy",
+    [("auto", s) for s in ["auto"] + STRATEGIES]
+    + [("row", s) for s in ["auto"] + STRATEGIES]
+    + [("block_row", "auto"), ("block_row", "persistent")],
+)
+@pytest.mark.parametrize("shape", [(0, 16), (0, 3, 200), (4, 0), (2, 0, 0), (0,)], ids=str)
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_empty_batch_does_not_launch(monkeypatch, is_rms):
+def test_empty_input_matches_torch(monkeypatch, is_rms, shape, layout, strategy):
+    """No rows or no columns: as F.rms_norm / F.layer_norm, an empty y and dx and zero
+    dweight/dbias (accumulated into existing .grad), at every layout and strategy; no launch."""
+    from normlab.kernels import narrow
+
     class NoLaunch:
         def __getitem__(self, grid):
-            raise AssertionError("kernel launched for an empty batch")
+            raise AssertionError("kernel launched for an empty input")
 
-    for name in ("_norm_fwd_kernel", "_norm_bwd_persistent_kernel",
-                 "_norm_bwd_persistent_static_kernel", "_reduce_partials_kernel"):
+    for name in ALL_KERNELS:
         monkeypatch.setattr(K, name, NoLaunch())
-    x = torch.randn(0, 3, 16, requires_grad=True)
-    w = torch.randn(16, requires_grad=True)
-    y = _fwd(x, w, None, 1e-5, is_rms)
-    assert y.shape == (0, 3, 16)
-    y.sum().backward()
-    assert x.grad.shape == x.shape and torch.equal(w.grad, torch.zeros(16))
+    for name in ("_block_row_fwd_kernel", "_block_row_bwd_kernel"):
+        monkeypatch.setattr(narrow, name, NoLaunch())
+    n = shape[-1]
+    x = torch.randn(shape, requires_grad=True)
+    w = torch.randn(n, requires_grad=True)
+    b = None if is_rms else torch.randn(n, requires_grad=True)
+    params = (x, w) if is_rms else (x, w, b)
+    y = _fwd(x, w, b, 1e-5, is_rms, strategy=strategy, layout=layout)
+    xt, wt = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+    bt = None if is_rms else b.detach().clone().requires_grad_(True)
+    yt = (torch.nn.functional.rms_norm(xt, (n,), wt, 1e-5) if is_rms
+          else torch.nn.functional.layer_norm(xt, (n,), wt, bt, 1e-5))  # fmt: skip
+    assert y.shape == yt.shape == shape and y.dtype == yt.dtype
+    dy = torch.randn(shape)
+    for p in params[1:]:
+        p.grad = torch.ones_like(p)  # an existing .grad: the empty backward adds 0 to it
+    y.backward(dy)
+    yt.backward(dy)
+    assert x.grad.shape == xt.grad.shape == shape
+    for p, pt in zip(params[1:], (wt, bt)):
+        assert torch.equal(p.grad - 1, pt.grad) and not pt.grad.any()
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
@@ -671,7 +757,6 @@ def test_nan_stays_in_its_row(is_rms):
         (lambda: (torch.randn(3, 8).double(), None, {}), TypeError, "float64"),
         (lambda: (torch.randn(3, 8), torch.ones(8, dtype=torch.int32), {}), TypeError, "dtype"),
         (lambda: (torch.randn(3, 8), torch.randn(8, device="meta"), {}), ValueError, "device"),
-        (lambda: (torch.randn(3, 0), None, {}), ValueError, "last dimension"),
         (lambda: (torch.tensor(1.0), None, {}), ValueError, "last dimension"),
         (lambda: (torch.randn(3, 8), None, {"eps": -1e-5}), ValueError, "eps"),
         (lambda: (torch.randn(3, 8), None, {"eps": float("nan")}), ValueError, "eps"),
@@ -686,7 +771,6 @@ def test_nan_stays_in_its_row(is_rms):
         "fp64-x",
         "int-w",
         "device",
-        "empty-last",
         "0-d",
         "neg-eps",
         "nan-eps",

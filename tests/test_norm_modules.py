@@ -1,12 +1,11 @@
 """normlab.RMSNorm / normlab.LayerNorm as drop-ins for torch.nn.RMSNorm / torch.nn.LayerNorm."""
 
-import copy
-
 import pytest
 import torch
 from helpers import assert_close
 
 import normlab
+from normlab import ref
 
 CASES = [
     # (normlab class, torch class, constructor kwargs)
@@ -59,12 +58,107 @@ def test_state_dict_round_trip(ours_cls, torch_cls, kwargs):
     assert ours.strategy == "two_stage" and "strategy='two_stage'" in repr(ours)
 
 
-def test_rms_eps_none_uses_dtype_eps():
-    """torch.nn.RMSNorm(eps=None) uses finfo(x.dtype).eps; with x ~ 1e-4 the eps matters."""
-    ours, theirs = _pair(normlab.RMSNorm, torch.nn.RMSNorm, {"normalized_shape": 16})
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("scale", [1e-2, 1.0, 1e2], ids=["x1e-2", "x1", "x1e2"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("ours_cls,torch_cls,kwargs", CASES, ids=IDS)
+def test_matches_torch_module_per_dtype_and_scale(ours_cls, torch_cls, kwargs, dtype, scale):
+    """Outputs and gradients of the same-argument torch module, parameters in ``dtype``, inputs
+    of scale 1e-2 / 1 / 1e2 (where a default eps of the wrong size would show)."""
+    ours, theirs = _pair(ours_cls, torch_cls, {**kwargs, "dtype": dtype})
+    x = (scale * torch.randn(2, 5, 24)).reshape(2, 5, *theirs.normalized_shape).to(dtype)
+    xo, xt = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    yo, yt = ours(xo), theirs(xt)
+    assert yo.dtype == yt.dtype == dtype
+    assert_close(yo, yt.double(), msg="y")
+    dy = torch.randn_like(yt)
+    yo.backward(dy)
+    yt.backward(dy)
+    # dx scales like 1 / scale: compared in units of it, so that the atol cannot swamp it
+    assert_close(xo.grad * scale, xt.grad.double() * scale, dtype=dtype, msg="dx")
+    for (name, po), pt in zip(ours.named_parameters(), theirs.parameters()):
+        assert po.grad.dtype == pt.grad.dtype == dtype
+        assert_close(po.grad, pt.grad.double(), reduce_len=10, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_rms_eps_none_is_the_fp32_eps_as_torch(dtype):
+    """torch.nn.RMSNorm(eps=None) computes half inputs in fp32 with finfo(float32).eps, not
+    finfo(x.dtype).eps (0.0078 in bf16, which moves activations of scale 1e-2 by up to ~3)."""
+    ours, theirs = _pair(normlab.RMSNorm, torch.nn.RMSNorm, {"normalized_shape": 64})
     assert ours.eps is None
-    x = 1e-4 * torch.randn(3, 16)
+    x = (1e-2 * torch.randn(8, 64)).to(dtype)
     assert_close(ours(x), theirs(x).double())
+    xd = x.double()  # the fp64 reference with fp32's eps
+    y_ref = ref.rms_norm(xd, theirs.weight.detach().double(), torch.finfo(torch.float32).eps)
+    assert_close(ours(x), y_ref)
+
+
+MODULE_ARGS = [
+    (torch.nn.RMSNorm, {"normalized_shape": 24}),
+    (torch.nn.RMSNorm, {"normalized_shape": [3, 8], "eps": 1e-5, "elementwise_affine": False}),
+    (torch.nn.RMSNorm, {"normalized_shape": (4,), "dtype": torch.bfloat16}),
+    (torch.nn.RMSNorm, {"normalized_shape": 6, "device": "meta", "dtype": torch.float16}),
+    (torch.nn.LayerNorm, {"normalized_shape": 24}),
+    (torch.nn.LayerNorm, {"normalized_shape": [3, 8], "eps": 1e-6, "bias": False}),
+    (torch.nn.LayerNorm, {"normalized_shape": 24, "elementwise_affine": False}),
+    (torch.nn.LayerNorm, {"normalized_shape": 24, "elementwise_affine": False, "bias": False}),
+    (torch.nn.LayerNorm, {"normalized_shape": (4,), "dtype": torch.bfloat16}),
+    (torch.nn.LayerNorm, {"normalized_shape": 6, "device": "meta", "dtype": torch.float16}),
+]
+
+
+@pytest.mark.parametrize("torch_cls,kwargs", MODULE_ARGS, ids=str)
+def test_module_attributes_match_torch(torch_cls, kwargs):
+    """Defaults, factory kwargs, shapes given as int/list/tuple: the same attributes, parameters
+    (name, shape, dtype, device, initial value) and state_dict keys as torch's module."""
+    ours_cls = {torch.nn.RMSNorm: normlab.RMSNorm, torch.nn.LayerNorm: normlab.LayerNorm}[torch_cls]
+    ours, theirs = ours_cls(**kwargs), torch_cls(**kwargs)
+    for attr in ("normalized_shape", "eps", "elementwise_affine"):
+        assert getattr(ours, attr) == getattr(theirs, attr), attr
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    named = dict(theirs.named_parameters())
+    assert [n for n, _ in ours.named_parameters()] == list(named)
+    for name, p in ours.named_parameters():
+        q = named[name]
+        assert (p.shape, p.dtype, p.device) == (q.shape, q.dtype, q.device), name
+        if p.device.type != "meta":
+            assert torch.equal(p, q), name  # ones / zeros
+    for name in ("weight", "bias"):
+        assert (getattr(ours, name, None) is None) == (getattr(theirs, name, None) is None), name
+    assert repr(ours).startswith(f"{type(ours).__name__}({theirs.extra_repr()}, strategy=")
+
+
+@pytest.mark.parametrize("shape", [(0, 24), (2, 0, 24)], ids=str)
+@pytest.mark.parametrize("layout", ["row", "block_row"])
+@pytest.mark.parametrize("ours_cls,torch_cls,kwargs", [CASES[0], CASES[3]], ids=["rms", "ln"])
+def test_empty_batch_matches_torch_module(ours_cls, torch_cls, kwargs, layout, shape):
+    """No rows: an empty output and dx, zero parameter gradients, as torch's module."""
+    ours, theirs = _pair(ours_cls, torch_cls, kwargs, layout=layout)
+    xo, xt = torch.randn(shape, requires_grad=True), torch.randn(shape, requires_grad=True)
+    yo, yt = ours(xo), theirs(xt)
+    assert yo.shape == yt.shape == shape
+    yo.sum().backward()
+    yt.sum().backward()
+    assert xo.grad.shape == xt.grad.shape == shape
+    for (name, po), pt in zip(ours.named_parameters(), theirs.parameters()):
+        assert torch.equal(po.grad, pt.grad) and not po.grad.any(), name
+
+
+@pytest.mark.parametrize("torch_cls", [torch.nn.RMSNorm, torch.nn.LayerNorm])
+def test_zero_width_normalized_shape_matches_torch_module(torch_cls):
+    ours_cls = {torch.nn.RMSNorm: normlab.RMSNorm, torch.nn.LayerNorm: normlab.LayerNorm}[torch_cls]
+    for normalized_shape in (0, (2, 0)):
+        ours, theirs = ours_cls(normalized_shape), torch_cls(normalized_shape)
+        x = torch.randn(3, 2, 0, requires_grad=True)
+        y = ours(x)
+        assert y.shape == theirs(x).shape == (3, 2, 0)
+        y.sum().backward()
+        assert x.grad.shape == x.shape
+        assert all(p.grad.shape == p.shape for p in ours.parameters())
+        x.grad = None
 
 
 @pytest.mark.parametrize("strategy", ["atomic", "two_stage", "persistent"])
@@ -93,14 +187,23 @@ def test_training_step_matches_torch(strategy):
 
 def test_module_under_torch_compile():
     layer = normlab.LayerNorm(16)
-    ref_layer = copy.deepcopy(layer)
+    with torch.no_grad():
+        layer.weight.copy_(1 + 0.5 * torch.randn(16))
+        layer.bias.copy_(torch.randn(16))
     compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
     x = torch.randn(4, 16, requires_grad=True)
-    xr = x.detach().clone().requires_grad_(True)
-    compiled(x).pow(2).sum().backward()
-    ref_layer(xr).pow(2).sum().backward()
-    assert_close(x.grad, xr.grad.double())
-    assert_close(layer.weight.grad, ref_layer.weight.grad.double(), reduce_len=4)
+    y = compiled(x)
+    y.pow(2).sum().backward()
+    # fp64 reference of the same loss
+    xd = x.detach().double().requires_grad_(True)
+    wd = layer.weight.detach().double().requires_grad_(True)
+    bd = layer.bias.detach().double().requires_grad_(True)
+    yd = ref.layer_norm(xd, wd, bd, layer.eps)
+    dx, dw, db = torch.autograd.grad(yd.pow(2).sum(), (xd, wd, bd))
+    assert_close(y, yd.detach())
+    assert_close(x.grad, dx)
+    assert_close(layer.weight.grad, dw, reduce_len=4)
+    assert_close(layer.bias.grad, db, reduce_len=4)
 
 
 @pytest.mark.parametrize("cls", [normlab.RMSNorm, normlab.LayerNorm])
@@ -111,3 +214,5 @@ def test_bad_module_arguments(cls):
         cls(8, layout="columns")
     with pytest.raises(ValueError, match="normalized_shape"):
         cls((2, 4))(torch.randn(3, 8))
+    with pytest.raises(ValueError, match="normalized_shape is empty"):
+        cls(())(torch.randn(3, 8))  # torch raises too

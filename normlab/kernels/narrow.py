@@ -419,13 +419,9 @@ def _check_width(n_cols: int) -> None:
 
 
 def _check_input(x) -> tuple[int, int]:
-    """x must be a non-empty (n_rows, n_cols) matrix narrow enough for block-row tiles."""
+    """x must be an (n_rows, n_cols) matrix narrow enough for block-row tiles (empty is fine)."""
     _check_matrix("x", x)
     n_rows, n_cols = x.shape
-    if n_rows == 0 or n_cols == 0:
-        raise ValueError(
-            f"x is empty (shape {tuple(x.shape)}); block_row needs n_rows >= 1 and n_cols >= 1"
-        )
     _check_width(n_cols)
     return n_rows, n_cols
 
@@ -438,6 +434,12 @@ def block_row_forward(x, weight, bias, eps, is_rms, *, store_stats=True):
     _check_vector("bias", bias, n_cols, x)
     if is_rms and bias is not None:
         raise ValueError("RMSNorm has no bias; pass bias=None with is_rms=True")
+    if x.numel() == 0:  # no rows or no columns (as torch): empty y, nothing to launch
+        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+        if not store_stats:
+            return y, None, None
+        rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+        return y, None if is_rms else torch.empty_like(rstd), rstd
     cfg = configs.block_row_fwd_config(n_cols, is_rms)
     return _fwd(x, weight, bias, eps, is_rms, cfg, store_stats=store_stats)
 
@@ -470,7 +472,6 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto",
             )
         if not is_valid_eps(eps):
             raise ValueError(f"eps must be a finite float >= 0, got {eps!r}")
-        cfg = configs.block_row_bwd_recompute_config(n_cols, is_rms)
     else:
         _check_vector("rstd", rstd, n_rows, x, torch.float32)
         if not is_rms:
@@ -479,6 +480,14 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto",
                     "LayerNorm backward needs the fp32 mean returned by block_row_forward"
                 )
             _check_vector("mean", mean, n_rows, x, torch.float32)
+    if x.numel() == 0:  # empty dx; no rows add to dweight/dbias, which are 0 (as torch)
+        dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+        dw = torch.zeros_like(weight) if weight is not None else None
+        db = torch.zeros_like(bias) if bias is not None else None
+        return dx, dw, db
+    if rstd is None:
+        cfg = configs.block_row_bwd_recompute_config(n_cols, is_rms)
+    else:
         cfg = configs.block_row_bwd_config(n_cols)
     dx, dw, db = _bwd(dy, x, weight, bias is not None, mean, rstd, is_rms, cfg, eps=eps)
     dw = dw.to(weight.dtype) if dw is not None else None

@@ -44,8 +44,10 @@ forward's block-row windows).
 
 Inputs: any leading shape, normalized over the last dim; fp32/fp16/bf16 (fp64 and integer
 dtypes raise ``TypeError``: use ``normlab.ref`` for fp64). A tensor whose last dim is not
-contiguous, or whose rows are not evenly strided, is copied once (``x.reshape(-1, n_cols)``
-then ``.contiguous()``); a row-strided view such as ``x[:, :n]`` is read in place.
+contiguous, or whose rows are not evenly strided, is copied once (``x.flatten(0, -2)``
+then ``.contiguous()``); a row-strided view such as ``x[:, :n]`` is read in place. An empty
+input (no rows, or a zero-width last dim) gives an empty y and dx and zero dweight/dbias, as
+torch, with no kernel launch.
 """
 
 from __future__ import annotations
@@ -785,6 +787,15 @@ def _reduce_partials_kernel(
 # ============================================================================================
 
 
+def _empty_forward(x2d, is_rms):
+    """Uninitialized (y, mean | None, rstd) for x2d: (n_rows, n_cols); mean/rstd fp32 (n_rows,)."""
+    n_rows = x2d.shape[0]
+    y = torch.empty(x2d.shape, dtype=x2d.dtype, device=x2d.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    return y, mean, rstd
+
+
 def norm_forward(x2d, weight, bias, eps, is_rms, *, block_size=None, num_warps=None,
                  block_row=False):  # fmt: skip
     """Forward launcher: x2d (n_rows, n_cols) -> (y, mean | None, rstd), mean/rstd fp32 (n_rows,).
@@ -796,16 +807,14 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, block_size=None, num_warps=N
     """
     x2d = unit_col_stride(x2d)
     n_rows, n_cols = x2d.shape
+    if x2d.numel() == 0:  # no rows or no columns: empty y, nothing to launch
+        return _empty_forward(x2d, is_rms)
     tile_cfg = configs.norm_fwd_block_row_config(n_rows, n_cols, is_rms) if block_row else None
     if tile_cfg is not None and block_size is None and num_warps is None:
         from normlab.kernels import narrow
 
         return narrow._fwd(x2d, weight, bias, eps, is_rms, tile_cfg)
-    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
-    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-    mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-    if n_rows == 0:
-        return y, mean, rstd
+    y, mean, rstd = _empty_forward(x2d, is_rms)
     args = (
         x2d, y,
         weight if weight is not None else rstd,
@@ -873,7 +882,7 @@ def norm_backward(
     db = grad_bias if grad_bias is not None else (
         torch.empty(n_cols, dtype=bias.dtype, device=device) if has_b else None
     )  # fmt: skip
-    if n_rows == 0:
+    if dx.numel() == 0:  # no rows (dweight/dbias are 0) or no columns: nothing to launch
         for out, buf in ((dw, grad_weight), (db, grad_bias)):
             if out is not None and buf is None:
                 out.zero_()
@@ -1133,10 +1142,8 @@ def _prepare(name, x, weight, bias, eps, strategy, layout):
             f"{name}: x has dtype {x.dtype}; the kernels take float32/float16/bfloat16 "
             f"(for float64 use normlab.ref.{name})"
         )
-    if x.dim() == 0 or x.shape[-1] == 0:
-        raise ValueError(
-            f"{name}: x must have a non-empty last dimension, got shape {tuple(x.shape)}"
-        )
+    if x.dim() == 0:
+        raise ValueError(f"{name}: x must have a last dimension to normalize, got a 0-d tensor")
     if x.device.type != _runtime.DEVICE:
         raise ValueError(
             f"{name}: x is on {x.device} but normlab runs on {_runtime.DEVICE!r} "
@@ -1171,7 +1178,9 @@ def _prepare(name, x, weight, bias, eps, strategy, layout):
             f"{name}: strategy={strategy!r} does not exist for layout='block_row' (its backward is "
             "always persistent); use strategy='auto' or 'persistent', or layout='row'/'auto'"
         )
-    return unit_col_stride(x.reshape(-1, n_cols))
+    # Not reshape(-1, n_cols): -1 is ambiguous when n_cols is 0.
+    x2d = x.reshape(1, n_cols) if x.dim() == 1 else x.flatten(0, -2)
+    return unit_col_stride(x2d)
 
 
 def rms_norm(x, weight=None, eps=1e-6, *, strategy="auto", layout="auto"):
