@@ -5,7 +5,7 @@ import math
 import torch
 
 from normlab.kernels import entropy as _entropy
-from normlab.kernels import norm as _norm
+from normlab.norms import op as _norm
 
 # ---- norms -----------------------------------------------------------------------------------
 

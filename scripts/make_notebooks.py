@@ -230,7 +230,7 @@ print("rows with NaN in the output:", torch.isnan(normlab.rms_norm(x2)).any(1).n
 '''),
     code('''
 # NBVAL_CHECK_OUTPUT
-from normlab import configs
+from normlab.norms import config as configs
 
 for n in (512, 1000, 4096, 8192, 16384, 32768):
     cfg = configs.norm_fwd_config(n, is_rms=True)
@@ -337,7 +337,7 @@ number of partial rows to programs/SM × SMs, whatever M. The numbers (programs,
 rows) come from `viz.contention_model`, with the kernels' own configuration. Drawn for the H200's 132 SMs.
 '''),
     code('''
-from normlab import configs
+from normlab.norms import config as configs
 
 N_SM = 132 if normlab.INTERPRET else normlab._runtime.sm_count()
 viz.contention_figure(32768, 1024, n_sm=N_SM,
@@ -432,12 +432,12 @@ faster.
     md('''
 ## Correctness: program counts and single vs two-pass
 
-The launcher `normlab.kernels.norm.norm_backward` takes `programs_per_sm` and `two_pass` directly;
+The launcher `normlab.norms.row.norm_backward` takes `programs_per_sm` and `two_pass` directly;
 a small `block_cols` forces the two-pass path on a small row.
 '''),
     code('''
 # NBVAL_CHECK_OUTPUT
-from normlab.kernels.norm import norm_backward, norm_forward
+from normlab.norms.row import norm_backward, norm_forward
 
 torch.manual_seed(0)
 M, N = 257, 300
@@ -565,7 +565,7 @@ at 16, 128 and 256 columns, `configs.BLOCK_ROW_FWD_TILES`):
 '''),
     code('''
 # NBVAL_CHECK_OUTPUT
-from normlab import configs
+from normlab.norms import config as configs
 
 ROWS = 7_864_320
 print(f"{'N':>5} {'row: elems/program':>19} {'row: programs':>14} {'block-row: rows/tile':>21} "

@@ -17,8 +17,9 @@ import triton
 from helpers import assert_close
 
 import normlab
-from normlab import _runtime, configs
-from normlab.kernels import narrow
+from normlab import _runtime
+from normlab.norms import config as configs
+from normlab.norms import block_row as narrow
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # 1: degenerate row; 3, 17, 100, 255: non-powers of two (padded tile columns);
@@ -160,7 +161,7 @@ def test_persistent_backward_loops_over_many_tiles(is_rms, acc_tile, prefetch):
     x, weight, bias, dy = _make(n_rows, n_cols, torch.bfloat16, True, not is_rms)
     eps = EPS[is_rms]
     _, mean, rstd = narrow.block_row_forward(x, weight, bias, eps, is_rms)
-    dx, dw, db = narrow._bwd(dy, x, weight, bias is not None, mean, rstd, is_rms, cfg)
+    dx, dw, db = narrow.launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg)
     dx_ref, dw_ref, db_ref = _reference_grads(x, weight, bias, dy, eps, is_rms)
     assert dw.dtype == torch.float32  # the private launcher returns the fp32 sums
     assert_close(dx, dx_ref, msg="dx")
@@ -176,7 +177,7 @@ def test_forward_tile_heights(is_rms, max_rows):
     cfg = configs.block_row_fwd_config(16, is_rms, max_rows=max_rows)
     assert cfg.block_rows == max_rows
     x, weight, bias, _ = _make(300, 16, torch.float16, True, not is_rms)
-    y, _, rstd = narrow._fwd(x, weight, bias, EPS[is_rms], is_rms, cfg)
+    y, _, rstd = narrow.launch_forward(x, weight, bias, EPS[is_rms], is_rms, cfg)
     y_ref, _, rstd_ref = _reference(x, weight, bias, EPS[is_rms], is_rms)
     assert_close(y, y_ref)
     assert_close(rstd, rstd_ref)
@@ -190,13 +191,13 @@ def test_persistent_forward(is_rms, n_cols):
     n_programs = _runtime.sm_count()
     n_rows = cfg.block_rows * (3 * n_programs + 1) + 1
     x, weight, bias, _ = _make(n_rows, n_cols, torch.bfloat16, True, not is_rms)
-    y, mean, rstd = narrow._fwd(x, weight, bias, EPS[is_rms], is_rms, cfg)
+    y, mean, rstd = narrow.launch_forward(x, weight, bias, EPS[is_rms], is_rms, cfg)
     y_ref, mean_ref, rstd_ref = _reference(x, weight, bias, EPS[is_rms], is_rms)
     assert_close(y, y_ref)
     assert_close(rstd, rstd_ref)
     if not is_rms:
         assert_close(mean, mean_ref)
-    y_tile, _, rstd_tile = narrow._fwd(x, weight, bias, EPS[is_rms], is_rms, cfg._replace(
+    y_tile, _, rstd_tile = narrow.launch_forward(x, weight, bias, EPS[is_rms], is_rms, cfg._replace(
         programs_per_sm=0))  # fmt: skip
     assert torch.equal(y, y_tile) and torch.equal(rstd, rstd_tile)  # same arithmetic per tile
 
@@ -210,7 +211,7 @@ def test_recomputed_statistics_at_eps_zero(is_rms, acc_tile):
     cfg = configs.block_row_bwd_config(n_cols, acc_tile=acc_tile)
     n_rows = 3 * cfg.block_rows + 5  # ragged: the last tile is mostly padding
     x, weight, bias, dy = _make(n_rows, n_cols, torch.float32, True, not is_rms)
-    dx, dw, db = narrow._bwd(dy, x, weight, bias is not None, None, None, is_rms, cfg, eps=0.0)
+    dx, dw, db = narrow.launch_backward(dy, x, weight, bias, None, None, is_rms, cfg, eps=0.0)
     dx_ref, dw_ref, db_ref = _reference_grads(x, weight, bias, dy, 0.0, is_rms)
     assert dw.isfinite().all()
     assert_close(dx, dx_ref, msg="dx")
@@ -369,7 +370,7 @@ def test_clear_errors():
         with pytest.raises(ValueError, match="eps must be a finite float"):
             narrow.block_row_backward(x, x, w, None, None, None, False, eps=bad_eps)
     with pytest.raises(ValueError, match="needs the forward's eps"):
-        narrow._bwd(x, x, w, False, None, None, False, configs.block_row_bwd_config(16))
+        narrow.launch_backward(x, x, w, None, None, None, False, configs.block_row_bwd_config(16))
     for strategy in ("atomic", "two_stage", "bogus"):
         with pytest.raises(
             ValueError, match=f"strategy='{strategy}' does not exist for layout='block_row'"

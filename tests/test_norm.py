@@ -12,8 +12,9 @@ import triton
 from helpers import assert_close
 
 import normlab
-from normlab import configs, ref
-from normlab.kernels import norm as K
+from normlab import ref
+from normlab.norms import config as configs
+from normlab.norms import row as K
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 STRATEGIES = ["atomic", "two_stage", "persistent"]
@@ -240,13 +241,26 @@ def test_backward_constant_width_switch(monkeypatch, is_rms, n):
     assert launched == [kernel] * 2
 
 
+def test_backward_two_pass_by_padding_waste():
+    """Above one two-pass chunk (4096 columns), a single pass whose power-of-two tile would leave
+    more than NORM_BWD_MAX_PAD_WASTE of its lanes empty runs two-pass; at and below it, single."""
+    chunk, limit = configs.NORM_BWD_TWO_PASS_BLOCK_COLS, configs.NORM_BWD_MAX_PAD_WASTE
+    edge = math.ceil(8192 * (1 - limit))  # the narrowest 8192-tile width within the waste limit
+    for is_rms in (True, False):
+        two_pass = {n: configs.norm_bwd_config("persistent", 4096, n, is_rms=is_rms).two_pass
+                    for n in (chunk, chunk + 1, edge - 1, edge, 8192, 12288, 16384)}  # fmt: skip
+        assert two_pass == {chunk: False, chunk + 1: True, edge - 1: True, edge: False,
+                            8192: False, 12288: True, 16384: False}  # fmt: skip
+
+
 @pytest.mark.parametrize("rows_past", [-1, 0], ids=["fewer-rows", "enough-rows"])
 def test_backward_layer_norm_row_count_switch(rows_past):
     """LayerNorm rows between the few-rows limit and the single-pass limit are two-pass below
     NORM_BWD_LN_SINGLE_PASS_MIN_ROWS rows and single-pass from it; RMSNorm does not switch."""
     m = configs.NORM_BWD_LN_SINGLE_PASS_MIN_ROWS + rows_past
-    n = configs.NORM_BWD_LN_FEW_ROWS_MAX_COLS + 1
-    assert n <= configs.NORM_BWD_SINGLE_PASS_MAX_COLS
+    n = 15000  # past the few-rows limit, padded to 16384 with little waste
+    assert configs.NORM_BWD_LN_FEW_ROWS_MAX_COLS < n <= configs.NORM_BWD_SINGLE_PASS_MAX_COLS
+    assert configs.pad_waste(n) <= configs.NORM_BWD_MAX_PAD_WASTE
     assert configs.norm_bwd_config("persistent", m, n, is_rms=False).two_pass == (rows_past < 0)
     assert not configs.norm_bwd_config("persistent", m, n, is_rms=True).two_pass
     # Each side's kernel on rows of this width (3 rows keep the interpreter run short).
@@ -377,22 +391,12 @@ def test_rms_forward_one_wave_rule(monkeypatch):
     assert_close(y, _ref_fwd(x, w, None, 1e-6, True))
 
 
-def test_forward_drops_predicates_and_int64_only_where_safe():
-    """The forward kernel's heuristics: no chunk predicates when the chunks tile the row exactly,
-    int32 row offsets while rows x row stride stays below 2**31 for x and y."""
-    flags = K._norm_fwd_kernel.values  # triton.heuristics: name -> fn(launch args)
-
-    def args(n_cols, block, rows, x_stride, y_stride):
-        return {"n_cols": n_cols, "BLOCK_SIZE": block, "x_ptr": torch.empty(rows, 0),
-                "y_ptr": torch.empty(rows, 0), "x_row_stride": x_stride, "y_row_stride": y_stride}
-
-    for n_cols, block, even in ((8192, 4096, True), (16384, 4096, True), (1024, 1024, True),
-                                (5000, 4096, False), (1000, 1024, False), (513, 512, False)):
-        assert flags["EVEN_COLS"](args(n_cols, block, 4, n_cols, n_cols)) == even
+def test_forward_int64_rows_only_where_needed():
+    """int32 row offsets while rows x row stride stays below 2**31 for x and y."""
     rows = 2**31 // 8192  # rows x stride == 2**31: the last offset needs int64
-    assert flags["INT64_ROWS"](args(8192, 4096, rows, 8192, 8192))
-    assert not flags["INT64_ROWS"](args(8192, 4096, rows - 1, 8192, 8192))
-    assert flags["INT64_ROWS"](args(8192, 4096, rows - 1, 8192, 8200))  # a strided y
+    assert K._int64_rows(rows, 8192, 8192)
+    assert not K._int64_rows(rows - 1, 8192, 8192)
+    assert K._int64_rows(rows - 1, 8192, 8200)  # a strided y
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
@@ -402,7 +406,7 @@ def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):
     window's lower edge, LayerNorm only: RMSNorm runs the looped row there, NORM_FWD_RMS_LOOPED;
     the 1024-wide two-row tiles, both norms); layout="row" one row per program; both match
     fp64, forward and backward."""
-    from normlab.kernels import narrow
+    from normlab.norms import block_row as narrow
 
     assert configs.norm_fwd_block_row_config(m, n) is not None
     tiled = configs.norm_fwd_block_row_config(m, n, is_rms) is not None
@@ -442,7 +446,7 @@ def test_512_column_window_dispatch(monkeypatch, is_rms):
     """257-512 columns: layout="auto" runs the 512 window's short block-row tiles (the window's
     row edge lowered so the interpreter can run it; 37 rows leave a ragged last tile) and the
     row-path backward; one row fewer than the edge runs one row per program. fp64 agreement."""
-    from normlab.kernels import narrow
+    from normlab.norms import block_row as narrow
 
     ((_, hi, tile),) = configs.NORM_FWD_BLOCK_ROW[is_rms][512]
     monkeypatch.setitem(configs.NORM_FWD_BLOCK_ROW[is_rms], 512, ((30, hi, tile),))
@@ -689,7 +693,7 @@ def test_torch_compile_fullgraph(is_rms, layout, dynamic):
 
 ALL_KERNELS = ("_norm_fwd_kernel", "_norm_bwd_atomic_kernel", "_norm_bwd_partials_kernel",
                "_norm_bwd_persistent_kernel", "_norm_bwd_persistent_static_kernel",
-               "_norm_bwd_persistent_two_pass_kernel", "_reduce_partials_kernel")  # fmt: skip
+               "_norm_bwd_persistent_two_pass_kernel")  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -703,7 +707,7 @@ ALL_KERNELS = ("_norm_fwd_kernel", "_norm_bwd_atomic_kernel", "_norm_bwd_partial
 def test_empty_input_matches_torch(monkeypatch, is_rms, shape, layout, strategy):
     """No rows or no columns: as F.rms_norm / F.layer_norm, an empty y and dx and zero
     dweight/dbias (accumulated into existing .grad), at every layout and strategy; no launch."""
-    from normlab.kernels import narrow
+    from normlab.norms import block_row as narrow
 
     class NoLaunch:
         def __getitem__(self, grid):
@@ -713,6 +717,9 @@ def test_empty_input_matches_torch(monkeypatch, is_rms, shape, layout, strategy)
         monkeypatch.setattr(K, name, NoLaunch())
     for name in ("_block_row_fwd_kernel", "_block_row_bwd_kernel"):
         monkeypatch.setattr(narrow, name, NoLaunch())
+    from normlab.norms import reduce
+
+    monkeypatch.setattr(reduce, "_reduce_partials_kernel", NoLaunch())
     n = shape[-1]
     x = torch.randn(shape, requires_grad=True)
     w = torch.randn(n, requires_grad=True)
@@ -819,7 +826,7 @@ def test_row_layout_backward_takes_one_row_per_tile(monkeypatch):
 def test_layout_dispatch(monkeypatch, is_rms):
     """layout="block_row" goes to normlab.kernels.narrow (stubbed here with the row kernels);
     "row" never does, and "auto" follows configs.use_block_row where the strategy exists there."""
-    from normlab.kernels import narrow
+    from normlab.norms import block_row as narrow
 
     calls = []
 

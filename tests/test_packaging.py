@@ -1,5 +1,6 @@
 """The wheel ships only what the package reads: code, py.typed and the recorded records."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -11,9 +12,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_wheel_contents(tmp_path):
+    src = tmp_path / "src"  # a copy, so the build leaves nothing in the checkout
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "normlab", src / "normlab", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), str(ROOT)],
+         "-w", str(tmp_path), str(src)],
         check=True,
     )
     (wheel,) = tmp_path.glob("normlab-*.whl")

@@ -139,6 +139,7 @@ class Record:
     block_cap: int | None = None
     valid: bool = True
     note: str = ""
+    shape_set: str | None = None  # the population a record belongs to ("population", ...)
 
     @property
     def shape(self) -> str:
@@ -173,7 +174,7 @@ _STR = {
     "command",
     "note",
 }
-_OPT_STR = {"strategy", "layout"}
+_OPT_STR = {"strategy", "layout", "shape_set"}
 
 
 def check_sanity(rec: Record) -> Record:

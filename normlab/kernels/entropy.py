@@ -52,7 +52,7 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime, configs
-from normlab.kernels._host import FLOAT_DTYPES
+from normlab._host import FLOAT_DTYPES
 
 _NEG_INF: tl.constexpr = tl.constexpr(float("-inf"))
 # Loss kinds (a constexpr of the shared kernels).

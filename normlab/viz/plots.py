@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from normlab import configs
+from normlab.norms import config as norm_config
 
 SOURCES = ("live", "recorded")
 NO_RECORDED_DATA = (
@@ -32,7 +32,7 @@ OURS_PREFIX = "normlab"
 # Show at most this many programs/workspace rows in the contention picture; the rest are counted.
 MAX_CARTS_SHOWN = 24
 MAX_DOCKS_SHOWN = 10
-STRATEGIES = configs.NORM_BWD_STRATEGIES
+STRATEGIES = norm_config.NORM_BWD_STRATEGIES
 _COLORS = {"atomic": "#d62728", "two_stage": "#1f77b4", "persistent": "#2ca02c"}
 
 

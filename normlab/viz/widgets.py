@@ -238,11 +238,11 @@ def contention_explorer(n_sm: int | None = None, two_stage_rows: int | None = No
     ``n_sm`` defaults to this GPU's SMs, or the H200's 132 under the interpreter (whose 4
     stand-in SMs would make a dull picture); ``two_stage_rows`` to the two-stage kernel's.
     """
-    from normlab import configs
+    from normlab.norms import config as norm_config
 
     n_sm = n_sm or (132 if _runtime.INTERPRET else _runtime.sm_count())
     if two_stage_rows is None:
-        two_stage_rows = configs.NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM
+        two_stage_rows = norm_config.NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM
     M = W.SelectionSlider(options=_POW2, value=32768, description="M (rows)")
     N = W.SelectionSlider(options=_POW2[:13], value=1024, description="N (cols)")
     pps = W.SelectionSlider(options=[1, 2, 4, 8], value=2, description="programs/SM")

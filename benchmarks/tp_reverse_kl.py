@@ -2,7 +2,7 @@
 
 Run with one process per GPU, NVLink multicast off:
 
-    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 scripts/tp_reverse_kl.py --out DIR
+    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 benchmarks/tp_reverse_kl.py --out DIR
 
 Every rank draws the same full (M, V) logits and target from one seed, keeps its contiguous vocab
 slice (uneven when V does not divide), and runs ``normlab.reverse_kl(..., form="split",

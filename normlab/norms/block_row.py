@@ -1,27 +1,31 @@
-"""Block-row RMSNorm / LayerNorm for narrow rows (n_cols <= configs.BLOCK_ROW_MAX_COLS).
+"""Block-row RMSNorm / LayerNorm: many rows per program, for narrow rows.
 
 One program per row leaves a GPU idle when rows hold 16-256 elements: each program moves a few
 hundred bytes and the launch, the reduction and the DRAM latency dominate. Here one program
-normalises a (BLOCK_ROWS, BLOCK_COLS) tile of many rows in the forward, and the backward runs a
-persistent grid that grid-strides row tiles, keeping dγ/dβ in fp32 registers and writing one fp32
-partial row per program (reduced on the host by ``.sum(0)``; no atomics, deterministic). Where
-``configs.block_row_recompute_stats`` says so, the forward stores no mean/rstd and the backward
-recomputes them from the x tile it reads anyway.
-
-Used by ``normlab.kernels.norm`` for ``layout="block_row"`` (and ``"auto"`` when
-``configs.use_block_row`` says so); that module owns the autograd Function and the public API.
+normalises a (BLOCK_ROWS, BLOCK_COLS) tile of many rows in the forward (the design of
+Liger-Kernel's block-row pull request, https://github.com/linkedin/Liger-Kernel/pull/1620), and
+the backward runs a persistent grid that grid-strides row tiles, keeping dγ/dβ in fp32 registers
+and writing one fp32 partial row per program (summed by ``norms.reduce``; no atomics,
+deterministic). Where ``config.block_row_recompute_stats`` says so, the forward stores no
+mean/rstd and the backward recomputes them from the x tile it reads anyway. The same forward
+kernel, with a persistent prefetching grid, runs the wide-row tiles of ``config.NORM_FWD_BLOCK_ROW``.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import triton
 import triton.language as tl
 
-from normlab import _runtime, configs
-from normlab.kernels._host import FLOAT_DTYPES, is_valid_eps, unit_col_stride
+from normlab import _runtime
+from normlab._host import FLOAT_DTYPES, is_valid_eps, unit_col_stride
+from normlab._launch import launch
+from normlab.norms import config
+from normlab.norms.reduce import reduce_partials
 
-STRATEGIES = ("auto", "persistent")  # the block-row backward's only dγ/dβ reduction
+STRATEGIES = config.BLOCK_ROW_STRATEGIES
 
 
 # ============================================================================================
@@ -100,6 +104,7 @@ def _block_row_fwd_kernel(
     BLOCK_COLS: tl.constexpr,
     PERSISTENT: tl.constexpr,
     STORE_STATS: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
 ):
     """y = (x - mean) * rstd * w + b, rstd = rsqrt(var + eps); RMSNorm: mean = 0 and no b.
 
@@ -107,6 +112,8 @@ def _block_row_fwd_kernel(
     loading its next tile before it normalizes and stores the current one, so its loads stay in
     flight while it stores (the persistent backward's prefetch)."""
     pid = tl.program_id(0)
+    x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+    y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
     col_mask = tl.arange(0, BLOCK_COLS) < n_cols
     eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
     if PERSISTENT:
@@ -170,6 +177,7 @@ def _block_row_bwd_kernel(
     ACC_TILE: tl.constexpr,
     PREFETCH: tl.constexpr,
     RECOMPUTE_STATS: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
 ):
     """xhat = (x - mean) * rstd, g = dy * w:  dx = rstd * (g - xhat * mean(g * xhat) - mean(g))
     (RMSNorm drops the mean(g) term);  dγ = Σ_rows dy * xhat,  dβ = Σ_rows dy.
@@ -182,6 +190,9 @@ def _block_row_bwd_kernel(
     tile before working on the current one, so DRAM latency overlaps the math and the stores.
     """
     pid = tl.program_id(0)
+    x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+    dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
+    dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
     n_programs = tl.num_programs(0)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
     inv_n = 1.0 / n_cols
@@ -315,7 +326,7 @@ def _check_vector(name: str, t, n: int, like: torch.Tensor, dtype=None) -> None:
         raise ValueError(f"{name} is on {t.device} but x is on {like.device}")
 
 
-def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig, store_stats=True):
+def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, store_stats=True):
     """Launch the forward with an explicit config (tuning scripts call this; no width limit).
 
     -> (y, mean, rstd); mean is None for RMSNorm, both are None without ``store_stats``."""
@@ -330,7 +341,8 @@ def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig, store_sta
     n_programs = n_tiles
     if cfg.programs_per_sm:
         n_programs = min(n_tiles, cfg.programs_per_sm * _runtime.sm_count(x.device.index))
-    _block_row_fwd_kernel[(n_programs,)](
+    launch(
+        _block_row_fwd_kernel, (n_programs,),
         x,
         y,
         weight if weight is not None else x,  # dummy pointer, never read
@@ -349,16 +361,20 @@ def _fwd(x, weight, bias, eps, is_rms, cfg: configs.BlockRowFwdConfig, store_sta
         BLOCK_COLS=triton.next_power_of_2(n_cols),
         PERSISTENT=n_programs < n_tiles,
         STORE_STATS=store_stats,
+        ROW_ALIGN=config.row_align(math.gcd(x.stride(0), y.stride(0)), x.element_size()),
         num_warps=cfg.num_warps,
     )
     return y, mean, rstd
 
 
-def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, cfg: configs.BlockRowBwdConfig, eps=None):
+def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRowBwdConfig, eps=None,
+                    grad_weight=None, grad_bias=None):
     """Launch the backward with an explicit config (tuning scripts call this; no width limit).
     ``rstd`` None: recompute mean and rstd from x with the forward's ``eps``.
 
-    Returns dx and the fp32 dγ / dβ sums (None where absent), not yet cast to the param dtype."""
+    -> (dx, dweight | None, dbias | None), dweight/dbias summed in fp32 in the parameter's dtype
+    (added into ``grad_weight``/``grad_bias`` where given, as the row launcher does)."""
+    has_bias = bias is not None
     recompute = rstd is None
     if recompute and eps is None:
         raise ValueError("recomputing the row statistics (rstd=None) needs the forward's eps")
@@ -379,7 +395,8 @@ def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, cfg: configs.BlockRowBwdCo
         if has_bias
         else None
     )
-    _block_row_bwd_kernel[(n_programs,)](
+    launch(
+        _block_row_bwd_kernel, (n_programs,),
         dy,
         x,
         weight if has_weight else x,  # dummy pointer, never read
@@ -402,18 +419,24 @@ def _bwd(dy, x, weight, has_bias, mean, rstd, is_rms, cfg: configs.BlockRowBwdCo
         ACC_TILE=cfg.acc_tile,
         PREFETCH=cfg.prefetch,
         RECOMPUTE_STATS=recompute,
+        ROW_ALIGN=config.row_align(math.gcd(x.stride(0), dy.stride(0), dx.stride(0)),
+                                   x.element_size()),
         num_warps=cfg.num_warps,
     )
-    # partials are fp32 already; the column sum stays in fp32
-    dw = dw_partial.sum(0) if has_weight else None
-    db = db_partial.sum(0) if has_bias else None
+    dw = grad_weight if grad_weight is not None else (
+        torch.empty(n_cols, dtype=weight.dtype, device=x.device) if has_weight else None)
+    db = grad_bias if grad_bias is not None else (
+        torch.empty(n_cols, dtype=bias.dtype, device=x.device) if has_bias else None)
+    if has_weight or has_bias:
+        reduce_partials(dw_partial, db_partial, dw, db, accumulate_w=grad_weight is not None,
+                        accumulate_b=grad_bias is not None)  # fmt: skip
     return dx, dw, db
 
 
 def _check_width(n_cols: int) -> None:
-    if n_cols > configs.BLOCK_ROW_MAX_COLS:
+    if n_cols > config.BLOCK_ROW_MAX_COLS:
         raise ValueError(
-            f"block_row handles rows of at most {configs.BLOCK_ROW_MAX_COLS} columns, "
+            f"block_row handles rows of at most {config.BLOCK_ROW_MAX_COLS} columns, "
             f'got {n_cols}; use layout="row" (or "auto") for wider rows'
         )
 
@@ -440,8 +463,8 @@ def block_row_forward(x, weight, bias, eps, is_rms, *, store_stats=True):
             return y, None, None
         rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
         return y, None if is_rms else torch.empty_like(rstd), rstd
-    cfg = configs.block_row_fwd_config(n_cols, is_rms)
-    return _fwd(x, weight, bias, eps, is_rms, cfg, store_stats=store_stats)
+    cfg = config.block_row_fwd_config(n_cols, is_rms)
+    return launch_forward(x, weight, bias, eps, is_rms, cfg, store_stats=store_stats)
 
 
 def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto", *, eps=None):
@@ -486,10 +509,7 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto",
         db = torch.zeros_like(bias) if bias is not None else None
         return dx, dw, db
     if rstd is None:
-        cfg = configs.block_row_bwd_recompute_config(n_cols, is_rms)
+        cfg = config.block_row_bwd_recompute_config(n_cols, is_rms)
     else:
-        cfg = configs.block_row_bwd_config(n_cols)
-    dx, dw, db = _bwd(dy, x, weight, bias is not None, mean, rstd, is_rms, cfg, eps=eps)
-    dw = dw.to(weight.dtype) if dw is not None else None
-    db = db.to(bias.dtype) if db is not None else None
-    return dx, dw, db
+        cfg = config.block_row_bwd_config(n_cols)
+    return launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg, eps=eps)

@@ -1,7 +1,7 @@
 """Run one case between cudaProfilerStart/Stop, for Nsight Compute (GPU only).
 
     ncu --clock-control none --profile-from-start off --metrics ... \
-        python3 scripts/profile_kernels.py reverse_kl:chunked:2048:4096x50257
+        python3 benchmarks/profile_kernels.py reverse_kl:chunked:2048:4096x50257
 
 Case: ``<op>:<form or impl>:<block cap or ->:<rows>x<cols>``; ops reverse_kl, soft_cross_entropy,
 cross_entropy (forms of normlab, or ``compile``), rms_norm / layer_norm (``normlab``, ``compile``;

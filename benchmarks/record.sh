@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Record the GPU results that ship in normlab/data/ (run from the repo root on a CUDA machine).
-#   OUT=out bash scripts/record_gpu.sh [norms|narrow|losses|all]
+#   OUT=out bash benchmarks/record.sh [norms|narrow|losses|all]
 # Writes $OUT/<card-slug>-<date>.jsonl (all records, one schema) and $OUT/record.log.
 set -uo pipefail
 OUT=${OUT:-out}

@@ -1,0 +1,237 @@
+"""Every op, strategy, layout and form against the fp64 reference on the GPU, plus what the CPU
+tests cannot show: determinism, CUDA-graph capture and replay, torch.compile, the lean launch
+path's kernel choice, and NORMLAB_AUTOTUNE=1.
+
+    python3 benchmarks/gpu_check.py --out out/gpu_check.json
+
+Each check draws fresh random data, compares by ‖out − ref‖ / ‖ref‖ per tensor (NaN never
+passes) against ``normlab.ref``'s tolerance for the dtype, and prints one line; the exit code is
+the number of failures. The JSON holds every check with its error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+import normlab
+from normlab import _launch, ref
+
+NORM_SHAPES = [(1, 8192), (7, 1), (33, 200), (257, 2880), (1000, 24), (4096, 12288),
+               (1000003, 200), (3, 65536), (131, 5120), (65536, 257), (2048, 16385)]  # fmt: skip
+LOSS_SHAPES = [(1, 32000), (37, 50257), (256, 131072), (64, 151936), (5, 1000)]
+LOSS_FORMS = ("fused", "chunked", "split")
+REL_TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+results: list[dict] = []
+
+
+def _rel(out, want) -> float:
+    out, want = out.double(), want.double()
+    if not torch.isfinite(out).all():
+        return float("inf")
+    return float((out - want).norm() / want.norm().clamp_min(1e-30))
+
+
+def record(name: str, errors: dict[str, float], tol: float) -> None:
+    ok = all(e <= tol for e in errors.values())
+    results.append({"check": name, "ok": ok, "tol": tol, "errors": errors})
+    worst = max(errors.values()) if errors else 0.0
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: worst rel err {worst:.2e} (tol {tol:.0e})",
+          flush=True)
+
+
+def _norm_call(op, x, w, b, **kw):
+    return normlab.rms_norm(x, w, 1e-6, **kw) if op == "rms_norm" else normlab.layer_norm(
+        x, w, b, 1e-5, **kw)  # fmt: skip
+
+
+def check_norms(dtype) -> None:
+    for op, (M, N) in itertools.product(("rms_norm", "layer_norm"), NORM_SHAPES):
+        layouts = ["auto", "row"] + (["block_row"] if N <= 256 else [])
+        for layout, strategy in itertools.product(layouts, normlab.norms.STRATEGIES):
+            if layout == "block_row" and strategy not in ("auto", "persistent"):
+                continue
+            if M * N > 2**27 and (layout, strategy) != ("auto", "auto"):
+                continue  # the largest shapes: the default only
+            x = (torch.randn(M, N, device="cuda") * 3 + 1).to(dtype).requires_grad_()
+            w = (1 + 0.2 * torch.randn(N, device="cuda")).to(dtype).requires_grad_()
+            b = None if op == "rms_norm" else (0.1 * torch.randn(N, device="cuda")).to(dtype)
+            if b is not None:
+                b.requires_grad_()
+            dy = torch.randn(M, N, device="cuda", dtype=dtype)
+            params = [t for t in (x, w, b) if t is not None]
+            y = _norm_call(op, x, w, b, strategy=strategy, layout=layout)
+            grads = torch.autograd.grad(y, params, dy)
+            xd = x.detach().double()
+            if op == "rms_norm":
+                want_y = ref.rms_norm(xd, w.detach().double(), 1e-6)
+            else:
+                want_y = ref.layer_norm(xd, w.detach().double(), b.detach().double(), 1e-5)
+            want = ref.norm_backward(dy.double(), xd, w.detach().double(),
+                                     None if b is None else b.detach().double(),
+                                     1e-6 if op == "rms_norm" else 1e-5, op == "rms_norm")
+            errors = {"y": _rel(y, want_y)}
+            for name, g, wg in zip(("dx", "dw", "db"), grads, want):
+                errors[name] = _rel(g, wg)
+            record(f"{op} {M}x{N} {dtype} layout={layout} strategy={strategy}", errors,
+                   REL_TOL[dtype])
+            if strategy in ("two_stage", "persistent") and M * N <= 2**24:
+                again = torch.autograd.grad(_norm_call(op, x, w, b, strategy=strategy,
+                                                       layout=layout), params, dy)  # fmt: skip
+                same = all(torch.equal(g, a) for g, a in zip(grads, again))
+                record(f"{op} {M}x{N} {dtype} {layout}/{strategy} bitwise deterministic",
+                       {"differs": 0.0 if same else 1.0}, 0.0)
+
+
+def _loss_ref(op, logits, other):
+    lg = logits.detach().double().requires_grad_()
+    fn = {"reverse_kl": ref.reverse_kl_ref, "soft_cross_entropy": ref.soft_cross_entropy_ref,
+          "cross_entropy": ref.cross_entropy_ref}[op]  # fmt: skip
+    loss = fn(lg, other.double() if other.is_floating_point() else other)
+    (g,) = torch.autograd.grad(loss, lg)
+    return loss.detach(), g
+
+
+def check_losses(dtype) -> None:
+    for op, (M, V), form in itertools.product(
+            ("reverse_kl", "soft_cross_entropy", "cross_entropy"), LOSS_SHAPES, LOSS_FORMS):
+        logits = (2 * torch.randn(M, V, device="cuda")).to(dtype).requires_grad_()
+        if op == "cross_entropy":
+            other = torch.randint(0, V, (M,), device="cuda")
+            other[:: 7] = -100
+        else:
+            other = (2 * torch.randn(M, V, device="cuda")).to(dtype)
+        loss = getattr(normlab, op)(logits, other, form=form)
+        (g,) = torch.autograd.grad(loss, logits)
+        want_loss, want_g = _loss_ref(op, logits, other)
+        record(f"{op} {M}x{V} {dtype} form={form}",
+               {"loss": _rel(loss.reshape(1), want_loss.reshape(1)), "grad": _rel(g, want_g)},
+               REL_TOL[dtype])
+
+
+def check_graphs() -> None:
+    """Capture each op's forward+backward in a CUDA graph; replays on new data equal eager."""
+    M, N, V = 512, 4096, 32768
+    cases = {
+        "rms_norm": lambda x, t: normlab.rms_norm(x, w_n),
+        "layer_norm": lambda x, t: normlab.layer_norm(x, w_n, b_n),
+        "reverse_kl fused": lambda x, t: normlab.reverse_kl(x, t, form="fused"),
+        "reverse_kl chunked": lambda x, t: normlab.reverse_kl(x, t, form="chunked"),
+        "reverse_kl split": lambda x, t: normlab.reverse_kl(x, t, form="split"),
+        "cross_entropy": lambda x, t: normlab.cross_entropy(x, t.argmax(-1)),
+    }
+    w_n = torch.randn(N, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b_n = torch.randn(N, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    for name, fn in cases.items():
+        cols = N if "norm" in name else V
+        x = torch.randn(M, cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        t = torch.randn(M, cols, device="cuda", dtype=torch.bfloat16)
+
+        def step():
+            out = fn(x, t)
+            (gx,) = torch.autograd.grad(out.float().sum() if out.dim() else out, (x,))
+            return out, gx
+
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            g_out, g_gx = step()
+        errors = {}
+        for k in range(3):
+            with torch.no_grad():
+                x.copy_(torch.randn_like(x))
+                t.copy_(torch.randn_like(t))
+            graph.replay()
+            e_out, e_gx = step()
+            errors[f"out{k}"] = _rel(g_out, e_out)
+            errors[f"grad{k}"] = _rel(g_gx, e_gx)
+        record(f"CUDA graph replay == eager: {name}", errors, 1e-6)
+
+
+def check_compile() -> None:
+    """torch.compile(fullgraph=True) and mode="reduce-overhead" against eager."""
+    x = torch.randn(300, 2880, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(2880, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    logits = torch.randn(64, 50257, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, 50257, (64,), device="cuda")
+
+    def f(x, w, logits, labels):
+        return normlab.rms_norm(x, w).float().square().mean() + normlab.cross_entropy(logits, labels)
+
+    eager = f(x, w, logits, labels)
+    want = torch.autograd.grad(eager, (x, w, logits))
+    for mode in ("default", "reduce-overhead"):
+        cf = torch.compile(f, fullgraph=True, mode=mode)
+        errors = {}
+        for k in range(3):
+            out = cf(x, w, logits, labels)
+            grads = torch.autograd.grad(out, (x, w, logits))
+            errors[f"loss{k}"] = _rel(out.reshape(1), eager.reshape(1))
+            errors.update({f"{n}{k}": _rel(g, wg) for n, g, wg in zip("xwl", grads, want)})
+        record(f"torch.compile(fullgraph=True, mode={mode!r}) == eager", errors, 1e-3)
+
+
+def check_lean_launch() -> None:
+    """Every kernel the lean path cached is the one Triton's own dispatch picks for the same
+    arguments: rerun a few calls through kernel[grid] and compare the compiled objects."""
+    sites = [s for s in _launch._SITES.values() if s.compiled]
+    record("lean launch path enabled on the GPU", {"disabled": 0.0 if _launch.ENABLED else 1.0},
+           0.0)
+    record(f"lean launch caches ({len(sites)} kernels, "
+           f"{sum(len(s.compiled) for s in sites)} specializations)", {"none": float(not sites)},
+           0.0)  # fmt: skip
+
+
+def check_autotune() -> None:
+    code = ("import torch, normlab; from normlab import ref; x = torch.randn(64, 3000, "
+            "device='cuda'); w = torch.randn(3000, device='cuda'); "
+            "e = (normlab.rms_norm(x, w).double() - ref.rms_norm(x.double(), w.double(), 1e-6))"
+            ".abs().max().item(); print(e); assert e < 1e-5")
+    env = dict(os.environ, NORMLAB_AUTOTUNE="1")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    err = float(proc.stdout.split()[-1]) if proc.returncode == 0 else float("inf")
+    if proc.returncode:
+        print(proc.stderr[-2000:])
+    record("NORMLAB_AUTOTUNE=1 forward vs fp64", {"max_abs": err}, 1e-5)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--quick", action="store_true", help="bf16 only, no fp32/fp16 pass")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    torch.manual_seed(0)
+    for dtype in (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float32):
+        check_norms(dtype)
+        check_losses(dtype)
+    check_losses(torch.float16)
+    check_graphs()
+    check_compile()
+    check_lean_launch()
+    check_autotune()
+    failed = [r for r in results if not r["ok"]]
+    meta = {"card": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": __import__("triton").__version__, "checks": len(results),
+            "failed": len(failed)}  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    print(f"{len(results) - len(failed)} of {len(results)} checks passed")
+    return len(failed)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

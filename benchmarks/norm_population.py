@@ -1,0 +1,122 @@
+"""The norms over the shape population, beside their peers in the same process (GPU).
+
+    python3 benchmarks/norm_population.py --out out/norm_population.jsonl [--reps 10]
+
+For each population member (``normlab.bench.shapes.norm_population``): RMSNorm and LayerNorm,
+forward and backward, normlab's default against torch, torch.compile (default mode, as a user
+calls it) and Liger-Kernel where importable, shape by shape. Records carry
+``shape_set="population"``. Prints, per op and direction, the geometric mean of
+best peer µs / normlab µs, the count below 0.9 and the ten worst cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from normlab.bench import device_info, registry, shapes
+from normlab.bench.records import parse_dtype, write_jsonl
+from normlab.bench.sweep import measure
+
+OPS = ("rms_norm", "layer_norm")
+DIRECTIONS = ("fwd", "bwd")
+
+
+def _compiled_peer(op):
+    """torch.compile's default mode (automatic dynamic shapes after the first recompile)."""
+    if op == "rms_norm":
+        f = torch.compile(lambda x, w, b, eps: F.rms_norm(x, (x.shape[-1],), w, eps))
+    else:
+        f = torch.compile(lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps))
+    return f
+
+
+def _impls(op):
+    out = {
+        "normlab": lambda M, N, dt, d: registry.get(op, "normlab").build(M, N, dt, d, "cuda"),
+        "torch": lambda M, N, dt, d: registry.get(op, "torch").build(M, N, dt, d, "cuda"),
+    }
+    compiled = _compiled_peer(op)
+    out["compile"] = lambda M, N, dt, d: registry._norm_case(compiled, op, M, N, dt, d, "cuda")
+    if registry.get(op, "liger").unavailable() is None:
+        out["liger"] = lambda M, N, dt, d: registry.get(op, "liger").build(M, N, dt, d, "cuda")
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--families", default="random,model,narrow")
+    parser.add_argument("--dtypes", default="bf16,fp16,fp32")
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error("--reps must be >= 1")
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU (the population's largest members hold 4 GiB tensors)")
+    families, dtypes = set(args.families.split(",")), set(args.dtypes.split(","))
+    cases = [c for c in shapes.norm_population() if c.family in families and c.dtype in dtypes]
+    dev = device_info()
+    command = "python3 benchmarks/norm_population.py " + " ".join(
+        a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("/"))
+    impls = {op: _impls(op) for op in OPS}
+    records, t0 = [], time.time()
+    for i, case in enumerate(cases):
+        for op in OPS:
+            for direction in DIRECTIONS:
+                for name, build in impls[op].items():
+                    try:
+                        run = build(case.M, case.N, parse_dtype(case.dtype), direction)
+                        rec = measure(run, op, name, case.M, case.N, case.dtype, direction,
+                                      device=dev, reps=args.reps, command=command)
+                    except Exception as exc:  # a peer that cannot run a shape is a result too
+                        print(f"skip {op} {direction} {name} {case}: {exc!r}"[:300], flush=True)
+                        continue
+                    finally:
+                        run = None
+                        torch.cuda.empty_cache()
+                    records.append(dataclasses.replace(rec, shape_set="population", note=(
+                        f"{rec.note}; family {case.family}")))
+        if i % 10 == 0:
+            print(f"{i + 1}/{len(cases)} cases, {time.time() - t0:.0f} s", flush=True)
+            write_jsonl(records, args.out)
+    write_jsonl(records, args.out)
+    print(summary(records))
+    return 0
+
+
+def summary(records) -> str:
+    """Per op and direction: geomean of best-peer µs / normlab µs, cells below 0.9, worst ten."""
+    by = {}
+    for r in records:
+        by.setdefault((r.op, r.direction, r.M, r.N, r.dtype), {})[r.impl] = r.device_us
+    lines = []
+    for op in OPS:
+        for direction in DIRECTIONS:
+            ratios = []
+            for (o, d, M, N, dt), t in by.items():
+                if o != op or d != direction or "normlab" not in t:
+                    continue
+                peers = [v for k, v in t.items() if k != "normlab" and v]
+                if peers:
+                    ratios.append((min(peers) / t["normlab"], M, N, dt))
+            if not ratios:
+                continue
+            geo = math.exp(sum(math.log(r[0]) for r in ratios) / len(ratios))
+            low = sum(r[0] < 0.9 for r in ratios)
+            worst = sorted(ratios)[:10]
+            lines.append(f"{op} {direction}: {len(ratios)} shapes, geomean {geo:.3f}x, "
+                         f"{low} below 0.9x; worst: " +
+                         ", ".join(f"{M}x{N} {dt} {r:.2f}" for r, M, N, dt in worst))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,378 @@
+"""The norms' launch planner: which kernel runs a call, and with what tile, in one place.
+
+``plan(...)`` takes the call (RMSNorm or LayerNorm, M rows of N columns, dtype, row stride, the
+card's SM count) and the user's ``strategy``/``layout`` and returns a frozen ``NormPlan``: the
+forward's kernel family and tile, and the backward's, decided together (whether the forward
+stores its row statistics depends on which backward will run). Every rule below is a named
+quantity with a one-line reason; the measurements behind the constants are in
+``docs/notes/`` (one dated note per topic) and the shape population's records
+(``docs/results.md``).
+
+The lower-level ``*_config`` functions build one kernel's launch config and take keyword
+overrides; the benchmarks sweep those. Nothing here imports a kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _ladder(table, key: int):
+    """The value of the first (limit, value) entry with key <= limit (else the last one's)."""
+    return next((v for limit, v in table if key <= limit), table[-1][1])
+
+
+# ---- named quantities --------------------------------------------------------------------------
+
+VECTOR_BYTES = 16  # one 128-bit load per thread: the widest global access
+
+
+def row_align(row_stride: int, element_size: int) -> int:
+    """Elements every row start is known to be a multiple of, up to one 16-byte vector.
+
+    Triton only learns "divisible by 16" of an int argument, so a row stride of 200 bf16
+    elements (400 bytes, every row 16-byte aligned) would otherwise give 2-byte loads."""
+    vector = VECTOR_BYTES // element_size
+    align = 1
+    while align < vector and row_stride % (2 * align) == 0:
+        align *= 2
+    return align
+
+
+def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:
+    """How many times the grid fills the card (below 1, SMs idle)."""
+    return n_programs / max(1, programs_per_sm * sm_count)
+
+
+# ---- forward: one row per program --------------------------------------------------------------
+
+NORM_FWD_MAX_BLOCK = 16384  # widest register-resident row chunk (64 KB of fp32 per program)
+NORM_FWD_WARPS = ((1024, 2), (2048, 4), (8192, 8), (16384, 16))  # ~16 B per thread per load
+NORM_FWD_AUTOTUNE_BLOCKS = (512, 1024, 2048, 4096, 8192)  # the opt-in NORMLAB_AUTOTUNE space
+NORM_FWD_AUTOTUNE_WARPS = (4, 8, 16)
+# RMSNorm reads a wide row twice (the second time from L2) in 16-byte-per-thread chunks: fewer
+# registers per program, so more programs per SM hide the DRAM latency (width -> chunk, warps).
+NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (4096, 16),
+                       16384: (4096, 16)}  # fmt: skip
+# At 8192 columns, grids of 4-8 rows per SM fit one wave of 8-warp programs but not of 16-warp ones.
+NORM_FWD_RMS_ONE_WAVE = {8192: (4, 8, (4096, 8))}
+# Below one row per SM the card is latency-bound: hold the whole row in registers (no second
+# pass over it) with enough warps for one 16-byte load per thread.
+NORM_FWD_DECODE_MAX_ROWS_PER_SM = 1
+
+
+@dataclass(frozen=True)
+class NormFwdConfig:
+    block_size: int  # columns per chunk (>= n_cols means one register-resident block)
+    num_warps: int
+
+
+def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None,
+                    sm_count: int | None = None) -> NormFwdConfig:  # fmt: skip
+    """The one-row-per-program forward's chunk and warps (``n_rows``/``sm_count`` left out: the
+    row-count rules are ignored)."""
+    block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
+    warps = _ladder(NORM_FWD_WARPS, block)
+    few_rows = n_rows is not None and sm_count and n_rows <= NORM_FWD_DECODE_MAX_ROWS_PER_SM * sm_count
+    looped = NORM_FWD_RMS_LOOPED.get(_next_pow2(n_cols)) if is_rms and not few_rows else None
+    if looped is None:
+        return NormFwdConfig(block_size=block, num_warps=warps)
+    wave = NORM_FWD_RMS_ONE_WAVE.get(_next_pow2(n_cols))
+    if wave and n_rows is not None and sm_count:
+        lo, hi, cfg = wave
+        if lo * sm_count < n_rows <= hi * sm_count:
+            return NormFwdConfig(*cfg)
+    return NormFwdConfig(*looped)
+
+
+# ---- forward: block-row tiles ------------------------------------------------------------------
+
+BLOCK_ROW_MAX_COLS = 256  # the widest row the narrow block-row kernels take (layout="block_row")
+BLOCK_ROW_MIN_ROWS = 16384  # below this, narrow rows fill under ~4 waves of one-row programs
+BLOCK_ROW_TILE_ELEMS = 8192  # elements per forward tile (rows x padded width)
+BLOCK_ROW_MAX_ROWS = 64  # rows per tile: beyond this the per-row statistics cost registers
+BLOCK_ROW_FWD_ELEMS_PER_WARP = 512  # 16 elements per thread
+BLOCK_ROW_MIN_WARPS = 4
+BLOCK_ROW_MAX_WARPS = 8
+# Measured tiles (rows, warps) per padded width; other widths follow the element rule.
+BLOCK_ROW_FWD_TILES = {
+    True: {16: (64, 4), 32: (64, 4), 64: (32, 4), 128: (16, 4), 256: (8, 4)},
+    False: {16: (64, 2), 32: (64, 4), 64: (32, 4), 128: (16, 2), 256: (8, 2)},
+}
+# Where the wider forward's row tiles and a persistent, prefetching grid measured faster than
+# one row per program: (padded width) -> ((min rows, max rows | None, (rows, warps, per SM)),).
+# LayerNorm at 1024-16384 columns when the rows fill only a few waves; 512-column short tiles.
+NORM_FWD_BLOCK_ROW = {
+    False: {  # LayerNorm
+        512: ((65536, None, (8, 4, 0)),),
+        1024: ((2048, 4096, (4, 4, 4)), (4097, None, (2, 4, 0))),
+        2048: ((2048, 4096, (2, 8, 4)),),
+        4096: ((1024, 2048, (1, 8, 4)),),
+        8192: ((256, 4096, (1, 16, 2)),),
+        16384: ((512, 2048, (1, 32, 1)),),
+    },
+    True: {  # RMSNorm
+        512: ((16384, None, (4, 4, 0)),),
+        1024: ((1, 6144, (2, 4, 0)),),
+    },
+}
+
+
+class BlockRowFwdConfig(NamedTuple):
+    block_rows: int
+    num_warps: int
+    programs_per_sm: int = 0  # 0: one program per row tile; else a persistent grid (prefetch)
+
+
+def norm_fwd_block_row_config(n_rows: int, n_cols: int,
+                              is_rms: bool = False) -> BlockRowFwdConfig | None:  # fmt: skip
+    """The wide-row block-row forward's tile where it measured faster than one row per program."""
+    for lo, hi, tile in NORM_FWD_BLOCK_ROW[bool(is_rms)].get(_next_pow2(n_cols), ()):
+        if lo <= n_rows and (hi is None or n_rows <= hi):
+            return BlockRowFwdConfig(*tile)
+    return None
+
+
+def block_row_fwd_config(n_cols: int, is_rms: bool, *, tile_elems: int | None = None,
+                         max_rows: int | None = None,
+                         num_warps: int | None = None) -> BlockRowFwdConfig:  # fmt: skip
+    """Narrow block-row forward tile: the measured one, or the element rule (overrides given, or
+    a width with no measured tile)."""
+    block_cols = _next_pow2(n_cols)
+    tile = BLOCK_ROW_FWD_TILES[bool(is_rms)].get(max(block_cols, 16))
+    if tile is not None and tile_elems is None and max_rows is None:
+        return BlockRowFwdConfig(tile[0], tile[1] if num_warps is None else num_warps)
+    tile_elems = BLOCK_ROW_TILE_ELEMS if tile_elems is None else tile_elems
+    max_rows = BLOCK_ROW_MAX_ROWS if max_rows is None else max_rows
+    block_rows = max(1, min(max_rows, tile_elems // block_cols))
+    if num_warps is None:
+        warps = (block_rows * block_cols) // BLOCK_ROW_FWD_ELEMS_PER_WARP
+        num_warps = max(BLOCK_ROW_MIN_WARPS, min(BLOCK_ROW_MAX_WARPS, warps))
+    return BlockRowFwdConfig(block_rows, num_warps)
+
+
+# ---- backward: the dγ/dβ strategies ------------------------------------------------------------
+
+NORM_BWD_STRATEGIES = ("atomic", "two_stage", "persistent")
+NORM_BWD_SINGLE_PASS_MAX_COLS = 16384  # widest row one program holds (x, dy, fp32 accumulators)
+# LayerNorm with few rows: below 2048 rows a 16384-wide single pass is one wave of spilling
+# programs; two passes over 4096-column chunks keep more in flight.
+NORM_BWD_LN_FEW_ROWS_MAX_COLS = 8192
+NORM_BWD_LN_SINGLE_PASS_MIN_ROWS = 2048
+# Padding waste: a single pass pads the row to a power of two; above this fraction of padded
+# lanes, the two-pass kernel's 4096-column chunks (waste under 1/4 of one chunk) win.
+NORM_BWD_MAX_PAD_WASTE = 0.2
+NORM_BWD_STATIC_COLS = (1024, 8192)  # compile-time width: fewer registers (spills above 8192)
+NORM_BWD_TILE_ELEMS = 2048  # elements per single-pass row tile (rows x padded width)
+NORM_BWD_MAX_BLOCK_ROWS = 16
+NORM_BWD_TWO_PASS_BLOCK_ROWS = 4
+NORM_BWD_TWO_PASS_PROGRAMS_PER_SM = 2
+NORM_BWD_TWO_PASS_BLOCK_COLS = 4096
+NORM_BWD_TWO_PASS_WARPS = 16
+NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))  # by tile elements: ~16 B per thread
+# Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
+NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
+NORM_BWD_PARTIALS_PER_SM = 2  # above this, two programs add into one zeroed partial row
+NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
+NORM_BWD_ATOMIC_BLOCK_ROWS = 1
+NORM_BWD_LOOP_STAGES = 1  # software pipelining measured slower than the register prefetch
+NORM_BWD_PREFETCH = ((8192, True), (1 << 62, False))  # the next tile's loads fit in registers
+NORM_REDUCE_TILES = {  # (BLOCK_M, BLOCK_N, warps) of the reduce kernel, by width and buffers
+    1: ((1024, (128, 8, 8)), (4096, (128, 16, 8)), (1 << 62, (16, 32, 8))),
+    2: ((1024, (128, 8, 8)), (1 << 62, (128, 32, 4))),
+}
+
+
+def norm_reduce_config(n_cols: int, n_buffers: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps) of the reduce kernel summing n_buffers partial workspaces."""
+    return _ladder(NORM_REDUCE_TILES[n_buffers], n_cols)
+
+
+def norm_bwd_static_width(n_cols: int) -> bool:
+    """Whether the single-pass persistent backward takes n_cols as a compile-time constant."""
+    lo, hi = NORM_BWD_STATIC_COLS
+    return lo <= n_cols <= hi
+
+
+def pad_waste(n_cols: int) -> float:
+    """Fraction of a power-of-two row tile's lanes that hold no column."""
+    return 1.0 - n_cols / _next_pow2(n_cols)
+
+
+def norm_bwd_single_pass_max_cols(is_rms: bool, n_rows: int) -> int:
+    """Widest row the default backward takes in one pass (wider rows are two-pass)."""
+    if is_rms or n_rows >= NORM_BWD_LN_SINGLE_PASS_MIN_ROWS:
+        return NORM_BWD_SINGLE_PASS_MAX_COLS
+    return NORM_BWD_LN_FEW_ROWS_MAX_COLS
+
+
+def norm_bwd_two_pass(n_cols: int, is_rms: bool, n_rows: int) -> bool:
+    """Two passes over column chunks: the row does not fit one register tile, or (above 4096
+    columns, where the chunks are whole) the padded tile would waste too many lanes."""
+    if n_cols > norm_bwd_single_pass_max_cols(is_rms, n_rows):
+        return True
+    return n_cols > NORM_BWD_TWO_PASS_BLOCK_COLS and pad_waste(n_cols) > NORM_BWD_MAX_PAD_WASTE
+
+
+@dataclass(frozen=True)
+class NormBwdConfig:
+    strategy: str  # "atomic" | "two_stage" | "persistent"
+    two_pass: bool
+    block_rows: int
+    block_cols: int
+    num_warps: int
+    programs_per_sm: int  # persistent only
+    rows_per_program: int  # two_stage only
+    loop_stages: int
+    prefetch: bool  # persistent single-pass only
+    paired_partials: bool  # persistent single-pass only: two programs per partial row
+
+
+def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = True,
+                    two_pass: bool | None = None, block_rows: int | None = None,
+                    block_cols: int | None = None, num_warps: int | None = None,
+                    programs_per_sm: int | None = None, loop_stages: int | None = None,
+                    prefetch: bool | None = None,
+                    paired_partials: bool | None = None) -> NormBwdConfig:  # fmt: skip
+    """Row backward launch config for ``strategy`` (not "auto"); keywords override the rules."""
+    if two_pass is None:
+        two_pass = norm_bwd_two_pass(n_cols, is_rms, n_rows)
+    if block_cols is None:
+        block_cols = NORM_BWD_TWO_PASS_BLOCK_COLS if two_pass else _next_pow2(n_cols)
+        block_cols = min(block_cols, _next_pow2(n_cols))
+    elif not two_pass and block_cols < n_cols:
+        raise ValueError(
+            f"single-pass backward needs block_cols >= n_cols ({block_cols} < {n_cols})"
+        )
+    if block_rows is None:
+        if strategy == "atomic":
+            block_rows = NORM_BWD_ATOMIC_BLOCK_ROWS
+        elif two_pass:
+            block_rows = NORM_BWD_TWO_PASS_BLOCK_ROWS
+        else:
+            block_rows = max(1, min(NORM_BWD_TILE_ELEMS // block_cols, NORM_BWD_MAX_BLOCK_ROWS))
+    block_rows, block_cols = _next_pow2(block_rows), _next_pow2(block_cols)
+    if num_warps is None:
+        num_warps = (NORM_BWD_TWO_PASS_WARPS if two_pass and strategy == "persistent"
+                     else _ladder(NORM_BWD_WARPS, block_rows * block_cols))  # fmt: skip
+    if programs_per_sm is None:
+        programs_per_sm = (NORM_BWD_TWO_PASS_PROGRAMS_PER_SM if two_pass
+                           else _ladder(NORM_BWD_PROGRAMS_PER_SM, n_cols))  # fmt: skip
+    rows_per_program = max(NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM, block_rows)
+    rows_per_program = (rows_per_program + block_rows - 1) // block_rows * block_rows
+    if paired_partials is None:
+        paired_partials = (programs_per_sm > NORM_BWD_PARTIALS_PER_SM
+                           and strategy == "persistent" and not two_pass)  # fmt: skip
+    return NormBwdConfig(
+        strategy=strategy,
+        two_pass=bool(two_pass),
+        block_rows=block_rows,
+        block_cols=block_cols,
+        num_warps=num_warps,
+        programs_per_sm=programs_per_sm,
+        rows_per_program=rows_per_program,
+        loop_stages=NORM_BWD_LOOP_STAGES if loop_stages is None else loop_stages,
+        prefetch=bool(_ladder(NORM_BWD_PREFETCH, n_cols) if prefetch is None else prefetch),
+        paired_partials=bool(paired_partials),
+    )
+
+
+# ---- backward: block-row tiles -----------------------------------------------------------------
+
+BLOCK_ROW_BWD_TILE_ELEMS = 2048
+BLOCK_ROW_BWD_WARPS = 8
+BLOCK_ROW_BWD_PROGRAMS_PER_SM = 4
+BLOCK_ROW_BWD_ACC_TILE = True  # accumulate dγ/dβ per tile row, sum once per program
+BLOCK_ROW_BWD_PREFETCH = False
+# Recomputing mean/rstd from the x tile the backward reads anyway saves the forward's stores
+# and the backward's loads; it paid up to 256 columns (RMSNorm) and 64 (LayerNorm's two sums).
+BLOCK_ROW_RECOMPUTE_MAX_COLS = {True: 256, False: 64}
+BLOCK_ROW_BWD_RECOMPUTE_TILES = {16: {"prefetch": True}, 32: {"num_warps": 4, "prefetch": True}}
+
+
+class BlockRowBwdConfig(NamedTuple):
+    block_rows: int
+    num_warps: int
+    programs_per_sm: int
+    acc_tile: bool
+    prefetch: bool
+
+
+def block_row_recompute_stats(n_cols: int, is_rms: bool) -> bool:
+    """Does the block-row path recompute mean/rstd in the backward (the forward storing none)?"""
+    return n_cols <= BLOCK_ROW_RECOMPUTE_MAX_COLS[bool(is_rms)]
+
+
+def block_row_bwd_config(n_cols: int, *, tile_elems: int | None = None,
+                         max_rows: int | None = None, num_warps: int | None = None,
+                         programs_per_sm: int | None = None, acc_tile: bool | None = None,
+                         prefetch: bool | None = None) -> BlockRowBwdConfig:  # fmt: skip
+    """Persistent block-row backward launch config; keywords override the rules."""
+    tile_elems = BLOCK_ROW_BWD_TILE_ELEMS if tile_elems is None else tile_elems
+    max_rows = BLOCK_ROW_MAX_ROWS if max_rows is None else max_rows
+    return BlockRowBwdConfig(
+        block_rows=max(1, min(max_rows, tile_elems // _next_pow2(n_cols))),
+        num_warps=BLOCK_ROW_BWD_WARPS if num_warps is None else num_warps,
+        programs_per_sm=(BLOCK_ROW_BWD_PROGRAMS_PER_SM if programs_per_sm is None
+                         else programs_per_sm),  # fmt: skip
+        acc_tile=BLOCK_ROW_BWD_ACC_TILE if acc_tile is None else acc_tile,
+        prefetch=BLOCK_ROW_BWD_PREFETCH if prefetch is None else prefetch,
+    )
+
+
+def block_row_bwd_recompute_config(n_cols: int, is_rms: bool) -> BlockRowBwdConfig:
+    """The block-row backward's config when it recomputes mean/rstd from x."""
+    overrides = {} if is_rms else BLOCK_ROW_BWD_RECOMPUTE_TILES.get(max(16, _next_pow2(n_cols)), {})
+    return block_row_bwd_config(n_cols, **overrides)
+
+
+# ---- the plan ----------------------------------------------------------------------------------
+
+STRATEGIES = ("auto",) + NORM_BWD_STRATEGIES
+LAYOUTS = ("auto", "row", "block_row")
+BLOCK_ROW_STRATEGIES = ("auto", "persistent")  # the block-row backward's only reduction
+
+
+@dataclass(frozen=True)
+class NormPlan:
+    """How one norm call runs, forward and backward.
+
+    ``layout``: "block_row" (narrow rows, many per tile, both directions) or "row".
+    ``fwd_tile``: the wide-row forward's block-row tile (None: one row per program).
+    ``store_stats``: whether the forward writes mean/rstd (the block-row backward can recompute
+    them from x). ``strategy``: the backward's dγ/dβ reduction. ``row_align``: the elements
+    every row start is a multiple of (a load-width hint)."""
+
+    layout: str
+    fwd_tile: BlockRowFwdConfig | None
+    store_stats: bool
+    strategy: str
+    row_align: int
+
+
+def use_block_row(n_rows: int, n_cols: int) -> bool:
+    """Narrow rows in many-row tiles: one row per program would move a few hundred bytes per
+    program, and there are enough rows for the tiles to fill the card."""
+    return n_cols <= BLOCK_ROW_MAX_COLS and n_rows >= BLOCK_ROW_MIN_ROWS
+
+
+def plan(is_rms: bool, n_rows: int, n_cols: int, dtype: torch.dtype, row_stride: int,
+         strategy: str = "auto", layout: str = "auto") -> NormPlan:  # fmt: skip
+    """The plan of one call (arguments already validated)."""
+    if layout == "auto":
+        block_row = strategy in BLOCK_ROW_STRATEGIES and use_block_row(n_rows, n_cols)
+    else:
+        block_row = layout == "block_row"
+    align = row_align(row_stride, dtype.itemsize)
+    if block_row:
+        return NormPlan("block_row", None, not block_row_recompute_stats(n_cols, is_rms),
+                        "persistent", align)  # fmt: skip
+    fwd_tile = norm_fwd_block_row_config(n_rows, n_cols, is_rms) if layout == "auto" else None
+    return NormPlan("row", fwd_tile, True, "persistent" if strategy == "auto" else strategy, align)

@@ -1,0 +1,638 @@
+"""RMSNorm and LayerNorm over rows: the one-row-per-program forward, the three backward dγ/dβ
+strategies, and their launchers (``norms.config`` plans which one runs).
+
+    RMSNorm    y = x * rstd * w              rstd = 1 / sqrt(mean(x^2) + eps)
+    LayerNorm  y = (x - mean) * rstd * w + b  rstd = 1 / sqrt(var(x) + eps)
+
+How dw/db are summed over the rows is the ``strategy``:
+
+* ``"atomic"``: one program per row tile; ``tl.atomic_add`` into one fp32 vector (the first
+  design of the fused-RMSNorm write-up; contended and not deterministic).
+* ``"two_stage"``: each program takes a contiguous block of rows and writes one fp32 partial
+  row to a workspace ``(ceil(n_rows / rows_per_program), n_cols)``; a second kernel sums it.
+* ``"persistent"``: the kernel_1 of Fast-LLM's normalization-backward rewrite
+  (https://github.com/ServiceNow/Fast-LLM/pull/546): about ``programs_per_sm * SMs`` programs
+  grid-stride ``BLOCK_ROWS x BLOCK_COLS`` row tiles and fold them into one fp32 partial per
+  program, so the workspace is bounded whatever n_rows (above ``NORM_BWD_PARTIALS_PER_SM`` per
+  SM, two programs add into one zeroed partial row, which two fp32 addends keep bitwise
+  deterministic); each program loads its next row tile while it works on the current one. Rows
+  that do not fit one register tile take the two-pass kernel (pass 1 reduces c1/c2 over column
+  chunks, pass 2 re-reads x/dy, writes dx and adds into the program's partial row). A grid of
+  one program writes dw/db itself, with no workspace and no second kernel.
+
+Partials are fp32 and summed in fp32 by ``_reduce_partials_kernel``, which can add into an
+existing ``.grad``; ``two_stage`` and ``persistent`` are bitwise deterministic. The kernel names
+are stable (the benchmark's per-kernel breakdown keys on them).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from normlab import _runtime
+from normlab._launch import launch
+from normlab._host import unit_col_stride
+from normlab.norms import config
+from normlab.norms.reduce import reduce_partials
+from normlab.norms.tiles import (
+    bwd_tile_single_pass,
+    bwd_tile_two_pass,
+    load_f32,
+    load_tile,
+    load_weight,
+    store_cast,
+    store_partials,
+)
+
+AUTOTUNE = os.environ.get("NORMLAB_AUTOTUNE", "0") == "1" and not _runtime.INTERPRET
+
+
+def _int64_rows(n_rows: int, *row_strides: int) -> bool:
+    """Whether row * row_stride can pass int32 for any of the tensors."""
+    return n_rows * max(row_strides) >= 2**31
+
+
+@triton.jit
+def _norm_fwd_kernel(
+    x_ptr,  # (n_rows, n_cols) input
+    y_ptr,  # (n_rows, n_cols) output, x's dtype
+    w_ptr,  # (n_cols,) weight (unused without HAS_WEIGHT)
+    b_ptr,  # (n_cols,) bias (unused without HAS_BIAS)
+    mean_ptr,  # (n_rows,) fp32 mean, written for LayerNorm
+    rstd_ptr,  # (n_rows,) fp32 1 / std, written
+    x_row_stride,
+    y_row_stride,
+    n_cols: tl.constexpr,  # one compiled kernel per width: static loop bounds (configs cites why)
+    eps,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    SINGLE_BLOCK: tl.constexpr,  # n_cols <= BLOCK_SIZE: the row in registers, read once
+    EVEN_COLS: tl.constexpr,  # n_cols a multiple of BLOCK_SIZE: no predicates
+    INT64_ROWS: tl.constexpr,  # row offsets may pass int32
+    ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
+):
+    """One row per program; fp32 statistics. Rows wider than BLOCK_SIZE loop over chunks."""
+    row = tl.program_id(0)
+    if INT64_ROWS:
+        row = row.to(tl.int64)
+    x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+    y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
+    x_row = x_ptr + row * x_row_stride
+    y_row = y_ptr + row * y_row_stride
+    # Inductor may pass eps as fp64, which would promote the whole row to fp64.
+    eps = tl.cast(eps, tl.float32)
+    cols = tl.arange(0, BLOCK_SIZE)
+    if SINGLE_BLOCK:
+        mask = cols < n_cols
+        x = load_f32(x_row + cols, mask, EVEN_COLS, "")
+        if IS_RMS:
+            mean = 0.0
+            xc = x
+        else:
+            mean = tl.sum(x, axis=0) / n_cols
+            xc = x - mean
+            if not EVEN_COLS:
+                xc = tl.where(mask, xc, 0.0)
+        rstd = tl.rsqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
+        y = xc * rstd
+        if HAS_WEIGHT:
+            y = y * load_f32(w_ptr + cols, mask, EVEN_COLS, "")
+        if HAS_BIAS:
+            y = y + load_f32(b_ptr + cols, mask, EVEN_COLS, "")
+        store_cast(y_row + cols, y, mask, EVEN_COLS)
+    else:
+        # Pass 1: sums over chunks. LayerNorm sums d = x - x[0] so that var = E[d^2] - E[d]^2
+        # does not cancel catastrophically when |mean| >> std.
+        if IS_RMS:
+            shift = 0.0
+        else:
+            shift = tl.load(x_row).to(tl.float32)
+        acc1 = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_SIZE):
+            mask = start + cols < n_cols
+            d = load_f32(x_row + start + cols, mask, EVEN_COLS, "evict_last") - shift
+            if not EVEN_COLS:
+                d = tl.where(mask, d, 0.0)
+            acc1 += d
+            acc2 += d * d
+        mean_d = tl.sum(acc1, axis=0) / n_cols
+        if IS_RMS:
+            mean = 0.0
+            var = tl.sum(acc2, axis=0) / n_cols
+        else:
+            mean = shift + mean_d
+            var = tl.maximum(tl.sum(acc2, axis=0) / n_cols - mean_d * mean_d, 0.0)
+        rstd = tl.rsqrt(var + eps)
+        # Pass 2: normalize (the row is re-read, mostly from L2).
+        for start in range(0, n_cols, BLOCK_SIZE):
+            mask = start + cols < n_cols
+            y = (load_f32(x_row + start + cols, mask, EVEN_COLS, "evict_first") - mean) * rstd
+            if HAS_WEIGHT:
+                y = y * load_f32(w_ptr + start + cols, mask, EVEN_COLS, "evict_last")
+            if HAS_BIAS:
+                y = y + load_f32(b_ptr + start + cols, mask, EVEN_COLS, "evict_last")
+            store_cast(y_row + start + cols, y, mask, EVEN_COLS)
+    if not IS_RMS:
+        tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+
+
+def _prune_fwd_configs(configs_, named_args, **kwargs):
+    """Drop blocks narrower than the row; keep the widest if none is wide enough."""
+    n_cols = named_args["n_cols"]
+    fitting = [c for c in configs_ if c.kwargs["BLOCK_SIZE"] >= n_cols]
+    if fitting:
+        narrowest = min(c.kwargs["BLOCK_SIZE"] for c in fitting)
+        return [c for c in fitting if c.kwargs["BLOCK_SIZE"] == narrowest]
+    widest = max(c.kwargs["BLOCK_SIZE"] for c in configs_)
+    return [c for c in configs_ if c.kwargs["BLOCK_SIZE"] == widest]
+
+
+if AUTOTUNE:
+    # The flags that depend on the tuned BLOCK_SIZE are set per config by heuristics.
+    _norm_fwd_kernel_tuned = triton.autotune(
+        configs=[
+            triton.Config({"BLOCK_SIZE": b}, num_warps=w)
+            for b in config.NORM_FWD_AUTOTUNE_BLOCKS
+            for w in config.NORM_FWD_AUTOTUNE_WARPS
+        ],
+        key=["n_cols", "IS_RMS", "HAS_WEIGHT", "HAS_BIAS"],
+        prune_configs_by={"early_config_prune": _prune_fwd_configs},
+    )(triton.heuristics({
+        "SINGLE_BLOCK": lambda args: args["n_cols"] <= args["BLOCK_SIZE"],
+        "EVEN_COLS": lambda args: args["n_cols"] % args["BLOCK_SIZE"] == 0,
+    })(_norm_fwd_kernel))  # fmt: skip
+
+
+@triton.jit
+def _norm_bwd_atomic_kernel(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) output gradient
+    dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    w_ptr,  # (n_cols,) weight
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    rstd_ptr,  # (n_rows,) fp32 rstd
+    dw_ptr,  # (n_cols,) fp32 dweight accumulator (atomics)
+    db_ptr,  # (n_cols,) fp32 dbias accumulator (atomics)
+    n_rows,
+    n_cols,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    TWO_PASS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+):
+    """One row tile per program; its dw/db column sums go straight into one shared fp32 vector
+    with tl.atomic_add: every program hits the same n_cols addresses (the fused-RMSNorm write-up's first design)."""
+    tile = tl.program_id(0)
+    if TWO_PASS:
+        bwd_tile_two_pass(
+            tile, False, x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_ptr, db_ptr,
+            n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
+            IS_RMS, HAS_WEIGHT, HAS_BIAS, True, BLOCK_ROWS, BLOCK_COLS,
+        )  # fmt: skip
+    else:
+        cols = tl.arange(0, BLOCK_COLS)
+        col_mask = cols < n_cols
+        w = load_weight(w_ptr, cols, col_mask, HAS_WEIGHT)
+        dw, db = bwd_tile_single_pass(
+            tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+            x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS, BLOCK_COLS,
+        )  # fmt: skip
+        if HAS_WEIGHT:
+            tl.atomic_add(dw_ptr + cols, tl.sum(dw, axis=0), mask=col_mask)
+        if HAS_BIAS:
+            tl.atomic_add(db_ptr + cols, tl.sum(db, axis=0), mask=col_mask)
+
+
+@triton.jit
+def _norm_bwd_partials_kernel(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) output gradient
+    dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    w_ptr,  # (n_cols,) weight
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    rstd_ptr,  # (n_rows,) fp32 rstd
+    dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (written)
+    db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (written)
+    n_rows,
+    n_cols,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    tiles_per_program,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    TWO_PASS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+):
+    """two_stage: program p takes the contiguous row tiles [p * tiles_per_program, ...) and
+    writes one fp32 partial row p; the workspace grows with n_rows."""
+    pid = tl.program_id(0)
+    first_tile = pid * tiles_per_program
+    last_tile = tl.minimum(first_tile + tiles_per_program, tl.cdiv(n_rows, BLOCK_ROWS))
+    dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
+    db_out = db_partial_ptr + pid.to(tl.int64) * n_cols
+    if TWO_PASS:
+        for tile in range(first_tile, last_tile):
+            bwd_tile_two_pass(
+                tile, tile == first_tile, x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr,
+                dw_out, db_out, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
+                IS_RMS, HAS_WEIGHT, HAS_BIAS, False, BLOCK_ROWS, BLOCK_COLS,
+            )  # fmt: skip
+    else:
+        cols = tl.arange(0, BLOCK_COLS)
+        w = load_weight(w_ptr, cols, cols < n_cols, HAS_WEIGHT)
+        dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
+        db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
+        for tile in range(first_tile, last_tile):
+            dw, db = bwd_tile_single_pass(
+                tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+                x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT,
+                BLOCK_ROWS, BLOCK_COLS,
+            )  # fmt: skip
+            dw_acc += dw
+            db_acc += db
+        store_partials(dw_out, db_out, dw_acc, db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS)
+
+
+@triton.jit
+def _persistent_single_pass(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) output gradient
+    dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    w_ptr,  # (n_cols,) weight
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    rstd_ptr,  # (n_rows,) fp32 rstd
+    dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (PAIRED: zeroed, n_programs / 2)
+    db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (PAIRED: as dweight's)
+    n_rows,
+    n_cols,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    PAIRED: tl.constexpr,
+    PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
+    ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
+):
+    """The persistent backward, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
+    tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:
+    programs 2k and 2k + 1 add into partial row k).
+    PREFETCH issues the loads of the program's next tile before working on the current one
+    (registers, not shared memory), so two tiles' loads are in flight per program."""
+    x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+    dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
+    dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_COLS)
+    w = load_weight(w_ptr, cols, cols < n_cols, HAS_WEIGHT)
+    dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
+    n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
+    if PREFETCH:
+        x_next, dy_next = load_tile(x_ptr, dy_ptr, pid, n_rows, n_cols, x_row_stride,
+                                     dy_row_stride, BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
+        for tile in tl.range(pid, n_tiles, n_programs):
+            x_cur, dy_cur = x_next, dy_next
+            # Past the last tile the mask is all false: nothing is read.
+            x_next, dy_next = load_tile(x_ptr, dy_ptr, tile + n_programs, n_rows, n_cols,
+                                         x_row_stride, dy_row_stride, BLOCK_ROWS, BLOCK_COLS)
+            dw, db = bwd_tile_single_pass(
+                tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+                x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS,
+                BLOCK_COLS, x_cur, dy_cur, True, PAIR_SUMS,
+            )  # fmt: skip
+            dw_acc += dw
+            db_acc += db
+    else:
+        for tile in tl.range(pid, n_tiles, n_programs, num_stages=LOOP_STAGES):
+            dw, db = bwd_tile_single_pass(
+                tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+                x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS,
+                BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
+            )  # fmt: skip
+            dw_acc += dw
+            db_acc += db
+    slot = (pid // 2 if PAIRED else pid).to(tl.int64)
+    store_partials(dw_partial_ptr + slot * n_cols, db_partial_ptr + slot * n_cols, dw_acc,
+                    db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS, PAIRED)  # fmt: skip
+
+
+@triton.jit
+def _norm_bwd_persistent_kernel(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) output gradient
+    dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    w_ptr,  # (n_cols,) weight
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    rstd_ptr,  # (n_rows,) fp32 rstd
+    dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (PAIRED: zeroed, n_programs / 2)
+    db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (PAIRED: as dweight's)
+    n_rows,
+    n_cols,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    PAIRED: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+):
+    """The single-pass persistent backward (_persistent_single_pass) at a runtime width."""
+    _persistent_single_pass(
+        x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows,
+        n_cols, x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS,
+        BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False, ROW_ALIGN,
+    )  # fmt: skip
+
+
+@triton.jit
+def _norm_bwd_persistent_static_kernel(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) output gradient
+    dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    w_ptr,  # (n_cols,) weight
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    rstd_ptr,  # (n_rows,) fp32 rstd
+    dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (PAIRED: zeroed, n_programs / 2)
+    db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (PAIRED: as dweight's)
+    n_rows,
+    n_cols: tl.constexpr,  # one compiled kernel per width
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    PAIRED: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+):
+    """The same at a compile-time width, LayerNorm's row sums paired
+    (config.NORM_BWD_STATIC_COLS: where it measured faster)."""
+    _persistent_single_pass(
+        x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows,
+        n_cols, x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS,
+        BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, True, ROW_ALIGN,
+    )  # fmt: skip
+
+
+@triton.jit
+def _norm_bwd_persistent_two_pass_kernel(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) output gradient
+    dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    w_ptr,  # (n_cols,) weight
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    rstd_ptr,  # (n_rows,) fp32 rstd
+    dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (written)
+    db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (written)
+    n_rows,
+    n_cols,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+):
+    """The persistent backward, two pass, for rows wider than one register tile: each grid-strided
+    row tile is walked twice in BLOCK_COLS chunks (c1/c2, then dx + partials); the re-read of
+    the tile is mostly served by L2."""
+    x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+    dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
+    dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+    pid = tl.program_id(0)
+    dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
+    db_out = db_partial_ptr + pid.to(tl.int64) * n_cols
+    n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
+    for tile in range(pid, n_tiles, tl.num_programs(0)):
+        bwd_tile_two_pass(
+            tile, tile == pid, x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_out, db_out,
+            n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
+            IS_RMS, HAS_WEIGHT, HAS_BIAS, False, BLOCK_ROWS, BLOCK_COLS,
+        )  # fmt: skip
+
+
+# ============================================================================================
+# Launchers
+# ============================================================================================
+
+
+def _empty_forward(x2d, is_rms):
+    """Uninitialized (y, mean | None, rstd) for x2d: (n_rows, n_cols); mean/rstd fp32 (n_rows,)."""
+    n_rows = x2d.shape[0]
+    y = torch.empty(x2d.shape, dtype=x2d.dtype, device=x2d.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    return y, mean, rstd
+
+
+def norm_forward(x2d, weight, bias, eps, is_rms, *, tile=None, block_size=None, num_warps=None):
+    """Forward launcher: x2d (n_rows, n_cols) -> (y, mean | None, rstd), mean/rstd fp32 (n_rows,).
+
+    ``tile``: the plan's block-row tile for wide rows (``config.NormPlan.fwd_tile``; None: one
+    row per program). ``block_size``/``num_warps`` override ``config.norm_fwd_config``; with
+    ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the autotuned kernel picks them.
+    """
+    x2d = unit_col_stride(x2d)
+    n_rows, n_cols = x2d.shape
+    if x2d.numel() == 0:  # no rows or no columns: empty y, nothing to launch
+        return _empty_forward(x2d, is_rms)
+    if tile is not None and block_size is None and num_warps is None:
+        from normlab.norms import block_row
+
+        return block_row.launch_forward(x2d, weight, bias, eps, is_rms, tile)
+    y, mean, rstd = _empty_forward(x2d, is_rms)
+    args = (
+        x2d, y,
+        weight if weight is not None else rstd,
+        bias if bias is not None else rstd,
+        mean if mean is not None else rstd,
+        rstd, x2d.stride(0), y.stride(0), n_cols, float(eps),
+    )  # fmt: skip
+    flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
+             "INT64_ROWS": _int64_rows(n_rows, x2d.stride(0), y.stride(0)),
+             "ROW_ALIGN": config.row_align(math.gcd(x2d.stride(0), y.stride(0)), x2d.element_size())}
+    if AUTOTUNE and block_size is None and num_warps is None:
+        _norm_fwd_kernel_tuned[(n_rows,)](*args, **flags)
+        return y, mean, rstd
+    cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(x2d.device.index))
+    block = triton.next_power_of_2(block_size) if block_size else cfg.block_size
+    launch(_norm_fwd_kernel, (n_rows,), *args, **flags, BLOCK_SIZE=block,
+           SINGLE_BLOCK=n_cols <= block, EVEN_COLS=n_cols % block == 0,
+           num_warps=num_warps or cfg.num_warps)  # fmt: skip
+    return y, mean, rstd
+
+
+def norm_backward(
+    dy2d,
+    x2d,
+    weight,
+    bias,
+    mean,
+    rstd,
+    is_rms,
+    *,
+    strategy="auto",
+    programs_per_sm=None,
+    two_pass=None,
+    grad_weight=None,
+    grad_bias=None,
+    block_rows=None,
+    block_cols=None,
+    num_warps=None,
+    loop_stages=None,
+    prefetch=None,
+    paired_partials=None,
+):
+    """Backward launcher -> (dx, dweight | None, dbias | None).
+
+    ``strategy`` picks the dweight/dbias reduction (module docstring); the keywords override
+    ``config.norm_bwd_config`` (``two_pass=True`` with a small ``block_cols`` exercises the
+    wide-row path on small shapes). ``grad_weight``/``grad_bias``: existing fp32 or param-dtype
+    buffers that the result is added into (fused ``.grad`` accumulation); they are returned.
+    """
+    if strategy not in config.STRATEGIES:
+        raise ValueError(f"strategy={strategy!r}: expected one of {config.STRATEGIES}")
+    x2d, dy2d = unit_col_stride(x2d), unit_col_stride(dy2d)
+    n_rows, n_cols = x2d.shape
+    device = x2d.device
+    has_w, has_b = weight is not None, bias is not None
+    for name, buf, param in (("grad_weight", grad_weight, weight), ("grad_bias", grad_bias, bias)):
+        if buf is not None and (param is None or buf.shape != (n_cols,) or buf.device != device):
+            raise ValueError(
+                f"{name} must be a ({n_cols},) tensor on {device} beside its parameter"
+            )
+    if strategy == "auto":
+        strategy = "persistent"  # measured the fastest of the three at every peer shape
+    dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=device)
+    dw = grad_weight if grad_weight is not None else (
+        torch.empty(n_cols, dtype=weight.dtype, device=device) if has_w else None
+    )  # fmt: skip
+    db = grad_bias if grad_bias is not None else (
+        torch.empty(n_cols, dtype=bias.dtype, device=device) if has_b else None
+    )  # fmt: skip
+    if dx.numel() == 0:  # no rows (dweight/dbias are 0) or no columns: nothing to launch
+        for out, buf in ((dw, grad_weight), (db, grad_bias)):
+            if out is not None and buf is None:
+                out.zero_()
+        return dx, dw, db
+    cfg = config.norm_bwd_config(
+        strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass, block_rows=block_rows,
+        block_cols=block_cols, num_warps=num_warps, programs_per_sm=programs_per_sm,
+        loop_stages=loop_stages, prefetch=prefetch, paired_partials=paired_partials,
+    )  # fmt: skip
+    dummy = rstd
+    common = (
+        x2d, dy2d, dx,
+        weight if has_w else dummy,
+        mean if mean is not None else dummy,
+        rstd,
+    )  # fmt: skip
+    strides = (x2d.stride(0), dy2d.stride(0), dx.stride(0))
+    flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": has_w, "HAS_BIAS": has_b}
+    tile = {"BLOCK_ROWS": cfg.block_rows, "BLOCK_COLS": cfg.block_cols, "num_warps": cfg.num_warps}
+    n_tiles = triton.cdiv(n_rows, cfg.block_rows)
+
+    if strategy == "atomic":
+        # fp32 accumulators; a caller's fp32 .grad is accumulated into directly.
+        def accumulator(buf, present):
+            if not present:
+                return dummy
+            if buf is not None and buf.dtype == torch.float32:
+                return buf
+            return torch.zeros(n_cols, dtype=torch.float32, device=device)
+
+        acc_w, acc_b = accumulator(grad_weight, has_w), accumulator(grad_bias, has_b)
+        _norm_bwd_atomic_kernel[(n_tiles,)](
+            *common, acc_w, acc_b, n_rows, n_cols, *strides, **flags,
+            TWO_PASS=cfg.two_pass, **tile,
+        )  # fmt: skip
+        for out, buf, acc, present in (
+            (dw, grad_weight, acc_w, has_w),
+            (db, grad_bias, acc_b, has_b),
+        ):
+            if present and acc is not out:
+                if buf is not None:
+                    out.add_(acc)
+                else:
+                    out.copy_(acc)
+        return dx, dw, db
+
+    if strategy == "persistent":
+        n_programs = min(n_tiles, cfg.programs_per_sm * _runtime.sm_count(device.index))
+    else:
+        tiles_per_program = cfg.rows_per_program // cfg.block_rows
+        n_programs = triton.cdiv(n_tiles, tiles_per_program)
+    # One program holds every row: its partial row is the result, written in the parameter's
+    # dtype (no workspace, no reduce launch).
+    direct = (strategy == "persistent" and n_programs == 1 and grad_weight is None
+              and grad_bias is None)  # fmt: skip
+    paired = cfg.paired_partials and strategy == "persistent" and not cfg.two_pass and not direct
+    workspace = torch.zeros if paired else torch.empty
+    n_partials = triton.cdiv(n_programs, 2) if paired else n_programs
+    if direct:
+        dw_partial, db_partial = (dw if has_w else dummy), (db if has_b else dummy)
+    else:
+        dw_partial = (workspace((n_partials, n_cols), dtype=torch.float32, device=device)
+                      if has_w else dummy)  # fmt: skip
+        db_partial = (workspace((n_partials, n_cols), dtype=torch.float32, device=device)
+                      if has_b else dummy)  # fmt: skip
+    grid = (n_programs,)
+    align = config.row_align(math.gcd(*strides), x2d.element_size())
+    if strategy == "two_stage":
+        launch(_norm_bwd_partials_kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols,
+               *strides, tiles_per_program, **flags, TWO_PASS=cfg.two_pass, **tile)  # fmt: skip
+    elif cfg.two_pass:
+        launch(_norm_bwd_persistent_two_pass_kernel, grid, *common, dw_partial, db_partial,
+               n_rows, n_cols, *strides, **flags, **tile, ROW_ALIGN=align)  # fmt: skip
+    else:
+        static = config.norm_bwd_static_width(n_cols)
+        kernel = _norm_bwd_persistent_static_kernel if static else _norm_bwd_persistent_kernel
+        launch(kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols, *strides, **flags,
+               **tile, LOOP_STAGES=cfg.loop_stages, PREFETCH=cfg.prefetch, PAIRED=paired,
+               ROW_ALIGN=align)  # fmt: skip
+    if (has_w or has_b) and not direct:
+        reduce_partials(
+            dw_partial if has_w else None,
+            db_partial if has_b else None,
+            dw,
+            db,
+            accumulate_w=grad_weight is not None,
+            accumulate_b=grad_bias is not None,
+        )
+    return dx, dw, db
