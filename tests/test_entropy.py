@@ -54,33 +54,83 @@ def _run(loss, x, other, weight=None, **kw):
     return out.detach(), xk.grad
 
 
+def _grad_rel(dtype):
+    """A gradient's error bound as a fraction of its row's scale: the rounding of a value to
+    ``dtype`` (one ulp, 2**-7 of it in bf16, 2**-10 in fp16: the Triton interpreter's stores
+    truncate, a GPU's round to nearest) plus fp32 arithmetic."""
+    return 1e-5 if dtype == torch.float32 else tolerance(dtype)[0] / 2
+
+
+def _assert_rows_close(actual, expected, row_scale, rel, msg="", floor=0.0):
+    """|actual - expected| <= rel * row_scale (+ floor) everywhere: each row's error measured
+    against that row's scale (its largest entry), so no entry hides under an absolute floor."""
+    assert actual.shape == expected.shape, f"{msg} shape {tuple(actual.shape)} vs {tuple(expected.shape)}"
+    err = (actual.double() - expected.double()).abs()
+    bound = rel * row_scale.double() + floor + 1e-30  # 1e-30: fp32 underflow (fp64 keeps 1e-181)
+    excess = torch.where(err <= bound, 0.0, err / bound.clamp_min(1e-300))
+    if bool((excess > 0).any()) or bool(excess.isnan().any()):
+        worst = int(excess.nan_to_num(math.inf).flatten().argmax())
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), err.shape))
+        raise AssertionError(
+            f"{msg}: {int((excess > 0).sum())}/{err.numel()} entries over {rel:.3g} x their "
+            f"row's scale; worst at {idx}: {actual[idx].item():.6g} vs {expected[idx].item():.6g}"
+            f" (row scale {row_scale.expand_as(err)[idx].item():.3g})"
+        )
+
+
+def _row_scale(g):
+    return g.double().abs().amax(-1, keepdim=True)
+
+
 def _check(loss, out, grad, ref_out, ref_grad, dtype, n_cols, msg="", grad_atol=0.0):
-    # Loss: fp32 math over n_cols terms. Gradient: rounded to the logits dtype; its absolute
-    # error floor is fp32 arithmetic relative to the row's largest gradient entry.
+    # Loss: fp32 math over n_cols terms. Gradient: rounded to the logits dtype, each row's error
+    # against its largest entry (_grad_rel); grad_atol: a caller's absolute floor.
     assert out.dtype == torch.float32
     assert_close(out, ref_out, dtype=torch.float32, reduce_len=n_cols, msg=f"{msg} loss")
     assert grad.dtype == dtype
-    atol_rel = 1e-5 if dtype == torch.float32 else tolerance(dtype)[0] / 4
-    gmax = ref_grad.abs().amax(-1, keepdim=True)
-    if grad_atol == 0:  # relative to the row's largest entry: readable report of the worst
-        scale = gmax.clamp_min(1e-30)
-        assert_close(grad / scale, ref_grad / scale, dtype=dtype, msg=f"{msg} grad")
-    # Tight bound: dtype rounding, fp32 arithmetic relative to the row's largest entry, fp32
-    # underflow (1e-30: the fp64 reference keeps 1e-181 where fp32 gives 0), and a caller floor.
-    err = (grad.double() - ref_grad).abs()
-    bound = atol_rel * gmax + tolerance(dtype)[1] * ref_grad.abs() + grad_atol + 1e-30
-    assert bool((err <= bound).all()), f"{msg} grad err {float((err - bound).max()):.3g} over bound"
+    _assert_rows_close(grad, ref_grad, _row_scale(ref_grad), _grad_rel(dtype), f"{msg} grad",
+                       floor=grad_atol)  # fmt: skip
+
+
+def _check_accumulated(buf, before, ref_grad, msg=""):
+    """buf = before + the gradient, added in fp32 and rounded once to buf's dtype: each row's
+    error against the row's largest |before + gradient| (the callers draw ``before`` at the
+    gradient's own scale, so the gradient is not lost under the rounding of a larger value)."""
+    expect = before.double() + ref_grad
+    _assert_rows_close(buf, expect, _row_scale(expect), _grad_rel(buf.dtype), msg)
+
+
+def _before_at_grad_scale(ref_grad, dtype):
+    """A buffer to accumulate into: random values at a quarter of each row's gradient scale."""
+    return (torch.randn(ref_grad.shape, dtype=torch.float64) * 0.25 * _row_scale(ref_grad)).to(dtype)
 
 
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("form,cap", FORMS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_matches_reference(loss, form, cap, dtype):
     # (1, 3, 500): leading dims flattened; 500 = 31 tiles of 16 + a ragged 4-wide tail.
     x, other = _inputs(loss, (1, 3, 500), dtype)
     out, grad = _run(loss, x, other, form=form, block_cap=cap)
     ref_out, ref_grad = _ref(loss, x, other)
     _check(loss, out, grad, ref_out, ref_grad, dtype, 500, f"{loss} {form} {cap}")
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_grad_checks_fail_a_gradient_a_few_percent_off(loss):
+    # The bf16 gradient comparisons pass the reference rounded to bf16 and fail it scaled by
+    # 1.03 (a term a few % off), in _check and in the accumulated-buffer check alike.
+    bf16 = torch.bfloat16
+    x, other = _inputs(loss, (1, 3, 500), bf16)
+    ref_out, ref_grad = _ref(loss, x, other)
+    out = ref_out.float()
+    _check(loss, out, ref_grad.to(bf16), ref_out, ref_grad, bf16, 500)
+    with pytest.raises(AssertionError, match="row's scale"):
+        _check(loss, out, (ref_grad * 1.03).to(bf16), ref_out, ref_grad, bf16, 500)
+    before = _before_at_grad_scale(ref_grad, bf16)
+    _check_accumulated((before.double() + ref_grad).to(bf16), before, ref_grad)
+    with pytest.raises(AssertionError, match="row's scale"):
+        _check_accumulated((before.double() + ref_grad * 1.03).to(bf16), before, ref_grad)
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -146,10 +196,10 @@ def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, frame_bytes, cap,
     ref_out, ref_grad = _ref(loss, x, other, reduction="none")
     _check(loss, out, grad, ref_out, ref_grad, dtype, n_cols, f"{loss} {form}")
     # Added into a buffer: a column stored twice (or not at all) would show.
-    buf = torch.randn(n_rows, n_cols).to(dtype)
-    before = buf.clone()
+    before = _before_at_grad_scale(ref_grad, dtype)
+    buf = before.clone()
     FNS[loss][0](x, other, form=form, block_cap=cap, reduction="sum", grad_accumulate=buf)
-    assert_close(buf, (before.double() + ref_grad).to(dtype), dtype=torch.bfloat16)
+    _check_accumulated(buf, before, ref_grad, f"{loss} {form} accumulate")
     # NaN at both ends of row 4 stays there, though rows 3 and 5 load it in their edge vectors.
     x[4, 0] = x[4, -1] = float("nan")
     out, grad = _run(loss, x, other, form=form, block_cap=cap, reduction="none")
@@ -169,12 +219,12 @@ def test_rows_inside_one_16_byte_vector(loss, form, n_cols):
     x, other = _inputs(loss, (n_rows, n_cols), torch.bfloat16)
     if loss == "cross_entropy":
         other = torch.arange(n_rows) % n_cols
-    buf = torch.randn(n_rows, n_cols).to(torch.bfloat16)
-    before = buf.clone()
-    out = FNS[loss][0](x, other, form=form, reduction="none", grad_accumulate=buf)
     ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    before = _before_at_grad_scale(ref_grad, torch.bfloat16)
+    buf = before.clone()
+    out = FNS[loss][0](x, other, form=form, reduction="none", grad_accumulate=buf)
     assert_close(out, ref_out, dtype=torch.float32, reduce_len=n_cols)
-    assert_close(buf, (before.double() + ref_grad).to(torch.bfloat16), dtype=torch.bfloat16)
+    _check_accumulated(buf, before, ref_grad, f"{loss} {form}")
 
 
 def test_frame_align_only_for_rows_aligned_alike(monkeypatch):
@@ -679,6 +729,26 @@ def test_custom_op_opcheck(loss, form, reduction, compute_grad):
 
     args = (x, other, _KINDS[loss], form, 16, reduction, -100, compute_grad)
     torch.library.opcheck(torch.ops.normlab.entropy_fwd.default, args)
+
+
+@pytest.mark.parametrize("loss,reduction,per_row", [
+    ("reverse_kl", "none", True), ("soft_cross_entropy", "sum", False),
+    ("cross_entropy", "mean", False), ("cross_entropy", "none", True)])  # fmt: skip
+def test_split_backward_op_opcheck(loss, reduction, per_row):
+    # The split form's backward op: schema, fake shapes and dispatch, from real row statistics.
+    from normlab.kernels.entropy import _KINDS
+
+    x, other = _inputs(loss, (3, 50), torch.float32)
+    kind = _KINDS[loss]
+    _, _, row_stats, n_valid = torch.ops.normlab.entropy_fwd(x, other, kind, "split", 16,
+                                                             reduction, -100, True)  # fmt: skip
+    g_out = torch.randn(3) if per_row else torch.tensor(1.5)
+    args = (x, other, row_stats, g_out, n_valid, kind, 16, reduction, -100)
+    torch.library.opcheck(torch.ops.normlab.entropy_split_bwd.default, args)
+    # And its value: the reference gradient for that grad_output.
+    grad = torch.ops.normlab.entropy_split_bwd(*args)
+    _, ref_grad = _ref(loss, x, other, reduction=reduction, weight=g_out)
+    _check(loss, torch.zeros(()), grad, torch.zeros(()), ref_grad, torch.float32, 50)
 
 
 def test_check_labels_refused_inside_torch_compile():
