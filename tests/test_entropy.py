@@ -435,6 +435,43 @@ def test_nan_and_inf_stay_in_their_row(loss, form):
     assert torch.isnan(FNS[loss][0](x, other, form=form, block_cap=64))
 
 
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ALL_FORMS)
+def test_nan_or_inf_row_has_nan_gradient(loss, form):
+    # Rows 1-2: NaN / +inf in the logits; rows 3-4 (distribution losses): in the target. Every
+    # row has -inf logits too (p = 0: reverse KL's gradient skips those terms). torch's autograd
+    # makes each bad row's whole gradient NaN; the other rows stay exact. V = 203 in fp32: rows
+    # off 16-byte boundaries, so edge lanes are stored apart (tile 64).
+    n_rows, n_cols = 6, 203
+    x, other = _inputs(loss, (n_rows, n_cols), torch.float32)
+    x[:, 100:110] = float("-inf")
+    x[1, 7], x[2, 150] = float("nan"), float("inf")
+    if loss == "cross_entropy":
+        other, bad = torch.tensor([0, 1, 202, 5, 200, 3]), [1, 2]
+    else:
+        other[3, 50], other[4, 202], bad = float("nan"), float("inf"), [1, 2, 3, 4]
+    good = [r for r in range(n_rows) if r not in bad]
+    out, grad = _run(loss, x, other, form=form, block_cap=64, reduction="none")
+    # torch: autograd through softmax / log_softmax (F.cross_entropy for the cross-entropies).
+    xt = x.clone().requires_grad_()
+    if loss == "reverse_kl":
+        torch_rows = (xt.softmax(-1) * (xt.log_softmax(-1) - other.log_softmax(-1))).sum(-1)
+    elif loss == "soft_cross_entropy":
+        torch_rows = torch.nn.functional.cross_entropy(xt, other.softmax(-1), reduction="none")
+    else:
+        torch_rows = torch.nn.functional.cross_entropy(xt, other, reduction="none")
+    torch_rows.sum().backward()
+    assert torch.isnan(xt.grad[bad]).all()
+    assert torch.isnan(out[bad]).all() and torch.isnan(grad[bad]).all()
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    _check(loss, out[good], grad[good], ref_out[good], ref_grad[good], torch.float32, n_cols)
+    # Scaled and added into a buffer alike.
+    buf = torch.zeros(n_rows, n_cols)
+    FNS[loss][0](x, other, form=form, block_cap=64, reduction="sum", grad_accumulate=buf)
+    assert torch.isnan(buf[bad]).all()
+    _check_accumulated(buf[good], torch.zeros(len(good), n_cols), ref_grad[good])
+
+
 def test_no_grad_forward_and_fp16():
     x, t = _inputs("reverse_kl", (3, 500), torch.float16)
     ref_out = _ref("reverse_kl", x, t)[0]

@@ -12,7 +12,8 @@ cross_entropy         logsumexp(x) - x[label_r]               p - onehot(label_r
 ====================  =====================================  ==================================
 
 Terms with p_j = 0 (reverse KL) or q_j = 0 (soft CE) count 0, so -inf logits (a masked vocab)
-are allowed; NaN or +inf anywhere in a row makes that row's loss NaN.
+are allowed; NaN or +inf anywhere in a row makes that row's loss and every entry of its
+gradient NaN (as torch's autograd).
 
 Forms (seed 004):
 
@@ -313,6 +314,15 @@ def _tile_grad(
 
 
 @triton.jit
+def _nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift):
+    """Reverse KL: a NaN gradient scale for a row whose loss is NaN (NaN or +inf in logits or
+    target, or no finite logit). _tile_grad's p > 0 test would zero such a row's entries; torch's
+    autograd gives NaN for all of them. Once per row, from the final statistics."""
+    loss = kl_shift - log_s_x + log_s_t  # as _finish_loss and _combine_partials
+    return tl.where(loss != loss, float("nan"), scale)
+
+
+@triton.jit
 def _store_grad(grad_ptrs, g, mask, ACCUMULATE: tl.constexpr, EVICTION: tl.constexpr):
     if ACCUMULATE:  # masked lanes (mask may be None: a whole tile) are not stored
         g += tl.load(grad_ptrs, mask=mask).to(tl.float32)
@@ -457,6 +467,8 @@ def _grad_pass(
         scale = scale / tl.load(n_valid_ptr)
     if KIND == _CE:
         scale = tl.where(bad, float("nan"), scale)
+    if KIND == _RKL:
+        scale = _nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift)
     cols = _tile_cols(BLOCK, LANE)
     last_cols = n_full * BLOCK + cols
     g = _tile_grad(x_last, t_last, last_cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift,
@@ -874,6 +886,8 @@ def _entropy_backward_kernel(
     log_s_x = tl.load(row_stats_ptr + 2 * n_rows + row)
     log_s_t = tl.load(row_stats_ptr + 3 * n_rows + row)
     kl_shift = tl.load(row_stats_ptr + 4 * n_rows + row)
+    if KIND == _RKL:
+        scale = _nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift)
     if ALIGN > 1:
         tile_lo = tl.program_id(1) * BLOCK
         lo = tl.maximum(lead, tile_lo)  # this tile's own columns are [lo, hi)
