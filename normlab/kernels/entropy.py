@@ -21,8 +21,8 @@ Forms (seed 004):
   column tiles of ``min(next_pow2(V), block_cap)``, then the gradient pass in reverse tile order
   (the last tile is reused from registers). The gradient (times the reduction's 1/n) is written
   during the forward and saved; the backward only rescales it by ``grad_output``, in place in
-  eager (``_entropy_grad_rescale_kernel``, which exits on the device when grad_output == 1), out
-  of place in a compiled backward.
+  an eager backward that frees the graph (``_entropy_grad_rescale_kernel``, which exits on the
+  device when grad_output == 1), out of place with retain_graph=True or in a compiled backward.
 * ``"chunked"``: ``_entropy_chunked_kernel``, a row cut into chunks of whole tiles, one program
   per chunk. Each program folds its chunk into raw statistics and stores them; the row's
   programs meet at a per-row counter (in-kernel, on a GPU), merge the chunk statistics and
@@ -1276,7 +1276,7 @@ def _setup_context(ctx, inputs, output):
     logits, other, kind, form, block_cap, reduction, ignore_index, _compute_grad = inputs
     _, grad, row_stats, n_valid = output
     ctx.args = (kind, form, block_cap, reduction, ignore_index)
-    ctx.logits_shape, ctx.backward_calls, ctx.first_g_out = logits.shape, 0, None
+    ctx.logits_shape = logits.shape
     if form in _GRAD_IN_FORWARD:
         ctx.save_for_backward(grad)
     else:
@@ -1295,18 +1295,23 @@ def _backward(ctx, grad_loss, _dgrad, _dstats, _dn_valid):
                                                    block_cap, reduction, ignore_index)  # fmt: skip
         return (grad,) + (None,) * 7
     (grad,) = ctx.saved_tensors
-    ctx.backward_calls += 1
     traced = torch.compiler.is_compiling() or type(grad) is not torch.Tensor  # fake / functional
-    if ctx.backward_calls == 1 and not traced:
-        # Eager, first backward: scale the saved gradient in place (no new M x V buffer).
+    if not traced and not _graph_kept():
+        # Eager, the graph's last backward: scale the saved gradient in place (no new M x V
+        # buffer; nothing reads it again).
         _launch_rescale(grad, g_out)
-        ctx.first_g_out = g_out
         return (grad.view(ctx.logits_shape),) + (None,) * 7
-    # A later backward (retain_graph=True) undoes the first scale; a traced (compiled) backward,
-    # which may be replayed, never scales in place. Out of place.
-    scale = g_out if ctx.first_g_out is None else g_out / ctx.first_g_out
-    scale = scale[:, None] if scale.dim() else scale
+    # retain_graph=True (another backward may read the saved gradient) or a traced (compiled)
+    # backward, which may be replayed: out of place, the saved gradient kept unscaled.
+    scale = g_out[:, None] if g_out.dim() else g_out
     return ((grad.float() * scale).to(grad.dtype).view(ctx.logits_shape),) + (None,) * 7
+
+
+def _graph_kept():
+    """Whether the running backward keeps the graph (retain_graph / create_graph): torch's
+    private query, as torch's own AOT autograd uses it; True (the safe answer) where absent."""
+    query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if query is None else bool(query())
 
 
 _entropy_fwd_op.register_autograd(_backward, setup_context=_setup_context)
