@@ -529,6 +529,38 @@ def test_unchecked_out_of_range_label_is_nan_not_a_crash():
         assert torch.isnan(xk.grad[1]).all() and torch.isfinite(xk.grad[[0, 2]]).all()
 
 
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ALL_FORMS)
+@pytest.mark.parametrize("shape", [(0, 50), (2, 0, 50), (3, 0)])
+def test_empty_input_matches_torch(loss, form, shape):
+    # No element: zero rows, or V = 0 (label CE: every label ignored; torch raises for any
+    # other, see below). torch: "mean" of zero rows NaN, "sum" 0, "none" empty; V = 0 rows are
+    # empty sums (0). The gradient is empty, shaped and typed like the logits.
+    x = torch.randn(shape).to(torch.bfloat16)
+    if loss == "cross_entropy":
+        other = torch.full(shape[:-1], -100)
+    else:
+        other = torch.randn(shape).to(torch.bfloat16)
+    for reduction in ("mean", "sum", "none"):
+        out, grad = _run(loss, x, other, form=form, reduction=reduction)
+        ref_out, _ = _ref(loss, x, other, reduction=reduction)
+        assert out.dtype == torch.float32 and out.shape == ref_out.shape
+        torch.testing.assert_close(out, ref_out.float(), equal_nan=True, rtol=0, atol=0)
+        assert grad.shape == x.shape and grad.dtype == x.dtype
+        buf = torch.zeros(shape, dtype=torch.bfloat16)
+        acc_out = FNS[loss][0](x, other, form=form, reduction=reduction, grad_accumulate=buf)
+        torch.testing.assert_close(acc_out, ref_out.float(), equal_nan=True, rtol=0, atol=0)
+    if loss == "cross_entropy" and shape == (3, 0):
+        labels = torch.tensor([-100, 0, -100])
+        with pytest.raises(IndexError):  # torch
+            torch.nn.functional.cross_entropy(x.float(), labels)
+        with pytest.raises(ValueError, match="outside"):
+            normlab.cross_entropy(x, labels, form=form)
+        # Unchecked, as any out-of-range label: a NaN row.
+        out = normlab.cross_entropy(x, labels, form=form, reduction="none", check_labels=False)
+        assert torch.equal(out.isnan(), torch.tensor([False, True, False]))
+
+
 def test_modules_match_functions():
     x, t = _inputs("reverse_kl", (3, 120), torch.float32)
     labels = torch.tensor([1, -100, 5])
@@ -548,8 +580,10 @@ BAD_CALLS = [
     ("target_logits shape", ValueError, lambda x, t, y: normlab.reverse_kl(x, t[:, :-1])),
     ("dtype", TypeError, lambda x, t, y: normlab.reverse_kl(x, t.double())),
     ("dtype must be float32", TypeError, lambda x, t, y: normlab.soft_cross_entropy(x.double(), t.double())),
-    ("non-empty", ValueError, lambda x, t, y: normlab.reverse_kl(x[:0], t[:0])),
-    ("non-empty", ValueError, lambda x, t, y: normlab.cross_entropy(x[:, :0], y)),
+    ("vocabulary last dim", ValueError, lambda x, t, y: normlab.reverse_kl(x[0, 0], t[0, 0])),
+    ("outside", ValueError, lambda x, t, y: normlab.cross_entropy(x[:, :0], y)),
+    ("grad_accumulate shape", ValueError,
+     lambda x, t, y: normlab.reverse_kl(x[:0], t[:0], grad_accumulate=torch.zeros(1, 40))),
     ("block_cap", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, block_cap=1000)),
     ("block_cap", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, block_cap=8)),
     ("form", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, form="both")),
