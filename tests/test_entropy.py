@@ -64,7 +64,7 @@ def _grad_rel(dtype):
 def _assert_rows_close(actual, expected, row_scale, rel, msg="", floor=0.0):
     """|actual - expected| <= rel * row_scale (+ floor) everywhere: each row's error measured
     against that row's scale (its largest entry), so no entry hides under an absolute floor."""
-    assert actual.shape == expected.shape, f"{msg} shape {tuple(actual.shape)} vs {tuple(expected.shape)}"
+    assert actual.shape == expected.shape, f"{msg} shapes {actual.shape} vs {expected.shape}"
     err = (actual.double() - expected.double()).abs()
     bound = rel * row_scale.double() + floor + 1e-30  # 1e-30: fp32 underflow (fp64 keeps 1e-181)
     excess = torch.where(err <= bound, 0.0, err / bound.clamp_min(1e-300))
@@ -102,7 +102,8 @@ def _check_accumulated(buf, before, ref_grad, msg=""):
 
 def _before_at_grad_scale(ref_grad, dtype):
     """A buffer to accumulate into: random values at a quarter of each row's gradient scale."""
-    return (torch.randn(ref_grad.shape, dtype=torch.float64) * 0.25 * _row_scale(ref_grad)).to(dtype)
+    noise = torch.randn(ref_grad.shape, dtype=torch.float64)
+    return (noise * 0.25 * _row_scale(ref_grad)).to(dtype)
 
 
 @pytest.mark.parametrize("loss", LOSSES)
