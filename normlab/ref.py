@@ -142,7 +142,7 @@ def cross_entropy_ref(
     """
     n_cols = logits.shape[-1]
     out = torch.nn.functional.cross_entropy(
-        _loss_upcast(logits).reshape(-1, n_cols),
+        _loss_upcast(logits).reshape(labels.numel(), n_cols),  # V = 0 too (no -1 to infer)
         labels.reshape(-1).long(),
         ignore_index=ignore_index,
         reduction=reduction,

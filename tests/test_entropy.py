@@ -54,33 +54,84 @@ def _run(loss, x, other, weight=None, **kw):
     return out.detach(), xk.grad
 
 
+def _grad_rel(dtype):
+    """A gradient's error bound as a fraction of its row's scale: the rounding of a value to
+    ``dtype`` (one ulp, 2**-7 of it in bf16, 2**-10 in fp16: the Triton interpreter's stores
+    truncate, a GPU's round to nearest) plus fp32 arithmetic."""
+    return 1e-5 if dtype == torch.float32 else tolerance(dtype)[0] / 2
+
+
+def _assert_rows_close(actual, expected, row_scale, rel, msg="", floor=0.0):
+    """|actual - expected| <= rel * row_scale (+ floor) everywhere: each row's error measured
+    against that row's scale (its largest entry), so no entry hides under an absolute floor."""
+    assert actual.shape == expected.shape, f"{msg} shapes {actual.shape} vs {expected.shape}"
+    err = (actual.double() - expected.double()).abs()
+    bound = rel * row_scale.double() + floor + 1e-30  # 1e-30: fp32 underflow (fp64 keeps 1e-181)
+    excess = torch.where(err <= bound, 0.0, err / bound.clamp_min(1e-300))
+    if bool((excess > 0).any()) or bool(excess.isnan().any()):
+        worst = int(excess.nan_to_num(math.inf).flatten().argmax())
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), err.shape))
+        raise AssertionError(
+            f"{msg}: {int((excess > 0).sum())}/{err.numel()} entries over {rel:.3g} x their "
+            f"row's scale; worst at {idx}: {actual[idx].item():.6g} vs {expected[idx].item():.6g}"
+            f" (row scale {row_scale.expand_as(err)[idx].item():.3g})"
+        )
+
+
+def _row_scale(g):
+    return g.double().abs().amax(-1, keepdim=True)
+
+
 def _check(loss, out, grad, ref_out, ref_grad, dtype, n_cols, msg="", grad_atol=0.0):
-    # Loss: fp32 math over n_cols terms. Gradient: rounded to the logits dtype; its absolute
-    # error floor is fp32 arithmetic relative to the row's largest gradient entry.
+    # Loss: fp32 math over n_cols terms. Gradient: rounded to the logits dtype, each row's error
+    # against its largest entry (_grad_rel); grad_atol: a caller's absolute floor.
     assert out.dtype == torch.float32
     assert_close(out, ref_out, dtype=torch.float32, reduce_len=n_cols, msg=f"{msg} loss")
     assert grad.dtype == dtype
-    atol_rel = 1e-5 if dtype == torch.float32 else tolerance(dtype)[0] / 4
-    gmax = ref_grad.abs().amax(-1, keepdim=True)
-    if grad_atol == 0:  # relative to the row's largest entry: readable report of the worst
-        scale = gmax.clamp_min(1e-30)
-        assert_close(grad / scale, ref_grad / scale, dtype=dtype, msg=f"{msg} grad")
-    # Tight bound: dtype rounding, fp32 arithmetic relative to the row's largest entry, fp32
-    # underflow (1e-30: the fp64 reference keeps 1e-181 where fp32 gives 0), and a caller floor.
-    err = (grad.double() - ref_grad).abs()
-    bound = atol_rel * gmax + tolerance(dtype)[1] * ref_grad.abs() + grad_atol + 1e-30
-    assert bool((err <= bound).all()), f"{msg} grad err {float((err - bound).max()):.3g} over bound"
+    _assert_rows_close(grad, ref_grad, _row_scale(ref_grad), _grad_rel(dtype), f"{msg} grad",
+                       floor=grad_atol)  # fmt: skip
+
+
+def _check_accumulated(buf, before, ref_grad, msg=""):
+    """buf = before + the gradient, added in fp32 and rounded once to buf's dtype: each row's
+    error against the row's largest |before + gradient| (the callers draw ``before`` at the
+    gradient's own scale, so the gradient is not lost under the rounding of a larger value)."""
+    expect = before.double() + ref_grad
+    _assert_rows_close(buf, expect, _row_scale(expect), _grad_rel(buf.dtype), msg)
+
+
+def _before_at_grad_scale(ref_grad, dtype):
+    """A buffer to accumulate into: random values at a quarter of each row's gradient scale."""
+    noise = torch.randn(ref_grad.shape, dtype=torch.float64)
+    return (noise * 0.25 * _row_scale(ref_grad)).to(dtype)
 
 
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("form,cap", FORMS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_matches_reference(loss, form, cap, dtype):
     # (1, 3, 500): leading dims flattened; 500 = 31 tiles of 16 + a ragged 4-wide tail.
     x, other = _inputs(loss, (1, 3, 500), dtype)
     out, grad = _run(loss, x, other, form=form, block_cap=cap)
     ref_out, ref_grad = _ref(loss, x, other)
     _check(loss, out, grad, ref_out, ref_grad, dtype, 500, f"{loss} {form} {cap}")
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_grad_checks_fail_a_gradient_a_few_percent_off(loss):
+    # The bf16 gradient comparisons pass the reference rounded to bf16 and fail it scaled by
+    # 1.03 (a term a few % off), in _check and in the accumulated-buffer check alike.
+    bf16 = torch.bfloat16
+    x, other = _inputs(loss, (1, 3, 500), bf16)
+    ref_out, ref_grad = _ref(loss, x, other)
+    out = ref_out.float()
+    _check(loss, out, ref_grad.to(bf16), ref_out, ref_grad, bf16, 500)
+    with pytest.raises(AssertionError, match="row's scale"):
+        _check(loss, out, (ref_grad * 1.03).to(bf16), ref_out, ref_grad, bf16, 500)
+    before = _before_at_grad_scale(ref_grad, bf16)
+    _check_accumulated((before.double() + ref_grad).to(bf16), before, ref_grad)
+    with pytest.raises(AssertionError, match="row's scale"):
+        _check_accumulated((before.double() + ref_grad * 1.03).to(bf16), before, ref_grad)
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -146,10 +197,10 @@ def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, frame_bytes, cap,
     ref_out, ref_grad = _ref(loss, x, other, reduction="none")
     _check(loss, out, grad, ref_out, ref_grad, dtype, n_cols, f"{loss} {form}")
     # Added into a buffer: a column stored twice (or not at all) would show.
-    buf = torch.randn(n_rows, n_cols).to(dtype)
-    before = buf.clone()
+    before = _before_at_grad_scale(ref_grad, dtype)
+    buf = before.clone()
     FNS[loss][0](x, other, form=form, block_cap=cap, reduction="sum", grad_accumulate=buf)
-    assert_close(buf, (before.double() + ref_grad).to(dtype), dtype=torch.bfloat16)
+    _check_accumulated(buf, before, ref_grad, f"{loss} {form} accumulate")
     # NaN at both ends of row 4 stays there, though rows 3 and 5 load it in their edge vectors.
     x[4, 0] = x[4, -1] = float("nan")
     out, grad = _run(loss, x, other, form=form, block_cap=cap, reduction="none")
@@ -169,12 +220,12 @@ def test_rows_inside_one_16_byte_vector(loss, form, n_cols):
     x, other = _inputs(loss, (n_rows, n_cols), torch.bfloat16)
     if loss == "cross_entropy":
         other = torch.arange(n_rows) % n_cols
-    buf = torch.randn(n_rows, n_cols).to(torch.bfloat16)
-    before = buf.clone()
-    out = FNS[loss][0](x, other, form=form, reduction="none", grad_accumulate=buf)
     ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    before = _before_at_grad_scale(ref_grad, torch.bfloat16)
+    buf = before.clone()
+    out = FNS[loss][0](x, other, form=form, reduction="none", grad_accumulate=buf)
     assert_close(out, ref_out, dtype=torch.float32, reduce_len=n_cols)
-    assert_close(buf, (before.double() + ref_grad).to(torch.bfloat16), dtype=torch.bfloat16)
+    _check_accumulated(buf, before, ref_grad, f"{loss} {form}")
 
 
 def test_frame_align_only_for_rows_aligned_alike(monkeypatch):
@@ -345,29 +396,42 @@ def test_ignored_row_with_nan_gets_zero_grad():
 def test_grad_accumulate(loss, form, buf_dtype):
     x, other = _inputs(loss, (4, 200), torch.bfloat16)
     x.requires_grad_()
-    buf = torch.randn(4, 200).to(buf_dtype)
-    before = buf.clone()
+    ref_out, ref_grad = _ref(loss, x, other)
+    before = _before_at_grad_scale(ref_grad, buf_dtype)
+    buf = before.clone()
     out = FNS[loss][0](x, other, form=form, block_cap=64, grad_accumulate=buf)
     assert not out.requires_grad and x.grad is None
-    ref_out, ref_grad = _ref(loss, x, other)
     assert_close(out, ref_out, dtype=torch.float32, reduce_len=200)
     # Added in fp32, then rounded once to the buffer's dtype.
-    assert_close(buf, (before.double() + ref_grad).to(buf_dtype), dtype=torch.bfloat16)
+    _check_accumulated(buf, before, ref_grad, f"{loss} {form}")
 
 
-@pytest.mark.parametrize("form", ["fused", "chunked"])
+RETAINED_WEIGHTS = {  # reduction -> grad_output sequences of three backwards
+    "mean": [(0.0, 2.0, -0.5), (2.0, -0.5, 1.0)],
+    "none": [([0.0, 2.0, -1.0], [1.0, 3.0, 0.5], [0.0, 0.0, 0.0]),
+             ([2.0, 1.0, -1.0], [1.0, 3.0, 0.5], [-1.0, 1.0, 1.0])],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ALL_FORMS)
 @pytest.mark.parametrize("reduction", ["mean", "none"])
-def test_grad_in_forward_retain_graph_second_backward(form, reduction):
-    x, t = _inputs("reverse_kl", (3, 100), torch.float32)
+@pytest.mark.parametrize("seq", [0, 1], ids=["zero_first", "nonzero_first"])
+def test_retain_graph_backwards(loss, form, reduction, seq):
+    # Three backwards through one graph (the first two with retain_graph=True), grad_output 0
+    # (a scalar, or some rows) in the first or none: each adds torch's gradient for its own
+    # grad_output. (The fused and chunked forms save the gradient and rescale it.)
+    x, other = _inputs(loss, (3, 100), torch.float32)
     xk = x.clone().requires_grad_()
-    out = normlab.reverse_kl(xk, t, form=form, block_cap=64, reduction=reduction)
-    w1 = torch.tensor(2.0) if reduction == "mean" else torch.tensor([2.0, 1.0, -1.0])
-    w2 = torch.tensor(-0.5) if reduction == "mean" else torch.tensor([1.0, 3.0, 0.5])
-    (out * w1).sum().backward(retain_graph=True)
-    (out * w2).sum().backward()
-    _, g1 = _ref("reverse_kl", x, t, reduction=reduction, weight=w1)
-    _, g2 = _ref("reverse_kl", x, t, reduction=reduction, weight=w2)
-    assert_close(xk.grad, (g1 + g2).float(), dtype=torch.float32)
+    out = FNS[loss][0](xk, other, form=form, block_cap=64, reduction=reduction)
+    expect = torch.zeros_like(x, dtype=torch.float64)
+    weights = RETAINED_WEIGHTS[reduction][seq]
+    for i, w in enumerate(weights):
+        w = torch.tensor(w)
+        (out * w).sum().backward(retain_graph=i < len(weights) - 1)
+        expect += _ref(loss, x, other, reduction=reduction, weight=w)[1]
+        _assert_rows_close(xk.grad, expect, _row_scale(expect).clamp_min(1e-3), 1e-5,
+                           f"backward {i + 1}")  # fmt: skip
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -383,6 +447,43 @@ def test_nan_and_inf_stay_in_their_row(loss, form):
     assert torch.isnan(out[1]) and torch.isnan(out[2])
     assert_close(out[[0, 3]], ref_out[[0, 3]], dtype=torch.float32, reduce_len=150)
     assert torch.isnan(FNS[loss][0](x, other, form=form, block_cap=64))
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ALL_FORMS)
+def test_nan_or_inf_row_has_nan_gradient(loss, form):
+    # Rows 1-2: NaN / +inf in the logits; rows 3-4 (distribution losses): in the target. Every
+    # row has -inf logits too (p = 0: reverse KL's gradient skips those terms). torch's autograd
+    # makes each bad row's whole gradient NaN; the other rows stay exact. V = 203 in fp32: rows
+    # off 16-byte boundaries, so edge lanes are stored apart (tile 64).
+    n_rows, n_cols = 6, 203
+    x, other = _inputs(loss, (n_rows, n_cols), torch.float32)
+    x[:, 100:110] = float("-inf")
+    x[1, 7], x[2, 150] = float("nan"), float("inf")
+    if loss == "cross_entropy":
+        other, bad = torch.tensor([0, 1, 202, 5, 200, 3]), [1, 2]
+    else:
+        other[3, 50], other[4, 202], bad = float("nan"), float("inf"), [1, 2, 3, 4]
+    good = [r for r in range(n_rows) if r not in bad]
+    out, grad = _run(loss, x, other, form=form, block_cap=64, reduction="none")
+    # torch: autograd through softmax / log_softmax (F.cross_entropy for the cross-entropies).
+    xt = x.clone().requires_grad_()
+    if loss == "reverse_kl":
+        torch_rows = (xt.softmax(-1) * (xt.log_softmax(-1) - other.log_softmax(-1))).sum(-1)
+    elif loss == "soft_cross_entropy":
+        torch_rows = torch.nn.functional.cross_entropy(xt, other.softmax(-1), reduction="none")
+    else:
+        torch_rows = torch.nn.functional.cross_entropy(xt, other, reduction="none")
+    torch_rows.sum().backward()
+    assert torch.isnan(xt.grad[bad]).all()
+    assert torch.isnan(out[bad]).all() and torch.isnan(grad[bad]).all()
+    ref_out, ref_grad = _ref(loss, x, other, reduction="none")
+    _check(loss, out[good], grad[good], ref_out[good], ref_grad[good], torch.float32, n_cols)
+    # Scaled and added into a buffer alike.
+    buf = torch.zeros(n_rows, n_cols)
+    FNS[loss][0](x, other, form=form, block_cap=64, reduction="sum", grad_accumulate=buf)
+    assert torch.isnan(buf[bad]).all()
+    _check_accumulated(buf[good], torch.zeros(len(good), n_cols), ref_grad[good])
 
 
 def test_no_grad_forward_and_fp16():
@@ -429,6 +530,38 @@ def test_unchecked_out_of_range_label_is_nan_not_a_crash():
         assert torch.isnan(xk.grad[1]).all() and torch.isfinite(xk.grad[[0, 2]]).all()
 
 
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("form", ALL_FORMS)
+@pytest.mark.parametrize("shape", [(0, 50), (2, 0, 50), (3, 0)])
+def test_empty_input_matches_torch(loss, form, shape):
+    # No element: zero rows, or V = 0 (label CE: every label ignored; torch raises for any
+    # other, see below). torch: "mean" of zero rows NaN, "sum" 0, "none" empty; V = 0 rows are
+    # empty sums (0). The gradient is empty, shaped and typed like the logits.
+    x = torch.randn(shape).to(torch.bfloat16)
+    if loss == "cross_entropy":
+        other = torch.full(shape[:-1], -100)
+    else:
+        other = torch.randn(shape).to(torch.bfloat16)
+    for reduction in ("mean", "sum", "none"):
+        out, grad = _run(loss, x, other, form=form, reduction=reduction)
+        ref_out, _ = _ref(loss, x, other, reduction=reduction)
+        assert out.dtype == torch.float32 and out.shape == ref_out.shape
+        torch.testing.assert_close(out, ref_out.float(), equal_nan=True, rtol=0, atol=0)
+        assert grad.shape == x.shape and grad.dtype == x.dtype
+        buf = torch.zeros(shape, dtype=torch.bfloat16)
+        acc_out = FNS[loss][0](x, other, form=form, reduction=reduction, grad_accumulate=buf)
+        torch.testing.assert_close(acc_out, ref_out.float(), equal_nan=True, rtol=0, atol=0)
+    if loss == "cross_entropy" and shape == (3, 0):
+        labels = torch.tensor([-100, 0, -100])
+        with pytest.raises(IndexError):  # torch
+            torch.nn.functional.cross_entropy(x.float(), labels)
+        with pytest.raises(ValueError, match="outside"):
+            normlab.cross_entropy(x, labels, form=form)
+        # Unchecked, as any out-of-range label: a NaN row.
+        out = normlab.cross_entropy(x, labels, form=form, reduction="none", check_labels=False)
+        assert torch.equal(out.isnan(), torch.tensor([False, True, False]))
+
+
 def test_modules_match_functions():
     x, t = _inputs("reverse_kl", (3, 120), torch.float32)
     labels = torch.tensor([1, -100, 5])
@@ -448,8 +581,10 @@ BAD_CALLS = [
     ("target_logits shape", ValueError, lambda x, t, y: normlab.reverse_kl(x, t[:, :-1])),
     ("dtype", TypeError, lambda x, t, y: normlab.reverse_kl(x, t.double())),
     ("dtype must be float32", TypeError, lambda x, t, y: normlab.soft_cross_entropy(x.double(), t.double())),
-    ("non-empty", ValueError, lambda x, t, y: normlab.reverse_kl(x[:0], t[:0])),
-    ("non-empty", ValueError, lambda x, t, y: normlab.cross_entropy(x[:, :0], y)),
+    ("vocabulary last dim", ValueError, lambda x, t, y: normlab.reverse_kl(x[0, 0], t[0, 0])),
+    ("outside", ValueError, lambda x, t, y: normlab.cross_entropy(x[:, :0], y)),
+    ("grad_accumulate shape", ValueError,
+     lambda x, t, y: normlab.reverse_kl(x[:0], t[:0], grad_accumulate=torch.zeros(1, 40))),
     ("block_cap", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, block_cap=1000)),
     ("block_cap", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, block_cap=8)),
     ("form", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, form="both")),
@@ -679,6 +814,26 @@ def test_custom_op_opcheck(loss, form, reduction, compute_grad):
 
     args = (x, other, _KINDS[loss], form, 16, reduction, -100, compute_grad)
     torch.library.opcheck(torch.ops.normlab.entropy_fwd.default, args)
+
+
+@pytest.mark.parametrize("loss,reduction,per_row", [
+    ("reverse_kl", "none", True), ("soft_cross_entropy", "sum", False),
+    ("cross_entropy", "mean", False), ("cross_entropy", "none", True)])  # fmt: skip
+def test_split_backward_op_opcheck(loss, reduction, per_row):
+    # The split form's backward op: schema, fake shapes and dispatch, from real row statistics.
+    from normlab.kernels.entropy import _KINDS
+
+    x, other = _inputs(loss, (3, 50), torch.float32)
+    kind = _KINDS[loss]
+    _, _, row_stats, n_valid = torch.ops.normlab.entropy_fwd(x, other, kind, "split", 16,
+                                                             reduction, -100, True)  # fmt: skip
+    g_out = torch.randn(3) if per_row else torch.tensor(1.5)
+    args = (x, other, row_stats, g_out, n_valid, kind, 16, reduction, -100)
+    torch.library.opcheck(torch.ops.normlab.entropy_split_bwd.default, args)
+    # And its value: the reference gradient for that grad_output.
+    grad = torch.ops.normlab.entropy_split_bwd(*args)
+    _, ref_grad = _ref(loss, x, other, reduction=reduction, weight=g_out)
+    _check(loss, torch.zeros(()), grad, torch.zeros(()), ref_grad, torch.float32, 50)
 
 
 def test_check_labels_refused_inside_torch_compile():

@@ -1,4 +1,5 @@
-"""Tensor-parallel (vocab-sharded) split path on CPU: gloo, 2 and 3 processes, uneven shards.
+"""Tensor-parallel (vocab-sharded) split path on CPU: gloo, 2 and 3 processes, uneven shards
+(one of them zero-width), every reduction, the gradient and grad_accumulate.
 
 Every rank builds the same full tensors from one seed, keeps its contiguous vocab slice, and
 checks the sharded loss and its gradient slice against the unsharded fp64 reference. One spawn
@@ -17,8 +18,9 @@ import torch.multiprocessing as mp
 import normlab
 from normlab import ref
 
-# (world size, shard sizes): uneven, and one shard narrower than a 16-wide tile.
-LAYOUTS = {2: (130, 70), 3: (90, 7, 103)}
+# world size -> shard sizes: uneven, one shard narrower than a 16-wide tile, and one of width
+# 0 (that rank's statistics are those of no column; it still joins the all-reduces).
+LAYOUTS = {2: [(130, 70), (0, 200)], 3: [(90, 7, 103)]}
 
 
 def _free_port() -> int:
@@ -44,71 +46,72 @@ def _cases(sizes):
     labels[3] = sizes[0]  # the first column of the second shard
     labels[5] = sizes[0] + 1
     for loss, other in (("reverse_kl", t), ("soft_cross_entropy", t), ("cross_entropy", labels)):
-        for reduction in ("mean", "none"):
+        for reduction in ("mean", "sum", "none"):
             yield loss, reduction, x, other
 
 
-def _worker(rank, world, port, sizes, errors):
+def _worker(rank, world, port, layouts, errors):
     try:
         dist.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
         )
-        start = sum(sizes[:rank])
-        cols = slice(start, start + sizes[rank])
-        fns = {"reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
-               "soft_cross_entropy": (normlab.soft_cross_entropy, ref.soft_cross_entropy_ref),
-               "cross_entropy": (normlab.cross_entropy, ref.cross_entropy_ref)}  # fmt: skip
-        for loss, reduction, x, other in _cases(sizes):
-            fn, rfn = fns[loss]
-            xr = x.double().requires_grad_()
-            r = rfn(xr, other.double() if other.is_floating_point() else other, reduction=reduction)
-            weight = (
-                torch.tensor([1.0, 2.0, -1.0, 0.5, 3.0, 1.5])
-                if reduction == "none"
-                else torch.tensor(3.0)
-            )
-            (r * weight.double()).sum().backward()
-            xs = x[:, cols].clone().requires_grad_()
-            os_ = other[:, cols].contiguous() if other.is_floating_point() else other
-            out = fn(xs, os_, group=dist.group.WORLD, block_cap=16, reduction=reduction)
-            (out * weight).sum().backward()
-            tag = f"rank {rank} {loss} {reduction}"
-            torch.testing.assert_close(
-                out.double(), r.detach(), rtol=2e-5, atol=1e-5, msg=tag + " loss"
-            )
-            # fp32 grad vs fp64: row 4 (|logits| ~ 1e4) reverse KL keeps an fp32 floor ~ ulp(KL).
-            atol = 4e-3 if loss == "reverse_kl" else 1e-6
-            torch.testing.assert_close(
-                xs.grad.double(), xr.grad[:, cols], rtol=2e-5, atol=atol, msg=tag + " grad"
-            )
-            # grad_accumulate on the split path adds the gradient slice into a buffer.
-            buf = torch.ones_like(xs)
-            fn(
-                xs.detach(),
-                os_,
-                group=dist.group.WORLD,
-                block_cap=16,
-                reduction=reduction,
-                grad_accumulate=buf,
-            )
-            if reduction == "mean":
-                expect = 1.0 + xr.grad[:, cols] / 3.0
-                torch.testing.assert_close(
-                    buf.double(), expect, rtol=2e-5, atol=atol, msg=tag + " accumulate"
-                )
-        # The forms that write the gradient in the forward cannot all-reduce mid-kernel: a
-        # clear error, not a wrong answer.
-        for form in ("fused", "chunked"):
-            try:
-                normlab.reverse_kl(x[:, cols], x[:, cols], form=form, group=dist.group.WORLD)
-                raise AssertionError(f"{form} + group did not raise")
-            except ValueError as e:
-                assert "split" in str(e)
+        for sizes in layouts:
+            _check_layout(rank, sizes)
     except BaseException:  # noqa: BLE001
         errors.put(f"rank {rank}: {traceback.format_exc()}")
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _check_layout(rank, sizes):
+    start = sum(sizes[:rank])
+    cols = slice(start, start + sizes[rank])
+    fns = {"reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
+           "soft_cross_entropy": (normlab.soft_cross_entropy, ref.soft_cross_entropy_ref),
+           "cross_entropy": (normlab.cross_entropy, ref.cross_entropy_ref)}  # fmt: skip
+    for loss, reduction, x, other in _cases(sizes):
+        fn, rfn = fns[loss]
+        xr = x.double().requires_grad_()
+        r = rfn(xr, other.double() if other.is_floating_point() else other, reduction=reduction)
+        # The reference gradient for grad_output 1 (what grad_accumulate adds), then weighted.
+        (unit_grad,) = torch.autograd.grad(r.sum(), xr, retain_graph=True)
+        weight = (
+            torch.tensor([1.0, 2.0, -1.0, 0.5, 3.0, 1.5])
+            if reduction == "none"
+            else torch.tensor(3.0)
+        )
+        (r * weight.double()).sum().backward()
+        xs = x[:, cols].clone().requires_grad_()
+        os_ = other[:, cols].contiguous() if other.is_floating_point() else other
+        out = fn(xs, os_, group=dist.group.WORLD, block_cap=16, reduction=reduction)
+        (out * weight).sum().backward()
+        tag = f"rank {rank} shards {sizes} {loss} {reduction}"
+        torch.testing.assert_close(
+            out.double(), r.detach(), rtol=2e-5, atol=1e-5, msg=tag + " loss"
+        )
+        # fp32 grad vs fp64: row 4 (|logits| ~ 1e4) reverse KL keeps an fp32 floor ~ ulp(KL).
+        atol = 4e-3 if loss == "reverse_kl" else 1e-6
+        torch.testing.assert_close(
+            xs.grad.double(), xr.grad[:, cols], rtol=2e-5, atol=atol, msg=tag + " grad"
+        )
+        # grad_accumulate on the split path adds the gradient slice (grad_output 1: one per row
+        # for "none") into a buffer.
+        buf = torch.ones_like(xs)
+        fn(xs.detach(), os_, group=dist.group.WORLD, block_cap=16, reduction=reduction,
+           grad_accumulate=buf)  # fmt: skip
+        expect = 1.0 + unit_grad[:, cols]
+        torch.testing.assert_close(
+            buf.double(), expect, rtol=2e-5, atol=atol, msg=tag + " accumulate"
+        )
+    # The forms that write the gradient in the forward cannot all-reduce mid-kernel: a clear
+    # error, not a wrong answer.
+    for form in ("fused", "chunked"):
+        try:
+            normlab.reverse_kl(x[:, cols], x[:, cols], form=form, group=dist.group.WORLD)
+            raise AssertionError(f"{form} + group did not raise")
+        except ValueError as e:
+            assert "split" in str(e)
 
 
 @pytest.mark.parametrize("world", sorted(LAYOUTS))

@@ -12,7 +12,8 @@ cross_entropy         logsumexp(x) - x[label_r]               p - onehot(label_r
 ====================  =====================================  ==================================
 
 Terms with p_j = 0 (reverse KL) or q_j = 0 (soft CE) count 0, so -inf logits (a masked vocab)
-are allowed; NaN or +inf anywhere in a row makes that row's loss NaN.
+are allowed; NaN or +inf anywhere in a row makes that row's loss and every entry of its
+gradient NaN (as torch's autograd).
 
 Forms (seed 004):
 
@@ -20,8 +21,8 @@ Forms (seed 004):
   column tiles of ``min(next_pow2(V), block_cap)``, then the gradient pass in reverse tile order
   (the last tile is reused from registers). The gradient (times the reduction's 1/n) is written
   during the forward and saved; the backward only rescales it by ``grad_output``, in place in
-  eager (``_entropy_grad_rescale_kernel``, which exits on the device when grad_output == 1), out
-  of place in a compiled backward.
+  an eager backward that frees the graph (``_entropy_grad_rescale_kernel``, which exits on the
+  device when grad_output == 1), out of place with retain_graph=True or in a compiled backward.
 * ``"chunked"``: ``_entropy_chunked_kernel``, a row cut into chunks of whole tiles, one program
   per chunk. Each program folds its chunk into raw statistics and stores them; the row's
   programs meet at a per-row counter (in-kernel, on a GPU), merge the chunk statistics and
@@ -313,6 +314,15 @@ def _tile_grad(
 
 
 @triton.jit
+def _nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift):
+    """Reverse KL: a NaN gradient scale for a row whose loss is NaN (NaN or +inf in logits or
+    target, or no finite logit). _tile_grad's p > 0 test would zero such a row's entries; torch's
+    autograd gives NaN for all of them. Once per row, from the final statistics."""
+    loss = kl_shift - log_s_x + log_s_t  # as _finish_loss and _combine_partials
+    return tl.where(loss != loss, float("nan"), scale)
+
+
+@triton.jit
 def _store_grad(grad_ptrs, g, mask, ACCUMULATE: tl.constexpr, EVICTION: tl.constexpr):
     if ACCUMULATE:  # masked lanes (mask may be None: a whole tile) are not stored
         g += tl.load(grad_ptrs, mask=mask).to(tl.float32)
@@ -457,6 +467,8 @@ def _grad_pass(
         scale = scale / tl.load(n_valid_ptr)
     if KIND == _CE:
         scale = tl.where(bad, float("nan"), scale)
+    if KIND == _RKL:
+        scale = _nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift)
     cols = _tile_cols(BLOCK, LANE)
     last_cols = n_full * BLOCK + cols
     g = _tile_grad(x_last, t_last, last_cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift,
@@ -874,6 +886,8 @@ def _entropy_backward_kernel(
     log_s_x = tl.load(row_stats_ptr + 2 * n_rows + row)
     log_s_t = tl.load(row_stats_ptr + 3 * n_rows + row)
     kl_shift = tl.load(row_stats_ptr + 4 * n_rows + row)
+    if KIND == _RKL:
+        scale = _nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift)
     if ALIGN > 1:
         tile_lo = tl.program_id(1) * BLOCK
         lo = tl.maximum(lead, tile_lo)  # this tile's own columns are [lo, hi)
@@ -1089,6 +1103,8 @@ def _launch_stats(spec, x, t, labels, finalize):
 
 def _launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, accumulate):
     n_rows, n_cols = x.shape
+    if n_rows * n_cols == 0:  # a zero-width vocab shard: no gradient entry
+        return
     block = _block(n_cols, min(spec.block_cap, configs.ENTROPY_BACKWARD_BLOCK))
     scale, over_valid = _grad_scale(spec, n_rows)
     frames = _frame_align(x, t, grad, block)
@@ -1151,10 +1167,26 @@ def _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, accumulate):
         launch(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate)
         return loss_rows, None
     distributed = spec.group is not None
-    partial, row_stats = _launch_stats(spec, x, t, labels, finalize=not distributed)
+    if distributed and x.shape[1] == 0:  # a zero-width vocab shard
+        partial, row_stats = _no_column_partials(spec, x, labels), None
+    else:
+        partial, row_stats = _launch_stats(spec, x, t, labels, finalize=not distributed)
     if distributed:
         row_stats = _combine_partials(spec, partial, labels)
     return row_stats[5], row_stats
+
+
+def _no_column_partials(spec, x, labels):
+    """The (5, n_rows) raw statistics of no column (a zero-width vocab shard, group=), as the
+    stats kernel would store them: max -inf, sums 0; label CE's acc is x[label], owned by no
+    column here: 0, or NaN for an out-of-range label."""
+    n_rows = x.shape[0]
+    partial = torch.zeros((5, n_rows), dtype=torch.float32, device=x.device)
+    partial[0] = partial[2] = float("-inf")
+    if spec.kind == _KINDS["cross_entropy"]:
+        bad = (labels != spec.ignore_index) & ((labels < 0) | (labels >= spec.vocab_size))
+        partial[4] = torch.where(bad, float("nan"), 0.0)
+    return partial
 
 
 def _reduce(spec, loss_rows, n_valid, lead_shape):
@@ -1262,7 +1294,7 @@ def _setup_context(ctx, inputs, output):
     logits, other, kind, form, block_cap, reduction, ignore_index, _compute_grad = inputs
     _, grad, row_stats, n_valid = output
     ctx.args = (kind, form, block_cap, reduction, ignore_index)
-    ctx.logits_shape, ctx.backward_calls, ctx.first_g_out = logits.shape, 0, None
+    ctx.logits_shape = logits.shape
     if form in _GRAD_IN_FORWARD:
         ctx.save_for_backward(grad)
     else:
@@ -1281,18 +1313,23 @@ def _backward(ctx, grad_loss, _dgrad, _dstats, _dn_valid):
                                                    block_cap, reduction, ignore_index)  # fmt: skip
         return (grad,) + (None,) * 7
     (grad,) = ctx.saved_tensors
-    ctx.backward_calls += 1
     traced = torch.compiler.is_compiling() or type(grad) is not torch.Tensor  # fake / functional
-    if ctx.backward_calls == 1 and not traced:
-        # Eager, first backward: scale the saved gradient in place (no new M x V buffer).
+    if not traced and not _graph_kept():
+        # Eager, the graph's last backward: scale the saved gradient in place (no new M x V
+        # buffer; nothing reads it again).
         _launch_rescale(grad, g_out)
-        ctx.first_g_out = g_out
         return (grad.view(ctx.logits_shape),) + (None,) * 7
-    # A later backward (retain_graph=True) undoes the first scale; a traced (compiled) backward,
-    # which may be replayed, never scales in place. Out of place.
-    scale = g_out if ctx.first_g_out is None else g_out / ctx.first_g_out
-    scale = scale[:, None] if scale.dim() else scale
+    # retain_graph=True (another backward may read the saved gradient) or a traced (compiled)
+    # backward, which may be replayed: out of place, the saved gradient kept unscaled.
+    scale = g_out[:, None] if g_out.dim() else g_out
     return ((grad.float() * scale).to(grad.dtype).view(ctx.logits_shape),) + (None,) * 7
+
+
+def _graph_kept():
+    """Whether the running backward keeps the graph (retain_graph / create_graph): torch's
+    private query, as torch's own AOT autograd uses it; True (the safe answer) where absent."""
+    query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if query is None else bool(query())
 
 
 _entropy_fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -1322,10 +1359,11 @@ def _rows(spec, logits, other, count_valid=True):
     (a 1-element placeholder for the distribution losses) and the non-ignored row count (None
     without ``count_valid``)."""
     n_cols = logits.shape[-1]
-    x = logits.reshape(-1, n_cols)
+    n_rows = logits.shape[:-1].numel()  # not -1: a zero-width vocab shard has V = 0
+    x = logits.reshape(n_rows, n_cols)
     is_ce = spec.kind == _KINDS["cross_entropy"]
     labels = other.reshape(-1) if is_ce else x.new_empty(1, dtype=torch.int64)
-    t = x if is_ce else other.reshape(-1, n_cols)
+    t = x if is_ce else other.reshape(n_rows, n_cols)
     return x, t, labels, (_n_valid(spec, labels) if count_valid else None)
 
 
@@ -1352,10 +1390,8 @@ def _check_common(name, logits, form, block_cap, reduction, group):
         raise TypeError(
             f"{name}: logits dtype must be float32, float16 or bfloat16, got {logits.dtype}"
         )
-    if logits.dim() < 1 or logits.shape[-1] == 0 or logits.numel() == 0:
-        raise ValueError(
-            f"{name}: logits must be non-empty with a vocabulary last dim, got shape {tuple(logits.shape)}"
-        )
+    if logits.dim() < 1:
+        raise ValueError(f"{name}: logits must have a vocabulary last dim, got a 0-dim tensor")
     if _runtime.INTERPRET and logits.device.type != "cpu":
         raise ValueError(f"{name}: the Triton interpreter runs on CPU tensors, got {logits.device}")
     if not _runtime.INTERPRET and logits.device.type != "cuda":
@@ -1417,6 +1453,12 @@ def _check_grad_accumulate(name, grad_accumulate, logits):
 
 
 def _run(name, logits, other, spec, grad_accumulate):
+    if grad_accumulate is not None:
+        _check_grad_accumulate(name, grad_accumulate, logits)
+    # No element: torch's values without a kernel. (A zero-width vocab shard of non-empty rows
+    # still joins its group's all-reduces, below.)
+    if logits.numel() == 0 and (spec.group is None or logits.shape[:-1].numel() == 0):
+        return _empty_loss(spec, logits, other, grad_accumulate is None)
     if grad_accumulate is None and spec.group is not None:
         return ShardedEntropyLoss.apply(logits, other, spec)
     if grad_accumulate is None:
@@ -1427,15 +1469,33 @@ def _run(name, logits, other, spec, grad_accumulate):
         )  # fmt: skip
         return loss
     # Eager: loss and gradient now, the gradient added into the caller's buffer.
-    _check_grad_accumulate(name, grad_accumulate, logits)
     with torch.no_grad():
         x, t, labels, n_valid = _rows(spec, logits, other)
-        grad = grad_accumulate.view(-1, x.shape[1])
+        grad = grad_accumulate.view(x.shape)
         loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, True, True)
         if spec.form == "split":
             ones = x.new_ones((), dtype=torch.float32)
             _launch_backward(spec, x, t, labels, row_stats, ones, n_valid, grad, True)
         return _reduce(spec, loss_rows, n_valid, logits.shape[:-1])
+
+
+def _empty_loss(spec, logits, other, with_graph):
+    """The loss of logits with no element (zero rows, or V = 0), as torch's: each row an empty
+    sum, 0 (label CE: 0 where ignored, NaN for any other label, which has no column: the
+    kernels' unchecked out-of-range value); "mean" of zero rows NaN, "sum" 0. The gradient
+    (with_graph) is empty, shaped like logits."""
+    rows = logits.float().sum(-1) * 0.0  # zeros shaped logits.shape[:-1], an autograd path
+    if not with_graph:
+        rows = rows.detach()
+    if spec.kind == _KINDS["cross_entropy"]:
+        rows = torch.where(other == spec.ignore_index, rows, float("nan"))
+    if spec.reduction == "none":
+        return rows
+    if spec.reduction == "sum":
+        return rows.sum()
+    if spec.kind == _KINDS["cross_entropy"]:  # over the non-ignored rows
+        return rows.sum() / (other != spec.ignore_index).sum(dtype=torch.float32)
+    return rows.mean()
 
 
 def _distribution_loss(
@@ -1494,7 +1554,10 @@ def reverse_kl(logits, target_logits, *, form="auto", block_cap=None, reduction=
 
     Gradient with respect to logits: ``p * ((log p - log q) - KL_row)`` times grad_output (and
     1/M for "mean"). target_logits must not require grad (ValueError). A row holding NaN or
-    +inf gives a NaN loss for that row. Non-unit-stride columns are copied first.
+    +inf (in logits or target) gives a NaN loss and an all-NaN gradient row, as torch's
+    autograd does. No element (zero rows, or V = 0: each row an empty sum, 0) gives torch's
+    values: "mean" of zero rows NaN, "sum" 0, "none" empty; an empty gradient. Non-unit-stride
+    columns are copied first.
     """
     return _distribution_loss("reverse_kl", logits, target_logits, form, block_cap, reduction, group,
                               grad_accumulate)  # fmt: skip
@@ -1528,7 +1591,8 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
     logits (..., V) float32/float16/bfloat16; labels (...) int64 or int32, each in [0, V) or
     equal to ``ignore_index``. Ignored rows have loss 0 and gradient 0; "mean" divides by the
     number of non-ignored rows (NaN when all are ignored, as torch; the gradient is then 0).
-    Gradient ``softmax(x) - onehot(label)`` times grad_output. The loss is fp32.
+    Gradient ``softmax(x) - onehot(label)`` times grad_output. The loss is fp32. With V = 0
+    every label must be ignored (any other is out of range, as torch's IndexError).
 
     Out-of-range labels: ``check_labels`` (default: True on CPU, False on GPU, where it would
     cost a host sync, and inside torch.compile) raises ValueError on the host; unchecked, the
