@@ -12,7 +12,7 @@ import triton
 from helpers import assert_close
 
 import normlab
-from normlab import ref
+from normlab import _runtime, ref
 from normlab.norms import config as configs
 from normlab.norms import row as K
 
@@ -357,13 +357,30 @@ def test_rms_forward_looped_row(monkeypatch, n):
         windows = configs.NORM_FWD_BLOCK_ROW[True].get(triton.next_power_of_2(n), ())
         past_windows = max((hi for _, hi, _ in windows), default=0) + 1
         assert configs.norm_fwd_block_row_config(past_windows, n, is_rms=True) is None
-    x, w, _ = _inputs(3, n, torch.bfloat16, True)
+    rows = _runtime.sm_count() + 1  # past the decode rule (one row per SM)
+    x, w, _ = _inputs(rows, n, torch.bfloat16, True)
     for layout in ("auto", "row"):
         launched.clear()
         y = _fwd(x, w, None, 1e-5, True, layout=layout)
-        windowed = layout == "auto" and configs.norm_fwd_block_row_config(3, n, True) is not None
+        windowed = layout == "auto" and configs.norm_fwd_block_row_config(rows, n, True) is not None
         assert windowed == (layout == "auto" and 512 < n <= 1024)
         assert launched == ([] if windowed else [block])
+        assert_close(y, _ref_fwd(x, w, None, 1e-5, True))
+
+
+def test_rms_forward_decode_rule(monkeypatch):
+    """Up to one row per SM (decode batches) a wide row is one register block, read once; from
+    one more row on, RMSNorm loops over chunks."""
+    sms = _runtime.sm_count()
+    chunk = configs.NORM_FWD_RMS_LOOPED[8192][0]
+    assert configs.norm_fwd_config(5000, True, sms, sms).block_size == 8192
+    assert configs.norm_fwd_config(5000, True, sms + 1, sms).block_size == chunk
+    launched = _record_forward_launches(monkeypatch, "BLOCK_SIZE")
+    for rows, block in ((1, 8192), (sms, 8192), (sms + 1, chunk)):
+        launched.clear()
+        x, w, _ = _inputs(rows, 5000, torch.bfloat16, True)
+        y = _fwd(x, w, None, 1e-5, True, layout="row")
+        assert launched == [block]
         assert_close(y, _ref_fwd(x, w, None, 1e-5, True))
 
 
@@ -573,12 +590,11 @@ def test_auto_strategy_and_config_table(is_rms):
     (persistent) against fp64 through the launcher."""
     one_pass_max = configs.norm_bwd_single_pass_max_cols(is_rms, 64)
     for n in (1, 100, BWD_MAX[False], BWD_MAX[False] + 1, BWD_MAX[True], BWD_MAX[True] + 1):
-        assert configs.norm_bwd_auto_strategy(64, n) == "persistent"
         pow2 = triton.next_power_of_2(n)
         for s in STRATEGIES:
             cfg = configs.norm_bwd_config(s, 64, n, is_rms=is_rms)
             assert cfg.strategy == s
-            assert cfg.two_pass == (n > one_pass_max), (s, n)
+            assert cfg.two_pass == (n > one_pass_max or configs.norm_bwd_two_pass(n, is_rms, 64))
             expect_cols = min(configs.NORM_BWD_TWO_PASS_BLOCK_COLS, pow2) if cfg.two_pass else pow2
             assert cfg.block_cols == expect_cols, (s, n)
             assert cfg.block_rows >= 1 and triton.next_power_of_2(cfg.block_rows) == cfg.block_rows
@@ -824,25 +840,25 @@ def test_row_layout_backward_takes_one_row_per_tile(monkeypatch):
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_layout_dispatch(monkeypatch, is_rms):
-    """layout="block_row" goes to normlab.kernels.narrow (stubbed here with the row kernels);
+    """layout="block_row" goes to normlab.norms.block_row (stubbed here with the row kernels);
     "row" never does, and "auto" follows configs.use_block_row where the strategy exists there."""
     from normlab.norms import block_row as narrow
 
     calls = []
 
-    def fwd(x, weight, bias, eps, is_rms_, store_stats=True):
+    def fwd(x, weight, bias, eps, is_rms_, cfg, store_stats=True):
         calls.append(("fwd", x.shape, is_rms_, store_stats))
         y, mean, rstd = K.norm_forward(x, weight, bias, eps, is_rms_)
         return (y, mean, rstd) if store_stats else (y, None, None)
 
-    def bwd(dy, x, weight, bias, mean, rstd, is_rms_, strategy="auto", eps=None):
-        calls.append(("bwd", x.shape, strategy, rstd is None))
+    def bwd(dy, x, weight, bias, mean, rstd, is_rms_, cfg, eps=None):
+        calls.append(("bwd", x.shape, "persistent", rstd is None))
         if rstd is None:  # the statistics the forward did not store
             _, mean, rstd = K.norm_forward(x, weight, bias, eps, is_rms_)
-        return K.norm_backward(dy, x, weight, bias, mean, rstd, is_rms_, strategy=strategy)
+        return K.norm_backward(dy, x, weight, bias, mean, rstd, is_rms_, strategy="persistent")
 
-    monkeypatch.setattr(narrow, "block_row_forward", fwd)
-    monkeypatch.setattr(narrow, "block_row_backward", bwd)
+    monkeypatch.setattr(narrow, "launch_forward", fwd)
+    monkeypatch.setattr(narrow, "launch_backward", bwd)
     x = torch.randn(5, 16, requires_grad=True)
     w = torch.randn(16, requires_grad=True)
     for layout, use in (("row", True), ("auto", False)):

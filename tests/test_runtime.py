@@ -17,7 +17,7 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only default")
 def test_cpu_default_is_interpreter_and_says_so_once():
-    out = _run("import normlab, normlab.kernels.norm, os; print(normlab.MODE, os.environ['TRITON_INTERPRET'])")
+    out = _run("import normlab, normlab.norms.row, os; print(normlab.MODE, os.environ['TRITON_INTERPRET'])")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["interpret", "1"]
     assert out.stderr.count("Triton interpreter") == 1
