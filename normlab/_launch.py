@@ -12,8 +12,9 @@ aligned; per int whether it equals 1, its width class (i32 / i64 / u64) and whet
 from another must differ here too (``tests/test_launch.py`` checks that against Triton's own
 specializer). A miss goes through ``kernel[grid]`` once and stores what it compiled.
 
-Under the interpreter, with a launch hook installed (a profiler such as Proton), or with
-``NORMLAB_LEAN_LAUNCH=0``, ``launch`` is exactly ``kernel[grid](*args, **meta)``.
+Under the interpreter, for wrapped kernels (heuristics, autotune), or with
+``NORMLAB_LEAN_LAUNCH=0``, ``launch`` is exactly ``kernel[grid](*args, **meta)``. Launch hooks
+(profilers such as Proton) are called as Triton calls them.
 """
 
 from __future__ import annotations
@@ -64,11 +65,6 @@ class _Site:
 _SITES: dict[int, _Site] = {}
 
 
-def _hooked() -> bool:
-    """Is a launch hook installed (Triton then needs its own path for the launch metadata)?"""
-    return knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
-
-
 def _site(fn) -> _Site:
     site = _SITES.get(id(fn))
     if site is None:
@@ -81,7 +77,7 @@ def launch(fn, grid, *args, **kwargs):
 
     ``grid`` is a tuple of ints. Keyword arguments are the kernel's remaining parameters (by name)
     and the launch options (``num_warps``, ``num_stages``, ...)."""
-    if not ENABLED or _hooked() or not hasattr(fn, "params"):  # off, profiled, or a wrapper
+    if not ENABLED or not hasattr(fn, "params"):  # off, or a wrapper (heuristics, autotune)
         return fn[grid](*args, **kwargs)
     site = _site(fn)
     names, defaults = site.names, site.defaults
@@ -101,6 +97,9 @@ def launch(fn, grid, *args, **kwargs):
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
     stream = torch._C._cuda_getCurrentRawStream(device)
-    kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, None, None, None,
+    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    # Launch metadata only feeds the hooks (profilers); Triton builds it for every launch.
+    meta = kernel.launch_metadata(grid, stream, *values) if enter or leave else None
+    kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, meta, enter, leave,
                *values)  # fmt: skip
     return kernel

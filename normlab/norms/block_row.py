@@ -112,8 +112,9 @@ def _block_row_fwd_kernel(
     loading its next tile before it normalizes and stores the current one, so its loads stay in
     flight while it stores (the persistent backward's prefetch)."""
     pid = tl.program_id(0)
-    x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
-    y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
+    if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
     col_mask = tl.arange(0, BLOCK_COLS) < n_cols
     eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
     if PERSISTENT:
@@ -190,9 +191,10 @@ def _block_row_bwd_kernel(
     tile before working on the current one, so DRAM latency overlaps the math and the stores.
     """
     pid = tl.program_id(0)
-    x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
-    dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+    if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
+        dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
     n_programs = tl.num_programs(0)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
     inv_n = 1.0 / n_cols

@@ -9,15 +9,19 @@ quantity with a one-line reason; the measurements behind the constants are in
 (``docs/results.md``).
 
 The lower-level ``*_config`` functions build one kernel's launch config and take keyword
-overrides; the benchmarks sweep those. Nothing here imports a kernel.
+overrides; the benchmarks sweep those. Nothing here imports a kernel. On a GPU the plans are
+memoized (a training loop repeats a few shapes; ``memoize``).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+
+from normlab import _runtime
 
 
 def _next_pow2(n: int) -> int:
@@ -376,3 +380,23 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, dtype: torch.dtype, row_stride:
                         "persistent", align)  # fmt: skip
     fwd_tile = norm_fwd_block_row_config(n_rows, n_cols, is_rms) if layout == "auto" else None
     return NormPlan("row", fwd_tile, True, "persistent" if strategy == "auto" else strategy, align)
+
+
+
+_MEMOIZED = ("norm_fwd_config", "norm_fwd_block_row_config", "block_row_fwd_config",
+             "norm_reduce_config", "norm_bwd_config", "block_row_bwd_config",
+             "block_row_bwd_recompute_config", "plan", "row_align")  # fmt: skip
+
+
+def memoize() -> None:
+    """Memoize the plans and configs: pure functions of their arguments and this module's tables,
+    called with a few shapes per training loop. On by default on a GPU, where host time counts;
+    off under the interpreter, where tests edit the tables."""
+    for name in _MEMOIZED:
+        fn = globals()[name]
+        if not hasattr(fn, "cache_clear"):
+            globals()[name] = functools.lru_cache(maxsize=4096)(fn)
+
+
+if not _runtime.INTERPRET:
+    memoize()

@@ -82,8 +82,9 @@ def _norm_fwd_kernel(
     row = tl.program_id(0)
     if INT64_ROWS:
         row = row.to(tl.int64)
-    x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
-    y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
+    if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * y_row_stride
     # Inductor may pass eps as fp64, which would promote the whole row to fp64.
@@ -301,9 +302,10 @@ def _persistent_single_pass(
     programs 2k and 2k + 1 add into partial row k).
     PREFETCH issues the loads of the program's next tile before working on the current one
     (registers, not shared memory), so two tiles' loads are in flight per program."""
-    x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
-    dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+    if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
+        dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_COLS)
@@ -432,9 +434,10 @@ def _norm_bwd_persistent_two_pass_kernel(
     """The persistent backward, two pass, for rows wider than one register tile: each grid-strided
     row tile is walked twice in BLOCK_COLS chunks (c1/c2, then dx + partials); the re-read of
     the tile is mostly served by L2."""
-    x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
-    dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+    if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
+        dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
     db_out = db_partial_ptr + pid.to(tl.int64) * n_cols
