@@ -6,9 +6,9 @@ checks the kernel's globals and builds launch metadata. A training step launches
 kernels thousands of times with a handful of argument signatures, so ``launch`` keeps, per kernel,
 a dict from a cheap key to the compiled kernel, and calls its launcher directly.
 
-The key holds everything Triton specializes on: per pointer its dtype and whether it is 16-byte
-aligned; per int whether it equals 1, its width class (i32 / i64 / u64) and whether it divides by
-16; floats and bools by type; the constexprs and options by value. A key Triton would tell apart
+The key holds everything Triton specializes on: the constexprs and options by value; per pointer
+its dtype and whether it is 16-byte aligned; per int whether it equals 1, its width class (i32 /
+i64 / u64) and whether it divides by 16; floats and bools by type. A key Triton would tell apart
 from another must differ here too (``tests/test_launch.py`` checks that against Triton's own
 specializer). A miss goes through ``kernel[grid]`` once and stores what it compiled.
 
@@ -48,6 +48,11 @@ def _spec(v):
     return v  # dtypes, constexprs, strings: by value
 
 
+def _key(constexpr: list[bool], values: list) -> tuple:
+    """The specialization key of one call: constexprs by value, runtime arguments by ``_spec``."""
+    return tuple(v if const else _spec(v) for const, v in zip(constexpr, values))
+
+
 class _Site:
     """Per-kernel state: the parameter order, which parameters are constexpr, the compiled kernels."""
 
@@ -85,7 +90,7 @@ def launch(fn, grid, *args, **kwargs):
     for name in names[len(args):]:
         values.append(kwargs[name] if name in kwargs else defaults[name])
     device = torch.cuda.current_device()
-    key = (device, tuple(_spec(v) for v in values), tuple(kwargs.get(o) for o in _OPTIONS))
+    key = (device, _key(site.constexpr, values), tuple(kwargs.get(o) for o in _OPTIONS))
     kernel = site.compiled.get(key)
     if kernel is None:
         kernel = fn[grid](*args, **kwargs)

@@ -34,5 +34,14 @@ def test_key_separates_what_triton_separates(values):
                                                           else (a.dtype, a.data_ptr() % 16), b)
 
 
+def test_constexprs_are_keyed_by_value():
+    """Two calls that differ only in a constexpr (n_cols = 24 vs 40: the same runtime spec) need
+    two kernels; runtime ints with the same spec share one."""
+    constexpr = [False, True, False]
+    assert _launch._key(constexpr, [7, 24, 32]) != _launch._key(constexpr, [7, 40, 32])
+    assert _launch._key(constexpr, [7, 24, 32]) == _launch._key(constexpr, [9, 24, 48])
+    assert _launch._key(constexpr, [7, 24, 32]) != _launch._key(constexpr, [1, 24, 32])
+
+
 def test_disabled_under_the_interpreter():
     assert not _launch.ENABLED  # CPU tests run the interpreter: launch is kernel[grid](...)
