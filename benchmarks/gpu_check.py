@@ -204,14 +204,33 @@ def check_compile() -> None:
 
 
 def check_lean_launch() -> None:
-    """Every kernel the lean path cached is the one Triton's own dispatch picks for the same
-    arguments: rerun a few calls through kernel[grid] and compare the compiled objects."""
-    sites = [s for s in _launch._SITES.values() if s.compiled]
-    record("lean launch path enabled on the GPU", {"disabled": 0.0 if _launch.ENABLED else 1.0},
-           0.0)
-    record(f"lean launch caches ({len(sites)} kernels, "
-           f"{sum(len(s.compiled) for s in sites)} specializations)", {"none": float(not sites)},
-           0.0)  # fmt: skip
+    """The lean launch path gives bitwise what Triton's own dispatch gives, over interleaved
+    calls whose widths, dtypes and strides change the specialization."""
+    cases = [(64, n, dt) for n in (24, 40, 200, 1000, 1024, 4096, 5000)
+             for dt in (torch.bfloat16, torch.float32)]  # fmt: skip
+
+    def run_all():
+        outs = []
+        for M, N, dt in cases:
+            g = torch.Generator(device="cuda").manual_seed(N)
+            x = torch.randn(M, N, device="cuda", generator=g).to(dt).requires_grad_()
+            w = torch.randn(N, device="cuda", generator=g).to(dt).requires_grad_()
+            for fn in (lambda: normlab.rms_norm(x, w), lambda: normlab.layer_norm(x, w, w)):
+                y = fn()
+                outs += [y, *torch.autograd.grad(y, (x, w), torch.ones_like(y))]
+            logits = torch.randn(M, 4 * N, device="cuda", generator=g).to(dt).requires_grad_()
+            loss = normlab.cross_entropy(logits, torch.randint(0, 4 * N, (M,), device="cuda",
+                                                                generator=g))  # fmt: skip
+            outs += [loss, *torch.autograd.grad(loss, (logits,))]
+        return outs
+
+    lean = run_all()
+    _launch.ENABLED = False
+    plain = run_all()
+    _launch.ENABLED = True
+    differ = sum(not torch.equal(a, b) for a, b in zip(lean, plain))
+    record(f"lean launch == Triton's dispatch, bitwise ({len(lean)} tensors)",
+           {"differing": float(differ)}, 0.0)
 
 
 def check_autotune() -> None:
