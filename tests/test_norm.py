@@ -241,26 +241,13 @@ def test_backward_constant_width_switch(monkeypatch, is_rms, n):
     assert launched == [kernel] * 2
 
 
-def test_backward_two_pass_by_padding_waste():
-    """Above one two-pass chunk (4096 columns), a single pass whose power-of-two tile would leave
-    more than NORM_BWD_MAX_PAD_WASTE of its lanes empty runs two-pass; at and below it, single."""
-    chunk, limit = configs.NORM_BWD_TWO_PASS_BLOCK_COLS, configs.NORM_BWD_MAX_PAD_WASTE
-    edge = math.ceil(8192 * (1 - limit))  # the narrowest 8192-tile width within the waste limit
-    for is_rms in (True, False):
-        two_pass = {n: configs.norm_bwd_config("persistent", 4096, n, is_rms=is_rms).two_pass
-                    for n in (chunk, chunk + 1, edge - 1, edge, 8192, 12288, 16384)}  # fmt: skip
-        assert two_pass == {chunk: False, chunk + 1: True, edge - 1: True, edge: False,
-                            8192: False, 12288: True, 16384: False}  # fmt: skip
-
-
 @pytest.mark.parametrize("rows_past", [-1, 0], ids=["fewer-rows", "enough-rows"])
 def test_backward_layer_norm_row_count_switch(rows_past):
     """LayerNorm rows between the few-rows limit and the single-pass limit are two-pass below
     NORM_BWD_LN_SINGLE_PASS_MIN_ROWS rows and single-pass from it; RMSNorm does not switch."""
     m = configs.NORM_BWD_LN_SINGLE_PASS_MIN_ROWS + rows_past
-    n = 15000  # past the few-rows limit, padded to 16384 with little waste
-    assert configs.NORM_BWD_LN_FEW_ROWS_MAX_COLS < n <= configs.NORM_BWD_SINGLE_PASS_MAX_COLS
-    assert configs.pad_waste(n) <= configs.NORM_BWD_MAX_PAD_WASTE
+    n = configs.NORM_BWD_LN_FEW_ROWS_MAX_COLS + 1
+    assert n <= configs.NORM_BWD_SINGLE_PASS_MAX_COLS
     assert configs.norm_bwd_config("persistent", m, n, is_rms=False).two_pass == (rows_past < 0)
     assert not configs.norm_bwd_config("persistent", m, n, is_rms=True).two_pass
     # Each side's kernel on rows of this width (3 rows keep the interpreter run short).
@@ -594,7 +581,7 @@ def test_auto_strategy_and_config_table(is_rms):
         for s in STRATEGIES:
             cfg = configs.norm_bwd_config(s, 64, n, is_rms=is_rms)
             assert cfg.strategy == s
-            assert cfg.two_pass == (n > one_pass_max or configs.norm_bwd_two_pass(n, is_rms, 64))
+            assert cfg.two_pass == (n > one_pass_max), (s, n)
             expect_cols = min(configs.NORM_BWD_TWO_PASS_BLOCK_COLS, pow2) if cfg.two_pass else pow2
             assert cfg.block_cols == expect_cols, (s, n)
             assert cfg.block_rows >= 1 and triton.next_power_of_2(cfg.block_rows) == cfg.block_rows

@@ -170,9 +170,6 @@ NORM_BWD_SINGLE_PASS_MAX_COLS = 16384  # widest row one program holds (x, dy, fp
 # programs; two passes over 4096-column chunks keep more in flight.
 NORM_BWD_LN_FEW_ROWS_MAX_COLS = 8192
 NORM_BWD_LN_SINGLE_PASS_MIN_ROWS = 2048
-# Padding waste: a single pass pads the row to a power of two; above this fraction of padded
-# lanes, the two-pass kernel's 4096-column chunks (waste under 1/4 of one chunk) win.
-NORM_BWD_MAX_PAD_WASTE = 0.2
 NORM_BWD_STATIC_COLS = (1024, 8192)  # compile-time width: fewer registers (spills above 8192)
 NORM_BWD_TILE_ELEMS = 2048  # elements per single-pass row tile (rows x padded width)
 NORM_BWD_MAX_BLOCK_ROWS = 16
@@ -205,11 +202,6 @@ def norm_bwd_static_width(n_cols: int) -> bool:
     return lo <= n_cols <= hi
 
 
-def pad_waste(n_cols: int) -> float:
-    """Fraction of a power-of-two row tile's lanes that hold no column."""
-    return 1.0 - n_cols / _next_pow2(n_cols)
-
-
 def norm_bwd_single_pass_max_cols(is_rms: bool, n_rows: int) -> int:
     """Widest row the default backward takes in one pass (wider rows are two-pass)."""
     if is_rms or n_rows >= NORM_BWD_LN_SINGLE_PASS_MIN_ROWS:
@@ -218,11 +210,8 @@ def norm_bwd_single_pass_max_cols(is_rms: bool, n_rows: int) -> int:
 
 
 def norm_bwd_two_pass(n_cols: int, is_rms: bool, n_rows: int) -> bool:
-    """Two passes over column chunks: the row does not fit one register tile, or (above 4096
-    columns, where the chunks are whole) the padded tile would waste too many lanes."""
-    if n_cols > norm_bwd_single_pass_max_cols(is_rms, n_rows):
-        return True
-    return n_cols > NORM_BWD_TWO_PASS_BLOCK_COLS and pad_waste(n_cols) > NORM_BWD_MAX_PAD_WASTE
+    """Two passes over column chunks: the row does not fit one register tile."""
+    return n_cols > norm_bwd_single_pass_max_cols(is_rms, n_rows)
 
 
 @dataclass(frozen=True)
