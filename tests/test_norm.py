@@ -210,6 +210,15 @@ def test_backward_prefetch(is_rms, m, n, block_rows):
         assert (a is None and c is None) or torch.equal(a, c)
 
 
+@pytest.mark.parametrize("paired", [False, True], ids=["plain-sums", "paired-sums"])
+def test_backward_layer_norm_paired_row_sums(monkeypatch, paired):
+    """LayerNorm's constant-width backward with its two row sums in one paired reduction (the
+    GPU's path) and as two plain sums (the interpreter's default), both against fp64."""
+    monkeypatch.setattr(configs, "NORM_BWD_STATIC_COLS", (33, 40))
+    monkeypatch.setattr(K, "PAIRED_ROW_SUMS", paired)
+    _check_backward(9, 37, torch.float32, False, "persistent")
+
+
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 @pytest.mark.parametrize("n", [32, 33, 40, 41], ids=["below", "lowest", "highest", "above"])
 def test_backward_constant_width_switch(monkeypatch, is_rms, n):

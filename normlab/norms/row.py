@@ -50,6 +50,10 @@ from normlab.norms.tiles import (
 )
 
 AUTOTUNE = os.environ.get("NORMLAB_AUTOTUNE", "0") == "1" and not _runtime.INTERPRET
+# LayerNorm's two row sums in one tl.reduce of a pair: one cross-warp exchange on a GPU. The
+# interpreter runs a custom combine element by element in Python (minutes per test), so it takes
+# two plain sums there; tests/test_norm.py runs the paired path too.
+PAIRED_ROW_SUMS = not _runtime.INTERPRET
 
 
 def _int64_rows(n_rows: int, *row_strides: int) -> bool:
@@ -399,13 +403,14 @@ def _norm_bwd_persistent_static_kernel(
     PREFETCH: tl.constexpr,
     PAIRED: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
+    PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
 ):
-    """The same at a compile-time width, LayerNorm's row sums paired
+    """The same at a compile-time width, LayerNorm's row sums paired where PAIR_SUMS
     (config.NORM_BWD_STATIC_COLS: where it measured faster)."""
     _persistent_single_pass(
         x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows,
         n_cols, x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS,
-        BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, True, ROW_ALIGN,
+        BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, PAIR_SUMS, ROW_ALIGN,
     )  # fmt: skip
 
 
@@ -628,7 +633,7 @@ def norm_backward(
         kernel = _norm_bwd_persistent_static_kernel if static else _norm_bwd_persistent_kernel
         launch(kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols, *strides, **flags,
                **tile, LOOP_STAGES=cfg.loop_stages, PREFETCH=cfg.prefetch, PAIRED=paired,
-               ROW_ALIGN=align)  # fmt: skip
+               ROW_ALIGN=align, **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}))  # fmt: skip
     if (has_w or has_b) and not direct:
         reduce_partials(
             dw_partial if has_w else None,
