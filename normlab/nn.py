@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from normlab.kernels import entropy as _entropy
+from normlab.losses import online as _entropy
 from normlab.norms import op as _norm
 
 # ---- norms -----------------------------------------------------------------------------------

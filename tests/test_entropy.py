@@ -12,7 +12,8 @@ import torch
 from helpers import assert_close, tolerance
 
 import normlab
-from normlab import configs, nn, ref
+from normlab import nn, ref
+from normlab.losses import config as configs
 
 FNS = {
     "reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
@@ -180,7 +181,7 @@ def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, frame_bytes, cap,
     # once, and some rows' last chunk is empty. Split: the backward's tiles cut the frame
     # likewise, a row's last one sometimes empty.
     from normlab import _runtime
-    from normlab.kernels import entropy
+    from normlab.losses import online as entropy
 
     monkeypatch.setattr(_runtime, "sm_count", lambda *a: 132)
     monkeypatch.setattr(configs, "ENTROPY_CHUNKED_TILES", tiles or 1)
@@ -229,7 +230,7 @@ def test_rows_inside_one_16_byte_vector(loss, form, n_cols):
 
 
 def test_frame_align_only_for_rows_aligned_alike(monkeypatch):
-    from normlab.kernels import entropy
+    from normlab.losses import online as entropy
 
     def frames(x, t, block):
         out = entropy._frame_align(x, t, None, block)
@@ -693,7 +694,7 @@ def test_lane_statistics(loss, form, lane, monkeypatch):
     (3 * 2048, 2048, 4, 132, (3, 0, 1)),  # fewer tiles than a chunk
 ])  # fmt: skip
 def test_chunk_layout(n_cols, block, tiles, sms, expect):
-    from normlab.kernels import entropy
+    from normlab.losses import online as entropy
 
     layout = entropy.chunk_layout(n_cols, block, tiles, sms)
     assert tuple(layout) == expect
@@ -726,7 +727,7 @@ def test_chunked_one_tile_per_chunk(loss, monkeypatch):
 def test_chunked_long_and_short_chunks(loss, monkeypatch):
     # A layout with chunks of unequal length: 300 bf16 columns (19-20 tiles of 16 in the
     # row's frame) as 2 chunks of 4 tiles, 3 of 3 and a last one cut short by the row.
-    from normlab.kernels import entropy
+    from normlab.losses import online as entropy
 
     layout = entropy.ChunkLayout(chunk_tiles=3, n_long=2, n_chunks=6)
     assert layout.starts(16) == [0, 64, 128, 176, 224, 272]
@@ -741,7 +742,7 @@ def test_chunked_one_launch_refused_by_interpreter(monkeypatch):
     # The in-kernel wait needs concurrent programs: under the interpreter the launcher refuses
     # the one-launch kernel before launching anything (INTERPRET forced, so on any host).
     from normlab import _runtime
-    from normlab.kernels import entropy
+    from normlab.losses import online as entropy
 
     monkeypatch.setattr(_runtime, "INTERPRET", True)
     x = torch.randn(2, 64)
@@ -752,7 +753,7 @@ def test_chunked_one_launch_refused_by_interpreter(monkeypatch):
 
 
 def test_chunked_refuses_int32_overflow():
-    from normlab.kernels import entropy
+    from normlab.losses import online as entropy
 
     # 2**28 rows x 2 chunks of 16 columns: 5 x rows x chunks passes 2**31 (an expanded view, so
     # nothing that size is allocated; the check runs before any buffer is made).
@@ -810,7 +811,7 @@ def test_custom_op_opcheck(loss, form, reduction, compute_grad):
     # Schema, fake (meta) shapes, autograd registration and AOT dispatch of the loss op.
     x, other = _inputs(loss, (3, 50), torch.float32)
     x.requires_grad_(compute_grad)
-    from normlab.kernels.entropy import _KINDS
+    from normlab.losses.online import _KINDS
 
     args = (x, other, _KINDS[loss], form, 16, reduction, -100, compute_grad)
     torch.library.opcheck(torch.ops.normlab.entropy_fwd.default, args)
@@ -821,7 +822,7 @@ def test_custom_op_opcheck(loss, form, reduction, compute_grad):
     ("cross_entropy", "mean", False), ("cross_entropy", "none", True)])  # fmt: skip
 def test_split_backward_op_opcheck(loss, reduction, per_row):
     # The split form's backward op: schema, fake shapes and dispatch, from real row statistics.
-    from normlab.kernels.entropy import _KINDS
+    from normlab.losses.online import _KINDS
 
     x, other = _inputs(loss, (3, 50), torch.float32)
     kind = _KINDS[loss]

@@ -52,7 +52,8 @@ import torch
 import triton
 import triton.language as tl
 
-from normlab import _runtime, configs
+from normlab import _runtime
+from normlab.losses import config as configs
 from normlab._host import FLOAT_DTYPES
 
 _NEG_INF: tl.constexpr = tl.constexpr(float("-inf"))
