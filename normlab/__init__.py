@@ -6,7 +6,7 @@ interpreter on CPU tensors otherwise); see ``normlab._runtime``.
 
 from normlab._runtime import DEVICE, INTERPRET, MODE  # noqa: I001  (must run before any kernel import)
 from normlab.norms import layer_norm, rms_norm
-from normlab.kernels.entropy import cross_entropy, reverse_kl, soft_cross_entropy
+from normlab.losses import cross_entropy, reverse_kl, soft_cross_entropy
 from normlab.nn import CrossEntropyLoss, LayerNorm, ReverseKLLoss, RMSNorm, SoftCrossEntropyLoss
 from normlab.patching import patch
 

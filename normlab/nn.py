@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from normlab.kernels import entropy as _entropy
+from normlab import losses as _losses
 from normlab.norms import op as _norm
 
 # ---- norms -----------------------------------------------------------------------------------
@@ -97,8 +97,8 @@ class ReverseKLLoss(torch.nn.Module):
         self.reduction, self.form, self.block_cap, self.group = reduction, form, block_cap, group
 
     def forward(self, logits, target_logits):
-        return _entropy.reverse_kl(logits, target_logits, form=self.form, block_cap=self.block_cap,
-                                   reduction=self.reduction, group=self.group)  # fmt: skip
+        return _losses.reverse_kl(logits, target_logits, form=self.form, block_cap=self.block_cap,
+                                  reduction=self.reduction, group=self.group)  # fmt: skip
 
     def extra_repr(self):
         return f"reduction={self.reduction!r}, form={self.form!r}, block_cap={self.block_cap}"
@@ -109,24 +109,27 @@ class SoftCrossEntropyLoss(ReverseKLLoss):
     :func:`normlab.soft_cross_entropy`."""
 
     def forward(self, logits, target_logits):
-        return _entropy.soft_cross_entropy(logits, target_logits, form=self.form, block_cap=self.block_cap,
-                                           reduction=self.reduction, group=self.group)  # fmt: skip
+        return _losses.soft_cross_entropy(logits, target_logits, form=self.form,
+                                          block_cap=self.block_cap, reduction=self.reduction,
+                                          group=self.group)  # fmt: skip
 
 
 class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
-    """``torch.nn.CrossEntropyLoss`` on class-index targets, computed by :func:`normlab.cross_entropy`.
+    """``torch.nn.CrossEntropyLoss`` on class-index targets, by :func:`normlab.cross_entropy`.
 
     Logits are (..., V) with the classes *last* (the LM-head layout, not torch's (N, C, d1...)).
     ``weight`` and ``label_smoothing`` are not supported (ValueError).
     """
 
-    def __init__(self, ignore_index=-100, reduction="mean", *, form="auto", block_cap=None, group=None,
-                 weight=None, label_smoothing=0.0):  # fmt: skip
+    def __init__(self, ignore_index=-100, reduction="mean", *, form="auto", block_cap=None,
+                 group=None, weight=None, label_smoothing=0.0):  # fmt: skip
         if weight is not None or label_smoothing:
-            raise ValueError("normlab.nn.CrossEntropyLoss: weight and label_smoothing are not supported")
+            raise ValueError("normlab.nn.CrossEntropyLoss: weight and label_smoothing are not "
+                             "supported")  # fmt: skip
         super().__init__(ignore_index=ignore_index, reduction=reduction)
         self.form, self.block_cap, self.group = form, block_cap, group
 
     def forward(self, logits, labels):
-        return _entropy.cross_entropy(logits, labels, ignore_index=self.ignore_index, reduction=self.reduction,
-                                      form=self.form, block_cap=self.block_cap, group=self.group)  # fmt: skip
+        return _losses.cross_entropy(logits, labels, ignore_index=self.ignore_index,
+                                     reduction=self.reduction, form=self.form,
+                                     block_cap=self.block_cap, group=self.group)  # fmt: skip

@@ -74,7 +74,7 @@ def causal_lm_loss(logits, labels, vocab_size: int, num_items_in_batch=None,
     """Hugging Face's ``ForCausalLMLoss`` over :func:`normlab.cross_entropy`: labels shifted
     left by one, mean over non-ignored tokens (or a sum over ``num_items_in_batch``). The logits
     stay in their dtype; the kernel reduces in fp32."""
-    from normlab.kernels.entropy import cross_entropy
+    from normlab.losses import cross_entropy
 
     if shift_labels is None:
         labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)

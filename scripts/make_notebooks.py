@@ -704,7 +704,7 @@ Ragged vocabularies teach one more thing. At V = 50257 a bf16 row is 100514 byte
 not start on a 16-byte boundary; Triton cannot prove the alignment of `row * stride` and compiles
 every access to 2 bytes. The loss kernels therefore index each row from the 128-byte boundary before
 it: whole tiles become vector loads and stores on whole 32-byte sectors, and the lanes that belong
-to the neighbouring rows are dropped in registers (`_row_frames` in `normlab/kernels/entropy.py`;
+to the neighbouring rows are dropped in registers (`row_frames` in `normlab/losses/online.py`;
 the README gives the before and after).
 '''),
     MODE_NOTE,
@@ -770,16 +770,16 @@ always is; at V = 50257 it almost never is, and Triton, which cannot prove it fo
 back to 2-byte loads and stores everywhere. The loss kernels therefore index each row from the
 128-byte boundary before it (a cache line, so whole tiles also fall on whole 32-byte sectors), drop
 the previous and next rows' lanes in registers, and store the partial vectors at a row's two ends
-lane by lane. `configs.entropy_vocab_class` is what
+lane by lane. `normlab.losses.config.entropy_vocab_class` is what
 `form="auto"` uses to tell the two cases apart.
 '''),
     code('''
 # NBVAL_CHECK_OUTPUT
-from normlab import configs
+from normlab.losses import config
 
 for V in (50256, 50257):
     starts = [2 * V * r % 16 for r in range(8)]
-    print(f"V = {V}: rows 0-7 start {starts} bytes past a 16-byte boundary -> {configs.entropy_vocab_class(V)}")
+    print(f"V = {V}: rows 0-7 start {starts} bytes past a 16-byte boundary -> {config.entropy_vocab_class(V)}")
 '''),
     md('''
 The frames must not change a single value: the same check as above on rows that start off the
@@ -816,7 +816,7 @@ reductions. The online softmax needs the tile's max and three sums over all 4 wa
 a reduction across warps goes through shared memory and a barrier, and a warp waiting at a
 barrier issues no loads. The loss kernels now keep a running max and sum-exp per **lane** of 8
 columns (a 2048 tile is a 256 × 8 grid, two lanes per thread), reduce a tile within each thread,
-and fold the lanes once per row or chunk (`_online_tile`, `_fold_stats`; `configs.entropy_lane`).
+and fold the lanes once per row or chunk (`online_tile`, `fold_stats`; `config.entropy_lane`).
 On the H200 that took reverse KL at 32768 from 327 to 302 µs (fused, tile 2048) and at 131072
 from 1267 to 1155 µs (chunked), and every recorded vocabulary past 2500 GB/s. Tiles wider than
 2048 keep one lane per tile: at 4096, four lanes' state per thread cost more than the barriers.

@@ -12,7 +12,8 @@ import torch
 from helpers import assert_close, tolerance
 
 import normlab
-from normlab import configs, nn, ref
+from normlab import nn, ref
+from normlab.losses import chunked, config
 
 FNS = {
     "reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
@@ -175,23 +176,22 @@ def test_tile_boundaries(loss, n_cols, form):
 def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, frame_bytes, cap, monkeypatch):
     # V = 203: row r starts r * 203 columns in, so the kernels' frames start before the row, on
     # the previous row's data: up to 7 (bf16) or 3 (fp32) columns with 16-byte frames, up to 31
-    # or 15 with 64-byte ones (configs.ENTROPY_FRAME_BYTES). Cap 16 or 32: a peeled first tile,
+    # or 15 with 64-byte ones (config.ENTROPY_FRAME_BYTES). Cap 16 or 32: a peeled first tile,
     # whole tiles, a ragged last tile. One-tile chunks: chunk 0 is a first and last tile at
     # once, and some rows' last chunk is empty. Split: the backward's tiles cut the frame
     # likewise, a row's last one sometimes empty.
     from normlab import _runtime
-    from normlab.kernels import entropy
 
     monkeypatch.setattr(_runtime, "sm_count", lambda *a: 132)
-    monkeypatch.setattr(configs, "ENTROPY_CHUNKED_TILES", tiles or 1)
-    monkeypatch.setattr(configs, "ENTROPY_FRAME_BYTES", frame_bytes)
+    monkeypatch.setattr(config, "ENTROPY_CHUNKED_TILES", tiles or 1)
+    monkeypatch.setattr(config, "ENTROPY_FRAME_BYTES", frame_bytes)
     n_rows, n_cols = 11, 203
     x, other = _inputs(loss, (n_rows, n_cols), dtype)
     if loss == "cross_entropy":  # labels in a first tile, a last tile, an ignored row
         other = torch.tensor([0, 1, 202, 5, 200, -100, 2, 16, 17, 7, 3])
     assert x.data_ptr() % frame_bytes == 0  # CPU tensors start on 64 bytes
     esize = x.element_size()
-    assert entropy._frame_align(x, x, x, cap) == {"ALIGN": 16 // esize,
+    assert config.frames(x, x, x, cap) == {"ALIGN": 16 // esize,
                                                   "FRAME": frame_bytes // esize}  # fmt: skip
     out, grad = _run(loss, x, other, form=form, block_cap=cap, reduction="none")
     ref_out, ref_grad = _ref(loss, x, other, reduction="none")
@@ -229,13 +229,12 @@ def test_rows_inside_one_16_byte_vector(loss, form, n_cols):
 
 
 def test_frame_align_only_for_rows_aligned_alike(monkeypatch):
-    from normlab.kernels import entropy
 
     def frames(x, t, block):
-        out = entropy._frame_align(x, t, None, block)
+        out = config.frames(x, t, None, block)
         return out["ALIGN"], out["FRAME"]
 
-    monkeypatch.setattr(configs, "ENTROPY_FRAME_BYTES", 64)
+    monkeypatch.setattr(config, "ENTROPY_FRAME_BYTES", 64)
     x = torch.randn(4, 203, dtype=torch.bfloat16)
     assert x.data_ptr() % 64 == 0
     assert frames(x, x, 4096) == (8, 32)
@@ -342,7 +341,7 @@ def test_rescale_grid_strides_rows(reduction):
     # 1, which skip their row) or one scalar weight != 1.
     from normlab import _runtime
 
-    programs = configs.ENTROPY_RESCALE_PROGRAMS_PER_SM * _runtime.sm_count()
+    programs = config.ENTROPY_RESCALE_PROGRAMS_PER_SM * _runtime.sm_count()
     n_rows = 2 * programs + 3
     x, other = _inputs("reverse_kl", (n_rows, 40), torch.float32)
     if reduction == "none":
@@ -613,45 +612,45 @@ def test_bad_input_errors(match, exc, call):
 
 
 def test_auto_form_uses_config_table():
-    assert configs.entropy_auto("reverse_kl", 32768, distributed=True)[0] == "split"
+    assert config.entropy_auto("reverse_kl", 32768, distributed=True)[0] == "split"
     for loss in LOSSES:
         for n_cols in (1000, 16384, 32768, 50257, 131072, 151936):
-            form, cap = configs.entropy_auto(loss, n_cols, distributed=False)
+            form, cap = config.entropy_auto(loss, n_cols, distributed=False)
             assert form in ("fused", "chunked", "split")
             assert cap & (cap - 1) == 0
-            assert configs.ENTROPY_MIN_BLOCK <= cap <= configs.ENTROPY_MAX_BLOCK
-    # The measured choices (see configs): 32768 takes the fused form, wider vocabularies the
+            assert config.ENTROPY_MIN_BLOCK <= cap <= config.ENTROPY_MAX_BLOCK
+    # The measured choices (see config): 32768 takes the fused form, wider vocabularies the
     # chunked one; unaligned ones below 65536 (rows off 16-byte boundaries): reverse KL and soft
     # CE the chunked form at tile 1024, label CE fused at 2048; ragged but aligned ones as
     # measured at 50256.
-    wide = configs.ENTROPY_AUTO_WIDE_COLS
+    wide = config.ENTROPY_AUTO_WIDE_COLS
     assert wide == 65536
-    classes = {n: configs.entropy_vocab_class(n) for n in (1000, 4097, 32000, 32768, 50256, 50257,
+    classes = {n: config.entropy_vocab_class(n) for n in (1000, 4097, 32000, 32768, 50256, 50257,
                                                            65535, 65536, 151936)}  # fmt: skip
     assert classes == {1000: "even", 4097: "unaligned", 32000: "ragged", 32768: "even",
                        50256: "ragged", 50257: "unaligned", 65535: "unaligned", 65536: "wide",
                        151936: "wide"}  # fmt: skip
-    assert configs.entropy_auto("reverse_kl", 50256, False) == ("chunked", 2048)
-    assert configs.entropy_auto("soft_cross_entropy", 50256, False) == ("chunked", 2048)
-    assert configs.entropy_auto("cross_entropy", 50256, False) == ("fused", 4096)
-    assert configs.entropy_auto("reverse_kl", 32768, False) == ("fused", 2048)
-    assert configs.entropy_auto("reverse_kl", wide - 4096, False) == ("fused", 2048)
-    assert configs.entropy_auto("reverse_kl", 50257, False) == ("chunked", 1024)
-    assert configs.entropy_auto("soft_cross_entropy", 50257, False) == ("chunked", 1024)
-    assert configs.entropy_auto("reverse_kl", wide, False) == ("chunked", 2048)
-    assert configs.entropy_auto("reverse_kl", 151936, False) == ("chunked", 2048)
-    assert configs.entropy_auto("soft_cross_entropy", 32768, False) == ("fused", 2048)
-    assert configs.entropy_auto("soft_cross_entropy", 151936, False) == ("chunked", 2048)
-    assert configs.entropy_auto("cross_entropy", 32768, False) == ("fused", 4096)
-    assert configs.entropy_auto("cross_entropy", 50257, False) == ("fused", 2048)
-    assert configs.entropy_auto("cross_entropy", wide, False) == ("chunked", 4096)
-    assert configs.entropy_auto("cross_entropy", 151936, False) == ("chunked", 4096)
-    assert configs.entropy_auto("cross_entropy", wide, True) == ("split", 4096)
+    assert config.entropy_auto("reverse_kl", 50256, False) == ("chunked", 2048)
+    assert config.entropy_auto("soft_cross_entropy", 50256, False) == ("chunked", 2048)
+    assert config.entropy_auto("cross_entropy", 50256, False) == ("fused", 4096)
+    assert config.entropy_auto("reverse_kl", 32768, False) == ("fused", 2048)
+    assert config.entropy_auto("reverse_kl", wide - 4096, False) == ("fused", 2048)
+    assert config.entropy_auto("reverse_kl", 50257, False) == ("chunked", 1024)
+    assert config.entropy_auto("soft_cross_entropy", 50257, False) == ("chunked", 1024)
+    assert config.entropy_auto("reverse_kl", wide, False) == ("chunked", 2048)
+    assert config.entropy_auto("reverse_kl", 151936, False) == ("chunked", 2048)
+    assert config.entropy_auto("soft_cross_entropy", 32768, False) == ("fused", 2048)
+    assert config.entropy_auto("soft_cross_entropy", 151936, False) == ("chunked", 2048)
+    assert config.entropy_auto("cross_entropy", 32768, False) == ("fused", 4096)
+    assert config.entropy_auto("cross_entropy", 50257, False) == ("fused", 2048)
+    assert config.entropy_auto("cross_entropy", wide, False) == ("chunked", 4096)
+    assert config.entropy_auto("cross_entropy", 151936, False) == ("chunked", 4096)
+    assert config.entropy_auto("cross_entropy", wide, True) == ("split", 4096)
 
 
 def test_chunk_tiles_and_lanes_by_tile():
-    assert [configs.entropy_chunk_tiles(b) for b in (16, 1024, 2048, 4096)] == [4, 6, 4, 4]
-    assert [configs.entropy_lane(b) for b in (16, 1024, 2048, 4096, 8192)] == [8, 8, 8, 4096,
+    assert [config.entropy_chunk_tiles(b) for b in (16, 1024, 2048, 4096)] == [4, 6, 4, 4]
+    assert [config.entropy_lane(b) for b in (16, 1024, 2048, 4096, 8192)] == [8, 8, 8, 4096,
                                                                                8192]  # fmt: skip
 
 
@@ -663,8 +662,8 @@ def test_lane_statistics(loss, form, lane, monkeypatch):
     # chunk) or as one lane (the wide tiles' path). Row 0: one whole tile is -inf, so every lane
     # sees only -inf there; row 1: columns 8-15 of every tile are -inf, so one 8-column lane
     # never sees a finite logit; row 2: the lanes' maxima differ by ~60 (exp underflows across).
-    monkeypatch.setattr(configs, "ENTROPY_LANE", lane)
-    monkeypatch.setattr(configs, "ENTROPY_CHUNKED_TILES", 2)
+    monkeypatch.setattr(config, "ENTROPY_LANE", lane)
+    monkeypatch.setattr(config, "ENTROPY_CHUNKED_TILES", 2)
     x, other = _inputs(loss, (3, 300), torch.float32)
     x[0, 128:192] = float("-inf")
     lane_1 = torch.arange(300) % 64 // 8 == 1
@@ -693,9 +692,8 @@ def test_lane_statistics(loss, form, lane, monkeypatch):
     (3 * 2048, 2048, 4, 132, (3, 0, 1)),  # fewer tiles than a chunk
 ])  # fmt: skip
 def test_chunk_layout(n_cols, block, tiles, sms, expect):
-    from normlab.kernels import entropy
 
-    layout = entropy.chunk_layout(n_cols, block, tiles, sms)
+    layout = config.chunk_layout(n_cols, block, tiles, sms)
     assert tuple(layout) == expect
     # Whole tiles, no empty chunk, every column covered, at most one chunk per SM.
     starts = layout.starts(block)
@@ -726,11 +724,10 @@ def test_chunked_one_tile_per_chunk(loss, monkeypatch):
 def test_chunked_long_and_short_chunks(loss, monkeypatch):
     # A layout with chunks of unequal length: 300 bf16 columns (19-20 tiles of 16 in the
     # row's frame) as 2 chunks of 4 tiles, 3 of 3 and a last one cut short by the row.
-    from normlab.kernels import entropy
 
-    layout = entropy.ChunkLayout(chunk_tiles=3, n_long=2, n_chunks=6)
+    layout = config.ChunkLayout(chunk_tiles=3, n_long=2, n_chunks=6)
     assert layout.starts(16) == [0, 64, 128, 176, 224, 272]
-    monkeypatch.setattr(entropy, "chunk_layout", lambda *a: layout)
+    monkeypatch.setattr(config, "chunk_layout", lambda *a: layout)
     x, other = _inputs(loss, (7, 300), torch.bfloat16)
     out, grad = _run(loss, x, other, form="chunked", block_cap=16, reduction="none")
     ref_out, ref_grad = _ref(loss, x, other, reduction="none")
@@ -741,26 +738,23 @@ def test_chunked_one_launch_refused_by_interpreter(monkeypatch):
     # The in-kernel wait needs concurrent programs: under the interpreter the launcher refuses
     # the one-launch kernel before launching anything (INTERPRET forced, so on any host).
     from normlab import _runtime
-    from normlab.kernels import entropy
 
     monkeypatch.setattr(_runtime, "INTERPRET", True)
     x = torch.randn(2, 64)
-    spec = entropy._Spec(0, "chunked", 16, "mean", 0, None, 0, 64)
+    spec = config.Spec(0, "chunked", 16, "mean", 0, None, 0, 64)
     with pytest.raises(ValueError, match="interpreter"):
-        entropy._launch_chunked(spec, x, x, x, None, torch.empty(2), torch.ones(1), False, False,
-                                phases=1)  # fmt: skip
+        chunked.launch_chunked(spec, x, x, x, None, torch.empty(2), torch.ones(1), False, False,
+                               phases=1)  # fmt: skip
 
 
 def test_chunked_refuses_int32_overflow():
-    from normlab.kernels import entropy
-
     # 2**28 rows x 2 chunks of 16 columns: 5 x rows x chunks passes 2**31 (an expanded view, so
     # nothing that size is allocated; the check runs before any buffer is made).
     x = torch.zeros(1, 32).expand(2**28, 32)
-    spec = entropy._Spec(0, "chunked", 16, "mean", 0, None, 0, 32)
+    spec = config.Spec(0, "chunked", 16, "mean", 0, None, 0, 32)
     with pytest.raises(ValueError, match="too many"):
-        entropy._launch_chunked(spec, x, x, x, None, None, None, False, False,
-                                tiles_per_chunk=1)  # fmt: skip
+        chunked.launch_chunked(spec, x, x, x, None, None, None, False, False,
+                               tiles_per_chunk=1)  # fmt: skip
 
 
 
@@ -810,9 +804,8 @@ def test_custom_op_opcheck(loss, form, reduction, compute_grad):
     # Schema, fake (meta) shapes, autograd registration and AOT dispatch of the loss op.
     x, other = _inputs(loss, (3, 50), torch.float32)
     x.requires_grad_(compute_grad)
-    from normlab.kernels.entropy import _KINDS
 
-    args = (x, other, _KINDS[loss], form, 16, reduction, -100, compute_grad)
+    args = (x, other, config.KINDS[loss], form, 16, reduction, -100, compute_grad)
     torch.library.opcheck(torch.ops.normlab.entropy_fwd.default, args)
 
 
@@ -821,10 +814,9 @@ def test_custom_op_opcheck(loss, form, reduction, compute_grad):
     ("cross_entropy", "mean", False), ("cross_entropy", "none", True)])  # fmt: skip
 def test_split_backward_op_opcheck(loss, reduction, per_row):
     # The split form's backward op: schema, fake shapes and dispatch, from real row statistics.
-    from normlab.kernels.entropy import _KINDS
 
     x, other = _inputs(loss, (3, 50), torch.float32)
-    kind = _KINDS[loss]
+    kind = config.KINDS[loss]
     _, _, row_stats, n_valid = torch.ops.normlab.entropy_fwd(x, other, kind, "split", 16,
                                                              reduction, -100, True)  # fmt: skip
     g_out = torch.randn(3) if per_row else torch.tensor(1.5)

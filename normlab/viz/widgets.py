@@ -19,7 +19,7 @@ from normlab import _runtime, bench
 from normlab.bench.registry import DEFAULT_DIRECTIONS, LOSS_DIRECTIONS, NORM_DIRECTIONS
 from normlab.bench.sweep import SHAPES
 from normlab.bench.traffic import LABEL_LOSS_OPS, SOFT_LOSS_OPS
-from normlab.kernels.entropy import FORMS as LOSS_FORMS
+from normlab.losses import FORMS as LOSS_FORMS
 from normlab.viz import plots
 
 # Shape presets: the tables of the seeds and the peer measurements, (M rows, N columns).

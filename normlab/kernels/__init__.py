@@ -1,1 +1,0 @@
-"""Triton kernels, launchers and autograd Functions, one module per op family."""

@@ -1,0 +1,206 @@
+"""The chunked form: a row cut into chunks of whole tiles, one program per chunk.
+
+Each program folds its chunk into raw statistics and stores them; the row's programs meet at a
+per-row counter (in-kernel, on a GPU), merge the chunk statistics and write their chunk's
+gradient, so the re-read of a chunk is a short L2 round trip and not the whole row's. The
+gradient is saved and rescaled as in the fused form. Layout: ``config.chunk_layout``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from normlab import _runtime
+from normlab._launch import launch
+from normlab.losses import config
+from normlab.losses.online import (
+    CE,
+    NEG_INF,
+    fill_zero,
+    finish_loss,
+    fold_stats,
+    grad_pass,
+    load_edge_tile,
+    load_label,
+    row_frames,
+    row_statistics,
+    store_raw_stats,
+    tile_cols,
+    tile_span,
+)
+
+
+@triton.jit
+def _merge_chunk_stats(stats_ptr, base, n_slots, n_chunks, KIND: tl.constexpr,
+                       CHUNKS_POW2: tl.constexpr):  # fmt: skip
+    """Fold the raw statistics of a row's n_chunks column chunks into the row's (fold_stats).
+
+    stats_ptr: (5, n_slots) fp32 m_x, s_x, m_t, s_t, acc; the row's chunks sit at base + k.
+    Loads bypass L1 (.cg): other programs wrote them during this launch.
+    """
+    ks = tl.arange(0, CHUNKS_POW2)
+    kmask = ks < n_chunks
+    p = stats_ptr + base + ks
+    m_xk = tl.load(p, mask=kmask, other=NEG_INF, cache_modifier=".cg")
+    s_xk = tl.load(p + n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+    if KIND == CE:
+        m_tk = m_xk
+        s_tk = s_xk
+        acc_k = s_xk
+    else:
+        m_tk = tl.load(p + 2 * n_slots, mask=kmask, other=NEG_INF, cache_modifier=".cg")
+        s_tk = tl.load(p + 3 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+        acc_k = tl.load(p + 4 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+    return fold_stats(m_xk, s_xk, m_tk, s_tk, acc_k, kmask, KIND)
+
+
+@triton.jit
+def _entropy_chunked_kernel(
+    x_ptr,  # (n_rows, n_cols) logits
+    t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
+    labels_ptr,  # (n_rows,) int labels (label CE only)
+    grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here
+    loss_ptr,  # (n_rows,) fp32 per-row loss
+    n_valid_ptr,  # (1,) fp32 non-ignored row count (MEAN_OVER_VALID only)
+    stats_ptr,  # (5, n_rows * n_chunks) fp32 raw statistics of each (row, chunk)
+    sync_ptr,  # (1 + n_rows,) int32 zeros: [0] ticket counter, [1 + r] chunks of row r done
+    grad_scale,
+    ignore_index,
+    n_rows,
+    n_cols,
+    n_chunks,
+    chunk_tiles,  # tiles per chunk; the first n_long chunks take one more, the last may be short
+    n_long,
+    x_row_stride,
+    t_row_stride,
+    grad_row_stride,
+    KIND: tl.constexpr,
+    PHASE: tl.constexpr,  # 1: statistics only, 2: gradient only, 3: both, meeting in-kernel
+    COMPUTE_GRAD: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+    MEAN_OVER_VALID: tl.constexpr,
+    BLOCK: tl.constexpr,
+    LANE: tl.constexpr,  # columns per lane of the running statistics (config.entropy_lane)
+    CHUNKS_POW2: tl.constexpr,
+    ALIGN: tl.constexpr,  # see row_frames; > 1 only when the three row strides are equal
+    FRAME: tl.constexpr,
+):
+    """Chunked form: n_chunks programs share one row, each owning a chunk of whole tiles.
+
+    Each program folds its chunk into raw statistics and stores them; the row's programs then
+    wait for each other at a per-row counter, merge the n_chunks statistics and write the
+    gradient of their own chunk. The chunk's last tile is still in registers and the others were
+    read moments ago, so the gradient pass re-reads them from L2, where the fused form's
+    whole-row re-read goes back to DRAM once the rows in flight overflow L2 (5 passes of
+    traffic instead of 3). One tile per chunk would re-read nothing, but every program pays a
+    chain of round trips (ticket, loads, publish, wait, merge): measured slower (config).
+
+    Forward progress (PHASE 3): a program takes its (row, chunk) from a global ticket counter
+    when it starts, so the tickets taken are always a prefix of row-major order. Every running
+    program waits only on its own row, and only the last row of the prefix can be waiting for
+    a program that has not started: at most n_chunks - 1 programs wait on it, so whenever more
+    than n_chunks - 1 programs fit on the GPU, one more can start and take the next ticket.
+    The Triton interpreter runs one program at a time and would wait forever: it runs PHASE 1
+    then PHASE 2 as two launches (program id = ticket), the same arithmetic without the wait.
+
+    Chunks cut the row's frame (see row_frames): chunk 0 starts lead columns before the row, and
+    with ALIGN > 1 n_chunks covers n_cols + FRAME - 1 columns, so a row's last chunk may be empty
+    (its statistics are those of no column, which weigh 0 in the merge).
+    """
+    if PHASE == 3:
+        item = tl.atomic_add(sync_ptr, 1)
+    else:
+        item = tl.program_id(0)
+    row = (item // n_chunks).to(tl.int64)
+    chunk = item % n_chunks
+    start = (chunk * chunk_tiles + tl.minimum(chunk, n_long)) * BLOCK
+    chunk_cols = (chunk_tiles + (chunk < n_long).to(tl.int32)) * BLOCK
+    x_off, t_off, grad_off, lead = row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
+                                               ALIGN, FRAME)  # fmt: skip
+    x_row = x_ptr + x_off + start
+    t_row = t_ptr + t_off + start
+    grad_row = grad_ptr + grad_off + start
+    lo = tl.maximum(lead - start, 0)  # the chunk's own columns are [lo, hi)
+    hi = tl.minimum(chunk_cols, lead + n_cols - start)
+    label = 0
+    x_label = 0.0
+    bad = False
+    if KIND == CE:
+        label, ignored, bad = load_label(labels_ptr, row, ignore_index, 0, n_cols)
+        if ignored:  # every chunk of the row sees it: no one waits, nothing is read
+            if PHASE != 2 and chunk == 0:
+                tl.store(loss_ptr + row, 0.0)
+            if PHASE != 1 and COMPUTE_GRAD and not ACCUMULATE:
+                fill_zero(grad_row, lo, hi, BLOCK)
+            return
+        if chunk == 0:
+            x_label = tl.load(x_ptr + row * x_row_stride + tl.where(bad, 0, label))
+            x_label = tl.where(bad, float("nan"), x_label.to(tl.float32))
+        label = label + lead - start
+    n_slots = n_rows * n_chunks
+    if PHASE != 2:
+        m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = row_statistics(
+            x_row, t_row, lo, hi, KIND, BLOCK, LANE, ALIGN, False
+        )
+        store_raw_stats(stats_ptr, row * n_chunks + chunk, n_slots, m_x, s_x, m_t, s_t, acc)
+    else:
+        n_full, first = tile_span(lo, hi, BLOCK, ALIGN, False)
+        x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + tile_cols(BLOCK, LANE),
+                                         lo, hi, KIND, "evict_first", ALIGN)  # fmt: skip
+    if PHASE == 3:
+        # Every thread's stores above happen before the release that publishes them.
+        tl.debug_barrier()
+        tl.atomic_add(sync_ptr + 1 + row, 1, sem="release")
+        done = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+        while done < n_chunks:
+            done = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+        tl.debug_barrier()
+    if PHASE != 1:
+        m_x, s_x, m_t, s_t, acc = _merge_chunk_stats(
+            stats_ptr, row * n_chunks, n_slots, n_chunks, KIND, CHUNKS_POW2
+        )
+        if chunk == 0:
+            tl.store(loss_ptr + row, finish_loss(m_x, s_x, s_t, acc, x_label, KIND))
+        if COMPUTE_GRAD:
+            grad_pass(x_row, t_row, grad_row, lo, hi, x_last, t_last, n_full, first, m_x, s_x,
+                       m_t, s_t, acc, label, bad, grad_scale, n_valid_ptr, KIND, ACCUMULATE,
+                       MEAN_OVER_VALID, BLOCK, LANE, ALIGN)  # fmt: skip
+
+
+def launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate,
+                   *, phases=None, tiles_per_chunk=None):  # fmt: skip
+    """Chunked form. ``phases``: 1 = one launch that meets in-kernel (the GPU default), 2 = a
+    statistics launch then a gradient launch (the interpreter's only option: see the kernel)."""
+    n_rows, n_cols = x.shape
+    block = config.tile(n_cols, spec.block_cap)
+    tiles = config.entropy_chunk_tiles(block) if tiles_per_chunk is None else tiles_per_chunk
+    frames = config.frames(x, t, grad, block)
+    layout = config.chunk_layout(n_cols + frames["FRAME"] - 1, block, tiles,
+                                 _runtime.sm_count(x.device.index))  # fmt: skip
+    n_chunks = layout.n_chunks
+    if 5 * n_rows * n_chunks >= 2**31:  # tickets and statistics offsets are int32
+        raise ValueError(
+            f"chunked form: {n_rows} rows x {n_chunks} chunks is too many; use form='fused'"
+        )
+    phases = (2 if _runtime.INTERPRET else 1) if phases is None else phases
+    if phases == 1 and _runtime.INTERPRET:
+        raise ValueError("chunked form: the interpreter cannot run the one-launch version")
+    scale, over_valid = config.grad_scale(spec, n_rows)
+    stats = x.new_empty((5, n_rows * n_chunks), dtype=torch.float32)
+    # The tickets and per-row counters start at 0 (one memset); two launches need none.
+    sync = torch.zeros(1 + n_rows, dtype=torch.int32, device=x.device) if phases == 1 else stats
+    maxnreg = config.ENTROPY_CHUNKED_MAXNREG.get(block)
+    options = {"num_warps": config.ENTROPY_CHUNKED_WARPS}
+    if maxnreg is not None:  # a register cap per thread: more programs resident per SM
+        options["maxnreg"] = maxnreg
+    grad_row_stride = grad.stride(0) if grad is not None else 0
+    for phase in ((3,) if phases == 1 else (1, 2)):
+        launch(_entropy_chunked_kernel, (n_rows * n_chunks,),
+               x, t, labels, grad if grad is not None else x, loss_rows, n_valid, stats, sync,
+               scale, spec.ignore_index, n_rows, n_cols, n_chunks, layout.chunk_tiles,
+               layout.n_long, x.stride(0), t.stride(0), grad_row_stride,
+               KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
+               MEAN_OVER_VALID=over_valid, BLOCK=block, LANE=config.entropy_lane(block),
+               CHUNKS_POW2=triton.next_power_of_2(n_chunks), **frames, **options)  # fmt: skip

@@ -1,0 +1,208 @@
+"""The losses' launch planner: which form runs a call, its tiles, frames and chunks, in one place.
+
+Every rule is a named quantity with a one-line reason. The measurements behind them (NVIDIA H200,
+4096 tokens x V, bf16, forward+backward device time) are in
+``docs/notes/2026-11-30-loss-lanes-chunks-frames.md`` ("the loss note" below) and
+``docs/notes/2026-11-30-loss-memory-stats-in-grad.md``. The block cap and the fused / split
+forms come from Fast-LLM's reverse-KL issue (https://github.com/ServiceNow/Fast-LLM/issues/497).
+Tests and sweeps monkeypatch the constants: functions read them at call time. Nothing here
+imports a kernel.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# ---- the calls -----------------------------------------------------------------------------------
+
+KINDS = {"reverse_kl": 0, "soft_cross_entropy": 1, "cross_entropy": 2}  # the kernels' KIND
+REDUCTIONS = ("mean", "sum", "none")
+FORMS = ("auto", "fused", "chunked", "split")
+GRAD_IN_FORWARD = ("fused", "chunked")  # forms whose forward writes the gradient
+CE = KINDS["cross_entropy"]
+
+
+class Spec(NamedTuple):
+    """Static arguments of one loss call (everything that is not a tensor); a tuple, cheap to
+    build per call."""
+
+    kind: int
+    form: str
+    block_cap: int
+    reduction: str
+    ignore_index: int
+    group: object  # a torch.distributed process group over the vocabulary, or None
+    vocab_start: int  # this rank's first column (0 unsharded)
+    vocab_size: int  # the whole vocabulary
+
+
+def counts_valid(kind: int, reduction: str) -> bool:
+    """Whether the loss divides by the non-ignored row count (label CE's mean)."""
+    return kind == CE and reduction == "mean"
+
+
+def grad_scale(spec: Spec, n_rows: int) -> tuple[float, bool]:
+    """(host scale, divide by the device count of valid rows?) of the reduction."""
+    if spec.reduction != "mean":
+        return 1.0, False
+    if spec.kind == CE:
+        return 1.0, True
+    return 1.0 / n_rows, False
+
+
+# ---- column tiles ----------------------------------------------------------------------------------
+
+ENTROPY_BLOCK_CAPS = (4096, 8192, 16384, 32768)  # the measured caps (issue #497's option A)
+ENTROPY_MIN_BLOCK = 16  # smaller caps exist for the CPU tests' multi-tile paths
+ENTROPY_MAX_BLOCK = 65536
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def tile(n_cols: int, cap: int) -> int:
+    """Column tile: the row's next power of two up to ``cap``, at least one lane wide."""
+    return max(min(_next_pow2(n_cols), cap), ENTROPY_MIN_BLOCK)
+
+
+# Fused kernel warps per tile: 4 at 4096 (cheaper cross-warp reductions), 16 at 8192-16384, 32
+# at 32768 (the issue's occupancy cliff); the loss note, "The cap".
+ENTROPY_FUSED_WARPS = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
+ENTROPY_FUSED_WARPS_LABEL = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}  # label CE, same
+# Split form: stats 2048 / 4 warps and backward 4096 / 8 (the backward tile barely matters).
+ENTROPY_STATS_BLOCK = 2048
+ENTROPY_STATS_WARPS = 4
+ENTROPY_BACKWARD_BLOCK = 4096
+ENTROPY_BACKWARD_WARPS = 8
+# Backward rescale of a saved gradient: 2 programs per SM stride the rows; a scalar grad_output
+# of 1 exits after one load (1.1-1.6 us against 3.5 for one program per row). Not tuned further.
+ENTROPY_RESCALE_BLOCK = 4096
+ENTROPY_RESCALE_WARPS = 8
+ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
+
+
+def entropy_num_warps(block: int, table: dict[int, int] | None = None) -> int:
+    """Warps for a column tile of ``block`` elements (fused table by default)."""
+    table = ENTROPY_FUSED_WARPS if table is None else table
+    if block in table:
+        return table[block]
+    return max(1, min(32, block // 512))  # tiny test-only tiles: ~16 elements per thread
+
+
+# Running statistics per 8-column lane up to tile 2048 (no cross-warp round trip per tile);
+# wider tiles are one lane (4096 with lanes: 321 -> 341 us). The loss note, "Lane statistics".
+ENTROPY_LANE = 8
+ENTROPY_LANE_MAX_BLOCK = 2048
+
+
+def entropy_lane(block: int) -> int:
+    """Columns per lane of the running statistics for a column tile of ``block`` elements."""
+    return min(ENTROPY_LANE, block) if block <= ENTROPY_LANE_MAX_BLOCK else block
+
+
+# ---- frames of unaligned rows ----------------------------------------------------------------------
+
+# Rows off 16-byte boundaries (V = 50257) are read from the 128-byte boundary before them: whole
+# tiles become aligned vector loads on whole sectors (16 -> 128 bytes: 1-4% faster). The loss
+# note, "Ragged vocabularies and aligned frames".
+ENTROPY_FRAME_BYTES = 128
+
+
+def frames(x, t, grad, block: int) -> dict[str, int]:
+    """The kernels' ALIGN and FRAME (see online.row_frames). ALIGN: columns per 16 bytes; 1 when
+    Triton already sees aligned rows, when the tensors' rows are not aligned alike, or when a tile
+    is narrower than 16 bytes. FRAME: columns per ENTROPY_FRAME_BYTES where every tensor starts on
+    such a boundary and a tile is that wide, else ALIGN."""
+    tensors = (x, t) if grad is None else (x, t, grad)
+    if x.shape[1] % 16 == 0 and all(v.stride(0) % 16 == 0 for v in tensors):
+        return {"ALIGN": 1, "FRAME": 1}
+    esize = x.element_size()
+    align = 16 // esize
+    alike = all(v.stride(0) == x.stride(0) and v.element_size() == esize
+                and v.data_ptr() % 16 == 0 for v in tensors)  # fmt: skip
+    if not alike or block < align:
+        return {"ALIGN": 1, "FRAME": 1}
+    frame_bytes = max(16, ENTROPY_FRAME_BYTES)
+    frame = frame_bytes // esize
+    if block < frame or any(v.data_ptr() % frame_bytes for v in tensors):
+        frame = align
+    return {"ALIGN": align, "FRAME": frame}
+
+
+# ---- the chunked form ------------------------------------------------------------------------------
+
+# 4 tiles per chunk (1 / 2 / 4 / 8 / 16 at 131072: 1914 / 1513 / 1327 / 1334 / 1385 us), 6 at tile
+# 1024; 4 warps; registers capped at 64 at tile 2048 (8 programs per SM, no spills). The loss
+# note, "The chunked form" and "Lanes at unaligned vocabularies".
+ENTROPY_CHUNKED_TILES = 4
+ENTROPY_CHUNKED_TILES_BY_BLOCK = {1024: 6}
+ENTROPY_CHUNKED_WARPS = 4
+ENTROPY_CHUNKED_MAXNREG = {2048: 64}
+
+
+def entropy_chunk_tiles(block: int) -> int:
+    """Tiles per chunk of the chunked form at a column tile of ``block`` elements."""
+    return ENTROPY_CHUNKED_TILES_BY_BLOCK.get(block, ENTROPY_CHUNKED_TILES)
+
+
+class ChunkLayout(NamedTuple):
+    """How the chunked form cuts a row: n_chunks chunks of chunk_tiles tiles, the first n_long
+    of them one tile longer (the last chunk may end early, where the row does)."""
+
+    chunk_tiles: int
+    n_long: int
+    n_chunks: int
+
+    def starts(self, block: int) -> list[int]:
+        """First column of each chunk (tests and sweeps)."""
+        return [(k * self.chunk_tiles + min(k, self.n_long)) * block for k in range(self.n_chunks)]
+
+
+def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int) -> ChunkLayout:
+    """Chunks of whole tiles, ``tiles_per_chunk`` or one more (whichever leaves the last chunk
+    fuller), evened out over the row, at most ``sm_count`` per row (a row's waiting programs fit
+    on the GPU). n_long is 0: unequal chunks measured slower (the loss note); sweeps force them."""
+    n_tiles = _cdiv(n_cols, block)
+    tiles = min((tiles_per_chunk, tiles_per_chunk + 1), key=lambda k: (-n_tiles % k, k))
+    n_chunks = min(max(1, round(n_tiles / tiles)), sm_count)
+    chunk_tiles = _cdiv(n_tiles, n_chunks)
+    return ChunkLayout(chunk_tiles, 0, _cdiv(n_tiles, chunk_tiles))
+
+
+# ---- form="auto" -----------------------------------------------------------------------------------
+
+# Per loss, (form, cap) for four classes of V: "even" (V <= 4096 or a multiple of 4096), "ragged"
+# (V % 16 == 0), "unaligned" (V % 16 != 0: aligned frames) and "wide" (V >= 65536); the fastest
+# measured at 32768 / 50256 / 50257 / 65536-151936 (the loss note, "form=auto over time").
+# Tensor parallel always takes the split form. V <= 4096 is not measured.
+ENTROPY_AUTO_TILE = 4096
+ENTROPY_AUTO_WIDE_COLS = 65536
+ENTROPY_AUTO_CLASSES = ("even", "ragged", "unaligned", "wide")
+ENTROPY_AUTO = {
+    "reverse_kl": (("fused", 2048), ("chunked", 2048), ("chunked", 1024), ("chunked", 2048)),
+    "soft_cross_entropy": (("fused", 2048), ("chunked", 2048), ("chunked", 1024),
+                           ("chunked", 2048)),
+    "cross_entropy": (("fused", 4096), ("fused", 4096), ("fused", 2048), ("chunked", 4096)),
+}
+
+
+def entropy_vocab_class(n_cols: int) -> str:
+    """The class of ENTROPY_AUTO_CLASSES that a vocabulary of ``n_cols`` columns falls in."""
+    if n_cols >= ENTROPY_AUTO_WIDE_COLS:
+        return "wide"
+    if n_cols <= ENTROPY_AUTO_TILE or n_cols % ENTROPY_AUTO_TILE == 0:
+        return "even"
+    return "ragged" if n_cols % 16 == 0 else "unaligned"
+
+
+def entropy_auto(loss: str, n_cols: int, distributed: bool) -> tuple[str, int]:
+    """form="auto": (form, block_cap) for ``loss`` over ``n_cols`` local vocabulary columns (the
+    split form under tensor parallel: the row statistics are all-reduced between its kernels)."""
+    form, cap = ENTROPY_AUTO[loss][ENTROPY_AUTO_CLASSES.index(entropy_vocab_class(n_cols))]
+    return ("split" if distributed else form), cap
+

@@ -1,0 +1,496 @@
+"""The losses as PyTorch ops: validation, autograd, torch.compile, the public functions.
+
+An eager call costs the CPU little: the arguments are checked once, ``config`` picks the form
+and tiles, and a ``torch.autograd.Function`` (or, when no gradient is needed, the launchers
+alone) runs the kernels through ``normlab._launch``. Under ``torch.compile`` the same forward and
+backward run inside the custom ops ``normlab::entropy_fwd`` and ``normlab::entropy_split_bwd``,
+which Inductor keeps as opaque calls (their dispatch costs tens of µs, so eager calls do not
+take them). The vocab-sharded loss (``group=``) is the Function in every mode (a process group
+is no custom-op argument).
+
+The fused and chunked forms write the gradient (for grad_output = 1) in the forward and save
+it; the backward scales it by grad_output: in place in an eager backward that frees the graph
+(``fused.launch_rescale``, a device-side no-op for grad_output == 1), out of place with
+retain_graph=True or in a compiled backward, so any sequence of backwards gives torch's result.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from normlab import _runtime
+from normlab._host import FLOAT_DTYPES
+from normlab.losses import config, sharded
+from normlab.losses.chunked import launch_chunked
+from normlab.losses.config import CE, GRAD_IN_FORWARD, KINDS, REDUCTIONS
+from normlab.losses.fused import launch_fused, launch_rescale
+from normlab.losses.split import launch_backward, launch_stats
+
+FORMS = config.FORMS
+_F32 = torch.float32
+
+
+# ---- one call's forward and backward ---------------------------------------------------------------
+
+
+def _rows(spec, logits, other):
+    """(x, t, labels): logits and target as (M, V) rows (t = x for label CE) and the flat labels
+    (x for the distribution losses: a pointer the kernels do not read)."""
+    n_cols = logits.shape[-1]
+    n_rows = logits.shape[:-1].numel()  # not -1: a zero-width vocab shard has V = 0
+    x = logits.reshape(n_rows, n_cols)
+    if spec.kind == CE:
+        return x, x, other.reshape(-1)
+    return x, other.reshape(n_rows, n_cols), x
+
+
+def _n_valid(spec, labels):
+    """Label CE's mean: the 0-d fp32 count of non-ignored rows; else None."""
+    if config.counts_valid(spec.kind, spec.reduction):
+        return (labels != spec.ignore_index).sum(dtype=_F32)
+    return None
+
+
+def _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, accumulate):
+    """(loss rows, the split form's (6, M) row statistics or None) of any form."""
+    if spec.form in GRAD_IN_FORWARD:
+        loss_rows = torch.empty(x.shape[0], dtype=_F32, device=x.device)
+        run = launch_fused if spec.form == "fused" else launch_chunked
+        run(spec, x, t, labels, grad, loss_rows, n_valid if n_valid is not None else x,
+            compute_grad, accumulate)  # fmt: skip
+        return loss_rows, None
+    if spec.group is not None:
+        row_stats = sharded.row_stats(spec, x, t, labels)
+    else:
+        _, row_stats = launch_stats(spec, x, t, labels, finalize=True)
+    return row_stats[5], row_stats
+
+
+def _reduce(spec, loss_rows, n_valid, lead_shape):
+    if spec.reduction == "none":
+        return loss_rows.reshape(lead_shape)
+    if spec.reduction == "mean" and spec.kind != CE:
+        return loss_rows.mean()  # one reduction kernel, no separate division
+    total = loss_rows.sum()
+    if spec.reduction == "sum":
+        return total
+    return total / n_valid  # label CE: the mean over non-ignored rows
+
+
+def _loss_forward(spec, logits, other, compute_grad):
+    """(loss, grad | None, row_stats | None, n_valid | None): the reduced loss; the gradient for
+    grad_output = 1 (fused and chunked forms); the split form's (6, M) row statistics."""
+    x, t, labels = _rows(spec, logits, other)
+    n_valid = _n_valid(spec, labels)
+    grad = torch.empty_like(x) if compute_grad and spec.form in GRAD_IN_FORWARD else None
+    loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, False)
+    return _reduce(spec, loss_rows, n_valid, logits.shape[:-1]), grad, row_stats, n_valid
+
+
+def _split_grad(spec, logits, other, row_stats, g_out, n_valid):
+    """The split form's gradient from its row statistics, times grad_output ``g_out`` (``n_valid``
+    None or empty where the kernels do not read it)."""
+    x, t, labels = _rows(spec, logits, other)
+    if n_valid is None or n_valid.numel() == 0:
+        n_valid = row_stats  # unread: a pointer argument only
+    grad = torch.empty_like(x)
+    launch_backward(spec, x, t, labels, row_stats, g_out, n_valid, grad, False)
+    return grad.view(logits.shape)
+
+
+def _grad_output(grad_loss):
+    """grad_output as the kernels read it: fp32, a scalar or one value per row."""
+    return grad_loss.float().reshape(-1).contiguous() if grad_loss.dim() else grad_loss.float()
+
+
+def _scaled(grad, g_out, in_place):
+    """The saved gradient times grad_output: in place (nothing reads it again) or out of place
+    (the saved gradient kept unscaled for another backward)."""
+    if in_place:
+        launch_rescale(grad, g_out)
+        return grad
+    scale = g_out[:, None] if g_out.dim() else g_out
+    return (grad.float() * scale).to(grad.dtype)
+
+
+_KEEP_GRAPH = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+
+
+def _graph_kept():
+    """Whether the running backward keeps the graph (retain_graph / create_graph): torch's
+    private query, as torch's own AOT autograd uses it; True (the safe answer) where absent."""
+    return True if _KEEP_GRAPH is None else bool(_KEEP_GRAPH())
+
+
+# ---- eager: an autograd Function -------------------------------------------------------------------
+
+
+class LossFunction(torch.autograd.Function):
+    """One loss call with its gradient (every form; the sharded one with ``spec.group``)."""
+
+    @staticmethod
+    def forward(ctx, logits, other, spec):
+        loss, grad, row_stats, n_valid = _loss_forward(spec, logits, other, True)
+        ctx.spec, ctx.shape = spec, logits.shape
+        if grad is not None:
+            ctx.save_for_backward(grad)
+        else:
+            if spec.reduction == "none":
+                loss = loss.clone()  # a row of the saved statistics: not the caller's to modify
+            ctx.save_for_backward(logits, other, row_stats, n_valid)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        g_out = _grad_output(grad_loss)
+        if ctx.spec.form in GRAD_IN_FORWARD:
+            (grad,) = ctx.saved_tensors
+            return _scaled(grad, g_out, not _graph_kept()).view(ctx.shape), None, None
+        logits, other, row_stats, n_valid = ctx.saved_tensors
+        return _split_grad(ctx.spec, logits, other, row_stats, g_out, n_valid), None, None
+
+
+# ---- torch.compile: custom ops ---------------------------------------------------------------------
+
+
+def _local_spec(kind, form, block_cap, reduction, ignore_index, n_cols):
+    return config.Spec(kind, form, block_cap, reduction, ignore_index, None, 0, n_cols)
+
+
+@torch.library.custom_op("normlab::entropy_fwd", mutates_args=())
+def _entropy_fwd_op(
+    logits: torch.Tensor,
+    other: torch.Tensor,
+    kind: int,
+    form: str,
+    block_cap: int,
+    reduction: str,
+    ignore_index: int,
+    compute_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, grad, row_stats, n_valid) of one unsharded call (see _loss_forward); absent ones
+    are empty tensors (custom ops return no None). ``other``: target logits, or the labels."""
+    spec = _local_spec(kind, form, block_cap, reduction, ignore_index, logits.shape[-1])
+    loss, grad, row_stats, n_valid = _loss_forward(spec, logits, other, compute_grad)
+    if row_stats is not None and reduction == "none":
+        loss = loss.clone()  # outputs may not alias: the per-row losses are a row of row_stats
+    return (loss, grad if grad is not None else logits.new_empty((0,)),
+            row_stats if row_stats is not None else logits.new_empty((0,), dtype=_F32),
+            n_valid if n_valid is not None else logits.new_empty((0,), dtype=_F32))  # fmt: skip
+
+
+@_entropy_fwd_op.register_fake
+def _(logits, other, kind, form, block_cap, reduction, ignore_index, compute_grad):
+    n_cols = logits.shape[-1]
+    n_rows = logits.numel() // n_cols
+    loss = logits.new_empty(logits.shape[:-1] if reduction == "none" else (), dtype=_F32)
+    grad_shape = (n_rows, n_cols) if compute_grad and form in GRAD_IN_FORWARD else (0,)
+    stats_shape = (6, n_rows) if form == "split" else (0,)
+    valid_shape = () if config.counts_valid(kind, reduction) else (0,)
+    return (loss, logits.new_empty(grad_shape), logits.new_empty(stats_shape, dtype=_F32),
+            logits.new_empty(valid_shape, dtype=_F32))  # fmt: skip
+
+
+@torch.library.custom_op("normlab::entropy_split_bwd", mutates_args=())
+def _entropy_split_bwd_op(
+    logits: torch.Tensor,
+    other: torch.Tensor,
+    row_stats: torch.Tensor,
+    g_out: torch.Tensor,
+    n_valid: torch.Tensor,
+    kind: int,
+    block_cap: int,
+    reduction: str,
+    ignore_index: int,
+) -> torch.Tensor:
+    """The split form's d loss / d logits (see _split_grad)."""
+    spec = _local_spec(kind, "split", block_cap, reduction, ignore_index, logits.shape[-1])
+    return _split_grad(spec, logits, other, row_stats, g_out, n_valid)
+
+
+@_entropy_split_bwd_op.register_fake
+def _(logits, other, row_stats, g_out, n_valid, kind, block_cap, reduction, ignore_index):
+    return logits.new_empty(logits.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    logits, other, kind, form, block_cap, reduction, ignore_index, _compute_grad = inputs
+    _, grad, row_stats, n_valid = output
+    ctx.args = (kind, form, block_cap, reduction, ignore_index)
+    ctx.logits_shape = logits.shape
+    if form in GRAD_IN_FORWARD:
+        ctx.save_for_backward(grad)
+    else:
+        ctx.save_for_backward(logits, other, row_stats, n_valid)
+    ctx.set_materialize_grads(False)
+
+
+def _custom_op_backward(ctx, grad_loss, _dgrad, _dstats, _dn_valid):
+    kind, form, block_cap, reduction, ignore_index = ctx.args
+    if grad_loss is None:
+        return (None,) * 8
+    g_out = _grad_output(grad_loss)
+    if form not in GRAD_IN_FORWARD:
+        logits, other, row_stats, n_valid = ctx.saved_tensors
+        grad = torch.ops.normlab.entropy_split_bwd(logits, other, row_stats, g_out, n_valid, kind,
+                                                   block_cap, reduction, ignore_index)  # fmt: skip
+        return (grad,) + (None,) * 7
+    (grad,) = ctx.saved_tensors
+    traced = torch.compiler.is_compiling() or type(grad) is not torch.Tensor  # fake / functional
+    # A traced backward may be replayed: out of place, as with retain_graph=True.
+    in_place = not traced and not _graph_kept()
+    return (_scaled(grad, g_out, in_place).view(ctx.logits_shape),) + (None,) * 7
+
+
+_entropy_fwd_op.register_autograd(_custom_op_backward, setup_context=_setup_context)
+
+
+# ---- public functions ------------------------------------------------------------------------------
+
+
+def _check_common(name, logits, form, block_cap, reduction, group):
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"{name}: logits must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name}: logits dtype must be float32, float16 or bfloat16, got {logits.dtype}"
+        )
+    if logits.dim() < 1:
+        raise ValueError(f"{name}: logits must have a vocabulary last dim, got a 0-dim tensor")
+    if _runtime.INTERPRET and logits.device.type != "cpu":
+        raise ValueError(f"{name}: the Triton interpreter runs on CPU tensors, got {logits.device}")
+    if not _runtime.INTERPRET and logits.device.type != "cuda":
+        raise ValueError(f"{name}: logits must be on a CUDA device, got {logits.device}")
+    if form not in FORMS:
+        raise ValueError(f"{name}: form must be one of {FORMS}, got {form!r}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{name}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if block_cap is not None:
+        lo, hi = config.ENTROPY_MIN_BLOCK, config.ENTROPY_MAX_BLOCK
+        if (not isinstance(block_cap, int) or isinstance(block_cap, bool) or block_cap < lo
+                or block_cap > hi or block_cap & (block_cap - 1)):  # fmt: skip
+            raise ValueError(
+                f"{name}: block_cap must be one of {config.ENTROPY_BLOCK_CAPS} (or any power of two "
+                f"in [{lo}, {hi}]), got {block_cap!r}"
+            )
+    if group is not None:
+        if not dist.is_available() or not dist.is_initialized():
+            raise ValueError(f"{name}: group= given but torch.distributed is not initialized")
+        if form in GRAD_IN_FORWARD:
+            raise ValueError(f"{name}: form={form!r} cannot all-reduce mid-kernel; use 'split' "
+                             "(or 'auto') with group=")  # fmt: skip
+
+
+def _resolve(name, n_cols, form, block_cap, group):
+    auto_form, auto_cap = config.entropy_auto(name, n_cols, group is not None)
+    return (auto_form if form == "auto" else form), (auto_cap if block_cap is None else block_cap)
+
+
+def _contiguous_rows(x):
+    """Rows may be strided, columns must be unit-stride: copy otherwise (documented)."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    try:
+        x.view(-1, x.shape[-1])
+    except RuntimeError:
+        x = x.contiguous()
+    return x
+
+
+def _check_grad_accumulate(name, grad_accumulate, logits):
+    if not isinstance(grad_accumulate, torch.Tensor):
+        raise TypeError(
+            f"{name}: grad_accumulate must be a tensor, got {type(grad_accumulate).__name__}"
+        )
+    if grad_accumulate.shape != logits.shape:
+        raise ValueError(
+            f"{name}: grad_accumulate shape {tuple(grad_accumulate.shape)} != logits shape {tuple(logits.shape)}"
+        )
+    if grad_accumulate.dtype not in (torch.float32, logits.dtype):
+        raise TypeError(
+            f"{name}: grad_accumulate dtype must be float32 or {logits.dtype}, got {grad_accumulate.dtype}"
+        )
+    if grad_accumulate.device != logits.device or not grad_accumulate.is_contiguous():
+        raise ValueError(f"{name}: grad_accumulate must be contiguous and on {logits.device}")
+
+
+def _run(name, logits, other, spec, grad_accumulate):
+    if grad_accumulate is not None:
+        _check_grad_accumulate(name, grad_accumulate, logits)
+    # No element: torch's values without a kernel. (A zero-width vocab shard of non-empty rows
+    # still joins its group's all-reduces, below.)
+    if logits.numel() == 0 and (spec.group is None or logits.shape[:-1].numel() == 0):
+        return _empty_loss(spec, logits, other, grad_accumulate is None)
+    if grad_accumulate is not None:
+        return _accumulate(spec, logits, other, grad_accumulate)
+    compute_grad = torch.is_grad_enabled() and logits.requires_grad
+    if spec.group is None and torch.compiler.is_compiling():
+        loss, *_ = torch.ops.normlab.entropy_fwd(logits, other, spec.kind, spec.form,
+                                                 spec.block_cap, spec.reduction, spec.ignore_index,
+                                                 compute_grad)  # fmt: skip
+        return loss
+    if compute_grad:
+        return LossFunction.apply(logits, other, spec)
+    return _loss_forward(spec, logits, other, False)[0]
+
+
+def _accumulate(spec, logits, other, grad_accumulate):
+    """Loss and gradient now, the gradient (grad_output = 1) added into the caller's buffer; the
+    loss detached."""
+    with torch.no_grad():
+        x, t, labels = _rows(spec, logits, other)
+        n_valid = _n_valid(spec, labels)
+        grad = grad_accumulate.view(x.shape)
+        loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, True, True)
+        if spec.form == "split":
+            ones = torch.ones((), dtype=_F32, device=x.device)
+            n_valid_ptr = n_valid if n_valid is not None else row_stats
+            launch_backward(spec, x, t, labels, row_stats, ones, n_valid_ptr, grad, True)
+        return _reduce(spec, loss_rows, n_valid, logits.shape[:-1])
+
+
+def _empty_loss(spec, logits, other, with_graph):
+    """The loss of logits with no element (zero rows, or V = 0), as torch's: each row an empty
+    sum, 0 (label CE: 0 where ignored, NaN for any other label, which has no column: the
+    kernels' unchecked out-of-range value); "mean" of zero rows NaN, "sum" 0. The gradient
+    (with_graph) is empty, shaped like logits."""
+    rows = logits.float().sum(-1) * 0.0  # zeros shaped logits.shape[:-1], an autograd path
+    if not with_graph:
+        rows = rows.detach()
+    if spec.kind == CE:
+        rows = torch.where(other == spec.ignore_index, rows, float("nan"))
+    if spec.reduction == "none":
+        return rows
+    if spec.reduction == "sum":
+        return rows.sum()
+    if spec.kind == CE:  # over the non-ignored rows
+        return rows.sum() / (other != spec.ignore_index).sum(dtype=torch.float32)
+    return rows.mean()
+
+
+def _distribution_loss(
+    name, logits, target_logits, form, block_cap, reduction, group, grad_accumulate
+):
+    _check_common(name, logits, form, block_cap, reduction, group)
+    if not isinstance(target_logits, torch.Tensor):
+        raise TypeError(
+            f"{name}: target_logits must be a torch.Tensor, got {type(target_logits).__name__}"
+        )
+    if target_logits.shape != logits.shape:
+        raise ValueError(
+            f"{name}: target_logits shape {tuple(target_logits.shape)} != logits shape {tuple(logits.shape)}"
+        )
+    if target_logits.dtype != logits.dtype:
+        raise TypeError(
+            f"{name}: target_logits dtype {target_logits.dtype} != logits dtype {logits.dtype}"
+        )
+    if target_logits.device != logits.device:
+        raise ValueError(
+            f"{name}: target_logits on {target_logits.device}, logits on {logits.device}"
+        )
+    if target_logits.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            f"{name}: no gradient with respect to target_logits is computed; pass target_logits.detach()"
+        )
+    n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
+    form, cap = _resolve(name, n_cols, form, block_cap, group)
+    spec = config.Spec(KINDS[name], form, cap, reduction, 0, group, 0, n_cols)
+    return _run(
+        name, _contiguous_rows(logits), _contiguous_rows(target_logits), spec, grad_accumulate
+    )
+
+
+def reverse_kl(logits, target_logits, *, form="auto", block_cap=None, reduction="mean", group=None,
+               grad_accumulate=None):  # fmt: skip
+    """Reverse KL divergence ``KL(p || q) = sum_j p_j (log p_j - log q_j)`` per row.
+
+    p = softmax(logits), q = softmax(target_logits) over the last dim; both (..., V), same dtype
+    (float32, float16 or bfloat16), flattened to (M, V). Math in fp32; the loss is fp32.
+
+    Args:
+        form: "fused" (one kernel writes loss and gradient; backward only rescales), "chunked"
+            (as fused, with each row shared by several programs that meet at a per-row
+            counter), "split" (a stats kernel, then a backward kernel from the stored row
+            statistics) or "auto" (``config.ENTROPY_AUTO``, from measurements).
+        block_cap: column tile cap, one of 4096, 8192, 16384, 32768 (any power of two in
+            [16, 65536] is accepted for experiments); None takes the auto table's.
+        reduction: "mean" over rows (the batchmean convention), "sum", or "none" (shape (...)).
+        group: a ``torch.distributed`` process group over which the vocabulary is sharded (each
+            rank holds a contiguous slice of logits and target, uneven sizes allowed). The row
+            statistics are all-reduced; each rank gets the full loss and its gradient slice.
+        grad_accumulate: a contiguous tensor shaped like logits (float32 or logits' dtype). The
+            gradient of the (reduced) loss for grad_output = 1 is computed now and *added* into
+            it in place, and the returned loss is detached (no autograd graph).
+
+    Gradient with respect to logits: ``p * ((log p - log q) - KL_row)`` times grad_output (and
+    1/M for "mean"). target_logits must not require grad (ValueError). A row holding NaN or
+    +inf (in logits or target) gives a NaN loss and an all-NaN gradient row, as torch's
+    autograd does. No element (zero rows, or V = 0: each row an empty sum, 0) gives torch's
+    values: "mean" of zero rows NaN, "sum" 0, "none" empty; an empty gradient. Non-unit-stride
+    columns are copied first.
+    """
+    return _distribution_loss("reverse_kl", logits, target_logits, form, block_cap, reduction, group,
+                              grad_accumulate)  # fmt: skip
+
+
+def soft_cross_entropy(logits, target_logits, *, form="auto", block_cap=None, reduction="mean",
+                       group=None, grad_accumulate=None):  # fmt: skip
+    """Soft-target cross-entropy ``-sum_j q_j log p_j`` per row (Fast-LLM's cross_entropy_logits).
+
+    q = softmax(target_logits), p = softmax(logits). Gradient with respect to logits: ``p - q``
+    (times grad_output, and 1/M for "mean"). Arguments and conventions as :func:`reverse_kl`.
+    """
+    return _distribution_loss("soft_cross_entropy", logits, target_logits, form, block_cap, reduction,
+                              group, grad_accumulate)  # fmt: skip
+
+
+def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="auto", block_cap=None,
+                  group=None, grad_accumulate=None, check_labels=None):  # fmt: skip
+    """Cross-entropy with integer labels, torch semantics: ``logsumexp(x_r) - x_r[label_r]``.
+
+    logits (..., V) float32/float16/bfloat16; labels (...) int64 or int32, each in [0, V) or
+    equal to ``ignore_index``. Ignored rows have loss 0 and gradient 0; "mean" divides by the
+    number of non-ignored rows (NaN when all are ignored, as torch; the gradient is then 0).
+    Gradient ``softmax(x) - onehot(label)`` times grad_output. The loss is fp32. With V = 0
+    every label must be ignored (any other is out of range, as torch's IndexError).
+
+    Out-of-range labels: ``check_labels`` (default: True on CPU, False on GPU, where it would
+    cost a host sync, and inside torch.compile) raises ValueError on the host; unchecked, the
+    kernels never read out of bounds: such a row gets a NaN loss and a NaN gradient row.
+
+    With ``group``, the vocab is sharded over the ranks (labels are global ids, the same on
+    every rank); each rank finds its ``vocab_start`` by all-gathering the shard sizes
+    (``all_gather_object``, a host-side collective, once per call). Other arguments as
+    :func:`reverse_kl`.
+    """
+    name = "cross_entropy"
+    _check_common(name, logits, form, block_cap, reduction, group)
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(f"{name}: labels must be a torch.Tensor, got {type(labels).__name__}")
+    if labels.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name}: labels dtype must be int64 or int32, got {labels.dtype}")
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"{name}: labels shape {tuple(labels.shape)} != logits.shape[:-1] {tuple(logits.shape[:-1])}"
+        )
+    if labels.device != logits.device:
+        raise ValueError(f"{name}: labels on {labels.device}, logits on {logits.device}")
+    n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
+    vocab_start, vocab_size = sharded.vocab_layout(group, n_cols) if group is not None else (0, n_cols)
+    compiling = torch.compiler.is_compiling()
+    if check_labels is None:
+        check_labels = logits.device.type == "cpu" and not compiling
+    if check_labels and compiling:
+        raise ValueError(f"{name}: check_labels=True syncs with the host; not inside torch.compile")
+    if check_labels:
+        bad = (labels != ignore_index) & ((labels < 0) | (labels >= vocab_size))
+        if bool(bad.any()):
+            first = labels[bad].flatten()[0].item()
+            raise ValueError(
+                f"{name}: label {first} outside [0, {vocab_size}) and != ignore_index={ignore_index}"
+            )
+    form, cap = _resolve(name, n_cols, form, block_cap, group)
+    spec = config.Spec(KINDS[name], form, cap, reduction, int(ignore_index), group, vocab_start,
+                       vocab_size)  # fmt: skip
+    return _run(name, _contiguous_rows(logits), labels.contiguous(), spec, grad_accumulate)
