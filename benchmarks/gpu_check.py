@@ -246,22 +246,33 @@ def check_autotune() -> None:
     record("NORMLAB_AUTOTUNE=1 forward vs fp64", {"max_abs": err}, 1e-5)
 
 
+PARTS = ("norms", "losses", "graphs", "compile", "lean", "autotune")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="bf16 only, no fp32/fp16 pass")
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help=f"comma list of parts to run (default all: {','.join(PARTS)})")
     args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    if not parts or any(p not in PARTS for p in parts):
+        parser.error(f"--only: expected a comma list of {', '.join(PARTS)}, got {args.only!r}")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     torch.manual_seed(0)
-    for dtype in (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float32):
-        check_norms(dtype)
-        check_losses(dtype)
-    check_losses(torch.float16)
-    check_graphs()
-    check_compile()
-    check_lean_launch()
-    check_autotune()
+    dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float32)
+    for part in parts:
+        if part == "norms":
+            for dtype in dtypes:
+                check_norms(dtype)
+        elif part == "losses":
+            for dtype in dtypes + (torch.float16,):
+                check_losses(dtype)
+        else:
+            {"graphs": check_graphs, "compile": check_compile, "lean": check_lean_launch,
+             "autotune": check_autotune}[part]()  # fmt: skip
     failed = [r for r in results if not r["ok"]]
     meta = {"card": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "checks": len(results),

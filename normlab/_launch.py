@@ -48,6 +48,11 @@ def _spec(v):
     return v  # dtypes, constexprs, strings: by value
 
 
+def _active(hook) -> bool:
+    """Does a launch hook call anything (a HookChain with calls, or a plain function)?"""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 def _key(constexpr: list[bool], values: list) -> tuple:
     """The specialization key of one call: constexprs by value, runtime arguments by ``_spec``."""
     return tuple(v if const else _spec(v) for const, v in zip(constexpr, values))
@@ -103,8 +108,10 @@ def launch(fn, grid, *args, **kwargs):
     g2 = grid[2] if len(grid) > 2 else 1
     stream = torch._C._cuda_getCurrentRawStream(device)
     enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-    # Launch metadata only feeds the hooks (profilers); Triton builds it for every launch.
-    meta = kernel.launch_metadata(grid, stream, *values) if enter or leave else None
+    # Launch metadata only feeds the hooks (profilers); Triton builds it for every launch. Its
+    # hooks are HookChain objects, present even when empty.
+    hooked = _active(enter) or _active(leave)
+    meta = kernel.launch_metadata(grid, stream, *values) if hooked else None
     kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, meta, enter, leave,
                *values)  # fmt: skip
     return kernel

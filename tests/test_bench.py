@@ -436,7 +436,7 @@ def test_measure_one_callable_into_a_record():
     """bench.measure: any callable (here a launcher keyword the registry has no knob for) into
     one record with the bytes model, the device's roofline and the given labels."""
     from normlab.bench.device import DeviceInfo
-    from normlab.kernels.norm import norm_backward, norm_forward
+    from normlab.norms.row import norm_backward, norm_forward
 
     device = DeviceInfo(card="test card", mode=normlab.MODE, torch="t", triton="tr", python="p",
                         sm_count=4, l2_bytes=0, datasheet_gbps=None)  # no copy measured

@@ -43,5 +43,14 @@ def test_constexprs_are_keyed_by_value():
     assert _launch._key(constexpr, [7, 24, 32]) != _launch._key(constexpr, [1, 24, 32])
 
 
+def test_empty_hook_chains_are_inactive():
+    from triton import knobs
+
+    chain = knobs.HookChain()
+    assert not _launch._active(None) and not _launch._active(chain)
+    chain.add(print)
+    assert _launch._active(chain) and _launch._active(print)
+
+
 def test_disabled_under_the_interpreter():
     assert not _launch.ENABLED  # CPU tests run the interpreter: launch is kernel[grid](...)
