@@ -249,6 +249,42 @@ def test_quick_and_small_sweeps_run_without_asking(monkeypatch, capsys):
         assert "estimated" not in capsys.readouterr().err
 
 
+# --------------------------------------------------------------------------------------------
+# Makefile
+# --------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _make_n(*args):
+    proc = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_make_lab_as_root_allows_root():
+    lab = [line for line in _make_n("lab", "LAB_UID=0").splitlines() if "jupyter lab" in line]
+    assert len(lab) == 1 and "--allow-root" in lab[0]
+    assert "make lab: running as root" in _make_n("lab", "LAB_UID=0")
+    if os.getuid() == 0:  # as here: the uid is detected, not only passed
+        assert "--allow-root" in _make_n("lab")
+    assert "--allow-root" not in _make_n("lab", "LAB_UID=1000")
+
+
+def test_make_install_without_a_gpu_takes_torch_from_the_cpu_index(tmp_path):
+    out = _make_n("install", f"VENV={tmp_path / 'venv'}", "HAS_GPU=")
+    # probes PyPI's CPU index, and adds it as an extra index when it answers
+    assert "urllib.request.urlopen" in out and "'https://download.pytorch.org/whl/cpu'" in out
+    assert "index='--extra-index-url https://download.pytorch.org/whl/cpu'" in out
+    assert "--dry-run" in out and "nvidia-" in out  # stops before a CUDA build is pulled
+    assert "'torch==2.13.0'" in out
+    with_gpu = _make_n("install", f"VENV={tmp_path / 'venv'}", "HAS_GPU=1")
+    # with a GPU: plain `torch` from pip's indexes, no CPU index, no check (index is not "cpu")
+    assert "index=''" in with_gpu and "install -q $index 'torch'" in with_gpu
+
+
 def test_no_subcommand_is_an_error(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main([])
