@@ -13,9 +13,20 @@ import torch.nn.functional as F
 import normlab
 from normlab.bench import registry, timing, traffic
 from normlab.bench.device import datasheet_gbps, measure_copy_bandwidth
-from normlab.bench.progress import TerminalProgress, resolve
+from normlab.bench import progress as progress_mod
+from normlab.bench.progress import Eta, NotebookProgress, TerminalProgress, format_duration, resolve
 from normlab.bench.records import ROOFLINE_SLACK, Record, check_sanity
-from normlab.bench.sweep import CPU_LABEL, SHAPES, format_table, measure, parse_shapes, sweep
+from normlab.bench.sweep import (
+    CPU_LABEL,
+    CPU_SECONDS,
+    SHAPES,
+    case_cpu_seconds,
+    estimate_cpu,
+    format_table,
+    measure,
+    parse_shapes,
+    sweep,
+)
 
 # --------------------------------------------------------------------------------------------
 # Bytes models
@@ -381,19 +392,165 @@ def test_shape_presets_and_parsing():
             parse_shapes(bad)
 
 
-def test_terminal_progress_and_resolve():
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [
+        (0, "0 s"),
+        (8.4, "8 s"),
+        (59.6, "1 min 00 s"),
+        (185, "3 min 05 s"),
+        (3599, "59 min 59 s"),
+        (3600, "1 h 00 min"),
+        (2 * 3600 + 7 * 60 + 20, "2 h 07 min"),
+        (3 * 86400 + 4 * 3600 + 59, "3 d 04 h"),
+        (-5, "0 s"),
+    ],
+)
+def test_format_duration(seconds, text):
+    assert format_duration(seconds) == text
+
+
+def test_eta_weighs_cases_by_their_estimate():
+    clock = FakeClock()
+    eta = Eta(clock)
+    eta.plan([1.0, 1.0, 8.0])  # the last case is estimated 8x the first
+    assert eta.update(0, 3) == (0.0, 10.0)  # before any case: the estimate itself
+    clock.now += 4.0  # the first case took 4x its estimate
+    assert eta.update(1, 3) == (4.0, 9.0 * 4.0)  # so the 9 s left become 36 s
+    clock.now += 4.0
+    assert eta.update(2, 3) == (8.0, 8.0 * 4.0)
+    clock.now += 30.0
+    assert eta.update(3, 3) == (38.0, 0.0)
+
+
+def test_eta_without_a_plan_counts_cases():
+    clock = FakeClock()
+    eta = Eta(clock)
+    assert eta.update(0, 4) == (0.0, None)  # nothing to go by yet
+    clock.now += 6.0
+    assert eta.update(2, 4) == (6.0, 6.0)
+    eta.plan([1.0])  # a plan of the wrong length is not used
+    assert eta.update(2, 4) == (6.0, 6.0)
+
+
+def test_terminal_progress_lines_with_eta_and_resolve():
+    clock = FakeClock()
     stream = io.StringIO()
-    bar = TerminalProgress(stream)
+    bar = TerminalProgress(stream, clock=clock)
+    bar.plan([30.0] * 12)
     bar(0, 12, "rms_norm torch 64x128 bf16 fwd")
+    clock.now += 150.0
+    bar(5, 12, "rms_norm torch 37x1000 bf16 fwd")
+    clock.now += 210.0
     bar(12, 12, "done")
     assert stream.getvalue().splitlines() == [
-        "[ 0/12] rms_norm torch 64x128 bf16 fwd",
-        "[12/12] done",
+        "[ 0/12] rms_norm torch 64x128 bf16 fwd  (0 s elapsed, ETA ~6 min 00 s)",
+        "[ 5/12] rms_norm torch 37x1000 bf16 fwd  (2 min 30 s elapsed, ETA 3 min 30 s)",
+        "[12/12] done  (6 min 00 s in all)",
     ]
+
+
+def test_terminal_progress_rewrites_one_line_on_a_terminal():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    clock = FakeClock()
+    stream = Tty()
+    bar = TerminalProgress(stream, clock=clock)
+    bar(0, 2, "a long label")
+    clock.now += 5.0
+    bar(1, 2, "b")
+    bar(2, 2, "done")
+    out = stream.getvalue()
+    assert out.count("\n") == 1 and out.endswith("\n")  # one line, ended at the end
+    parts = out.split("\r")[1:]
+    assert parts[0] == "[0/2] a long label  (0 s elapsed)"
+    assert parts[1].rstrip() == "[1/2] b  (5 s elapsed, ETA 5 s)"
+    assert len(parts[1]) >= len(parts[0])  # padded over the longer line before it
+
+
+def test_resolve_progress(monkeypatch):
     assert resolve(None) is None and resolve(False) is None
+    assert isinstance(resolve("terminal"), TerminalProgress)
+    monkeypatch.setattr(progress_mod, "in_notebook", lambda: False)
     assert isinstance(resolve(True), TerminalProgress)
+    monkeypatch.setattr(progress_mod, "in_notebook", lambda: True)
+    assert isinstance(resolve(True), NotebookProgress)
+    hook = lambda d, t, label: None  # noqa: E731
+    assert resolve(hook) is hook
     with pytest.raises(TypeError):
         resolve("widget")
+
+
+def test_notebook_progress_moves_a_bar_with_the_eta():
+    clock = FakeClock()
+    bar = NotebookProgress(clock=clock)
+    bar.plan([2.0, 2.0])
+    bar(0, 2, "rms_norm normlab 64x128 bf16 fwd")
+    clock.now += 3.0
+    bar(1, 2, "rms_norm normlab 37x1000 bf16 fwd")
+    assert (bar.bar.value, bar.bar.max) == (1, 2)
+    assert bar.line.value == "[1/2] rms_norm normlab 37x1000 bf16 fwd  (3 s elapsed, ETA 3 s)"
+
+
+def test_notebook_progress_without_ipywidgets_updates_a_line(monkeypatch):
+    import builtins
+
+    import IPython.display
+
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj)
+
+    real_import = builtins.__import__
+
+    def no_ipywidgets(name, *args, **kwargs):
+        if name == "ipywidgets":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ipywidgets)
+    monkeypatch.setattr(IPython.display, "display", lambda obj, display_id=None: Handle())
+    bar = NotebookProgress(clock=FakeClock())
+    bar(0, 3, "x")
+    bar(3, 3, "done")
+    assert shown == ["[0/3] x  (0 s elapsed)", "[3/3] done  (0 s in all)"]
+
+
+def test_cpu_estimate_of_a_sweep():
+    per_row, per_element = CPU_SECONDS[("interpreter", "norm")]
+    if normlab.INTERPRET:
+        # normlab's forward in the interpreter: warmup + reps calls of M rows of N elements
+        assert case_cpu_seconds("rms_norm", "normlab", 64, 128, "fwd", 5, 3) == pytest.approx(
+            8 * 64 * (per_row + 128 * per_element)
+        )
+    # the bwd case builds one more (untimed) forward, and costs more per call
+    fwd = case_cpu_seconds("rms_norm", "torch", 1024, 1024, "fwd", 5, 3)
+    assert case_cpu_seconds("rms_norm", "torch", 1024, 1024, "bwd", 5, 3) > 2 * fwd
+    quick = estimate_cpu("rms_norm", None, "quick", directions=["fwd", "bwd"], reps=5, warmup=1)
+    peers = estimate_cpu("rms_norm", None, "peers", directions=["fwd", "bwd"])
+    # every runnable impl: eager, torch, normlab (compile, liger, quack skip on CPU)
+    if normlab.INTERPRET:
+        assert quick.cases == 3 * 2 * 2 and peers.cases == 3 * 11 * 2
+        assert quick.seconds < 60  # the smoke run stays small
+        assert peers.seconds > 3 * 3600  # hours: the reason the CLI asks first
+        elements = sum(M * N for M, N in SHAPES["peers"]) * 2 * (5 + 3)
+        assert peers.interpreter_elements == elements
+        assert 0 < peers.interpreter_seconds < peers.seconds
+    total = quick + peers
+    assert total.cases == quick.cases + peers.cases
+    assert total.seconds == pytest.approx(quick.seconds + peers.seconds)
 
 
 def test_sweep_records_and_progress_on_cpu():

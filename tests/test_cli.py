@@ -1,8 +1,11 @@
 """The CLI: `python -m normlab info|bench|report`, each with --help, run as a user runs it."""
 
+import importlib
+import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -54,18 +57,25 @@ def test_bench_quick_on_cpu(tmp_path):
     ):
         assert column in header
     recs = records.read_records(out)
-    # baselines only (interpreted normlab kernels are too slow for a smoke run): rms_norm
-    # eager+torch and layer_norm torch, 2 quick shapes, fwd and bwd
+    # the product and the baselines: rms_norm eager+torch+normlab and layer_norm torch+normlab,
+    # 2 quick shapes, fwd and bwd; normlab's rows are labelled as interpreter runs
     assert {(r.op, r.impl) for r in recs} == {
         ("rms_norm", "eager"),
         ("rms_norm", "torch"),
+        ("rms_norm", "normlab"),
         ("layer_norm", "torch"),
+        ("layer_norm", "normlab"),
     }
-    assert len(recs) == 3 * 2 * 2
+    assert len(recs) == 5 * 2 * 2
+    table_rows = [line.split() for line in text.splitlines() if line.split()[:2] in
+                  (["rms_norm", "normlab"], ["layer_norm", "normlab"])]  # fmt: skip
+    assert len(table_rows) == 2 * 2 * 2
+    assert "# normlab rows: its Triton kernels run in the interpreter on CPU" in text
     assert all(r.mode == "interpret" and r.valid and r.gbps > 0 for r in recs)
     assert all(r.command.startswith("python -m normlab bench --quick") for r in recs)
     assert "skipped: rms_norm compile" in text  # said, not silent
     assert "[" in proc.stderr and "done" in proc.stderr  # the progress counter
+    assert "elapsed, ETA" in proc.stderr
 
 
 @pytest.mark.parametrize("args", [(), ("info",), ("bench",)])
@@ -100,19 +110,179 @@ def test_help_via_subprocess():
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "args, flag, message",
     [
-        (["bench", "--shapes", "12"], "bad shape '12'"),
-        (["bench", "--op", "softmax"], "unknown op 'softmax'"),
-        (["bench", "--impl", "apex"], "unknown impl(s) apex"),
-        (["bench", "--dtype", "int8"], "unknown dtype 'int8'"),
+        (["bench", "--shapes", "12"], "--shapes", "bad shape '12'"),
+        (["bench", "--shapes", "0x5"], "--shapes", "bad shape '0x5'"),
+        (["bench", "--shapes", "peer"], "--shapes", "bad shape 'peer'"),
+        (["bench", "--shapes", ","], "--shapes", "no shapes"),
+        (["bench", "--op", "softmax"], "--op", "unknown op 'softmax'"),
+        (["bench", "--op", "rms_norm,"], "--op", "empty item"),
+        (["bench", "--op", "all,rms_norm"], "--op", "'all' cannot be combined"),
+        (["bench", "--impl", "apex"], "--impl", "unknown impl 'apex'"),
+        (["bench", "--op", "reverse_kl", "--impl", "quack"], "--impl", "quack implements none"),
+        (["bench", "--dtype", "int8"], "--dtype", "unknown dtype 'int8'"),
+        (["bench", "--dtype", "fp64"], "--dtype", "unknown dtype 'fp64'"),
+        (["bench", "--dtype", "bf16,float64"], "--dtype", "unknown dtype 'float64'"),
+        (["bench", "--direction", "sideways"], "--direction", "unknown direction 'sideways'"),
+        (["bench", "--op", "reverse_kl", "--direction", "bwd"], "--direction", "applies to none"),
+        (["bench", "--strategy", "fast"], "--strategy", "unknown strategy 'fast'"),
+        (["bench", "--layout", "column"], "--layout", "unknown layout 'column'"),
+        (["bench", "--form", "blocked"], "--form", "unknown form 'blocked'"),
+        (["bench", "--block-cap", "3"], "--block-cap", "bad block cap '3'"),
+        (["bench", "--block-cap", "131072"], "--block-cap", "bad block cap '131072'"),
+        (["bench", "--block-cap", "big"], "--block-cap", "bad block cap 'big'"),
+        (["bench", "--op", "rms_norm", "--block-cap", "4096"], "--block-cap", "run has none"),
+        (["bench", "--op", "copy,reverse_kl", "--impl", "torch", "--direction", "fwd+bwd"],
+         "nothing to run", "--impl and --direction"),  # fmt: skip
+        (["bench", "--op", "reverse_kl", "--strategy", "atomic"], "--strategy", "run has none"),
+        (["bench", "--impl", "torch", "--layout", "row"], "--layout", "this run has none"),
+        (["bench", "--reps", "0"], "--reps", "0 is below 1"),
+        (["bench", "--reps", "five"], "--reps", "'five' is not an integer"),
+        (["bench", "--warmup", "-1"], "--warmup", "-1 is below 0"),
+        (["bench", "--model", "huge"], "--model", "invalid choice: 'huge'"),
+        (["bench", "--out", "records.txt"], "--out", "expected a .jsonl or .csv file name"),
+        (["bench", "--out", f"{__file__}/r.csv"], "--out", "is not a folder"),
+        (["bench", "--unknown-flag"], "unrecognized arguments", "--unknown-flag"),
+        (["info", "--copy-mib", "0"], "--copy-mib", "0 is below 1"),
+        (["info", "--copy-mib", "-5"], "--copy-mib", "-5 is below 1"),
+        (["info", "--copy-mib", "1.5"], "--copy-mib", "'1.5' is not an integer"),
+        (["info", "--no-copy", "--copy-mib", "8"], "--copy-mib", "not allowed with --no-copy"),
+        (["frobnicate"], "invalid choice", "frobnicate"),
     ],
 )
-def test_bench_usage_errors(args, message, capsys):
+def test_bad_arguments_exit_nonzero_with_one_line(args, flag, message, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(args)
     assert exc.value.code == 2
-    assert message in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1, captured.err  # one line, no usage block
+    assert "error:" in lines[0] and flag in lines[0] and message in lines[0], lines[0]
+    assert "copy roofline" not in captured.out  # refused before any measurement
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["bench", "--direction", "sideways"], "--direction"),
+        (["bench", "--block-cap", "3"], "--block-cap"),
+        (["bench", "--dtype", "fp64"], "--dtype"),
+    ],
+)
+def test_bad_arguments_via_subprocess(args, flag):
+    proc = _run(*args)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and not proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("normlab bench: error: argument " + flag)
+
+
+def test_an_info_copy_too_large_to_allocate_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["info", "--copy-mib", str(2**40)])  # 1 EiB
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "argument --copy-mib: cannot measure a" in err
+
+
+def _small_copy(monkeypatch):
+    from normlab.bench import device
+
+    real = device.device_info
+    monkeypatch.setattr(device, "device_info", lambda measure_copy: real(measure_copy, 2**20))
+
+
+PEERS_NORMS = [
+    "bench", "--op", "rms_norm,layer_norm", "--shapes", "peers", "--direction", "fwd,bwd"
+]  # fmt: skip
+
+
+@pytest.mark.skipif(not normlab.INTERPRET, reason="the cost check is for CPU runs")
+def test_a_long_cpu_sweep_is_refused_with_its_estimate(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(PEERS_NORMS)
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert "copy roofline" not in captured.out  # refused before measuring anything
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("normlab bench: error: this sweep is 110 cases, estimated ~")
+    assert " h " in line  # hours
+    assert "elements through the Triton interpreter" in line
+    assert "--quick" in line and "--shapes quick" in line and "--yes" in line
+
+
+@pytest.mark.skipif(not normlab.INTERPRET, reason="the cost check is for CPU runs")
+@pytest.mark.parametrize("flag", ["--yes", "--force"])
+def test_yes_runs_a_long_cpu_sweep_and_says_its_estimate(flag, monkeypatch, capsys):
+    sweep = importlib.import_module("normlab.bench.sweep")  # the module, not the function
+
+    ran = []
+
+    def fake_sweep(op, impls, shapes, *args, **kwargs):
+        ran.append((op, shapes))
+        return sweep.Results()
+
+    monkeypatch.setattr(sweep, "sweep", fake_sweep)
+    _small_copy(monkeypatch)
+    assert cli.main([*PEERS_NORMS, flag]) == 0
+    assert ran == [("rms_norm", "peers"), ("layer_norm", "peers")]
+    err = capsys.readouterr().err
+    assert "note: 110 cases, estimated ~" in err
+    assert "running it (--yes)" in err
+
+
+@pytest.mark.skipif(not normlab.INTERPRET, reason="the cost check is for CPU runs")
+def test_quick_and_small_sweeps_run_without_asking(monkeypatch, capsys):
+    sweep = importlib.import_module("normlab.bench.sweep")  # the module, not the function
+
+    monkeypatch.setattr(sweep, "sweep", lambda *a, **k: sweep.Results())
+    _small_copy(monkeypatch)
+    for args in (
+        ["--quick"],
+        ["--shapes", "quick", "--direction", "fwd,bwd"],
+        ["--op", "all", "--quick"],
+    ):
+        assert cli.main(["bench", *args]) == 0
+        assert "estimated" not in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# Makefile
+# --------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _make_n(*args):
+    proc = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_make_lab_as_root_allows_root():
+    lab = [line for line in _make_n("lab", "LAB_UID=0").splitlines() if "jupyter lab" in line]
+    assert len(lab) == 1 and "--allow-root" in lab[0]
+    assert "make lab: running as root" in _make_n("lab", "LAB_UID=0")
+    if os.getuid() == 0:  # as here: the uid is detected, not only passed
+        assert "--allow-root" in _make_n("lab")
+    assert "--allow-root" not in _make_n("lab", "LAB_UID=1000")
+
+
+def test_make_install_without_a_gpu_takes_torch_from_the_cpu_index(tmp_path):
+    out = _make_n("install", f"VENV={tmp_path / 'venv'}", "HAS_GPU=")
+    # probes PyPI's CPU index, and adds it as an extra index when it answers
+    assert "urllib.request.urlopen" in out and "'https://download.pytorch.org/whl/cpu'" in out
+    assert "index='--extra-index-url https://download.pytorch.org/whl/cpu'" in out
+    assert "--dry-run" in out and "nvidia-" in out  # stops before a CUDA build is pulled
+    assert "'torch==2.13.0'" in out
+    with_gpu = _make_n("install", f"VENV={tmp_path / 'venv'}", "HAS_GPU=1")
+    # with a GPU: plain `torch` from pip's indexes, no CPU index, no check (index is not "cpu")
+    assert "index=''" in with_gpu and "install -q $index 'torch'" in with_gpu
 
 
 def test_no_subcommand_is_an_error(capsys):

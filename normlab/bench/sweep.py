@@ -11,6 +11,7 @@ import gc
 import itertools
 import re
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import torch
 
@@ -44,6 +45,10 @@ SHAPES: dict[str, list[tuple[int, int]]] = {
     "quick": [(64, 128), (37, 1000)],
 }
 DEFAULT_REPS = {"gpu": 30, "cpu": 5}
+INTERPRETER_LABEL = (
+    "normlab rows: its Triton kernels run in the interpreter on CPU (numpy), not compiled: "
+    "a correctness run, their times say nothing about the kernels' speed"
+)
 
 
 def parse_shapes(spec: str | Iterable) -> list[tuple[int, int]]:
@@ -62,6 +67,111 @@ def parse_shapes(spec: str | Iterable) -> list[tuple[int, int]]:
     if not shapes:
         raise ValueError(f"no shapes in {spec!r}")
     return shapes
+
+
+def _axes(op: str, shapes, dtypes, directions) -> tuple[list, list, list[str]]:
+    shape_list = parse_shapes(shapes)
+    dtype_list = [parse_dtype(d) for d in dtypes]
+    dirs = list(directions) if directions is not None else list(registry.DEFAULT_DIRECTIONS[op])
+    for d in dirs:
+        if d not in traffic.DIRECTIONS:
+            raise ValueError(
+                f"unknown direction {d!r}: expected one of {', '.join(traffic.DIRECTIONS)}"
+            )
+    return shape_list, dtype_list, dirs
+
+
+def _plan_cases(op, impls, shape_list, dtype_list, dirs, options):
+    """The cases to run, shape-major, and (label, reason) for impls that cannot run here."""
+    cases = []
+    skipped = []
+    for impl in registry.implementations(op, impls):
+        reason = impl.unavailable()
+        if reason:
+            skipped.append((f"{op} {impl.name}", reason))
+            continue
+        for variant in _variants(impl, options) or [{}]:
+            for (M, N), dtype, direction in itertools.product(shape_list, dtype_list, dirs):
+                if direction in impl.directions:
+                    cases.append((impl, variant, M, N, dtype, direction))
+    # shape-major; the sort is stable, so impls and variants keep their order within a shape
+    order = {key: i for i, key in enumerate(itertools.product(shape_list, dtype_list, dirs))}
+    cases.sort(key=lambda c: order[((c[2], c[3]), c[4], c[5])])
+    return cases, skipped
+
+
+# Rough seconds of one call on a CPU, for the estimate before a sweep and the first ETA:
+# (per row, per element) of an M x N input, by who runs it and op family, times a direction
+# factor. Measured on a shared 2-core x86 container (torch 2.13 CPU, triton 3.9 interpreter):
+# normlab's norm forward in the interpreter ~2 ms per row + ~1.5 µs per element (1024x8192:
+# ~15 s a call); its losses ~25 ms per row + ~55 µs per element (37x1000: ~3 s a call);
+# PyTorch a few ns per element. Another CPU can be a few times off either way.
+CPU_SECONDS = {
+    ("interpreter", "norm"): (2e-3, 1.5e-6),
+    ("interpreter", "loss"): (25e-3, 55e-6),
+    ("torch", "norm"): (0.0, 5e-9),
+    ("torch", "loss"): (0.0, 10e-9),
+}
+CPU_DIRECTION_FACTOR = {
+    "norm": {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5},
+    "loss": {"fwd": 1.0, "fwd+bwd": 1.2},  # the fused form computes the gradient in the forward
+}
+
+
+def case_cpu_seconds(
+    op: str, impl: str, M: int, N: int, direction: str, reps: int, warmup: int
+) -> float:
+    """Rough CPU seconds of one sweep case: ``warmup + reps`` calls (plus the untimed forward
+    a norm's ``bwd`` case builds), from ``CPU_SECONDS``."""
+    family = "norm" if op in traffic.NORM_OPS else "loss"
+    runner = "interpreter" if impl == "normlab" and _runtime.INTERPRET else "torch"
+    per_row, per_element = CPU_SECONDS[(runner, family)]
+    one_fwd = M * (per_row + N * per_element)
+    factors = CPU_DIRECTION_FACTOR[family]
+    calls = (warmup + reps) * factors.get(direction, max(factors.values()))
+    if direction == "bwd":
+        calls += 1
+    return one_fwd * calls
+
+
+class CpuEstimate(NamedTuple):
+    """What a sweep will cost on this CPU: cases to run, rough seconds, and of those the
+    seconds and elements normlab's kernels spend in the Triton interpreter."""
+
+    cases: int
+    seconds: float
+    interpreter_seconds: float
+    interpreter_elements: int
+
+    def __add__(self, other):  # estimates of several ops add up
+        return CpuEstimate(*(a + b for a, b in zip(self, other)))
+
+
+def estimate_cpu(
+    op: str,
+    impls: list[str] | None = None,
+    shapes: str | Iterable = "quick",
+    dtypes: Iterable = ("bf16",),
+    directions: Iterable[str] | None = None,
+    *,
+    options: dict[str, list] | None = None,
+    reps: int | None = None,
+    warmup: int = 3,
+) -> CpuEstimate:
+    """The rough cost on a CPU of ``sweep`` with the same arguments (nothing is run)."""
+    if reps is None:
+        reps = DEFAULT_REPS["cpu"]
+    shape_list, dtype_list, dirs = _axes(op, shapes, dtypes, directions)
+    cases, _ = _plan_cases(op, impls, shape_list, dtype_list, dirs, options)
+    seconds = interp_seconds = 0.0
+    interp_elements = 0
+    for impl, _variant, M, N, _dtype, direction in cases:
+        s = case_cpu_seconds(op, impl.name, M, N, direction, reps, warmup)
+        seconds += s
+        if impl.name == "normlab" and _runtime.INTERPRET:
+            interp_seconds += s
+            interp_elements += M * N * (warmup + reps)
+    return CpuEstimate(len(cases), seconds, interp_seconds, interp_elements)
 
 
 class Results(list):
@@ -183,15 +293,8 @@ def sweep(
     copy bandwidth to divide by (measured here when not given). ``progress``: see
     ``normlab.bench.progress``. ``on_record`` sees each record as soon as it is measured.
     """
-    entries = registry.implementations(op, impls)
-    shape_list = parse_shapes(shapes)
-    dtype_list = [parse_dtype(d) for d in dtypes]
-    dirs = list(directions) if directions is not None else list(registry.DEFAULT_DIRECTIONS[op])
-    for d in dirs:
-        if d not in traffic.DIRECTIONS:
-            raise ValueError(
-                f"unknown direction {d!r}: expected one of {', '.join(traffic.DIRECTIONS)}"
-            )
+    shape_list, dtype_list, dirs = _axes(op, shapes, dtypes, directions)
+    cases, skipped = _plan_cases(op, impls, shape_list, dtype_list, dirs, options)
     if device is None:
         device = device_info(measure_copy=roofline is None)
     if roofline is None:
@@ -202,21 +305,12 @@ def sweep(
     hook = _progress.resolve(progress)
     commit = git_commit()
     date = _utc_now()
-
-    cases = []
-    skipped = []
-    for impl in entries:
-        reason = impl.unavailable()
-        if reason:
-            skipped.append((f"{op} {impl.name}", reason))
-            continue
-        for variant in _variants(impl, options) or [{}]:
-            for (M, N), dtype, direction in itertools.product(shape_list, dtype_list, dirs):
-                if direction in impl.directions:
-                    cases.append((impl, variant, M, N, dtype, direction))
-    # shape-major; the sort is stable, so impls and variants keep their order within a shape
-    order = {key: i for i, key in enumerate(itertools.product(shape_list, dtype_list, dirs))}
-    cases.sort(key=lambda c: order[((c[2], c[3]), c[4], c[5])])
+    if hook is not None and hasattr(hook, "plan"):  # lets the hook weigh cases for its ETA
+        hook.plan(
+            [case_cpu_seconds(op, c[0].name, c[2], c[3], c[5], reps, warmup) for c in cases]
+            if _runtime.DEVICE != "cuda"
+            else None
+        )
 
     results = Results(skipped=skipped, device=device)
     for i, (impl, variant, M, N, dtype, direction) in enumerate(cases):
@@ -303,6 +397,8 @@ def format_table(records: list[Record], skipped: Iterable[tuple[str, str]] = ())
     modes = {r.mode for r in records}
     if modes and modes != {"gpu"}:
         lines.append(f"# {CPU_LABEL}")
+    if any(r.mode == "interpret" and r.impl == "normlab" for r in records):
+        lines.append(f"# {INTERPRETER_LABEL}")
     if records:
         r0 = records[0]
         roof = f"{r0.roofline_gbps:.0f} GB/s" if r0.roofline_gbps else "not measured"
