@@ -19,7 +19,10 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 LAB_UID         ?= $(shell id -u)
 LAB_ROOT_FLAG   := $(if $(filter 0,$(LAB_UID)),--allow-root)
 
-.PHONY: lab test install clean
+# Unit tests run on JOBS processes (pytest-xdist): the interpreter is single-threaded.
+JOBS            ?= 2
+
+.PHONY: lab test test-quick install clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,9 +57,13 @@ lab: install
 
 test: install
 	bash scripts/install_browser.sh $(VENV)
-	$(PY) -m pytest tests -q -p no:cacheprovider $(ARGS)
+	$(PY) -m pytest tests -q -p no:cacheprovider -n $(JOBS) $(ARGS)
 	$(PY) -m pytest notebooks -q -p no:cacheprovider --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=600
+
+# The edit-test loop: everything but the tests marked slow and the browser test (a few minutes).
+test-quick: install
+	$(PY) -m pytest tests -q -p no:cacheprovider -n $(JOBS) -m "not slow and not browser" $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

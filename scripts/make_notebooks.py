@@ -410,7 +410,7 @@ Seed 000 (Fast-LLM's normalization backward rewrite) makes two changes to the ba
 1. **Bound the partial-reduction work.** One partial row per block of rows makes the second kernel's
    input grow with M (at 32768×1024 it ran at ~10% of bandwidth). A persistent grid of
    `programs_per_sm × SMs` programs folds many row tiles into one fp32 partial each, so the buffer is
-   independent of M. The seed found **two programs per SM** to be the knee: one starves latency
+   independent of M. Fast-LLM's rewrite (ServiceNow/Fast-LLM#546) found **two programs per SM** to be the knee: one starves latency
    hiding, more re-inflate the reduce kernel.
 2. **Decouple the tile from the row width.** Rows wider than one register tile take a **two-pass**
    scheme: pass 1 reduces the per-row corrections over column chunks, pass 2 re-reads $x$, $dy$ to write
@@ -475,11 +475,11 @@ four partial rows per SM would double the buffer. normlab keeps the buffer at 2 
 letting programs 2k and 2k + 1 `atomic_add` into one zeroed partial row ("paired rows"). That is
 still bitwise deterministic: with exactly two addends into 0, $(0 + a) + b = (0 + b) + a$ in
 floating point, whichever program comes first. The price is a memset of the buffer and the atomics
-(`normlab/configs.py` has the measured cost).
+(`docs/notes/2026-11-29-norm-backward-persistent.md` has the measured cost).
 
 Each call is measured by `bench.measure` (device time with a cold L2 on a GPU, CPU time under the
 interpreter, divided into the bytes model) into a record the plots can draw. On the GPU the shape
-is seed 000's 32768×1024; on a CPU a tiny one, where the timings only show the pipeline works.
+is Fast-LLM's 32768×1024 (ServiceNow/Fast-LLM#546); on a CPU a tiny one, where the timings only show the pipeline works.
 '''),
     code('''
 M, N = (256, 256) if normlab.INTERPRET else (32768, 1024)
@@ -559,7 +559,7 @@ you force it with `layout="row"` / `layout="block_row"`.
     md('''
 ## The occupancy intuition, in numbers
 
-Elements per program and programs launched for seed 003's 7,864,320 rows, from the kernels' own
+Elements per program and programs launched for the 7,864,320 rows of Liger-Kernel's block-row pull request (#1620), from the kernels' own
 launch configuration (`configs.block_row_fwd_config`, LayerNorm's forward tiles; RMSNorm's differ
 at 16, 128 and 256 columns, `configs.BLOCK_ROW_FWD_TILES`):
 '''),
@@ -586,7 +586,7 @@ from 136.6 to 119.7 µs. The price is two more row reductions in the backward (t
 variance). For RMSNorm they cost nothing measurable. For LayerNorm up to 64 columns they cost
 less than the stores save (at 16 and 32 columns, with tiles of their own, the backward even got
 faster); at 128 and 256 columns they cost more, so the stores stay there
-(`configs.block_row_recompute_stats`; the measurements are cited in `normlab/configs.py`):
+(`configs.block_row_recompute_stats`; the measurements are in `docs/notes/2026-11-30-narrow-rows-block-row.md`):
 '''),
     code('''
 # NBVAL_CHECK_OUTPUT
@@ -637,7 +637,7 @@ print(bench.format_table(live, live.skipped))
 viz.gbps_vs_shape(viz.select(live, direction="fwd"), source="live")
 '''),
     md('''
-## Recorded on the H200: seed 003's shapes
+## Recorded on the H200: the block-row pull request's shapes
 
 `normlab` is the default (`layout="auto"`). At 512 columns, above the block-row layout's limit, its
 forward still packs rows: short tiles of 4 (RMSNorm) or 8 (LayerNorm) rows, one program each
@@ -733,7 +733,7 @@ for form in ("fused", "chunked", "split"):
 ## Live measurement: forms and caps against the fp32 PyTorch loss
 
 On a GPU the caps run from 1024 to 32768: up to 2048 the kernels keep lane statistics (below),
-from 4096 one lane per tile, and 32768 is seed 004's occupancy cliff.
+from 4096 one lane per tile, and 32768 is the occupancy cliff of Fast-LLM's reverse-KL issue (ServiceNow/Fast-LLM#497).
 '''),
     code('''
 SHAPES = [(16, 1000), (8, 4096)] if normlab.INTERPRET else bench.SHAPES["losses"][:3]
@@ -843,7 +843,7 @@ nbs[6] = [
 # 06 · Explorer
 
 Pick an op, several implementations at once, a strategy (norms) or form (losses), dtype, direction,
-and shapes (sliders, or a preset such as the seed tables), then press **Run**. The progress bar follows
+and shapes (sliders, or a preset such as the peer shapes), then press **Run**. The progress bar follows
 `bench.sweep`; the live figures (GB/s vs shape against the copy roofline, fraction of copy, speed-up
 vs the best peer) appear under *live*, and the recorded H200 measurements for the same selection
 under *recorded*.

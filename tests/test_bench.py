@@ -58,14 +58,14 @@ def test_minimal_bytes_model(op, direction, factor, dtype, e):
 
 @pytest.mark.parametrize(
     "op, direction, shape, us, peers_gbps",
-    [  # rows of h200_peers.md (times there are rounded to 0.1 µs, hence 0.5%)
+    [  # rows of the H200 peer table (times there are rounded to 0.1 µs, hence 0.5%)
         ("rms_norm", "fwd", (32768, 8192), 251.4, 4270),  # compile
         ("rms_norm", "bwd", (32768, 8192), 478.7, 3364),  # quack
         ("cross_entropy", "fwd+bwd", (4096, 32768), 223.9, 2398),  # quack
         ("reverse_kl", "fwd+bwd", (4096, 32768), 1039.8, 774),  # compile
     ],
 )
-def test_minimal_model_matches_h200_peers_table(op, direction, shape, us, peers_gbps):
+def test_minimal_model_matches_the_h200_peer_table(op, direction, shape, us, peers_gbps):
     b = traffic.bytes_moved(op, direction, *shape, "bf16")
     assert traffic.gbps(b, us) == pytest.approx(peers_gbps, rel=5e-3)
 
@@ -188,7 +188,7 @@ def _record(**overrides) -> Record:
 def test_sanity_flags_bandwidth_above_the_copy_roofline():
     implausible = check_sanity(_record(gbps=4242.0 * ROOFLINE_SLACK * 1.01))
     assert not implausible.valid and "exceeds the measured copy roofline" in implausible.note
-    # within measurement noise of the copy (h200_peers.md saw +0.7%): still a result
+    # within measurement noise of the copy (the H200 peer run saw +0.7%): still a result
     close = check_sanity(_record(gbps=4270.0))
     assert close.valid and close.note == ""
     above_datasheet = check_sanity(_record(gbps=4900.0, roofline_gbps=None))
@@ -318,7 +318,7 @@ def test_norm_baselines_agree_on_the_backward():
 @pytest.mark.parametrize("impl", ["torch", "normlab"])
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 def test_norm_fwd_bwd_is_one_training_step(op, impl):
-    """``fwd+bwd`` (seed 003's "total"): a fresh forward and its backward per call, the same
+    """``fwd+bwd`` (the "total" of Liger-Kernel#1620): a fresh forward and its backward per call, the same
     gradients as the fp64 reference on the registry's inputs and output gradient."""
     from normlab import ref
 

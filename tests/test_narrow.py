@@ -425,7 +425,7 @@ def test_tile_configs_stay_within_limits(n_cols):
     tiles = [(configs.block_row_fwd_config(n_cols, is_rms)[:2], configs.BLOCK_ROW_TILE_ELEMS)
              for is_rms in (True, False)]  # fmt: skip
     for (block_rows, num_warps), tile_elems in tiles + [(bwd[:2], configs.BLOCK_ROW_BWD_TILE_ELEMS)]:
-        assert 1 <= block_rows <= configs.BLOCK_ROW_MAX_ROWS  # seed 003's 64-row cap
+        assert 1 <= block_rows <= configs.BLOCK_ROW_MAX_ROWS  # Liger-Kernel#1620's 64-row cap
         assert block_rows & (block_rows - 1) == 0  # tl.arange needs a power of two
         assert block_rows * block_cols <= tile_elems
         assert num_warps in (1, 2, 4, 8, 16)

@@ -311,7 +311,7 @@ def test_explorer_run_wires_controls_to_sweep_and_figures(recorded):
     ex.impls.value = ("normlab", "quack")
     ex.direction.value = "bwd"
     ex.strategy.value = "persistent"
-    ex.preset.value = "seed 000 / H200 peers: norm shapes"
+    ex.preset.value = "peer norm shapes (11)"
     figs = ex.run()
     call = calls[-1]
     assert call["op"] == "rms_norm" and call["impls"] == ["normlab", "quack"]
@@ -358,8 +358,8 @@ def test_explorer_gpu_mode_keeps_full_shapes():
 
     calls = []
     ex = widgets.Explorer(ops=OPS, recorded=[], sweep=_fake_sweep(calls), interpret=False)
-    ex.preset.value = "seed 004: vocab, 4096 tokens"
-    assert ex.shapes() == widgets.PRESETS["seed 004: vocab, 4096 tokens"]
+    ex.preset.value = "vocabularies, 4096 tokens"
+    assert ex.shapes() == widgets.PRESETS["vocabularies, 4096 tokens"]
     ex.preset.value = "custom (sliders)"
     ex.M.value, ex.N.value = 2048, 512
     assert ex.shapes() == [(2048, 512)]

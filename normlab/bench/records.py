@@ -22,7 +22,7 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 REPO_ROOT = DATA_DIR.parent.parent
 _RECORDED_NAME = re.compile(r"^(?P<card>.+)-(?P<date>\d{4}-\d{2}-\d{2})\.jsonl$")
 
-# A kernel may beat the measured copy by noise (h200_peers.md: compile RMSNorm fwd 32768x8192 at
+# A kernel may beat the measured copy by noise (the H200 peer run: compile RMSNorm fwd 32768x8192 at
 # 4270 GB/s vs a 4242 GB/s copy, +0.7%); 5% above it is a measurement bug, not a result.
 ROOFLINE_SLACK = 1.05
 

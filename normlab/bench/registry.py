@@ -7,9 +7,9 @@ direction, ready for ``timing.time_call``. Directions:
 * ``fwd``: the training forward (inputs require grad, so saved statistics are written too).
 * ``bwd`` (norms): one untimed forward at build time, then each call is
   ``torch.autograd.grad(y, (x, w[, b]), dy, retain_graph=True)``: every kernel the backward
-  launches, the dγ reduction included (h200_peers.md; seed 000's training view).
+  launches, the dγ reduction included (the training view of Fast-LLM's norm-backward rewrite, ServiceNow/Fast-LLM#546).
 * ``fwd+bwd``: the training forward and its backward in one call: for a norm
-  ``torch.autograd.grad(y, (x, w[, b]), dy)`` on a fresh forward (seed 003's "total"); for a loss
+  ``torch.autograd.grad(y, (x, w[, b]), dy)`` on a fresh forward (the "total" of Liger-Kernel#1620); for a loss
   the loss and ``torch.autograd.grad(loss, logits)``.
 
 normlab and the peers are resolved lazily, at build time, so this module imports without them.
@@ -184,7 +184,7 @@ def _copy_case(M: int, N: int, dtype, direction: str, device: str):
 
 
 def _eager_rms_fn() -> Callable:
-    """RMSNorm as separate PyTorch ops in fp32 (normlab.ref; h200_peers.md's eager_ops column)."""
+    """RMSNorm as separate PyTorch ops in fp32 (normlab.ref; the peer runs' eager column)."""
     from normlab import ref
 
     return lambda x, w, b, eps: ref.rms_norm(x, w, eps).to(x.dtype)

@@ -22,7 +22,7 @@ from normlab.bench.device import CPU_LABEL, CopyBandwidth, DeviceInfo, device_in
 from normlab.bench.records import Record, check_sanity, dtype_name, parse_dtype
 from normlab.bench.timing import time_call
 
-# The 11 norm shapes of h200_peers.md, in its order.
+# The 11 norm shapes the H200 peer runs measured, in their order.
 PEERS = [
     (8192, 1024),
     (1024, 8192),

@@ -1,6 +1,6 @@
 """Time one call: device time from the profiler with a cold L2, wall time beside it.
 
-GPU (seed 000's method, the one ``h200_peers.md`` used):
+GPU (the method of Fast-LLM's norm-backward rewrite, ServiceNow/Fast-LLM#546):
 
 * **device time** = the sum of the durations of every CUDA kernel, memset and memcpy the call
   launched, read from ``torch.profiler`` (CUDA activity). Before each call ``_l2_flush_kernel``
@@ -31,7 +31,7 @@ import triton.language as tl
 
 from normlab import _runtime
 
-FLUSH_MIN_BYTES = 512 * 2**20  # the 512 MB write of h200_peers.md; at least 2x L2 in any case
+FLUSH_MIN_BYTES = 512 * 2**20  # a 512 MB write; at least 2x L2 in any case
 _FLUSH_BLOCK = 4096
 FLUSH_KERNEL = "_l2_flush_kernel"
 MARKER_KERNEL = "_bench_marker_kernel"

@@ -2,7 +2,7 @@
 
 Two models, per op and direction (M rows or tokens, N columns or vocabulary, e = element size):
 
-``minimal`` (the default; the one ``../shared/notes/h200_peers.md`` uses) counts only the
+``minimal`` (the default; the model of the H200 peer measurements) counts only the
 unavoidable HBM traffic of the activations, so its GB/s never flatters a kernel:
 
 ==================================  =========  ==============================================

@@ -491,7 +491,7 @@ def speedup_vs_best_peer(
     return fig
 
 
-# ---- the dγ contention picture (seed 002's queue of carts at one loading dock) ----------------
+# ---- the dγ contention picture (the fused-RMSNorm write-up's queue of carts at one dock) ----------------
 
 
 def contention_model(

@@ -25,9 +25,9 @@ from normlab.viz import plots
 # Shape presets: the tables of the seeds and the peer measurements, (M rows, N columns).
 PRESETS: dict[str, list[tuple[int, int]]] = {
     "custom (sliders)": [],
-    "seed 000 / H200 peers: norm shapes": list(SHAPES["peers"]),
-    "seed 003: narrow rows, 7,864,320 rows": list(SHAPES["narrow"]),
-    "seed 004: vocab, 4096 tokens": [(m, v) for m, v in SHAPES["losses"] if v & (v - 1) == 0],
+    "peer norm shapes (11)": list(SHAPES["peers"]),
+    "narrow rows, 7,864,320 rows": list(SHAPES["narrow"]),
+    "vocabularies, 4096 tokens": [(m, v) for m, v in SHAPES["losses"] if v & (v - 1) == 0],
     "CPU-sized (interpreter)": [(64, 256), (61, 1000), (128, 128)],
 }
 # The interpreter runs ~1 ms per program instance: presets are cut to this many rows/cols there.
