@@ -1,8 +1,8 @@
 """normlab's norms and losses inside torch.compile(fullgraph=True) with the default (inductor)
 backend on a GPU: forward and gradients equal the eager calls. Prints one line per case; exits
 1 if any case fails. (At 5d1df6e the losses failed: Inductor re-emitted their Triton kernels and
-wrote the -inf constant as an undefined name; benchmarks/data/dev/gpu_checks/compile_check_5d1df6e.log.
-They are custom ops since.)"""
+wrote the -inf constant as an undefined name;
+benchmarks/data/dev/gpu_checks/compile_check_5d1df6e.log. They are custom ops since.)"""
 
 import sys
 from pathlib import Path
@@ -10,13 +10,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import normlab  # noqa: E402
+import normlab
 
 
 def check(name, fn, *inputs):
     try:
         return _check(name, fn, *inputs)
-    except Exception as exc:  # noqa: BLE001  (report every case, then fail)
+    except Exception as exc:  # report every case, then fail
         print(f"{name}: FAIL, {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
         return False
 
@@ -24,14 +24,17 @@ def check(name, fn, *inputs):
 def _check(name, fn, *inputs):
     torch._dynamo.reset()  # every case compiles anew: no recompile limit across cases
     eager_out = fn(*inputs)
-    eager_grads = torch.autograd.grad(eager_out.float().sum(), [t for t in inputs if t.requires_grad])
+    eager_grads = torch.autograd.grad(eager_out.float().sum(),
+                                      [t for t in inputs if t.requires_grad])
     compiled = torch.compile(fn, fullgraph=True, dynamic=False)
     out = compiled(*inputs)
     grads = torch.autograd.grad(out.float().sum(), [t for t in inputs if t.requires_grad])
     err = max([(out.float() - eager_out.float()).abs().max().item()]
-              + [(g.float() - e.float()).abs().max().item() for g, e in zip(grads, eager_grads)])
+              + [(g.float() - e.float()).abs().max().item()
+                 for g, e in zip(grads, eager_grads, strict=True)])
     ok = err <= 1e-2
-    print(f"{name}: torch.compile(fullgraph=True) vs eager max |diff| {err:.2e} {'OK' if ok else 'FAIL'}")
+    print(f"{name}: torch.compile(fullgraph=True) vs eager max |diff| {err:.2e} "
+          f"{'OK' if ok else 'FAIL'}")
     return ok
 
 

@@ -98,14 +98,14 @@ def check_norms(dtype) -> None:
             dx_scale = float((dy.double() * w.detach().double() * rstd).norm())
             errors = {"y": _rel(y, want_y)}
             tols = {"y": _tol(want_y, dtype)}
-            for name, g, wg in zip(("dx", "dw", "db"), grads, want):
+            for name, g, wg in zip(("dx", "dw", "db"), grads, want, strict=False):
                 errors[name] = _rel(g, wg, dx_scale if name == "dx" else 0.0)
                 tols[name] = _tol(wg, dtype)
             record(f"{op} {M}x{N} {dtype} layout={layout} strategy={strategy}", errors, tols)
             if strategy in ("two_stage", "persistent") and M * N <= 2**24:
                 again = torch.autograd.grad(_norm_call(op, x, w, b, strategy=strategy,
                                                        layout=layout), params, dy)  # fmt: skip
-                same = all(torch.equal(g, a) for g, a in zip(grads, again))
+                same = all(torch.equal(g, a) for g, a in zip(grads, again, strict=True))
                 record(f"{op} {M}x{N} {dtype} {layout}/{strategy} bitwise deterministic",
                        {"differs": 0.0 if same else 1.0}, 0.0)
 
@@ -154,7 +154,7 @@ def check_graphs() -> None:
         x = torch.randn(M, cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         t = torch.randn(M, cols, device="cuda", dtype=torch.bfloat16)
 
-        def step():
+        def step(fn=fn, x=x, t=t):  # this iteration's case
             out = fn(x, t)
             (gx,) = torch.autograd.grad(out.float().sum() if out.dim() else out, (x,))
             return out, gx
@@ -188,7 +188,8 @@ def check_compile() -> None:
     labels = torch.randint(0, 50257, (64,), device="cuda")
 
     def f(x, w, logits, labels):
-        return normlab.rms_norm(x, w).float().square().mean() + normlab.cross_entropy(logits, labels)
+        return (normlab.rms_norm(x, w).float().square().mean()
+                + normlab.cross_entropy(logits, labels))
 
     eager = f(x, w, logits, labels)
     want = torch.autograd.grad(eager, (x, w, logits))
@@ -199,7 +200,8 @@ def check_compile() -> None:
             out = cf(x, w, logits, labels)
             grads = torch.autograd.grad(out, (x, w, logits))
             errors[f"loss{k}"] = _rel(out.reshape(1), eager.reshape(1))
-            errors.update({f"{n}{k}": _rel(g, wg) for n, g, wg in zip("xwl", grads, want)})
+            errors.update({f"{n}{k}": _rel(g, wg)
+                           for n, g, wg in zip("xwl", grads, want, strict=True)})
         record(f"torch.compile(fullgraph=True, mode={mode!r}) == eager", errors, 1e-3)
 
 
@@ -215,7 +217,8 @@ def check_lean_launch() -> None:
             g = torch.Generator(device="cuda").manual_seed(N)
             x = torch.randn(M, N, device="cuda", generator=g).to(dt).requires_grad_()
             w = torch.randn(N, device="cuda", generator=g).to(dt).requires_grad_()
-            for fn in (lambda: normlab.rms_norm(x, w), lambda: normlab.layer_norm(x, w, w)):
+            for fn in (lambda x=x, w=w: normlab.rms_norm(x, w),
+                       lambda x=x, w=w: normlab.layer_norm(x, w, w)):
                 y = fn()
                 outs += [y, *torch.autograd.grad(y, (x, w), torch.ones_like(y))]
             logits = torch.randn(M, 4 * N, device="cuda", generator=g).to(dt).requires_grad_()
@@ -228,7 +231,7 @@ def check_lean_launch() -> None:
     _launch.ENABLED = False
     plain = run_all()
     _launch.ENABLED = True
-    differ = sum(not torch.equal(a, b) for a, b in zip(lean, plain))
+    differ = sum(not torch.equal(a, b) for a, b in zip(lean, plain, strict=True))
     record(f"lean launch == Triton's dispatch, bitwise ({len(lean)} tensors)",
            {"differing": float(differ)}, 0.0)
 
@@ -268,7 +271,7 @@ def main(argv=None) -> int:
             for dtype in dtypes:
                 check_norms(dtype)
         elif part == "losses":
-            for dtype in dtypes + (torch.float16,):
+            for dtype in (*dtypes, torch.float16):
                 check_losses(dtype)
         else:
             {"graphs": check_graphs, "compile": check_compile, "lean": check_lean_launch,

@@ -2,7 +2,8 @@
 
 Run with one process per GPU, NVLink multicast off:
 
-    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 benchmarks/tp_reverse_kl.py --out DIR
+    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 \\
+        benchmarks/tp_reverse_kl.py --out DIR
 
 Every rank draws the same full (M, V) logits and target from one seed, keeps its contiguous vocab
 slice (uneven when V does not divide), and runs ``normlab.reverse_kl(..., form="split",
@@ -22,14 +23,14 @@ from pathlib import Path
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off on shared hosts
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+import torch
+import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import normlab  # noqa: E402
-from normlab.bench.device import card_name, git_commit  # noqa: E402
-from normlab.bench import traffic  # noqa: E402
-from normlab.bench.timing import time_call  # noqa: E402
+import normlab
+from normlab.bench import traffic
+from normlab.bench.device import card_name, git_commit
+from normlab.bench.timing import time_call
 
 TOKENS = 4096
 VOCABS = (131072, 262144)
@@ -129,7 +130,8 @@ def main() -> int:
         meta = {"card": card_name(), "torch": torch.__version__, "world": world,
                 "commit": git_commit(), "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE")}
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "tp_reverse_kl.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        (args.out / "tp_reverse_kl.json").write_text(
+            json.dumps({"meta": meta, "rows": rows}, indent=1))
         print(f"{meta}")
         print(f"{'V':>7} {'rank':>4} {'V_local':>7} {'loss err':>9} {'grad err':>9} "
               f"{'TP µs':>8} {'of it NCCL':>10} {'TP GB/s':>8} {'w/o NCCL':>8} {'1-GPU µs':>9} "
@@ -137,7 +139,8 @@ def main() -> int:
         for r in rows:
             ok &= r["loss_rel_err"] < 1e-4 and r["grad_rel_err"] < 1e-2
             print(f"{r['V']:>7} {r['rank']:>4} {r['V_local']:>7} {r['loss_rel_err']:>9.2e} "
-                  f"{r['grad_rel_err']:>9.2e} {r['sharded_device_us']:>8.1f} {r['sharded_nccl_us']:>10.1f} "
+                  f"{r['grad_rel_err']:>9.2e} {r['sharded_device_us']:>8.1f} "
+                  f"{r['sharded_nccl_us']:>10.1f} "
                   f"{r['sharded_gbps']:>8.0f} {r['sharded_compute_gbps']:>8.0f} "
                   f"{r.get('unsharded_device_us', float('nan')):>9.1f} "
                   f"{r.get('unsharded_gbps', float('nan')):>10.0f}")

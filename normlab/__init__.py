@@ -1,4 +1,5 @@
-"""normlab: fused Triton kernels for the memory-bound ops of LLM training, and a lab to measure them.
+"""normlab: fused Triton kernels for the memory-bound ops of LLM training, and a lab to measure
+them.
 
 Importing normlab selects the runtime first (compiled kernels on a CUDA GPU, the Triton
 interpreter on CPU tensors otherwise); see ``normlab._runtime``.
@@ -10,7 +11,7 @@ from normlab.losses import cross_entropy, reverse_kl, soft_cross_entropy
 from normlab.nn import CrossEntropyLoss, LayerNorm, ReverseKLLoss, RMSNorm, SoftCrossEntropyLoss
 from normlab.patching import patch
 
-from normlab._version import __version__
+from normlab._version import __version__ as __version__
 
 __all__ = [
     "DEVICE",

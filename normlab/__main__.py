@@ -1,4 +1,5 @@
-"""The headless entry point: ``python -m normlab {info,bench,report}`` (also the ``normlab`` script).
+"""The headless entry point: ``python -m normlab {info,bench,report}`` (also the ``normlab``
+script).
 
 * ``info``: card, runtime mode, versions, SMs, L2, datasheet and measured copy bandwidth.
 * ``bench``: measures the copy roofline, then the chosen impls, prints a table, writes records.
@@ -138,7 +139,8 @@ class _Parser(argparse.ArgumentParser):
 def _build_parser() -> _Parser:
     parser = _Parser(
         prog="normlab",
-        description="normlab: fused Triton kernels for norms and losses, and the lab to measure them.",
+        description="normlab: fused Triton kernels for norms and losses, and the lab to measure "
+                    "them.",
     )
     sub = parser.add_subparsers(dest="command", metavar="{info,bench,report}")
     sub.required = True

@@ -55,13 +55,14 @@ def _active(hook) -> bool:
 
 def _key(constexpr: list[bool], values: list) -> tuple:
     """The specialization key of one call: constexprs by value, runtime arguments by ``_spec``."""
-    return tuple(v if const else _spec(v) for const, v in zip(constexpr, values))
+    return tuple(v if const else _spec(v) for const, v in zip(constexpr, values, strict=False))
 
 
 class _Site:
-    """Per-kernel state: the parameter order, which parameters are constexpr, the compiled kernels."""
+    """Per-kernel state: the parameter order, which parameters are constexpr, the compiled
+    kernels."""
 
-    __slots__ = ("fn", "names", "constexpr", "defaults", "compiled")
+    __slots__ = ("compiled", "constexpr", "defaults", "fn", "names")
 
     def __init__(self, fn):
         self.fn = fn

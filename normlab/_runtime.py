@@ -46,10 +46,9 @@ def _interpret_triton_library() -> int:
     """Replace the compiled-mode ``JITFunction`` objects of ``triton.language`` (decorated when
     triton was imported before interpret mode was set) with interpreted ones, as they would
     have been had ``TRITON_INTERPRET=1`` been set first. Returns how many were replaced."""
+    import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
-
-    import triton.language as tl
 
     interpreted: dict[int, object] = {}  # id(JITFunction) -> its InterpretedFunction
 
@@ -195,17 +194,18 @@ if INTERPRET:
     _setup_interpreter()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sm_count(device: str | int | None = None) -> int:
     """Streaming multiprocessors of the CUDA device; a fixed 4 under the interpreter."""
     if INTERPRET:
         return 4
     import torch
 
-    return torch.cuda.get_device_properties(device or torch.cuda.current_device()).multi_processor_count
+    props = torch.cuda.get_device_properties(device or torch.cuda.current_device())
+    return props.multi_processor_count
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def l2_bytes(device: str | int | None = None) -> int:
     """L2 cache size of the CUDA device in bytes; 0 under the interpreter."""
     if INTERPRET:

@@ -64,7 +64,8 @@ class RMSNorm(torch.nn.RMSNorm):
 
 
 class LayerNorm(torch.nn.LayerNorm):
-    """Drop-in ``torch.nn.LayerNorm`` (same arguments and state_dict) over :func:`normlab.layer_norm`.
+    """Drop-in ``torch.nn.LayerNorm`` (same arguments and state_dict) over
+    :func:`normlab.layer_norm`.
 
     Keyword-only ``strategy`` and ``layout`` as for :class:`RMSNorm`.
     """
@@ -78,8 +79,8 @@ class LayerNorm(torch.nn.LayerNorm):
         self.strategy, self.layout = strategy, layout
 
     def forward(self, x):
-        y = _norm.layer_norm(_flatten_trailing(self, x), _flat(self.weight), _flat(self.bias), self.eps,
-                             strategy=self.strategy, layout=self.layout)  # fmt: skip
+        y = _norm.layer_norm(_flatten_trailing(self, x), _flat(self.weight), _flat(self.bias),
+                             self.eps, strategy=self.strategy, layout=self.layout)  # fmt: skip
         return y.view(x.shape)
 
     def extra_repr(self):

@@ -87,7 +87,8 @@ def execute(path: Path, out_dir: Path | None, timeout: int, kernel: str) -> dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path,
                         help="notebooks to run (default: notebooks/[0-9]*.ipynb)")
     parser.add_argument("--out", type=Path, default=None,
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"not a file: {', '.join(missing)}")
     # The kernel is a subprocess: it inherits this environment, so it imports this checkout.
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT),
+                                                             os.environ.get("PYTHONPATH")]))
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 
     results = []

@@ -1,7 +1,9 @@
-"""Generate normlab's notebooks from this source (then run scripts/execute_notebooks.py to fill outputs)."""
+"""Generate normlab's notebooks from this source (then run scripts/execute_notebooks.py to fill
+outputs)."""
+from pathlib import Path
+
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "notebooks"
 NAV = ["00-setup-and-roofline", "01-rmsnorm-forward", "02-backward-dgamma-reduction",
@@ -73,7 +75,7 @@ $$
 and its ceiling (the *roofline*) is the best rate the card can move bytes at all. normlab measures that
 ceiling rather than trusting the datasheet: a device-to-device `copy_` of a buffer far larger than
 L2, counting bytes read + written. A kernel at 90% of copy is near the speed of light for its traffic.
-'''),
+'''),  # noqa: E501
     md('''
 ## The bytes models
 
@@ -91,13 +93,13 @@ for op, direction in [("rms_norm", "fwd"), ("rms_norm", "bwd"), ("layer_norm", "
     lo = bench.bytes_moved(op, direction, M, N, "bf16")
     hi = bench.bytes_moved(op, direction, M, N, "bf16", model="full", n_partials=264)
     print(f"{op:<20}{direction:<10}{lo / 2**20:>10.2f}{hi / 2**20:>10.2f}")
-'''),
+'''),  # noqa: E501
     md('''
 ## Measured copy bandwidth vs the datasheet
 
 The copy measured above is this machine's roofline. On a CPU it is the host's memcpy rate and has
 nothing to do with a GPU; the recorded H200 run stores its own copy measurement next to every record.
-'''),
+'''),  # noqa: E501
     code('''
 print(f"live   ({device.card}, {device.mode} mode): measured copy {device.copy.gbps:,.0f} GB/s; "
       f"datasheet {device.datasheet_gbps or 'n/a (not a known GPU)'}")
@@ -108,7 +110,7 @@ if copy_rec:
           f"datasheet {r['datasheet_gbps']:,.0f} GB/s ({100 * r['roofline_gbps'] / r['datasheet_gbps']:.0f}%)")
 else:
     print("recorded: " + viz.NO_RECORDED_DATA)
-'''),
+'''),  # noqa: E501
     md('''
 ## Device time vs wall time
 
@@ -117,12 +119,12 @@ durations from the profiler, with L2 flushed before each call (the training view
 HBM). **Wall time** is measured around the call from the CPU and includes Python and launch overhead.
 At small shapes the gap is large: the kernels finish long before the CPU is done launching them.
 Under the interpreter both are the same CPU time.
-'''),
+'''),  # noqa: E501
     code('''
 SHAPES = [(64, 256), (37, 1000)] if normlab.INTERPRET else [(1024, 1024), (8192, 1024), (4096, 4096), (32768, 8192)]
 live = bench.sweep("rms_norm", ["normlab", "torch"], SHAPES, ["bf16"], ["fwd"], device=device)
 print(bench.format_table(live, live.skipped))
-'''),
+'''),  # noqa: E501
     code('''
 viz.records_table(live, ["impl", "M", "N", "device_us", "wall_us", "gbps", "frac_roofline"])
 '''),
@@ -206,7 +208,7 @@ stays the default. After matrix products, the state a norm meets in a transforme
 2–7% ahead; against the one-warp kernels' fast mode it trails by up to 5% (runs `041c83b`,
 `25c84e8` and `fd6ed74` in `benchmarks/data/dev/sweep_launch_configs_h200.json`). A ratio from one
 run of a 20 µs kernel can be a ratio of two GPU states, not of two kernels.
-'''),
+'''),  # noqa: E501
     MODE_NOTE,
     SETUP,
     md('''
@@ -227,7 +229,7 @@ for dtype, (M, N) in [(torch.bfloat16, (61, 1000)), (torch.float32, (61, 1000)),
 x2 = torch.randn(5, 300, device=normlab.DEVICE)
 x2[3, 11] = float("nan")
 print("rows with NaN in the output:", torch.isnan(normlab.rms_norm(x2)).any(1).nonzero().flatten().tolist())
-'''),
+'''),  # noqa: E501
     code('''
 # NBVAL_CHECK_OUTPUT
 from normlab.norms import config as configs
@@ -237,7 +239,7 @@ for n in (512, 1000, 4096, 8192, 16384, 32768):
     kind = "register-resident row" if cfg.block_size >= n else f"looped, {-(-n // cfg.block_size)} chunks per pass"
     print(f"N = {n:>5}: chunk {cfg.block_size:>5}, {cfg.num_warps:>2} warps, "
           f"{cfg.block_size // (32 * cfg.num_warps):>2} values per thread: {kind}")
-'''),
+'''),  # noqa: E501
     md('''
 ## Live measurement: eager ops vs `F.rms_norm` vs `torch.compile` vs fused
 
@@ -248,7 +250,7 @@ for n in (512, 1000, 4096, 8192, 16384, 32768):
 SHAPES = [(64, 256), (37, 1000)] if normlab.INTERPRET else [(8192, 1024), (1024, 8192), (4096, 4096), (32768, 8192)]
 live = bench.sweep("rms_norm", ["eager", "torch", "compile", "normlab"], SHAPES, ["bf16"], ["fwd"], device=device)
 print(bench.format_table(live, live.skipped))
-'''),
+'''),  # noqa: E501
     code('''
 viz.gbps_vs_shape(live, source="live")
 '''),
@@ -298,7 +300,7 @@ two better ones side by side (`strategy=`):
 | `atomic` | `tl.atomic_add` into one fp32 vector | none | $N$ fp32 |
 | `two_stage` | one fp32 partial row per block of rows (TorchInductor's way) | reduce | grows with $M$ |
 | `persistent` | $\approx$ programs/SM × SMs programs grid-stride the rows, fold them in registers | reduce | bounded, independent of $M$ |
-'''),
+'''),  # noqa: E501
     MODE_NOTE,
     SETUP,
     md('''
@@ -326,7 +328,7 @@ for op in ("rms_norm", "layer_norm"):
         grads = torch.autograd.grad(y, [t for t in (x, w, b) if t is not None], dy)
         for name, got, want, red in zip(("dx", "dγ", "dβ"), grads, expected, (None, M, M)):
             print(viz.verdict(f"{op:<10} {strategy:<10} {name} {M}×{N}", got, want, reduce_len=red))
-'''),
+'''),  # noqa: E501
     md('''
 ## The contention picture
 
@@ -335,7 +337,7 @@ delivered (docks). `atomic` queues every program at the one dγ vector; `two_sta
 of rows its own workspace row and pays a reduce kernel that reads them all; `persistent` bounds the
 number of partial rows to programs/SM × SMs, whatever M. The numbers (programs, queue depth, partial
 rows) come from `viz.contention_model`, with the kernels' own configuration. Drawn for the H200's 132 SMs.
-'''),
+'''),  # noqa: E501
     code('''
 from normlab.norms import config as configs
 
@@ -343,7 +345,7 @@ N_SM = 132 if normlab.INTERPRET else normlab._runtime.sm_count()
 viz.contention_figure(32768, 1024, n_sm=N_SM,
                       programs_per_sm=configs.norm_bwd_config("persistent", 32768, 1024).programs_per_sm,
                       two_stage_rows=configs.norm_bwd_config("two_stage", 32768, 1024).rows_per_program)
-'''),
+'''),  # noqa: E501
     code('''
 # NBVAL_CHECK_OUTPUT
 for M in (4096, 32768, 262144):
@@ -368,7 +370,7 @@ SHAPES = [(64, 256), (37, 1000)] if normlab.INTERPRET else [(8192, 1024), (1024,
 live = bench.sweep("rms_norm", ["torch", "normlab"], SHAPES, ["bf16"], ["bwd"], device=device,
                    options={"strategy": ["atomic", "two_stage", "persistent"]})
 print(bench.format_table(live, live.skipped))
-'''),
+'''),  # noqa: E501
     code('''
 viz.gbps_vs_shape(live, source="live")
 '''),
@@ -426,7 +428,7 @@ per row tile instead of two): at 32768×8192, RMSNorm 420.3 → 405.2 µs and La
 already spills registers (60 per thread for LayerNorm), and the change made it spill 152.
 Registers decide a change's sign, so `configs.NORM_BWD_STATIC_COLS` keeps it where it was measured
 faster.
-'''),
+'''),  # noqa: E501
     MODE_NOTE,
     SETUP,
     md('''
@@ -452,7 +454,7 @@ for two_pass, block_cols in ((False, None), (True, 128)):
                                   programs_per_sm=pps, two_pass=two_pass, block_cols=block_cols)
         tag = f"{'two-pass' if two_pass else 'single-pass'} {pps}×SMs"
         print(viz.verdict(f"{tag:<18} dx", dx, ref_dx), "|", viz.verdict("dγ", dw, ref_dw, reduce_len=M))
-'''),
+'''),  # noqa: E501
     md('''
 ## How the buffer scales: programs per SM and M
 
@@ -466,7 +468,7 @@ for M in (2048, 8192, 32768, 131072):
     two = viz.contention_model(M, 1024, n_sm=132, two_stage_rows=32)["two_stage"]["partial_rows"]
     per = [viz.contention_model(M, 1024, n_sm=132, programs_per_sm=p)["persistent"]["partial_rows"] for p in (1, 2, 4, 8)]
     print(f"{M:>7} {two:>15} " + " ".join(f"{r:>11}" for r in per))
-'''),
+'''),  # noqa: E501
     md('''
 ## Live: sweep the program count and find the knee
 
@@ -480,7 +482,7 @@ floating point, whichever program comes first. The price is a memset of the buff
 Each call is measured by `bench.measure` (device time with a cold L2 on a GPU, CPU time under the
 interpreter, divided into the bytes model) into a record the plots can draw. On the GPU the shape
 is Fast-LLM's 32768×1024 (ServiceNow/Fast-LLM#546); on a CPU a tiny one, where the timings only show the pipeline works.
-'''),
+'''),  # noqa: E501
     code('''
 M, N = (256, 256) if normlab.INTERPRET else (32768, 1024)
 x = torch.randn(M, N, dtype=torch.bfloat16, device=normlab.DEVICE)
@@ -521,7 +523,7 @@ fwd = bench.time_call(lambda: normlab.rms_norm(x, w), reps=5)
 print(f"fwd+bwd with a cold L2: {cold.device_us:.1f} µs; fwd alone: {fwd.device_us:.1f} µs; "
       f"'bwd = fwd_bwd - fwd': {cold.device_us - fwd.device_us:.1f} µs")
 print("compare with the isolated cold-L2 backward of the sweep below (bench flushes before each call)")
-'''),
+'''),  # noqa: E501
     code('''
 live = bench.sweep("rms_norm", ["normlab"], [(M, N)], ["bf16"], ["bwd"], device=device)
 print(bench.format_table(live, live.skipped))
@@ -562,7 +564,7 @@ you force it with `layout="row"` / `layout="block_row"`.
 Elements per program and programs launched for the 7,864,320 rows of Liger-Kernel's block-row pull request (#1620), from the kernels' own
 launch configuration (`configs.block_row_fwd_config`, LayerNorm's forward tiles; RMSNorm's differ
 at 16, 128 and 256 columns, `configs.BLOCK_ROW_FWD_TILES`):
-'''),
+'''),  # noqa: E501
     code('''
 # NBVAL_CHECK_OUTPUT
 from normlab.norms import config as configs
@@ -587,7 +589,7 @@ variance). For RMSNorm they cost nothing measurable. For LayerNorm up to 64 colu
 less than the stores save (at 16 and 32 columns, with tiles of their own, the backward even got
 faster); at 128 and 256 columns they cost more, so the stores stay there
 (`configs.block_row_recompute_stats`; the measurements are in `docs/notes/2026-11-30-narrow-rows-block-row.md`):
-'''),
+'''),  # noqa: E501
     code('''
 # NBVAL_CHECK_OUTPUT
 print(f"{'N':>5} {'RMSNorm':>11} {'LayerNorm':>11}   stores' share of a storing forward's bytes (RMS / LN)")
@@ -595,7 +597,7 @@ for N in (16, 32, 64, 128, 256):
     kind = ["recomputed" if configs.block_row_recompute_stats(N, is_rms) else "stored" for is_rms in (True, False)]
     share = [stat / (2 * N * 2 + stat) for stat in (4, 8)]
     print(f"{N:>5} {kind[0]:>11} {kind[1]:>11}   {share[0]:.1%} / {share[1]:.1%}")
-'''),
+'''),  # noqa: E501
     md('''
 ## Correctness: both layouts, both norms, forward and backward
 
@@ -623,7 +625,7 @@ for N in (16, 48, 256):
         want = ref.norm_backward(dy.double(), x.double(), w.double(), eps=1e-6)
         print(f"rms_norm   {layout:<9} N={N:<3}", viz.verdict("y", y, ref.rms_norm(x.double(), w.double())),
               "|", viz.verdict("dx", dx, want[0]), "|", viz.verdict("dγ", dw, want[1], reduce_len=M))
-'''),
+'''),  # noqa: E501
     md('''
 ## Live measurement
 '''),
@@ -632,7 +634,7 @@ SHAPES = [(256, 16), (256, 64)] if normlab.INTERPRET else [(1_048_576, n) for n 
 live = bench.sweep("layer_norm", ["torch", "normlab"], SHAPES, ["bf16"], ["fwd", "bwd"], device=device,
                    options={"layout": ["row", "block_row"]})
 print(bench.format_table(live, live.skipped))
-'''),
+'''),  # noqa: E501
     code('''
 viz.gbps_vs_shape(viz.select(live, direction="fwd"), source="live")
 '''),
@@ -706,7 +708,7 @@ every access to 2 bytes. The loss kernels therefore index each row from the 128-
 it: whole tiles become vector loads and stores on whole 32-byte sectors, and the lanes that belong
 to the neighbouring rows are dropped in registers (`row_frames` in `normlab/losses/online.py`;
 the README gives the before and after).
-'''),
+'''),  # noqa: E501
     MODE_NOTE,
     SETUP,
     md('''
@@ -728,20 +730,20 @@ for form in ("fused", "chunked", "split"):
         grad, = torch.autograd.grad(loss, logits)
         print(f"reverse_kl {form:<7} cap={cap:<5}", viz.verdict("loss", loss, ref_loss, reduce_len=M),
               "|", viz.verdict("dlogits", grad, ref_grad))
-'''),
+'''),  # noqa: E501
     md('''
 ## Live measurement: forms and caps against the fp32 PyTorch loss
 
 On a GPU the caps run from 1024 to 32768: up to 2048 the kernels keep lane statistics (below),
 from 4096 one lane per tile, and 32768 is the occupancy cliff of Fast-LLM's reverse-KL issue (ServiceNow/Fast-LLM#497).
-'''),
+'''),  # noqa: E501
     code('''
 SHAPES = [(16, 1000), (8, 4096)] if normlab.INTERPRET else bench.SHAPES["losses"][:3]
 CAPS = [1024] if normlab.INTERPRET else [1024, 2048, 4096, 16384, 32768]
 live = bench.sweep("reverse_kl", ["eager", "compile", "normlab"], SHAPES, ["bf16"], ["fwd+bwd"], device=device,
                    options={"form": ["fused", "chunked", "split"], "block_cap": CAPS})
 print(bench.format_table(live, live.skipped))
-'''),
+'''),  # noqa: E501
     code('''
 viz.gbps_vs_shape(live, source="live")
 '''),
@@ -760,7 +762,7 @@ viz.speedup_vs_best_peer(kl, source="recorded")
     code('''
 viz.records_table(kl, ["impl", "strategy", "block_cap", "M", "N", "device_us", "gbps", "frac_roofline",
                        "peak_extra_bytes"], empty=viz.NO_RECORDED_DATA)
-'''),
+'''),  # noqa: E501
     md('''
 ## Ragged vocabularies: where each row starts
 
@@ -780,7 +782,7 @@ from normlab.losses import config
 for V in (50256, 50257):
     starts = [2 * V * r % 16 for r in range(8)]
     print(f"V = {V}: rows 0-7 start {starts} bytes past a 16-byte boundary -> {config.entropy_vocab_class(V)}")
-'''),
+'''),  # noqa: E501
     md('''
 The frames must not change a single value: the same check as above on rows that start off the
 boundary (fp32, V = 1003: row r starts 4012·r bytes in, so 12·r mod 16 bytes past a boundary), every
@@ -850,7 +852,7 @@ under *recorded*.
 
 On a CPU, presets are cut to interpreter-sized shapes (the status line says so) and the live numbers
 only show that the pipeline works; the recorded panel is the one to read.
-'''),
+'''),  # noqa: E501
     MODE_NOTE,
     SETUP,
     code('''
@@ -877,8 +879,10 @@ viz.gbps_vs_shape(viz.select(recorded, op="rms_norm", direction="bwd"), source="
 
 def main(out: Path = OUT) -> None:
     for i, cells in nbs.items():
-        nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
-                                                 "language_info": {"name": "python"}})
+        nb = new_notebook(cells=cells, metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                           "language": "python"},
+            "language_info": {"name": "python"}})
         nbformat.write(nb, out / f"{NAV[i]}.ipynb")
         print("wrote", NAV[i])
 

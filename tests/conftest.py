@@ -1,7 +1,7 @@
 """Shared test setup: normlab is imported first so the runtime mode (and TRITON_INTERPRET) is set
 before any kernel module is defined."""
 
-import normlab  # noqa: F401
+import normlab  # noqa: I001  (first: the runtime mode before torch)
 import pytest
 import torch
 

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 import normlab
+from normlab.bench import progress as progress_mod
 from normlab.bench import registry, timing, traffic
 from normlab.bench.device import datasheet_gbps, measure_copy_bandwidth
-from normlab.bench import progress as progress_mod
 from normlab.bench.progress import Eta, NotebookProgress, TerminalProgress, format_duration, resolve
 from normlab.bench.records import ROOFLINE_SLACK, Record, check_sanity
 from normlab.bench.sweep import (
@@ -154,33 +154,33 @@ def test_copy_bandwidth_on_this_device():
 
 
 def _record(**overrides) -> Record:
-    fields = dict(
-        op="rms_norm",
-        impl="torch",
-        strategy=None,
-        layout=None,
-        M=8192,
-        N=1024,
-        dtype="bf16",
-        direction="fwd",
-        device_us=10.7,
-        wall_us=95.0,
-        bytes=2 * 8192 * 1024 * 2,
-        gbps=3136.0,
-        roofline_gbps=4242.0,
-        frac_roofline=3136 / 4242,
-        datasheet_gbps=4800.0,
-        peak_extra_bytes=16 * 2**20,
-        kernels={"k": 10.7},
-        card="NVIDIA H200",
-        sm_count=132,
-        torch="2.11.0",
-        triton="3.6.0",
-        mode="gpu",
-        date="2026-11-29T10:00:00Z",
-        commit="abc",
-        command="python -m normlab bench",
-    )
+    fields = {
+        "op": "rms_norm",
+        "impl": "torch",
+        "strategy": None,
+        "layout": None,
+        "M": 8192,
+        "N": 1024,
+        "dtype": "bf16",
+        "direction": "fwd",
+        "device_us": 10.7,
+        "wall_us": 95.0,
+        "bytes": 2 * 8192 * 1024 * 2,
+        "gbps": 3136.0,
+        "roofline_gbps": 4242.0,
+        "frac_roofline": 3136 / 4242,
+        "datasheet_gbps": 4800.0,
+        "peak_extra_bytes": 16 * 2**20,
+        "kernels": {"k": 10.7},
+        "card": "NVIDIA H200",
+        "sm_count": 132,
+        "torch": "2.11.0",
+        "triton": "3.6.0",
+        "mode": "gpu",
+        "date": "2026-11-29T10:00:00Z",
+        "commit": "abc",
+        "command": "python -m normlab bench",
+    }
     fields.update(overrides)
     return Record(**fields)
 
@@ -311,15 +311,15 @@ def test_norm_baselines_compute_the_same_function(op):
 def test_norm_baselines_agree_on_the_backward():
     g_eager = _build("rms_norm", "eager", 37, 1000, "bwd")
     g_torch = _build("rms_norm", "torch", 37, 1000, "bwd")
-    for a, b in zip(g_eager, g_torch):
+    for a, b in zip(g_eager, g_torch, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("impl", ["torch", "normlab"])
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 def test_norm_fwd_bwd_is_one_training_step(op, impl):
-    """``fwd+bwd`` (the "total" of Liger-Kernel#1620): a fresh forward and its backward per call, the same
-    gradients as the fp64 reference on the registry's inputs and output gradient."""
+    """``fwd+bwd`` (the "total" of Liger-Kernel#1620): a fresh forward and its backward per call,
+    the same gradients as the fp64 reference on the registry's inputs and output gradient."""
     from normlab import ref
 
     M_, N_ = 13, 100
@@ -331,7 +331,7 @@ def test_norm_fwd_bwd_is_one_training_step(op, impl):
     dy = torch.randn(M_, N_).double()
     expect = ref.norm_backward(dy, x, w, b, registry.EPS[op], op == "rms_norm")
     assert len(grads) == (3 if op == "layer_norm" else 2)
-    for got, want in zip(grads, expect):
+    for got, want in zip(grads, expect, strict=False):
         torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-4)
 
 
@@ -485,7 +485,7 @@ def test_resolve_progress(monkeypatch):
     assert isinstance(resolve(True), TerminalProgress)
     monkeypatch.setattr(progress_mod, "in_notebook", lambda: True)
     assert isinstance(resolve(True), NotebookProgress)
-    hook = lambda d, t, label: None  # noqa: E731
+    hook = lambda d, t, label: None
     assert resolve(hook) is hook
     with pytest.raises(TypeError):
         resolve("widget")
@@ -672,7 +672,7 @@ def test_normlab_entries_match_the_baselines(op, baseline, direction, options):
     ours = ours if isinstance(ours, tuple) else (ours,)
     theirs = theirs if isinstance(theirs, tuple) else (theirs,)
     assert len(ours) == len(theirs)
-    for a, b in zip(ours, theirs):
+    for a, b in zip(ours, theirs, strict=True):
         torch.testing.assert_close(a.float(), b.float(), atol=1e-4, rtol=1e-4)
 
 

@@ -579,7 +579,8 @@ BAD_CALLS = [
     ("torch.Tensor", TypeError, lambda x, t, y: normlab.reverse_kl(x.numpy(), t)),
     ("target_logits shape", ValueError, lambda x, t, y: normlab.reverse_kl(x, t[:, :-1])),
     ("dtype", TypeError, lambda x, t, y: normlab.reverse_kl(x, t.double())),
-    ("dtype must be float32", TypeError, lambda x, t, y: normlab.soft_cross_entropy(x.double(), t.double())),
+    ("dtype must be float32", TypeError,
+     lambda x, t, y: normlab.soft_cross_entropy(x.double(), t.double())),
     ("vocabulary last dim", ValueError, lambda x, t, y: normlab.reverse_kl(x[0, 0], t[0, 0])),
     ("outside", ValueError, lambda x, t, y: normlab.cross_entropy(x[:, :0], y)),
     ("grad_accumulate shape", ValueError,
@@ -596,7 +597,8 @@ BAD_CALLS = [
     ("grad_accumulate shape", ValueError,
      lambda x, t, y: normlab.reverse_kl(x, t, grad_accumulate=torch.zeros(3, 3))),
     ("grad_accumulate dtype", TypeError,
-     lambda x, t, y: normlab.reverse_kl(x, t, grad_accumulate=torch.zeros(4, 40, dtype=torch.float64))),
+     lambda x, t, y: normlab.reverse_kl(x, t,
+                                        grad_accumulate=torch.zeros(4, 40, dtype=torch.float64))),
     ("not initialized", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, group=object())),
 ]  # fmt: skip
 

@@ -57,7 +57,7 @@ def _worker(rank, world, port, layouts, errors):
         )
         for sizes in layouts:
             _check_layout(rank, sizes)
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         errors.put(f"rank {rank}: {traceback.format_exc()}")
     finally:
         if dist.is_initialized():

@@ -1,6 +1,7 @@
 """environment.yml (for conda users) must declare the same packages as pyproject.toml."""
 
 import re
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -30,4 +31,5 @@ def test_environment_yml_matches_pyproject():
     conda = {_name(d) for d in env["dependencies"] if isinstance(d, str)} - {"python", "pip"}
     pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert "-e ." in pip_section
-    assert conda == expected, f"only in environment.yml: {conda - expected}; only in pyproject: {expected - conda}"
+    assert conda == expected, (f"only in environment.yml: {conda - expected}; "
+                               f"only in pyproject: {expected - conda}")

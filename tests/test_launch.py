@@ -1,4 +1,5 @@
-"""The lean launch path's cache key tells apart every pair of arguments Triton's specializer does."""
+"""The lean launch path's cache key tells apart every pair of arguments Triton's specializer
+does."""
 
 import itertools
 

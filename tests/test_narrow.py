@@ -18,8 +18,8 @@ from helpers import assert_close
 
 import normlab
 from normlab import _runtime
-from normlab.norms import config as configs
 from normlab.norms import block_row as narrow
+from normlab.norms import config as configs
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # 1: degenerate row; 3, 17, 100, 255: non-powers of two (padded tile columns);
@@ -110,7 +110,7 @@ def _check_all(x, weight, bias, dy, is_rms, dtype):
     assert torch.equal(y2, y)
     grads = narrow.block_row_backward(dy, x, weight, bias, None, None, is_rms, eps=eps)
     for got, stored, ref, name in zip(grads, (dx, dw, db), (dx_ref, dw_ref, db_ref),
-                                      ("dx", "dweight", "dbias")):  # fmt: skip
+                                      ("dx", "dweight", "dbias"), strict=True):  # fmt: skip
         if ref is None:
             assert got is None
             continue
@@ -254,12 +254,13 @@ def test_statistics_stored_or_recomputed_either_side_of_the_switch(is_rms, n_col
     f32 = torch.float32
     assert_close(y, y_ref, dtype=f32, msg="y")
     assert_close(grads[0] / rstd_ref[:, None], refs[0] / rstd_ref[:, None], dtype=f32, msg="dx")
-    for got, ref_, name in zip(grads[1:], refs[1:], ("dweight", "dbias")):
+    for got, ref_, name in zip(grads[1:], refs[1:], ("dweight", "dbias"), strict=False):
         assert_close(got, ref_, dtype=f32, reduce_len=N_ROWS, msg=name)
 
 
 def test_recompute_configs_are_valid_at_every_width():
-    for is_rms, n_cols in itertools.product((True, False), range(1, configs.BLOCK_ROW_MAX_COLS + 1)):
+    for is_rms, n_cols in itertools.product((True, False),
+                                            range(1, configs.BLOCK_ROW_MAX_COLS + 1)):
         cfg = configs.block_row_bwd_recompute_config(n_cols, is_rms)
         default = configs.block_row_bwd_config(n_cols)
         assert cfg.block_rows * triton.next_power_of_2(n_cols) <= configs.BLOCK_ROW_BWD_TILE_ELEMS
@@ -273,7 +274,7 @@ def test_backward_is_deterministic():
     _y, mean, rstd = narrow.block_row_forward(x, weight, bias, 1e-5, False)
     first = narrow.block_row_backward(dy, x, weight, bias, mean, rstd, False)
     second = narrow.block_row_backward(dy, x, weight, bias, mean, rstd, False)
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         assert torch.equal(a, b)  # no atomics: fixed partial rows summed in a fixed order
 
 
@@ -360,7 +361,7 @@ def test_clear_errors():
         narrow.block_row_backward(x[:, :15], x, w, None, mean, rstd, False)
     with pytest.raises(ValueError, match="needs the fp32 mean"):
         narrow.block_row_backward(x, x, w, None, None, rstd, False)
-    with pytest.raises(TypeError, match="rstd.dtype"):
+    with pytest.raises(TypeError, match=r"rstd.dtype"):
         narrow.block_row_backward(x, x, w, None, mean, rstd.half(), False)
     with pytest.raises(ValueError, match="pass the forward's eps"):
         narrow.block_row_backward(x, x, w, None, None, None, False)
@@ -399,7 +400,7 @@ def test_empty_inputs_as_torch(monkeypatch, is_rms, shape):
     y, mean, rstd = narrow.block_row_forward(x, weight, bias, 1e-5, is_rms)
     assert y.shape == shape and rstd.shape == (n_rows,) and (mean is None) == is_rms
     stats = ((mean, rstd), (None, None))
-    for (mean_, rstd_), eps in zip(stats, (None, 1e-5)):
+    for (mean_, rstd_), eps in zip(stats, (None, 1e-5), strict=True):
         dx, dw, db = narrow.block_row_backward(dy, x, weight, bias, mean_, rstd_, is_rms, eps=eps)
         assert dx.shape == shape
         assert torch.equal(dw, torch.zeros(n_cols))
@@ -418,13 +419,14 @@ def test_use_block_row_thresholds():
     assert not configs.use_block_row(10 * min_rows, 4096)
 
 
-@pytest.mark.parametrize("n_cols", list(range(1, 18)) + [31, 33, 100, 127, 129, 255, 256])
+@pytest.mark.parametrize("n_cols", [*range(1, 18), 31, 33, 100, 127, 129, 255, 256])
 def test_tile_configs_stay_within_limits(n_cols):
     block_cols = 1 << (n_cols - 1).bit_length()
     bwd = configs.block_row_bwd_config(n_cols)
     tiles = [(configs.block_row_fwd_config(n_cols, is_rms)[:2], configs.BLOCK_ROW_TILE_ELEMS)
              for is_rms in (True, False)]  # fmt: skip
-    for (block_rows, num_warps), tile_elems in tiles + [(bwd[:2], configs.BLOCK_ROW_BWD_TILE_ELEMS)]:
+    for (block_rows, num_warps), tile_elems in [*tiles,
+                                               (bwd[:2], configs.BLOCK_ROW_BWD_TILE_ELEMS)]:
         assert 1 <= block_rows <= configs.BLOCK_ROW_MAX_ROWS  # Liger-Kernel#1620's 64-row cap
         assert block_rows & (block_rows - 1) == 0  # tl.arange needs a power of two
         assert block_rows * block_cols <= tile_elems
@@ -511,7 +513,7 @@ def test_auto_layout_with_a_row_only_strategy_takes_the_row_kernels(monkeypatch,
     yr = ref.layer_norm(xr, wr, br, EPS[False])
     rgrads = torch.autograd.grad(yr, (xr, wr, br), dy.double())
     assert_close(y, yr, dtype=torch.float32, msg="y")
-    for name, got, want in zip(("dx", "dweight", "dbias"), grads, rgrads):
+    for name, got, want in zip(("dx", "dweight", "dbias"), grads, rgrads, strict=True):
         assert_close(got, want, reduce_len=None if name == "dx" else 37, dtype=torch.float32,
                      msg=name)
     match = f"strategy='{strategy}' does not exist for layout='block_row'"
@@ -537,7 +539,8 @@ def test_public_api_block_row_and_row_path_match_fp64(is_rms, n_cols, dtype):
         else:
             y = normlab.layer_norm(xg, wg, bg, EPS[False], layout=layout)
             grads = torch.autograd.grad(y, (xg, wg, bg), dy)
-        for name, got, want in zip(("y", "dx", "dweight", "dbias"), (y, *grads), expect):
+        for name, got, want in zip(("y", "dx", "dweight", "dbias"), (y, *grads), expect,
+                                   strict=False):
             reduce_len = N_ROWS if name in ("dweight", "dbias") else None
             if name == "dx":  # in units of each row's rstd, as in _check_all
                 got, want = got / rstd_ref[:, None], want / rstd_ref[:, None]

@@ -140,7 +140,7 @@ def test_eps_dominated_rows(is_rms, dtype, layout, strategy, n):
     grads = torch.autograd.grad(y, params, dy)
     assert_close(y, _ref_fwd(x, w, b, 1e-5, is_rms), msg="y")
     expect = ref.norm_backward(dy.double(), x.double(), _d(w), _d(b), 1e-5, is_rms)
-    for got, want, name in zip(grads, expect, ("dx", "dweight", "dbias")):
+    for got, want, name in zip(grads, expect, ("dx", "dweight", "dbias"), strict=False):
         assert_close(got, want, reduce_len=None if name == "dx" else m, msg=name)
 
 
@@ -199,14 +199,14 @@ def test_backward_single_two_pass_switch(strategy, is_rms, past):
 def test_backward_prefetch(is_rms, m, n, block_rows):
     """The persistent loop with the next tile prefetched: right against fp64, and bitwise the
     same as without the prefetch (ragged row tiles; 1 row: the prefetch reads nothing)."""
-    dx, dw, db = _check_backward(m, n, torch.bfloat16, is_rms, "persistent", prefetch=True,
-                                 block_rows=block_rows)
+    _dx, _dw, _db = _check_backward(m, n, torch.bfloat16, is_rms, "persistent", prefetch=True,
+                                    block_rows=block_rows)
     x, w, b = _inputs(m, n, torch.bfloat16, is_rms)
     dy = torch.randn(m, n).to(torch.bfloat16)
     _, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms)
     outs = [K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="persistent",
                             prefetch=p, block_rows=block_rows) for p in (True, False)]
-    for a, c in zip(*outs):
+    for a, c in zip(*outs, strict=True):
         assert (a is None and c is None) or torch.equal(a, c)
 
 
@@ -308,7 +308,8 @@ def test_block_row_forward_windows(is_rms):
     assert configs.norm_fwd_block_row_config(big, 256, is_rms) is None
     assert configs.norm_fwd_block_row_config(512, 20000, is_rms) is None  # wider than one tile
     if is_rms:  # 1024 columns: two-row tiles up to 6144 rows; 2048-16384: the looped row
-        assert configs.norm_fwd_block_row_config(1, 1000, True) == configs.BlockRowFwdConfig(2, 4, 0)
+        assert (configs.norm_fwd_block_row_config(1, 1000, True)
+                == configs.BlockRowFwdConfig(2, 4, 0))
         assert configs.norm_fwd_block_row_config(6144, 1024, True).block_rows == 2
         assert configs.norm_fwd_block_row_config(6145, 1024, True) is None
         assert all(configs.norm_fwd_block_row_config(m, n, True) is None
@@ -395,7 +396,8 @@ def test_rms_forward_one_wave_rule(monkeypatch):
         assert configs.norm_fwd_config(n_cols, True, hi * sms + 1, sms) == default
     # LayerNorm, and widths without a rule, ignore the row count
     assert configs.norm_fwd_config(8192, False, lo * sms + 1, sms) == configs.norm_fwd_config(8192)
-    assert configs.norm_fwd_config(4096, True, lo * sms + 1, sms) == configs.norm_fwd_config(4096, True)
+    assert (configs.norm_fwd_config(4096, True, lo * sms + 1, sms)
+            == configs.norm_fwd_config(4096, True))
 
     launched = _record_forward_launches(monkeypatch, "BLOCK_SIZE", "num_warps")
     x, w, _ = _inputs(lo * sms + 1, 8192, torch.float32, True)
@@ -530,8 +532,8 @@ def test_backward_paired_partials(monkeypatch, is_rms, m):
                         for p in (True, False))  # fmt: skip
     assert seen[1:] == [triton.cdiv(n_programs, 2), n_programs]
     assert torch.equal(paired[0], unpaired[0])
-    for a, c in zip(paired[1:], unpaired[1:]):
-        assert a is None and c is None or torch.allclose(a, c, rtol=1e-6, atol=1e-6)
+    for a, c in zip(paired[1:], unpaired[1:], strict=True):
+        assert (a is None and c is None) or torch.allclose(a, c, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("strategy", ["two_stage", "persistent"])
@@ -542,7 +544,7 @@ def test_backward_deterministic(strategy):
     first = K.norm_backward(dy, x, w, b, mean, rstd, False, strategy=strategy)
     for _ in range(2):
         again = K.norm_backward(dy, x, w, b, mean, rstd, False, strategy=strategy)
-        for a, c in zip(first, again):
+        for a, c in zip(first, again, strict=True):
             assert torch.equal(a, c)
 
 
@@ -580,7 +582,7 @@ def test_reduce_partials_at_each_tile(n_cols, with_bias):
     outs = [torch.empty(n_cols, dtype=torch.bfloat16) for _ in range(n_buffers)]
     K.reduce_partials(parts[0], parts[1] if with_bias else None, outs[0],
                       outs[1] if with_bias else None)  # fmt: skip
-    for out, part in zip(outs, parts):
+    for out, part in zip(outs, parts, strict=True):
         assert_close(out, part.double().sum(0), reduce_len=37)
 
 
@@ -609,7 +611,7 @@ def test_auto_strategy_and_config_table(is_rms):
 # ---- autograd through the public API -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", ["auto"] + STRATEGIES)
+@pytest.mark.parametrize("strategy", ["auto", *STRATEGIES])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_autograd_3d(strategy, is_rms):
     x, w, b = _inputs(2 * 5, 33, torch.float32, is_rms)
@@ -642,7 +644,7 @@ def test_backward_fills_no_zero_gradient_for_statistics(is_rms):
     filled = [e.input_shapes for e in prof.events() if e.name in ("aten::zero_", "aten::fill_")]
     assert not [s for s in filled if s and s[0] == [13]], filled
     expect = ref.norm_backward(dy.double(), x.double(), _d(w), _d(b), 1e-5, is_rms)
-    for got, want in zip(grads, expect):
+    for got, want in zip(grads, expect, strict=False):
         assert_close(got, want, reduce_len=13)
 
 
@@ -715,8 +717,8 @@ ALL_KERNELS = ("_norm_fwd_kernel", "_norm_bwd_atomic_kernel", "_norm_bwd_partial
 
 @pytest.mark.parametrize(
     "layout,strategy",
-    [("auto", s) for s in ["auto"] + STRATEGIES]
-    + [("row", s) for s in ["auto"] + STRATEGIES]
+    [("auto", s) for s in ["auto", *STRATEGIES]]
+    + [("row", s) for s in ["auto", *STRATEGIES]]
     + [("block_row", "auto"), ("block_row", "persistent")],
 )
 @pytest.mark.parametrize("shape", [(0, 16), (0, 3, 200), (4, 0), (2, 0, 0), (0,)], ids=str)
@@ -754,7 +756,7 @@ def test_empty_input_matches_torch(monkeypatch, is_rms, shape, layout, strategy)
     y.backward(dy)
     yt.backward(dy)
     assert x.grad.shape == xt.grad.shape == shape
-    for p, pt in zip(params[1:], (wt, bt)):
+    for p, pt in zip(params[1:], (wt, bt), strict=False):
         assert torch.equal(p.grad - 1, pt.grad) and not pt.grad.any()
 
 
@@ -821,8 +823,8 @@ def test_bad_bias():
 
 
 def test_row_layout_backward_takes_one_row_per_tile(monkeypatch):
-    """layout="row" is the single-row path of Liger-Kernel#1620 in the backward too; "auto" keeps the
-    heuristic multi-row tile of the row kernels (37 rows: too few for block-row)."""
+    """layout="row" is the single-row path of Liger-Kernel#1620 in the backward too; "auto" keeps
+    the heuristic multi-row tile of the row kernels (37 rows: too few for block-row)."""
     seen = []
     real = K.norm_backward
 

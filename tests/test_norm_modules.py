@@ -44,7 +44,7 @@ def test_matches_torch_module(ours_cls, torch_cls, kwargs):
     yo.backward(dy)
     yt.backward(dy)
     assert_close(xo.grad, xt.grad.double())
-    for (name, po), pt in zip(ours.named_parameters(), theirs.parameters()):
+    for (name, po), pt in zip(ours.named_parameters(), theirs.parameters(), strict=True):
         assert_close(po.grad, pt.grad.double(), reduce_len=10, msg=name)
 
 
@@ -53,7 +53,7 @@ def test_state_dict_round_trip(ours_cls, torch_cls, kwargs):
     ours, theirs = _pair(ours_cls, torch_cls, kwargs, strategy="two_stage")
     back = torch_cls(**kwargs)
     back.load_state_dict(ours.state_dict())
-    for a, b in zip(back.state_dict().values(), theirs.state_dict().values()):
+    for a, b in zip(back.state_dict().values(), theirs.state_dict().values(), strict=True):
         assert torch.equal(a, b)
     assert ours.strategy == "two_stage" and "strategy='two_stage'" in repr(ours)
 
@@ -78,7 +78,7 @@ def test_matches_torch_module_per_dtype_and_scale(ours_cls, torch_cls, kwargs, d
     yt.backward(dy)
     # dx scales like 1 / scale: compared in units of it, so that the atol cannot swamp it
     assert_close(xo.grad * scale, xt.grad.double() * scale, dtype=dtype, msg="dx")
-    for (name, po), pt in zip(ours.named_parameters(), theirs.parameters()):
+    for (name, po), pt in zip(ours.named_parameters(), theirs.parameters(), strict=True):
         assert po.grad.dtype == pt.grad.dtype == dtype
         assert_close(po.grad, pt.grad.double(), reduce_len=10, msg=name)
 
@@ -143,7 +143,7 @@ def test_empty_batch_matches_torch_module(ours_cls, torch_cls, kwargs, layout, s
     yo.sum().backward()
     yt.sum().backward()
     assert xo.grad.shape == xt.grad.shape == shape
-    for (name, po), pt in zip(ours.named_parameters(), theirs.parameters()):
+    for (name, po), pt in zip(ours.named_parameters(), theirs.parameters(), strict=True):
         assert torch.equal(po.grad, pt.grad) and not po.grad.any(), name
 
 
@@ -177,11 +177,11 @@ def test_training_step_matches_torch(strategy):
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ours, theirs)]
     x, target = torch.randn(17, 12), torch.randn(17, 3)
     for _ in range(3):
-        for m, opt in zip((ours, theirs), opts):
+        for m, opt in zip((ours, theirs), opts, strict=True):
             opt.zero_grad()
             torch.nn.functional.mse_loss(m(x), target).backward()
             opt.step()
-    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters(), strict=True):
         assert_close(a, b.double(), reduce_len=17, msg=name)
 
 

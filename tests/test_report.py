@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("plotly", reason="normlab report needs the lab extra (plotly)")
 
-from plotly.offline import get_plotlyjs  # noqa: E402
+from plotly.offline import get_plotlyjs
 
-from normlab import report  # noqa: E402
-from normlab.bench.records import Record, write_csv, write_jsonl  # noqa: E402
+from normlab import report
+from normlab.bench.records import Record, write_csv, write_jsonl
 
 # Synthetic numbers for the tests only (not measurements). At each shape the fastest valid peer
 # is liger (10 µs); normlab takes 8 µs, so its speed-up is 1.25×; an invalid torch record at
@@ -25,15 +25,17 @@ SHAPES = [(1024, 8192), (4096, 4096), (61, 1000)]
 def _record(impl="normlab", M=1024, N=8192, *, us=None, **overrides) -> Record:
     us = US[impl] if us is None else us
     n_bytes = 3 * M * N * 2
-    fields = dict(
-        op="rms_norm", impl=impl, strategy="two_stage" if impl == "normlab" else None,
-        layout="row" if impl == "normlab" else None, M=M, N=N, dtype="bf16", direction="bwd",
-        device_us=us, wall_us=us * 1.1, bytes=n_bytes, gbps=n_bytes / us / 1e3,
-        roofline_gbps=4000.0, frac_roofline=n_bytes / us / 1e3 / 4000.0, datasheet_gbps=4800.0,
-        peak_extra_bytes=0, kernels={"main": us}, card="Synthetic Card 9000", sm_count=99,
-        torch="2.99.0", triton="3.99.0", mode="gpu", date="2031-02-03T04:05:06Z",
-        commit="0123456789ab", command="python -m normlab bench", note="",
-    )
+    fields = {
+        "op": "rms_norm", "impl": impl, "strategy": "two_stage" if impl == "normlab" else None,
+        "layout": "row" if impl == "normlab" else None, "M": M, "N": N, "dtype": "bf16",
+        "direction": "bwd", "device_us": us, "wall_us": us * 1.1, "bytes": n_bytes,
+        "gbps": n_bytes / us / 1e3, "roofline_gbps": 4000.0,
+        "frac_roofline": n_bytes / us / 1e3 / 4000.0, "datasheet_gbps": 4800.0,
+        "peak_extra_bytes": 0, "kernels": {"main": us}, "card": "Synthetic Card 9000",
+        "sm_count": 99, "torch": "2.99.0", "triton": "3.99.0", "mode": "gpu",
+        "date": "2031-02-03T04:05:06Z", "commit": "0123456789ab",
+        "command": "python -m normlab bench", "note": "",
+    }
     fields.update(overrides)
     return Record(**fields)
 

@@ -4,20 +4,24 @@ import os
 import subprocess
 import sys
 
-import normlab
 import pytest
 import torch
 
+import normlab
+
 
 def _run(code: str, **env) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NORMLAB_MODE")}
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("TRITON_INTERPRET", "NORMLAB_MODE")}
     full_env.update(env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full_env)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only default")
 def test_cpu_default_is_interpreter_and_says_so_once():
-    out = _run("import normlab, normlab.norms.row, os; print(normlab.MODE, os.environ['TRITON_INTERPRET'])")
+    out = _run("import normlab, normlab.norms.row, os; "
+               "print(normlab.MODE, os.environ['TRITON_INTERPRET'])")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["interpret", "1"]
     assert out.stderr.count("Triton interpreter") == 1

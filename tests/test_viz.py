@@ -7,10 +7,10 @@ import pytest
 pytest.importorskip("plotly")
 pytest.importorskip("ipywidgets")
 
-import plotly.graph_objects as go  # noqa: E402
+import plotly.graph_objects as go
 
-from normlab import viz  # noqa: E402
-from normlab.viz import plots  # noqa: E402
+from normlab import viz
+from normlab.viz import plots
 
 CARD, DATE, COPY, SHEET = "NVIDIA H200", "2026-11-29", 4242.0, 4800.0
 
@@ -18,13 +18,13 @@ CARD, DATE, COPY, SHEET = "NVIDIA H200", "2026-11-29", 4242.0, 4800.0
 def _rec(impl, M, N, us, *, strategy=None, direction="bwd", kernels=None, op="rms_norm", **kw):
     bytes_ = 3 * M * N * 2
     gbps = bytes_ / us / 1e3
-    rec = dict(
-        op=op, impl=impl, strategy=strategy, layout=None, M=M, N=N, dtype="bf16",
-        direction=direction, device_us=us, wall_us=us + 7.0, bytes=bytes_, gbps=gbps,
-        roofline_gbps=COPY, frac_roofline=gbps / COPY, datasheet_gbps=SHEET,
-        kernels=kernels if kernels is not None else {}, card=CARD, sm_count=132, mode="gpu",
-        date=DATE,
-    )
+    rec = {
+        "op": op, "impl": impl, "strategy": strategy, "layout": None, "M": M, "N": N,
+        "dtype": "bf16", "direction": direction, "device_us": us, "wall_us": us + 7.0,
+        "bytes": bytes_, "gbps": gbps, "roofline_gbps": COPY, "frac_roofline": gbps / COPY,
+        "datasheet_gbps": SHEET, "kernels": kernels if kernels is not None else {}, "card": CARD,
+        "sm_count": 132, "mode": "gpu", "date": DATE,
+    }
     rec.update(kw)
     return rec
 
@@ -79,12 +79,13 @@ def test_source_is_explicit_tagged_or_inferred(recorded):
     with pytest.raises(ValueError, match="source='cached'"):
         viz.source_of(recorded, "cached")
     text = viz.source_text([dict(recorded[0], mode="interpret", card="cpu")])
-    assert text.startswith("live: this machine (cpu, interpret mode)") and "not GPU bandwidth" in text
+    assert (text.startswith("live: this machine (cpu, interpret mode)")
+            and "not GPU bandwidth" in text)
 
 
 def test_mixing_cards_is_a_clear_error(recorded):
     with pytest.raises(ValueError, match="mix 2 cards"):
-        viz.gbps_vs_shape(recorded + [dict(recorded[0], card="NVIDIA H100")])
+        viz.gbps_vs_shape([*recorded, dict(recorded[0], card="NVIDIA H100")])
 
 
 # ---- GB/s vs shape ---------------------------------------------------------------------------
@@ -123,7 +124,7 @@ def test_gbps_vs_shape_explicit_lines_override_and_missing_lines_are_not_drawn(r
 
 def test_invalid_records_are_left_out_and_counted(recorded):
     bad = dict(recorded[0], gbps=9999.0, valid=False, note="exceeds the measured copy roofline")
-    fig = viz.gbps_vs_shape(recorded + [bad])
+    fig = viz.gbps_vs_shape([*recorded, bad])
     assert 9999.0 not in [y for t in fig.data for y in t.y]
     assert "1 record(s) marked invalid" in fig.layout.title.text
 
@@ -216,7 +217,7 @@ def test_speedup_against_fastest_peer_per_shape(recorded):
 
 def test_speedup_skips_shapes_without_a_peer_and_says_when_none_match(recorded):
     lonely = _rec("normlab", 100, 100, 1.0, strategy="atomic")
-    assert all(t["M"] != 100 for t in viz.speedup_table(recorded + [lonely]))
+    assert all(t["M"] != 100 for t in viz.speedup_table([*recorded, lonely]))
     fig = viz.speedup_vs_best_peer(viz.select(recorded, impl="normlab"))
     assert "no shape has both" in fig.layout.annotations[0].text
 
@@ -285,8 +286,8 @@ OPS = {"rms_norm": ["normlab", "torch", "quack"], "reverse_kl": ["normlab", "com
 
 def _fake_sweep(calls):
     def sweep(op, impls, shapes, dtypes, directions, *, options=None, progress=None):
-        calls.append(dict(op=op, impls=impls, shapes=shapes, dtypes=dtypes, directions=directions,
-                          options=options))
+        calls.append({"op": op, "impls": impls, "shapes": shapes, "dtypes": dtypes,
+                      "directions": directions, "options": options})
         out = []
         total = len(impls) * len(shapes)
         for impl in impls:
@@ -343,7 +344,8 @@ def test_explorer_without_recorded_data_says_so_and_changing_op_updates_impls():
     ex.op.value = "reverse_kl"
     assert ex.impls.options == ("normlab", "compile")
     assert ex.impls.value == ("normlab", "compile")
-    assert ex.strategy.options == ("auto", "fused", "chunked", "split") and ex.direction.value == "fwd+bwd"
+    assert (ex.strategy.options == ("auto", "fused", "chunked", "split")
+            and ex.direction.value == "fwd+bwd")
     calls = []
     ex._sweep = _fake_sweep(calls)
     ex.strategy.value = "split"

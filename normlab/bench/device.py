@@ -103,7 +103,8 @@ def measure_copy_bandwidth(n_bytes: int | None = None, reps: int = COPY_REPS) ->
     if _runtime.DEVICE == "cuda":
         torch.cuda.empty_cache()
     return CopyBandwidth(
-        gbps=traffic.gbps(2 * n_bytes, us), device_us=us, n_bytes=n_bytes, reps=reps, mode=timing.mode
+        gbps=traffic.gbps(2 * n_bytes, us), device_us=us, n_bytes=n_bytes, reps=reps,
+        mode=timing.mode,
     )
 
 

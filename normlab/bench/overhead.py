@@ -86,11 +86,11 @@ def _loss_fn(op: str, impl: str) -> Callable | None:
         if op == "cross_entropy":
             fn = F.cross_entropy
         elif op == "reverse_kl":  # KL(p||q), p = softmax(logits): kl_div takes log q, log p
-            fn = lambda x, t: F.kl_div(  # noqa: E731
+            fn = lambda x, t: F.kl_div(
                 F.log_softmax(t.float(), -1), F.log_softmax(x.float(), -1),
                 reduction="batchmean", log_target=True)  # fmt: skip
         else:
-            fn = lambda x, t: -(F.softmax(t.float(), -1) * F.log_softmax(x.float(), -1)).sum(-1).mean()  # noqa: E731,E501
+            fn = lambda x, t: -(F.softmax(t.float(), -1) * F.log_softmax(x.float(), -1)).sum(-1).mean()  # noqa: E501
     elif impl == "liger":
         if op != "cross_entropy":
             return None

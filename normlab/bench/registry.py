@@ -7,10 +7,11 @@ direction, ready for ``timing.time_call``. Directions:
 * ``fwd``: the training forward (inputs require grad, so saved statistics are written too).
 * ``bwd`` (norms): one untimed forward at build time, then each call is
   ``torch.autograd.grad(y, (x, w[, b]), dy, retain_graph=True)``: every kernel the backward
-  launches, the dγ reduction included (the training view of Fast-LLM's norm-backward rewrite, ServiceNow/Fast-LLM#546).
+  launches, the dγ reduction included (the training view of Fast-LLM's norm-backward rewrite,
+  ServiceNow/Fast-LLM#546).
 * ``fwd+bwd``: the training forward and its backward in one call: for a norm
-  ``torch.autograd.grad(y, (x, w[, b]), dy)`` on a fresh forward (the "total" of Liger-Kernel#1620); for a loss
-  the loss and ``torch.autograd.grad(loss, logits)``.
+  ``torch.autograd.grad(y, (x, w[, b]), dy)`` on a fresh forward (the "total" of
+  Liger-Kernel#1620); for a loss the loss and ``torch.autograd.grad(loss, logits)``.
 
 normlab and the peers are resolved lazily, at build time, so this module imports without them.
 ``compile`` is skipped under the interpreter: torch.compile on CPU spends seconds per shape in
@@ -35,8 +36,8 @@ EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
 NORM_DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 LOSS_DIRECTIONS = ("fwd", "fwd+bwd")
 DEFAULT_DIRECTIONS = {
-    **{op: ("fwd", "bwd") for op in NORM_OPS},
-    **{op: ("fwd+bwd",) for op in SOFT_LOSS_OPS + LABEL_LOSS_OPS},
+    **dict.fromkeys(NORM_OPS, ("fwd", "bwd")),
+    **dict.fromkeys(SOFT_LOSS_OPS + LABEL_LOSS_OPS, ("fwd+bwd",)),
     "copy": ("fwd",),
 }
 # Options an impl takes, by op family; the values are the public API's keywords.

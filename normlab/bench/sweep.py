@@ -144,7 +144,7 @@ class CpuEstimate(NamedTuple):
     interpreter_elements: int
 
     def __add__(self, other):  # estimates of several ops add up
-        return CpuEstimate(*(a + b for a, b in zip(self, other)))
+        return CpuEstimate(*(a + b for a, b in zip(self, other, strict=True)))
 
 
 def estimate_cpu(
@@ -188,7 +188,8 @@ def _variants(impl: registry.Impl, options: dict[str, list] | None) -> list[dict
     """Cartesian product of the options this impl takes (baselines take none)."""
     given = {k: v for k, v in (options or {}).items() if k in impl.options and v}
     keys = list(given)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(given[k] for k in keys))]
+    return [dict(zip(keys, combo, strict=True))
+            for combo in itertools.product(*(given[k] for k in keys))]
 
 
 def _utc_now() -> str:
@@ -392,7 +393,7 @@ def format_table(records: list[Record], skipped: Iterable[tuple[str, str]] = ())
                 "" if r.valid else "INVALID: " + r.note,
             )
         )
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
     lines = []
     modes = {r.mode for r in records}
     if modes and modes != {"gpu"}:

@@ -1,4 +1,5 @@
-"""Reverse KL, soft-target and label cross-entropy over a vocabulary: one family, read top to bottom.
+"""Reverse KL, soft-target and label cross-entropy over a vocabulary: one family, read top to
+bottom.
 
 ``config`` (the planner: forms, tiles, frames, chunks, form="auto") -> ``online`` (the shared
 @triton.jit helpers: online statistics, frames, the gradient pass) -> the three forms, each its

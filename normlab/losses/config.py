@@ -50,7 +50,7 @@ def grad_scale(spec: Spec, n_rows: int) -> tuple[float, bool]:
     return 1.0 / n_rows, False
 
 
-# ---- column tiles ----------------------------------------------------------------------------------
+# ---- column tiles --------------------------------------------------------------------------------
 
 ENTROPY_BLOCK_CAPS = (4096, 8192, 16384, 32768)  # the measured caps (issue #497's option A)
 ENTROPY_MIN_BLOCK = 16  # smaller caps exist for the CPU tests' multi-tile paths
@@ -105,7 +105,7 @@ def entropy_lane(block: int) -> int:
     return min(ENTROPY_LANE, block) if block <= ENTROPY_LANE_MAX_BLOCK else block
 
 
-# ---- frames of unaligned rows ----------------------------------------------------------------------
+# ---- frames of unaligned rows --------------------------------------------------------------------
 
 # Rows off 16-byte boundaries (V = 50257) are read from the 128-byte boundary before them: whole
 # tiles become aligned vector loads on whole sectors (16 -> 128 bytes: 1-4% faster). The loss
@@ -134,7 +134,7 @@ def frames(x, t, grad, block: int) -> dict[str, int]:
     return {"ALIGN": align, "FRAME": frame}
 
 
-# ---- the chunked form ------------------------------------------------------------------------------
+# ---- the chunked form ----------------------------------------------------------------------------
 
 # 4 tiles per chunk (1 / 2 / 4 / 8 / 16 at 131072: 1914 / 1513 / 1327 / 1334 / 1385 us), 6 at tile
 # 1024; 4 warps; registers capped at 64 at tile 2048 (8 programs per SM, no spills). The loss
@@ -174,7 +174,7 @@ def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int) -
     return ChunkLayout(chunk_tiles, 0, _cdiv(n_tiles, chunk_tiles))
 
 
-# ---- form="auto" -----------------------------------------------------------------------------------
+# ---- form="auto" ---------------------------------------------------------------------------------
 
 # Per loss, (form, cap) for four classes of V: "even" (V <= 4096 or a multiple of 4096), "ragged"
 # (V % 16 == 0), "unaligned" (V % 16 != 0: aligned frames) and "wide" (V >= 65536); the fastest

@@ -102,8 +102,8 @@ def _reverse_kl_fused_kernel(
 ):
     """Reverse KL loss and gradient of one row in one launch (see module docstring)."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
-               n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               RKL, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
+               n_cols, x_row_stride, t_row_stride, grad_row_stride, RKL,
+               COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
 
 
 @triton.jit
@@ -130,8 +130,8 @@ def _soft_cross_entropy_fused_kernel(
 ):
     """Soft-target cross-entropy loss and gradient of one row in one launch."""
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
-               n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               SCE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
+               n_cols, x_row_stride, t_row_stride, grad_row_stride, SCE,
+               COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
 
 
 @triton.jit
@@ -164,8 +164,8 @@ def _cross_entropy_fused_kernel(
             fill_zero(grad_ptr + row * grad_row_stride, 0, n_cols, BLOCK)
         return
     _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
-               n_cols, x_row_stride, t_row_stride, grad_row_stride,
-               CE, COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
+               n_cols, x_row_stride, t_row_stride, grad_row_stride, CE,
+               COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
 
 
 @triton.jit
@@ -183,7 +183,7 @@ def _entropy_grad_rescale_kernel(
     A bounded grid strides the rows. A scalar grad_output of 1 (the usual loss.backward())
     makes each program exit after one load; per-row values skip the rows whose value is 1.
     """
-    if grad_out_stride == 0:  # noqa: SIM102  (one grad_output for every row)
+    if grad_out_stride == 0:  # one grad_output for every row
         if tl.load(grad_out_ptr).to(tl.float32) == 1.0:
             return
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):

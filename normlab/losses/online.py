@@ -179,7 +179,7 @@ def row_statistics(x_row, t_row, lo, hi, KIND: tl.constexpr, BLOCK: tl.constexpr
     s_t = tl.zeros([BLOCK // LANE], tl.float32)
     acc = tl.zeros([BLOCK // LANE], tl.float32)
     n_full, first = tile_span(lo, hi, BLOCK, ALIGN, CLAMP_HI)
-    if ALIGN > 1:  # noqa: SIM102  (a constexpr branch: compiled only for the aligned frames)
+    if ALIGN > 1:  # a constexpr branch: compiled only for the aligned frames
         if first > 0:
             x, t = load_edge_tile(x_row, t_row, cols, lo, hi, KIND, "evict_last", ALIGN)
             m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND)
@@ -283,7 +283,7 @@ def nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift):
     target, or no finite logit). tile_grad's p > 0 test would zero such a row's entries; torch's
     autograd gives NaN for all of them. Once per row, from the final statistics."""
     loss = kl_shift - log_s_x + log_s_t  # as finish_loss and sharded.combine_partials
-    return tl.where(loss != loss, float("nan"), scale)  # noqa: PLR0124  (a NaN test)
+    return tl.where(loss != loss, float("nan"), scale)  # a NaN test
 
 
 @triton.jit
@@ -306,7 +306,8 @@ def store_edge_grad(x_row, t_row, grad_row, offs, g, lo, hi, shift_x, shift_t, l
     hi_vec = tl.multiple_of(tl.maximum(hi, 0) // ALIGN * ALIGN, ALIGN)  # end of the last one
     store_grad(grad_row + offs, g, (offs >= lo_vec) & (offs < hi_vec), ACCUMULATE, "evict_first")
     store_lanes(x_row, t_row, grad_row, lo_vec - ALIGN, lo, tl.minimum(hi, lo_vec), shift_x,
-                 shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND, ACCUMULATE, ALIGN)  # fmt: skip
+                shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND,
+                ACCUMULATE, ALIGN)  # fmt: skip
     store_lanes(x_row, t_row, grad_row, hi_vec, tl.maximum(lo_vec, hi_vec), hi, shift_x, shift_t,
                  log_s_x, log_s_t, kl_shift, label, scale, KIND, ACCUMULATE, ALIGN)  # fmt: skip
 
@@ -444,7 +445,7 @@ def grad_pass(
         g = tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
                        KIND)  # fmt: skip
         store_grad(grad_row + offs, g, None, ACCUMULATE, "evict_first")  # unmasked: vectorized
-    if ALIGN > 1:  # noqa: SIM102  (a constexpr branch, as the kernels were measured)
+    if ALIGN > 1:  # a constexpr branch, as the kernels were measured
         if first > 0:  # the peeled first tile: lanes before lo are the previous row's
             x, t = load_edge_tile(x_row, t_row, cols, lo, hi, KIND, "evict_first", ALIGN)
             g = tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,

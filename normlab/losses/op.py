@@ -31,7 +31,7 @@ FORMS = config.FORMS
 _F32 = torch.float32
 
 
-# ---- one call's forward and backward ---------------------------------------------------------------
+# ---- one call's forward and backward -------------------------------------------------------------
 
 
 def _rows(spec, logits, other):
@@ -123,7 +123,7 @@ def _graph_kept():
     return True if _KEEP_GRAPH is None else bool(_KEEP_GRAPH())
 
 
-# ---- eager: an autograd Function -------------------------------------------------------------------
+# ---- eager: an autograd Function -----------------------------------------------------------------
 
 
 class LossFunction(torch.autograd.Function):
@@ -151,7 +151,7 @@ class LossFunction(torch.autograd.Function):
         return _split_grad(ctx.spec, logits, other, row_stats, g_out, n_valid), None, None
 
 
-# ---- torch.compile: custom ops ---------------------------------------------------------------------
+# ---- torch.compile: custom ops -------------------------------------------------------------------
 
 
 def _local_spec(kind, form, block_cap, reduction, ignore_index, n_cols):
@@ -246,7 +246,7 @@ def _custom_op_backward(ctx, grad_loss, _dgrad, _dstats, _dn_valid):
 _entropy_fwd_op.register_autograd(_custom_op_backward, setup_context=_setup_context)
 
 
-# ---- public functions ------------------------------------------------------------------------------
+# ---- public functions ----------------------------------------------------------------------------
 
 
 def _check_common(name, logits, form, block_cap, reduction, group):
@@ -271,8 +271,8 @@ def _check_common(name, logits, form, block_cap, reduction, group):
         if (not isinstance(block_cap, int) or isinstance(block_cap, bool) or block_cap < lo
                 or block_cap > hi or block_cap & (block_cap - 1)):  # fmt: skip
             raise ValueError(
-                f"{name}: block_cap must be one of {config.ENTROPY_BLOCK_CAPS} (or any power of two "
-                f"in [{lo}, {hi}]), got {block_cap!r}"
+                f"{name}: block_cap must be one of {config.ENTROPY_BLOCK_CAPS} "
+                f"(or any power of two in [{lo}, {hi}]), got {block_cap!r}"
             )
     if group is not None:
         if not dist.is_available() or not dist.is_initialized():
@@ -305,11 +305,13 @@ def _check_grad_accumulate(name, grad_accumulate, logits):
         )
     if grad_accumulate.shape != logits.shape:
         raise ValueError(
-            f"{name}: grad_accumulate shape {tuple(grad_accumulate.shape)} != logits shape {tuple(logits.shape)}"
+            f"{name}: grad_accumulate shape {tuple(grad_accumulate.shape)} "
+            f"!= logits shape {tuple(logits.shape)}"
         )
     if grad_accumulate.dtype not in (torch.float32, logits.dtype):
         raise TypeError(
-            f"{name}: grad_accumulate dtype must be float32 or {logits.dtype}, got {grad_accumulate.dtype}"
+            f"{name}: grad_accumulate dtype must be float32 or {logits.dtype}, "
+            f"got {grad_accumulate.dtype}"
         )
     if grad_accumulate.device != logits.device or not grad_accumulate.is_contiguous():
         raise ValueError(f"{name}: grad_accumulate must be contiguous and on {logits.device}")
@@ -379,7 +381,8 @@ def _distribution_loss(
         )
     if target_logits.shape != logits.shape:
         raise ValueError(
-            f"{name}: target_logits shape {tuple(target_logits.shape)} != logits shape {tuple(logits.shape)}"
+            f"{name}: target_logits shape {tuple(target_logits.shape)} "
+            f"!= logits shape {tuple(logits.shape)}"
         )
     if target_logits.dtype != logits.dtype:
         raise TypeError(
@@ -391,7 +394,8 @@ def _distribution_loss(
         )
     if target_logits.requires_grad and torch.is_grad_enabled():
         raise ValueError(
-            f"{name}: no gradient with respect to target_logits is computed; pass target_logits.detach()"
+            f"{name}: no gradient with respect to target_logits is computed; "
+            "pass target_logits.detach()"
         )
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
     form, cap = _resolve(name, n_cols, form, block_cap, group)
@@ -430,8 +434,8 @@ def reverse_kl(logits, target_logits, *, form="auto", block_cap=None, reduction=
     values: "mean" of zero rows NaN, "sum" 0, "none" empty; an empty gradient. Non-unit-stride
     columns are copied first.
     """
-    return _distribution_loss("reverse_kl", logits, target_logits, form, block_cap, reduction, group,
-                              grad_accumulate)  # fmt: skip
+    return _distribution_loss("reverse_kl", logits, target_logits, form, block_cap, reduction,
+                              group, grad_accumulate)  # fmt: skip
 
 
 def soft_cross_entropy(logits, target_logits, *, form="auto", block_cap=None, reduction="mean",
@@ -441,12 +445,13 @@ def soft_cross_entropy(logits, target_logits, *, form="auto", block_cap=None, re
     q = softmax(target_logits), p = softmax(logits). Gradient with respect to logits: ``p - q``
     (times grad_output, and 1/M for "mean"). Arguments and conventions as :func:`reverse_kl`.
     """
-    return _distribution_loss("soft_cross_entropy", logits, target_logits, form, block_cap, reduction,
-                              group, grad_accumulate)  # fmt: skip
+    return _distribution_loss("soft_cross_entropy", logits, target_logits, form, block_cap,
+                              reduction, group, grad_accumulate)  # fmt: skip
 
 
-def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="auto", block_cap=None,
-                  group=None, grad_accumulate=None, check_labels=None):  # fmt: skip
+def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="auto",
+                  block_cap=None, group=None, grad_accumulate=None,
+                  check_labels=None):  # fmt: skip
     """Cross-entropy with integer labels, torch semantics: ``logsumexp(x_r) - x_r[label_r]``.
 
     logits (..., V) float32/float16/bfloat16; labels (...) int64 or int32, each in [0, V) or
@@ -472,12 +477,14 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
         raise TypeError(f"{name}: labels dtype must be int64 or int32, got {labels.dtype}")
     if labels.shape != logits.shape[:-1]:
         raise ValueError(
-            f"{name}: labels shape {tuple(labels.shape)} != logits.shape[:-1] {tuple(logits.shape[:-1])}"
+            f"{name}: labels shape {tuple(labels.shape)} "
+            f"!= logits.shape[:-1] {tuple(logits.shape[:-1])}"
         )
     if labels.device != logits.device:
         raise ValueError(f"{name}: labels on {labels.device}, logits on {logits.device}")
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
-    vocab_start, vocab_size = sharded.vocab_layout(group, n_cols) if group is not None else (0, n_cols)
+    vocab_start, vocab_size = (sharded.vocab_layout(group, n_cols) if group is not None
+                               else (0, n_cols))  # fmt: skip
     compiling = torch.compiler.is_compiling()
     if check_labels is None:
         check_labels = logits.device.type == "cpu" and not compiling
@@ -488,7 +495,8 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
         if bool(bad.any()):
             first = labels[bad].flatten()[0].item()
             raise ValueError(
-                f"{name}: label {first} outside [0, {vocab_size}) and != ignore_index={ignore_index}"
+                f"{name}: label {first} outside [0, {vocab_size}) "
+                f"and != ignore_index={ignore_index}"
             )
     form, cap = _resolve(name, n_cols, form, block_cap, group)
     spec = config.Spec(KINDS[name], form, cap, reduction, int(ignore_index), group, vocab_start,

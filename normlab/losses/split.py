@@ -38,7 +38,8 @@ def _entropy_stats_kernel(
     t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
     labels_ptr,  # (n_rows,) global int labels (label CE only)
     partial_ptr,  # (5, n_rows) fp32 raw m_x, s_x, m_t, s_t, acc (written when not FINALIZE)
-    row_stats_ptr,  # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x, loss (FINALIZE)
+    # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x, loss (FINALIZE)
+    row_stats_ptr,
     ignore_index,
     vocab_start,
     vocab_size,
@@ -135,7 +136,7 @@ def _entropy_backward_kernel(
         scale = tl.where(ignored, 0.0, scale)
         scale = tl.where(bad, float("nan"), scale)
         label = label + lead
-        if ALIGN > 1:  # noqa: SIM102  (a constexpr branch, as the kernels were measured)
+        if ALIGN > 1:  # a constexpr branch, as the kernels were measured
             if ignored:  # exact zeros even if the row holds NaN / inf; nothing to add
                 if not ACCUMULATE:
                     zeros = tl.zeros([BLOCK], tl.float32).to(grad_ptr.dtype.element_ty)

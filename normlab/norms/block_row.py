@@ -8,7 +8,8 @@ the backward runs a persistent grid that grid-strides row tiles, keeping dγ/dβ
 and writing one fp32 partial row per program (summed by ``norms.reduce``; no atomics,
 deterministic). Where ``config.block_row_recompute_stats`` says so, the forward stores no
 mean/rstd and the backward recomputes them from the x tile it reads anyway. The same forward
-kernel, with a persistent prefetching grid, runs the wide-row tiles of ``config.NORM_FWD_BLOCK_ROW``.
+kernel, with a persistent prefetching grid, runs the wide-row tiles of
+``config.NORM_FWD_BLOCK_ROW``.
 """
 
 from __future__ import annotations
@@ -369,8 +370,8 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
     return y, mean, rstd
 
 
-def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRowBwdConfig, eps=None,
-                    grad_weight=None, grad_bias=None):
+def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRowBwdConfig,
+                    eps=None, grad_weight=None, grad_bias=None):
     """Launch the backward with an explicit config (tuning scripts call this; no width limit).
     ``rstd`` None: recompute mean and rstd from x with the forward's ``eps``.
 

@@ -84,7 +84,8 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
     row-count rules are ignored)."""
     block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = _ladder(NORM_FWD_WARPS, block)
-    few_rows = n_rows is not None and sm_count and n_rows <= NORM_FWD_DECODE_MAX_ROWS_PER_SM * sm_count
+    few_rows = (n_rows is not None and sm_count
+                and n_rows <= NORM_FWD_DECODE_MAX_ROWS_PER_SM * sm_count)
     looped = NORM_FWD_RMS_LOOPED.get(_next_pow2(n_cols)) if is_rms and not few_rows else None
     if looped is None:
         return NormFwdConfig(block_size=block, num_warps=warps)
@@ -328,7 +329,7 @@ def block_row_bwd_recompute_config(n_cols: int, is_rms: bool) -> BlockRowBwdConf
 
 # ---- the plan ----------------------------------------------------------------------------------
 
-STRATEGIES = ("auto",) + NORM_BWD_STRATEGIES
+STRATEGIES = ("auto", *NORM_BWD_STRATEGIES)
 LAYOUTS = ("auto", "row", "block_row")
 BLOCK_ROW_STRATEGIES = ("auto", "persistent")  # the block-row backward's only reduction
 

@@ -35,8 +35,8 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime
-from normlab._launch import launch
 from normlab._host import unit_col_stride
+from normlab._launch import launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
 from normlab.norms.tiles import (
@@ -200,7 +200,8 @@ def _norm_bwd_atomic_kernel(
     BLOCK_COLS: tl.constexpr,
 ):
     """One row tile per program; its dw/db column sums go straight into one shared fp32 vector
-    with tl.atomic_add: every program hits the same n_cols addresses (the fused-RMSNorm write-up's first design)."""
+    with tl.atomic_add: every program hits the same n_cols addresses (the fused-RMSNorm
+    write-up's first design)."""
     tile = tl.program_id(0)
     if TWO_PASS:
         bwd_tile_two_pass(
@@ -494,7 +495,8 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, tile=None, block_size=None, 
     )  # fmt: skip
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
              "INT64_ROWS": _int64_rows(n_rows, x2d.stride(0), y.stride(0)),
-             "ROW_ALIGN": config.row_align(math.gcd(x2d.stride(0), y.stride(0)), x2d.element_size())}
+             "ROW_ALIGN": config.row_align(math.gcd(x2d.stride(0), y.stride(0)),
+                                           x2d.element_size())}
     if AUTOTUNE and block_size is None and num_warps is None:
         _norm_fwd_kernel_tuned[(n_rows,)](*args, **flags)
         return y, mean, rstd

@@ -26,7 +26,6 @@ from normlab.viz.plots import (
 )
 
 __all__ = [
-    "widgets",
     "NO_RECORDED_DATA",
     "Table",
     "as_dicts",
@@ -43,6 +42,7 @@ __all__ = [
     "speedup_table",
     "speedup_vs_best_peer",
     "verdict",
+    "widgets",
     "with_source",
 ]
 

@@ -13,6 +13,7 @@ import torch
 
 from normlab.ref import TOLERANCES, tolerance
 
+
 def max_violation(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> float:
     """max(|a - e| - (atol + rtol·|e|)) in fp64; > 0 means outside the tolerance. NaN/Inf must
     sit at the same places in both (a mismatch counts as +inf)."""
@@ -31,7 +32,8 @@ def max_violation(actual: torch.Tensor, expected: torch.Tensor, atol: float, rto
 
 def verdict(label: str, actual: torch.Tensor, expected: torch.Tensor, *,
             dtype: torch.dtype | None = None, reduce_len: int | None = None) -> str:
-    """``"<label>: OK (max |err| within tol)"`` or ``"<label>: FAIL (...)"``, tolerance per dtype."""
+    """``"<label>: OK (max |err| within tol)"`` or ``"<label>: FAIL (...)"``, tolerance per
+    dtype."""
     dtype = dtype or actual.dtype
     if dtype not in TOLERANCES:
         raise ValueError(f"no tolerance for {dtype}; expected one of {list(TOLERANCES)}")

@@ -54,7 +54,8 @@ def as_dicts(records: Iterable) -> list[dict]:
         elif hasattr(r, "__dict__"):
             rows.append(dict(vars(r)))
         else:
-            raise TypeError(f"record must be a dict or an object with attributes, got {type(r).__name__}")
+            raise TypeError("record must be a dict or an object with attributes, "
+                            f"got {type(r).__name__}")
     return rows
 
 
@@ -202,7 +203,8 @@ def _empty_message(source: str | None, what: str) -> str:
 def _shape_order(rows: list[dict]) -> list[str]:
     keyed = {}
     for r in rows:
-        keyed.setdefault(shape_label(r), (int(r.get("M") or 0) * int(r.get("N") or 0), int(r.get("M") or 0)))
+        keyed.setdefault(shape_label(r), (int(r.get("M") or 0) * int(r.get("N") or 0),
+                                          int(r.get("M") or 0)))
     return sorted(keyed, key=keyed.get)
 
 
@@ -359,7 +361,8 @@ def roofline_bars(
 # ---- per-kernel breakdown ----------------------------------------------------------------------
 
 
-def kernel_breakdown(records: Iterable, *, source: str | None = None, title: str | None = None) -> go.Figure:
+def kernel_breakdown(records: Iterable, *, source: str | None = None,
+                     title: str | None = None) -> go.Figure:
     """Stacked device time per kernel (e.g. main dx kernel + dγ reduce kernel) per run."""
     valid, dropped = _valid(records)
     rows = [r for r in valid if r.get("kernels")]
@@ -371,7 +374,8 @@ def kernel_breakdown(records: Iterable, *, source: str | None = None, title: str
     order = _shape_order(rows)
     rows = sorted(rows, key=lambda r: (order.index(shape_label(r)), series_label(r)))
     multi_dir = len({r.get("direction") for r in rows}) > 1
-    xs = [f"{shape_label(r)} · {series_label(r)}" + (f" ({r.get('direction')})" if multi_dir else "")
+    xs = [f"{shape_label(r)} · {series_label(r)}"
+          + (f" ({r.get('direction')})" if multi_dir else "")
           for r in rows]
     kernel_names: list[str] = []
     for r in rows:
@@ -382,7 +386,7 @@ def kernel_breakdown(records: Iterable, *, source: str | None = None, title: str
     for k in kernel_names:
         us = [_num(r["kernels"].get(k, 0.0)) for r in rows]
         share = [100.0 * u / sum(_num(v) for v in r["kernels"].values()) if u else 0.0
-                 for u, r in zip(us, rows)]
+                 for u, r in zip(us, rows, strict=True)]
         fig.add_trace(
             go.Bar(
                 x=xs, y=us, name=k, customdata=share,
@@ -491,7 +495,7 @@ def speedup_vs_best_peer(
     return fig
 
 
-# ---- the dγ contention picture (the fused-RMSNorm write-up's queue of carts at one dock) ----------------
+# ---- the dγ contention picture (the fused-RMSNorm write-up's queue of carts at one dock) ---------
 
 
 def contention_model(
@@ -577,7 +581,8 @@ def contention_figure(
         rows=2, cols=n, row_heights=[0.62, 0.38], vertical_spacing=0.16,
         specs=[[{} for _ in strategies], [{"colspan": n}] + [None] * (n - 1)],
         subplot_titles=[f"{s}: {model[s]['programs']:,} programs → "
-                        f"{model[s]['destinations']:,} {'dγ vector' if s == 'atomic' else 'partial rows'}"
+                        f"{model[s]['destinations']:,} "
+                        f"{'dγ vector' if s == 'atomic' else 'partial rows'}"
                         for s in strategies] + ["the numbers (log scale)"],
     )
     for col, s in enumerate(strategies, start=1):
@@ -670,7 +675,8 @@ class Table:
         if not self.rows:
             return self.empty
         widths = [max(len(h), *(len(r[i]) for r in self.rows)) for i, h in enumerate(self.header)]
-        line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+        line = lambda cells: "  ".join(
+            c.rjust(w) for c, w in zip(cells, widths, strict=False)).rstrip()
         return "\n".join([line(self.header), line(["-" * w for w in widths])]
                          + [line(r) for r in self.rows])
 

@@ -56,8 +56,8 @@ def _registry_ops() -> dict[str, list[str]]:
 class Explorer:
     """Pick op, implementations, strategy, dtype, direction and shapes; Run; compare with records.
 
-    ``sweep`` and ``recorded`` default to ``normlab.bench.sweep`` and ``normlab.bench.load_recorded()``;
-    tests pass fakes. ``run()`` returns the figures it displayed.
+    ``sweep`` and ``recorded`` default to ``normlab.bench.sweep`` and
+    ``normlab.bench.load_recorded()``; tests pass fakes. ``run()`` returns the figures it displayed.
     """
 
     def __init__(
@@ -118,8 +118,8 @@ class Explorer:
     def _mode_note(self) -> str:
         if self.interpret:
             return ("Triton interpreter on CPU: live runs check the pipeline, their timings say "
-                    f"nothing about GPU bandwidth; shapes are capped at {INTERPRET_MAX_ROWS} rows × "
-                    f"{INTERPRET_MAX_COLS} columns.")
+                    "nothing about GPU bandwidth; shapes are capped at "
+                    f"{INTERPRET_MAX_ROWS} rows × {INTERPRET_MAX_COLS} columns.")
         return "live runs on this GPU."
 
     def _on_op(self, change) -> None:
@@ -187,7 +187,8 @@ class Explorer:
             raise
         self.live = plots.with_source(live, "live")
         self.skipped = list(getattr(live, "skipped", []))
-        skipped = "".join(f"<br>skipped {html.escape(c)}: {html.escape(r)}" for c, r in self.skipped)
+        skipped = "".join(f"<br>skipped {html.escape(c)}: {html.escape(r)}"
+                          for c, r in self.skipped)
         self.status.value = f"{len(self.live)} live measurements. " + self._mode_note() + skipped
         figs = [plots.gbps_vs_shape(self.live), plots.roofline_bars(self.live),
                 plots.speedup_vs_best_peer(self.live)]
@@ -209,7 +210,8 @@ def _show(out: W.Output, figs: list) -> None:
     to_mimebundle = pio.renderers["plotly_mimetype"].to_mimebundle  # JSON-safe plotly bundle
     out.outputs = tuple(
         {"output_type": "display_data", "metadata": {},
-         "data": {**to_mimebundle(fig.to_dict()), "text/plain": f"<plotly figure: {_figure_title(fig)}>"}}
+         "data": {**to_mimebundle(fig.to_dict()),
+                  "text/plain": f"<plotly figure: {_figure_title(fig)}>"}}
         for fig in figs
     )  # fmt: skip
 
