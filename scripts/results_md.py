@@ -325,6 +325,7 @@ def runs_table(records) -> str:
 
 
 def render(paths: list[Path]) -> str:
+    paths = sorted(paths)  # the header names them; the order must not depend on the caller
     all_records = []
     for p in paths:
         all_records += read_records(p)
