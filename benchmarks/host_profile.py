@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error("--calls must be >= 1")
-    _, _, run = overhead._case(args.op, args.impl, args.direction, torch.bfloat16,
+    _, _, run = overhead.host_case(args.op, args.impl, args.direction, torch.bfloat16,
                                overhead._runtime.DEVICE)  # fmt: skip
     for _ in range(50):
         run()

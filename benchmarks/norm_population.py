@@ -44,7 +44,7 @@ def _impls(op):
         "torch": lambda M, N, dt, d: registry.get(op, "torch").build(M, N, dt, d, "cuda"),
     }
     compiled = _compiled_peer(op)
-    out["compile"] = lambda M, N, dt, d: registry._norm_case(compiled, op, M, N, dt, d, "cuda")
+    out["compile"] = lambda M, N, dt, d: registry.norm_case(compiled, op, M, N, dt, d, "cuda")
     if registry.get(op, "liger").unavailable() is None:
         out["liger"] = lambda M, N, dt, d: registry.get(op, "liger").build(M, N, dt, d, "cuda")
     return out

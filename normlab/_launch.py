@@ -13,7 +13,8 @@ from another must differ here too (``tests/test_launch.py`` checks that against 
 specializer). A miss goes through ``kernel[grid]`` once and stores what it compiled.
 
 Under the interpreter, for wrapped kernels (heuristics, autotune), or with
-``NORMLAB_LEAN_LAUNCH=0``, ``launch`` is exactly ``kernel[grid](*args, **meta)``. Launch hooks
+``NORMLAB_LEAN_LAUNCH=0`` (in-process: ``ENABLED = False``, as ``benchmarks/gpu_check.py`` does to
+compare the two paths), ``launch`` is exactly ``kernel[grid](*args, **meta)``. Launch hooks
 (profilers such as Proton) are called as Triton calls them.
 """
 

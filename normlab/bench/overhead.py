@@ -104,7 +104,7 @@ def _loss_fn(op: str, impl: str) -> Callable | None:
     return torch.compile(fn, fullgraph=True) if impl.endswith("compile") else fn
 
 
-def _case(op: str, impl: str, direction: str, dtype: torch.dtype, device: str):
+def host_case(op: str, impl: str, direction: str, dtype: torch.dtype, device: str):
     """(M, N, zero-argument call) or None where the impl lacks the op."""
     if op in NORM_OPS:
         M, N = TINY["norm"]
@@ -173,7 +173,7 @@ def measure_overhead(ops=OPS, impls=IMPLS, directions=DIRECTIONS, dtype="bf16",
             for impl in impls:
                 if impl.endswith("compile") and device != "cuda":
                     continue  # a C++ compile per case on CPU, and nothing to learn from it
-                case = _case(op, impl, direction, torch_dtype, device)
+                case = host_case(op, impl, direction, torch_dtype, device)
                 if case is None:
                     continue
                 M, N, run = case

@@ -138,7 +138,7 @@ def _check_direction(op: str, direction: str, allowed: tuple[str, ...]) -> None:
         )
 
 
-def _norm_case(fn: Callable, op: str, M: int, N: int, dtype, direction: str, device: str):
+def norm_case(fn: Callable, op: str, M: int, N: int, dtype, direction: str, device: str):
     """Inputs for a norm and the callable for ``direction``; fn(x, w, b, eps) -> y."""
     _check_direction(op, direction, NORM_DIRECTIONS)
     x = torch.randn(M, N, dtype=dtype, device=device, requires_grad=True)
@@ -193,7 +193,7 @@ def _eager_rms_fn() -> Callable:
 
 def _norm_builder(make_fn: Callable[..., Callable], op: str):
     def build(M, N, dtype, direction, device, **options):
-        return _norm_case(make_fn(**options), op, M, N, dtype, direction, device)
+        return norm_case(make_fn(**options), op, M, N, dtype, direction, device)
 
     return build
 
