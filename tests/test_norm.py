@@ -878,3 +878,25 @@ def test_layout_dispatch(monkeypatch, is_rms):
     assert calls == [("fwd", (5, 16), is_rms, not recompute),
                      ("bwd", (5, 16), "persistent", recompute)]  # fmt: skip
     assert_close(y, _ref_fwd(x.detach(), w.detach(), None, 1e-5, is_rms))
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_plan_at_its_switches(is_rms):
+    """The planner at and around each switch: block-row from BLOCK_ROW_MIN_ROWS rows and up to
+    BLOCK_ROW_MAX_COLS columns under "auto" (only where its backward's strategy exists), forced
+    layouts, and the forward storing statistics exactly where the backward does not recompute."""
+    cols, rows = configs.BLOCK_ROW_MAX_COLS, configs.BLOCK_ROW_MIN_ROWS
+    assert configs.plan(is_rms, rows, cols).layout == "block_row"
+    assert configs.plan(is_rms, rows - 1, cols).layout == "row"
+    assert configs.plan(is_rms, rows, cols + 1).layout == "row"
+    assert configs.plan(is_rms, rows, cols, "two_stage").layout == "row"
+    assert configs.plan(is_rms, rows, cols, "two_stage").strategy == "two_stage"
+    assert configs.plan(is_rms, 1, 1, layout="block_row").layout == "block_row"
+    assert configs.plan(is_rms, rows, 1, layout="row").layout == "row"
+    recompute_max = configs.BLOCK_ROW_RECOMPUTE_MAX_COLS[is_rms]
+    assert not configs.plan(is_rms, rows, recompute_max).store_stats
+    if recompute_max < cols:
+        assert configs.plan(is_rms, rows, recompute_max + 1).store_stats
+    assert configs.plan(is_rms, rows - 1, 8).store_stats  # the row path always stores them
+    assert configs.plan(is_rms, 4097, 1000, layout="row").fwd_tile is None
+    assert configs.plan(False, 4097, 1000).fwd_tile == configs.norm_fwd_block_row_config(4097, 1000)

@@ -1,12 +1,12 @@
 """The norms' launch planner: which kernel runs a call, and with what tile, in one place.
 
-``plan(...)`` takes the call (RMSNorm or LayerNorm, M rows of N columns, dtype, row stride, the
-card's SM count) and the user's ``strategy``/``layout`` and returns a frozen ``NormPlan``: the
-forward's kernel family and tile, and the backward's, decided together (whether the forward
-stores its row statistics depends on which backward will run). Every rule below is a named
-quantity with a one-line reason; the measurements behind the constants are in
-``docs/notes/`` (one dated note per topic) and the shape population's records
-(``docs/results.md``).
+``plan(...)`` takes the call (RMSNorm or LayerNorm, M rows of N columns) and the user's
+``strategy``/``layout`` and returns a frozen ``NormPlan``: the forward's kernel family and tile,
+and the backward's, decided together (whether the forward stores its row statistics depends on
+which backward will run). The launchers add what depends on the tensors themselves (the SM count
+for persistent grids, the row-alignment load hint). Every rule below is a named quantity with a
+one-line reason; the measurements behind the constants are in ``docs/notes/`` (one dated note
+per topic) and ``benchmarks/data/`` (the shape population).
 
 The lower-level ``*_config`` functions build one kernel's launch config and take keyword
 overrides; the benchmarks sweep those. Nothing here imports a kernel. On a GPU the plans are
@@ -18,8 +18,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from typing import NamedTuple
-
-import torch
 
 from normlab import _runtime
 
@@ -341,14 +339,13 @@ class NormPlan:
     ``layout``: "block_row" (narrow rows, many per tile, both directions) or "row".
     ``fwd_tile``: the wide-row forward's block-row tile (None: one row per program).
     ``store_stats``: whether the forward writes mean/rstd (the block-row backward can recompute
-    them from x). ``strategy``: the backward's dγ/dβ reduction. ``row_align``: the elements
-    every row start is a multiple of (a load-width hint)."""
+    them from x). ``strategy``: the backward's dγ/dβ reduction. (Each launcher adds the
+    ``row_align`` load hint from the strides of the tensors it is given.)"""
 
     layout: str
     fwd_tile: BlockRowFwdConfig | None
     store_stats: bool
     strategy: str
-    row_align: int
 
 
 def use_block_row(n_rows: int, n_cols: int) -> bool:
@@ -357,19 +354,18 @@ def use_block_row(n_rows: int, n_cols: int) -> bool:
     return n_cols <= BLOCK_ROW_MAX_COLS and n_rows >= BLOCK_ROW_MIN_ROWS
 
 
-def plan(is_rms: bool, n_rows: int, n_cols: int, dtype: torch.dtype, row_stride: int,
-         strategy: str = "auto", layout: str = "auto") -> NormPlan:  # fmt: skip
+def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
+         layout: str = "auto") -> NormPlan:  # fmt: skip
     """The plan of one call (arguments already validated)."""
     if layout == "auto":
         block_row = strategy in BLOCK_ROW_STRATEGIES and use_block_row(n_rows, n_cols)
     else:
         block_row = layout == "block_row"
-    align = row_align(row_stride, dtype.itemsize)
     if block_row:
         return NormPlan("block_row", None, not block_row_recompute_stats(n_cols, is_rms),
-                        "persistent", align)  # fmt: skip
+                        "persistent")  # fmt: skip
     fwd_tile = norm_fwd_block_row_config(n_rows, n_cols, is_rms) if layout == "auto" else None
-    return NormPlan("row", fwd_tile, True, "persistent" if strategy == "auto" else strategy, align)
+    return NormPlan("row", fwd_tile, True, "persistent" if strategy == "auto" else strategy)
 
 
 

@@ -21,7 +21,7 @@ LAYOUTS = config.LAYOUTS
 
 def _plan(x2d, is_rms, strategy, layout) -> config.NormPlan:
     n_rows, n_cols = x2d.shape
-    return config.plan(is_rms, n_rows, n_cols, x2d.dtype, x2d.stride(0), strategy, layout)
+    return config.plan(is_rms, n_rows, n_cols, strategy, layout)
 
 
 def planned_forward(x2d, weight, bias, eps, is_rms, strategy, layout):
