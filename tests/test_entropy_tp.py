@@ -18,6 +18,8 @@ import torch.multiprocessing as mp
 import normlab
 from normlab import ref
 
+pytestmark = pytest.mark.slow  # process start-up under the interpreter: out of make test-quick
+
 # world size -> shard sizes: uneven, one shard narrower than a 16-wide tile, and one of width
 # 0 (that rank's statistics are those of no column; it still joins the all-reduces).
 LAYOUTS = {2: [(130, 70), (0, 200)], 3: [(90, 7, 103)]}
