@@ -1,5 +1,6 @@
 """The shape populations follow their stated rules and are the same on every run."""
 
+import importlib
 import math
 
 from normlab.bench import shapes
@@ -33,3 +34,21 @@ def test_vocab_population_rules():
     assert all(1000 <= c.N <= 262144 and 1 <= c.M <= 16384 for c in cases)
     assert all(c.M * c.N <= shapes.MAX_LOSS_ELEMS for c in cases)
     assert any(c.N % 16 for c in cases)  # ragged vocabularies are in
+
+
+def test_populations_are_bench_shape_sets(monkeypatch):
+    """`bench --shapes population` runs the population's bf16 members; its records say so."""
+    sweep = importlib.import_module("normlab.bench.sweep")  # the module, not bench.sweep()
+    bf16 = {(c.M, c.N) for c in shapes.norm_population() if c.dtype == "bf16"}
+    assert set(sweep.parse_shapes("population")) == bf16
+    assert set(sweep.parse_shapes("vocab_population")) == {
+        (c.M, c.N) for c in shapes.vocab_population()}
+    small = [(3, 8), (2, 5)]  # two members, small enough for the interpreter
+    monkeypatch.setitem(sweep.SHAPES, "population", small)
+    out = sweep.sweep("rms_norm", ["torch"], shapes="population", directions=["fwd"], reps=1,
+                      warmup=0, roofline=100.0)  # fmt: skip
+    assert {(r.M, r.N) for r in out} == set(small)
+    assert {r.shape_set for r in out} == {"population"}
+    out = sweep.sweep("rms_norm", ["torch"], shapes="3x8", directions=["fwd"], reps=1,
+                      warmup=0, roofline=100.0)  # fmt: skip
+    assert [r.shape_set for r in out] == [None]

@@ -18,6 +18,7 @@ import torch
 from normlab import _runtime
 from normlab.bench import progress as _progress
 from normlab.bench import registry, traffic
+from normlab.bench import shapes as _shapes
 from normlab.bench.device import CPU_LABEL, CopyBandwidth, DeviceInfo, device_info, git_commit
 from normlab.bench.records import Record, check_sanity, dtype_name, parse_dtype
 from normlab.bench.timing import time_call
@@ -43,6 +44,10 @@ SHAPES: dict[str, list[tuple[int, int]]] = {
     "losses": [(4096, v) for v in (32768, 65536, 131072, 50257, 151936)],
     # CPU-sized: a power of two and a ragged non-power of two
     "quick": [(64, 128), (37, 1000)],
+    # the shape populations' bf16 members (normlab.bench.shapes; records say shape_set=...)
+    "population": list(dict.fromkeys(
+        (c.M, c.N) for c in _shapes.norm_population() if c.dtype == "bf16")),
+    "vocab_population": list(dict.fromkeys((c.M, c.N) for c in _shapes.vocab_population())),
 }
 DEFAULT_REPS = {"gpu": 30, "cpu": 5}
 INTERPRETER_LABEL = (
@@ -216,6 +221,7 @@ def measure(
     command: str = "",
     date: str | None = None,
     commit: str | None = None,
+    shape_set: str | None = None,
 ) -> Record:
     """One record: time ``run()`` (one call of ``op`` on an M x N input) with ``time_call`` and
     divide the bytes model by its device time. ``sweep`` calls this for each case; call it
@@ -257,6 +263,7 @@ def measure(
         mode=device.mode,
         date=date if date is not None else _utc_now(),
         commit=commit if commit is not None else git_commit(),
+        shape_set=shape_set,
         command=command,
         note=f"{model} bytes model{' (no partial rows)' if model == 'full' else ''}; "
         f"{timing.reps} reps",
@@ -296,6 +303,7 @@ def sweep(
     """
     shape_list, dtype_list, dirs = _axes(op, shapes, dtypes, directions)
     cases, skipped = _plan_cases(op, impls, shape_list, dtype_list, dirs, options)
+    shape_set = shapes if isinstance(shapes, str) and shapes in _shapes.POPULATIONS else None
     if device is None:
         device = device_info(measure_copy=roofline is None)
     if roofline is None:
@@ -328,7 +336,7 @@ def sweep(
                 strategy=variant.get("strategy", variant.get("form")),
                 layout=variant.get("layout"), block_cap=variant.get("block_cap"),
                 roofline_gbps=roofline_gbps, reps=reps, warmup=warmup, model=model,
-                command=command, date=date, commit=commit,
+                command=command, date=date, commit=commit, shape_set=shape_set,
             )  # fmt: skip
         except Exception as exc:  # a case that cannot run is reported, and the sweep goes on
             results.skipped.append((label, f"{type(exc).__name__}: {exc}".strip().splitlines()[0]))
