@@ -14,7 +14,7 @@
 # $$
 #
 # $dx$ is per row, like the forward. $d\gamma$ is a **column sum over all M rows**: every program
-# holds a piece of it, and the pieces must meet somewhere. Seed 002's fused backward added them with
+# holds a piece of it, and the pieces must meet somewhere. The Fused RMSNorm write-up's backward added them with
 # `tl.atomic_add` straight into the one $N$-vector; under many programs the atomics contend on the same
 # addresses and serialize: *a queue of carts at a single loading dock*. normlab keeps that design and
 # two better ones side by side (`strategy=`):

@@ -5,7 +5,7 @@
 # %% [markdown]
 # # 03 · Bounded partials and wide rows
 #
-# Seed 000 (Fast-LLM's normalization backward rewrite) makes two changes to the backward:
+# Fast-LLM's normalization backward rewrite (ServiceNow/Fast-LLM#546) makes two changes to the backward:
 #
 # 1. **Bound the partial-reduction work.** One partial row per block of rows makes the second kernel's
 #    input grow with M (at 32768×1024 it ran at ~10% of bandwidth). A persistent grid of

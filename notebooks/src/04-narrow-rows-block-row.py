@@ -5,7 +5,7 @@
 # %% [markdown]
 # # 04 · Narrow rows: block-row vs one row per program
 #
-# Seed 003 (a Liger-Kernel PR) trains tiny networks with 16–256 features and ~7.9 million rows. One
+# Liger-Kernel's block-row pull request (linkedin/Liger-Kernel#1620) trains tiny networks with 16–256 features and ~7.9 million rows. One
 # program per row then moves 16 × 2 bytes per program: far less than a warp can load in one
 # instruction, so most lanes idle and the launch grid (7.9 M programs) is mostly scheduling overhead.
 # **Block-row** kernels pack many rows into one 2-D tile (`BLOCK_ROWS × next_pow2(N)`, 1024–8192
@@ -128,7 +128,7 @@ viz.gbps_vs_shape(viz.select(narrow, op="layer_norm", direction="fwd"), source="
 viz.gbps_vs_shape(viz.select(narrow, op="layer_norm", direction="bwd"), source="recorded")
 
 # %% [markdown]
-# Seed 003's "total": the forward and its backward in one call, as a training step runs them
+# The block-row pull request's "total": the forward and its backward in one call, as a training step runs them
 # (`direction="fwd+bwd"`, bytes 5·M·N·e).
 
 # %%

@@ -14,7 +14,7 @@
 # $$
 #
 # Both softmaxes need a row max and a row sum before anything else, so a row is read at least twice.
-# Seed 004 found Fast-LLM's Triton kernel ~2.9× *slower* than `torch.compile` at V = 32K: it held the
+# Fast-LLM's reverse-KL issue (ServiceNow/Fast-LLM#497) found Fast-LLM's Triton kernel ~2.9× *slower* than `torch.compile` at V = 32K: it held the
 # whole row (up to 32768 values) in registers for **both** distributions, which left ~2 blocks per SM and
 # no latency hiding. Its two fixes are both here:
 #
