@@ -200,8 +200,13 @@ PEERS_NORMS = [
 ]  # fmt: skip
 
 
-@pytest.mark.skipif(not normlab.INTERPRET, reason="the cost check is for CPU runs")
-def test_a_long_cpu_sweep_is_refused_with_its_estimate(capsys):
+@pytest.fixture
+def on_cpu(monkeypatch):
+    """The cost check applies where kernels run in the interpreter: pretend so on any machine."""
+    monkeypatch.setattr(normlab._runtime, "DEVICE", "cpu")
+
+
+def test_a_long_cpu_sweep_is_refused_with_its_estimate(on_cpu, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(PEERS_NORMS)
     assert exc.value.code == 2
@@ -214,9 +219,8 @@ def test_a_long_cpu_sweep_is_refused_with_its_estimate(capsys):
     assert "--quick" in line and "--shapes quick" in line and "--yes" in line
 
 
-@pytest.mark.skipif(not normlab.INTERPRET, reason="the cost check is for CPU runs")
 @pytest.mark.parametrize("flag", ["--yes", "--force"])
-def test_yes_runs_a_long_cpu_sweep_and_says_its_estimate(flag, monkeypatch, capsys):
+def test_yes_runs_a_long_cpu_sweep_and_says_its_estimate(flag, on_cpu, monkeypatch, capsys):
     sweep = importlib.import_module("normlab.bench.sweep")  # the module, not the function
 
     ran = []
@@ -234,8 +238,7 @@ def test_yes_runs_a_long_cpu_sweep_and_says_its_estimate(flag, monkeypatch, caps
     assert "running it (--yes)" in err
 
 
-@pytest.mark.skipif(not normlab.INTERPRET, reason="the cost check is for CPU runs")
-def test_quick_and_small_sweeps_run_without_asking(monkeypatch, capsys):
+def test_quick_and_small_sweeps_run_without_asking(on_cpu, monkeypatch, capsys):
     sweep = importlib.import_module("normlab.bench.sweep")  # the module, not the function
 
     monkeypatch.setattr(sweep, "sweep", lambda *a, **k: sweep.Results())
