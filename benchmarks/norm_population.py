@@ -30,7 +30,9 @@ DIRECTIONS = ("fwd", "bwd")
 
 
 def _compiled_peer(op):
-    """torch.compile's default mode (automatic dynamic shapes after the first recompile)."""
+    """torch.compile's default mode (automatic dynamic shapes after the first recompile). Its
+    backward is timed by repeated backwards over one graph, which donated buffers forbid."""
+    torch._functorch.config.donated_buffer = False
     if op == "rms_norm":
         f = torch.compile(lambda x, w, b, eps: F.rms_norm(x, (x.shape[-1],), w, eps))
     else:
@@ -56,17 +58,32 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--families", default="random,model,narrow")
     parser.add_argument("--dtypes", default="bf16,fp16,fp32")
+    parser.add_argument("--shard", default="1/1", help="i/n: every n-th member from the i-th")
+    parser.add_argument("--cells", help="MxN[,MxN...]: only these members (of any dtype)")
+    parser.add_argument("--impls", help="a comma list of normlab,torch,compile,liger")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
+    try:
+        shard, n_shards = (int(v) for v in args.shard.split("/"))
+        cells = {tuple(int(v) for v in c.split("x")) for c in args.cells.split(",")} \
+            if args.cells else None  # fmt: skip
+    except ValueError:
+        parser.error("--shard takes i/n and --cells MxN,MxN,... (integers)")
+    if not 1 <= shard <= n_shards:
+        parser.error("--shard i/n needs 1 <= i <= n")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (the population's largest members hold 4 GiB tensors)")
     families, dtypes = set(args.families.split(",")), set(args.dtypes.split(","))
-    cases = [c for c in shapes.norm_population() if c.family in families and c.dtype in dtypes]
+    cases = [c for c in shapes.norm_population() if c.family in families and c.dtype in dtypes
+             and (cells is None or (c.M, c.N) in cells)][shard - 1::n_shards]  # fmt: skip
     dev = device_info()
     command = "python3 benchmarks/norm_population.py " + " ".join(
         a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("/"))
     impls = {op: _impls(op) for op in OPS}
+    if args.impls:
+        keep = args.impls.split(",")
+        impls = {op: {k: v for k, v in d.items() if k in keep} for op, d in impls.items()}
     records, t0 = [], time.time()
     for i, case in enumerate(cases):
         for op in OPS:

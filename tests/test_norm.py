@@ -897,6 +897,8 @@ def test_plan_at_its_switches(is_rms):
     assert not configs.plan(is_rms, rows, recompute_max).store_stats
     if recompute_max < cols:
         assert configs.plan(is_rms, rows, recompute_max + 1).store_stats
-    assert configs.plan(is_rms, rows - 1, 8).store_stats  # the row path always stores them
+    tiny = configs.BLOCK_ROW_TINY_COLS
+    assert configs.plan(is_rms, rows - 1, tiny).store_stats  # the row path always stores them
+    assert configs.plan(is_rms, 1, tiny - 1).layout == "block_row"  # tiny rows: any row count
     assert configs.plan(is_rms, 4097, 1000, layout="row").fwd_tile is None
     assert configs.plan(False, 4097, 1000).fwd_tile == configs.norm_fwd_block_row_config(4097, 1000)

@@ -70,6 +70,41 @@ NORM_FWD_RMS_ONE_WAVE = {8192: (4, 8, (4096, 8))}
 NORM_FWD_DECODE_MAX_ROWS_PER_SM = 1
 
 
+# ---- few wide rows: each row split over several programs (norms/split_row.py) -------------
+
+SPLIT_ROW_MIN_COLS = 8192  # above two 4096-column chunks a lone row program walks chunk by chunk
+SPLIT_ROW_FWD_COLS = 4096  # forward chunk: 8 KB of bf16 per program, one load per thread-vector
+SPLIT_ROW_BWD_MIN_COLS = 128  # backward chunk floor: each program walks every row of its chunk
+SPLIT_ROW_ELEMS_PER_THREAD = 8  # one 16-byte bf16 vector per thread per load
+
+
+class SplitRowChunk(NamedTuple):
+    cols: int  # columns per program (a power of two)
+    num_warps: int
+
+
+def _split_chunk(cols: int) -> SplitRowChunk:
+    warps = cols // (32 * SPLIT_ROW_ELEMS_PER_THREAD)
+    return SplitRowChunk(cols, max(1, min(16, warps)))
+
+
+def split_row(n_rows: int, n_cols: int, sm_count: int) -> bool:
+    """Fewer rows than SMs, each wider than SPLIT_ROW_MIN_COLS: one program per row would
+    leave SMs idle while each busy one walks its row."""
+    return 0 < n_rows < sm_count and n_cols > SPLIT_ROW_MIN_COLS
+
+
+def split_row_fwd_chunk(n_cols: int) -> SplitRowChunk:
+    """The forward's chunk: a fixed width, so the grid grows with the row."""
+    return _split_chunk(min(SPLIT_ROW_FWD_COLS, _next_pow2(n_cols)))
+
+
+def split_row_bwd_chunk(n_cols: int, sm_count: int) -> SplitRowChunk:
+    """The backward's chunk: about one column chunk per SM (its programs walk all the rows)."""
+    cols = max(SPLIT_ROW_BWD_MIN_COLS, _next_pow2(-(-n_cols // sm_count)))
+    return _split_chunk(min(cols, SPLIT_ROW_FWD_COLS))
+
+
 @dataclass(frozen=True)
 class NormFwdConfig:
     block_size: int  # columns per chunk (>= n_cols means one register-resident block)
@@ -99,6 +134,8 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
 
 BLOCK_ROW_MAX_COLS = 256  # the widest row the narrow block-row kernels take (layout="block_row")
 BLOCK_ROW_MIN_ROWS = 16384  # below this, narrow rows fill under ~4 waves of one-row programs
+BLOCK_ROW_TINY_COLS = 16  # under 32 bytes of bf16 a one-row program is all launch and latency
+BLOCK_ROW_TINY_TILE_ELEMS = 2048  # the measured tiles' size (32-256 columns), rows however many
 BLOCK_ROW_TILE_ELEMS = 8192  # elements per forward tile (rows x padded width)
 BLOCK_ROW_MAX_ROWS = 64  # rows per tile: beyond this the per-row statistics cost registers
 BLOCK_ROW_FWD_ELEMS_PER_WARP = 512  # 16 elements per thread
@@ -144,11 +181,18 @@ def norm_fwd_block_row_config(n_rows: int, n_cols: int,
 
 
 def block_row_fwd_config(n_cols: int, is_rms: bool, *, tile_elems: int | None = None,
-                         max_rows: int | None = None,
-                         num_warps: int | None = None) -> BlockRowFwdConfig:  # fmt: skip
-    """Narrow block-row forward tile: the measured one, or the element rule (overrides given, or
-    a width with no measured tile)."""
+                         max_rows: int | None = None, num_warps: int | None = None,
+                         n_rows: int | None = None,
+                         sm_count: int | None = None) -> BlockRowFwdConfig:  # fmt: skip
+    """Narrow block-row forward tile: the measured one, the tiny-width rule, or the element rule
+    (overrides given, or a width with no measured tile). ``n_rows``/``sm_count``: tiny-width
+    tiles shrink until the grid fills one wave."""
     block_cols = _next_pow2(n_cols)
+    if n_cols < BLOCK_ROW_TINY_COLS and tile_elems is None and max_rows is None:
+        rows = BLOCK_ROW_TINY_TILE_ELEMS // block_cols
+        if n_rows is not None and sm_count:
+            rows = min(rows, max(1, _next_pow2(n_rows // sm_count + 1) // 2))
+        return BlockRowFwdConfig(rows, BLOCK_ROW_MIN_WARPS if num_warps is None else num_warps)
     tile = BLOCK_ROW_FWD_TILES[bool(is_rms)].get(max(block_cols, 16))
     if tile is not None and tile_elems is None and max_rows is None:
         return BlockRowFwdConfig(tile[0], tile[1] if num_warps is None else num_warps)
@@ -176,7 +220,8 @@ NORM_BWD_TWO_PASS_BLOCK_ROWS = 4
 NORM_BWD_TWO_PASS_PROGRAMS_PER_SM = 2
 NORM_BWD_TWO_PASS_BLOCK_COLS = 4096
 NORM_BWD_TWO_PASS_WARPS = 16
-NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))  # by tile elements: ~16 B per thread
+# By tile elements: 16 per thread (a 16384-column tile at 16 warps spills, 32 elements each).
+NORM_BWD_WARPS = ((2048, 4), (4096, 8), (8192, 16), (1 << 62, 32))
 # Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
 NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
 NORM_BWD_PARTIALS_PER_SM = 2  # above this, two programs add into one zeroed partial row
@@ -308,7 +353,8 @@ def block_row_bwd_config(n_cols: int, *, tile_elems: int | None = None,
                          prefetch: bool | None = None) -> BlockRowBwdConfig:  # fmt: skip
     """Persistent block-row backward launch config; keywords override the rules."""
     tile_elems = BLOCK_ROW_BWD_TILE_ELEMS if tile_elems is None else tile_elems
-    max_rows = BLOCK_ROW_MAX_ROWS if max_rows is None else max_rows
+    if max_rows is None:  # tiny widths: the tile's rows are per-row scalars, not registers
+        max_rows = BLOCK_ROW_MAX_ROWS if n_cols >= BLOCK_ROW_TINY_COLS else tile_elems
     return BlockRowBwdConfig(
         block_rows=max(1, min(max_rows, tile_elems // _next_pow2(n_cols))),
         num_warps=BLOCK_ROW_BWD_WARPS if num_warps is None else num_warps,
@@ -339,24 +385,32 @@ class NormPlan:
     ``layout``: "block_row" (narrow rows, many per tile, both directions) or "row".
     ``fwd_tile``: the wide-row forward's block-row tile (None: one row per program).
     ``store_stats``: whether the forward writes mean/rstd (the block-row backward can recompute
-    them from x). ``strategy``: the backward's dγ/dβ reduction. (Each launcher adds the
-    ``row_align`` load hint from the strides of the tensors it is given.)"""
+    them from x). ``strategy``: the backward's dγ/dβ reduction. ``fwd_split``/``bwd_split``:
+    the column chunks of the split-row kernels for a few wide rows (None: not split; a split
+    backward sums dγ/dβ per column chunk in registers, so ``strategy`` is unused). (Each
+    launcher adds the ``row_align`` load hint from the strides of the tensors it is given.)"""
 
     layout: str
     fwd_tile: BlockRowFwdConfig | None
     store_stats: bool
     strategy: str
+    fwd_split: SplitRowChunk | None = None
+    bwd_split: SplitRowChunk | None = None
 
 
 def use_block_row(n_rows: int, n_cols: int) -> bool:
     """Narrow rows in many-row tiles: one row per program would move a few hundred bytes per
-    program, and there are enough rows for the tiles to fill the card."""
-    return n_cols <= BLOCK_ROW_MAX_COLS and n_rows >= BLOCK_ROW_MIN_ROWS
+    program, and there are enough rows for the tiles to fill the card; below
+    BLOCK_ROW_TINY_COLS a one-row program moves a few bytes, whatever the row count."""
+    if n_cols > BLOCK_ROW_MAX_COLS:
+        return False
+    return n_rows >= BLOCK_ROW_MIN_ROWS or n_cols < BLOCK_ROW_TINY_COLS
 
 
 def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
-         layout: str = "auto") -> NormPlan:  # fmt: skip
-    """The plan of one call (arguments already validated)."""
+         layout: str = "auto", sm_count: int | None = None) -> NormPlan:  # fmt: skip
+    """The plan of one call (arguments already validated; without ``sm_count`` no split-row
+    kernels are planned)."""
     if layout == "auto":
         block_row = strategy in BLOCK_ROW_STRATEGIES and use_block_row(n_rows, n_cols)
     else:
@@ -364,14 +418,21 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
     if block_row:
         return NormPlan("block_row", None, not block_row_recompute_stats(n_cols, is_rms),
                         "persistent")  # fmt: skip
-    fwd_tile = norm_fwd_block_row_config(n_rows, n_cols, is_rms) if layout == "auto" else None
-    return NormPlan("row", fwd_tile, True, "persistent" if strategy == "auto" else strategy)
-
+    split = layout == "auto" and sm_count is not None and split_row(n_rows, n_cols, sm_count)
+    return NormPlan(
+        "row",
+        norm_fwd_block_row_config(n_rows, n_cols, is_rms) if layout == "auto" else None,
+        True,
+        "persistent" if strategy == "auto" else strategy,
+        fwd_split=split_row_fwd_chunk(n_cols) if split else None,
+        bwd_split=split_row_bwd_chunk(n_cols, sm_count) if split and strategy == "auto" else None,
+    )
 
 
 _MEMOIZED = ("norm_fwd_config", "norm_fwd_block_row_config", "block_row_fwd_config",
              "norm_reduce_config", "norm_bwd_config", "block_row_bwd_config",
-             "block_row_bwd_recompute_config", "plan", "row_align")  # fmt: skip
+             "block_row_bwd_recompute_config", "plan", "row_align",
+             "split_row_fwd_chunk", "split_row_bwd_chunk")  # fmt: skip
 
 
 def memoize() -> None:

@@ -13,7 +13,7 @@ import torch
 
 from normlab import _runtime
 from normlab._host import FLOAT_DTYPES, is_valid_eps, unit_col_stride
-from normlab.norms import block_row, config, row
+from normlab.norms import block_row, config, row, split_row
 
 STRATEGIES = config.STRATEGIES
 LAYOUTS = config.LAYOUTS
@@ -21,7 +21,8 @@ LAYOUTS = config.LAYOUTS
 
 def _plan(x2d, is_rms, strategy, layout) -> config.NormPlan:
     n_rows, n_cols = x2d.shape
-    return config.plan(is_rms, n_rows, n_cols, strategy, layout)
+    sm_count = _runtime.sm_count(x2d.device.index)
+    return config.plan(is_rms, n_rows, n_cols, strategy, layout, sm_count)
 
 
 def planned_forward(x2d, weight, bias, eps, is_rms, strategy, layout):
@@ -29,9 +30,13 @@ def planned_forward(x2d, weight, bias, eps, is_rms, strategy, layout):
     statistics are None where the plan's backward recomputes them."""
     plan = _plan(x2d, is_rms, strategy, layout)
     if plan.layout == "block_row" and x2d.numel():
-        cfg = config.block_row_fwd_config(x2d.shape[1], is_rms)
+        n_rows, n_cols = x2d.shape
+        cfg = config.block_row_fwd_config(n_cols, is_rms, n_rows=n_rows,
+                                          sm_count=_runtime.sm_count(x2d.device.index))
         return block_row.launch_forward(x2d, weight, bias, eps, is_rms, cfg,
                                         store_stats=plan.store_stats)  # fmt: skip
+    if plan.fwd_split is not None:
+        return split_row.split_row_forward(x2d, weight, bias, eps, is_rms, plan.fwd_split)
     return row.norm_forward(x2d, weight, bias, eps, is_rms, tile=plan.fwd_tile)
 
 
@@ -47,6 +52,9 @@ def planned_backward(dy, x2d, weight, bias, mean, rstd, eps, is_rms, strategy, l
             cfg = config.block_row_bwd_config(n_cols)
         return block_row.launch_backward(dy, x2d, weight, bias, mean, rstd, is_rms, cfg,
                                          eps=eps)  # fmt: skip
+    if plan.bwd_split is not None:
+        return split_row.split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms,
+                                            plan.bwd_split)  # fmt: skip
     # layout="row": one row per program forward and one row per backward tile, however narrow.
     return row.norm_backward(dy, x2d, weight, bias, mean, rstd, is_rms, strategy=plan.strategy,
                              block_rows=1 if layout == "row" else None)  # fmt: skip

@@ -1,0 +1,177 @@
+"""A real model's training step with normlab swapped in: Hugging Face's LlamaForCausalLM (GPU).
+
+    python3 benchmarks/llama_step.py --out out/llama_step.json [--layers 16] [--steps 20]
+
+Builds a Llama from a config near 1B parameters (hidden 2048, 16 layers, 32 heads, 8 KV heads,
+MLP 8192, vocabulary 128256, sequence 2048; random weights, nothing downloaded) and trains it
+for ``--steps`` steps of AdamW on fixed random tokens, in bf16. Variants, each in its own
+process (Liger patches transformers' classes globally):
+
+* ``hf``: the model as Hugging Face builds it;
+* ``normlab``: ``normlab.patch(model, loss=True)`` (RMSNorm modules and the causal-LM loss);
+* ``liger``: Liger-Kernel's ``apply_liger_kernel_to_llama`` with the same two swaps (RMSNorm
+  and cross-entropy; no RoPE, SwiGLU or fused linear cross-entropy), where importable;
+
+each eager and under ``torch.compile`` (default mode). Records per variant: the median step
+time over the steps after ``--warmup``, tokens/s, peak memory, and every step's loss (the same
+seed, weights and batches in every variant, so the curves must agree to bf16 tolerance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VARIANTS = ("hf", "normlab", "liger")
+MODES = ("eager", "compile")
+
+
+def _model(layers: int, seed: int):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
+                      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                      max_position_embeddings=2048, tie_word_embeddings=True,
+                      torch_dtype=torch.bfloat16)  # fmt: skip
+    torch.manual_seed(seed)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    return model, cfg
+
+
+def run_one(variant: str, mode: str, layers: int, steps: int, warmup: int, batch: int,
+            seq: int, seed: int) -> dict:  # fmt: skip
+    import torch
+
+    model, cfg = _model(layers, seed)
+    patched = []
+    if variant == "normlab":
+        import normlab
+
+        report = normlab.patch(model, loss=True)
+        patched = report.replaced + (["loss"] if report.loss else [])
+    elif variant == "liger":
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+        apply_liger_kernel_to_llama(rope=False, swiglu=False, cross_entropy=True,
+                                    fused_linear_cross_entropy=False, rms_norm=True,
+                                    model=model)  # fmt: skip
+        patched = ["rms_norm", "cross_entropy"]
+    model.train()
+    step_model = torch.compile(model) if mode == "compile" else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+    batches = [torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda", generator=gen)
+               for _ in range(steps)]  # fmt: skip
+    losses, times = [], []
+    torch.cuda.reset_peak_memory_stats()
+    for ids in batches:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = step_model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+    step_s = statistics.median(times[warmup:])
+    return {
+        "variant": variant, "mode": mode, "patched": patched, "layers": layers, "batch": batch,
+        "seq": seq, "params": sum(p.numel() for p in model.parameters()),
+        "step_ms": step_s * 1e3, "tokens_per_s": batch * seq / step_s,
+        "first_step_s": times[0], "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "losses": losses,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=2048)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # "variant:mode", in a child process
+    args = parser.parse_args(argv)
+    for name in ("layers", "steps", "batch", "seq"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    if not 0 <= args.warmup < args.steps:
+        parser.error("--warmup must be in [0, --steps)")
+    variants, modes = args.variants.split(","), args.modes.split(",")
+    for v in variants:
+        if v not in VARIANTS:
+            parser.error(f"--variants: {v!r} is not one of {VARIANTS}")
+    for m in modes:
+        if m not in MODES:
+            parser.error(f"--modes: {m!r} is not one of {MODES}")
+    import torch
+
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU (a 1B-parameter model at sequence 2048)")
+    common = (args.layers, args.steps, args.warmup, args.batch, args.seq, args.seed)
+    if args.one:
+        variant, mode = args.one.split(":")
+        print(json.dumps(run_one(variant, mode, *common)))
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
+    from normlab.bench import device_info
+
+    results = []
+    for variant in variants:
+        for mode in modes:
+            cmd = [sys.executable, __file__, "--one", f"{variant}:{mode}",
+                   *(f"--{k}={getattr(args, k)}" for k in ("layers", "steps", "warmup", "batch",
+                                                           "seq", "seed"))]  # fmt: skip
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+            if proc.returncode != 0:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+                print(f"{variant} {mode}: failed: {tail}", flush=True)
+                results.append({"variant": variant, "mode": mode, "error": tail})
+                continue
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            results.append(res)
+            print(f"{variant:8s} {mode:8s} {res['step_ms']:8.1f} ms/step "
+                  f"{res['tokens_per_s']:9.0f} tok/s  peak {res['peak_gib']:.1f} GiB  "
+                  f"first step {res['first_step_s']:.1f} s  loss[-1] {res['losses'][-1]:.4f}",
+                  flush=True)
+    dev = device_info()
+    meta = {"card": dev.card, "torch": torch.__version__, "commit": os.environ.get(
+        "NORMLAB_COMMIT", ""), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": "python3 benchmarks/llama_step.py " + " ".join(
+            a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("/"))}
+    try:
+        import transformers
+
+        meta["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    base = {r["mode"]: r for r in results if r.get("variant") == "hf" and "losses" in r}
+    for r in results:
+        ref = base.get(r.get("mode"))
+        if ref and "losses" in r and r is not ref:
+            pairs = zip(r["losses"], ref["losses"], strict=True)
+            diff = max(abs(a - b) / abs(b) for a, b in pairs)
+            speed = r["tokens_per_s"] / ref["tokens_per_s"]
+            print(f"{r['variant']} {r['mode']}: tokens/s {speed:.3f}x hf's; max relative loss "
+                  f"difference over {len(r['losses'])} steps {diff:.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

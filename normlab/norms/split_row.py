@@ -1,0 +1,278 @@
+"""RMSNorm and LayerNorm for a few wide rows: each row split over several programs.
+
+With fewer rows than SMs, one program per row leaves most of the card idle, and each busy
+program walks its row chunk by chunk, one memory latency after another (1 x 53991 ran at
+6 GB/s). Here the row's columns are split into chunks instead, and every pass is two kernels:
+
+* ``_split_row_sums_kernel``: grid (rows, chunks); each program writes two fp32 partial sums of
+  its chunk: (sum d, sum d^2) with d = x - x[row, 0] in the forward (the looped forward's shift,
+  against cancellation), (sum xhat * wdy, sum wdy) in the backward.
+* forward, ``_split_row_fwd_kernel``: grid (rows, chunks); each program adds its row's partial
+  sums, derives mean and rstd (chunk 0 stores them) and normalizes its chunk.
+* backward, ``_split_row_bwd_kernel``: grid (chunks,); each program walks every row of its
+  column chunk: dx from the row's summed partials, and dγ/dβ of its columns added up in
+  registers and written directly (the rows are few: no workspace, no reduce kernel).
+
+The second kernel re-reads the chunk, mostly from L2. ``norms.config.plan`` picks this path
+(``split_row_fwd``/``split_row_bwd``) and the chunk widths (``split_row_chunk``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from normlab._launch import launch
+from normlab.norms import config
+from normlab.norms.tiles import load_weight
+
+
+@triton.jit
+def _split_row_sums_kernel(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) output gradient (BACKWARD only)
+    w_ptr,  # (n_cols,) weight (BACKWARD with HAS_WEIGHT only)
+    mean_ptr,  # (n_rows,) fp32 mean (BACKWARD LayerNorm only)
+    rstd_ptr,  # (n_rows,) fp32 rstd (BACKWARD only)
+    sums_ptr,  # (n_rows, n_chunks, 2) fp32 partial sums (written)
+    n_cols,
+    x_row_stride,
+    dy_row_stride,
+    BACKWARD: tl.constexpr,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    CHUNK: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
+):
+    """Two fp32 partial sums of one (row, chunk): see the module docstring."""
+    if ROW_ALIGN > 1:
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    if BACKWARD:
+        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        wdy = dy * load_weight(w_ptr, cols, mask, HAS_WEIGHT)
+        rstd = tl.load(rstd_ptr + row)
+        if IS_RMS:
+            xhat = x * rstd
+        else:
+            xhat = tl.where(mask, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
+        s1 = tl.sum(xhat * wdy, axis=0)
+        s2 = tl.sum(wdy, axis=0)
+    else:
+        if IS_RMS:
+            d = x
+        else:
+            d = tl.where(mask, x - tl.load(x_ptr + row * x_row_stride).to(tl.float32), 0.0)
+        s1 = tl.sum(d, axis=0)
+        s2 = tl.sum(d * d, axis=0)
+    out = sums_ptr + (row * tl.num_programs(1) + chunk) * 2
+    tl.store(out, s1)
+    tl.store(out + 1, s2)
+
+
+@triton.jit
+def _row_sums(sums_ptr, row, n_chunks, CHUNKS_BLOCK: tl.constexpr):
+    """The row's two sums over its n_chunks partials."""
+    parts = tl.arange(0, CHUNKS_BLOCK)
+    at = sums_ptr + (row * n_chunks + parts) * 2
+    present = parts < n_chunks
+    s1 = tl.sum(tl.load(at, mask=present, other=0.0), axis=0)
+    s2 = tl.sum(tl.load(at + 1, mask=present, other=0.0), axis=0)
+    return s1, s2
+
+
+@triton.jit
+def _split_row_fwd_kernel(
+    x_ptr,  # (n_rows, n_cols) input
+    y_ptr,  # (n_rows, n_cols) output, x's dtype
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT only)
+    b_ptr,  # (n_cols,) bias (HAS_BIAS only)
+    mean_ptr,  # (n_rows,) fp32 mean, written for LayerNorm
+    rstd_ptr,  # (n_rows,) fp32 rstd, written
+    sums_ptr,  # (n_rows, n_chunks, 2) fp32 partial (sum d, sum d^2)
+    n_cols,
+    x_row_stride,
+    y_row_stride,
+    eps,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    CHUNK: tl.constexpr,
+    CHUNKS_BLOCK: tl.constexpr,  # >= n_chunks, a power of two
+    ROW_ALIGN: tl.constexpr,
+):
+    """y of one (row, chunk) from the row's summed partials."""
+    if ROW_ALIGN > 1:
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < n_cols
+    # Every load is issued before the sums are combined: a latency-bound grid.
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    w = load_weight(w_ptr, cols, mask, HAS_WEIGHT)
+    if HAS_BIAS:
+        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    s1, s2 = _row_sums(sums_ptr, row, tl.num_programs(1), CHUNKS_BLOCK)
+    eps = tl.cast(eps, tl.float32)  # torch.compile may pass an fp64 scalar
+    if IS_RMS:
+        mean = 0.0
+        var = s2 / n_cols
+    else:
+        mean_d = s1 / n_cols
+        mean = tl.load(x_ptr + row * x_row_stride).to(tl.float32) + mean_d
+        var = tl.maximum(s2 / n_cols - mean_d * mean_d, 0.0)
+    rstd = tl.rsqrt(var + eps)
+    y = (x - mean) * rstd * w
+    if HAS_BIAS:
+        y = y + b
+    tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+    if chunk == 0:
+        if not IS_RMS:
+            tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def _split_row_bwd_kernel(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) output gradient
+    dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT only)
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    rstd_ptr,  # (n_rows,) fp32 rstd
+    sums_ptr,  # (n_rows, n_chunks, 2) fp32 partial (sum xhat * wdy, sum wdy)
+    dw_ptr,  # (n_cols,) dweight, the weight's dtype (written; HAS_WEIGHT only)
+    db_ptr,  # (n_cols,) dbias, the bias's dtype (written; HAS_BIAS only)
+    n_rows,
+    n_cols,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    CHUNK: tl.constexpr,
+    CHUNKS_BLOCK: tl.constexpr,  # >= n_chunks, a power of two
+    ROW_ALIGN: tl.constexpr,
+):
+    """dx of every row in one column chunk; that chunk's dγ/dβ summed over the rows."""
+    if ROW_ALIGN > 1:
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
+        dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+    chunk = tl.program_id(0)
+    n_chunks = tl.num_programs(0)
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < n_cols
+    w = load_weight(w_ptr, cols, mask, HAS_WEIGHT)
+    dw_acc = tl.zeros([CHUNK], dtype=tl.float32)
+    db_acc = tl.zeros([CHUNK], dtype=tl.float32)
+    for r in range(0, n_rows):
+        row = tl.cast(r, tl.int64)
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        s1, s2 = _row_sums(sums_ptr, row, n_chunks, CHUNKS_BLOCK)
+        rstd = tl.load(rstd_ptr + row)
+        c1 = s1 / n_cols
+        if IS_RMS:
+            xhat = x * rstd
+            dx = (dy * w - xhat * c1) * rstd
+        else:
+            xhat = tl.where(mask, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
+            dx = (dy * w - (xhat * c1 + s2 / n_cols)) * rstd
+        tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw_acc += dy * xhat
+        db_acc += dy
+    if HAS_WEIGHT:
+        tl.store(dw_ptr + cols, dw_acc.to(dw_ptr.dtype.element_ty), mask=mask)
+    if HAS_BIAS:
+        tl.store(db_ptr + cols, db_acc.to(db_ptr.dtype.element_ty), mask=mask)
+
+
+# ============================================================================================
+# Launchers
+# ============================================================================================
+
+
+def _align(*tensors) -> int:
+    stride = math.gcd(*(t.stride(0) for t in tensors))
+    return config.row_align(stride, tensors[0].element_size())
+
+
+def _sums(x2d, dy, weight, mean, rstd, is_rms, chunk):
+    """Launch the partial sums: -> fp32 (n_rows, n_chunks, 2)."""
+    n_rows, n_cols = x2d.shape
+    n_chunks = triton.cdiv(n_cols, chunk.cols)
+    sums = torch.empty((n_rows, n_chunks, 2), dtype=torch.float32, device=x2d.device)
+    backward = dy is not None
+    launch(
+        _split_row_sums_kernel, (n_rows, n_chunks),
+        x2d,
+        dy if backward else x2d,  # dummies: never read in the forward
+        weight if weight is not None else sums,
+        mean if mean is not None else sums,
+        rstd if rstd is not None else sums,
+        sums, n_cols, x2d.stride(0), dy.stride(0) if backward else x2d.stride(0),
+        BACKWARD=backward, IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None,
+        CHUNK=chunk.cols, ROW_ALIGN=_align(x2d, dy) if backward else _align(x2d),
+        num_warps=chunk.num_warps,
+    )  # fmt: skip
+    return sums
+
+
+def split_row_forward(x2d, weight, bias, eps, is_rms, chunk: config.SplitRowChunk):
+    """(y, mean | None, rstd) of x2d (n_rows, n_cols), each row over cdiv(n_cols, chunk.cols)
+    programs."""
+    n_rows, n_cols = x2d.shape
+    y = torch.empty_like(x2d, memory_format=torch.contiguous_format)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    sums = _sums(x2d, None, None, None, None, is_rms, chunk)
+    n_chunks = sums.shape[1]
+    launch(
+        _split_row_fwd_kernel, (n_rows, n_chunks),
+        x2d, y,
+        weight if weight is not None else sums,
+        bias if bias is not None else sums,
+        mean if mean is not None else rstd,
+        rstd, sums, n_cols, x2d.stride(0), y.stride(0), float(eps),
+        IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+        CHUNK=chunk.cols, CHUNKS_BLOCK=triton.next_power_of_2(n_chunks),
+        ROW_ALIGN=_align(x2d, y), num_warps=chunk.num_warps,
+    )  # fmt: skip
+    return y, mean, rstd
+
+
+def split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms, chunk: config.SplitRowChunk):
+    """(dx, dweight | None, dbias | None): partial sums over (row, chunk) programs, then one
+    program per column chunk for dx and that chunk's dγ/dβ."""
+    n_rows, n_cols = x2d.shape
+    sums = _sums(x2d, dy, weight, mean, rstd, is_rms, chunk)
+    dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    dw = torch.empty_like(weight) if weight is not None else None
+    db = torch.empty_like(bias) if bias is not None else None
+    n_chunks = sums.shape[1]
+    launch(
+        _split_row_bwd_kernel, (n_chunks,),
+        x2d, dy, dx,
+        weight if weight is not None else sums,
+        mean if mean is not None else rstd,
+        rstd, sums,
+        dw if dw is not None else sums,
+        db if db is not None else sums,
+        n_rows, n_cols, x2d.stride(0), dy.stride(0), dx.stride(0),
+        IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+        CHUNK=chunk.cols, CHUNKS_BLOCK=triton.next_power_of_2(n_chunks),
+        ROW_ALIGN=_align(x2d, dy, dx), num_warps=chunk.num_warps,
+    )  # fmt: skip
+    return dx, dw, db

@@ -1,0 +1,197 @@
+"""The norm planner's rules for the shapes nobody tuned for, and the kernels they pick, against
+the fp64 reference: a few wide rows split over several programs (norms/split_row.py), and
+rows narrower than a 16-byte vector in element-sized block-row tiles.
+
+Each rule is tested at its switch (one below, at, one past) and its kernels on awkward shapes
+(primes, one row, widths just past a power of two). The thresholds are shrunk by monkeypatching
+where the interpreter could not afford the real ones; the rule is the same function.
+"""
+
+import pytest
+import torch
+from helpers import assert_close
+
+import normlab
+from normlab import _runtime, ref
+from normlab.norms import config, split_row
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+SMS = _runtime.sm_count()
+
+
+def _run(x, w, b, eps, is_rms, gy):
+    x = x.detach().requires_grad_()
+    params = [p.detach().requires_grad_() if p is not None else None for p in (w, b)]
+    if is_rms:
+        y = normlab.rms_norm(x, params[0], eps)
+    else:
+        y = normlab.layer_norm(x, params[0], params[1], eps)
+    leaves = [t for t in (x, *params) if t is not None]
+    return y, torch.autograd.grad(y, leaves, gy)
+
+
+def _ref(x, w, b, eps, is_rms, gy):
+    xd = x.detach().double().requires_grad_()
+    params = [p.detach().double().requires_grad_() if p is not None else None for p in (w, b)]
+    y = (ref.rms_norm(xd, params[0], eps) if is_rms
+         else ref.layer_norm(xd, params[0], params[1], eps))  # fmt: skip
+    leaves = [t for t in (xd, *params) if t is not None]
+    return y, torch.autograd.grad(y, leaves, gy.double())
+
+
+def _check(m, n, dtype, is_rms, *, affine=True, shift=0.0, eps=1e-5, scale=1.0):
+    x = ((torch.randn(m, n) * scale) + shift).to(dtype)
+    w = (1 + 0.5 * torch.randn(n)).to(dtype) if affine else None
+    b = (0.5 * torch.randn(n)).to(dtype) if affine and not is_rms else None
+    gy = torch.randn(m, n).to(dtype)
+    y, grads = _run(x, w, b, eps, is_rms, gy)
+    y_ref, grads_ref = _ref(x, w, b, eps, is_rms, gy)
+    assert_close(y, y_ref, msg="y")
+    names = ["dx", "dweight", "dbias"][: len(grads)]
+    for name, g, g_ref in zip(names, grads, grads_ref, strict=True):
+        assert_close(g, g_ref, reduce_len=m if name != "dx" else n, dtype=dtype, msg=name)
+
+
+# ---- split rows ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_split(monkeypatch):
+    """Split from 48 columns, in 16-column forward chunks and 16-column backward chunks (below
+    SMS rows), so every kernel sees several chunks and a ragged last one at small widths."""
+    monkeypatch.setattr(config, "SPLIT_ROW_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 16)
+
+
+def test_split_rule_at_its_switches():
+    """Split exactly when there are fewer rows than SMs and the row is wider than
+    SPLIT_ROW_MIN_COLS; only under layout/strategy "auto" for the forward/backward."""
+    n, sms = config.SPLIT_ROW_MIN_COLS, 132
+    assert config.plan(True, sms - 1, n + 1, sm_count=sms).fwd_split is not None
+    assert config.plan(True, sms, n + 1, sm_count=sms).fwd_split is None
+    assert config.plan(True, sms - 1, n, sm_count=sms).fwd_split is None
+    assert config.plan(True, 0, n + 1, sm_count=sms).fwd_split is None  # nothing to launch
+    assert config.plan(True, 1, n + 1).fwd_split is None  # no SM count, no split
+    assert config.plan(False, 1, n + 1, layout="row", sm_count=sms).fwd_split is None
+    two_stage = config.plan(False, 1, n + 1, "two_stage", sm_count=sms)
+    assert two_stage.fwd_split is not None and two_stage.bwd_split is None
+
+
+def test_split_chunks_follow_their_rules():
+    """Forward: fixed SPLIT_ROW_FWD_COLS chunks (narrower rows: one chunk); backward: about one
+    chunk per SM, within [SPLIT_ROW_BWD_MIN_COLS, SPLIT_ROW_FWD_COLS]; 8 elements per thread."""
+    fwd = config.SPLIT_ROW_FWD_COLS
+    assert config.split_row_fwd_chunk(53991).cols == fwd
+    assert config.split_row_fwd_chunk(100).cols == 128
+    assert config.split_row_bwd_chunk(53991, 132).cols == 512  # cdiv = 410 -> 512: 106 chunks
+    assert config.split_row_bwd_chunk(9383, 132).cols == config.SPLIT_ROW_BWD_MIN_COLS
+    assert config.split_row_bwd_chunk(10**6, 132).cols == fwd
+    for cols in (256, 512, 4096):  # (128 columns: one warp, 4 each)
+        chunk = config.split_row_fwd_chunk(cols)
+        assert chunk.cols // (32 * chunk.num_warps) == config.SPLIT_ROW_ELEMS_PER_THREAD
+
+
+@pytest.mark.usefixtures("small_split")
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize(("m", "n", "dtype"), [
+    (1, 49, torch.float32),  # one past the switch: 4 forward chunks, the last one column
+    (1, 97, torch.bfloat16),  # prime width
+    (SMS - 1, 65, torch.float16),  # the most rows that split; a 1-column last chunk
+    (2, 129, torch.float32),  # one past a power of two
+])  # fmt: skip
+def test_split_rows_match_fp64(is_rms, m, n, dtype):
+    assert config.plan(is_rms, m, n, sm_count=SMS).fwd_split is not None
+    _check(m, n, dtype, is_rms)
+
+
+@pytest.mark.usefixtures("small_split")
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_split_rows_without_parameters(is_rms):
+    _check(2, 61, torch.float32, is_rms, affine=False)
+
+
+@pytest.mark.usefixtures("small_split")
+def test_split_layer_norm_large_mean():
+    """|mean| >> std: the chunks sum x - x[row, 0], so the variance does not cancel (summing x^2
+    at a mean of 300 would lose ~1e-2 of it in fp32)."""
+    x = torch.randn(3, 67) + 300.0
+    y, mean, rstd = split_row.split_row_forward(x, None, None, 1e-5, False,
+                                                config.split_row_fwd_chunk(67))
+    xd = x.double()
+    assert_close(mean, xd.mean(1), dtype=torch.float32)
+    assert_close(rstd, torch.rsqrt(xd.var(1, unbiased=False) + 1e-5), dtype=torch.float32)
+    # y = (x - mean) * rstd: the fp32 mean itself carries ~300 * 6e-8 of rounding
+    assert_close(y, ref.layer_norm(xd, None, None, 1e-5), dtype=torch.float16)
+
+
+@pytest.mark.usefixtures("small_split")
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_split_eps_dominated_rows(is_rms):
+    """Rows far below sqrt(eps): a wrong or missing eps changes y by orders of magnitude."""
+    _check(2, 53, torch.float32, is_rms, eps=1e-2, scale=1e-4)
+
+
+@pytest.mark.usefixtures("small_split")
+def test_split_rows_real_widths_and_stats(monkeypatch):
+    """The real chunk widths (4096-column forward chunks) at a prime width past 8192; the
+    forward stores mean/rstd once per row (chunk 0) for the backward."""
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 4096)
+    x = torch.randn(2, 8209)
+    y, mean, rstd = split_row.split_row_forward(x, None, None, 1e-5, False,
+                                                config.split_row_fwd_chunk(8209))
+    xd = x.double()
+    assert_close(mean, xd.mean(1).float())
+    assert_close(rstd, torch.rsqrt(xd.var(1, unbiased=False) + 1e-5).float())
+    assert_close(y, ref.layer_norm(xd, None, None, 1e-5))
+
+
+@pytest.mark.usefixtures("small_split")
+def test_split_nan_stays_in_its_row():
+    x = torch.randn(3, 50)
+    x[1, 7] = float("nan")
+    y = normlab.rms_norm(x, torch.ones(50))
+    assert torch.isnan(y[1]).all() and not torch.isnan(y[[0, 2]]).any()
+
+
+# ---- rows narrower than a vector --------------------------------------------------------------
+
+
+def test_tiny_rows_take_block_row_at_any_row_count():
+    tiny = config.BLOCK_ROW_TINY_COLS
+    assert config.use_block_row(1, tiny - 1)
+    assert not config.use_block_row(1, tiny)
+    assert config.use_block_row(config.BLOCK_ROW_MIN_ROWS, tiny)
+
+
+def test_tiny_tile_rule():
+    """BLOCK_ROW_TINY_TILE_ELEMS elements per tile (rows x padded width), halved until the grid
+    fills one wave of SMs; the backward's tiles hold as many rows."""
+    elems = config.BLOCK_ROW_TINY_TILE_ELEMS
+    for n in (1, 2, 3, 5, 15):
+        pad = triton_next_pow2(n)
+        assert config.block_row_fwd_config(n, True).block_rows == elems // pad
+        assert config.block_row_bwd_config(n).block_rows == min(
+            elems // pad, config.BLOCK_ROW_BWD_TILE_ELEMS // pad)
+    assert config.block_row_fwd_config(1, True, n_rows=10**7, sm_count=132).block_rows == elems
+    assert config.block_row_fwd_config(1, True, n_rows=5265, sm_count=132).block_rows == 32
+    assert config.block_row_fwd_config(1, True, n_rows=7, sm_count=132).block_rows == 1
+    # 16 columns and up keep the measured tiles
+    measured = config.BLOCK_ROW_FWD_TILES[True][16][0]
+    assert config.block_row_fwd_config(16, True).block_rows == measured
+
+
+def triton_next_pow2(n):
+    return 1 << (n - 1).bit_length()
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize(("m", "n", "dtype"), [
+    (1, 1, torch.float32),  # one element (LayerNorm: y = bias, dx = 0)
+    (7, 3, torch.bfloat16),
+    (5265, 1, torch.float32),  # a ragged last tile of 32-row tiles at 4 SMs
+    (1031, 15, torch.float16),  # prime rows, the widest tiny row
+])  # fmt: skip
+def test_tiny_rows_match_fp64(is_rms, m, n, dtype):
+    assert config.plan(is_rms, m, n).layout == "block_row"
+    _check(m, n, dtype, is_rms)
