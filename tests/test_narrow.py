@@ -425,23 +425,28 @@ def test_tile_configs_stay_within_limits(n_cols):
     bwd = configs.block_row_bwd_config(n_cols)
     tiles = [(configs.block_row_fwd_config(n_cols, is_rms)[:2], configs.BLOCK_ROW_TILE_ELEMS)
              for is_rms in (True, False)]  # fmt: skip
+    tiny = n_cols < configs.BLOCK_ROW_TINY_COLS  # rows of scalars: the element rule alone
+    if tiny:
+        tiles = [(t, configs.BLOCK_ROW_TINY_TILE_ELEMS) for t, _ in tiles]
+    max_rows = configs.BLOCK_ROW_TINY_TILE_ELEMS if tiny else configs.BLOCK_ROW_MAX_ROWS
     for (block_rows, num_warps), tile_elems in [*tiles,
                                                (bwd[:2], configs.BLOCK_ROW_BWD_TILE_ELEMS)]:
-        assert 1 <= block_rows <= configs.BLOCK_ROW_MAX_ROWS  # Liger-Kernel#1620's 64-row cap
+        assert 1 <= block_rows <= max_rows  # from 16 columns, Liger-Kernel#1620's 64-row cap
         assert block_rows & (block_rows - 1) == 0  # tl.arange needs a power of two
         assert block_rows * block_cols <= tile_elems
         assert num_warps in (1, 2, 4, 8, 16)
     # the backward's tiles are full height unless the row cap binds
     assert (bwd.block_rows * block_cols == configs.BLOCK_ROW_BWD_TILE_ELEMS
-            or bwd.block_rows == configs.BLOCK_ROW_MAX_ROWS)  # fmt: skip
+            or bwd.block_rows == max_rows)  # fmt: skip
     assert bwd.programs_per_sm >= 1
 
 
-@pytest.mark.parametrize("n_cols", [1, 9, 16, 17, 32, 33, 64, 65, 100, 128, 129, 255, 256])
+@pytest.mark.parametrize("n_cols", [16, 17, 32, 33, 64, 65, 100, 128, 129, 255, 256])
 def test_forward_config_is_the_measured_tile_per_norm(n_cols):
-    # configs.BLOCK_ROW_FWD_TILES per norm and next_pow2 width (narrower rows take the 16 entry);
+    # configs.BLOCK_ROW_FWD_TILES per norm and next_pow2 width (tiny rows, below 16 columns,
+    # take the element rule: tests/test_norm_planner.py);
     # keywords, and widths beyond the table, fall back to the element rule (tuning scripts)
-    key = max(1 << (n_cols - 1).bit_length(), 16)
+    key = 1 << (n_cols - 1).bit_length()
     for is_rms in (True, False):
         cfg = configs.block_row_fwd_config(n_cols, is_rms)
         assert (cfg.block_rows, cfg.num_warps) == configs.BLOCK_ROW_FWD_TILES[is_rms][key]

@@ -57,11 +57,13 @@ def _check(m, n, dtype, is_rms, *, affine=True, shift=0.0, eps=1e-5, scale=1.0):
 
 @pytest.fixture
 def small_split(monkeypatch):
-    """Split from 48 columns, in 16-column forward chunks and 16-column backward chunks (below
-    SMS rows), so every kernel sees several chunks and a ragged last one at small widths."""
+    """Split from 48 columns, in 16-column forward chunks and 16-column backward chunks of two
+    rows a step, so every kernel sees several chunks, a ragged last chunk and a ragged last row
+    step at small widths."""
     monkeypatch.setattr(config, "SPLIT_ROW_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 16)
+    monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 32)  # two rows a step: ragged steps
 
 
 def test_split_rule_at_its_switches():
@@ -84,12 +86,17 @@ def test_split_chunks_follow_their_rules():
     fwd = config.SPLIT_ROW_FWD_COLS
     assert config.split_row_fwd_chunk(53991).cols == fwd
     assert config.split_row_fwd_chunk(100).cols == 128
-    assert config.split_row_bwd_chunk(53991, 132).cols == 512  # cdiv = 410 -> 512: 106 chunks
+    assert config.split_row_bwd_chunk(53991, 132).cols == 256  # cdiv = 410 -> 256: 211 chunks
     assert config.split_row_bwd_chunk(9383, 132).cols == config.SPLIT_ROW_BWD_MIN_COLS
     assert config.split_row_bwd_chunk(10**6, 132).cols == fwd
     for cols in (256, 512, 4096):  # (128 columns: one warp, 4 each)
         chunk = config.split_row_fwd_chunk(cols)
         assert chunk.cols // (32 * chunk.num_warps) == config.SPLIT_ROW_ELEMS_PER_THREAD
+    # the dx kernel's row steps: NORM_BWD_TILE_ELEMS elements, no more rows than there are
+    elems = config.NORM_BWD_TILE_ELEMS
+    assert config.split_row_bwd_tile(106, 128).rows == elems // 128
+    assert config.split_row_bwd_tile(3, 128).rows == 4
+    assert config.split_row_bwd_tile(1, 4096).rows == 1
 
 
 @pytest.mark.usefixtures("small_split")

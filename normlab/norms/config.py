@@ -100,9 +100,23 @@ def split_row_fwd_chunk(n_cols: int) -> SplitRowChunk:
 
 
 def split_row_bwd_chunk(n_cols: int, sm_count: int) -> SplitRowChunk:
-    """The backward's chunk: about one column chunk per SM (its programs walk all the rows)."""
-    cols = max(SPLIT_ROW_BWD_MIN_COLS, _next_pow2(-(-n_cols // sm_count)))
+    """The backward's chunk: at least one column chunk per SM (its programs walk all the rows)."""
+    per_sm = -(-n_cols // sm_count)
+    cols = max(SPLIT_ROW_BWD_MIN_COLS, _next_pow2(per_sm + 1) // 2)
     return _split_chunk(min(cols, SPLIT_ROW_FWD_COLS))
+
+
+class SplitRowBwdTile(NamedTuple):
+    rows: int  # rows per step of the dx kernel
+    num_warps: int
+
+
+def split_row_bwd_tile(n_rows: int, chunk_cols: int) -> SplitRowBwdTile:
+    """The dx kernel steps NORM_BWD_TILE_ELEMS elements at a time (rows x chunk), so several
+    rows' loads are in flight; 8 elements per thread."""
+    rows = min(_next_pow2(n_rows), max(1, NORM_BWD_TILE_ELEMS // chunk_cols))
+    warps = rows * chunk_cols // (32 * SPLIT_ROW_ELEMS_PER_THREAD)
+    return SplitRowBwdTile(rows, max(1, min(16, warps)))
 
 
 @dataclass(frozen=True)
@@ -432,7 +446,7 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
 _MEMOIZED = ("norm_fwd_config", "norm_fwd_block_row_config", "block_row_fwd_config",
              "norm_reduce_config", "norm_bwd_config", "block_row_bwd_config",
              "block_row_bwd_recompute_config", "plan", "row_align",
-             "split_row_fwd_chunk", "split_row_bwd_chunk")  # fmt: skip
+             "split_row_fwd_chunk", "split_row_bwd_chunk", "split_row_bwd_tile")  # fmt: skip
 
 
 def memoize() -> None:

@@ -10,11 +10,11 @@ program walks its row chunk by chunk, one memory latency after another (1 x 5399
 * forward, ``_split_row_fwd_kernel``: grid (rows, chunks); each program adds its row's partial
   sums, derives mean and rstd (chunk 0 stores them) and normalizes its chunk.
 * backward, ``_split_row_bwd_kernel``: grid (chunks,); each program walks every row of its
-  column chunk: dx from the row's summed partials, and dγ/dβ of its columns added up in
-  registers and written directly (the rows are few: no workspace, no reduce kernel).
+  column chunk, a few rows a step: dx from the rows' summed partials, and dγ/dβ of its columns
+  added up in registers and written directly (the rows are few: no workspace, no reduce kernel).
 
 The second kernel re-reads the chunk, mostly from L2. ``norms.config.plan`` picks this path
-(``split_row_fwd``/``split_row_bwd``) and the chunk widths (``split_row_chunk``).
+(``NormPlan.fwd_split``/``bwd_split``) and the chunk widths (``split_row_*_chunk``).
 """
 
 from __future__ import annotations
@@ -161,11 +161,13 @@ def _split_row_bwd_kernel(
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,  # rows per step: their loads in flight together
     CHUNK: tl.constexpr,
     CHUNKS_BLOCK: tl.constexpr,  # >= n_chunks, a power of two
     ROW_ALIGN: tl.constexpr,
 ):
-    """dx of every row in one column chunk; that chunk's dγ/dβ summed over the rows."""
+    """dx of every row in one column chunk, BLOCK_ROWS rows a step; that chunk's dγ/dβ summed
+    over the rows."""
     if ROW_ALIGN > 1:
         x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
         dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
@@ -173,30 +175,38 @@ def _split_row_bwd_kernel(
     chunk = tl.program_id(0)
     n_chunks = tl.num_programs(0)
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
-    mask = cols < n_cols
-    w = load_weight(w_ptr, cols, mask, HAS_WEIGHT)
-    dw_acc = tl.zeros([CHUNK], dtype=tl.float32)
-    db_acc = tl.zeros([CHUNK], dtype=tl.float32)
-    for r in range(0, n_rows):
-        row = tl.cast(r, tl.int64)
-        x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        s1, s2 = _row_sums(sums_ptr, row, n_chunks, CHUNKS_BLOCK)
-        rstd = tl.load(rstd_ptr + row)
-        c1 = s1 / n_cols
+    col_mask = cols < n_cols
+    w = load_weight(w_ptr, cols, col_mask, HAS_WEIGHT)
+    parts = tl.arange(0, CHUNKS_BLOCK)
+    dw_acc = tl.zeros([BLOCK_ROWS, CHUNK], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_ROWS, CHUNK], dtype=tl.float32)
+    for start in range(0, n_rows, BLOCK_ROWS):
+        rows = start + tl.arange(0, BLOCK_ROWS).to(tl.int64)
+        row_mask = rows < n_rows
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
+        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask,
+                     other=0.0).to(tl.float32)  # fmt: skip
+        at = sums_ptr + (rows[:, None] * n_chunks + parts[None, :]) * 2
+        present = row_mask[:, None] & (parts < n_chunks)[None, :]
+        c1 = tl.sum(tl.load(at, mask=present, other=0.0), axis=1) / n_cols
+        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
         if IS_RMS:
-            xhat = x * rstd
-            dx = (dy * w - xhat * c1) * rstd
+            xhat = x.to(tl.float32) * rstd[:, None]
+            dx = (dy * w - xhat * c1[:, None]) * rstd[:, None]
         else:
-            xhat = tl.where(mask, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
-            dx = (dy * w - (xhat * c1 + s2 / n_cols)) * rstd
-        tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+            c2 = tl.sum(tl.load(at + 1, mask=present, other=0.0), axis=1) / n_cols
+            mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
+            xhat = tl.where(mask, (x.to(tl.float32) - mean[:, None]) * rstd[:, None], 0.0)
+            dx = (dy * w - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :],
+                 dx.to(dx_ptr.dtype.element_ty), mask=mask)  # fmt: skip
         dw_acc += dy * xhat
         db_acc += dy
     if HAS_WEIGHT:
-        tl.store(dw_ptr + cols, dw_acc.to(dw_ptr.dtype.element_ty), mask=mask)
+        tl.store(dw_ptr + cols, tl.sum(dw_acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_mask)
     if HAS_BIAS:
-        tl.store(db_ptr + cols, db_acc.to(db_ptr.dtype.element_ty), mask=mask)
+        tl.store(db_ptr + cols, tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=col_mask)
 
 
 # ============================================================================================
@@ -258,6 +268,7 @@ def split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms, chunk: config.
     program per column chunk for dx and that chunk's dγ/dβ."""
     n_rows, n_cols = x2d.shape
     sums = _sums(x2d, dy, weight, mean, rstd, is_rms, chunk)
+    tile = config.split_row_bwd_tile(n_rows, chunk.cols)
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     dw = torch.empty_like(weight) if weight is not None else None
     db = torch.empty_like(bias) if bias is not None else None
@@ -272,7 +283,7 @@ def split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms, chunk: config.
         db if db is not None else sums,
         n_rows, n_cols, x2d.stride(0), dy.stride(0), dx.stride(0),
         IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-        CHUNK=chunk.cols, CHUNKS_BLOCK=triton.next_power_of_2(n_chunks),
-        ROW_ALIGN=_align(x2d, dy, dx), num_warps=chunk.num_warps,
+        BLOCK_ROWS=tile.rows, CHUNK=chunk.cols, CHUNKS_BLOCK=triton.next_power_of_2(n_chunks),
+        ROW_ALIGN=_align(x2d, dy, dx), num_warps=tile.num_warps,
     )  # fmt: skip
     return dx, dw, db
