@@ -339,17 +339,19 @@ def _record_forward_launches(monkeypatch, *keys):
     return launched
 
 
-@pytest.mark.parametrize("n", [512, 513, 1000, 1025, 4097, 5000, 16384, 16385])
+@pytest.mark.parametrize("n", [512, 513, 1000, 1024, 1025, 2048, 4097, 5000, 8192, 16384, 16385])
 def test_rms_forward_looped_row(monkeypatch, n):
     """RMSNorm at 513-16384 columns runs one row per program looped over chunks narrower than the
-    row (configs.NORM_FWD_RMS_LOOPED; 513 leaves a one-column last chunk) with layout="row", and
-    with "auto" outside the block-row window (513-1024 columns: up to 6144 rows); 512 and 16385
-    keep the register-resident block and the 16384 chunks."""
+    row (configs.NORM_FWD_RMS_LOOPED) where the chunks tile the row exactly, with layout="row",
+    and with "auto" outside the block-row window (513-1024 columns: up to 6144 rows). A ragged
+    width (513, 1000, 1025, 4097, 5000) keeps one register-resident block, read once; 512 and
+    16385 keep the block and the 16384 chunks."""
     launched = _record_forward_launches(monkeypatch, "BLOCK_SIZE")
-    looped = triton.next_power_of_2(n) in configs.NORM_FWD_RMS_LOOPED
+    chunk = configs.NORM_FWD_RMS_LOOPED.get(triton.next_power_of_2(n), (None,))[0]
+    looped = chunk is not None and n % chunk == 0
     block = configs.norm_fwd_config(n, is_rms=True).block_size
-    assert looped == (512 < n <= 16384)
-    assert (block < n) == (n > 512) and (block == FWD_MAX) == (n > 16384)
+    assert looped == (n in (1024, 2048, 8192, 16384))
+    assert (block < n) == (looped or n > FWD_MAX) and (block == FWD_MAX) == (n > FWD_MAX)
     if looped:  # past the window's last row (the windows of looped widths all end)
         windows = configs.NORM_FWD_BLOCK_ROW[True].get(triton.next_power_of_2(n), ())
         past_windows = max((hi for _, hi, _ in windows), default=0) + 1
@@ -360,22 +362,24 @@ def test_rms_forward_looped_row(monkeypatch, n):
         launched.clear()
         y = _fwd(x, w, None, 1e-5, True, layout=layout)
         windowed = layout == "auto" and configs.norm_fwd_block_row_config(rows, n, True) is not None
-        assert windowed == (layout == "auto" and 512 < n <= 1024)
+        assert windowed == (layout == "auto" and 512 < n <= 1024)  # rows: sm_count + 1
         assert launched == ([] if windowed else [block])
         assert_close(y, _ref_fwd(x, w, None, 1e-5, True))
 
 
 def test_rms_forward_decode_rule(monkeypatch):
-    """Up to one row per SM (decode batches) a wide row is one register block, read once; from
-    one more row on, RMSNorm loops over chunks."""
+    """Up to one row per SM (decode batches) a wide row is one register block, read once, with
+    w loaded beside x (EARLY_PARAMS); from one more row on, RMSNorm loops over chunks."""
     sms = _runtime.sm_count()
     chunk = configs.NORM_FWD_RMS_LOOPED[8192][0]
-    assert configs.norm_fwd_config(5000, True, sms, sms).block_size == 8192
-    assert configs.norm_fwd_config(5000, True, sms + 1, sms).block_size == chunk
+    assert configs.norm_fwd_config(8192, True, sms, sms) == configs.NormFwdConfig(
+        8192, configs.norm_fwd_config(8192, False).num_warps, early_params=True)
+    assert configs.norm_fwd_config(8192, True, sms + 1, sms).block_size == chunk
+    assert not configs.norm_fwd_config(8192, True, sms + 1, sms).early_params
     launched = _record_forward_launches(monkeypatch, "BLOCK_SIZE")
     for rows, block in ((1, 8192), (sms, 8192), (sms + 1, chunk)):
         launched.clear()
-        x, w, _ = _inputs(rows, 5000, torch.bfloat16, True)
+        x, w, _ = _inputs(rows, 8192, torch.bfloat16, True)
         y = _fwd(x, w, None, 1e-5, True, layout="row")
         assert launched == [block]
         assert_close(y, _ref_fwd(x, w, None, 1e-5, True))
@@ -389,7 +393,9 @@ def test_rms_forward_one_wave_rule(monkeypatch):
     wave = configs.NormFwdConfig(*wave)
     sms = normlab._runtime.sm_count()
     default = configs.norm_fwd_config(8192, True)
-    for n_cols in (4097, 8192):
+    # a ragged width is one block, whatever the rows
+    assert configs.norm_fwd_config(4097, True, lo * sms + 1, sms).block_size == 8192
+    for n_cols in (8192,):
         assert configs.norm_fwd_config(n_cols, True, lo * sms, sms) == default
         assert configs.norm_fwd_config(n_cols, True, lo * sms + 1, sms) == wave
         assert configs.norm_fwd_config(n_cols, True, hi * sms, sms) == wave

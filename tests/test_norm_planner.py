@@ -202,3 +202,52 @@ def triton_next_pow2(n):
 def test_tiny_rows_match_fp64(is_rms, m, n, dtype):
     assert config.plan(is_rms, m, n).layout == "block_row"
     _check(m, n, dtype, is_rms)
+
+
+# ---- small backward: one program -------------------------------------------------------------
+
+ONE_PROGRAM = 16384  # config.NORM_BWD_ONE_PROGRAM_ELEMS (tests/conftest.py sets it to 0)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize(("m", "n", "programs"), [
+    (13, 448, 1),  # 5824 elements
+    (64, 256, 1),  # exactly ONE_PROGRAM
+    (65, 256, None),  # one row past: the persistent grid
+])  # fmt: skip
+def test_small_backward_runs_one_program(monkeypatch, is_rms, m, n, programs):
+    """At most NORM_BWD_ONE_PROGRAM_ELEMS elements: one persistent program takes every row and
+    writes dγ/dβ itself (no workspace, no reduce launch); one element more, the usual grid."""
+    from normlab import _launch
+    from normlab.norms import row
+
+    monkeypatch.setattr(config, "NORM_BWD_ONE_PROGRAM_ELEMS", ONE_PROGRAM)
+    grids, reduced = [], []
+
+    def launch(fn, grid, *args, **kwargs):
+        grids.append(grid)
+        return _launch.launch(fn, grid, *args, **kwargs)
+
+    def reduce_partials(*args, **kwargs):
+        reduced.append(True)
+        return real_reduce(*args, **kwargs)
+
+    real_reduce = row.reduce_partials
+    monkeypatch.setattr(row, "launch", launch)
+    monkeypatch.setattr(row, "reduce_partials", reduce_partials)
+    x, w = torch.randn(m, n), 1 + 0.5 * torch.randn(n)
+    b = None if is_rms else torch.randn(n)
+    mean = None if is_rms else x.double().mean(1).float()
+    var = x.double().pow(2).mean(1) if is_rms else x.double().var(1, unbiased=False)
+    rstd = torch.rsqrt(var + 1e-5).float()
+    dy = torch.randn(m, n)
+    dx, dw, db = row.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="persistent")
+    if programs == 1:
+        assert grids == [(1,)] and not reduced
+    else:
+        assert grids[0][0] > 1 and reduced
+    _, grads_ref = _ref(x, w, b, 1e-5, is_rms, dy)
+    assert_close(dx, grads_ref[0], msg="dx")
+    assert_close(dw, grads_ref[1], reduce_len=m, msg="dweight")
+    if not is_rms:
+        assert_close(db, grads_ref[2], reduce_len=m, msg="dbias")

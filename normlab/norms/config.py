@@ -123,6 +123,7 @@ def split_row_bwd_tile(n_rows: int, chunk_cols: int) -> SplitRowBwdTile:
 class NormFwdConfig:
     block_size: int  # columns per chunk (>= n_cols means one register-resident block)
     num_warps: int
+    early_params: bool = False  # few rows: load w/b with x (one memory round trip, not two)
 
 
 def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None,
@@ -134,8 +135,10 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
     few_rows = (n_rows is not None and sm_count
                 and n_rows <= NORM_FWD_DECODE_MAX_ROWS_PER_SM * sm_count)
     looped = NORM_FWD_RMS_LOOPED.get(_next_pow2(n_cols)) if is_rms and not few_rows else None
+    if looped is not None and n_cols % looped[0]:
+        looped = None  # a ragged last chunk is masked and re-read: one block reads the row once
     if looped is None:
-        return NormFwdConfig(block_size=block, num_warps=warps)
+        return NormFwdConfig(block_size=block, num_warps=warps, early_params=bool(few_rows))
     wave = NORM_FWD_RMS_ONE_WAVE.get(_next_pow2(n_cols))
     if wave and n_rows is not None and sm_count:
         lo, hi, cfg = wave
@@ -239,6 +242,7 @@ NORM_BWD_WARPS = ((2048, 4), (4096, 8), (8192, 16), (1 << 62, 32))
 # Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
 NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
 NORM_BWD_PARTIALS_PER_SM = 2  # above this, two programs add into one zeroed partial row
+NORM_BWD_ONE_PROGRAM_ELEMS = 16384  # up to here one program takes every row: no reduce launch
 NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
 NORM_BWD_ATOMIC_BLOCK_ROWS = 1
 NORM_BWD_LOOP_STAGES = 1  # software pipelining measured slower than the register prefetch

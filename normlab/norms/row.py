@@ -81,8 +81,10 @@ def _norm_fwd_kernel(
     EVEN_COLS: tl.constexpr,  # n_cols a multiple of BLOCK_SIZE: no predicates
     INT64_ROWS: tl.constexpr,  # row offsets may pass int32
     ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
+    EARLY_PARAMS: tl.constexpr = False,  # load w and b with x, before the row's reductions
 ):
-    """One row per program; fp32 statistics. Rows wider than BLOCK_SIZE loop over chunks."""
+    """One row per program; fp32 statistics. Rows wider than BLOCK_SIZE loop over chunks.
+    EARLY_PARAMS (one block): with few rows nothing hides a second memory round trip."""
     row = tl.program_id(0)
     if INT64_ROWS:
         row = row.to(tl.int64)
@@ -97,6 +99,9 @@ def _norm_fwd_kernel(
     if SINGLE_BLOCK:
         mask = cols < n_cols
         x = load_f32(x_row + cols, mask, EVEN_COLS, "")
+        if EARLY_PARAMS:
+            w = load_f32(w_ptr + cols, mask, EVEN_COLS, "") if HAS_WEIGHT else 1.0
+            b = load_f32(b_ptr + cols, mask, EVEN_COLS, "") if HAS_BIAS else 0.0
         if IS_RMS:
             mean = 0.0
             xc = x
@@ -107,10 +112,13 @@ def _norm_fwd_kernel(
                 xc = tl.where(mask, xc, 0.0)
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
         y = xc * rstd
-        if HAS_WEIGHT:
-            y = y * load_f32(w_ptr + cols, mask, EVEN_COLS, "")
-        if HAS_BIAS:
-            y = y + load_f32(b_ptr + cols, mask, EVEN_COLS, "")
+        if EARLY_PARAMS:
+            y = y * w + b
+        else:
+            if HAS_WEIGHT:
+                y = y * load_f32(w_ptr + cols, mask, EVEN_COLS, "")
+            if HAS_BIAS:
+                y = y + load_f32(b_ptr + cols, mask, EVEN_COLS, "")
         store_cast(y_row + cols, y, mask, EVEN_COLS)
     else:
         # Pass 1: sums over chunks. LayerNorm sums d = x - x[0] so that var = E[d^2] - E[d]^2
@@ -504,6 +512,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, tile=None, block_size=None, 
     block = triton.next_power_of_2(block_size) if block_size else cfg.block_size
     launch(_norm_fwd_kernel, (n_rows,), *args, **flags, BLOCK_SIZE=block,
            SINGLE_BLOCK=n_cols <= block, EVEN_COLS=n_cols % block == 0,
+           EARLY_PARAMS=cfg.early_params and n_cols <= block,
            num_warps=num_warps or cfg.num_warps)  # fmt: skip
     return y, mean, rstd
 
@@ -605,6 +614,8 @@ def norm_backward(
 
     if strategy == "persistent":
         n_programs = min(n_tiles, cfg.programs_per_sm * _runtime.sm_count(device.index))
+        if n_rows * n_cols <= config.NORM_BWD_ONE_PROGRAM_ELEMS:
+            n_programs = 1
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
         n_programs = triton.cdiv(n_tiles, tiles_per_program)
