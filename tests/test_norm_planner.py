@@ -60,34 +60,42 @@ def small_split(monkeypatch):
     """Split from 48 columns, in 16-column forward chunks and 16-column backward chunks of two
     rows a step, so every kernel sees several chunks, a ragged last chunk and a ragged last row
     step at small widths."""
-    monkeypatch.setattr(config, "SPLIT_ROW_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 16)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNK_MIN", 16)
     monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 32)  # two rows a step: ragged steps
 
 
-def test_split_rule_at_its_switches():
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_split_rule_at_its_switches(direction):
     """Split exactly when there are fewer rows than SMs and the row is wider than
-    SPLIT_ROW_MIN_COLS; only under layout/strategy "auto" for the forward/backward."""
-    n, sms = config.SPLIT_ROW_MIN_COLS, 132
-    assert config.plan(True, sms - 1, n + 1, sm_count=sms).fwd_split is not None
-    assert config.plan(True, sms, n + 1, sm_count=sms).fwd_split is None
-    assert config.plan(True, sms - 1, n, sm_count=sms).fwd_split is None
-    assert config.plan(True, 0, n + 1, sm_count=sms).fwd_split is None  # nothing to launch
-    assert config.plan(True, 1, n + 1).fwd_split is None  # no SM count, no split
-    assert config.plan(False, 1, n + 1, layout="row", sm_count=sms).fwd_split is None
-    two_stage = config.plan(False, 1, n + 1, "two_stage", sm_count=sms)
-    assert two_stage.fwd_split is not None and two_stage.bwd_split is None
+    SPLIT_ROW_FWD_MIN_COLS (forward) / SPLIT_ROW_BWD_MIN_COLS (backward); only under layout
+    "auto", and the backward only under strategy "auto"."""
+    n = config.SPLIT_ROW_FWD_MIN_COLS if direction == "fwd" else config.SPLIT_ROW_BWD_MIN_COLS
+    sms = 132
+
+    def split(*args, **kwargs):
+        plan = config.plan(*args, **kwargs)
+        return (plan.fwd_split if direction == "fwd" else plan.bwd_split) is not None
+
+    assert split(True, sms - 1, n + 1, sm_count=sms)
+    assert not split(True, sms, n + 1, sm_count=sms)
+    assert not split(True, sms - 1, n, sm_count=sms)
+    assert not split(True, 0, n + 1, sm_count=sms)  # nothing to launch
+    assert not split(True, 1, n + 1)  # no SM count, no split
+    assert not split(False, 1, n + 1, layout="row", sm_count=sms)
+    assert split(False, 1, n + 1, "two_stage", sm_count=sms) == (direction == "fwd")
 
 
 def test_split_chunks_follow_their_rules():
     """Forward: fixed SPLIT_ROW_FWD_COLS chunks (narrower rows: one chunk); backward: about one
-    chunk per SM, within [SPLIT_ROW_BWD_MIN_COLS, SPLIT_ROW_FWD_COLS]; 8 elements per thread."""
+    chunk per SM, within [SPLIT_ROW_BWD_CHUNK_MIN, SPLIT_ROW_FWD_COLS]; 8 elements per thread."""
     fwd = config.SPLIT_ROW_FWD_COLS
     assert config.split_row_fwd_chunk(53991).cols == fwd
     assert config.split_row_fwd_chunk(100).cols == 128
     assert config.split_row_bwd_chunk(53991, 132).cols == 256  # cdiv = 410 -> 256: 211 chunks
-    assert config.split_row_bwd_chunk(9383, 132).cols == config.SPLIT_ROW_BWD_MIN_COLS
+    assert config.split_row_bwd_chunk(9383, 132).cols == config.SPLIT_ROW_BWD_CHUNK_MIN
     assert config.split_row_bwd_chunk(10**6, 132).cols == fwd
     for cols in (256, 512, 4096):  # (128 columns: one warp, 4 each)
         chunk = config.split_row_fwd_chunk(cols)
@@ -141,12 +149,12 @@ def test_split_eps_dominated_rows(is_rms):
 
 @pytest.mark.usefixtures("small_split")
 def test_split_rows_real_widths_and_stats(monkeypatch):
-    """The real chunk widths (4096-column forward chunks) at a prime width past 8192; the
+    """The real chunk widths (4096-column forward chunks) at a prime width past 16384; the
     forward stores mean/rstd once per row (chunk 0) for the backward."""
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 4096)
-    x = torch.randn(2, 8209)
+    x = torch.randn(2, 16411)
     y, mean, rstd = split_row.split_row_forward(x, None, None, 1e-5, False,
-                                                config.split_row_fwd_chunk(8209))
+                                                config.split_row_fwd_chunk(16411))
     xd = x.double()
     assert_close(mean, xd.mean(1).float())
     assert_close(rstd, torch.rsqrt(xd.var(1, unbiased=False) + 1e-5).float())
@@ -251,3 +259,44 @@ def test_small_backward_runs_one_program(monkeypatch, is_rms, m, n, programs):
     assert_close(dw, grads_ref[1], reduce_len=m, msg="dweight")
     if not is_rms:
         assert_close(db, grads_ref[2], reduce_len=m, msg="dbias")
+
+
+# ---- rows wider than one block; few rows --------------------------------------------------------
+
+
+def test_wide_row_chunk_rule():
+    """The widest chunk whose padding stays within NORM_FWD_MAX_PAD_WASTE of the row."""
+    assert config.wide_row_chunk(32768) == 16384  # two whole chunks
+    assert config.wide_row_chunk(17767) == 2048  # 16384 +84%, 8192 +38%, 4096 +15%, 2048 +4%
+    assert config.wide_row_chunk(20163) == 4096  # 20480: +1.6%
+    assert config.wide_row_chunk(60028) == 16384  # 65536: +9.2%, within the 12.5%
+    for n in (16385, 17767, 20163, 32826, 60028, 65536):
+        chunk = config.wide_row_chunk(n)
+        waste = -(-n // chunk) * chunk / n - 1
+        assert waste <= config.NORM_FWD_MAX_PAD_WASTE or chunk == config.NORM_FWD_WIDE_CHUNKS[-1]
+        wider = [c for c in config.NORM_FWD_WIDE_CHUNKS if c > chunk]
+        assert all(-(-n // c) * c / n - 1 > config.NORM_FWD_MAX_PAD_WASTE for c in wider)
+        assert config.norm_fwd_config(n, True).block_size == chunk
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_wide_row_chunks_match_fp64(is_rms):
+    """A row past one block in the rule's chunks (2048 columns here: a ragged last chunk)."""
+    from normlab.norms import row
+
+    x = torch.randn(2, 17767) + (0 if is_rms else 3.0)
+    w = 1 + 0.5 * torch.randn(17767)
+    y, _, _ = row.norm_forward(x, w, None, 1e-5, is_rms)
+    expected = (ref.rms_norm(x.double(), w.double(), 1e-5) if is_rms
+                else ref.layer_norm(x.double(), w.double(), None, 1e-5))  # fmt: skip
+    assert_close(y, expected)
+
+
+def test_block_row_windows_start_above_the_decode_rows():
+    """The wide-row block-row forward windows (config.NORM_FWD_BLOCK_ROW) apply from one row per
+    SM on; decode batches run one row per program."""
+    sms = 132
+    lo = config.NORM_FWD_BLOCK_ROW[True][1024][0][0]  # RMSNorm 1024: the window from 1 row
+    assert lo <= sms
+    assert config.plan(True, sms, 1000, sm_count=sms).fwd_tile is None
+    assert config.plan(True, sms + 1, 1000, sm_count=sms).fwd_tile is not None

@@ -57,6 +57,8 @@ def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:
 
 NORM_FWD_MAX_BLOCK = 16384  # widest register-resident row chunk (64 KB of fp32 per program)
 NORM_FWD_WARPS = ((1024, 2), (2048, 4), (8192, 8), (16384, 16))  # ~16 B per thread per load
+NORM_FWD_WIDE_CHUNKS = (16384, 8192, 4096, 2048)  # chunks of rows wider than one block
+NORM_FWD_MAX_PAD_WASTE = 0.125  # the masked tail a wide row's chunking may add
 NORM_FWD_AUTOTUNE_BLOCKS = (512, 1024, 2048, 4096, 8192)  # the opt-in NORMLAB_AUTOTUNE space
 NORM_FWD_AUTOTUNE_WARPS = (4, 8, 16)
 # RMSNorm reads a wide row twice (the second time from L2) in 16-byte-per-thread chunks: fewer
@@ -72,9 +74,10 @@ NORM_FWD_DECODE_MAX_ROWS_PER_SM = 1
 
 # ---- few wide rows: each row split over several programs (norms/split_row.py) -------------
 
-SPLIT_ROW_MIN_COLS = 8192  # above two 4096-column chunks a lone row program walks chunk by chunk
+SPLIT_ROW_FWD_MIN_COLS = 16384  # a row one register block holds: one program, one launch
+SPLIT_ROW_BWD_MIN_COLS = 8192  # past the compile-time-width single pass, one program per row tile
 SPLIT_ROW_FWD_COLS = 4096  # forward chunk: 8 KB of bf16 per program, one load per thread-vector
-SPLIT_ROW_BWD_MIN_COLS = 128  # backward chunk floor: each program walks every row of its chunk
+SPLIT_ROW_BWD_CHUNK_MIN = 128  # backward chunk floor: each program walks every row of its chunk
 SPLIT_ROW_ELEMS_PER_THREAD = 8  # one 16-byte bf16 vector per thread per load
 
 
@@ -88,10 +91,10 @@ def _split_chunk(cols: int) -> SplitRowChunk:
     return SplitRowChunk(cols, max(1, min(16, warps)))
 
 
-def split_row(n_rows: int, n_cols: int, sm_count: int) -> bool:
-    """Fewer rows than SMs, each wider than SPLIT_ROW_MIN_COLS: one program per row would
-    leave SMs idle while each busy one walks its row."""
-    return 0 < n_rows < sm_count and n_cols > SPLIT_ROW_MIN_COLS
+def split_row(n_rows: int, n_cols: int, sm_count: int, min_cols: int) -> bool:
+    """Fewer rows than SMs, each wider than ``min_cols``: one program per row would leave SMs
+    idle while each busy one walks its row."""
+    return 0 < n_rows < sm_count and n_cols > min_cols
 
 
 def split_row_fwd_chunk(n_cols: int) -> SplitRowChunk:
@@ -102,7 +105,7 @@ def split_row_fwd_chunk(n_cols: int) -> SplitRowChunk:
 def split_row_bwd_chunk(n_cols: int, sm_count: int) -> SplitRowChunk:
     """The backward's chunk: at least one column chunk per SM (its programs walk all the rows)."""
     per_sm = -(-n_cols // sm_count)
-    cols = max(SPLIT_ROW_BWD_MIN_COLS, _next_pow2(per_sm + 1) // 2)
+    cols = max(SPLIT_ROW_BWD_CHUNK_MIN, _next_pow2(per_sm + 1) // 2)
     return _split_chunk(min(cols, SPLIT_ROW_FWD_COLS))
 
 
@@ -126,10 +129,23 @@ class NormFwdConfig:
     early_params: bool = False  # few rows: load w/b with x (one memory round trip, not two)
 
 
+def wide_row_chunk(n_cols: int) -> int:
+    """Chunk of a row wider than one block: the widest of NORM_FWD_WIDE_CHUNKS whose last chunk
+    wastes at most NORM_FWD_MAX_PAD_WASTE of the row (each chunk is read twice, masked lanes
+    included); else the narrowest."""
+    for chunk in NORM_FWD_WIDE_CHUNKS:
+        if -(-n_cols // chunk) * chunk <= n_cols * (1 + NORM_FWD_MAX_PAD_WASTE):
+            return chunk
+    return NORM_FWD_WIDE_CHUNKS[-1]
+
+
 def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None,
                     sm_count: int | None = None) -> NormFwdConfig:  # fmt: skip
     """The one-row-per-program forward's chunk and warps (``n_rows``/``sm_count`` left out: the
     row-count rules are ignored)."""
+    if n_cols > NORM_FWD_MAX_BLOCK:
+        chunk = wide_row_chunk(n_cols)
+        return NormFwdConfig(block_size=chunk, num_warps=_ladder(NORM_FWD_WARPS, chunk))
     block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = _ladder(NORM_FWD_WARPS, block)
     few_rows = (n_rows is not None and sm_count
@@ -242,7 +258,7 @@ NORM_BWD_WARPS = ((2048, 4), (4096, 8), (8192, 16), (1 << 62, 32))
 # Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
 NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
 NORM_BWD_PARTIALS_PER_SM = 2  # above this, two programs add into one zeroed partial row
-NORM_BWD_ONE_PROGRAM_ELEMS = 16384  # up to here one program takes every row: no reduce launch
+NORM_BWD_ONE_PROGRAM_ELEMS = 8192  # up to here one program takes every row: no reduce launch
 NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
 NORM_BWD_ATOMIC_BLOCK_ROWS = 1
 NORM_BWD_LOOP_STAGES = 1  # software pipelining measured slower than the register prefetch
@@ -436,21 +452,28 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
     if block_row:
         return NormPlan("block_row", None, not block_row_recompute_stats(n_cols, is_rms),
                         "persistent")  # fmt: skip
-    split = layout == "auto" and sm_count is not None and split_row(n_rows, n_cols, sm_count)
+    auto = layout == "auto" and sm_count is not None
+    split_fwd = auto and split_row(n_rows, n_cols, sm_count, SPLIT_ROW_FWD_MIN_COLS)
+    split_bwd = (auto and strategy == "auto"
+                 and split_row(n_rows, n_cols, sm_count, SPLIT_ROW_BWD_MIN_COLS))  # fmt: skip
+    # The wide-row block-row windows start above the decode rows: one row per program there.
+    decode = sm_count is not None and n_rows <= NORM_FWD_DECODE_MAX_ROWS_PER_SM * sm_count
+    tile = norm_fwd_block_row_config(n_rows, n_cols, is_rms) if layout == "auto" else None
     return NormPlan(
         "row",
-        norm_fwd_block_row_config(n_rows, n_cols, is_rms) if layout == "auto" else None,
+        None if decode else tile,
         True,
         "persistent" if strategy == "auto" else strategy,
-        fwd_split=split_row_fwd_chunk(n_cols) if split else None,
-        bwd_split=split_row_bwd_chunk(n_cols, sm_count) if split and strategy == "auto" else None,
+        fwd_split=split_row_fwd_chunk(n_cols) if split_fwd else None,
+        bwd_split=split_row_bwd_chunk(n_cols, sm_count) if split_bwd else None,
     )
 
 
 _MEMOIZED = ("norm_fwd_config", "norm_fwd_block_row_config", "block_row_fwd_config",
              "norm_reduce_config", "norm_bwd_config", "block_row_bwd_config",
              "block_row_bwd_recompute_config", "plan", "row_align",
-             "split_row_fwd_chunk", "split_row_bwd_chunk", "split_row_bwd_tile")  # fmt: skip
+             "split_row_fwd_chunk", "split_row_bwd_chunk", "split_row_bwd_tile",
+             "wide_row_chunk")  # fmt: skip
 
 
 def memoize() -> None:
