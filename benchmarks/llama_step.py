@@ -4,8 +4,9 @@
 
 Builds a Llama from a config near 1B parameters (hidden 2048, 16 layers, 32 heads, 8 KV heads,
 MLP 8192, vocabulary 128256, sequence 2048; random weights, nothing downloaded) and trains it
-for ``--steps`` steps of AdamW on fixed random tokens, in bf16. Variants, each in its own
-process (Liger patches transformers' classes globally):
+for ``--steps`` steps of AdamW (lr 3e-4) on one fixed batch of random tokens, in bf16: the
+model memorizes it, so the loss falls step by step and the curves have something to agree on.
+Variants, each in its own process (Liger patches transformers' classes globally):
 
 * ``hf``: the model as Hugging Face builds it;
 * ``normlab``: ``normlab.patch(model, loss=True)`` (RMSNorm modules and the causal-LM loss);
@@ -66,13 +67,12 @@ def run_one(variant: str, mode: str, layers: int, steps: int, warmup: int, batch
         patched = ["rms_norm", "cross_entropy"]
     model.train()
     step_model = torch.compile(model) if mode == "compile" else model
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
     gen = torch.Generator(device="cuda").manual_seed(seed + 1)
-    batches = [torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda", generator=gen)
-               for _ in range(steps)]  # fmt: skip
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda", generator=gen)
     losses, times = [], []
     torch.cuda.reset_peak_memory_stats()
-    for ids in batches:
+    for _ in range(steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         loss = step_model(input_ids=ids, labels=ids).loss
@@ -129,7 +129,19 @@ def main(argv=None) -> int:
     if args.out is None:
         parser.error("--out is required")
     from normlab.bench import device_info
+    from normlab.bench.records import portable_command
 
+    dev = device_info()
+    meta = {"card": dev.card, "torch": dev.torch, "triton": dev.triton, "python": dev.python,
+            "commit": os.environ.get("NORMLAB_COMMIT", ""),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": portable_command(["python3", "benchmarks/llama_step.py",
+                                         *(argv if argv is not None else sys.argv[1:])])}
+    for pkg in ("transformers", "liger_kernel"):
+        try:
+            meta[pkg] = __import__(pkg).__version__
+        except (ImportError, AttributeError):
+            pass
     results = []
     for variant in variants:
         for mode in modes:
@@ -141,26 +153,17 @@ def main(argv=None) -> int:
                 tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
                 print(f"{variant} {mode}: failed: {tail}", flush=True)
                 results.append({"variant": variant, "mode": mode, "error": tail})
+            else:
+                res = json.loads(proc.stdout.strip().splitlines()[-1])
+                results.append(res)
+            args.out.parent.mkdir(parents=True, exist_ok=True)  # each result as it comes
+            args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+            if "error" in results[-1]:
                 continue
-            res = json.loads(proc.stdout.strip().splitlines()[-1])
-            results.append(res)
             print(f"{variant:8s} {mode:8s} {res['step_ms']:8.1f} ms/step "
                   f"{res['tokens_per_s']:9.0f} tok/s  peak {res['peak_gib']:.1f} GiB  "
                   f"first step {res['first_step_s']:.1f} s  loss[-1] {res['losses'][-1]:.4f}",
                   flush=True)
-    dev = device_info()
-    meta = {"card": dev.card, "torch": torch.__version__, "commit": os.environ.get(
-        "NORMLAB_COMMIT", ""), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": "python3 benchmarks/llama_step.py " + " ".join(
-            a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("/"))}
-    try:
-        import transformers
-
-        meta["transformers"] = transformers.__version__
-    except ImportError:
-        pass
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     base = {r["mode"]: r for r in results if r.get("variant") == "hf" and "losses" in r}
     for r in results:
         ref = base.get(r.get("mode"))
