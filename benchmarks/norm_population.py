@@ -6,7 +6,9 @@ For each population member (``normlab.bench.shapes.norm_population``): RMSNorm a
 forward and backward, normlab's default against torch, torch.compile (default mode, as a user
 calls it) and Liger-Kernel where importable, shape by shape. Records carry
 ``shape_set="population"``. Prints, per op and direction, the geometric mean of
-best peer µs / normlab µs, the count below 0.9 and the ten worst cells.
+best peer µs / normlab µs, the count below 0.9 and the ten worst cells, against the targets
+(every shape >= 0.90x, geomean >= 1.15x); ``--summary FILE.jsonl`` prints that for recorded
+runs.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ import torch
 import torch.nn.functional as F
 
 from normlab.bench import device_info, registry, shapes
-from normlab.bench.records import parse_dtype, write_jsonl
+from normlab.bench.records import parse_dtype, read_jsonl, write_jsonl
 from normlab.bench.sweep import measure
 
 OPS = ("rms_norm", "layer_norm")
+TARGET_EVERY_SHAPE = 0.90  # normlab / best peer at every population member, each direction
+TARGET_GEOMEAN = 1.15  # the geometric mean over the population, each op and direction
 DIRECTIONS = ("fwd", "bwd")
 
 
@@ -54,7 +58,8 @@ def _impls(op):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--summary", type=Path, nargs="+", help="recorded runs: print, no GPU")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--families", default="random,model,narrow")
     parser.add_argument("--dtypes", default="bf16,fp16,fp32")
@@ -62,6 +67,11 @@ def main(argv=None) -> int:
     parser.add_argument("--cells", help="MxN[,MxN...]: only these members (of any dtype)")
     parser.add_argument("--impls", help="a comma list of normlab,torch,compile,liger")
     args = parser.parse_args(argv)
+    if args.summary:
+        print(summary([r for path in args.summary for r in read_jsonl(path)]))
+        return 0
+    if args.out is None:
+        parser.error("--out is required (or --summary FILE.jsonl)")
     if args.reps < 1:
         parser.error("--reps must be >= 1")
     try:
@@ -127,10 +137,15 @@ def summary(records) -> str:
             if not ratios:
                 continue
             geo = math.exp(sum(math.log(r[0]) for r in ratios) / len(ratios))
-            low = sum(r[0] < 0.9 for r in ratios)
+            low = sum(r[0] < TARGET_EVERY_SHAPE for r in ratios)
             worst = sorted(ratios)[:10]
-            lines.append(f"{op} {direction}: {len(ratios)} shapes, geomean {geo:.3f}x, "
-                         f"{low} below 0.9x; worst: " +
+            missed = ([f"geomean at {geo / TARGET_GEOMEAN:.2f}x its target"]
+                      if geo < TARGET_GEOMEAN else []) + (
+                      [f"{low} shapes below {TARGET_EVERY_SHAPE}x"] if low else [])  # fmt: skip
+            verdict = "missed: " + ", ".join(missed) if missed else "met"
+            lines.append(f"{op} {direction}: {len(ratios)} shapes, geomean {geo:.3f}x (target "
+                         f">= {TARGET_GEOMEAN}x), {low} below {TARGET_EVERY_SHAPE}x (target 0): "
+                         f"{verdict}; worst: " +
                          ", ".join(f"{M}x{N} {dt} {r:.2f}" for r, M, N, dt in worst))
     return "\n".join(lines)
 
