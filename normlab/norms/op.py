@@ -164,6 +164,8 @@ def _run_bwd_op(dy, dh, normed, weight, bias, mean, rstd, *args):
 
 
 def _custom_op_backward(ctx, dy, dh, _dmean, _drstd):
+    if not ctx.has_residual:  # the empty placeholder h's gradient (AOT may materialize it)
+        dh = None
     dx, dw, db = _backward(dy, dh, *ctx.saved_tensors, ctx.args, _run_bwd_op)
     # x and the residual get the same gradient.
     return dx, dx if ctx.has_residual else None, dw, db, None, None, None, None, None
@@ -175,9 +177,8 @@ _norm_fwd_op.register_autograd(_custom_op_backward, setup_context=_setup_context
 # ---- public functions ----------------------------------------------------------------------------
 
 
-def _prepare(name, x, residual, weight, bias, eps, offset, strategy, layout):
-    """Validate the public arguments; return x and the residual (or None) as (n_rows, n_cols)
-    views (or copies)."""
+def _prepare(name, x, weight, bias, eps, offset, strategy, layout):
+    """Validate the public arguments; return x as a (n_rows, n_cols) view (or copy)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in FLOAT_DTYPES:
@@ -226,21 +227,23 @@ def _prepare(name, x, residual, weight, bias, eps, offset, strategy, layout):
                 f"{name}: block_row handles rows of at most {config.BLOCK_ROW_MAX_COLS} columns, "
                 f'got {n_cols}; use layout="row" (or "auto") for wider rows'
             )
-    if residual is not None:
-        if not isinstance(residual, torch.Tensor):
-            raise TypeError(f"{name}: residual must be a torch.Tensor, got "
-                            f"{type(residual).__name__}")  # fmt: skip
-        if residual.shape != x.shape:
-            raise ValueError(f"{name}: residual has shape {tuple(residual.shape)} but x has "
-                             f"{tuple(x.shape)}; they must match")  # fmt: skip
-        if residual.dtype != x.dtype:
-            raise TypeError(f"{name}: residual has dtype {residual.dtype} but x has "
-                            f"{x.dtype}; h = x + residual is stored in x's dtype, so they must "
-                            "match")  # fmt: skip
-        if residual.device != x.device:
-            raise ValueError(f"{name}: residual is on device {residual.device} but x is on "
-                             f"device {x.device}")  # fmt: skip
-    return _as_rows(x), None if residual is None else _as_rows(residual)
+    return _as_rows(x)
+
+
+def _prepare_residual(name, x, residual):
+    """Validate the add-norms' residual against (validated) x; return it as rows like x's."""
+    if not isinstance(residual, torch.Tensor):
+        raise TypeError(f"{name}: residual must be a torch.Tensor, got {type(residual).__name__}")
+    if residual.shape != x.shape:
+        raise ValueError(f"{name}: residual has shape {tuple(residual.shape)} but x has "
+                         f"{tuple(x.shape)}; they must match")  # fmt: skip
+    if residual.dtype != x.dtype:
+        raise TypeError(f"{name}: residual has dtype {residual.dtype} but x has {x.dtype}; "
+                        "h = x + residual is stored in x's dtype, so they must match")
+    if residual.device != x.device:
+        raise ValueError(f"{name}: residual is on device {residual.device} but x is on device "
+                         f"{x.device}")  # fmt: skip
+    return _as_rows(residual)
 
 
 def _as_rows(t):
@@ -276,7 +279,7 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, strategy="auto", layout="a
     narrow rows (at most 256 columns) per program, "row" runs one row per program forward and
     one row per backward tile, "auto" lets ``norms.config.plan`` decide.
     """
-    x2d, _ = _prepare("rms_norm", x, None, weight, None, eps, offset, strategy, layout)
+    x2d = _prepare("rms_norm", x, weight, None, eps, offset, strategy, layout)
     y = _norm(x2d, None, weight, None, float(eps), float(offset), True, strategy, layout)
     return y.view(x.shape)
 
@@ -286,7 +289,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, offset=0.0, strategy="aut
     """LayerNorm over the last dim: ``(x - mean) / sqrt(var + eps) * (offset + weight) + bias``
     (biased variance, fp32 statistics). ``offset``/``strategy``/``layout`` as for
     :func:`rms_norm`."""
-    x2d, _ = _prepare("layer_norm", x, None, weight, bias, eps, offset, strategy, layout)
+    x2d = _prepare("layer_norm", x, weight, bias, eps, offset, strategy, layout)
     y = _norm(x2d, None, weight, bias, float(eps), float(offset), False, strategy, layout)
     return y.view(x.shape)
 
@@ -298,7 +301,8 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
     stored h. One kernel reads x and the residual once and writes y and h; gradients from y and
     h flow into both x and the residual. ``residual`` must match x's shape, dtype and device;
     the other arguments as for :func:`rms_norm`."""
-    x2d, r2d = _prepare("add_rms_norm", x, residual, weight, None, eps, offset, strategy, layout)
+    x2d = _prepare("add_rms_norm", x, weight, None, eps, offset, strategy, layout)
+    r2d = _prepare_residual("add_rms_norm", x, residual)
     y, h = _norm(x2d, r2d, weight, None, float(eps), float(offset), True, strategy, layout)
     return y.view(x.shape), h.view(x.shape)
 
@@ -306,7 +310,7 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
 def add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, *, offset=0.0,
                    strategy="auto", layout="auto"):  # fmt: skip
     """:func:`add_rms_norm` with LayerNorm: ``(layer_norm(h), h)`` for ``h = x + residual``."""
-    x2d, r2d = _prepare("add_layer_norm", x, residual, weight, bias, eps, offset, strategy,
-                        layout)  # fmt: skip
+    x2d = _prepare("add_layer_norm", x, weight, bias, eps, offset, strategy, layout)
+    r2d = _prepare_residual("add_layer_norm", x, residual)
     y, h = _norm(x2d, r2d, weight, bias, float(eps), float(offset), False, strategy, layout)
     return y.view(x.shape), h.view(x.shape)
