@@ -250,6 +250,34 @@ def test_block_row_backward_with_dh(is_rms, recompute):
         assert_close(db, want_db, reduce_len=37, msg="dbias")
 
 
+@pytest.mark.parametrize("layout", ["row", "block_row"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_add_norm_strided_views(is_rms, layout):
+    """x a row-strided view of a wider buffer, the residual one row broadcast (row stride 0),
+    dy/dh row-strided views: read in place, against fp64."""
+    m, n = 9, 24
+    x = torch.randn(m, n + 8)[:, :n]
+    r = torch.randn(1, n).expand(m, n)
+    w = (0.5 * torch.randn(n)).requires_grad_(True)
+    b = torch.randn(n).requires_grad_(True) if not is_rms else None
+    xg, rg = x.clone().requires_grad_(True), r.clone().requires_grad_(True)
+    gy, gh = torch.randn(m, n + 3)[:, :n], torch.randn(m, 2 * n)[:, ::2]
+    y, h = _call(x, r, w, b, is_rms, 1.0, layout=layout)
+    leaves = [t for t in (w, b) if t is not None]
+    grads = torch.autograd.grad((y, h), leaves, (gy, gh))
+    want_h, want_y, _, want_dw, want_db = _reference(x, r, w, b, is_rms, 1.0, gy, gh)
+    assert torch.equal(h, want_h)
+    assert_close(y, want_y, msg="y")
+    assert_close(grads[0], want_dw, reduce_len=m, msg="dweight")
+    if b is not None:
+        assert_close(grads[1], want_db, reduce_len=m, msg="dbias")
+    y2, h2 = _call(xg, rg, w.detach(), b, is_rms, 1.0, layout=layout)
+    dx, dr = torch.autograd.grad((y2, h2), (xg, rg), (gy, gh))
+    want_dh = _reference(x, r, w, b, is_rms, 1.0, gy, gh)[2]
+    assert_close(dx, want_dh, msg="dx")
+    assert_close(dr, want_dh, msg="dresidual")
+
+
 # ---- autograd: which outputs are used, which inputs need a gradient ----------------------------
 
 
