@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 # The dtypes the Triton kernels take (fp64 and integers raise: use normlab.ref for fp64).
@@ -33,8 +31,10 @@ def fused_add_buffers(x2d: torch.Tensor, residual, h_out):
 
 
 def is_finite_real(v) -> bool:
-    """A finite real number (an int or a float, not a bool)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite real number (an int or a float, not a bool); comparisons, not math.isfinite,
+    so that torch.compile(dynamic=True) can trace it."""
+    inf = float("inf")
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and -inf < v < inf
 
 
 def is_valid_eps(eps) -> bool:

@@ -364,9 +364,11 @@ def test_add_norm_empty_input(is_rms, shape, layout):
 # ---- torch.compile and the custom ops ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", ["auto", "block_row"])
+@pytest.mark.parametrize(
+    ("layout", "dynamic"), [("auto", False), ("auto", True), ("block_row", True)]
+)
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_add_norm_torch_compile_fullgraph(is_rms, layout):
+def test_add_norm_torch_compile_fullgraph(is_rms, layout, dynamic):
     x, r, w, b = _inputs(6, 20, torch.float32, is_rms)
     gy, gh = torch.randn(6, 20), torch.randn(6, 20)
 
@@ -374,7 +376,7 @@ def test_add_norm_torch_compile_fullgraph(is_rms, layout):
         y, h = _call(x, r, w, b, is_rms, 1.0, layout=layout)
         return (y * gy).sum() + (h * gh).sum()
 
-    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager", dynamic=dynamic)
     leaves = [t.clone().requires_grad_(True) for t in (x, r, w) if t is not None]
     grads = torch.autograd.grad(compiled(*leaves, b), leaves)
     _, _, want_dh, want_dw, _ = _reference(x, r, w, b, is_rms, 1.0, gy, gh)
