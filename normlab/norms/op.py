@@ -93,7 +93,9 @@ class NormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, dh=None):
         dx, dw, db = _backward(dy, dh, *ctx.saved_tensors, ctx.args, planned_backward)
-        # x and the residual get the same gradient (autograd copies it where both keep it).
+        # x and the residual get the same gradient, one tensor returned twice as Liger-Kernel's
+        # fused add RMSNorm does (src/liger_kernel/ops/fused_add_rms_norm.py in
+        # https://github.com/linkedin/Liger-Kernel); autograd copies it where both keep it.
         dres = dx if ctx.needs_input_grad[1] else None
         return dx, dres, dw, db, None, None, None, None, None
 
