@@ -110,6 +110,52 @@ def check_norms(dtype) -> None:
                        {"differs": 0.0 if same else 1.0}, 0.0)
 
 
+# The options' shapes: one row, narrow block-row rows, a masked wide row, the chunked forward
+# (RMSNorm's looped rows, LayerNorm past 16384) and the two-pass backward.
+NORM_OPTION_SHAPES = [(1, 8192), (1000, 24), (65536, 257), (257, 2880), (4096, 12288),
+                      (3, 65536), (2048, 16385)]  # fmt: skip
+
+
+def check_norm_options(dtype) -> None:
+    """add_rms_norm / add_layer_norm with offset=1 (zero-centred weights): y, h, and the
+    gradients of x, the residual and the parameters from both outputs, at every layout/strategy."""
+    for op, (M, N) in itertools.product(("add_rms_norm", "add_layer_norm"), NORM_OPTION_SHAPES):
+        is_rms = op == "add_rms_norm"
+        eps = 1e-6 if is_rms else 1e-5
+        layouts = ["auto", "row"] + (["block_row"] if N <= 256 else [])
+        for layout, strategy in itertools.product(layouts, normlab.norms.STRATEGIES):
+            if layout == "block_row" and strategy not in ("auto", "persistent"):
+                continue
+            if M * N > 2**26 and (layout, strategy) != ("auto", "auto"):
+                continue
+            x = torch.randn(M, N, device="cuda").to(dtype).requires_grad_()
+            r = (2 * torch.randn(M, N, device="cuda")).to(dtype).requires_grad_()
+            w = (0.3 * torch.randn(N, device="cuda")).to(dtype).requires_grad_()
+            b = None if is_rms else (0.1 * torch.randn(N, device="cuda")).to(dtype).requires_grad_()
+            gy, gh = (torch.randn(M, N, device="cuda", dtype=dtype) for _ in range(2))
+            params = [t for t in (x, r, w, b) if t is not None]
+            kw = {"offset": 1.0, "strategy": strategy, "layout": layout}
+            y, h = (normlab.add_rms_norm(x, r, w, eps, **kw) if is_rms
+                    else normlab.add_layer_norm(x, r, w, b, eps, **kw))  # fmt: skip
+            grads = torch.autograd.grad((y, h), params, (gy, gh))
+            want_h = ref.residual_sum(x.detach(), r.detach())
+            hd = want_h.double().requires_grad_()
+            wd = w.detach().double().requires_grad_()
+            bd = None if is_rms else b.detach().double().requires_grad_()
+            want_y = (ref.rms_norm(hd, wd, eps, 1.0) if is_rms
+                      else ref.layer_norm(hd, wd, bd, eps, 1.0))  # fmt: skip
+            loss = (want_y * gy.double()).sum() + (hd * gh.double()).sum()
+            want = torch.autograd.grad(loss, [t for t in (hd, wd, bd) if t is not None])
+            errors = {"y": _rel(y, want_y.detach()), "h": 0.0 if torch.equal(h, want_h) else 1.0}
+            tols = {"y": _tol(want_y.detach(), dtype), "h": 0.0}
+            for name, g, wg in zip(("dx", "dresidual", "dw", "db"), grads,
+                                   (want[0], *want), strict=False):  # fmt: skip
+                errors[name] = _rel(g, wg)
+                tols[name] = _tol(wg, dtype)
+            record(f"{op} {M}x{N} {dtype} offset=1 layout={layout} strategy={strategy}", errors,
+                   tols)  # fmt: skip
+
+
 def _loss_ref(op, logits, other):
     lg = logits.detach().double().requires_grad_()
     fn = {"reverse_kl": ref.reverse_kl_ref, "soft_cross_entropy": ref.soft_cross_entropy_ref,
@@ -249,7 +295,7 @@ def check_autotune() -> None:
     record("NORMLAB_AUTOTUNE=1 forward vs fp64", {"max_abs": err}, 1e-5)
 
 
-PARTS = ("norms", "losses", "graphs", "compile", "lean", "autotune")
+PARTS = ("norms", "norm_options", "losses", "graphs", "compile", "lean", "autotune")
 
 
 def main(argv=None) -> int:
@@ -270,6 +316,9 @@ def main(argv=None) -> int:
         if part == "norms":
             for dtype in dtypes:
                 check_norms(dtype)
+        elif part == "norm_options":
+            for dtype in dtypes:
+                check_norm_options(dtype)
         elif part == "losses":
             for dtype in (*dtypes, torch.float16):
                 check_losses(dtype)

@@ -6,7 +6,7 @@ interpreter on CPU tensors otherwise); see ``normlab._runtime``.
 """
 
 from normlab._runtime import DEVICE, INTERPRET, MODE  # noqa: I001  (must run before any kernel import)
-from normlab.norms import layer_norm, rms_norm
+from normlab.norms import add_layer_norm, add_rms_norm, layer_norm, rms_norm
 from normlab.losses import cross_entropy, reverse_kl, soft_cross_entropy
 from normlab.nn import CrossEntropyLoss, LayerNorm, ReverseKLLoss, RMSNorm, SoftCrossEntropyLoss
 from normlab.patching import patch
@@ -22,6 +22,8 @@ __all__ = [
     "RMSNorm",
     "ReverseKLLoss",
     "SoftCrossEntropyLoss",
+    "add_layer_norm",
+    "add_rms_norm",
     "cross_entropy",
     "layer_norm",
     "patch",

@@ -20,8 +20,9 @@ from normlab.norms.config import LAYOUTS as NORM_LAYOUTS
 from normlab.norms.config import STRATEGIES as NORM_STRATEGIES
 
 NORM_OPS = ("rms_norm", "layer_norm")
+ADD_NORM_OPS = ("add_rms_norm", "add_layer_norm")
 LOSS_OPS = ("reverse_kl", "soft_cross_entropy", "cross_entropy")
-OPS = NORM_OPS + LOSS_OPS + ("copy",)
+OPS = NORM_OPS + ADD_NORM_OPS + LOSS_OPS + ("copy",)
 IMPLS = ("eager", "torch", "compile", "normlab", "liger", "quack")
 DTYPES = ("bf16", "fp16", "fp32")
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
@@ -171,7 +172,7 @@ def _build_parser() -> _Parser:
         type=_choices("op", OPS, extra=("all",)),
         default=None,
         help=f"comma list of ops (default rms_norm,layer_norm; 'all'): "
-        f"{', '.join(NORM_OPS + LOSS_OPS)}, copy",
+        f"{', '.join(NORM_OPS + ADD_NORM_OPS + LOSS_OPS)}, copy",
     )
     bench.add_argument(
         "--impl",
@@ -294,7 +295,7 @@ def _bench_jobs(args, parser) -> list[tuple[str, list[str] | None, str, list[str
     if "all" in ops:
         if ops != ["all"]:
             parser.error("argument --op: 'all' cannot be combined with other ops")
-        ops = list(NORM_OPS + LOSS_OPS)
+        ops = list(NORM_OPS + ADD_NORM_OPS + LOSS_OPS)
     if args.impl:
         known = {name for op in ops for name in registry.REGISTRY[op]}
         unknown = [i for i in args.impl if i not in known]
@@ -317,7 +318,8 @@ def _bench_jobs(args, parser) -> list[tuple[str, list[str] | None, str, list[str
         elif args.quick:
             shapes = "quick"
         else:
-            shapes = "peers" if op in NORM_OPS else "losses" if op in LOSS_OPS else "64x2097152"
+            shapes = ("peers" if op in NORM_OPS + ADD_NORM_OPS else "losses" if op in LOSS_OPS
+                      else "64x2097152")  # fmt: skip
         impls = [i for i in args.impl if i in registry.REGISTRY[op]] if args.impl else None
         if impls == []:
             continue
@@ -331,7 +333,8 @@ def _bench_jobs(args, parser) -> list[tuple[str, list[str] | None, str, list[str
         jobs.append((op, impls, shapes, directions))
 
     # normlab's knobs must reach a normlab impl of their op family
-    for flags, family in ((("strategy", "layout"), NORM_OPS), (("form", "block_cap"), LOSS_OPS)):
+    for flags, family in ((("strategy", "layout"), NORM_OPS + ADD_NORM_OPS),
+                          (("form", "block_cap"), LOSS_OPS)):  # fmt: skip
         runs_normlab = any(
             op in family and (impls is None or "normlab" in impls) for op, impls, _, _ in jobs
         )

@@ -14,6 +14,29 @@ def unit_col_stride(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(1) == 1 or t.shape[1] == 1 else t.contiguous()
 
 
+def fused_add_buffers(x2d: torch.Tensor, residual, h_out):
+    """A launcher's fused residual add, checked: (None, None), or the residual with x2d's shape
+    (unit column stride) and ``h_out``, the (n_rows, n_cols) unit-column-stride buffer that
+    receives h = x + residual."""
+    if (residual is None) != (h_out is None):
+        raise ValueError("the fused residual add takes residual and h_out together")
+    if residual is None:
+        return None, None
+    if residual.shape != x2d.shape or h_out.shape != x2d.shape:
+        raise ValueError(f"residual {tuple(residual.shape)} and h_out {tuple(h_out.shape)} must "
+                         f"have x's shape {tuple(x2d.shape)}")  # fmt: skip
+    if h_out.dtype != x2d.dtype or unit_col_stride(h_out) is not h_out:
+        raise ValueError("h_out must be a unit-column-stride buffer of x's dtype")
+    return unit_col_stride(residual), h_out
+
+
+def is_finite_real(v) -> bool:
+    """A finite real number (an int or a float, not a bool); comparisons, not math.isfinite,
+    so that torch.compile(dynamic=True) can trace it."""
+    inf = float("inf")
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and -inf < v < inf
+
+
 def is_valid_eps(eps) -> bool:
     """A norm's eps: a finite real number >= 0 (not a bool)."""
     return isinstance(eps, (int, float)) and not isinstance(eps, bool) and 0.0 <= eps < float("inf")

@@ -5,6 +5,7 @@ import math
 import torch
 
 from normlab import losses as _losses
+from normlab._host import is_finite_real
 from normlab.norms import op as _norm
 
 # ---- norms -----------------------------------------------------------------------------------
@@ -13,11 +14,30 @@ from normlab.norms import op as _norm
 _FP32_EPS = torch.finfo(torch.float32).eps
 
 
-def _check_knobs(cls_name, strategy, layout):
+def _check_knobs(cls_name, strategy, layout, offset, elementwise_affine):
     if strategy not in _norm.STRATEGIES:
         raise ValueError(f"{cls_name}: strategy={strategy!r}; expected one of {_norm.STRATEGIES}")
     if layout not in _norm.LAYOUTS:
         raise ValueError(f"{cls_name}: layout={layout!r}; expected one of {_norm.LAYOUTS}")
+    if not is_finite_real(offset):
+        raise ValueError(f"{cls_name}: offset must be a finite float, got {offset!r}")
+    if offset != 0 and not elementwise_affine:
+        raise ValueError(f"{cls_name}: offset={offset!r} scales by (offset + weight) and needs "
+                         "elementwise_affine=True")  # fmt: skip
+
+
+def _reset_weight(module):
+    """Start the scale (offset + weight) at 1, as torch's weight of ones: weight = 1 - offset
+    (Gemma's zeros at offset 1); the torch default where offset is 0."""
+    offset = getattr(module, "offset", 0.0)  # torch's __init__ resets before offset is set
+    if offset and module.weight is not None:
+        with torch.no_grad():
+            module.weight.fill_(1.0 - offset)
+
+
+def _knobs_repr(module):
+    offset = f", offset={module.offset}" if module.offset else ""
+    return f"strategy={module.strategy!r}, layout={module.layout!r}{offset}"
 
 
 def _flatten_trailing(module, x):
@@ -43,48 +63,61 @@ class RMSNorm(torch.nn.RMSNorm):
     ``eps=None`` means ``torch.finfo(torch.float32).eps`` for every input dtype, as in torch,
     whose fp16/bf16 RMSNorm computes in fp32 and takes the eps of that compute dtype (not
     ``finfo(x.dtype).eps``: 0.0078 for bf16). Keyword-only ``strategy`` and ``layout`` choose the
-    backward dweight reduction and the row/block-row kernels.
+    backward dweight reduction and the row/block-row kernels; ``offset`` scales by
+    ``(offset + weight)`` (Gemma: 1), the weight then starting at ``1 - offset``.
     """
 
     def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None,
-                 *, strategy="auto", layout="auto"):  # fmt: skip
-        _check_knobs("RMSNorm", strategy, layout)
+                 *, offset=0.0, strategy="auto", layout="auto"):  # fmt: skip
+        _check_knobs("RMSNorm", strategy, layout, offset, elementwise_affine)
         super().__init__(normalized_shape, eps, elementwise_affine, device=device, dtype=dtype)
-        self.strategy, self.layout = strategy, layout
+        self.strategy, self.layout, self.offset = strategy, layout, float(offset)
+        _reset_weight(self)
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        _reset_weight(self)
 
     def forward(self, x):
         # The kernels compute in fp32 for every input dtype: eps=None is fp32's machine eps.
         eps = self.eps if self.eps is not None else _FP32_EPS
         y = _norm.rms_norm(_flatten_trailing(self, x), _flat(self.weight), eps,
-                           strategy=self.strategy, layout=self.layout)  # fmt: skip
+                           offset=self.offset, strategy=self.strategy,
+                           layout=self.layout)  # fmt: skip
         return y.view(x.shape)
 
     def extra_repr(self):
-        return f"{super().extra_repr()}, strategy={self.strategy!r}, layout={self.layout!r}"
+        return f"{super().extra_repr()}, {_knobs_repr(self)}"
 
 
 class LayerNorm(torch.nn.LayerNorm):
     """Drop-in ``torch.nn.LayerNorm`` (same arguments and state_dict) over
     :func:`normlab.layer_norm`.
 
-    Keyword-only ``strategy`` and ``layout`` as for :class:`RMSNorm`.
+    Keyword-only ``offset``, ``strategy`` and ``layout`` as for :class:`RMSNorm`.
     """
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None,
-                 dtype=None, *, strategy="auto", layout="auto"):  # fmt: skip
-        _check_knobs("LayerNorm", strategy, layout)
+                 dtype=None, *, offset=0.0, strategy="auto", layout="auto"):  # fmt: skip
+        _check_knobs("LayerNorm", strategy, layout, offset, elementwise_affine)
         super().__init__(
             normalized_shape, eps, elementwise_affine, bias, device=device, dtype=dtype
         )
-        self.strategy, self.layout = strategy, layout
+        self.strategy, self.layout, self.offset = strategy, layout, float(offset)
+        _reset_weight(self)
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        _reset_weight(self)
 
     def forward(self, x):
         y = _norm.layer_norm(_flatten_trailing(self, x), _flat(self.weight), _flat(self.bias),
-                             self.eps, strategy=self.strategy, layout=self.layout)  # fmt: skip
+                             self.eps, offset=self.offset, strategy=self.strategy,
+                             layout=self.layout)  # fmt: skip
         return y.view(x.shape)
 
     def extra_repr(self):
-        return f"{super().extra_repr()}, strategy={self.strategy!r}, layout={self.layout!r}"
+        return f"{super().extra_repr()}, {_knobs_repr(self)}"
 
 
 # ---- losses ----------------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 Liger-Kernel calls its version ``apply_liger_kernel_to_llama``. Here one function walks any
 ``torch.nn.Module``: every norm whose forward is ``weight * x / rms(x)`` (torch.nn.RMSNorm and the
-Hugging Face classes in ``RMS_NORM_CLASSES``) or torch.nn.LayerNorm becomes normlab's module over
-the *same* parameters, so optimizers, state_dict keys and tied weights are unchanged. Norms of
-another form (Gemma's ``(1 + weight)``) are left alone and listed in the returned report.
+Hugging Face classes in ``RMS_NORM_CLASSES``), Gemma's zero-centred ``(1 + weight) * x / rms(x)``
+(``ZERO_CENTERED_RMS_NORM_CLASSES``, normlab's RMSNorm with ``offset=1``) or torch.nn.LayerNorm
+becomes normlab's module over the *same* parameters, so optimizers, state_dict keys and tied
+weights are unchanged. Norms of another form are left alone and listed in the returned report.
 """
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ from normlab import nn as _nn
 RMS_NORM_CLASSES = frozenset({
     "LlamaRMSNorm", "MistralRMSNorm", "MixtralRMSNorm", "Qwen2RMSNorm", "Qwen2MoeRMSNorm",
     "Qwen3RMSNorm", "Qwen3MoeRMSNorm", "Phi3RMSNorm", "GraniteRMSNorm", "T5LayerNorm",
+})  # fmt: skip
+# Hugging Face RMSNorm classes whose forward is ``(x_hat * (1.0 + weight.float())).type_as(x)``
+# with fp32 statistics and a zero-initialized weight (transformers 5.x). Listed by name, not
+# matched on "Gemma": Gemma3nRMSNorm and Gemma4RMSNorm scale by the weight itself.
+ZERO_CENTERED_RMS_NORM_CLASSES = frozenset({
+    "GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm", "RecurrentGemmaRMSNorm",
+    "T5GemmaRMSNorm", "T5Gemma2RMSNorm", "VaultGemmaRMSNorm", "Qwen3NextRMSNorm",
+    "Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm",
 })  # fmt: skip
 
 
@@ -53,9 +62,10 @@ def _replacement(module, strategy: str, layout: str):
                           device="meta", strategy=strategy, layout=layout)  # fmt: skip
         new.weight = module.weight
         return new
-    if name in RMS_NORM_CLASSES:
+    if name in RMS_NORM_CLASSES or name in ZERO_CENTERED_RMS_NORM_CLASSES:
         weight = module.weight
-        new = _nn.RMSNorm(weight.shape[-1], _rms_eps(module), device="meta",
+        offset = 1.0 if name in ZERO_CENTERED_RMS_NORM_CLASSES else 0.0
+        new = _nn.RMSNorm(weight.shape[-1], _rms_eps(module), device="meta", offset=offset,
                           strategy=strategy, layout=layout)  # fmt: skip
         new.weight = weight
         return new

@@ -46,8 +46,9 @@ def _ref_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def rms_norm(x, weight=None, eps: float = 1e-6):
-    """y = x / sqrt(mean(x^2) + eps) * weight over the last dim, at fp32 (fp64 if x is fp64).
+def rms_norm(x, weight=None, eps: float = 1e-6, offset: float = 0.0):
+    """y = x / sqrt(mean(x^2) + eps) * (offset + weight) over the last dim, at fp32 (fp64 if x is
+    fp64).
 
     Returns the result in the compute dtype (not cast back), so tests compare against it directly.
     """
@@ -55,28 +56,49 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
     xf = x.to(dt)
     rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     y = xf * rstd
-    return y * weight.to(dt) if weight is not None else y
+    return y * (offset + weight.to(dt)) if weight is not None else y
 
 
-def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
-    """y = (x - mean) / sqrt(var + eps) * weight + bias over the last dim (biased variance)."""
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, offset: float = 0.0):
+    """y = (x - mean) / sqrt(var + eps) * (offset + weight) + bias over the last dim (biased
+    variance)."""
     dt = _ref_dtype(x)
     xf = x.to(dt)
     mean = xf.mean(-1, keepdim=True)
     xc = xf - mean
     y = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + eps)
     if weight is not None:
-        y = y * weight.to(dt)
+        y = y * (offset + weight.to(dt))
     return y + bias.to(dt) if bias is not None else y
 
 
-def norm_backward(dy, x, weight=None, bias=None, eps: float = 1e-6, is_rms: bool = True):
+def residual_sum(x, residual):
+    """h = x + residual summed at fp32 (fp64 if x is fp64) and stored in x's dtype, as the fused
+    add-norms store it."""
+    dt = _ref_dtype(x)
+    return (x.to(dt) + residual.to(dt)).to(x.dtype)
+
+
+def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, offset: float = 0.0):
+    """(rms_norm(h), h) for h = residual_sum(x, residual): y in the compute dtype, h in x's."""
+    h = residual_sum(x, residual)
+    return rms_norm(h, weight, eps, offset), h
+
+
+def add_layer_norm(x, residual, weight=None, bias=None, eps: float = 1e-5, offset: float = 0.0):
+    """(layer_norm(h), h) for h = residual_sum(x, residual)."""
+    h = residual_sum(x, residual)
+    return layer_norm(h, weight, bias, eps, offset), h
+
+
+def norm_backward(dy, x, weight=None, bias=None, eps: float = 1e-6, is_rms: bool = True,
+                  offset: float = 0.0):  # fmt: skip
     """(dx, dweight, dbias) of rms_norm / layer_norm by autograd at fp32/fp64 (None if absent)."""
     dt = _ref_dtype(x)
     xf = x.detach().to(dt).requires_grad_(True)
     wf = weight.detach().to(dt).requires_grad_(True) if weight is not None else None
     bf = bias.detach().to(dt).requires_grad_(True) if bias is not None else None
-    y = rms_norm(xf, wf, eps) if is_rms else layer_norm(xf, wf, bf, eps)
+    y = rms_norm(xf, wf, eps, offset) if is_rms else layer_norm(xf, wf, bf, eps, offset)
     inputs = [t for t in (xf, wf, bf) if t is not None]
     grads = iter(torch.autograd.grad(y, inputs, dy.to(dt)))
     dx = next(grads)

@@ -233,12 +233,13 @@ def test_statistics_stored_or_recomputed_either_side_of_the_switch(is_rms, n_col
     recompute = n_cols <= configs.BLOCK_ROW_RECOMPUTE_MAX_COLS[is_rms]
     assert configs.block_row_recompute_stats(n_cols, is_rms) == recompute
     x, weight, bias, dy = _make(N_ROWS, n_cols, torch.float32, True, not is_rms)
-    _y, mean, rstd = torch.ops.normlab.norm_fwd(x, weight, bias, EPS[is_rms], is_rms, "auto",
-                                                "block_row")  # fmt: skip
+    _y, _h, mean, rstd = torch.ops.normlab.norm_fwd(x, None, weight, bias, EPS[is_rms], 0.0,
+                                                    is_rms, "auto", "block_row")  # fmt: skip
     n_stats = 0 if recompute else N_ROWS
     assert rstd.shape == (n_stats,)
     assert mean.shape == ((0,) if is_rms else (n_stats,))
-    _y, mean, rstd = torch.ops.normlab.norm_fwd(x, weight, bias, EPS[is_rms], is_rms, "auto", "row")
+    _y, _h, mean, rstd = torch.ops.normlab.norm_fwd(x, None, weight, bias, EPS[is_rms], 0.0,
+                                                    is_rms, "auto", "row")  # fmt: skip
     assert rstd.shape == (N_ROWS,)  # the row path always stores them
 
     xg, wg = x.clone().requires_grad_(), weight.clone().requires_grad_()

@@ -857,16 +857,17 @@ def test_layout_dispatch(monkeypatch, is_rms):
 
     calls = []
 
-    def fwd(x, weight, bias, eps, is_rms_, cfg, store_stats=True):
+    def fwd(x, weight, bias, eps, is_rms_, cfg, store_stats=True, **fused):
         calls.append(("fwd", x.shape, is_rms_, store_stats))
-        y, mean, rstd = K.norm_forward(x, weight, bias, eps, is_rms_)
+        y, mean, rstd = K.norm_forward(x, weight, bias, eps, is_rms_, **fused)
         return (y, mean, rstd) if store_stats else (y, None, None)
 
-    def bwd(dy, x, weight, bias, mean, rstd, is_rms_, cfg, eps=None):
+    def bwd(dy, x, weight, bias, mean, rstd, is_rms_, cfg, eps=None, **fused):
         calls.append(("bwd", x.shape, "persistent", rstd is None))
         if rstd is None:  # the statistics the forward did not store
             _, mean, rstd = K.norm_forward(x, weight, bias, eps, is_rms_)
-        return K.norm_backward(dy, x, weight, bias, mean, rstd, is_rms_, strategy="persistent")
+        return K.norm_backward(dy, x, weight, bias, mean, rstd, is_rms_, strategy="persistent",
+                               **fused)  # fmt: skip
 
     monkeypatch.setattr(narrow, "launch_forward", fwd)
     monkeypatch.setattr(narrow, "launch_backward", bwd)

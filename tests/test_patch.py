@@ -56,15 +56,16 @@ def test_patch_llama_matches_unpatched():
 
 
 def test_patch_leaves_other_norm_forms_alone():
-    class GemmaRMSNorm(torch.nn.Module):  # (1 + weight) form: not normlab's module's
+    class LearnedEpsRMSNorm(torch.nn.Module):  # a form normlab's modules do not compute
         def __init__(self):
             super().__init__()
             self.weight = torch.nn.Parameter(torch.zeros(8))
+            self.log_eps = torch.nn.Parameter(torch.zeros(()))
 
-    model = torch.nn.Sequential(torch.nn.LayerNorm(8), GemmaRMSNorm(), torch.nn.RMSNorm(8))
+    model = torch.nn.Sequential(torch.nn.LayerNorm(8), LearnedEpsRMSNorm(), torch.nn.RMSNorm(8))
     report = patch(model)
     assert report.replaced == ["0", "2"]
-    assert report.skipped == [("1", "GemmaRMSNorm")]
+    assert report.skipped == [("1", "LearnedEpsRMSNorm")]
     assert isinstance(model[0], normlab.LayerNorm) and isinstance(model[2], normlab.RMSNorm)
     x = torch.randn(3, 8)
     torch.testing.assert_close(model[0](x), torch.nn.functional.layer_norm(x, (8,)))

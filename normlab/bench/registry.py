@@ -13,6 +13,10 @@ direction, ready for ``timing.time_call``. Directions:
   ``torch.autograd.grad(y, (x, w[, b]), dy)`` on a fresh forward (the "total" of
   Liger-Kernel#1620); for a loss the loss and ``torch.autograd.grad(loss, logits)``.
 
+The fused add-norms (``add_rms_norm``, ``add_layer_norm``) return ``(y, h)``, h = x + residual;
+their backward takes gradients from both outputs into (x, residual, w[, b]), as in a pre-norm
+block where h is the next residual.
+
 normlab and the peers are resolved lazily, at build time, so this module imports without them.
 ``compile`` is skipped under the interpreter: torch.compile on CPU spends seconds per shape in
 a C++ compiler and says nothing about GPU kernels.
@@ -30,13 +34,13 @@ import torch
 import torch.nn.functional as F
 
 from normlab import _runtime
-from normlab.bench.traffic import LABEL_LOSS_OPS, NORM_OPS, SOFT_LOSS_OPS
+from normlab.bench.traffic import ADD_NORM_OPS, LABEL_LOSS_OPS, NORM_OPS, SOFT_LOSS_OPS
 
-EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5, "add_rms_norm": 1e-6, "add_layer_norm": 1e-5}
 NORM_DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 LOSS_DIRECTIONS = ("fwd", "fwd+bwd")
 DEFAULT_DIRECTIONS = {
-    **dict.fromkeys(NORM_OPS, ("fwd", "bwd")),
+    **dict.fromkeys(NORM_OPS + ADD_NORM_OPS, ("fwd", "bwd")),
     **dict.fromkeys(SOFT_LOSS_OPS + LABEL_LOSS_OPS, ("fwd+bwd",)),
     "copy": ("fwd",),
 }
@@ -100,9 +104,11 @@ def _needs_module(module: str) -> Callable[[], str | None]:
     def check() -> str | None:
         if _runtime.DEVICE != "cuda":
             return f"{module} needs a CUDA GPU"
-        if importlib.util.find_spec(module) is None:
-            return f"{module} is not importable"
-        return None
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a dotted name whose package is missing
+            found = False
+        return None if found else f"{module} is not importable"
 
     return check
 
@@ -157,6 +163,30 @@ def norm_case(fn: Callable, op: str, M: int, N: int, dtype, direction: str, devi
         return lambda: torch.autograd.grad(fn(x, w, b, eps), inputs, dy)
     y = fn(x, w, b, eps)
     return lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)
+
+
+def add_norm_case(fn: Callable, op: str, M: int, N: int, dtype, direction: str, device: str):
+    """Inputs for a fused add-norm and the callable for ``direction``; fn(x, r, w, b, eps) ->
+    (y, h). The backward takes both outputs' gradients (dy, dh)."""
+    _check_direction(op, direction, NORM_DIRECTIONS)
+    x = torch.randn(M, N, dtype=dtype, device=device, requires_grad=True)
+    r = torch.randn(M, N, dtype=dtype, device=device, requires_grad=True)
+    w = (1 + 0.1 * torch.randn(N, device=device)).to(dtype).requires_grad_()
+    b = (
+        (0.1 * torch.randn(N, device=device)).to(dtype).requires_grad_()
+        if op == "add_layer_norm"
+        else None
+    )
+    eps = EPS[op]
+    if direction == "fwd":
+        return lambda: fn(x, r, w, b, eps)
+    grads = (torch.randn(M, N, dtype=dtype, device=device),
+             torch.randn(M, N, dtype=dtype, device=device))  # fmt: skip
+    inputs = (x, r, w) if b is None else (x, r, w, b)
+    if direction == "fwd+bwd":
+        return lambda: torch.autograd.grad(fn(x, r, w, b, eps), inputs, grads)
+    outputs = fn(x, r, w, b, eps)
+    return lambda: torch.autograd.grad(outputs, inputs, grads, retain_graph=True)
 
 
 def _loss_case(fn: Callable, op: str, M: int, N: int, dtype, direction: str, device: str):
@@ -293,6 +323,102 @@ register(
         NORM_DIRECTIONS,
         "quack-kernels rmsnorm (when importable)",
         unavailable=_needs_module("quack"),
+    )
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Fused add-norm impls
+# --------------------------------------------------------------------------------------------
+
+
+def _add_norm_builder(make_fn: Callable[..., Callable], op: str):
+    def build(M, N, dtype, direction, device, **options):
+        return add_norm_case(make_fn(**options), op, M, N, dtype, direction, device)
+
+    return build
+
+
+def _torch_add_norm(op: str, compiled: bool):
+    """h = x + r, then F.rms_norm / F.layer_norm of h: two kernels eager, one under compile."""
+
+    def make():
+        if op == "add_rms_norm":
+
+            def fn(x, r, w, b, eps):
+                h = x + r
+                return F.rms_norm(h, (h.shape[-1],), w, eps), h
+        else:
+
+            def fn(x, r, w, b, eps):
+                h = x + r
+                return F.layer_norm(h, (h.shape[-1],), w, b, eps), h
+
+        return _compiled(fn) if compiled else fn
+
+    return make
+
+
+def _normlab_add_norm(op: str):
+    def make(strategy: str = "auto", layout: str = "auto"):
+        import normlab
+
+        public = getattr(normlab, op)
+        if op == "add_rms_norm":
+            return lambda x, r, w, b, eps: public(x, r, w, eps, strategy=strategy, layout=layout)
+        return lambda x, r, w, b, eps: public(x, r, w, b, eps, strategy=strategy, layout=layout)
+
+    return make
+
+
+def _liger_add_rms_norm():
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+
+    # offset 0, llama casting, in_place=False (as the rms_norm peer): returns (y, h)
+    return lambda x, r, w, b, eps: LigerFusedAddRMSNormFunction.apply(x, r, w, eps, 0.0,
+                                                                       "llama", False)
+
+
+for _op in ADD_NORM_OPS:
+    _unfused = "F.rms_norm" if _op == "add_rms_norm" else "F.layer_norm"
+    register(
+        Impl(
+            _op,
+            "torch",
+            _add_norm_builder(_torch_add_norm(_op, False), _op),
+            NORM_DIRECTIONS,
+            f"h = x + r; {_unfused}(h)",
+        )
+    )
+    register(
+        Impl(
+            _op,
+            "compile",
+            _add_norm_builder(_torch_add_norm(_op, True), _op),
+            NORM_DIRECTIONS,
+            f"torch.compile(h = x + r; {_unfused}(h), dynamic=False)",
+            unavailable=_compile_available,
+        )
+    )
+    register(
+        Impl(
+            _op,
+            "normlab",
+            _add_norm_builder(_normlab_add_norm(_op), _op),
+            NORM_DIRECTIONS,
+            f"normlab.{_op}(strategy=, layout=)",
+            baseline=False,
+            options=NORM_OPTIONS,
+        )
+    )
+register(
+    Impl(
+        "add_rms_norm",
+        "liger",
+        _add_norm_builder(_liger_add_rms_norm, "add_rms_norm"),
+        NORM_DIRECTIONS,
+        "liger-kernel LigerFusedAddRMSNormFunction (when importable)",
+        unavailable=_needs_module("liger_kernel.ops.fused_add_rms_norm"),
     )
 )
 

@@ -128,7 +128,7 @@ def case_cpu_seconds(
 ) -> float:
     """Rough CPU seconds of one sweep case: ``warmup + reps`` calls (plus the untimed forward
     a norm's ``bwd`` case builds), from ``CPU_SECONDS``."""
-    family = "norm" if op in traffic.NORM_OPS else "loss"
+    family = "norm" if op in traffic.NORM_OPS + traffic.ADD_NORM_OPS else "loss"
     runner = "interpreter" if impl == "normlab" and _runtime.INTERPRET else "torch"
     per_row, per_element = CPU_SECONDS[(runner, family)]
     one_fwd = M * (per_row + N * per_element)

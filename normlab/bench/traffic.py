@@ -11,12 +11,19 @@ op                                  direction  bytes
 rms_norm, layer_norm                fwd        2·M·N·e   read x, write y
 rms_norm, layer_norm                bwd        3·M·N·e   read x (or y), read dy, write dx
 rms_norm, layer_norm                fwd+bwd    5·M·N·e
+add_rms_norm, add_layer_norm        fwd        4·M·N·e   read x, residual; write y, h
+add_rms_norm, add_layer_norm        bwd        4·M·N·e   read h, dy, dh; write dx (= dresidual)
+add_rms_norm, add_layer_norm        fwd+bwd    8·M·N·e
 reverse_kl, soft_cross_entropy      fwd        2·M·N·e   read logits and target
 reverse_kl, soft_cross_entropy      fwd+bwd    3·M·N·e   read both, write d logits
 cross_entropy (labels)              fwd        1·M·N·e   read logits
 cross_entropy (labels)              fwd+bwd    2·M·N·e   read logits, write d logits
 copy                                fwd        2·M·N·e   read src, write dst
 ==================================  =========  ==============================================
+
+The add-norms' backward writes one dx, the gradient of both x and the residual. Peers that add
+and normalize in separate kernels move more (h is written, then read back); their GB/s here is
+the effective bandwidth of the fused op's bytes.
 
 ``full`` adds what a real kernel also moves: the weight (and bias) read once per pass, the
 parameter gradients written once, the fp32 row statistics (rstd, plus mean for LayerNorm, plus
@@ -30,9 +37,10 @@ from __future__ import annotations
 import torch
 
 NORM_OPS = ("rms_norm", "layer_norm")
+ADD_NORM_OPS = ("add_rms_norm", "add_layer_norm")  # the residual add fused before the norm
 SOFT_LOSS_OPS = ("reverse_kl", "soft_cross_entropy")
 LABEL_LOSS_OPS = ("cross_entropy",)
-OPS = NORM_OPS + SOFT_LOSS_OPS + LABEL_LOSS_OPS + ("copy",)
+OPS = NORM_OPS + ADD_NORM_OPS + SOFT_LOSS_OPS + LABEL_LOSS_OPS + ("copy",)
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 MODELS = ("minimal", "full")
 
@@ -41,6 +49,9 @@ _MINIMAL = {
     ("norm", "fwd"): 2,
     ("norm", "bwd"): 3,
     ("norm", "fwd+bwd"): 5,
+    ("add_norm", "fwd"): 4,
+    ("add_norm", "bwd"): 4,
+    ("add_norm", "fwd+bwd"): 8,
     ("soft", "fwd"): 2,
     ("soft", "fwd+bwd"): 3,
     ("label", "fwd"): 1,
@@ -54,6 +65,8 @@ _INT64 = 8
 def _family(op: str) -> str:
     if op in NORM_OPS:
         return "norm"
+    if op in ADD_NORM_OPS:
+        return "add_norm"
     if op in SOFT_LOSS_OPS:
         return "soft"
     if op in LABEL_LOSS_OPS:
@@ -102,9 +115,10 @@ def bytes_moved(
 
     ew = element_size(weight_dtype if weight_dtype is not None else dtype)
     fwd, bwd = direction in ("fwd", "fwd+bwd"), direction in ("bwd", "fwd+bwd")
-    if family == "norm":
-        n_params = 2 if op == "layer_norm" else 1  # weight (+ bias)
-        n_stats = 2 if op == "layer_norm" else 1  # rstd (+ mean), fp32 per row
+    if family in ("norm", "add_norm"):
+        is_ln = op in ("layer_norm", "add_layer_norm")
+        n_params = 2 if is_ln else 1  # weight (+ bias)
+        n_stats = 2 if is_ln else 1  # rstd (+ mean), fp32 per row
         if fwd:
             total += n_params * n_cols * ew + n_stats * n_rows * _FP32
         if bwd:

@@ -6,6 +6,13 @@ program, the backward strategies) and ``block_row`` (many narrow rows per progra
 torch.compile, the public functions).
 """
 
-from normlab.norms.op import LAYOUTS, STRATEGIES, layer_norm, rms_norm
+from normlab.norms.op import (
+    LAYOUTS,
+    STRATEGIES,
+    add_layer_norm,
+    add_rms_norm,
+    layer_norm,
+    rms_norm,
+)
 
-__all__ = ["LAYOUTS", "STRATEGIES", "layer_norm", "rms_norm"]
+__all__ = ["LAYOUTS", "STRATEGIES", "add_layer_norm", "add_rms_norm", "layer_norm", "rms_norm"]

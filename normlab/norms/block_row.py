@@ -9,7 +9,8 @@ and writing one fp32 partial row per program (summed by ``norms.reduce``; no ato
 deterministic). Where ``config.block_row_recompute_stats`` says so, the forward stores no
 mean/rstd and the backward recomputes them from the x tile it reads anyway. The same forward
 kernel, with a persistent prefetching grid, runs the wide-row tiles of
-``config.NORM_FWD_BLOCK_ROW``.
+``config.NORM_FWD_BLOCK_ROW``. Both directions take the weight offset and the fused residual
+add (HAS_RESIDUAL / HAS_DH) as ``norms.row`` does.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime
-from normlab._host import FLOAT_DTYPES, is_valid_eps, unit_col_stride
+from normlab._host import FLOAT_DTYPES, fused_add_buffers, is_valid_eps, unit_col_stride
 from normlab._launch import launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
+from normlab.norms.tiles import store_sum
 
 STRATEGIES = config.BLOCK_ROW_STRATEGIES
 
@@ -46,18 +48,36 @@ def _load_row_tile(ptr, tile, n_rows, col_mask, row_stride, BLOCK_ROWS: tl.const
 
 
 @triton.jit
+def _load_x_r_tile(x_ptr, r_ptr, tile, n_rows, col_mask, x_row_stride, r_row_stride,
+                   HAS_RESIDUAL: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+                   BLOCK_COLS: tl.constexpr):  # fmt: skip
+    """x and (HAS_RESIDUAL) residual row tiles; without a residual, x stands in (unread)."""
+    x = _load_row_tile(x_ptr, tile, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
+    if HAS_RESIDUAL:
+        r = _load_row_tile(r_ptr, tile, n_rows, col_mask, r_row_stride, BLOCK_ROWS, BLOCK_COLS)
+    else:
+        r = x
+    return x, r
+
+
+@triton.jit
 def _normalize_tile(
-    x, tile, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, y_row_stride, eps,
-    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, STORE_STATS: tl.constexpr,
+    x, r, tile, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, y_row_stride,
+    h_row_stride, eps, offset, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr, STORE_STATS: tl.constexpr,
 ):  # fmt: skip
-    """Normalize one loaded row tile and store y (and, with STORE_STATS, mean and rstd)."""
+    """Normalize one loaded row tile (HAS_RESIDUAL: store h = x + r, then normalize h) and store
+    y (and, with STORE_STATS, mean and rstd)."""
     rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
     col_mask = cols < n_cols
     mask = row_mask[:, None] & col_mask[None, :]
-    x = x.to(tl.float32)
+    if HAS_RESIDUAL:
+        x = store_sum(x, r, h_ptr + rows[:, None] * h_row_stride + cols[None, :], mask, False)
+    else:
+        x = x.to(tl.float32)
     inv_n = 1.0 / n_cols
     if IS_RMS:
         xc = x
@@ -73,7 +93,7 @@ def _normalize_tile(
 
     y = xc * rstd[:, None]
     if HAS_WEIGHT:
-        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
         y = y * w[None, :]
     if HAS_BIAS:
         b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
@@ -88,7 +108,9 @@ def _normalize_tile(
 @triton.jit
 def _block_row_fwd_kernel(
     x_ptr,  # (n_rows, n_cols) input
+    r_ptr,  # (n_rows, n_cols) residual; read only if HAS_RESIDUAL
     y_ptr,  # (n_rows, n_cols) output, dtype of x
+    h_ptr,  # (n_rows, n_cols) x + residual, dtype of x; written only if HAS_RESIDUAL
     w_ptr,  # (n_cols,) weight; read only if HAS_WEIGHT
     b_ptr,  # (n_cols,) bias; read only if HAS_BIAS
     mean_ptr,  # (n_rows,) fp32 row mean; written only for LayerNorm with STORE_STATS
@@ -96,18 +118,23 @@ def _block_row_fwd_kernel(
     n_rows,
     n_cols,
     x_row_stride,
+    r_row_stride,
     y_row_stride,
+    h_row_stride,
     eps,
+    offset,  # y = xhat * (offset + weight)
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     PERSISTENT: tl.constexpr,
     STORE_STATS: tl.constexpr,
     ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
 ):
-    """y = (x - mean) * rstd * w + b, rstd = rsqrt(var + eps); RMSNorm: mean = 0 and no b.
+    """y = (x - mean) * rstd * w + b, rstd = rsqrt(var + eps), w = offset + weight; RMSNorm:
+    mean = 0 and no b. HAS_RESIDUAL: x is h = x + residual, also written.
 
     One program per row tile; PERSISTENT: a fixed grid grid-strides the row tiles, each program
     loading its next tile before it normalizes and stores the current one, so its loads stay in
@@ -116,25 +143,32 @@ def _block_row_fwd_kernel(
     if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
         x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
         y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
+        if HAS_RESIDUAL:
+            r_row_stride = tl.multiple_of(r_row_stride, ROW_ALIGN)
+            h_row_stride = tl.multiple_of(h_row_stride, ROW_ALIGN)
     col_mask = tl.arange(0, BLOCK_COLS) < n_cols
     eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
+    offset = tl.cast(offset, tl.float32)
     if PERSISTENT:
         n_programs = tl.num_programs(0)
-        x_next = _load_row_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS,
-                                BLOCK_COLS)  # fmt: skip
+        x_next, r_next = _load_x_r_tile(x_ptr, r_ptr, pid, n_rows, col_mask, x_row_stride,
+                                        r_row_stride, HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS)
         for tile in tl.range(pid, tl.cdiv(n_rows, BLOCK_ROWS), n_programs):
-            x = x_next
+            x, r = x_next, r_next
             # past the last tile this reads nothing: every row is masked
-            x_next = _load_row_tile(x_ptr, tile + n_programs, n_rows, col_mask, x_row_stride,
-                                    BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
-            _normalize_tile(x, tile, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
-                            y_row_stride, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
-                            BLOCK_COLS, STORE_STATS)  # fmt: skip
+            x_next, r_next = _load_x_r_tile(x_ptr, r_ptr, tile + n_programs, n_rows, col_mask,
+                                            x_row_stride, r_row_stride, HAS_RESIDUAL,
+                                            BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
+            _normalize_tile(x, r, tile, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows,
+                            n_cols, y_row_stride, h_row_stride, eps, offset, IS_RMS, HAS_WEIGHT,
+                            HAS_BIAS, HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS,
+                            STORE_STATS)  # fmt: skip
     else:
-        x = _load_row_tile(x_ptr, pid, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
-        _normalize_tile(x, pid, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
-                        y_row_stride, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_ROWS,
-                        BLOCK_COLS, STORE_STATS)  # fmt: skip
+        x, r = _load_x_r_tile(x_ptr, r_ptr, pid, n_rows, col_mask, x_row_stride, r_row_stride,
+                              HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
+        _normalize_tile(x, r, pid, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
+                        y_row_stride, h_row_stride, eps, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS,
+                        HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS, STORE_STATS)  # fmt: skip
 
 
 @triton.jit
@@ -163,6 +197,7 @@ def _block_row_bwd_kernel(
     mean_ptr,  # (n_rows,) fp32 row mean from the forward; read only for LayerNorm, not RECOMPUTE
     rstd_ptr,  # (n_rows,) fp32 rstd from the forward; read only without RECOMPUTE_STATS
     dx_ptr,  # (n_rows, n_cols) input gradient, dtype of x
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h; read only if HAS_DH
     dw_partial_ptr,  # (n_programs, n_cols) fp32 per-program dγ; written only if HAS_WEIGHT
     db_partial_ptr,  # (n_programs, n_cols) fp32 per-program dβ; written only if HAS_BIAS
     n_rows,
@@ -170,10 +205,13 @@ def _block_row_bwd_kernel(
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    dh_row_stride,
     eps,  # the forward's eps; used only with RECOMPUTE_STATS
+    offset,  # y = xhat * (offset + weight)
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_DH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     ACC_TILE: tl.constexpr,
@@ -181,8 +219,9 @@ def _block_row_bwd_kernel(
     RECOMPUTE_STATS: tl.constexpr,
     ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
 ):
-    """xhat = (x - mean) * rstd, g = dy * w:  dx = rstd * (g - xhat * mean(g * xhat) - mean(g))
-    (RMSNorm drops the mean(g) term);  dγ = Σ_rows dy * xhat,  dβ = Σ_rows dy.
+    """xhat = (x - mean) * rstd, g = dy * (offset + weight):
+    dx = rstd * (g - xhat * mean(g * xhat) - mean(g)) (RMSNorm drops the mean(g) term), plus dh
+    with HAS_DH;  dγ = Σ_rows dy * xhat,  dβ = Σ_rows dy.
 
     RECOMPUTE_STATS: mean and rstd come from the x tile already in registers, with the forward's
     fp32 arithmetic, instead of from memory (the forward then stores none).
@@ -196,6 +235,7 @@ def _block_row_bwd_kernel(
         x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
         dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
         dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+        dh_row_stride = tl.multiple_of(dh_row_stride, ROW_ALIGN)
     n_programs = tl.num_programs(0)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
     inv_n = 1.0 / n_cols
@@ -204,6 +244,7 @@ def _block_row_bwd_kernel(
     col_mask = cols < n_cols
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        w += tl.cast(offset, tl.float32)
     if ACC_TILE:
         dw_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
         db_acc = tl.zeros((BLOCK_ROWS, BLOCK_COLS), dtype=tl.float32)
@@ -275,6 +316,9 @@ def _block_row_bwd_kernel(
         else:
             c2 = tl.sum(g, axis=1) * inv_n
             dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+        if HAS_DH:
+            dh_offs = rows[:, None] * dh_row_stride + cols[None, :]
+            dx += tl.load(dh_ptr + dh_offs, mask=mask, other=0.0).to(tl.float32)
         dx_offs = rows[:, None] * dx_row_stride + cols[None, :]
         tl.store(dx_ptr + dx_offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         # dy and xhat are fp32 here: the dγ/dβ sums never run in bf16/fp16
@@ -329,17 +373,22 @@ def _check_vector(name: str, t, n: int, like: torch.Tensor, dtype=None) -> None:
         raise ValueError(f"{name} is on {t.device} but x is on {like.device}")
 
 
-def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, store_stats=True):
+def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, store_stats=True,
+                   *, offset=0.0, residual=None, h_out=None):  # fmt: skip
     """Launch the forward with an explicit config (tuning scripts call this; no width limit).
+    ``offset``, ``residual`` and ``h_out`` as for ``row.norm_forward``.
 
     -> (y, mean, rstd); mean is None for RMSNorm, both are None without ``store_stats``."""
     n_rows, n_cols = x.shape
     x = unit_col_stride(x)
+    residual, h_out = fused_add_buffers(x, residual, h_out)
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    r, h = (residual, h_out) if residual is not None else (x, y)  # unread/unwritten dummies
     rstd = mean = None
     if store_stats:
         rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
         mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    strides = (x.stride(0), r.stride(0), y.stride(0), h.stride(0))
     n_tiles = triton.cdiv(n_rows, cfg.block_rows)
     n_programs = n_tiles
     if cfg.programs_per_sm:
@@ -347,33 +396,37 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
     launch(
         _block_row_fwd_kernel, (n_programs,),
         x,
+        r,
         y,
+        h,
         weight if weight is not None else x,  # dummy pointer, never read
         bias if bias is not None else x,
         mean if mean is not None else rstd if rstd is not None else y,  # dummy: never written
         rstd if rstd is not None else y,
         n_rows,
         n_cols,
-        x.stride(0),
-        y.stride(0),
+        *strides,
         float(eps),
+        float(offset),
         IS_RMS=is_rms,
         HAS_WEIGHT=weight is not None,
         HAS_BIAS=bias is not None,
+        HAS_RESIDUAL=residual is not None,
         BLOCK_ROWS=cfg.block_rows,
         BLOCK_COLS=triton.next_power_of_2(n_cols),
         PERSISTENT=n_programs < n_tiles,
         STORE_STATS=store_stats,
-        ROW_ALIGN=config.row_align(math.gcd(x.stride(0), y.stride(0)), x.element_size()),
+        ROW_ALIGN=config.row_align(math.gcd(*strides), x.element_size()),
         num_warps=cfg.num_warps,
     )
     return y, mean, rstd
 
 
 def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRowBwdConfig,
-                    eps=None, grad_weight=None, grad_bias=None):
+                    eps=None, grad_weight=None, grad_bias=None, *, offset=0.0, dh=None):
     """Launch the backward with an explicit config (tuning scripts call this; no width limit).
-    ``rstd`` None: recompute mean and rstd from x with the forward's ``eps``.
+    ``rstd`` None: recompute mean and rstd from x with the forward's ``eps``. ``offset`` and
+    ``dh`` as for ``row.norm_backward``.
 
     -> (dx, dweight | None, dbias | None), dweight/dbias summed in fp32 in the parameter's dtype
     (added into ``grad_weight``/``grad_bias`` where given, as the row launcher does)."""
@@ -384,6 +437,9 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
     n_rows, n_cols = x.shape
     x = unit_col_stride(x)
     dy = unit_col_stride(dy)
+    if dh is not None:
+        _check_matrix("dh", dh, n_rows, n_cols)
+        dh = unit_col_stride(dh)
     n_programs = cfg.programs_per_sm * _runtime.sm_count(x.device.index if x.is_cuda else None)
     n_programs = max(1, min(n_programs, triton.cdiv(n_rows, cfg.block_rows)))
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
@@ -398,6 +454,8 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         if has_bias
         else None
     )
+    strides = (x.stride(0), dy.stride(0), dx.stride(0),
+               dh.stride(0) if dh is not None else dx.stride(0))  # fmt: skip
     launch(
         _block_row_bwd_kernel, (n_programs,),
         dy,
@@ -406,24 +464,24 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         mean if mean is not None else rstd if rstd is not None else dx,  # dummy: never read
         rstd if rstd is not None else dx,
         dx,
+        dh if dh is not None else dx,
         dw_partial if has_weight else dx,
         db_partial if has_bias else dx,
         n_rows,
         n_cols,
-        x.stride(0),
-        dy.stride(0),
-        dx.stride(0),
+        *strides,
         float(eps) if recompute else 0.0,
+        float(offset),
         IS_RMS=is_rms,
         HAS_WEIGHT=has_weight,
         HAS_BIAS=has_bias,
+        HAS_DH=dh is not None,
         BLOCK_ROWS=cfg.block_rows,
         BLOCK_COLS=triton.next_power_of_2(n_cols),
         ACC_TILE=cfg.acc_tile,
         PREFETCH=cfg.prefetch,
         RECOMPUTE_STATS=recompute,
-        ROW_ALIGN=config.row_align(math.gcd(x.stride(0), dy.stride(0), dx.stride(0)),
-                                   x.element_size()),
+        ROW_ALIGN=config.row_align(math.gcd(*strides), x.element_size()),
         num_warps=cfg.num_warps,
     )
     dw = grad_weight if grad_weight is not None else (

@@ -1,7 +1,10 @@
 """RMSNorm and LayerNorm as PyTorch ops: validation, the plan, autograd and torch.compile.
 
-An eager call costs the CPU little: the arguments are checked once, ``config.plan`` picks the
-kernels, and a ``torch.autograd.Function`` (or, when no gradient is needed, the launcher alone)
+The public functions are RMSNorm and LayerNorm (with an optional weight offset, Gemma's
+``(1 + weight)``) and the same fused with the residual add before them (``add_rms_norm``,
+``add_layer_norm``: one kernel writes y and h = x + residual). An eager call costs the CPU
+little: the arguments are checked once, ``config.plan`` picks the kernels, and a
+``torch.autograd.Function`` (or, when no gradient is needed, the launcher alone)
 runs them through ``normlab._launch``. Under ``torch.compile`` the same two functions run
 inside the custom ops ``normlab::norm_fwd`` and ``normlab::norm_bwd``, which Inductor keeps as
 opaque calls (their dispatch costs tens of µs, so eager calls do not take them).
@@ -12,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from normlab import _runtime
-from normlab._host import FLOAT_DTYPES, is_valid_eps, unit_col_stride
+from normlab._host import FLOAT_DTYPES, is_finite_real, is_valid_eps, unit_col_stride
 from normlab.norms import block_row, config, row, split_row
 
 STRATEGIES = config.STRATEGIES
@@ -21,27 +24,38 @@ LAYOUTS = config.LAYOUTS
 
 def _plan(x2d, is_rms, strategy, layout) -> config.NormPlan:
     n_rows, n_cols = x2d.shape
+    # The fused residual add runs the plain norm's plan (not measured apart): its extra streams
+    # (the residual read and h written; dh read) are the same bytes per row for every candidate.
     sm_count = _runtime.sm_count(x2d.device.index)
     return config.plan(is_rms, n_rows, n_cols, strategy, layout, sm_count)
 
 
-def planned_forward(x2d, weight, bias, eps, is_rms, strategy, layout):
-    """(y, mean | None, rstd | None) of x2d (n_rows, n_cols) under the call's plan; the
-    statistics are None where the plan's backward recomputes them."""
+def planned_forward(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout):
+    """(y, h | None, mean | None, rstd | None) of x2d (n_rows, n_cols) under the call's plan.
+    With a residual, h = x2d + residual (an fp32 sum stored in x's dtype) is written and
+    normalized. The statistics are None where the plan's backward recomputes them."""
     plan = _plan(x2d, is_rms, strategy, layout)
+    h = None if residual is None else torch.empty(x2d.shape, dtype=x2d.dtype, device=x2d.device)
+    fused = {"offset": offset, "residual": residual, "h_out": h}
     if plan.layout == "block_row" and x2d.numel():
         n_rows, n_cols = x2d.shape
         cfg = config.block_row_fwd_config(n_cols, is_rms, n_rows=n_rows,
                                           sm_count=_runtime.sm_count(x2d.device.index))
-        return block_row.launch_forward(x2d, weight, bias, eps, is_rms, cfg,
-                                        store_stats=plan.store_stats)  # fmt: skip
-    if plan.fwd_split is not None:
-        return split_row.split_row_forward(x2d, weight, bias, eps, is_rms, plan.fwd_split)
-    return row.norm_forward(x2d, weight, bias, eps, is_rms, tile=plan.fwd_tile)
+        y, mean, rstd = block_row.launch_forward(x2d, weight, bias, eps, is_rms, cfg,
+                                                 store_stats=plan.store_stats, **fused)  # fmt: skip
+    elif plan.fwd_split is not None and residual is None and not offset:
+        # (the split-row kernels take no residual or offset: those calls run one row per program)
+        y, mean, rstd = split_row.split_row_forward(x2d, weight, bias, eps, is_rms,
+                                                    plan.fwd_split)  # fmt: skip
+    else:
+        y, mean, rstd = row.norm_forward(x2d, weight, bias, eps, is_rms, tile=plan.fwd_tile,
+                                         **fused)  # fmt: skip
+    return y, h, mean, rstd
 
 
-def planned_backward(dy, x2d, weight, bias, mean, rstd, eps, is_rms, strategy, layout):
-    """(dx, dweight | None, dbias | None) under the plan the forward ran with."""
+def planned_backward(dy, dh, x2d, weight, bias, mean, rstd, eps, offset, is_rms, strategy, layout):
+    """(dx, dweight | None, dbias | None) under the plan the forward ran with. x2d is what the
+    forward normalized (h with a residual); ``dh``, h's own gradient (or None), joins dx."""
     plan = _plan(x2d, is_rms, strategy, layout)
     dy = unit_col_stride(dy)
     if plan.layout == "block_row" and x2d.numel():
@@ -51,91 +65,122 @@ def planned_backward(dy, x2d, weight, bias, mean, rstd, eps, is_rms, strategy, l
         else:
             cfg = config.block_row_bwd_config(n_cols)
         return block_row.launch_backward(dy, x2d, weight, bias, mean, rstd, is_rms, cfg,
-                                         eps=eps)  # fmt: skip
-    if plan.bwd_split is not None:
+                                         eps=eps, offset=offset, dh=dh)  # fmt: skip
+    if plan.bwd_split is not None and dh is None and not offset:
         return split_row.split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms,
                                             plan.bwd_split)  # fmt: skip
     # layout="row": one row per program forward and one row per backward tile, however narrow.
     return row.norm_backward(dy, x2d, weight, bias, mean, rstd, is_rms, strategy=plan.strategy,
-                             block_rows=1 if layout == "row" else None)  # fmt: skip
+                             block_rows=1 if layout == "row" else None, offset=offset,
+                             dh=dh)  # fmt: skip
+
+
+def _backward(dy, dh, normed, weight, bias, mean, rstd, args, run_backward):
+    """(dx, dweight, dbias) from the output gradients, either of which autograd may leave None
+    (unused output): without dy the norm adds nothing and dx is dh."""
+    if dy is None:
+        return dh, None, None
+    return run_backward(dy, dh, normed, weight, bias, mean, rstd, *args)
 
 
 # ---- eager: an autograd Function -----------------------------------------------------------------
 
 
 class NormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x2d, weight, bias, eps, is_rms, strategy, layout):
-        y, mean, rstd = planned_forward(x2d, weight, bias, eps, is_rms, strategy, layout)
-        ctx.save_for_backward(x2d, weight, bias, mean, rstd)
-        ctx.args = (eps, is_rms, strategy, layout)
-        return y
+    """y = norm(x2d); with a residual, (y, h) = (norm(h), h) for h = x2d + residual."""
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, bias, mean, rstd = ctx.saved_tensors
-        dx, dw, db = planned_backward(dy, x2d, weight, bias, mean, rstd, *ctx.args)
-        return dx, dw, db, None, None, None, None
+    def forward(ctx, x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout):
+        y, h, mean, rstd = planned_forward(x2d, residual, weight, bias, eps, offset, is_rms,
+                                           strategy, layout)  # fmt: skip
+        ctx.save_for_backward(x2d if h is None else h, weight, bias, mean, rstd)
+        ctx.args = (eps, offset, is_rms, strategy, layout)
+        if h is None:
+            return y
+        ctx.set_materialize_grads(False)  # y or h may go unused: no zero gradient is made for it
+        return y, h
+
+    @staticmethod
+    def backward(ctx, dy, dh=None):
+        dx, dw, db = _backward(dy, dh, *ctx.saved_tensors, ctx.args, planned_backward)
+        # x and the residual get the same gradient, one tensor returned twice as Liger-Kernel's
+        # fused add RMSNorm does (src/liger_kernel/ops/fused_add_rms_norm.py in
+        # https://github.com/linkedin/Liger-Kernel); autograd copies it where both keep it.
+        dres = dx if ctx.needs_input_grad[1] else None
+        return dx, dres, dw, db, None, None, None, None, None
 
 
 # ---- torch.compile: custom ops -------------------------------------------------------------------
 
 
-def _stats_or_empty(t, like):
+def _or_empty(t, like):
     return t if t is not None else like.new_empty((0,), dtype=torch.float32)
 
 
 @torch.library.custom_op("normlab::norm_fwd", mutates_args=())
-def _norm_fwd_op(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                 eps: float, is_rms: bool, strategy: str,
-                 layout: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(y, mean, rstd); absent statistics are empty tensors (custom ops return no None)."""
-    y, mean, rstd = planned_forward(x, weight, bias, eps, is_rms, strategy, layout)
-    return y, _stats_or_empty(mean, x), _stats_or_empty(rstd, x)
+def _norm_fwd_op(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None,
+                 bias: torch.Tensor | None, eps: float, offset: float, is_rms: bool,
+                 strategy: str, layout: str
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(y, h, mean, rstd); h (without a residual) and absent statistics are empty tensors
+    (custom ops return no None)."""
+    y, h, mean, rstd = planned_forward(x, residual, weight, bias, eps, offset, is_rms, strategy,
+                                       layout)  # fmt: skip
+    return y, _or_empty(h, x), _or_empty(mean, x), _or_empty(rstd, x)
 
 
 @_norm_fwd_op.register_fake
-def _(x, weight, bias, eps, is_rms, strategy, layout):
+def _(x, residual, weight, bias, eps, offset, is_rms, strategy, layout):
     plan = _plan(x, is_rms, strategy, layout)
     n_stats = x.shape[0] if plan.store_stats or plan.layout != "block_row" else 0
     rstd = x.new_empty((n_stats,), dtype=torch.float32)
     mean = x.new_empty((0 if is_rms else n_stats,), dtype=torch.float32)
-    return x.new_empty(x.shape), mean, rstd
+    h = x.new_empty(x.shape) if residual is not None else rstd.new_empty((0,))
+    return x.new_empty(x.shape), h, mean, rstd
 
 
 @torch.library.custom_op("normlab::norm_bwd", mutates_args=())
-def _norm_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
-                 bias: torch.Tensor | None, mean: torch.Tensor, rstd: torch.Tensor, eps: float,
-                 is_rms: bool, strategy: str,
+def _norm_bwd_op(dy: torch.Tensor, dh: torch.Tensor | None, x: torch.Tensor,
+                 weight: torch.Tensor | None, bias: torch.Tensor | None, mean: torch.Tensor,
+                 rstd: torch.Tensor, eps: float, offset: float, is_rms: bool, strategy: str,
                  layout: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """(dx, dweight, dbias); absent parameter gradients are empty tensors."""
-    dx, dw, db = planned_backward(dy, x, weight, bias, mean if mean.numel() else None,
-                               rstd if rstd.numel() else None, eps, is_rms, strategy, layout)
+    dx, dw, db = planned_backward(dy, dh, x, weight, bias, mean if mean.numel() else None,
+                                  rstd if rstd.numel() else None, eps, offset, is_rms, strategy,
+                                  layout)  # fmt: skip
     # Custom-op outputs may not alias each other: one fresh empty tensor per absent gradient.
-    return dx, _stats_or_empty(dw, x), _stats_or_empty(db, x)
+    return dx, _or_empty(dw, x), _or_empty(db, x)
 
 
 @_norm_bwd_op.register_fake
-def _(dy, x, weight, bias, mean, rstd, eps, is_rms, strategy, layout):
+def _(dy, dh, x, weight, bias, mean, rstd, eps, offset, is_rms, strategy, layout):
     dw = weight.new_empty(weight.shape) if weight is not None else rstd.new_empty((0,))
     db = bias.new_empty(bias.shape) if bias is not None else rstd.new_empty((0,))
     return x.new_empty(x.shape), dw, db
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, eps, is_rms, strategy, layout = inputs
-    _, mean, rstd = output
-    ctx.save_for_backward(x, weight, bias, mean, rstd)
-    ctx.args = (eps, is_rms, strategy, layout)
-    # mean/rstd get no gradient: unmaterialized, autograd launches no zero-fill per backward.
+    x, residual, weight, bias, eps, offset, is_rms, strategy, layout = inputs
+    _, h, mean, rstd = output
+    ctx.save_for_backward(x if residual is None else h, weight, bias, mean, rstd)
+    ctx.args = (eps, offset, is_rms, strategy, layout)
+    ctx.has_residual = residual is not None
+    # h (without a residual) and mean/rstd get no gradient: unmaterialized, autograd launches
+    # no zero-fill per backward.
     ctx.set_materialize_grads(False)
 
 
-def _custom_op_backward(ctx, dy, _dmean, _drstd):
-    x, weight, bias, mean, rstd = ctx.saved_tensors
-    dx, dw, db = torch.ops.normlab.norm_bwd(dy, x, weight, bias, mean, rstd, *ctx.args)
-    return (dx, dw if weight is not None else None, db if bias is not None else None,
-            None, None, None, None)  # fmt: skip
+def _run_bwd_op(dy, dh, normed, weight, bias, mean, rstd, *args):
+    dx, dw, db = torch.ops.normlab.norm_bwd(dy, dh, normed, weight, bias, mean, rstd, *args)
+    return dx, dw if weight is not None else None, db if bias is not None else None
+
+
+def _custom_op_backward(ctx, dy, dh, _dmean, _drstd):
+    if not ctx.has_residual:  # the empty placeholder h's gradient (AOT may materialize it)
+        dh = None
+    dx, dw, db = _backward(dy, dh, *ctx.saved_tensors, ctx.args, _run_bwd_op)
+    # x and the residual get the same gradient.
+    return dx, dx if ctx.has_residual else None, dw, db, None, None, None, None, None
 
 
 _norm_fwd_op.register_autograd(_custom_op_backward, setup_context=_setup_context)
@@ -144,7 +189,7 @@ _norm_fwd_op.register_autograd(_custom_op_backward, setup_context=_setup_context
 # ---- public functions ----------------------------------------------------------------------------
 
 
-def _prepare(name, x, weight, bias, eps, strategy, layout):
+def _prepare(name, x, weight, bias, eps, offset, strategy, layout):
     """Validate the public arguments; return x as a (n_rows, n_cols) view (or copy)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
@@ -172,6 +217,12 @@ def _prepare(name, x, weight, bias, eps, strategy, layout):
                              f"{x.device}")  # fmt: skip
     if not is_valid_eps(eps):
         raise ValueError(f"{name}: eps must be a finite float >= 0, got {eps!r}")
+    if not is_finite_real(offset):
+        raise ValueError(f"{name}: offset must be a finite float, got {offset!r}")
+    if offset != 0 and weight is None:
+        # torch has no such norm; treating the missing weight as 0 would hide a forgotten one.
+        raise ValueError(f"{name}: offset={offset!r} scales by (offset + weight) and needs a "
+                         "weight; pass weight, or offset=0")  # fmt: skip
     if strategy not in STRATEGIES:
         raise ValueError(f"{name}: strategy={strategy!r}; expected one of {STRATEGIES}")
     if layout not in LAYOUTS:
@@ -188,37 +239,90 @@ def _prepare(name, x, weight, bias, eps, strategy, layout):
                 f"{name}: block_row handles rows of at most {config.BLOCK_ROW_MAX_COLS} columns, "
                 f'got {n_cols}; use layout="row" (or "auto") for wider rows'
             )
+    return _as_rows(x)
+
+
+def _prepare_residual(name, x, residual):
+    """Validate the add-norms' residual against (validated) x; return it as rows like x's."""
+    if not isinstance(residual, torch.Tensor):
+        raise TypeError(f"{name}: residual must be a torch.Tensor, got {type(residual).__name__}")
+    if residual.shape != x.shape:
+        raise ValueError(f"{name}: residual has shape {tuple(residual.shape)} but x has "
+                         f"{tuple(x.shape)}; they must match")  # fmt: skip
+    if residual.dtype != x.dtype:
+        raise TypeError(f"{name}: residual has dtype {residual.dtype} but x has {x.dtype}; "
+                        "h = x + residual is stored in x's dtype, so they must match")
+    if residual.device != x.device:
+        raise ValueError(f"{name}: residual is on device {residual.device} but x is on device "
+                         f"{x.device}")  # fmt: skip
+    return _as_rows(residual)
+
+
+def _as_rows(t):
     # Not reshape(-1, n_cols): -1 is ambiguous when n_cols is 0.
-    x2d = x.reshape(1, n_cols) if x.dim() == 1 else x.flatten(0, -2)
-    return unit_col_stride(x2d)
+    n_cols = t.shape[-1]
+    return unit_col_stride(t.reshape(1, n_cols) if t.dim() == 1 else t.flatten(0, -2))
 
 
 def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _norm(x2d, weight, bias, eps, is_rms, strategy, layout):
+def _norm(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout):
+    """y, or (y, h) with a residual: the compiled, autograd or inference path."""
+    args = (x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout)
     if torch.compiler.is_compiling():
-        return torch.ops.normlab.norm_fwd(x2d, weight, bias, eps, is_rms, strategy, layout)[0]
-    if _needs_grad(x2d, weight, bias):
-        return NormFunction.apply(x2d, weight, bias, eps, is_rms, strategy, layout)
-    return planned_forward(x2d, weight, bias, eps, is_rms, strategy, layout)[0]
+        y, h, _, _ = torch.ops.normlab.norm_fwd(*args)
+    elif _needs_grad(x2d, residual, weight, bias):
+        return NormFunction.apply(*args)
+    else:
+        y, h, _, _ = planned_forward(*args)
+    return y if residual is None else (y, h)
 
 
-def rms_norm(x, weight=None, eps=1e-6, *, strategy="auto", layout="auto"):
-    """RMSNorm over the last dim: ``x / sqrt(mean(x^2) + eps) * weight``; fp32 statistics.
+def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, strategy="auto", layout="auto"):
+    """RMSNorm over the last dim: ``x / sqrt(mean(x^2) + eps) * (offset + weight)``; fp32
+    statistics and arithmetic, output in x's dtype.
 
+    ``offset`` (default 0) shifts the weight: Gemma's zero-centred weights take ``offset=1``
+    (TransformerEngine's "zero-centered gamma"); dweight is unchanged. An offset needs a weight.
     ``strategy`` in ("auto", "atomic", "two_stage", "persistent") picks the backward's dγ
     reduction; ``layout`` in ("auto", "row", "block_row") the kernels: "block_row" packs many
     narrow rows (at most 256 columns) per program, "row" runs one row per program forward and
-    one row per backward tile, "auto" lets ``norms.config.plan`` decide. Output dtype = x's.
+    one row per backward tile, "auto" lets ``norms.config.plan`` decide.
     """
-    x2d = _prepare("rms_norm", x, weight, None, eps, strategy, layout)
-    return _norm(x2d, weight, None, float(eps), True, strategy, layout).view(x.shape)
+    x2d = _prepare("rms_norm", x, weight, None, eps, offset, strategy, layout)
+    y = _norm(x2d, None, weight, None, float(eps), float(offset), True, strategy, layout)
+    return y.view(x.shape)
 
 
-def layer_norm(x, weight=None, bias=None, eps=1e-5, *, strategy="auto", layout="auto"):
-    """LayerNorm over the last dim: ``(x - mean) / sqrt(var + eps) * weight + bias`` (biased
-    variance, fp32 statistics). ``strategy``/``layout`` as for :func:`rms_norm`."""
-    x2d = _prepare("layer_norm", x, weight, bias, eps, strategy, layout)
-    return _norm(x2d, weight, bias, float(eps), False, strategy, layout).view(x.shape)
+def layer_norm(x, weight=None, bias=None, eps=1e-5, *, offset=0.0, strategy="auto",
+               layout="auto"):  # fmt: skip
+    """LayerNorm over the last dim: ``(x - mean) / sqrt(var + eps) * (offset + weight) + bias``
+    (biased variance, fp32 statistics). ``offset``/``strategy``/``layout`` as for
+    :func:`rms_norm`."""
+    x2d = _prepare("layer_norm", x, weight, bias, eps, offset, strategy, layout)
+    y = _norm(x2d, None, weight, bias, float(eps), float(offset), False, strategy, layout)
+    return y.view(x.shape)
+
+
+def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="auto",
+                 layout="auto"):  # fmt: skip
+    """The pre-norm block's residual add fused with its RMSNorm: returns ``(y, h)`` with
+    ``h = x + residual`` (summed in fp32, stored in x's dtype) and ``y = rms_norm(h)`` of the
+    stored h. One kernel reads x and the residual once and writes y and h; gradients from y and
+    h flow into both x and the residual. ``residual`` must match x's shape, dtype and device;
+    the other arguments as for :func:`rms_norm`."""
+    x2d = _prepare("add_rms_norm", x, weight, None, eps, offset, strategy, layout)
+    r2d = _prepare_residual("add_rms_norm", x, residual)
+    y, h = _norm(x2d, r2d, weight, None, float(eps), float(offset), True, strategy, layout)
+    return y.view(x.shape), h.view(x.shape)
+
+
+def add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, *, offset=0.0,
+                   strategy="auto", layout="auto"):  # fmt: skip
+    """:func:`add_rms_norm` with LayerNorm: ``(layer_norm(h), h)`` for ``h = x + residual``."""
+    x2d = _prepare("add_layer_norm", x, weight, bias, eps, offset, strategy, layout)
+    r2d = _prepare_residual("add_layer_norm", x, residual)
+    y, h = _norm(x2d, r2d, weight, bias, float(eps), float(offset), False, strategy, layout)
+    return y.view(x.shape), h.view(x.shape)

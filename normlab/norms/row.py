@@ -4,6 +4,11 @@ strategies, and their launchers (``norms.config`` plans which one runs).
     RMSNorm    y = x * rstd * w              rstd = 1 / sqrt(mean(x^2) + eps)
     LayerNorm  y = (x - mean) * rstd * w + b  rstd = 1 / sqrt(var(x) + eps)
 
+with w = offset + weight (Gemma's zero-centred weight: offset 1). The same kernels run the fused
+residual add (HAS_RESIDUAL / HAS_DH): the forward reads x and the residual, writes
+h = x + residual and normalizes h; the backward takes h as its x and adds h's own gradient dh
+into dx (the gradient of both x and the residual).
+
 How dw/db are summed over the rows is the ``strategy``:
 
 * ``"atomic"``: one program per row tile; ``tl.atomic_add`` into one fp32 vector (the first
@@ -35,7 +40,7 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime
-from normlab._host import unit_col_stride
+from normlab._host import fused_add_buffers, unit_col_stride
 from normlab._launch import launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
@@ -47,6 +52,7 @@ from normlab.norms.tiles import (
     load_weight,
     store_cast,
     store_partials,
+    store_sum,
 )
 
 AUTOTUNE = os.environ.get("NORMLAB_AUTOTUNE", "0") == "1" and not _runtime.INTERPRET
@@ -64,18 +70,24 @@ def _int64_rows(n_rows: int, *row_strides: int) -> bool:
 @triton.jit
 def _norm_fwd_kernel(
     x_ptr,  # (n_rows, n_cols) input
+    r_ptr,  # (n_rows, n_cols) residual (read with HAS_RESIDUAL)
     y_ptr,  # (n_rows, n_cols) output, x's dtype
+    h_ptr,  # (n_rows, n_cols) x + residual, x's dtype (written with HAS_RESIDUAL)
     w_ptr,  # (n_cols,) weight (unused without HAS_WEIGHT)
     b_ptr,  # (n_cols,) bias (unused without HAS_BIAS)
     mean_ptr,  # (n_rows,) fp32 mean, written for LayerNorm
     rstd_ptr,  # (n_rows,) fp32 1 / std, written
     x_row_stride,
+    r_row_stride,
     y_row_stride,
+    h_row_stride,
     n_cols: tl.constexpr,  # one compiled kernel per width: static loop bounds (configs cites why)
     eps,
+    offset,  # y = xhat * (offset + weight): a runtime float, one compiled kernel for every value
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,  # normalize h = x + residual and write h
     BLOCK_SIZE: tl.constexpr,
     SINGLE_BLOCK: tl.constexpr,  # n_cols <= BLOCK_SIZE: the row in registers, read once
     EVEN_COLS: tl.constexpr,  # n_cols a multiple of BLOCK_SIZE: no predicates
@@ -91,17 +103,26 @@ def _norm_fwd_kernel(
     if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
         x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
         y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
+        if HAS_RESIDUAL:
+            r_row_stride = tl.multiple_of(r_row_stride, ROW_ALIGN)
+            h_row_stride = tl.multiple_of(h_row_stride, ROW_ALIGN)
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * y_row_stride
+    r_row = r_ptr + row * r_row_stride
+    h_row = h_ptr + row * h_row_stride
     # Inductor may pass eps as fp64, which would promote the whole row to fp64.
     eps = tl.cast(eps, tl.float32)
+    offset = tl.cast(offset, tl.float32)
     cols = tl.arange(0, BLOCK_SIZE)
     if SINGLE_BLOCK:
         mask = cols < n_cols
         x = load_f32(x_row + cols, mask, EVEN_COLS, "")
         if EARLY_PARAMS:
-            w = load_f32(w_ptr + cols, mask, EVEN_COLS, "") if HAS_WEIGHT else 1.0
+            w = load_f32(w_ptr + cols, mask, EVEN_COLS, "") + offset if HAS_WEIGHT else 1.0
             b = load_f32(b_ptr + cols, mask, EVEN_COLS, "") if HAS_BIAS else 0.0
+        if HAS_RESIDUAL:
+            x = store_sum(x, load_f32(r_row + cols, mask, EVEN_COLS, ""), h_row + cols, mask,
+                          EVEN_COLS)  # fmt: skip
         if IS_RMS:
             mean = 0.0
             xc = x
@@ -116,7 +137,7 @@ def _norm_fwd_kernel(
             y = y * w + b
         else:
             if HAS_WEIGHT:
-                y = y * load_f32(w_ptr + cols, mask, EVEN_COLS, "")
+                y = y * (load_f32(w_ptr + cols, mask, EVEN_COLS, "") + offset)
             if HAS_BIAS:
                 y = y + load_f32(b_ptr + cols, mask, EVEN_COLS, "")
         store_cast(y_row + cols, y, mask, EVEN_COLS)
@@ -127,11 +148,18 @@ def _norm_fwd_kernel(
             shift = 0.0
         else:
             shift = tl.load(x_row).to(tl.float32)
+            if HAS_RESIDUAL:
+                shift += tl.load(r_row).to(tl.float32)
         acc1 = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_SIZE):
             mask = start + cols < n_cols
-            d = load_f32(x_row + start + cols, mask, EVEN_COLS, "evict_last") - shift
+            if HAS_RESIDUAL:  # x and the residual are read once; pass 2 re-reads h
+                x = load_f32(x_row + start + cols, mask, EVEN_COLS, "evict_first")
+                r = load_f32(r_row + start + cols, mask, EVEN_COLS, "evict_first")
+                d = store_sum(x, r, h_row + start + cols, mask, EVEN_COLS) - shift
+            else:
+                d = load_f32(x_row + start + cols, mask, EVEN_COLS, "evict_last") - shift
             if not EVEN_COLS:
                 d = tl.where(mask, d, 0.0)
             acc1 += d
@@ -144,12 +172,18 @@ def _norm_fwd_kernel(
             mean = shift + mean_d
             var = tl.maximum(tl.sum(acc2, axis=0) / n_cols - mean_d * mean_d, 0.0)
         rstd = tl.rsqrt(var + eps)
+        if HAS_RESIDUAL:
+            src_row = h_row
+            tl.debug_barrier()  # pass 2 reads the h this program's threads wrote
+        else:
+            src_row = x_row
         # Pass 2: normalize (the row is re-read, mostly from L2).
         for start in range(0, n_cols, BLOCK_SIZE):
             mask = start + cols < n_cols
-            y = (load_f32(x_row + start + cols, mask, EVEN_COLS, "evict_first") - mean) * rstd
+            y = (load_f32(src_row + start + cols, mask, EVEN_COLS, "evict_first") - mean) * rstd
             if HAS_WEIGHT:
-                y = y * load_f32(w_ptr + start + cols, mask, EVEN_COLS, "evict_last")
+                w = load_f32(w_ptr + start + cols, mask, EVEN_COLS, "evict_last")
+                y = y * (w + offset)
             if HAS_BIAS:
                 y = y + load_f32(b_ptr + start + cols, mask, EVEN_COLS, "evict_last")
             store_cast(y_row + start + cols, y, mask, EVEN_COLS)
@@ -177,7 +211,7 @@ if AUTOTUNE:
             for b in config.NORM_FWD_AUTOTUNE_BLOCKS
             for w in config.NORM_FWD_AUTOTUNE_WARPS
         ],
-        key=["n_cols", "IS_RMS", "HAS_WEIGHT", "HAS_BIAS"],
+        key=["n_cols", "IS_RMS", "HAS_WEIGHT", "HAS_BIAS", "HAS_RESIDUAL"],
         prune_configs_by={"early_config_prune": _prune_fwd_configs},
     )(triton.heuristics({
         "SINGLE_BLOCK": lambda args: args["n_cols"] <= args["BLOCK_SIZE"],
@@ -190,6 +224,7 @@ def _norm_bwd_atomic_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
     w_ptr,  # (n_cols,) weight
     mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
     rstd_ptr,  # (n_rows,) fp32 rstd
@@ -200,9 +235,12 @@ def _norm_bwd_atomic_kernel(
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    dh_row_stride,
+    offset,  # y = xhat * (offset + weight)
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_DH: tl.constexpr,
     TWO_PASS: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
@@ -213,17 +251,18 @@ def _norm_bwd_atomic_kernel(
     tile = tl.program_id(0)
     if TWO_PASS:
         bwd_tile_two_pass(
-            tile, False, x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_ptr, db_ptr,
-            n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-            IS_RMS, HAS_WEIGHT, HAS_BIAS, True, BLOCK_ROWS, BLOCK_COLS,
+            tile, False, x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_ptr, db_ptr,
+            n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset,
+            IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_DH, True, BLOCK_ROWS, BLOCK_COLS,
         )  # fmt: skip
     else:
         cols = tl.arange(0, BLOCK_COLS)
         col_mask = cols < n_cols
-        w = load_weight(w_ptr, cols, col_mask, HAS_WEIGHT)
+        w = load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT)
         dw, db = bwd_tile_single_pass(
-            tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
-            x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS, BLOCK_COLS,
+            tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+            x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT, HAS_DH,
+            BLOCK_ROWS, BLOCK_COLS,
         )  # fmt: skip
         if HAS_WEIGHT:
             tl.atomic_add(dw_ptr + cols, tl.sum(dw, axis=0), mask=col_mask)
@@ -236,6 +275,7 @@ def _norm_bwd_partials_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
     w_ptr,  # (n_cols,) weight
     mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
     rstd_ptr,  # (n_rows,) fp32 rstd
@@ -246,10 +286,13 @@ def _norm_bwd_partials_kernel(
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    dh_row_stride,
+    offset,  # y = xhat * (offset + weight)
     tiles_per_program,
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_DH: tl.constexpr,
     TWO_PASS: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
@@ -264,20 +307,21 @@ def _norm_bwd_partials_kernel(
     if TWO_PASS:
         for tile in range(first_tile, last_tile):
             bwd_tile_two_pass(
-                tile, tile == first_tile, x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr,
-                dw_out, db_out, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-                IS_RMS, HAS_WEIGHT, HAS_BIAS, False, BLOCK_ROWS, BLOCK_COLS,
+                tile, tile == first_tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr,
+                rstd_ptr, dw_out, db_out, n_rows, n_cols, x_row_stride, dy_row_stride,
+                dx_row_stride, dh_row_stride, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_DH, False,
+                BLOCK_ROWS, BLOCK_COLS,
             )  # fmt: skip
     else:
         cols = tl.arange(0, BLOCK_COLS)
-        w = load_weight(w_ptr, cols, cols < n_cols, HAS_WEIGHT)
+        w = load_weight(w_ptr, cols, cols < n_cols, offset, HAS_WEIGHT)
         dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
         db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
         for tile in range(first_tile, last_tile):
             dw, db = bwd_tile_single_pass(
-                tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
-                x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT,
-                BLOCK_ROWS, BLOCK_COLS,
+                tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+                x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT,
+                HAS_DH, BLOCK_ROWS, BLOCK_COLS,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
@@ -289,6 +333,7 @@ def _persistent_single_pass(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
     w_ptr,  # (n_cols,) weight
     mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
     rstd_ptr,  # (n_rows,) fp32 rstd
@@ -299,9 +344,12 @@ def _persistent_single_pass(
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    dh_row_stride,
+    offset,  # y = xhat * (offset + weight)
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_DH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     LOOP_STAGES: tl.constexpr,
@@ -319,10 +367,11 @@ def _persistent_single_pass(
         x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
         dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
         dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+        dh_row_stride = tl.multiple_of(dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_COLS)
-    w = load_weight(w_ptr, cols, cols < n_cols, HAS_WEIGHT)
+    w = load_weight(w_ptr, cols, cols < n_cols, offset, HAS_WEIGHT)
     dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
@@ -335,18 +384,18 @@ def _persistent_single_pass(
             x_next, dy_next = load_tile(x_ptr, dy_ptr, tile + n_programs, n_rows, n_cols,
                                          x_row_stride, dy_row_stride, BLOCK_ROWS, BLOCK_COLS)
             dw, db = bwd_tile_single_pass(
-                tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
-                x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS,
-                BLOCK_COLS, x_cur, dy_cur, True, PAIR_SUMS,
+                tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+                x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT,
+                HAS_DH, BLOCK_ROWS, BLOCK_COLS, x_cur, dy_cur, True, PAIR_SUMS,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
     else:
         for tile in tl.range(pid, n_tiles, n_programs, num_stages=LOOP_STAGES):
             dw, db = bwd_tile_single_pass(
-                tile, x_ptr, dy_ptr, dx_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
-                x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, BLOCK_ROWS,
-                BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
+                tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+                x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT,
+                HAS_DH, BLOCK_ROWS, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
@@ -360,6 +409,7 @@ def _norm_bwd_persistent_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
     w_ptr,  # (n_cols,) weight
     mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
     rstd_ptr,  # (n_rows,) fp32 rstd
@@ -370,9 +420,12 @@ def _norm_bwd_persistent_kernel(
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    dh_row_stride,
+    offset,  # y = xhat * (offset + weight)
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_DH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     LOOP_STAGES: tl.constexpr,
@@ -382,9 +435,10 @@ def _norm_bwd_persistent_kernel(
 ):
     """The single-pass persistent backward (_persistent_single_pass) at a runtime width."""
     _persistent_single_pass(
-        x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows,
-        n_cols, x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS,
-        BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False, ROW_ALIGN,
+        x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
+        n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
+        HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False,
+        ROW_ALIGN,
     )  # fmt: skip
 
 
@@ -393,6 +447,7 @@ def _norm_bwd_persistent_static_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
     w_ptr,  # (n_cols,) weight
     mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
     rstd_ptr,  # (n_rows,) fp32 rstd
@@ -403,9 +458,12 @@ def _norm_bwd_persistent_static_kernel(
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    dh_row_stride,
+    offset,  # y = xhat * (offset + weight)
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_DH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     LOOP_STAGES: tl.constexpr,
@@ -417,9 +475,10 @@ def _norm_bwd_persistent_static_kernel(
     """The same at a compile-time width, LayerNorm's row sums paired where PAIR_SUMS
     (config.NORM_BWD_STATIC_COLS: where it measured faster)."""
     _persistent_single_pass(
-        x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr, n_rows,
-        n_cols, x_row_stride, dy_row_stride, dx_row_stride, IS_RMS, HAS_WEIGHT, HAS_BIAS,
-        BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, PAIR_SUMS, ROW_ALIGN,
+        x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
+        n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
+        HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED,
+        PAIR_SUMS, ROW_ALIGN,
     )  # fmt: skip
 
 
@@ -428,6 +487,7 @@ def _norm_bwd_persistent_two_pass_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
     w_ptr,  # (n_cols,) weight
     mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
     rstd_ptr,  # (n_rows,) fp32 rstd
@@ -438,9 +498,12 @@ def _norm_bwd_persistent_two_pass_kernel(
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    dh_row_stride,
+    offset,  # y = xhat * (offset + weight)
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_DH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
@@ -452,15 +515,16 @@ def _norm_bwd_persistent_two_pass_kernel(
         x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
         dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
         dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+        dh_row_stride = tl.multiple_of(dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
     db_out = db_partial_ptr + pid.to(tl.int64) * n_cols
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
     for tile in range(pid, n_tiles, tl.num_programs(0)):
         bwd_tile_two_pass(
-            tile, tile == pid, x_ptr, dy_ptr, dx_ptr, w_ptr, mean_ptr, rstd_ptr, dw_out, db_out,
-            n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-            IS_RMS, HAS_WEIGHT, HAS_BIAS, False, BLOCK_ROWS, BLOCK_COLS,
+            tile, tile == pid, x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_out,
+            db_out, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride,
+            offset, IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_DH, False, BLOCK_ROWS, BLOCK_COLS,
         )  # fmt: skip
 
 
@@ -478,33 +542,39 @@ def _empty_forward(x2d, is_rms):
     return y, mean, rstd
 
 
-def norm_forward(x2d, weight, bias, eps, is_rms, *, tile=None, block_size=None, num_warps=None):
+def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h_out=None,
+                 tile=None, block_size=None, num_warps=None):  # fmt: skip
     """Forward launcher: x2d (n_rows, n_cols) -> (y, mean | None, rstd), mean/rstd fp32 (n_rows,).
 
+    ``offset``: y = xhat * (offset + weight). ``residual`` with ``h_out`` (x2d's shape and dtype):
+    the fused residual add, h = x2d + residual written to h_out and normalized.
     ``tile``: the plan's block-row tile for wide rows (``config.NormPlan.fwd_tile``; None: one
     row per program). ``block_size``/``num_warps`` override ``config.norm_fwd_config``; with
     ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the autotuned kernel picks them.
     """
     x2d = unit_col_stride(x2d)
+    residual, h_out = fused_add_buffers(x2d, residual, h_out)
     n_rows, n_cols = x2d.shape
     if x2d.numel() == 0:  # no rows or no columns: empty y, nothing to launch
         return _empty_forward(x2d, is_rms)
     if tile is not None and block_size is None and num_warps is None:
         from normlab.norms import block_row
 
-        return block_row.launch_forward(x2d, weight, bias, eps, is_rms, tile)
+        return block_row.launch_forward(x2d, weight, bias, eps, is_rms, tile, offset=offset,
+                                        residual=residual, h_out=h_out)  # fmt: skip
     y, mean, rstd = _empty_forward(x2d, is_rms)
+    r, h = (residual, h_out) if residual is not None else (x2d, y)  # unread/unwritten dummies
+    strides = (x2d.stride(0), r.stride(0), y.stride(0), h.stride(0))
     args = (
-        x2d, y,
+        x2d, r, y, h,
         weight if weight is not None else rstd,
         bias if bias is not None else rstd,
         mean if mean is not None else rstd,
-        rstd, x2d.stride(0), y.stride(0), n_cols, float(eps),
+        rstd, *strides, n_cols, float(eps), float(offset),
     )  # fmt: skip
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
-             "INT64_ROWS": _int64_rows(n_rows, x2d.stride(0), y.stride(0)),
-             "ROW_ALIGN": config.row_align(math.gcd(x2d.stride(0), y.stride(0)),
-                                           x2d.element_size())}
+             "HAS_RESIDUAL": residual is not None, "INT64_ROWS": _int64_rows(n_rows, *strides),
+             "ROW_ALIGN": config.row_align(math.gcd(*strides), x2d.element_size())}
     if AUTOTUNE and block_size is None and num_warps is None:
         _norm_fwd_kernel_tuned[(n_rows,)](*args, **flags)
         return y, mean, rstd
@@ -537,6 +607,8 @@ def norm_backward(
     loop_stages=None,
     prefetch=None,
     paired_partials=None,
+    offset=0.0,
+    dh=None,
 ):
     """Backward launcher -> (dx, dweight | None, dbias | None).
 
@@ -544,10 +616,16 @@ def norm_backward(
     ``config.norm_bwd_config`` (``two_pass=True`` with a small ``block_cols`` exercises the
     wide-row path on small shapes). ``grad_weight``/``grad_bias``: existing fp32 or param-dtype
     buffers that the result is added into (fused ``.grad`` accumulation); they are returned.
+    ``offset``: the forward's. ``dh`` (x2d's shape): the fused residual add's gradient of h
+    (x2d is then h), added into dx.
     """
     if strategy not in config.STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: expected one of {config.STRATEGIES}")
     x2d, dy2d = unit_col_stride(x2d), unit_col_stride(dy2d)
+    if dh is not None:
+        if dh.shape != x2d.shape:
+            raise ValueError(f"dh has shape {tuple(dh.shape)}, expected {tuple(x2d.shape)}")
+        dh = unit_col_stride(dh)
     n_rows, n_cols = x2d.shape
     device = x2d.device
     has_w, has_b = weight is not None, bias is not None
@@ -578,12 +656,15 @@ def norm_backward(
     dummy = rstd
     common = (
         x2d, dy2d, dx,
+        dh if dh is not None else dx,
         weight if has_w else dummy,
         mean if mean is not None else dummy,
         rstd,
     )  # fmt: skip
-    strides = (x2d.stride(0), dy2d.stride(0), dx.stride(0))
-    flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": has_w, "HAS_BIAS": has_b}
+    strides = (x2d.stride(0), dy2d.stride(0), dx.stride(0),
+               dh.stride(0) if dh is not None else dx.stride(0))  # fmt: skip
+    flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": has_w, "HAS_BIAS": has_b,
+             "HAS_DH": dh is not None}  # fmt: skip
     tile = {"BLOCK_ROWS": cfg.block_rows, "BLOCK_COLS": cfg.block_cols, "num_warps": cfg.num_warps}
     n_tiles = triton.cdiv(n_rows, cfg.block_rows)
 
@@ -598,7 +679,7 @@ def norm_backward(
 
         acc_w, acc_b = accumulator(grad_weight, has_w), accumulator(grad_bias, has_b)
         _norm_bwd_atomic_kernel[(n_tiles,)](
-            *common, acc_w, acc_b, n_rows, n_cols, *strides, **flags,
+            *common, acc_w, acc_b, n_rows, n_cols, *strides, float(offset), **flags,
             TWO_PASS=cfg.two_pass, **tile,
         )  # fmt: skip
         for out, buf, acc, present in (
@@ -637,16 +718,19 @@ def norm_backward(
     align = config.row_align(math.gcd(*strides), x2d.element_size())
     if strategy == "two_stage":
         launch(_norm_bwd_partials_kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols,
-               *strides, tiles_per_program, **flags, TWO_PASS=cfg.two_pass, **tile)  # fmt: skip
+               *strides, float(offset), tiles_per_program, **flags, TWO_PASS=cfg.two_pass,
+               **tile)  # fmt: skip
     elif cfg.two_pass:
         launch(_norm_bwd_persistent_two_pass_kernel, grid, *common, dw_partial, db_partial,
-               n_rows, n_cols, *strides, **flags, **tile, ROW_ALIGN=align)  # fmt: skip
+               n_rows, n_cols, *strides, float(offset), **flags, **tile,
+               ROW_ALIGN=align)  # fmt: skip
     else:
         static = config.norm_bwd_static_width(n_cols)
         kernel = _norm_bwd_persistent_static_kernel if static else _norm_bwd_persistent_kernel
-        launch(kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols, *strides, **flags,
-               **tile, LOOP_STAGES=cfg.loop_stages, PREFETCH=cfg.prefetch, PAIRED=paired,
-               ROW_ALIGN=align, **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}))  # fmt: skip
+        launch(kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols, *strides,
+               float(offset), **flags, **tile, LOOP_STAGES=cfg.loop_stages,
+               PREFETCH=cfg.prefetch, PAIRED=paired, ROW_ALIGN=align,
+               **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}))  # fmt: skip
     if (has_w or has_b) and not direct:
         reduce_partials(
             dw_partial if has_w else None,

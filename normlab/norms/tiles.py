@@ -1,9 +1,12 @@
 """Tile helpers the norm kernels share: loads, the normalized row, dx, and the dγ/dβ partials.
 
-With xhat = (x - mean) * rstd (mean = 0 for RMSNorm) and wdy = w * dy:
+With xhat = (x - mean) * rstd (mean = 0 for RMSNorm), w = offset + weight and wdy = w * dy:
 
     dx = rstd * (wdy - xhat * c1 - c2)    c1 = mean(xhat * wdy), c2 = mean(wdy) (0 for RMSNorm)
     dw = sum_rows(dy * xhat)              db = sum_rows(dy)
+
+With the fused residual add (y = norm(h), h = x + residual also an output), x is h and
+dx = dresidual = dh + the norm's dx (HAS_DH).
 """
 
 import triton
@@ -11,10 +14,12 @@ import triton.language as tl
 
 
 @triton.jit
-def load_weight(w_ptr, cols, col_mask, HAS_WEIGHT: tl.constexpr):  # w_ptr: (n_cols,) weight
-    """fp32 weight chunk, or a scalar 1 placeholder when there is no weight."""
+def load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr):  # w_ptr: (n_cols,)
+    """fp32 (offset + weight) chunk, or a scalar 1 placeholder when there is no weight (the op
+    refuses an offset without one)."""
     if HAS_WEIGHT:
-        return tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        return w + tl.cast(offset, tl.float32)
     else:
         return 1.0
 
@@ -78,6 +83,7 @@ def xhat_wdy(x, dy, w, mask, mean, rstd, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.co
 @triton.jit
 def store_dx(
     dx_ptr,  # (n_rows, n_cols) input gradient
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's output h (read with HAS_DH)
     rows64,
     cols,
     mask,
@@ -87,12 +93,17 @@ def store_dx(
     c2,
     rstd,
     dx_row_stride,
+    dh_row_stride,
     IS_RMS: tl.constexpr,
+    HAS_DH: tl.constexpr,
 ):
     if IS_RMS:
         dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
     else:
         dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+    if HAS_DH:
+        dh_ptrs = dh_ptr + rows64[:, None] * dh_row_stride + cols[None, :]
+        dx += tl.load(dh_ptrs, mask=mask, other=0.0).to(tl.float32)
     dx_ptrs = dx_ptr + rows64[:, None] * dx_row_stride + cols[None, :]
     tl.store(dx_ptrs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
@@ -118,6 +129,7 @@ def bwd_tile_single_pass(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
     w,
     mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
     rstd_ptr,  # (n_rows,) fp32 rstd
@@ -126,8 +138,10 @@ def bwd_tile_single_pass(
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    dh_row_stride,
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
+    HAS_DH: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     x_pre=None,
@@ -135,8 +149,9 @@ def bwd_tile_single_pass(
     PRELOADED: tl.constexpr = False,
     PAIR_SUMS: tl.constexpr = False,
 ):
-    """dx of one BLOCK_ROWS tile whose rows fit in BLOCK_COLS (w: fp32 [BLOCK_COLS], loaded
-    once per program); returns the fp32 tile contributions (dy * xhat, dy) to dw and db.
+    """dx of one BLOCK_ROWS tile whose rows fit in BLOCK_COLS (w: fp32 offset + weight
+    [BLOCK_COLS], loaded once per program; HAS_DH adds dh into dx); returns the fp32 tile
+    contributions (dy * xhat, dy) to dw and db.
     With PRELOADED, x_pre / dy_pre are this tile's x and dy, already loaded (load_tile).
     PAIR_SUMS: LayerNorm's two row sums in one reduction (one cross-warp exchange, not two)."""
     rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -162,7 +177,8 @@ def bwd_tile_single_pass(
     else:
         c1 = tl.sum(xhat * wdy, axis=1) / n_cols
         c2 = tl.sum(wdy, axis=1) / n_cols
-    store_dx(dx_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride, IS_RMS)
+    store_dx(dx_ptr, dh_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride,
+             dh_row_stride, IS_RMS, HAS_DH)  # fmt: skip
     return dy * xhat, dy
 
 
@@ -173,6 +189,7 @@ def bwd_tile_two_pass(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
     w_ptr,  # (n_cols,) weight
     mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
     rstd_ptr,  # (n_rows,) fp32 rstd
@@ -183,9 +200,12 @@ def bwd_tile_two_pass(
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    dh_row_stride,
+    offset,  # y = xhat * (offset + weight)
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_DH: tl.constexpr,
     ATOMIC: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
@@ -203,7 +223,7 @@ def bwd_tile_two_pass(
         cols = start + tl.arange(0, BLOCK_COLS)
         col_mask = cols < n_cols
         mask = row_mask[:, None] & col_mask[None, :]
-        w = load_weight(w_ptr, cols, col_mask, HAS_WEIGHT)
+        w = load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT)
         xhat, dy, wdy = load_xhat_wdy(
             x_ptr, dy_ptr, w, rows64, cols, mask, mean, rstd,
             x_row_stride, dy_row_stride, IS_RMS, HAS_WEIGHT,
@@ -216,12 +236,13 @@ def bwd_tile_two_pass(
         cols = start + tl.arange(0, BLOCK_COLS)
         col_mask = cols < n_cols
         mask = row_mask[:, None] & col_mask[None, :]
-        w = load_weight(w_ptr, cols, col_mask, HAS_WEIGHT)
+        w = load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT)
         xhat, dy, wdy = load_xhat_wdy(
             x_ptr, dy_ptr, w, rows64, cols, mask, mean, rstd,
             x_row_stride, dy_row_stride, IS_RMS, HAS_WEIGHT,
         )  # fmt: skip
-        store_dx(dx_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride, IS_RMS)
+        store_dx(dx_ptr, dh_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride,
+                 dh_row_stride, IS_RMS, HAS_DH)  # fmt: skip
         if not ATOMIC:
             # The first tile starts the partial row (the workspace is uninitialized).
             keep_mask = col_mask & ((tl.zeros_like(cols) + is_first.to(tl.int32)) == 0)
@@ -288,3 +309,12 @@ def store_cast(ptrs, values, mask, EVEN: tl.constexpr):
         tl.store(ptrs, values.to(ptrs.dtype.element_ty))
     else:
         tl.store(ptrs, values.to(ptrs.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def store_sum(x, r, h_ptrs, mask, EVEN: tl.constexpr):
+    """The fused residual add: h = x + r summed in fp32 and stored in h's dtype (no predicate
+    under EVEN); returns the stored h in fp32, the values the norm then normalizes."""
+    h = (x.to(tl.float32) + r.to(tl.float32)).to(h_ptrs.dtype.element_ty)
+    store_cast(h_ptrs, h, mask, EVEN)
+    return h.to(tl.float32)

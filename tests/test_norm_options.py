@@ -1,0 +1,640 @@
+"""The norms' options against an fp64 reference, under the interpreter on CPU: the weight offset
+(y = xhat * (offset + weight), Gemma's zero-centred weight) and the fused residual add
+(``add_rms_norm`` / ``add_layer_norm`` -> (y, h), h = x + residual), at every layout and
+backward strategy, awkward shapes and the three dtypes; their modules, patch, custom ops,
+bytes models and benchmark entries.
+
+The reference of an add-norm: h summed in fp32 and rounded to x's dtype (``ref.residual_sum``),
+y = norm(h) in fp64 from that rounded h, and the gradient of x and of the residual that of
+``(y * gy).sum() + (h * gh).sum()`` with respect to h (the rounding's derivative is 1).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import assert_close
+
+import normlab
+from normlab import ref
+from normlab.norms import block_row as narrow
+from normlab.norms import config as configs
+from normlab.norms import row as K
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+PATHS = [("row", "atomic"), ("row", "two_stage"), ("row", "persistent"),
+         ("block_row", "persistent")]  # fmt: skip
+EPS = {True: 1e-6, False: 1e-5}
+
+
+def _inputs(m, n, dtype, is_rms, *, weight=True, bias=True):
+    """x, residual, weight and bias (None where absent); the weight is zero-centred (Gemma's),
+    so an offset lost anywhere changes every output."""
+    x = torch.randn(m, n).to(dtype)
+    r = (2 * torch.randn(m, n)).to(dtype)
+    w = (0.5 * torch.randn(n)).to(dtype) if weight else None
+    b = (0.5 * torch.randn(n)).to(dtype) if bias and not is_rms else None
+    return x, r, w, b
+
+
+def _call(x, r, w, b, is_rms, offset, **kw):
+    eps = EPS[is_rms]
+    if r is None:
+        if is_rms:
+            return normlab.rms_norm(x, w, eps, offset=offset, **kw), None
+        return normlab.layer_norm(x, w, b, eps, offset=offset, **kw), None
+    if is_rms:
+        return normlab.add_rms_norm(x, r, w, eps, offset=offset, **kw)
+    return normlab.add_layer_norm(x, r, w, b, eps, offset=offset, **kw)
+
+
+def _reference(x, r, w, b, is_rms, offset, gy, gh):
+    """(h, y, dh_total, dweight, dbias) in fp64 from h = x (no residual) or the rounded sum."""
+    h = x if r is None else ref.residual_sum(x, r)
+    h64 = h.double().requires_grad_(True)
+    w64 = w.double().requires_grad_(True) if w is not None else None
+    b64 = b.double().requires_grad_(True) if b is not None else None
+    eps = EPS[is_rms]
+    if is_rms:
+        y64 = ref.rms_norm(h64, w64, eps, offset)
+    else:
+        y64 = ref.layer_norm(h64, w64, b64, eps, offset)
+    loss = (y64 * gy.double()).sum()
+    if gh is not None:
+        loss = loss + (h64 * gh.double()).sum()
+    leaves = [t for t in (h64, w64, b64) if t is not None]
+    grads = iter(torch.autograd.grad(loss, leaves))
+    dh = next(grads)
+    dw = next(grads) if w64 is not None else None
+    db = next(grads) if b64 is not None else None
+    return h, y64.detach(), dh, dw, db
+
+
+def _check(m, n, dtype, is_rms, *, fused, offset, weight=True, bias=True, shape=None, **kw):
+    """Run the public op forward and backward (gradients from y and, fused, from h) and compare
+    every output and gradient with the fp64 reference."""
+    x, r, w, b = _inputs(m, n, dtype, is_rms, weight=weight, bias=bias)
+    if not fused:
+        r = None
+    if shape is not None:
+        x, r = x.reshape(shape), None if r is None else r.reshape(shape)
+    gy = torch.randn(x.shape).to(dtype)
+    gh = torch.randn(x.shape).to(dtype) if fused else None
+    leaves = [t.requires_grad_(True) for t in (x, r, w, b) if t is not None]
+    y, h = _call(x, r, w, b, is_rms, offset, **kw)
+    outs, grads_in = ((y,), (gy,)) if h is None else ((y, h), (gy, gh))
+    grads = iter(torch.autograd.grad(outs, leaves, grads_in))
+    want_h, want_y, want_dh, want_dw, want_db = _reference(
+        x.detach(), None if r is None else r.detach(), w, b, is_rms, offset, gy, gh
+    )
+    assert y.dtype == dtype and y.shape == x.shape
+    assert_close(y, want_y, msg="y")
+    dx = next(grads)
+    assert_close(dx, want_dh, msg="dx")
+    if r is not None:
+        assert h.dtype == dtype and h.shape == x.shape
+        assert torch.equal(h, want_h), "h is not the fp32 sum rounded to x's dtype"
+        assert_close(next(grads), want_dh, msg="dresidual")
+    if w is not None:
+        assert_close(next(grads), want_dw, reduce_len=m, msg="dweight")
+    if b is not None:
+        assert_close(next(grads), want_db, reduce_len=m, msg="dbias")
+
+
+# ---- every layout and strategy ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["norm", "add-norm"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("layout,strategy", PATHS, ids=str)
+@pytest.mark.parametrize(
+    "m,n",
+    [
+        (1, 1),  # one row, one column
+        (1, 7),  # one row, odd width
+        (13, 33),  # just past a power of two; block-row recomputes the statistics
+        (5, 97),  # a prime; block-row LayerNorm stores them (> 64 columns)
+    ],
+    ids=str,
+)
+def test_offset_and_add_at_every_path(m, n, layout, strategy, is_rms, fused):
+    """offset = 1 (Gemma) with zero-centred weights, with and without the fused add (bf16)."""
+    _check(m, n, torch.bfloat16, is_rms, fused=fused, offset=1.0, layout=layout,
+           strategy=strategy)  # fmt: skip
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["norm", "add-norm"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("layout,strategy", PATHS, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_offset_and_add_per_dtype(dtype, layout, strategy, is_rms, fused):
+    _check(11, 40, dtype, is_rms, fused=fused, offset=-0.75, layout=layout, strategy=strategy)
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "two_stage", "persistent"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_add_norm_wide_row(is_rms, strategy):
+    """1025 columns: the compile-time-width persistent backward and a masked 2048 block."""
+    _check(3, 1025, torch.float32, is_rms, fused=True, offset=1.0, layout="row",
+           strategy=strategy)  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["row", "block_row"])
+@pytest.mark.parametrize(
+    "is_rms,weight,bias",
+    [(True, False, False), (False, False, False), (False, True, False), (False, False, True)],
+    ids=["rms", "ln", "ln-w", "ln-b"],
+)
+def test_add_norm_without_parameters(is_rms, weight, bias, layout):
+    _check(9, 24, torch.float32, is_rms, fused=True, offset=0.0, weight=weight, bias=bias,
+           layout=layout)  # fmt: skip
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_add_norm_3d_input_and_auto_plan(is_rms):
+    _check(6, 37, torch.float16, is_rms, fused=True, offset=0.5, shape=(2, 3, 37))
+
+
+# ---- the launchers' other code paths ------------------------------------------------------------
+
+
+def _fused_forward_reference(x, r, w, b, is_rms, offset):
+    h = ref.residual_sum(x, r)
+    hd = h.double()
+    mean = torch.zeros(h.shape[0], dtype=torch.float64) if is_rms else hd.mean(1)
+    var = hd.pow(2).mean(1) if is_rms else hd.var(1, unbiased=False)
+    y = _reference(x, r, w, b, is_rms, offset, torch.zeros_like(x), None)[1]
+    return h, y, mean, torch.rsqrt(var + EPS[is_rms])
+
+
+@pytest.mark.parametrize("n", [37, 48], ids=["ragged-chunks", "even-chunks"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_row_forward_chunked_with_residual(is_rms, n):
+    """The chunked forward (block 16): pass 1 writes h, pass 2 reads it back."""
+    x, r, w, b = _inputs(5, n, torch.bfloat16, is_rms)
+    h = torch.empty_like(x)
+    y, mean, rstd = K.norm_forward(x, w, b, EPS[is_rms], is_rms, offset=1.0, residual=r, h_out=h,
+                                   block_size=16, num_warps=1)  # fmt: skip
+    want_h, want_y, want_mean, want_rstd = _fused_forward_reference(x, r, w, b, is_rms, 1.0)
+    assert torch.equal(h, want_h)
+    assert_close(y, want_y)
+    assert_close(rstd, want_rstd, dtype=torch.float32)
+    if not is_rms:
+        assert_close(mean, want_mean, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_block_row_persistent_forward_with_residual(is_rms):
+    """A persistent prefetching grid (4 programs, 19 tiles): the residual tile is prefetched."""
+    x, r, w, b = _inputs(37, 20, torch.float16, is_rms)
+    h = torch.empty_like(x)
+    cfg = configs.BlockRowFwdConfig(block_rows=2, num_warps=2, programs_per_sm=1)
+    y, mean, rstd = narrow.launch_forward(x, w, b, EPS[is_rms], is_rms, cfg, offset=1.0,
+                                          residual=r, h_out=h)  # fmt: skip
+    want_h, want_y, want_mean, want_rstd = _fused_forward_reference(x, r, w, b, is_rms, 1.0)
+    assert torch.equal(h, want_h)
+    assert_close(y, want_y)
+    assert_close(rstd, want_rstd, dtype=torch.float32)
+    if not is_rms:
+        assert_close(mean, want_mean, dtype=torch.float32)
+
+
+def _backward_case(m, n, dtype, is_rms):
+    """(dy, h, w, b, dh, mean, rstd) for a direct backward launch and its fp64 expectations."""
+    x, r, w, b = _inputs(m, n, dtype, is_rms)
+    h = ref.residual_sum(x, r)
+    _, mean, rstd = K.norm_forward(h, w, b, EPS[is_rms], is_rms, offset=1.0)
+    dy, dh = torch.randn(m, n).to(dtype), torch.randn(m, n).to(dtype)
+    want = _reference(x, r, w, b, is_rms, 1.0, dy, dh)
+    return (dy, h, w, b, dh, mean, rstd), want
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"strategy": "atomic", "two_pass": True, "block_cols": 16},
+        {"strategy": "two_stage", "two_pass": True, "block_cols": 16},
+        {"strategy": "persistent", "two_pass": True, "block_cols": 16},
+        {"strategy": "persistent", "prefetch": False},
+        {"strategy": "persistent", "programs_per_sm": 3},  # paired partial rows
+    ],
+    ids=["atomic-2pass", "two_stage-2pass", "persistent-2pass", "no-prefetch", "paired"],
+)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_row_backward_paths_with_dh(is_rms, kw):
+    (dy, h, w, b, dh, mean, rstd), (_, _, want_dx, want_dw, want_db) = _backward_case(
+        37, 41, torch.bfloat16, is_rms
+    )
+    dx, dw, db = K.norm_backward(dy, h, w, b, mean, rstd, is_rms, offset=1.0, dh=dh, **kw)
+    assert_close(dx, want_dx, msg="dx")
+    assert_close(dw, want_dw, reduce_len=37, msg="dweight")
+    if not is_rms:
+        assert_close(db, want_db, reduce_len=37, msg="dbias")
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["stored-stats", "recomputed"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_block_row_backward_with_dh(is_rms, recompute):
+    """Per-tile column sums with the next tile prefetched (the non-default knobs), dh added."""
+    (dy, h, w, b, dh, mean, rstd), (_, _, want_dx, want_dw, want_db) = _backward_case(
+        37, 20, torch.float32, is_rms
+    )
+    if recompute:
+        mean = rstd = None
+    cfg = configs.block_row_bwd_config(20, tile_elems=128, acc_tile=False, prefetch=True)
+    dx, dw, db = narrow.launch_backward(dy, h, w, b, mean, rstd, is_rms, cfg, eps=EPS[is_rms],
+                                        offset=1.0, dh=dh)  # fmt: skip
+    assert_close(dx, want_dx, msg="dx")
+    assert_close(dw, want_dw, reduce_len=37, msg="dweight")
+    if not is_rms:
+        assert_close(db, want_db, reduce_len=37, msg="dbias")
+
+
+@pytest.mark.parametrize("layout", ["row", "block_row"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_add_norm_strided_views(is_rms, layout):
+    """x a row-strided view of a wider buffer, the residual one row broadcast (row stride 0),
+    dy/dh row-strided views: read in place, against fp64."""
+    m, n = 9, 24
+    x = torch.randn(m, n + 8)[:, :n]
+    r = torch.randn(1, n).expand(m, n)
+    w = (0.5 * torch.randn(n)).requires_grad_(True)
+    b = torch.randn(n).requires_grad_(True) if not is_rms else None
+    xg, rg = x.clone().requires_grad_(True), r.clone().requires_grad_(True)
+    gy, gh = torch.randn(m, n + 3)[:, :n], torch.randn(m, 2 * n)[:, ::2]
+    y, h = _call(x, r, w, b, is_rms, 1.0, layout=layout)
+    leaves = [t for t in (w, b) if t is not None]
+    grads = torch.autograd.grad((y, h), leaves, (gy, gh))
+    want_h, want_y, _, want_dw, want_db = _reference(x, r, w, b, is_rms, 1.0, gy, gh)
+    assert torch.equal(h, want_h)
+    assert_close(y, want_y, msg="y")
+    assert_close(grads[0], want_dw, reduce_len=m, msg="dweight")
+    if b is not None:
+        assert_close(grads[1], want_db, reduce_len=m, msg="dbias")
+    y2, h2 = _call(xg, rg, w.detach(), b, is_rms, 1.0, layout=layout)
+    dx, dr = torch.autograd.grad((y2, h2), (xg, rg), (gy, gh))
+    want_dh = _reference(x, r, w, b, is_rms, 1.0, gy, gh)[2]
+    assert_close(dx, want_dh, msg="dx")
+    assert_close(dr, want_dh, msg="dresidual")
+
+
+# ---- autograd: which outputs are used, which inputs need a gradient ----------------------------
+
+
+@pytest.mark.parametrize("layout", ["row", "block_row"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_add_norm_gradient_from_one_output(is_rms, layout):
+    """Only h used: dx = dresidual = dh, no weight gradient. Only y used: the norm's backward
+    without a dh term."""
+    x, r, w, b = _inputs(7, 30, torch.float32, is_rms)
+    leaves = [t.requires_grad_(True) for t in (x, r, w, b) if t is not None]
+    gh = torch.randn(7, 30)
+    _, h = _call(x, r, w, b, is_rms, 1.0, layout=layout)
+    dx, dr, dw, *db = torch.autograd.grad(h, leaves, gh, allow_unused=True)
+    assert torch.equal(dx, gh) and torch.equal(dr, gh)
+    assert dw is None and all(g is None for g in db)
+
+    gy = torch.randn(7, 30)
+    y, _ = _call(x, r, w, b, is_rms, 1.0, layout=layout)
+    grads = torch.autograd.grad(y, leaves, gy)
+    _, _, want_dx, want_dw, _ = _reference(x.detach(), r.detach(), w, b, is_rms, 1.0, gy, None)
+    assert_close(grads[0], want_dx, msg="dx")
+    assert_close(grads[1], want_dx, msg="dresidual")
+    assert_close(grads[2], want_dw, reduce_len=7, msg="dweight")
+
+
+def test_add_norm_grads_of_x_and_residual_are_separate_tensors():
+    """One dx is returned for both inputs; autograd must not leave x.grad aliasing
+    residual.grad (an in-place update of one would change the other)."""
+    x, r, w, _ = _inputs(5, 16, torch.float32, True)
+    for t in (x, r, w):
+        t.requires_grad_(True)
+    y, h = normlab.add_rms_norm(x, r, w)
+    (y.sum() + 2 * h.sum()).backward()
+    assert torch.equal(x.grad, r.grad)
+    assert x.grad.data_ptr() != r.grad.data_ptr()
+    x.grad.zero_()
+    assert r.grad.abs().sum() > 0
+
+
+def test_add_norm_only_the_residual_needs_a_gradient():
+    x, r, w, _ = _inputs(4, 24, torch.float32, True)
+    r.requires_grad_(True)
+    gy, gh = torch.randn(4, 24), torch.randn(4, 24)
+    y, h = normlab.add_rms_norm(x, r, w, offset=1.0)
+    (dr,) = torch.autograd.grad((y, h), (r,), (gy, gh))
+    assert_close(dr, _reference(x, r.detach(), w, None, True, 1.0, gy, gh)[2])
+
+
+def test_add_norm_of_a_tensor_with_itself():
+    """add_rms_norm(x, x): h = 2x, and x's gradient is the sum over both inputs (2 * dh_total)."""
+    x = torch.randn(3, 19, requires_grad=True)
+    gy, gh = torch.randn(3, 19), torch.randn(3, 19)
+    y, h = normlab.add_rms_norm(x, x)
+    (dx,) = torch.autograd.grad((y, h), (x,), (gy, gh))
+    want = _reference(x.detach(), x.detach(), None, None, True, 0.0, gy, gh)
+    assert torch.equal(h, 2 * x.detach())
+    assert_close(dx, 2 * want[2])
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_add_norm_without_grad(is_rms):
+    x, r, w, b = _inputs(6, 50, torch.bfloat16, is_rms)
+    with torch.no_grad():
+        y, h = _call(x, r, w, b, is_rms, 1.0)
+    want_h, want_y, *_ = _reference(x, r, w, b, is_rms, 1.0, torch.zeros_like(x), None)
+    assert torch.equal(h, want_h) and not y.requires_grad
+    assert_close(y, want_y)
+
+
+@pytest.mark.parametrize("layout", ["row", "block_row"])
+@pytest.mark.parametrize("shape", [(0, 16), (2, 0, 8), (4, 0)], ids=str)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_add_norm_empty_input(is_rms, shape, layout):
+    n = shape[-1]
+    x = torch.randn(shape, requires_grad=True)
+    r = torch.randn(shape, requires_grad=True)
+    w = torch.randn(n, requires_grad=True)
+    y, h = _call(x, r, w, None, is_rms, 1.0, layout=layout)
+    assert y.shape == h.shape == shape
+    dx, dr, dw = torch.autograd.grad((y, h), (x, r, w), (torch.ones(shape), torch.ones(shape)))
+    assert dx.shape == dr.shape == shape and dw.shape == (n,) and not dw.any()
+
+
+# ---- torch.compile and the custom ops ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("layout", "dynamic"), [("auto", False), ("auto", True), ("block_row", True)]
+)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_add_norm_torch_compile_fullgraph(is_rms, layout, dynamic):
+    x, r, w, b = _inputs(6, 20, torch.float32, is_rms)
+    gy, gh = torch.randn(6, 20), torch.randn(6, 20)
+
+    def loss(x, r, w, b):
+        y, h = _call(x, r, w, b, is_rms, 1.0, layout=layout)
+        return (y * gy).sum() + (h * gh).sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    leaves = [t.clone().requires_grad_(True) for t in (x, r, w) if t is not None]
+    grads = torch.autograd.grad(compiled(*leaves, b), leaves)
+    _, _, want_dh, want_dw, _ = _reference(x, r, w, b, is_rms, 1.0, gy, gh)
+    assert_close(grads[0], want_dh, msg="dx")
+    assert_close(grads[1], want_dh, msg="dresidual")
+    assert_close(grads[2], want_dw, reduce_len=6, msg="dweight")
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["norm", "add-norm"])
+@pytest.mark.parametrize("layout", ["row", "block_row"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_norm_custom_ops_opcheck(is_rms, layout, residual):
+    """Schema, fake shapes, autograd registration and AOT dispatch of normlab::norm_fwd (with
+    the residual and offset arguments) and normlab::norm_bwd (with dh)."""
+    x, r, w, b = _inputs(5, 24, torch.float32, is_rms)
+    r = r if residual else None
+    w.requires_grad_(True)
+    fwd = (x, r, w, b, EPS[is_rms], 1.0, is_rms, "auto", layout)
+    torch.library.opcheck(torch.ops.normlab.norm_fwd.default, fwd)
+    with torch.no_grad():
+        _, h, mean, rstd = torch.ops.normlab.norm_fwd(*fwd)
+    normed = h if residual else x
+    dh = torch.randn(5, 24) if residual else None
+    bwd = (torch.randn(5, 24), dh, normed, w.detach(), b, mean, rstd, EPS[is_rms], 1.0, is_rms,
+           "auto", layout)  # fmt: skip
+    torch.library.opcheck(torch.ops.normlab.norm_bwd.default, bwd)
+
+
+# ---- bad inputs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", ["add_rms_norm", "add_layer_norm"])
+@pytest.mark.parametrize(
+    "make_r,exc,match",
+    [
+        (lambda x: torch.randn(3, 7), ValueError, "residual has shape"),
+        (lambda x: torch.randn(8), ValueError, "residual has shape"),
+        (lambda x: x.to(torch.bfloat16), TypeError, "residual has dtype"),
+        (lambda x: torch.randn(3, 8, device="meta"), ValueError, "residual is on device"),
+        (lambda x: x.tolist(), TypeError, "residual must be a torch.Tensor"),
+        (lambda x: None, TypeError, "residual must be a torch.Tensor"),
+    ],
+    ids=["shape", "broadcastable-shape", "dtype", "device", "list", "none"],
+)
+def test_add_norm_bad_residual(fn, make_r, exc, match):
+    x = torch.randn(3, 8)
+    with pytest.raises(exc, match=f"{fn}: {match}"):
+        getattr(normlab, fn)(x, make_r(x), torch.randn(8))
+
+
+@pytest.mark.parametrize("fn", ["rms_norm", "layer_norm", "add_rms_norm", "add_layer_norm"])
+@pytest.mark.parametrize(
+    "offset,weight,match",
+    [
+        (1.0, False, "needs a weight"),
+        (float("nan"), True, "offset must be a finite float"),
+        (float("inf"), True, "offset must be a finite float"),
+        (True, True, "offset must be a finite float"),
+        ("1", True, "offset must be a finite float"),
+    ],
+    ids=["no-weight", "nan", "inf", "bool", "str"],
+)
+def test_bad_offset(fn, offset, weight, match):
+    x = torch.randn(3, 8)
+    args = (x, torch.randn(3, 8)) if fn.startswith("add") else (x,)
+    with pytest.raises(ValueError, match=match):
+        getattr(normlab, fn)(*args, torch.randn(8) if weight else None, offset=offset)
+
+
+def test_offset_zero_without_weight_is_the_plain_norm():
+    x = torch.randn(4, 10)
+    assert torch.equal(normlab.rms_norm(x, None, offset=0), normlab.rms_norm(x))
+
+
+# ---- modules -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["row", "block_row"])
+@pytest.mark.parametrize("cls", [normlab.RMSNorm, normlab.LayerNorm])
+def test_module_offset(cls, layout):
+    """offset=1 starts at weight 0 (the scale offset + weight at 1, as torch's ones) and trains
+    the offset form: output and gradients against fp64."""
+    is_rms = cls is normlab.RMSNorm
+    module = cls(24, eps=EPS[is_rms], offset=1.0, layout=layout)
+    assert torch.equal(module.weight, torch.zeros(24))
+    assert "offset=1.0" in repr(module)
+    x = torch.randn(2, 5, 24)
+    torch_module = torch.nn.RMSNorm(24, EPS[is_rms]) if is_rms else torch.nn.LayerNorm(24)
+    assert_close(module(x), torch_module(x).double())  # the initial scale is 1
+    with torch.no_grad():
+        module.weight.copy_(0.5 * torch.randn(24))
+    xg = x.clone().requires_grad_(True)
+    gy = torch.randn(2, 5, 24)
+    module(xg).backward(gy)
+    b = module.bias if not is_rms else None
+    want = _reference(x.reshape(10, 24), None, module.weight.detach(), b, is_rms, 1.0,
+                      gy.reshape(10, 24), None)  # fmt: skip
+    assert_close(xg.grad.reshape(10, 24), want[2], msg="dx")
+    assert_close(module.weight.grad, want[3], reduce_len=10, msg="dweight")
+    module.reset_parameters()
+    assert torch.equal(module.weight, torch.zeros(24))
+
+
+@pytest.mark.parametrize("cls", [normlab.RMSNorm, normlab.LayerNorm])
+def test_module_offset_default_is_torch(cls):
+    module = cls(8)
+    assert module.offset == 0.0 and torch.equal(module.weight, torch.ones(8))
+    assert "offset" not in repr(module)
+    with pytest.raises(ValueError, match="needs elementwise_affine=True"):
+        cls(8, elementwise_affine=False, offset=1.0)
+    with pytest.raises(ValueError, match="offset must be a finite float"):
+        cls(8, offset=float("nan"))
+
+
+# ---- bytes models and benchmark entries ---------------------------------------------------------
+
+
+def test_add_norm_bytes_models():
+    from normlab.bench import traffic
+
+    m, n, e = 1000, 769, 2
+    for op in ("add_rms_norm", "add_layer_norm"):
+        assert traffic.bytes_moved(op, "fwd", m, n, "bf16") == 4 * m * n * e
+        assert traffic.bytes_moved(op, "bwd", m, n, "bf16") == 4 * m * n * e
+        assert traffic.bytes_moved(op, "fwd+bwd", m, n, "bf16") == 8 * m * n * e
+    full = traffic.bytes_moved("add_rms_norm", "bwd", m, n, "bf16", model="full", n_partials=8)
+    # + w read, rstd read, dw written, 8 fp32 partial rows written and read back
+    assert full == 4 * m * n * e + n * e + 4 * m + n * e + 2 * 8 * n * 4
+    full = traffic.bytes_moved("add_layer_norm", "fwd", m, n, "fp32", model="full")
+    assert full == 4 * m * n * 4 + 2 * n * 4 + 8 * m  # + weight, bias; mean and rstd written
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd", "fwd+bwd"])
+@pytest.mark.parametrize("op", ["add_rms_norm", "add_layer_norm"])
+def test_add_norm_registry_entries_agree(op, direction):
+    """torch's unfused add + norm and normlab's fused op on the registry's inputs agree."""
+    from normlab.bench import registry
+
+    names = {impl.name for impl in registry.implementations(op)}
+    assert {"torch", "compile", "normlab"} <= names
+    assert ("liger" in names) == (op == "add_rms_norm")
+    results = {}
+    for name in ("torch", "normlab"):
+        torch.manual_seed(3)
+        fn = registry.get(op, name).build(13, 100, torch.float32, direction, "cpu")
+        results[name] = fn()
+    n_grads = 3 if op == "add_rms_norm" else 4  # x, residual, weight (, bias)
+    assert len(results["normlab"]) == (2 if direction == "fwd" else n_grads)
+    for a, b in zip(results["normlab"], results["torch"], strict=True):
+        assert a.abs().max() > 0
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["row", "block_row"])
+def test_layer_norm_is_of_the_stored_h(layout):
+    """x = 256 in bf16 (ulp 2 above it) plus residuals in [0, 0.9]: the stored h is 256 in every
+    column, so LayerNorm gives exactly the bias; normalizing the unrounded fp32 sum would not."""
+    x = torch.full((3, 40), 256.0).bfloat16()
+    r = (0.9 * torch.rand(3, 40)).bfloat16()
+    w, b = torch.randn(40).bfloat16(), torch.randn(40).bfloat16()
+    y, h = normlab.add_layer_norm(x, r, w, b, layout=layout)
+    assert torch.equal(h, x)
+    assert torch.equal(y, b.expand(3, 40))
+
+
+# ---- patch: Hugging Face's zero-centred (Gemma-style) RMSNorms -----------------------------------
+
+# Where transformers defines each class of patching.ZERO_CENTERED_RMS_NORM_CLASSES.
+HF_MODULES = {
+    "GemmaRMSNorm": "gemma", "Gemma2RMSNorm": "gemma2", "Gemma3RMSNorm": "gemma3",
+    "RecurrentGemmaRMSNorm": "recurrent_gemma", "T5GemmaRMSNorm": "t5gemma",
+    "T5Gemma2RMSNorm": "t5gemma2", "VaultGemmaRMSNorm": "vaultgemma",
+    "Qwen3NextRMSNorm": "qwen3_next", "Qwen3_5RMSNorm": "qwen3_5",
+    "Qwen3_5MoeRMSNorm": "qwen3_5_moe",
+}  # fmt: skip
+
+
+def _hf_class(name, module):
+    import importlib
+
+    return getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
+
+
+def test_zero_centered_class_list_is_where_transformers_has_it():
+    from normlab.patching import ZERO_CENTERED_RMS_NORM_CLASSES
+
+    assert set(HF_MODULES) == ZERO_CENTERED_RMS_NORM_CLASSES
+
+
+@pytest.mark.parametrize("name", sorted(HF_MODULES))
+def test_patch_maps_a_zero_centered_rms_norm_to_offset_one(name):
+    """Each listed class computes (1 + weight) * x_hat from a zero weight: patched, the same
+    Parameter under normlab.RMSNorm(offset=1) gives its output."""
+    from normlab.patching import patch
+
+    hf = _hf_class(name, HF_MODULES[name])(24, eps=1e-6)
+    assert torch.equal(hf.weight, torch.zeros(24))
+    with torch.no_grad():
+        hf.weight.copy_(0.5 * torch.randn(24))
+    x = torch.randn(5, 24).bfloat16()
+    expected = hf(x)
+    model = torch.nn.Sequential(hf)
+    report = patch(model)
+    assert report.replaced == ["0"] and not report.skipped
+    ours = model[0]
+    assert isinstance(ours, normlab.RMSNorm) and ours.offset == 1.0 and ours.weight is hf.weight
+    assert_close(ours(x), expected.double())
+
+
+@pytest.mark.parametrize(
+    "name,module", [("Gemma3nRMSNorm", "gemma3n"), ("Gemma4RMSNorm", "gemma4")]
+)
+def test_weight_form_gemma_norms_are_not_taken_as_zero_centered(name, module):
+    """Gemma3n's and Gemma4's RMSNorms scale by the weight itself (ones-initialized): not mapped
+    to offset=1 (patch leaves them alone and reports them)."""
+    from normlab.patching import patch
+
+    hf = _hf_class(name, module)(24, eps=1e-6)
+    assert torch.equal(hf.weight, torch.ones(24))
+    report = patch(torch.nn.Sequential(hf))
+    assert report.replaced == [] and report.skipped == [("0", name)]
+
+
+def test_patch_gemma_for_causal_lm_matches_unpatched():
+    import transformers  # a test dependency (pyproject [test])
+
+    from normlab.patching import patch
+
+    def tiny_gemma():
+        torch.manual_seed(0)
+        config = transformers.GemmaConfig(
+            vocab_size=203, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=12,
+            max_position_embeddings=64, rms_norm_eps=1e-6,
+        )  # fmt: skip
+        model = transformers.GemmaForCausalLM(config).float()
+        with torch.no_grad():  # zero-centred weights that are not zero, so a lost offset shows
+            torch.manual_seed(1)
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.copy_(0.3 * torch.randn_like(p))
+        return model
+
+    ref_model, model = tiny_gemma(), tiny_gemma()
+    report = patch(model)
+    assert len(report.replaced) == 2 * 2 + 1 and not report.skipped
+    assert all(model.get_submodule(n).offset == 1.0 for n in report.replaced)
+    assert model.state_dict().keys() == ref_model.state_dict().keys()
+    ids = torch.randint(0, 203, (2, 17))
+    outputs = []
+    for m in (ref_model, model):
+        out = m(input_ids=ids, labels=ids)
+        out.loss.backward()
+        grads = {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+        outputs.append((out.logits.detach(), out.loss.detach(), grads))
+    (logits_ref, loss_ref, grads_ref), (logits, loss, grads) = outputs
+    torch.testing.assert_close(logits, logits_ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == grads_ref.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_ref[name], rtol=1e-4, atol=1e-5, msg=name)
