@@ -37,6 +37,9 @@ def _compiled_peer(op):
     """torch.compile's default mode (automatic dynamic shapes after the first recompile). Its
     backward is timed by repeated backwards over one graph, which donated buffers forbid."""
     torch._functorch.config.donated_buffer = False
+    # Each new dtype or width-1 shape recompiles; past the limit dynamo would run eager silently.
+    torch._dynamo.config.recompile_limit = 4096
+    torch._dynamo.config.accumulated_recompile_limit = 4096
     if op == "rms_norm":
         f = torch.compile(lambda x, w, b, eps: F.rms_norm(x, (x.shape[-1],), w, eps))
     else:
@@ -123,6 +126,8 @@ def summary(records) -> str:
     """Per op and direction: geomean of best-peer µs / normlab µs, cells below 0.9, worst ten."""
     by = {}
     for r in records:
+        if not r.valid:
+            continue
         by.setdefault((r.op, r.direction, r.M, r.N, r.dtype), {})[r.impl] = r.device_us
     lines = []
     for op in OPS:

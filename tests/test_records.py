@@ -210,6 +210,15 @@ def test_recorded_path_and_load_recorded(tmp_path, capsys):
     assert records.load_recorded("NVIDIA B200", tmp_path) == []
     assert "nvidia-b200-*.jsonl" in capsys.readouterr().err
 
+    # a large set ships gzipped, named card-date-what.jsonl.gz; it sorts by its date
+    import gzip
+
+    text = "".join(records.record_to_json(r) + "\n" for r in SAMPLES[:2])
+    with gzip.open(tmp_path / "nvidia-h200-2026-11-30-population.jsonl.gz", "wt") as f:
+        f.write(text)
+    (tmp_path / "nvidia-h200-2026-11-30.jsonl.gz").write_bytes(gzip.compress(b"{}"))  # no "what"
+    assert records.load_recorded("NVIDIA H200", tmp_path) == SAMPLES + SAMPLES[:2] + h200_late
+
 
 def test_shipped_data_is_well_formed():
     # every recorded run in normlab/data/ parses (no file yet is fine: an empty list)

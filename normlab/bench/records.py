@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gzip
 import io
 import json
 import re
@@ -20,7 +21,9 @@ import torch
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 REPO_ROOT = DATA_DIR.parent.parent
-_RECORDED_NAME = re.compile(r"^(?P<card>.+)-(?P<date>\d{4}-\d{2}-\d{2})\.jsonl$")
+# card-date.jsonl, or card-date-what.jsonl.gz (a large set, such as a shape population).
+_RECORDED_NAME = re.compile(
+    r"^(?P<card>.+?)-(?P<date>\d{4}-\d{2}-\d{2})(?:\.jsonl|-(?P<what>[a-z0-9_-]+)\.jsonl\.gz)$")
 
 # A kernel may beat the measured copy by noise (the H200 peer run: compile RMSNorm fwd 32768x8192 at
 # 4270 GB/s vs a 4242 GB/s copy, +0.7%); 5% above it is a measurement bug, not a result.
@@ -293,7 +296,8 @@ def write_jsonl(records, path: str | Path, *, append: bool = False) -> Path:
 def read_jsonl(path: str | Path) -> list[Record]:
     path = Path(path)
     records = []
-    with path.open(encoding="utf-8") as f:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -370,9 +374,10 @@ def recorded_path(card: str, date: str, data_dir: str | Path = DATA_DIR) -> Path
 
 
 def recorded_files(card: str | None = None, data_dir: str | Path = DATA_DIR) -> list[Path]:
-    """Recorded JSONL files, oldest first; only ``card``'s (name or slug) if given."""
+    """Recorded JSONL files (``.jsonl.gz`` too), oldest first; only ``card``'s (name or slug)
+    if given."""
     files = []
-    for path in sorted(Path(data_dir).glob("*.jsonl")):
+    for path in sorted(Path(data_dir).glob("*.jsonl*")):
         match = _RECORDED_NAME.match(path.name)
         if match and (card is None or match["card"] == card_slug(card)):
             files.append(path)
