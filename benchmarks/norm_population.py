@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from normlab.bench import device_info, registry, shapes
-from normlab.bench.records import parse_dtype, read_jsonl, write_jsonl
+from normlab.bench.records import parse_dtype, portable_command, read_jsonl, write_jsonl
 from normlab.bench.sweep import measure
 
 OPS = ("rms_norm", "layer_norm")
@@ -91,8 +91,8 @@ def main(argv=None) -> int:
     cases = [c for c in shapes.norm_population() if c.family in families and c.dtype in dtypes
              and (cells is None or (c.M, c.N) in cells)][shard - 1::n_shards]  # fmt: skip
     dev = device_info()
-    command = "python3 benchmarks/norm_population.py " + " ".join(
-        a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("/"))
+    command = portable_command(["python3", "benchmarks/norm_population.py",
+                                *(argv if argv is not None else sys.argv[1:])])
     impls = {op: _impls(op) for op in OPS}
     if args.impls:
         keep = args.impls.split(",")
