@@ -113,6 +113,8 @@ def launch(fn, grid, *args, **kwargs):
     # Launch metadata only feeds the hooks (profilers); Triton builds it for every launch. Its
     # hooks are HookChain objects, present even when empty.
     hooked = _active(enter) or _active(leave)
+    if not hooked:  # the launcher then calls no (empty) hook chain either
+        enter = leave = None
     meta = kernel.launch_metadata(grid, stream, *values) if hooked else None
     kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, meta, enter, leave,
                *values)  # fmt: skip
