@@ -300,3 +300,26 @@ def test_block_row_windows_start_above_the_decode_rows():
     assert lo <= sms
     assert config.plan(True, sms, 1000, sm_count=sms).fwd_tile is None
     assert config.plan(True, sms + 1, 1000, sm_count=sms).fwd_tile is not None
+
+
+@pytest.mark.usefixtures("small_split")
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_split_rows_weight_offset(is_rms):
+    """offset=1 with zero-centred weights (Gemma): the split kernels scale by 1 + w, forward and
+    backward; dγ is unchanged (sum of dy * xhat)."""
+    m, n = 2, 61
+    x, gy = torch.randn(m, n), torch.randn(m, n)
+    w = (0.3 * torch.randn(n)).requires_grad_()
+    xg = x.clone().requires_grad_()
+    y = (normlab.rms_norm(xg, w, 1e-5, offset=1.0) if is_rms
+         else normlab.layer_norm(xg, w, None, 1e-5, offset=1.0))  # fmt: skip
+    dx, dw = torch.autograd.grad(y, (xg, w), gy)
+    xd = x.double().requires_grad_()
+    wd = w.detach().double().requires_grad_()
+    yd = (ref.rms_norm(xd, 1 + wd, 1e-5) if is_rms
+          else ref.layer_norm(xd, 1 + wd, None, 1e-5))  # fmt: skip
+    dxd, dwd = torch.autograd.grad(yd, (xd, wd), gy.double())
+    assert config.plan(is_rms, m, n, sm_count=SMS).fwd_split is not None
+    assert_close(y, yd, msg="y")
+    assert_close(dx, dxd, msg="dx")
+    assert_close(dw, dwd, reduce_len=m, msg="dweight")

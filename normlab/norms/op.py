@@ -43,10 +43,10 @@ def planned_forward(x2d, residual, weight, bias, eps, offset, is_rms, strategy, 
                                           sm_count=_runtime.sm_count(x2d.device.index))
         y, mean, rstd = block_row.launch_forward(x2d, weight, bias, eps, is_rms, cfg,
                                                  store_stats=plan.store_stats, **fused)  # fmt: skip
-    elif plan.fwd_split is not None and residual is None and not offset:
-        # (the split-row kernels take no residual or offset: those calls run one row per program)
+    elif plan.fwd_split is not None and residual is None:
+        # (the split-row kernels take no residual: add-norm calls run one row per program)
         y, mean, rstd = split_row.split_row_forward(x2d, weight, bias, eps, is_rms,
-                                                    plan.fwd_split)  # fmt: skip
+                                                    plan.fwd_split, offset)  # fmt: skip
     else:
         y, mean, rstd = row.norm_forward(x2d, weight, bias, eps, is_rms, tile=plan.fwd_tile,
                                          **fused)  # fmt: skip
@@ -66,9 +66,9 @@ def planned_backward(dy, dh, x2d, weight, bias, mean, rstd, eps, offset, is_rms,
             cfg = config.block_row_bwd_config(n_cols)
         return block_row.launch_backward(dy, x2d, weight, bias, mean, rstd, is_rms, cfg,
                                          eps=eps, offset=offset, dh=dh)  # fmt: skip
-    if plan.bwd_split is not None and dh is None and not offset:
+    if plan.bwd_split is not None and dh is None:
         return split_row.split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms,
-                                            plan.bwd_split)  # fmt: skip
+                                            plan.bwd_split, offset)  # fmt: skip
     # layout="row": one row per program forward and one row per backward tile, however narrow.
     return row.norm_backward(dy, x2d, weight, bias, mean, rstd, is_rms, strategy=plan.strategy,
                              block_rows=1 if layout == "row" else None, offset=offset,

@@ -41,6 +41,7 @@ def _split_row_sums_kernel(
     n_cols,
     x_row_stride,
     dy_row_stride,
+    offset,  # y = xhat * (offset + w): the weight's offset (BACKWARD only)
     BACKWARD: tl.constexpr,
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
@@ -58,7 +59,7 @@ def _split_row_sums_kernel(
     x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
     if BACKWARD:
         dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        wdy = dy * load_weight(w_ptr, cols, mask, HAS_WEIGHT)
+        wdy = dy * load_weight(w_ptr, cols, mask, offset, HAS_WEIGHT)
         rstd = tl.load(rstd_ptr + row)
         if IS_RMS:
             xhat = x * rstd
@@ -102,6 +103,7 @@ def _split_row_fwd_kernel(
     x_row_stride,
     y_row_stride,
     eps,
+    offset,  # y = xhat * (offset + w) + b
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -119,7 +121,7 @@ def _split_row_fwd_kernel(
     mask = cols < n_cols
     # Every load is issued before the sums are combined: a latency-bound grid.
     x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    w = load_weight(w_ptr, cols, mask, HAS_WEIGHT)
+    w = load_weight(w_ptr, cols, mask, offset, HAS_WEIGHT)
     if HAS_BIAS:
         b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     s1, s2 = _row_sums(sums_ptr, row, tl.num_programs(1), CHUNKS_BLOCK)
@@ -158,6 +160,7 @@ def _split_row_bwd_kernel(
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    offset,  # y = xhat * (offset + w) + b
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -176,7 +179,7 @@ def _split_row_bwd_kernel(
     n_chunks = tl.num_programs(0)
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     col_mask = cols < n_cols
-    w = load_weight(w_ptr, cols, col_mask, HAS_WEIGHT)
+    w = load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT)
     parts = tl.arange(0, CHUNKS_BLOCK)
     dw_acc = tl.zeros([BLOCK_ROWS, CHUNK], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_ROWS, CHUNK], dtype=tl.float32)
@@ -219,7 +222,7 @@ def _align(*tensors) -> int:
     return config.row_align(stride, tensors[0].element_size())
 
 
-def _sums(x2d, dy, weight, mean, rstd, is_rms, chunk):
+def _sums(x2d, dy, weight, mean, rstd, is_rms, chunk, offset=0.0):
     """Launch the partial sums: -> fp32 (n_rows, n_chunks, 2)."""
     n_rows, n_cols = x2d.shape
     n_chunks = triton.cdiv(n_cols, chunk.cols)
@@ -232,7 +235,7 @@ def _sums(x2d, dy, weight, mean, rstd, is_rms, chunk):
         weight if weight is not None else sums,
         mean if mean is not None else sums,
         rstd if rstd is not None else sums,
-        sums, n_cols, x2d.stride(0), dy.stride(0) if backward else x2d.stride(0),
+        sums, n_cols, x2d.stride(0), dy.stride(0) if backward else x2d.stride(0), float(offset),
         BACKWARD=backward, IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None,
         CHUNK=chunk.cols, ROW_ALIGN=_align(x2d, dy) if backward else _align(x2d),
         num_warps=chunk.num_warps,
@@ -240,7 +243,7 @@ def _sums(x2d, dy, weight, mean, rstd, is_rms, chunk):
     return sums
 
 
-def split_row_forward(x2d, weight, bias, eps, is_rms, chunk: config.SplitRowChunk):
+def split_row_forward(x2d, weight, bias, eps, is_rms, chunk: config.SplitRowChunk, offset=0.0):
     """(y, mean | None, rstd) of x2d (n_rows, n_cols), each row over cdiv(n_cols, chunk.cols)
     programs."""
     n_rows, n_cols = x2d.shape
@@ -255,7 +258,7 @@ def split_row_forward(x2d, weight, bias, eps, is_rms, chunk: config.SplitRowChun
         weight if weight is not None else sums,
         bias if bias is not None else sums,
         mean if mean is not None else rstd,
-        rstd, sums, n_cols, x2d.stride(0), y.stride(0), float(eps),
+        rstd, sums, n_cols, x2d.stride(0), y.stride(0), float(eps), float(offset),
         IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
         CHUNK=chunk.cols, CHUNKS_BLOCK=triton.next_power_of_2(n_chunks),
         ROW_ALIGN=_align(x2d, y), num_warps=chunk.num_warps,
@@ -263,11 +266,12 @@ def split_row_forward(x2d, weight, bias, eps, is_rms, chunk: config.SplitRowChun
     return y, mean, rstd
 
 
-def split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms, chunk: config.SplitRowChunk):
+def split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms, chunk: config.SplitRowChunk,
+                       offset=0.0):  # fmt: skip
     """(dx, dweight | None, dbias | None): partial sums over (row, chunk) programs, then one
     program per column chunk for dx and that chunk's dγ/dβ."""
     n_rows, n_cols = x2d.shape
-    sums = _sums(x2d, dy, weight, mean, rstd, is_rms, chunk)
+    sums = _sums(x2d, dy, weight, mean, rstd, is_rms, chunk, offset)
     tile = config.split_row_bwd_tile(n_rows, chunk.cols)
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     dw = torch.empty_like(weight) if weight is not None else None
@@ -281,7 +285,7 @@ def split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms, chunk: config.
         rstd, sums,
         dw if dw is not None else sums,
         db if db is not None else sums,
-        n_rows, n_cols, x2d.stride(0), dy.stride(0), dx.stride(0),
+        n_rows, n_cols, x2d.stride(0), dy.stride(0), dx.stride(0), float(offset),
         IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
         BLOCK_ROWS=tile.rows, CHUNK=chunk.cols, CHUNKS_BLOCK=triton.next_power_of_2(n_chunks),
         ROW_ALIGN=_align(x2d, dy, dx), num_warps=tile.num_warps,
