@@ -297,7 +297,8 @@ def test_contention_plan_draws_the_configuration_that_runs():
     plan = viz.contention_plan(32768, 1024)
     cfg = config.norm_bwd_config("persistent", 32768, 1024)
     assert plan["programs_per_sm"] == cfg.programs_per_sm == 4 and plan["paired_partials"]
-    assert plan["two_stage_rows"] == config.norm_bwd_config("two_stage", 32768, 1024).rows_per_program
+    two_stage = config.norm_bwd_config("two_stage", 32768, 1024)
+    assert plan["two_stage_rows"] == two_stage.rows_per_program
     m = viz.contention_model(32768, 1024, n_sm=132, **plan)
     # 4 programs per SM x 132 SMs, added in pairs into 264 zeroed partial rows
     assert m["persistent"]["programs"] == 528 and m["persistent"]["partial_rows"] == 264
@@ -333,7 +334,8 @@ def test_no_line_joins_two_shape_families(recorded):
     fig = viz.gbps_vs_shape(viz.select(recorded, impl="quack") + narrow)
     quack = [t for t in fig.data if t.name == "quack"]
     assert len(quack) == 2 and sum(bool(t.showlegend) for t in quack) == 1
-    assert {t.legendgroup for t in quack} == {"quack"} and quack[0].line.color == quack[1].line.color
+    assert {t.legendgroup for t in quack} == {"quack"}
+    assert quack[0].line.color == quack[1].line.color
     assert list(quack[1].x) == ["7864320×16", "7864320×32"]
     assert viz.shape_family(narrow[0]) == "narrow rows (7.9M)"
     assert viz.shape_family(recorded[0]) == "peer shapes"
@@ -389,10 +391,12 @@ def _cliff_records():
     """normlab, two peers and a normlab variant at four shapes of one run; one shape measured
     with no peer, one peer from another run."""
     out = []
-    for (M, N), ours, torch_us, liger_us in (((1, 768), 8.0, 4.0, 5.0), ((4096, 4096), 20.0, 30.0, 25.0),
+    for (M, N), ours, torch_us, liger_us in (((1, 768), 8.0, 4.0, 5.0),
+                                             ((4096, 4096), 20.0, 30.0, 25.0),
                                              ((10_000_000, 5), 138.0, 51353.0, 900.0),
                                              ((593, 37), 6.0, 6.0, 7.0)):
-        out.append(_rec("normlab", M, N, ours, direction="fwd", commit="c1", shape_set="population"))
+        out.append(_rec("normlab", M, N, ours, direction="fwd", commit="c1",
+                        shape_set="population"))
         out.append(_rec("normlab", M, N, 0.1, direction="fwd", commit="c1", layout="row"))
         out.append(_rec("torch", M, N, torch_us, direction="fwd", commit="c1"))
         out.append(_rec("liger", M, N, liger_us, direction="fwd", commit="c1"))
@@ -410,13 +414,14 @@ def test_cliff_ratios_take_the_best_peer_of_the_same_run():
     assert set(by) == {(1, 768), (4096, 4096), (10_000_000, 5), (593, 37)}
     assert by[(1, 768)]["ratio"] == pytest.approx(2.0) and by[(1, 768)]["best_peer"] == "torch"
     # the invalid 1 µs torch record is not the best peer; the variant's 0.1 µs is not "normlab"
-    assert by[(4096, 4096)]["ratio"] == pytest.approx(0.8) and by[(4096, 4096)]["best_peer"] == "liger"
+    assert by[(4096, 4096)]["ratio"] == pytest.approx(0.8)
+    assert by[(4096, 4096)]["best_peer"] == "liger"
     assert by[(10_000_000, 5)]["ratio"] == pytest.approx(138 / 900)
     assert by[(593, 37)]["ratio"] == pytest.approx(1.0)
     assert viz.cliff_ratios(_cliff_records(), op="rms_norm", direction="bwd") == []
     with pytest.raises(ValueError, match="dtypes bf16, fp32"):
-        viz.cliff_ratios(_cliff_records() + [_rec("torch", 1, 768, 1.0, direction="fwd", dtype="fp32")],
-                         op="rms_norm", direction="fwd")
+        fp32 = _rec("torch", 1, 768, 1.0, direction="fwd", dtype="fp32")
+        viz.cliff_ratios([*_cliff_records(), fp32], op="rms_norm", direction="fwd")
 
 
 def test_cliff_map_is_a_log_log_diverging_map_centred_at_one():
@@ -553,7 +558,13 @@ def test_contention_explorer_redraws_on_slider_change(monkeypatch):
     m_slider = box.children[0].children[0].children[0]
     m_slider.value = 4096
     assert len(shown) == 2 and "M=4,096 rows" in shown[-1].layout.title.text
-    assert "8 SMs × 2" in shown[-1].layout.title.text
+    # the planner's 4 programs per SM at 1024 columns, paired into 2 partial rows per SM
+    title = shown[-1].layout.title.text
+    assert "8 SMs × 4 persistent programs per SM (paired partial rows)" in title
+    pps = box.children[0].children[0].children[2]
+    pps.value = 2
+    assert "8 SMs × 2 persistent programs per SM" in shown[-1].layout.title.text
+    assert "paired" not in shown[-1].layout.title.text
 
 
 # ---- notebook check lines --------------------------------------------------------------------

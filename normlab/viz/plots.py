@@ -310,7 +310,8 @@ def _family_dividers(fig: go.Figure, rows: list[dict], order: list[str]) -> None
         if first[fam] > 0:
             fig.add_vline(x=first[fam] - 0.5, line_dash="dot", line_color="#999")
         fig.add_annotation(x=(first[fam] + last[fam]) / 2, y=1.0, yref="paper", yanchor="bottom",
-                           text=html.escape(fam), showarrow=False, font={"size": 11, "color": "#555"})
+                           text=html.escape(fam), showarrow=False,
+                           font={"size": 11, "color": "#555"})
 
 
 def _layout(fig: go.Figure, **kw) -> go.Figure:
