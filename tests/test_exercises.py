@@ -97,7 +97,7 @@ def test_occupancy_wrong_answers_are_explained():
     assert "at most 32 programs" in _wrong("programs_per_sm",
                                            lambda r, w: min(65536 // (-(-r * 32 // 256) * 256 * w),
                                                             64 // w))
-    by_regs = lambda r, w: 65536 // (-(-r * 32 // 256) * 256 * w)  # noqa: E731
+    by_regs = lambda r, w: 65536 // (-(-r * 32 // 256) * 256 * w)
     assert "at most 64 warps" in _wrong("programs_per_sm", lambda r, w: min(by_regs(r, w), 32))
 
 
