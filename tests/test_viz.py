@@ -217,8 +217,6 @@ def test_kernel_kinds_name_every_recorded_kind():
     assert main.y[0] == pytest.approx(4.0) and "_a_kernel: 3.00 µs<br>_b_kernel: 1.00 µs" in \
         main.customdata[0][1]
     assert [t.name for t in fig.data] == ["main", "memset"]
-    # the legend sits under the plot: it never narrows the plot area
-    assert fig.layout.legend.orientation == "h"
 
 
 def test_kernel_breakdown_without_kernel_times_says_so(recorded):
@@ -534,6 +532,24 @@ def test_explorer_without_recorded_data_says_so_and_changing_op_updates_impls():
     assert calls[-1]["options"] == {"form": ["split"]}
     ex.impls.value = ()
     assert ex.run() == [] and "pick at least one" in ex.status.value
+
+
+def test_explorer_recorded_panel_adds_the_cliff_map_of_a_population(recorded):
+    from normlab.viz import widgets
+
+    population = [dict(r, shape_set="population", commit="c1", strategy=None) for r in recorded
+                  if r["strategy"] != "atomic"]  # normlab's default and the peers
+    ex = widgets.Explorer(ops=OPS, recorded=[*recorded, *population], sweep=_fake_sweep([]),
+                          interpret=True)
+    ex.direction.value = "bwd"
+    figs = ex.show_recorded()
+    titles = [f.layout.title.text for f in figs]
+    assert len(figs) == 3 and titles[2].startswith("Cliff map: rms_norm bwd")
+    # the benchmark figures leave the population out: three shapes, not six points per series
+    assert all(len(t.x) <= 3 for t in figs[0].data)
+    assert len(ex.out_recorded.outputs) == 3
+    ex.direction.value = "fwd"  # nothing recorded: one figure that says so
+    assert "no recorded run matches" in ex.show_recorded()[0].layout.annotations[0].text
 
 
 def test_explorer_gpu_mode_keeps_full_shapes():

@@ -55,3 +55,31 @@ def occupancy(n_regs: int, num_warps: int, shared_bytes: int = 0,
               limits: SMLimits = SM90) -> float:  # fmt: skip
     """Resident warps over the SM's maximum (the "theoretical occupancy" profilers report)."""
     return programs_per_sm(n_regs, num_warps, shared_bytes, limits) * num_warps / limits.max_warps
+
+
+def compiled_kernels(kernel) -> list[dict]:
+    """What Triton compiled for ``kernel`` in this process: per compiled variant its name, warps,
+    registers and spills per thread, shared memory and the programs per SM they allow. [] under
+    the interpreter (nothing is compiled) or when this Triton keeps its cache elsewhere."""
+    fn = kernel
+    while not hasattr(fn, "device_caches") and hasattr(fn, "fn"):  # heuristics / autotune
+        fn = fn.fn
+    out = []
+    for caches in getattr(fn, "device_caches", {}).values():
+        cache = caches[0] if isinstance(caches, tuple) else caches
+        for compiled in getattr(cache, "values", list)():
+            init = getattr(compiled, "_init_handles", None)
+            if init is not None:
+                init()
+            n_regs = getattr(compiled, "n_regs", None)
+            n_spills = getattr(compiled, "n_spills", None)
+            meta = getattr(compiled, "metadata", None)
+            warps = getattr(meta, "num_warps", None)
+            shared = getattr(meta, "shared", 0) or 0
+            out.append({
+                "name": getattr(compiled, "name", getattr(fn, "__name__", "?")),
+                "num_warps": warps, "n_regs": n_regs, "n_spills": n_spills, "shared_bytes": shared,
+                "programs_per_sm": (programs_per_sm(n_regs, warps, shared)
+                                    if n_regs and warps else None),
+            })
+    return out

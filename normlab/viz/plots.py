@@ -117,6 +117,21 @@ def quote(records: Iterable, **criteria) -> str:
             f"commit {r.get('commit')})")
 
 
+def recorded_summary(records: Iterable) -> str:
+    """One deterministic line about the records loaded: how many, on which card(s), how many in
+    a shape population, and per op (a notebook checks it, so a missing data file fails CI)."""
+    rows = as_dicts(records)
+    if not rows:
+        return NO_RECORDED_DATA
+    cards = ", ".join(sorted({str(r.get("card")) for r in rows}))
+    ops: dict[str, int] = {}
+    for r in rows:
+        ops[str(r.get("op"))] = ops.get(str(r.get("op")), 0) + 1
+    population = sum(bool(r.get("shape_set")) for r in rows)
+    return (f"{len(rows)} recorded records ({cards}), {population} of them in a shape population; "
+            + ", ".join(f"{op} {n}" for op, n in sorted(ops.items())))
+
+
 def with_source(records: Iterable, source: str) -> list[dict]:
     """Copies of the records tagged ``source`` ("live" or "recorded") for every later plot."""
     if source not in SOURCES:
@@ -315,10 +330,9 @@ def _family_dividers(fig: go.Figure, rows: list[dict], order: list[str]) -> None
 
 
 def _layout(fig: go.Figure, **kw) -> go.Figure:
-    """The shared look: white template, the 24-colour palette, legend under the plot (so a long
-    legend never squeezes a 1280-px-wide plot), room for a two-line title."""
+    """The shared look: white template, the 24-colour palette, room for a two-line title and
+    the family names above the plot."""
     fig.update_layout(template="plotly_white", colorway=list(PALETTE),
-                      legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0},
                       margin={"l": 90, "t": 100}, **kw)
     return fig
 

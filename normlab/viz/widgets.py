@@ -150,11 +150,19 @@ class Explorer:
         return rows
 
     def show_recorded(self) -> list:
+        """The recorded panel: GB/s and speed-up at the benchmark shapes of the selection, and a
+        cliff map when a shape population of the selection is recorded (not with a preset)."""
         rows = self.recorded_selection()
-        if rows:
-            figs = [plots.gbps_vs_shape(rows, source="recorded"),
-                    plots.speedup_vs_best_peer(rows, source="recorded")]
-        else:
+        benchmark = [r for r in rows if not r.get("shape_set")]
+        population = [r for r in rows if r.get("shape_set")]
+        figs = []
+        if benchmark:
+            figs += [plots.gbps_vs_shape(benchmark, source="recorded"),
+                     plots.speedup_vs_best_peer(benchmark, source="recorded")]
+        sel = self._selection()
+        if population and plots.cliff_ratios(population, **sel):
+            figs.append(plots.cliff_map(population, **sel, source="recorded"))
+        if not figs:
             figs = [plots.empty_figure(plots.NO_RECORDED_DATA if not self.recorded else
                                        "no recorded run matches this op, dtype, direction and "
                                        "shapes", "recorded")]
