@@ -143,7 +143,7 @@ viz.widgets.contention_explorer(n_sm=N_SM)
 # ## Live measurement: the three strategies against `F.rms_norm`
 
 # %%
-SHAPES = [(16, 256), (7, 1000)] if normlab.INTERPRET else [(8192, 1024), (1024, 8192), (4096, 4096), (32768, 8192)]
+SHAPES = [(7, 1000)] if normlab.INTERPRET else [(8192, 1024), (1024, 8192), (4096, 4096), (32768, 8192)]
 FAST = {"reps": 2, "warmup": 1} if normlab.INTERPRET else {}
 live = bench.sweep("rms_norm", ["torch", "normlab"], SHAPES, ["bf16"], ["bwd"], device=bench.device_info(),
                    options={"strategy": ["atomic", "two_stage", "persistent"]}, **FAST)
@@ -159,7 +159,8 @@ viz.kernel_breakdown(viz.select(live, impl="normlab"), source="live")
 # `fill` bars are the zeroed workspace of the paired partial rows. (Autograd used to zero-fill a
 # gradient for the forward's mean and rstd outputs before every backward, 0.7–1.8 µs per call;
 # `ctx.set_materialize_grads(False)` removed them, see the
-# [persistent-backward note](../docs/notes/2026-11-29-norm-backward-persistent.md).)
+# [few-row wide shapes note](../docs/notes/2026-11-29-norm-backward-few-row-wide-shapes.md); the
+# strategies' history is in the [persistent-backward note](../docs/notes/2026-11-29-norm-backward-persistent.md).)
 
 # %%
 viz.gbps_vs_shape(bwd, source="recorded", title="RMSNorm backward, bf16")

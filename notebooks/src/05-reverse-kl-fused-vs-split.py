@@ -73,7 +73,7 @@ for V in (32768, 50256, 50257, 65536, 131072, 151936):
 # %%
 # NBVAL_CHECK_OUTPUT
 torch.manual_seed(0)
-M, V = 9, 1000
+M, V = 3, 1000
 logits = torch.randn(M, V, device=normlab.DEVICE, requires_grad=True)
 target = torch.randn(M, V, device=normlab.DEVICE)
 ref_loss = ref.reverse_kl_ref(logits.double(), target.double())
@@ -117,7 +117,7 @@ exercises.check("programs_per_sm", programs_per_sm)
 # GPU the loss shapes with the caps the planner uses and the widest ones.
 
 # %%
-SHAPES = [(4, 1000), (2, 4096)] if normlab.INTERPRET else bench.SHAPES["losses"][:3]
+SHAPES = [(2, 1000)] if normlab.INTERPRET else bench.SHAPES["losses"][:3]
 CAPS = [1024] if normlab.INTERPRET else [1024, 2048, 4096, 32768]
 FAST = {"reps": 2, "warmup": 1} if normlab.INTERPRET else {}
 live = bench.sweep("reverse_kl", ["eager", "compile", "normlab"], SHAPES, ["bf16"], ["fwd+bwd"],
@@ -164,7 +164,7 @@ for V in (50256, 50257):
 # %%
 # NBVAL_CHECK_OUTPUT
 torch.manual_seed(0)
-M, V = 5, 1003
+M, V = 3, 1003
 logits = torch.randn(M, V, device=normlab.DEVICE, requires_grad=True)
 target = torch.randn(M, V, device=normlab.DEVICE)
 ref_loss = ref.reverse_kl_ref(logits.double(), target.double(), reduction="sum")
