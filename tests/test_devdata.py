@@ -36,6 +36,8 @@ def test_register_ab_takes_medians_over_rounds_and_registers_from_the_round_that
     by = {r["variant"]: r for r in rows}
     assert by["base"]["device_us"] == 2.0 and by["base"]["rounds"] == 3
     assert (by["pair"]["n_regs"], by["pair"]["n_spills"]) == (64, 152)
+    meta, raw = devdata.sweep_run("x+ab", data_dir=tmp_path)
+    assert raw == results and meta["commit"] == "x+ab"
     with pytest.raises(ValueError, match="no run at commit 'nope'"):
         devdata.register_ab("nope", data_dir=tmp_path)
     assert devdata.register_ab("x+ab", data_dir=tmp_path / "none") is None

@@ -38,10 +38,9 @@ def host_overhead(name: str = HOST_OVERHEAD,
     return data["meta"], [HostCost(**c) for c in data["costs"]]
 
 
-def register_ab(commit: str, data_dir: str | Path | None = None) -> tuple[dict, list[dict]] | None:
-    """(meta, rows) of one A/B run of the launch-config sweeps (``commit`` as in its meta, e.g.
-    "4dd23b8+ab"): per (op, M, N, variant) the compiled kernel's registers and spills per thread
-    and the median device µs over the run's rounds."""
+def sweep_run(commit: str, data_dir: str | Path | None = None) -> tuple[dict, list[dict]] | None:
+    """(meta, results) of the launch-config sweep run at ``commit`` (as its meta names it, e.g.
+    "fd6ed74" or "4dd23b8+ab"): card, date, commit, torch, triton and note, and its raw rows."""
     path = _path(SWEEPS, data_dir)
     if path is None:
         return None
@@ -49,8 +48,20 @@ def register_ab(commit: str, data_dir: str | Path | None = None) -> tuple[dict, 
     run = next((r for r in runs if r["meta"].get("commit") == commit), None)
     if run is None:
         raise ValueError(f"{path}: no run at commit {commit!r}")
+    meta = {k: run["meta"].get(k) for k in ("card", "date", "commit", "torch", "triton", "note")}
+    return meta, run["results"]
+
+
+def register_ab(commit: str, data_dir: str | Path | None = None) -> tuple[dict, list[dict]] | None:
+    """(meta, rows) of one A/B run of the launch-config sweeps (``commit`` as in its meta, e.g.
+    "4dd23b8+ab"): per (op, M, N, variant) the compiled kernel's registers and spills per thread
+    and the median device µs over the run's rounds."""
+    run = sweep_run(commit, data_dir)
+    if run is None:
+        return None
+    meta, results = run
     cells: dict[tuple, dict] = {}
-    for r in run["results"]:
+    for r in results:
         key = (r["op"], r["M"], r["N"], r["variant"])
         cell = cells.setdefault(key, {"op": r["op"], "M": r["M"], "N": r["N"],
                                       "variant": r["variant"], "n_regs": None, "n_spills": None,
@@ -61,7 +72,6 @@ def register_ab(commit: str, data_dir: str | Path | None = None) -> tuple[dict, 
     rows = [{**{k: v for k, v in c.items() if k != "samples"},
              "device_us": statistics.median(c["samples"]), "rounds": len(c["samples"])}
             for c in cells.values()]
-    meta = {k: run["meta"].get(k) for k in ("card", "date", "commit", "torch", "triton", "note")}
     return meta, rows
 
 

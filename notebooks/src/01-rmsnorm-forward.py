@@ -119,6 +119,34 @@ for impl in ("normlab", "compile"):
     print(viz.quote(fwd, impl=impl, M=32768, N=8192))
 
 # %% [markdown]
+# ## A measurement lesson at 16384×1024: two timing modes
+#
+# At 16384×1024 a kernel runs for about 18 µs, and a single ratio of two such times can be a ratio
+# of two GPU states rather than of two kernels. In one recorded run, on the same buffers in a fixed
+# order per round, Inductor's kernel (torch.compile's, launched on normlab's buffers) was timed
+# first and again last; a one-warp row kernel third; normlab's default second. Inductor's kernel is
+# fast or slow depending on what ran just before it, at the same SM clock (the
+# [two-speeds note](../docs/notes/2026-11-30-rmsnorm-forward-1024-two-speeds.md) traces it); the
+# default's range stays narrow. A CPU cannot show this live: the interpreter has no such state.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from normlab.bench import devdata
+
+run = devdata.sweep_run("fd6ed74")
+if run is None:
+    print("recorded: benchmarks/data/ is not in this installation (a repository checkout has it)")
+else:
+    meta, results = run
+    groups = {}
+    for r in results:
+        groups.setdefault((r["kernel"], r.get("take")), []).append(r["device_us"])
+    print(f"recorded: RMSNorm 16384×1024, {meta['card']}, {meta['date'][:10]}, commit {meta['commit']}")
+    for (kernel, take), us in groups.items():
+        when = {1: " (first in its round)", 2: " (again, last)"}.get(take, "")
+        print(f"  {kernel + when:<38} {min(us):.2f}–{max(us):.2f} µs over {len(us)} rounds")
+
+# %% [markdown]
 # ## Beyond the benchmark shapes: the cliff map
 #
 # Eleven benchmark shapes invite tuning that falls off a cliff beside them. The shape population
@@ -127,8 +155,6 @@ for impl in ("normlab", "compile"):
 # normlab ÷ the fastest peer (blue: normlab faster, red: slower; hover for the shape and the peer).
 
 # %%
-from normlab.bench import devdata
-
 population = viz.select(recorded, shape_set="population")
 if not population:  # until the population ships in normlab/data/: the repository's copy
     population = viz.select(devdata.population() or [], shape_set="population")
