@@ -168,7 +168,7 @@ viz.cliff_map(population, op="rms_norm", direction="fwd", dtype="bf16", source="
 
 # %%
 SHAPES = [(16, 256), (7, 1000)] if normlab.INTERPRET else [(8192, 1024), (1024, 8192), (4096, 4096), (32768, 8192)]
-FAST = {"reps": 2, "warmup": 1} if normlab.INTERPRET else {}
+FAST = {"reps": 1, "warmup": 0} if normlab.INTERPRET else {}
 live = bench.sweep("rms_norm", ["eager", "torch", "compile", "normlab"], SHAPES, ["bf16"], ["fwd"],
                    device=bench.device_info(), **FAST)
 print(bench.format_table(live, live.skipped))

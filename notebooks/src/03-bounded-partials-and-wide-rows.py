@@ -127,7 +127,7 @@ knee = [
                                         programs_per_sm=pps, paired_partials=paired),
                   "rms_norm", "normlab", M, N, "bf16", "bwd", device=device,
                   strategy=f"persistent {pps}/SM" + (", paired rows" if paired else ""),
-                  reps=2 if normlab.INTERPRET else 30, warmup=1 if normlab.INTERPRET else 3)
+                  reps=1 if normlab.INTERPRET else 30, warmup=0 if normlab.INTERPRET else 3)
     for pps, paired in ((1, False), (2, False), (4, False), (4, True), (8, False))
 ]
 viz.records_table(knee, ["strategy", "M", "N", "device_us", "wall_us", "gbps"])
@@ -152,7 +152,7 @@ w = torch.ones(N, dtype=torch.bfloat16, device=normlab.DEVICE)
 dy = torch.randn_like(x)
 _, mean, rstd = norm_forward(x, w, None, 1e-6, True)
 run = lambda: norm_backward(dy, x, w, None, mean, rstd, True)  # noqa: E731
-reps = {"reps": 2, "warmup": 1} if normlab.INTERPRET else {"reps": 50}
+reps = {"reps": 1, "warmup": 0} if normlab.INTERPRET else {"reps": 50}
 cold = bench.time_call(run, **reps)
 warm = bench.time_warm(run, **reps)
 label = "interpreter on CPU: no L2 story here" if normlab.INTERPRET else device.card

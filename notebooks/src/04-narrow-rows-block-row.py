@@ -137,7 +137,7 @@ for N in (16, 48, 256):
 
 # %%
 SHAPES = [(32, 16), (32, 64)] if normlab.INTERPRET else [(1_048_576, n) for n in (16, 64, 256, 512)]
-FAST = {"reps": 2, "warmup": 1} if normlab.INTERPRET else {}
+FAST = {"reps": 1, "warmup": 0} if normlab.INTERPRET else {}
 live = bench.sweep("layer_norm", ["torch", "normlab"], SHAPES, ["bf16"], ["fwd"], device=bench.device_info(),
                    options={"layout": ["row", "block_row"]}, **FAST)
 print(bench.format_table(live, live.skipped))

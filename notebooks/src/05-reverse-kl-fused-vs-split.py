@@ -119,7 +119,7 @@ exercises.check("programs_per_sm", programs_per_sm)
 # %%
 SHAPES = [(2, 1000)] if normlab.INTERPRET else bench.SHAPES["losses"][:3]
 CAPS = [1024] if normlab.INTERPRET else [1024, 2048, 4096, 32768]
-FAST = {"reps": 2, "warmup": 1} if normlab.INTERPRET else {}
+FAST = {"reps": 1, "warmup": 0} if normlab.INTERPRET else {}
 live = bench.sweep("reverse_kl", ["eager", "compile", "normlab"], SHAPES, ["bf16"], ["fwd+bwd"],
                    device=bench.device_info(), options={"form": ["fused", "chunked", "split"], "block_cap": CAPS},
                    **FAST)
