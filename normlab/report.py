@@ -201,6 +201,32 @@ def _section(key: tuple, rows: list[dict], figures: _Figures,
     return "\n".join(parts), anchor, name + f" on {card}"
 
 
+def _cliff_maps(rows: list[dict], figures: _Figures) -> str:
+    """Cliff maps (normlab ÷ best peer over M and N) of every population in the records: one per
+    card, op, direction and dtype that has normlab's default and a peer measured in one run."""
+    from normlab.viz import plots
+
+    population = [r for r in rows if r.get("shape_set")]
+    keys = sorted({(r["card"], r["shape_set"], r["op"], r["direction"], r["dtype"])
+                   for r in population})
+    parts = []
+    for card, shape_set, op, direction, dtype in keys:
+        group = [r for r in population if (r["card"], r["shape_set"], r["op"], r["direction"],
+                                           r["dtype"]) == (card, shape_set, op, direction, dtype)]
+        if not plots.cliff_ratios(group, op=op, direction=direction, dtype=dtype):
+            continue
+        parts.append(figures.html(plots.cliff_map(
+            group, op=op, direction=direction, dtype=dtype, source="recorded",
+            title=f"{op} · {direction} · {dtype} over the {shape_set} ({card}): normlab ÷ best "
+                  "peer")))
+    if not parts:
+        return ""
+    return ('<h2 id="cliff-maps">Cliff maps</h2>\n<p>normlab\'s default divided by the fastest '
+            "peer measured in the same run, at every shape of the population, on log axes (blue: "
+            "normlab faster, red: slower). Hover a point for its shape, both times and the "
+            "peer.</p>\n" + "\n".join(parts))
+
+
 def build_html(loaded: list[tuple[Path, list]], *, title: str = "normlab report",
                generated: _dt.datetime | None = None) -> str:
     """The report page for ``load()``'s output, as one self-contained HTML string."""
@@ -239,9 +265,14 @@ def build_html(loaded: list[tuple[Path, list]], *, title: str = "normlab report"
         body.append(f'<p class="warn">{n_invalid} record(s) marked invalid by the bench (a time or '
                     "GB/s that cannot be real) are struck through in the tables and left out of "
                     "the plots.</p>")
+    cliffs = _cliff_maps(rows, figures)
+    contents = ([("cliff-maps", "Cliff maps of the shape populations")] if cliffs else []) + [
+        (anchor, label) for _, anchor, label in sections]
     body.append("<h2>Contents</h2><ul>" + "".join(
         f'<li><a href="#{html.escape(anchor)}">{html.escape(label)}</a></li>'
-        for _, anchor, label in sections) + "</ul>")
+        for anchor, label in contents) + "</ul>")
+    if cliffs:
+        body.append(cliffs)
     body.extend(text for text, _, _ in sections)
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"

@@ -189,7 +189,8 @@ _CHARTS_JS = """(root) => [...root.querySelectorAll('.js-plotly-plot')].map(gd =
   rendered: !!gd.querySelector('svg.main-svg') && !!gd._fullLayout,
   title: (gd.layout && gd.layout.title && (gd.layout.title.text || gd.layout.title)) || '',
   traces: (gd.data || []).map(t => ({name: t.name || '', type: t.type || '',
-                                     x: Array.from(t.x || []).map(String)})),
+                                     x: Array.from(t.x || []).map(String),
+                                     y: Array.from(t.y || []).map(String)})),
 }))"""
 
 _ERROR_TEXT = re.compile(r"Traceback|\b\w*(Error|Exception)\b")
@@ -213,6 +214,11 @@ def _cell_errors(page) -> list[str]:
 def _live_signature(explorer) -> list[dict]:
     """The charts in the explorer's live panel (its first Output widget)."""
     return explorer.locator(".widget-output").first.evaluate(_CHARTS_JS)
+
+
+def _recorded_signature(explorer) -> list[dict]:
+    """The charts in the explorer's recorded panel (its second Output widget)."""
+    return explorer.locator(".widget-output").nth(1).evaluate(_CHARTS_JS)
 
 
 def _readout(explorer, description: str) -> str:
@@ -313,6 +319,27 @@ def test_explorer_notebook_in_chromium(sync_playwright, jupyterlab, tmp_path):
             gbps = second[0]["traces"]
             assert [t["name"] for t in gbps] == [peer], gbps
             assert gbps[0]["x"] == [shape] and shape != first[0]["traces"][0]["x"][0]
+            # the live y values are the new run's, not the first run's
+            assert gbps[0]["y"] and gbps[0]["y"] != first[0]["traces"][0]["y"], (gbps, first)
+
+            # The recorded panel follows the direction dropdown (bwd -> fwd): new titles, new y.
+            recorded_before = _recorded_signature(explorer)
+            assert recorded_before and all(c["rendered"] for c in recorded_before)
+            direction = explorer.locator(".widget-dropdown", has=page.locator(
+                ".widget-label", has_text="direction")).locator("select")
+            direction.select_option("fwd")
+            deadline = time.monotonic() + LIVE_RUN_S
+            while time.monotonic() < deadline:
+                recorded_after = _recorded_signature(explorer)
+                if recorded_after and recorded_after != recorded_before and all(
+                        c["rendered"] for c in recorded_after):
+                    break
+                page.wait_for_timeout(250)
+            else:
+                pytest.fail("the recorded panel did not follow the direction dropdown",
+                            pytrace=False)
+            ys = lambda charts: [t["y"] for c in charts for t in c["traces"]]
+            assert ys(recorded_after) != ys(recorded_before)
             assert _cell_errors(page) == []
             assert "run failed" not in " ".join(explorer.locator(".widget-html").all_inner_texts())
             assert console_errors == [], console_errors

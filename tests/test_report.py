@@ -204,3 +204,21 @@ def test_report_usage_errors(capsys):
         report.main(["--help"])
     assert exc.value.code == 0
     assert "Opens offline (plotly.js is embedded)" in capsys.readouterr().out
+
+
+def test_report_draws_a_cliff_map_of_a_population(tmp_path):
+    shapes = [(1, 768), (4096, 4096), (10_000_000, 5)]
+    recs = [_record(impl, M, N, strategy=None, layout=None, shape_set="population",
+                    us=us * (2.0 if (M, N) == (1, 768) and impl == "normlab" else 1.0))
+            for M, N in shapes for impl, us in (("normlab", 8.0), ("liger", 10.0))]
+    results = write_jsonl(recs + _gpu_records(), tmp_path / "pop.jsonl")
+    html = report.build_html(report.load([results]))
+    assert '<h2 id="cliff-maps">Cliff maps</h2>' in html
+    assert 'href="#cliff-maps"' in html
+    # figure text sits in plotly's JSON, non-ASCII escaped
+    for text in ("rms_norm · bwd · bf16 over the population (Synthetic Card 9000): normlab ÷ best",
+                 "normlab faster at 2 of 3 shapes; worst 1.60× at 1×768 (best peer liger)"):
+        assert json.dumps(text)[1:-1] in html
+    # without population records there is no cliff-map section
+    plain = report.build_html(report.load([write_jsonl(_gpu_records(), tmp_path / "p.jsonl")]))
+    assert "cliff-maps" not in plain

@@ -181,8 +181,9 @@ def test_roofline_bars_derive_fraction_when_record_lacks_it(recorded):
 def test_kernel_breakdown_stacks_main_and_reduce(recorded):
     fig = viz.kernel_breakdown(recorded)
     assert fig.layout.barmode == "stack"
-    assert sorted(t.name for t in fig.data) == ["_dw_reduce", "_norm_bwd", "_norm_bwd_atomic"]
-    reduce = next(t for t in fig.data if t.name == "_dw_reduce")
+    # short labels; the full kernel names are in the hover
+    assert [t.name for t in fig.data] == ["main", "reduce"]
+    reduce = next(t for t in fig.data if t.name == "reduce")
     # a persistent run at 8192×1024 has reduce 2.42 µs; the atomic run has no reduce kernel (0)
     x = list(reduce.x)
     assert reduce.y[x.index("8192×1024 · normlab · persistent")] == pytest.approx(2.42)
@@ -192,6 +193,30 @@ def test_kernel_breakdown_stacks_main_and_reduce(recorded):
     assert total == pytest.approx(30.0 * 0.9)
     assert not any("quack" in v for v in x)
     assert "device time (µs)" == fig.layout.yaxis.title.text
+    main = next(t for t in fig.data if t.name == "main")
+    hover = main.customdata[x.index("8192×1024 · normlab · atomic")][1]
+    assert hover.startswith("_norm_bwd_atomic: 36.30 µs")
+
+
+def test_kernel_kinds_name_every_recorded_kind():
+    cpp = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+           "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)")
+    assert viz.kernel_kind(cpp) == "fill"
+    assert viz.kernel_kind("Memset (Device)") == "memset"
+    assert viz.kernel_kind("_reduce_partials_kernel") == "reduce"
+    assert viz.kernel_kind("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel"
+                           "Template<c10::BFloat16, float>(long)") == "reduce"
+    assert viz.kernel_kind("Memcpy DtoD (Device -> Device)") == "copy"
+    assert viz.kernel_kind("_norm_bwd_persistent_static_kernel") == "main"
+    assert viz.kernel_kind("triton_red_fused__fused_rms_norm_0") == "main"
+    # two kernels of one kind in one run are stacked as one bar, both named in the hover
+    rec = _rec("normlab", 64, 64, 5.0, kernels={"Memset (Device)": 1.0, "_a_kernel": 3.0,
+                                                "_b_kernel": 1.0})
+    fig = viz.kernel_breakdown([rec])
+    main = next(t for t in fig.data if t.name == "main")
+    assert main.y[0] == pytest.approx(4.0) and "_a_kernel: 3.00 µs<br>_b_kernel: 1.00 µs" in \
+        main.customdata[0][1]
+    assert [t.name for t in fig.data] == ["main", "memset"]
 
 
 def test_kernel_breakdown_without_kernel_times_says_so(recorded):
@@ -250,8 +275,8 @@ def test_contention_model_numbers():
 def test_contention_figure_is_driven_by_the_numbers():
     fig = viz.contention_figure(4096, 1024, n_sm=132, programs_per_sm=2)
     titles = [a.text for a in fig.layout.annotations]
-    assert "atomic: 4,096 programs → 1 dγ vector" in titles
-    assert "persistent: 264 programs → 264 partial rows" in titles
+    assert "<b>atomic</b>: 4,096 programs<br>→ 1 dγ vector" in titles
+    assert "<b>persistent</b>: 264 programs<br>→ 264 partial rows" in titles
     carts = {t.name: t for t in fig.data if isinstance(t, go.Scatter) and "docks" not in t.name}
     assert len(carts["atomic"].x) == plots.MAX_CARTS_SHOWN  # the queue, capped for display
     assert any(a.text == f"+{4096 - plots.MAX_CARTS_SHOWN:,} more" for a in fig.layout.annotations)
@@ -262,6 +287,160 @@ def test_contention_figure_is_driven_by_the_numbers():
     assert any("×8 tiles each" in a.text for a in fig.layout.annotations)
     with pytest.raises(ValueError, match="strategies must be"):
         viz.contention_figure(64, 256, n_sm=4, strategies=["lock"])
+
+
+def test_contention_plan_draws_the_configuration_that_runs():
+    from normlab.norms import config
+
+    plan = viz.contention_plan(32768, 1024)
+    cfg = config.norm_bwd_config("persistent", 32768, 1024)
+    assert plan["programs_per_sm"] == cfg.programs_per_sm == 4 and plan["paired_partials"]
+    two_stage = config.norm_bwd_config("two_stage", 32768, 1024)
+    assert plan["two_stage_rows"] == two_stage.rows_per_program
+    m = viz.contention_model(32768, 1024, n_sm=132, **plan)
+    # 4 programs per SM x 132 SMs, added in pairs into 264 zeroed partial rows
+    assert m["persistent"]["programs"] == 528 and m["persistent"]["partial_rows"] == 264
+    assert m["persistent"]["queue_depth"] == 2 and m["persistent"]["paired"]
+    assert m["persistent"]["workspace_bytes"] == 264 * 1024 * 4
+    assert m["two_stage"]["partial_rows"] == 32768 // plan["two_stage_rows"]
+    assert m["atomic"]["programs"] == 32768 // plan["atomic_rows"]
+    fig = viz.contention_figure(32768, 1024, n_sm=132, **plan)
+    titles = [a.text for a in fig.layout.annotations]
+    assert "<b>persistent</b>: 528 programs<br>→ 264 partial rows (in pairs)" in titles
+    carts = next(t for t in fig.data if t.name == "persistent" and isinstance(t, go.Scatter))
+    assert list(carts.y[:4]) == [0, 0, 1, 1]  # two carts per dock
+    # wide rows take the two-pass kernel: no pairing there
+    assert not viz.contention_plan(4096, 32768)["paired_partials"]
+    # an odd program count: the last partial row has one addend
+    odd = viz.contention_model(5, 8, n_sm=1, programs_per_sm=8, paired_partials=True)
+    assert odd["persistent"]["programs"] == 5 and odd["persistent"]["partial_rows"] == 3
+
+
+def test_subplot_titles_fit_at_1280_px():
+    fig = viz.contention_figure(262144, 16384, n_sm=132, **viz.contention_plan(262144, 16384))
+    # at 1280 px three panels get ~380 px each; no title line is longer than ~40 characters
+    for a in fig.layout.annotations[:3]:
+        assert all(len(line.replace("<b>", "").replace("</b>", "")) <= 40
+                   for line in a.text.split("<br>")), a.text
+
+
+# ---- families, palette, captions ---------------------------------------------------------------
+
+
+def test_no_line_joins_two_shape_families(recorded):
+    narrow = [_rec("quack", 7_864_320, n, 100.0 * n / 16) for n in (16, 32)]
+    fig = viz.gbps_vs_shape(viz.select(recorded, impl="quack") + narrow)
+    quack = [t for t in fig.data if t.name == "quack"]
+    assert len(quack) == 2 and sum(bool(t.showlegend) for t in quack) == 1
+    assert {t.legendgroup for t in quack} == {"quack"}
+    assert quack[0].line.color == quack[1].line.color
+    assert list(quack[1].x) == ["7864320×16", "7864320×32"]
+    assert viz.shape_family(narrow[0]) == "narrow rows (7.9M)"
+    assert viz.shape_family(recorded[0]) == "peer shapes"
+    assert viz.shape_family({"M": 3, "N": 5}) == "other shapes"
+    assert viz.shape_family({"M": 3, "N": 5, "family": "mine"}) == "mine"
+    # the x axis groups each family's shapes together, with a divider between the families
+    order = list(fig.layout.xaxis.categoryarray)
+    assert order[-2:] == ["7864320×16", "7864320×32"]
+    assert any(s.type == "line" and s.x0 == s.x1 == len(order) - 2.5 for s in fig.layout.shapes)
+
+
+def test_population_members_are_grouped_by_their_rule():
+    from normlab.bench.shapes import norm_population
+
+    case = next(c for c in norm_population() if c.family == "narrow")
+    rec = {"M": case.M, "N": case.N, "shape_set": "population"}
+    assert viz.shape_family(rec) == "population: narrow"
+
+
+def test_palette_has_no_repeat_for_24_series(recorded):
+    recs = [_rec(f"peer{i}", 64, 64, 1.0 + i) for i in range(24)]
+    fig = viz.gbps_vs_shape(recs)
+    colors = [t.line.color for t in fig.data]
+    assert len(set(colors)) == 24 and set(colors) <= set(viz.PALETTE)
+
+
+def test_captions_name_card_date_commit_and_source(recorded):
+    recs = [dict(r, commit="5d1df6e") for r in recorded]
+    for fig in (viz.gbps_vs_shape(recs), viz.roofline_bars(recs), viz.kernel_breakdown(recs),
+                viz.speedup_vs_best_peer(recs)):
+        assert "recorded: NVIDIA H200, 2026-11-29, commit 5d1df6e" in fig.layout.title.text
+    two = recs[:2] + [dict(r, commit="9ce8805") for r in recs[2:]]
+    assert "commits 5d1df6e, 9ce8805" in viz.gbps_vs_shape(two).layout.title.text
+    live = viz.gbps_vs_shape(recs, source="live").layout.title.text
+    assert "live: this machine (NVIDIA H200, gpu mode), 2026-11-29, commit 5d1df6e" in live
+
+
+def test_quote_prints_one_record_the_same_way_everywhere(recorded):
+    recs = [dict(r, commit="5d1df6e") for r in recorded]
+    text = viz.quote(recs, impl="quack", M=8192, N=1024)
+    assert text == ("24.2 µs (quack, rms_norm bwd 8192×1024 bf16; NVIDIA H200, 2026-11-29, "
+                    "commit 5d1df6e)")
+    with pytest.raises(ValueError, match="3 records match impl='quack'"):
+        viz.quote(recs, impl="quack")
+    with pytest.raises(ValueError, match="0 records match"):
+        viz.one(recs, impl="nobody")
+
+
+# ---- the cliff map -----------------------------------------------------------------------------
+
+
+def _cliff_records():
+    """normlab, two peers and a normlab variant at four shapes of one run; one shape measured
+    with no peer, one peer from another run."""
+    out = []
+    for (M, N), ours, torch_us, liger_us in (((1, 768), 8.0, 4.0, 5.0),
+                                             ((4096, 4096), 20.0, 30.0, 25.0),
+                                             ((10_000_000, 5), 138.0, 51353.0, 900.0),
+                                             ((593, 37), 6.0, 6.0, 7.0)):
+        out.append(_rec("normlab", M, N, ours, direction="fwd", commit="c1",
+                        shape_set="population"))
+        out.append(_rec("normlab", M, N, 0.1, direction="fwd", commit="c1", layout="row"))
+        out.append(_rec("torch", M, N, torch_us, direction="fwd", commit="c1"))
+        out.append(_rec("liger", M, N, liger_us, direction="fwd", commit="c1"))
+    out.append(_rec("normlab", 7, 7, 1.0, direction="fwd", commit="c1"))  # no peer
+    out.append(_rec("normlab", 9, 9, 1.0, direction="fwd", commit="c1"))
+    out.append(_rec("torch", 9, 9, 0.5, direction="fwd", commit="c0"))  # another run
+    out.append(_rec("torch", 4096, 4096, 1.0, direction="fwd", commit="c1", valid=False))
+    out.append(_rec("torch", 4096, 4096, 1.0, direction="bwd", commit="c1"))
+    return out
+
+
+def test_cliff_ratios_take_the_best_peer_of_the_same_run():
+    table = viz.cliff_ratios(_cliff_records(), op="rms_norm", direction="fwd")
+    by = {(t["M"], t["N"]): t for t in table}
+    assert set(by) == {(1, 768), (4096, 4096), (10_000_000, 5), (593, 37)}
+    assert by[(1, 768)]["ratio"] == pytest.approx(2.0) and by[(1, 768)]["best_peer"] == "torch"
+    # the invalid 1 µs torch record is not the best peer; the variant's 0.1 µs is not "normlab"
+    assert by[(4096, 4096)]["ratio"] == pytest.approx(0.8)
+    assert by[(4096, 4096)]["best_peer"] == "liger"
+    assert by[(10_000_000, 5)]["ratio"] == pytest.approx(138 / 900)
+    assert by[(593, 37)]["ratio"] == pytest.approx(1.0)
+    assert viz.cliff_ratios(_cliff_records(), op="rms_norm", direction="bwd") == []
+    with pytest.raises(ValueError, match="dtypes bf16, fp32"):
+        fp32 = _rec("torch", 1, 768, 1.0, direction="fwd", dtype="fp32")
+        viz.cliff_ratios([*_cliff_records(), fp32], op="rms_norm", direction="fwd")
+
+
+def test_cliff_map_is_a_log_log_diverging_map_centred_at_one():
+    fig = viz.cliff_map(_cliff_records(), op="rms_norm", direction="fwd")
+    (trace,) = fig.data
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert trace.marker.cmid == 0.0 and trace.marker.cmin == -trace.marker.cmax
+    pts = {(x, y): (c, d) for x, y, c, d in zip(trace.x, trace.y, trace.marker.color,
+                                                trace.customdata, strict=True)}
+    colour, data = pts[(768, 1)]
+    assert colour == pytest.approx(1.0) and data[2] == "torch"  # log2(2×) = 1
+    assert pts[(37, 593)][0] == 0.0  # parity is the centre of the scale
+    assert pts[(5, 10_000_000)][0] == -math.log2(plots.CLIFF_RANGE)  # saturated, not off-scale
+    assert "best peer" in trace.hovertemplate and "ratio" in trace.hovertemplate
+    note = fig.layout.annotations[0].text
+    assert note.startswith("normlab faster at 2 of 4 shapes; worst 2.00× at 1×768")
+    assert "recorded: NVIDIA H200" in fig.layout.title.text and "commit c1" in fig.layout.title.text
+    empty = viz.cliff_map(_cliff_records(), op="layer_norm", direction="fwd")
+    assert "no shape has normlab" in empty.layout.annotations[0].text
+    assert "no recorded GPU data" in viz.cliff_map([], op="rms_norm", direction="fwd",
+                                                   source="recorded").layout.annotations[0].text
 
 
 # ---- table -----------------------------------------------------------------------------------
@@ -355,6 +534,24 @@ def test_explorer_without_recorded_data_says_so_and_changing_op_updates_impls():
     assert ex.run() == [] and "pick at least one" in ex.status.value
 
 
+def test_explorer_recorded_panel_adds_the_cliff_map_of_a_population(recorded):
+    from normlab.viz import widgets
+
+    population = [dict(r, shape_set="population", commit="c1", strategy=None) for r in recorded
+                  if r["strategy"] != "atomic"]  # normlab's default and the peers
+    ex = widgets.Explorer(ops=OPS, recorded=[*recorded, *population], sweep=_fake_sweep([]),
+                          interpret=True)
+    ex.direction.value = "bwd"
+    figs = ex.show_recorded()
+    titles = [f.layout.title.text for f in figs]
+    assert len(figs) == 3 and titles[2].startswith("Cliff map: rms_norm bwd")
+    # the benchmark figures leave the population out: three shapes, not six points per series
+    assert all(len(t.x) <= 3 for t in figs[0].data)
+    assert len(ex.out_recorded.outputs) == 3
+    ex.direction.value = "fwd"  # nothing recorded: one figure that says so
+    assert "no recorded run matches" in ex.show_recorded()[0].layout.annotations[0].text
+
+
 def test_explorer_gpu_mode_keeps_full_shapes():
     from normlab.viz import widgets
 
@@ -377,7 +574,13 @@ def test_contention_explorer_redraws_on_slider_change(monkeypatch):
     m_slider = box.children[0].children[0].children[0]
     m_slider.value = 4096
     assert len(shown) == 2 and "M=4,096 rows" in shown[-1].layout.title.text
-    assert "8 SMs × 2" in shown[-1].layout.title.text
+    # the planner's 4 programs per SM at 1024 columns, paired into 2 partial rows per SM
+    title = shown[-1].layout.title.text
+    assert "8 SMs × 4 persistent programs per SM (paired partial rows)" in title
+    pps = box.children[0].children[0].children[2]
+    pps.value = 2
+    assert "8 SMs × 2 persistent programs per SM" in shown[-1].layout.title.text
+    assert "paired" not in shown[-1].layout.title.text
 
 
 # ---- notebook check lines --------------------------------------------------------------------

@@ -27,7 +27,7 @@ from normlab.bench.records import (
 )
 from normlab.bench.registry import REGISTRY, Impl, implementations
 from normlab.bench.sweep import SHAPES, Results, format_table, measure, parse_shapes, sweep
-from normlab.bench.timing import BenchError, Timing, time_call
+from normlab.bench.timing import BenchError, Timing, time_call, time_warm
 from normlab.bench.traffic import bytes_moved, fraction_of_roofline, gbps
 
 __all__ = [
@@ -58,5 +58,6 @@ __all__ = [
     "recorded_path",
     "sweep",
     "time_call",
+    "time_warm",
     "write_records",
 ]

@@ -13,11 +13,13 @@ or **recorded** (shipped in ``normlab/data/``, measured on the card named in the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
 import math
 from collections.abc import Iterable, Mapping
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from normlab.norms import config as norm_config
@@ -34,6 +36,20 @@ MAX_CARTS_SHOWN = 24
 MAX_DOCKS_SHOWN = 10
 STRATEGIES = norm_config.NORM_BWD_STRATEGIES
 _COLORS = {"atomic": "#d62728", "two_stage": "#1f77b4", "persistent": "#2ca02c"}
+# 24 distinct colours (plotly's Dark24): a figure of up to 24 series repeats none.
+PALETTE = tuple(qualitative.Dark24)
+# Short kernel labels for the per-kernel breakdown, first match wins (full names go in the hover).
+KERNEL_KINDS = (
+    ("memset", ("Memset",)),
+    ("fill", ("FillFunctor",)),
+    ("copy", ("copy_kernel", "Memcpy")),
+    ("reduce", ("reduce", "GammaBetaBackward")),  # normlab's and torch's dγ/dβ reductions
+)
+_KIND_COLORS = {"main": "#1f77b4", "reduce": "#ff7f0e", "memset": "#7f7f7f", "fill": "#c7c7c7",
+                "copy": "#9467bd"}
+# Shape families of the named shape sets (normlab.bench.SHAPES), in plotting order.
+SHAPE_SET_FAMILIES = {"peers": "peer shapes", "narrow": "narrow rows (7.9M)",
+                      "losses": "vocabularies"}
 
 
 # ---- records -----------------------------------------------------------------------------------
@@ -77,6 +93,45 @@ def select(records: Iterable, **criteria) -> list[dict]:
     return out
 
 
+def one(records: Iterable, **criteria) -> dict:
+    """The single record matching ``criteria`` (as :func:`select`); none or several is a
+    ValueError naming the criteria, so a quoted number always comes from exactly one record."""
+    found = select(records, **criteria)
+    if len(found) != 1:
+        shown = ", ".join(f"{k}={v!r}" for k, v in criteria.items())
+        raise ValueError(f"{len(found)} records match {shown}; expected exactly one")
+    return found[0]
+
+
+def device_us_text(rec: Mapping) -> str:
+    """A record's device time as every notebook prints it (one decimal, µs)."""
+    return f"{_num(rec.get('device_us')):.1f} µs"
+
+
+def quote(records: Iterable, **criteria) -> str:
+    """One record's device time with where it comes from, e.g. "258.5 µs (normlab, layer_norm
+    fwd 32768×8192 bf16; NVIDIA H200, 2026-11-30, commit 5d1df6e)"."""
+    r = one(records, **criteria)
+    return (f"{device_us_text(r)} ({series_label(r)}, {r.get('op')} {r.get('direction')} "
+            f"{shape_label(r)} {r.get('dtype')}; {r.get('card')}, {str(r.get('date'))[:10]}, "
+            f"commit {r.get('commit')})")
+
+
+def recorded_summary(records: Iterable) -> str:
+    """One deterministic line about the records loaded: how many, on which card(s), how many in
+    a shape population, and per op (a notebook checks it, so a missing data file fails CI)."""
+    rows = as_dicts(records)
+    if not rows:
+        return NO_RECORDED_DATA
+    cards = ", ".join(sorted({str(r.get("card")) for r in rows}))
+    ops: dict[str, int] = {}
+    for r in rows:
+        ops[str(r.get("op"))] = ops.get(str(r.get("op")), 0) + 1
+    population = sum(bool(r.get("shape_set")) for r in rows)
+    return (f"{len(rows)} recorded records ({cards}), {population} of them in a shape population; "
+            + ", ".join(f"{op} {n}" for op, n in sorted(ops.items())))
+
+
 def with_source(records: Iterable, source: str) -> list[dict]:
     """Copies of the records tagged ``source`` ("live" or "recorded") for every later plot."""
     if source not in SOURCES:
@@ -98,6 +153,39 @@ def series_label(rec: Mapping) -> str:
 
 def shape_label(rec: Mapping) -> str:
     return f"{rec.get('M')}×{rec.get('N')}"
+
+
+@functools.cache
+def _population_families() -> dict[tuple[str, int, int], str]:
+    from normlab.bench.shapes import POPULATIONS
+
+    return {(name, c.M, c.N): c.family for name, make in POPULATIONS.items() for c in make()}
+
+
+def shape_family(rec: Mapping) -> str:
+    """The family a record's shape belongs to, so that plots never join two families with a line:
+    its ``family`` field, else the population member's rule ("population: random"), else the
+    named shape set of ``normlab.bench.SHAPES`` it is in ("peer shapes"), else "other shapes"."""
+    if rec.get("family"):
+        return str(rec["family"])
+    M, N, shape_set = rec.get("M"), rec.get("N"), rec.get("shape_set")
+    if shape_set:
+        family = _population_families().get((shape_set, M, N))
+        return f"{shape_set}: {family}" if family else str(shape_set)
+    from normlab.bench.sweep import SHAPES
+
+    for name, label in SHAPE_SET_FAMILIES.items():
+        if (M, N) in SHAPES[name]:
+            return label
+    return "other shapes"
+
+
+def kernel_kind(name: str) -> str:
+    """Short label of a profiler kernel name: memset, fill, copy, reduce, or main."""
+    for kind, needles in KERNEL_KINDS:
+        if any(n in name for n in needles):
+            return kind
+    return "main"
 
 
 def _num(value) -> float:
@@ -146,8 +234,20 @@ def source_of(records: Iterable, source: str | None = None) -> str:
     return "recorded"
 
 
+def _commits(rows: list[dict]) -> str:
+    """"commit abc1234" or "commits a, b, c" (at most 4 named), "" when the records carry none."""
+    commits = sorted({str(r["commit"]) for r in rows if r.get("commit")})
+    if not commits:
+        return ""
+    if len(commits) == 1:
+        return f", commit {commits[0]}"
+    shown = ", ".join(commits[:4]) + (f" +{len(commits) - 4} more" if len(commits) > 4 else "")
+    return f", commits {shown}"
+
+
 def source_text(records: Iterable, source: str | None = None) -> str:
-    """One line naming where the numbers come from, e.g. "recorded: NVIDIA H200, 2026-11-29"."""
+    """One line naming where the numbers come from: live or recorded, card, date and commit, e.g.
+    "recorded: NVIDIA H200, 2026-11-29, commit 5d1df6e"."""
     rows = as_dicts(records)
     src = source_of(rows, source)
     card = _one(rows, "card", "card") or "unknown card"
@@ -155,8 +255,9 @@ def source_text(records: Iterable, source: str | None = None) -> str:
     when = dates[0] if len(dates) == 1 else (f"{dates[0]}…{dates[-1]}" if dates else "undated")
     modes = sorted({str(r["mode"]) for r in rows if r.get("mode")})
     if src == "recorded":
-        return f"recorded: {card}, {when}"
-    text = f"live: this machine ({card}, {'/'.join(modes) or 'unknown'} mode), {when}"
+        return f"recorded: {card}, {when}{_commits(rows)}"
+    text = (f"live: this machine ({card}, {'/'.join(modes) or 'unknown'} mode), "
+            f"{when}{_commits(rows)}")
     if "interpret" in modes:
         text += " (interpreter timings, not GPU bandwidth)"
     return text
@@ -201,11 +302,43 @@ def _empty_message(source: str | None, what: str) -> str:
 
 
 def _shape_order(rows: list[dict]) -> list[str]:
+    """Shape labels by family (first seen first), then by size (M·N, then M) within one."""
+    families = list(dict.fromkeys(shape_family(r) for r in rows))
     keyed = {}
     for r in rows:
-        keyed.setdefault(shape_label(r), (int(r.get("M") or 0) * int(r.get("N") or 0),
+        keyed.setdefault(shape_label(r), (families.index(shape_family(r)),
+                                          int(r.get("M") or 0) * int(r.get("N") or 0),
                                           int(r.get("M") or 0)))
     return sorted(keyed, key=keyed.get)
+
+
+def _family_dividers(fig: go.Figure, rows: list[dict], order: list[str]) -> None:
+    """A dotted line between shape families on a category x axis, each family named above."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for r in rows:
+        i, fam = order.index(shape_label(r)), shape_family(r)
+        first[fam], last[fam] = min(first.get(fam, i), i), max(last.get(fam, i), i)
+    if len(first) < 2:
+        return
+    for fam in first:
+        if first[fam] > 0:
+            fig.add_vline(x=first[fam] - 0.5, line_dash="dot", line_color="#999")
+        fig.add_annotation(x=(first[fam] + last[fam]) / 2, y=1.0, yref="paper", yanchor="bottom",
+                           text=html.escape(fam), showarrow=False,
+                           font={"size": 11, "color": "#555"})
+
+
+def _layout(fig: go.Figure, **kw) -> go.Figure:
+    """The shared look: white template, the 24-colour palette, room for a two-line title and
+    the family names above the plot."""
+    fig.update_layout(template="plotly_white", colorway=list(PALETTE),
+                      margin={"l": 90, "t": 100}, **kw)
+    return fig
+
+
+def _color_map(names: Iterable[str]) -> dict[str, str]:
+    return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(dict.fromkeys(names))}
 
 
 def _series(rows: list[dict]) -> dict[str, list[dict]]:
@@ -261,41 +394,51 @@ def gbps_vs_shape(
     lines = roofline_lines(rows, copy_gbps, datasheet_gbps)
     copy = lines.get("measured copy")
     order = _shape_order(rows)
+    series = _series(rows)
+    colors = _color_map(series)
     fig = go.Figure()
-    for name, group in _series(rows).items():
+    for name, group in series.items():
         group = sorted(group, key=lambda r: order.index(shape_label(r)))
-        fig.add_trace(
-            go.Scatter(
-                x=[shape_label(r) for r in group],
-                y=[_num(r.get("gbps")) for r in group],
-                mode="lines+markers",
-                name=name,
-                customdata=[
-                    [_num(r.get("device_us")), _num(r.get("wall_us")), _pct_of_copy(r, copy),
-                     _num(r.get("bytes")) / 1e6, str(r.get("dtype")), str(r.get("direction"))]
-                    for r in group
-                ],
-                hovertemplate=(
-                    "<b>%{fullData.name}</b><br>M×N = %{x} (%{customdata[4]}, %{customdata[5]})"
-                    "<br>device %{customdata[0]:.2f} µs · wall %{customdata[1]:.2f} µs"
-                    "<br>%{y:.1f} GB/s = %{customdata[2]:.1f}% of copy"
-                    "<br>%{customdata[3]:.2f} MB moved (bytes model)<extra></extra>"
-                ),
+        families = list(dict.fromkeys(shape_family(r) for r in group))
+        for k, fam in enumerate(families):  # one line per family: families are not joined
+            part = [r for r in group if shape_family(r) == fam]
+            fig.add_trace(
+                go.Scatter(
+                    x=[shape_label(r) for r in part],
+                    y=[_num(r.get("gbps")) for r in part],
+                    mode="lines+markers",
+                    name=name, legendgroup=name, showlegend=k == 0,
+                    line={"color": colors[name]}, marker={"color": colors[name]},
+                    customdata=[
+                        [_num(r.get("device_us")), _num(r.get("wall_us")), _pct_of_copy(r, copy),
+                         _num(r.get("bytes")) / 1e6, str(r.get("dtype")), str(r.get("direction")),
+                         fam]
+                        for r in part
+                    ],
+                    hovertemplate=(
+                        "<b>%{fullData.name}</b><br>M×N = %{x} (%{customdata[4]}, "
+                        "%{customdata[5]}; %{customdata[6]})"
+                        "<br>device %{customdata[0]:.2f} µs · wall %{customdata[1]:.2f} µs"
+                        "<br>%{y:.1f} GB/s = %{customdata[2]:.1f}% of copy"
+                        "<br>%{customdata[3]:.2f} MB moved (bytes model)<extra></extra>"
+                    ),
+                )
             )
-        )
     for label, y in lines.items():
         fig.add_hline(
             y=y, line_dash="dash" if label == "measured copy" else "dot",
             line_color="black" if label == "measured copy" else "gray",
             annotation_text=f"{label} {y:,.0f} GB/s", annotation_position="top left",
         )
-    fig.update_layout(
+    _family_dividers(fig, rows, order)
+    _layout(
+        fig,
         title=_title("Effective bandwidth vs shape", rows, source, title, dropped),
         xaxis_title="shape M×N (rows × columns)",
         yaxis_title="GB/s (bytes ÷ device time)",
         xaxis={"type": "category", "categoryorder": "array", "categoryarray": order},
         yaxis={"rangemode": "tozero"},
-        template="plotly_white", legend_title_text="implementation", margin={"l": 90},
+        legend_title_text="implementation",
     )
     return fig
 
@@ -346,14 +489,16 @@ def roofline_bars(
             fig.add_hline(y=pct, line_dash="dot", line_color="gray",
                           annotation_text=f"datasheet {lines['datasheet']:,.0f} GB/s = {pct:.0f}%",
                           annotation_position="top right")
-    fig.update_layout(
+    _family_dividers(fig, rows, order)
+    _layout(
+        fig,
         title=_title("Roofline: achieved fraction of measured copy bandwidth", rows, source, title,
                      dropped),
         barmode="group",
         xaxis_title="shape M×N (rows × columns)",
         yaxis_title="% of copy bandwidth",
         xaxis={"type": "category", "categoryorder": "array", "categoryarray": order},
-        template="plotly_white", legend_title_text="implementation", margin={"l": 90},
+        legend_title_text="implementation",
     )
     return fig
 
@@ -377,31 +522,47 @@ def kernel_breakdown(records: Iterable, *, source: str | None = None,
     xs = [f"{shape_label(r)} · {series_label(r)}"
           + (f" ({r.get('direction')})" if multi_dir else "")
           for r in rows]
-    kernel_names: list[str] = []
+    # Kernels grouped under short labels (main / reduce / memset / fill / copy); the full
+    # profiler names, each with its µs, are in the hover.
+    kinds: list[str] = []
+    per_run: list[dict[str, list[tuple[str, float]]]] = []
     for r in rows:
-        for k in r["kernels"]:
-            if k not in kernel_names:
-                kernel_names.append(k)
+        by_kind: dict[str, list[tuple[str, float]]] = {}
+        for k, us in r["kernels"].items():
+            by_kind.setdefault(kernel_kind(k), []).append((k, _num(us)))
+        per_run.append(by_kind)
+        kinds += [k for k in by_kind if k not in kinds]
+    kinds.sort(key=lambda k: list(_KIND_COLORS).index(k) if k in _KIND_COLORS else 99)
     fig = go.Figure()
-    for k in kernel_names:
-        us = [_num(r["kernels"].get(k, 0.0)) for r in rows]
-        share = [100.0 * u / sum(_num(v) for v in r["kernels"].values()) if u else 0.0
-                 for u, r in zip(us, rows, strict=True)]
+    for kind in kinds:
+        us = [sum(u for _, u in run.get(kind, ())) for run in per_run]
+        totals = [sum(_num(v) for v in r["kernels"].values()) for r in rows]
+        names = ["<br>".join(f"{html.escape(_short(n))}: {u:.2f} µs" for n, u in run.get(kind, ()))
+                 or "(none)" for run in per_run]
         fig.add_trace(
             go.Bar(
-                x=xs, y=us, name=k, customdata=share,
-                hovertemplate=f"<b>{html.escape(k)}</b><br>%{{x}}<br>%{{y:.2f}} µs "
-                              "(%{customdata:.0f}% of device time)<extra></extra>",
+                x=xs, y=us, name=kind, marker_color=_KIND_COLORS.get(kind),
+                customdata=[[100.0 * u / t if t else 0.0, n]
+                            for u, t, n in zip(us, totals, names, strict=True)],
+                hovertemplate=(f"<b>{kind}</b><br>%{{x}}<br>%{{y:.2f}} µs "
+                               "(%{customdata[0]:.0f}% of device time)<br>%{customdata[1]}"
+                               "<extra></extra>"),
             )
         )
-    fig.update_layout(
+    _layout(
+        fig,
         title=_title("Per-kernel device time", rows, source, title, dropped),
         barmode="stack",
         xaxis_title="shape · implementation",
         yaxis_title="device time (µs)",
-        template="plotly_white", legend_title_text="kernel",
+        legend_title_text="kernel",
     )
     return fig
+
+
+def _short(kernel_name: str, limit: int = 90) -> str:
+    """A C++ kernel signature cut to ``limit`` characters (hover text stays one screen wide)."""
+    return kernel_name if len(kernel_name) <= limit else kernel_name[:limit - 1] + "…"
 
 
 # ---- speed-up against the best peer ------------------------------------------------------------
@@ -448,6 +609,7 @@ def speedup_table(records: Iterable) -> list[dict]:
             "device_us": _num(r["device_us"]), "best_peer": series_label(peer),
             "best_peer_us": _num(peer["device_us"]),
             "speedup": _num(peer["device_us"]) / _num(r["device_us"]),
+            "shape_set": r.get("shape_set"), "family": shape_family(r),
         })
     return out
 
@@ -484,14 +646,110 @@ def speedup_vs_best_peer(
         )
     fig.add_hline(y=1.0, line_dash="dash", line_color="black",
                   annotation_text="parity with the best peer", annotation_position="top left")
-    fig.update_layout(
+    _family_dividers(fig, table, order)
+    _layout(
+        fig,
         title=_title("Speed-up vs the best peer (device time)", rows, source, title, dropped),
         barmode="group",
         xaxis_title="shape M×N (rows × columns)",
         yaxis_title="speed-up (best peer µs ÷ our µs, ×)",
         xaxis={"type": "category", "categoryorder": "array", "categoryarray": order},
-        template="plotly_white", legend_title_text="implementation", margin={"l": 90},
+        legend_title_text="implementation",
     )
+    return fig
+
+
+# ---- the cliff map: normlab ÷ best peer over (M, N) -----------------------------------------
+
+
+def _is_default(rec: Mapping, impl: str) -> bool:
+    """``impl``'s default configuration: no strategy, layout or cap chosen."""
+    return (rec.get("impl") == impl and rec.get("strategy") in (None, "", "auto")
+            and rec.get("layout") in (None, "", "auto") and rec.get("block_cap") is None)
+
+
+def cliff_ratios(records: Iterable, *, op: str, direction: str, dtype: str | None = None,
+                 impl: str = "normlab") -> list[dict]:
+    """For every shape where ``impl``'s default and at least one peer were measured in the same
+    run (same op, direction, dtype, shape and commit): ``ratio`` = ``impl`` µs ÷ the fastest
+    peer's µs (below 1 ``impl`` is faster), with the peer's name. Invalid records are left out;
+    ``dtype`` is required when the records hold several."""
+    rows, _ = _valid(records)
+    rows = [r for r in rows if r.get("op") == op and r.get("direction") == direction
+            and _num(r.get("device_us")) > 0]
+    dtypes = sorted({str(r.get("dtype")) for r in rows})
+    if dtype is None and len(dtypes) > 1:
+        raise ValueError(f"records hold dtypes {', '.join(dtypes)}; pick one with dtype=...")
+    if dtype is not None:
+        rows = [r for r in rows if r.get("dtype") == dtype]
+
+    def key(r):
+        return (r.get("M"), r.get("N"), r.get("dtype"), r.get("commit"))
+
+    ours = {key(r): r for r in rows if _is_default(r, impl)}
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        if is_ours(r) or r.get("impl") == impl:
+            continue
+        k = key(r)
+        if k in ours and (k not in best or _num(r["device_us"]) < _num(best[k]["device_us"])):
+            best[k] = r
+    out = []
+    for k, peer in best.items():
+        r = ours[k]
+        out.append({"M": r["M"], "N": r["N"], "dtype": r.get("dtype"), "commit": r.get("commit"),
+                    "family": shape_family(r), "impl_us": _num(r["device_us"]),
+                    "best_peer": series_label(peer), "best_peer_us": _num(peer["device_us"]),
+                    "ratio": _num(r["device_us"]) / _num(peer["device_us"])})
+    return sorted(out, key=lambda t: (t["N"], t["M"]))
+
+
+CLIFF_RANGE = 4.0  # the colour scale saturates at 4× either way
+
+
+def cliff_map(records: Iterable, *, op: str, direction: str, dtype: str | None = None,
+              impl: str = "normlab", source: str | None = None,
+              title: str | None = None) -> go.Figure:
+    """Where ``impl`` falls off a cliff: ``impl`` ÷ best peer (device time) at every measured
+    (M, N), on log axes, in a diverging colour centred at 1.0 (blue: ``impl`` faster, red:
+    slower, saturating at ``CLIFF_RANGE``×). Hover: shape, family, both times, the peer's name."""
+    table = cliff_ratios(records, op=op, direction=direction, dtype=dtype, impl=impl)
+    what = f"{op} {direction}: {impl} ÷ best peer"
+    if not table:
+        rows = as_dicts(records)
+        msg = _empty_message(source, "cliff map") if not rows else (
+            f"no shape has {impl}'s default and a peer measured in the same run ({op} {direction})")
+        return empty_figure(msg, title or what)
+    span = math.log2(CLIFF_RANGE)
+    ticks = [0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0]
+    fig = go.Figure(go.Scatter(
+        x=[t["N"] for t in table], y=[t["M"] for t in table], mode="markers",
+        marker={"size": 11, "line": {"width": 0.5, "color": "#444"},
+                "color": [max(-span, min(span, math.log2(t["ratio"]))) for t in table],
+                "colorscale": "RdBu_r", "cmin": -span, "cmax": span, "cmid": 0.0,
+                "colorbar": {"title": {"text": f"{impl} ÷ best peer"},
+                             "tickvals": [math.log2(v) for v in ticks],
+                             "ticktext": [f"{v:g}×" for v in ticks]}},
+        customdata=[[t["ratio"], t["impl_us"], t["best_peer"], t["best_peer_us"], t["family"],
+                     t["dtype"]] for t in table],
+        hovertemplate=(f"<b>%{{y}}×%{{x}}</b> (%{{customdata[5]}}, %{{customdata[4]}})"
+                       f"<br>{impl} %{{customdata[1]:.2f}} µs · best peer %{{customdata[2]}} "
+                       "%{customdata[3]:.2f} µs<br>ratio %{customdata[0]:.2f}×<extra></extra>"),
+        showlegend=False,
+    ))
+    faster = sum(t["ratio"] < 1.0 for t in table)
+    worst = max(table, key=lambda t: t["ratio"])
+    fig.add_annotation(
+        x=0, y=1.0, xref="paper", yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
+        text=(f"{impl} faster at {faster} of {len(table)} shapes; worst {worst['ratio']:.2f}× "
+              f"at {worst['M']}×{worst['N']} (best peer {html.escape(worst['best_peer'])})"))
+    drawn = {(t["M"], t["N"], t["dtype"], t["commit"]) for t in table}
+    rows = [r for r in as_dicts(records) if r.get("op") == op and r.get("direction") == direction
+            and (r.get("M"), r.get("N"), r.get("dtype"), r.get("commit")) in drawn]
+    _layout(fig, title=_title(f"Cliff map: {what} (device time; below 1× {impl} is faster)",
+                              rows, source, title),
+            xaxis={"type": "log", "title": "N (columns)"},
+            yaxis={"type": "log", "title": "M (rows)"}, height=520)
     return fig
 
 
@@ -506,6 +764,8 @@ def contention_model(
     programs_per_sm: int = 2,
     rows_per_program: int = 1,
     two_stage_rows: int | None = None,
+    atomic_rows: int | None = None,
+    paired_partials: bool = False,
     elem_bytes: int = 2,
     partial_bytes: int = 4,
 ) -> dict[str, dict]:
@@ -517,41 +777,60 @@ def contention_model(
       reads ``programs`` rows. The workspace grows with M.
     - persistent: ``n_sm * programs_per_sm`` programs grid-stride the rows and fold them in fp32
       registers, so the workspace and the reduce kernel's read are bounded, independent of M.
+      With ``paired_partials`` programs 2k and 2k + 1 add into one zeroed partial row k.
 
-    ``rows_per_program`` is the row tile of the atomic and persistent kernels; ``two_stage_rows``
-    the rows each two-stage program folds into its one partial row (default: the tile).
+    ``rows_per_program`` is the persistent kernel's row tile, ``atomic_rows`` the atomic
+    kernel's (default: the same), ``two_stage_rows`` the rows each two-stage program folds into
+    its one partial row (default: the tile). :func:`contention_plan` gives the planner's values.
     """
     two_stage_rows = rows_per_program if two_stage_rows is None else two_stage_rows
+    atomic_rows = rows_per_program if atomic_rows is None else atomic_rows
     for name, v in (("n_rows", n_rows), ("n_cols", n_cols), ("n_sm", n_sm),
                     ("programs_per_sm", programs_per_sm), ("rows_per_program", rows_per_program),
-                    ("two_stage_rows", two_stage_rows)):
+                    ("two_stage_rows", two_stage_rows), ("atomic_rows", atomic_rows)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     tiles = -(-n_rows // rows_per_program)
     main_bytes = 3 * n_rows * n_cols * elem_bytes  # read x, dy; write dx
     persistent = min(n_sm * programs_per_sm, tiles)
+    paired = bool(paired_partials) and persistent > 1
+    persistent_rows = -(-persistent // 2) if paired else persistent
     two_stage = -(-n_rows // two_stage_rows)
+    atomic = -(-n_rows // atomic_rows)
     out = {}
     for strategy, programs, partial_rows, depth in (
-        ("atomic", tiles, 0, tiles),
+        ("atomic", atomic, 0, atomic),
         ("two_stage", two_stage, two_stage, 1),
-        ("persistent", persistent, persistent, 1),
+        ("persistent", persistent, persistent_rows, 2 if paired else 1),
     ):
         workspace = partial_rows * n_cols * partial_bytes
         out[strategy] = {
             "programs": programs,
             "destinations": 1 if strategy == "atomic" else partial_rows,
-            "queue_depth": depth,  # adds serialized on one dγ address
+            "queue_depth": depth,  # adds serialized on one dγ (or partial-row) address
             # row tiles folded into each partial (two-stage: its block of rows, in tiles)
             "tiles_per_program": (-(-two_stage_rows // rows_per_program) if strategy == "two_stage"
-                                  else -(-tiles // programs)),
+                                  else -(-tiles // programs) if strategy == "persistent" else 1),
             "partial_rows": partial_rows,
+            "paired": paired if strategy == "persistent" else False,
             "workspace_bytes": workspace,
             # the reduce kernel reads the workspace once; atomics need no second kernel
             "reduce_read_bytes": workspace,
             "reduce_share": workspace / (main_bytes + 2 * workspace) if workspace else 0.0,
         }
     return out
+
+
+def contention_plan(n_rows: int, n_cols: int, *, is_rms: bool = True) -> dict:
+    """The keyword arguments of :func:`contention_model` / :func:`contention_figure` that the
+    backward's planner (``normlab.norms.config.norm_bwd_config``) picks for this shape: each
+    strategy's row tile, the programs per SM, the two-stage block and the paired partial rows."""
+    cfg = {s: norm_config.norm_bwd_config(s, n_rows, n_cols, is_rms=is_rms) for s in STRATEGIES}
+    p = cfg["persistent"]
+    return {"programs_per_sm": p.programs_per_sm, "rows_per_program": p.block_rows,
+            "atomic_rows": cfg["atomic"].block_rows,
+            "two_stage_rows": cfg["two_stage"].rows_per_program,
+            "paired_partials": p.paired_partials}
 
 
 def contention_figure(
@@ -562,42 +841,55 @@ def contention_figure(
     programs_per_sm: int = 2,
     rows_per_program: int = 1,
     two_stage_rows: int | None = None,
+    atomic_rows: int | None = None,
+    paired_partials: bool = False,
     strategies: Iterable[str] = STRATEGIES,
     title: str | None = None,
 ) -> go.Figure:
     """Programs (carts) delivering dγ partials to destinations (docks), one panel per strategy.
 
-    Top: what each program does with its partial (queue at one dock, own dock, or folded into a
-    bounded set of docks). Bottom: the numbers behind it, on a log scale.
+    Top: what each program does with its partial (queue at one dock, own dock, two programs per
+    dock when paired, or folded into a bounded set of docks). Bottom: the numbers behind it, on a
+    log scale. Pass ``**contention_plan(n_rows, n_cols)`` to draw what the kernels run.
     """
     strategies = list(strategies)
     bad = [s for s in strategies if s not in STRATEGIES]
     if bad or not strategies:
         raise ValueError(f"strategies must be a non-empty subset of {STRATEGIES}, got {strategies}")
     model = contention_model(n_rows, n_cols, n_sm=n_sm, programs_per_sm=programs_per_sm,
-                             rows_per_program=rows_per_program, two_stage_rows=two_stage_rows)
+                             rows_per_program=rows_per_program, two_stage_rows=two_stage_rows,
+                             atomic_rows=atomic_rows, paired_partials=paired_partials)
     n = len(strategies)
     fig = make_subplots(
-        rows=2, cols=n, row_heights=[0.62, 0.38], vertical_spacing=0.16,
+        rows=2, cols=n, row_heights=[0.58, 0.42], vertical_spacing=0.2, horizontal_spacing=0.06,
         specs=[[{} for _ in strategies], [{"colspan": n}] + [None] * (n - 1)],
-        subplot_titles=[f"{s}: {model[s]['programs']:,} programs → "
+        # two short lines per title: three panels side by side at 1280 px do not overlap
+        subplot_titles=[f"<b>{s}</b>: {model[s]['programs']:,} programs<br>→ "
                         f"{model[s]['destinations']:,} "
                         f"{'dγ vector' if s == 'atomic' else 'partial rows'}"
+                        + (" (in pairs)" if model[s]["paired"] else "")
                         for s in strategies] + ["the numbers (log scale)"],
     )
     for col, s in enumerate(strategies, start=1):
         m, color = model[s], _COLORS[s]
         docks = min(m["destinations"], MAX_DOCKS_SHOWN)
+        per_dock = 2 if m["paired"] else 1
         if s == "atomic":
             carts = min(m["programs"], MAX_CARTS_SHOWN)
             cx, cy = list(range(1, carts + 1)), [0] * carts
             hover = [f"program {i}: waits behind {i - 1} adds to the same dγ addresses" for i in cx]
             extra = m["programs"] - carts
         else:
-            cx, cy = [1] * docks, list(range(docks))
-            hover = [f"program {i}: folds {m['tiles_per_program']} row tile(s) in fp32 registers, "
-                     f"writes partial row {i} once" for i in range(docks)]
-            extra = m["destinations"] - docks
+            cx = [1 + j for _ in range(docks) for j in range(per_dock)]
+            cy = [i for i in range(docks) for _ in range(per_dock)]
+            if per_dock == 2:
+                hover = [f"program {2 * i + j}: folds {m['tiles_per_program']} row tile(s) in fp32 "
+                         f"registers, adds them into zeroed partial row {i} (with program "
+                         f"{2 * i + 1 - j})" for i in range(docks) for j in range(2)]
+            else:
+                hover = [f"program {i}: folds {m['tiles_per_program']} row tile(s) in fp32 "
+                         f"registers, writes partial row {i} once" for i in range(docks)]
+            extra = m["programs"] - len(cx)
         fig.add_trace(go.Scatter(
             x=[0] * docks, y=list(range(docks)), mode="markers+text", showlegend=False,
             marker={"symbol": "square", "size": 18, "color": "#7f7f7f"},
@@ -614,14 +906,14 @@ def contention_figure(
         ), row=1, col=col)
         note = f"+{extra:,} more" if extra > 0 else ""
         if s != "atomic" and m["tiles_per_program"] > 1:
-            note = (note + " · " if note else "") + f"×{m['tiles_per_program']} tiles each"
+            note = (note + "<br>" if note else "") + f"×{m['tiles_per_program']} tiles each"
         if note:
             fig.add_annotation(text=note, x=max(cx) + 0.5, y=max(cy), showarrow=False,
                                xanchor="left", row=1, col=col)
         fig.update_xaxes(visible=False, range=[-2.5, max(MAX_CARTS_SHOWN, 4) + 4] if s == "atomic"
-                         else [-2.5, 6], row=1, col=col)
+                         else [-2.5, 7], row=1, col=col)
         fig.update_yaxes(visible=False, range=[MAX_DOCKS_SHOWN, -1], row=1, col=col)
-    metrics = (("queue_depth", "adds queued per dγ address"),
+    metrics = (("queue_depth", "adds queued per address"),
                ("partial_rows", "partial rows the reduce kernel reads"),
                ("programs", "programs launched"))
     for s in strategies:
@@ -634,10 +926,12 @@ def contention_figure(
                            "<br>fp32 workspace %{customdata[1]:.2f} MiB<extra></extra>"),
         ), row=2, col=1)
     fig.update_yaxes(type="log", title_text="count", row=2, col=1)
+    pairs = " (paired partial rows)" if paired_partials else ""
     fig.update_layout(
         title=(title or f"Where the dγ partials go: M={n_rows:,} rows × N={n_cols:,}, "
-                        f"{n_sm} SMs × {programs_per_sm} persistent programs per SM"),
-        barmode="group", height=560, template="plotly_white", legend_title_text="strategy",
+                        f"{n_sm} SMs × {programs_per_sm} persistent programs per SM{pairs}"),
+        barmode="group", height=620, template="plotly_white", legend_title_text="strategy",
+        margin={"t": 110},
     )
     return fig
 

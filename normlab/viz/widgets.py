@@ -150,11 +150,19 @@ class Explorer:
         return rows
 
     def show_recorded(self) -> list:
+        """The recorded panel: GB/s and speed-up at the benchmark shapes of the selection, and a
+        cliff map when a shape population of the selection is recorded (not with a preset)."""
         rows = self.recorded_selection()
-        if rows:
-            figs = [plots.gbps_vs_shape(rows, source="recorded"),
-                    plots.speedup_vs_best_peer(rows, source="recorded")]
-        else:
+        benchmark = [r for r in rows if not r.get("shape_set")]
+        population = [r for r in rows if r.get("shape_set")]
+        figs = []
+        if benchmark:
+            figs += [plots.gbps_vs_shape(benchmark, source="recorded"),
+                     plots.speedup_vs_best_peer(benchmark, source="recorded")]
+        sel = self._selection()
+        if population and plots.cliff_ratios(population, **sel):
+            figs.append(plots.cliff_map(population, **sel, source="recorded"))
+        if not figs:
             figs = [plots.empty_figure(plots.NO_RECORDED_DATA if not self.recorded else
                                        "no recorded run matches this op, dtype, direction and "
                                        "shapes", "recorded")]
@@ -234,28 +242,33 @@ def explorer(**kwargs) -> Explorer:
     return ex
 
 
-def contention_explorer(n_sm: int | None = None, two_stage_rows: int | None = None) -> W.VBox:
-    """Sliders for M, N and persistent programs per SM over ``plots.contention_figure``.
+def contention_explorer(n_sm: int | None = None) -> W.VBox:
+    """Sliders for M, N and persistent programs per SM over ``plots.contention_figure``, drawn
+    with the planner's configuration for each shape (``plots.contention_plan``): row tiles,
+    two-stage blocks, and paired partial rows where the planner pairs them at that program count.
 
     ``n_sm`` defaults to this GPU's SMs, or the H200's 132 under the interpreter (whose 4
-    stand-in SMs would make a dull picture); ``two_stage_rows`` to the two-stage kernel's.
+    stand-in SMs would make a dull picture).
     """
     from normlab.norms import config as norm_config
 
     n_sm = n_sm or (132 if _runtime.INTERPRET else _runtime.sm_count())
-    if two_stage_rows is None:
-        two_stage_rows = norm_config.NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM
     M = W.SelectionSlider(options=_POW2, value=32768, description="M (rows)")
     N = W.SelectionSlider(options=_POW2[:13], value=1024, description="N (cols)")
-    pps = W.SelectionSlider(options=[1, 2, 4, 8], value=2, description="programs/SM")
+    planned = norm_config.norm_bwd_config("persistent", M.value, N.value).programs_per_sm
+    pps = W.SelectionSlider(options=[1, 2, 4, 8], value=planned, description="programs/SM")
     strategies = W.SelectMultiple(options=plots.STRATEGIES, value=plots.STRATEGIES,
                                   description="strategies")
     out = W.Output()
 
     def draw(_change=None):
         chosen = strategies.value or plots.STRATEGIES
-        _show(out, [plots.contention_figure(M.value, N.value, n_sm=n_sm, programs_per_sm=pps.value,
-                                            two_stage_rows=two_stage_rows, strategies=chosen)])
+        plan = plots.contention_plan(M.value, N.value)
+        plan["programs_per_sm"] = pps.value
+        plan["paired_partials"] = norm_config.norm_bwd_config(
+            "persistent", M.value, N.value, programs_per_sm=pps.value).paired_partials
+        _show(out, [plots.contention_figure(M.value, N.value, n_sm=n_sm, strategies=chosen,
+                                            **plan)])
 
     for w in (M, N, pps, strategies):
         w.observe(draw, names="value")

@@ -5,52 +5,69 @@
 # %% [markdown]
 # # 00 · Setup and the roofline
 #
-# What you will learn:
-# - which machine and mode normlab runs in, and how to read *live* vs *recorded* numbers;
-# - **effective bandwidth** and the **memory roofline** that every plot in this lab is drawn against;
-# - the **bytes models**: what each op must move, written down before anything is timed;
-# - **device time vs wall time**: why a kernel that takes 10 µs can cost 100 µs of your step.
+# **Question.** A norm or a loss does a few flops per byte it moves. How fast can it possibly run on
+# an H200, and how do we say how close a kernel gets?
+#
+# **Answer.** Its time is set by bytes, not arithmetic: the ceiling is the card's measured copy
+# bandwidth, and every kernel is judged by the fraction of it that it reaches. The figure below is
+# RMSNorm's forward on the H200 (recorded; the caption names card, date and commit): most shapes sit
+# at 80–100% of copy, and the few below it are the small, short ones where a kernel's launch and
+# its first loads are a large share of its time.
+
+# %%
+import normlab  # first: picks GPU or the Triton interpreter before any kernel is defined
+from normlab import bench, exercises, viz
+
+recorded = bench.load_recorded(card="NVIDIA H200")  # the shipped H200 measurements
+standard = viz.select(recorded, shape_set=None)  # the benchmark shape sets (populations aside)
+fwd = viz.select(standard, op="rms_norm", direction="fwd", impl=["torch", "compile", "normlab"],
+                 layout=[None, "auto"])
+viz.roofline_bars(fwd, source="recorded", title="RMSNorm forward: fraction of the measured copy")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(viz.recorded_summary(recorded))
 
 # %% [markdown]
 # > **Live vs recorded.** *Live* numbers are measured in this session on this machine. Without a GPU,
 # > normlab runs its Triton kernels in the interpreter on CPU tensors: the live cells then check
 # > correctness and exercise the pipeline on tiny shapes, and their timings say **nothing** about GPU
 # > bandwidth. *Recorded* numbers were measured on an NVIDIA H200 and ship in `normlab/data/`; every
-# > plot title says which kind it shows, with the card and date.
+# > caption says which kind it shows, with the card, date and commit.
 
 # %%
-import normlab  # first: picks GPU or the Triton interpreter before any kernel is defined
-import torch
-from normlab import bench, ref, viz
-
 device = bench.device_info()  # card, versions, and the copy bandwidth measured right now
-recorded = bench.load_recorded(card="NVIDIA H200")  # shipped measurements ([] if none yet)
 print("\n".join(device.lines()))
-print(f"recorded H200 records in this package: {len(recorded)}")
 
 # %% [markdown]
 # ## Effective bandwidth and the roofline
 #
-# The ops in this lab (RMSNorm, LayerNorm, the KL and cross-entropy losses) do a handful of
-# floating-point operations per element they load: an RMSNorm forward is a square, a sum, a
-# reciprocal square root and two multiplies for every 4 bytes (bf16 read + write). A GPU
-# sustains hundreds of FLOPs per byte of HBM traffic, so these ops are **memory-bound**:
-# their time is set by bytes, not arithmetic. The figure of merit is the effective bandwidth
+# An RMSNorm forward is a square, a sum, a reciprocal square root and two multiplies for every
+# 4 bytes (bf16 read + write). A GPU sustains hundreds of flops per byte of HBM traffic, so these
+# ops are **memory-bound** and the figure of merit is
 #
 # $$
-# \text{GB/s} = \frac{\text{bytes the op must move}}{\text{device time}}
+# \text{GB/s} = \frac{\text{bytes the op must move}}{\text{device time}} .
 # $$
 #
-# and its ceiling (the *roofline*) is the best rate the card can move bytes at all. normlab measures that
-# ceiling rather than trusting the datasheet: a device-to-device `copy_` of a buffer far larger than
-# L2, counting bytes read + written. A kernel at 90% of copy is near the speed of light for its traffic.
+# Its ceiling (the *roofline*) is the best rate the card moves bytes at all. normlab measures it
+# rather than trusting the datasheet: a device-to-device `copy_` of a buffer far larger than L2,
+# bytes read + written. Every record stores the copy measured in its own run:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+r = viz.one(fwd, impl="normlab", M=32768, N=8192)
+print(f"recorded ({r['card']}, commit {r['commit']}): measured copy {r['roofline_gbps']:,.0f} GB/s, "
+      f"datasheet {r['datasheet_gbps']:,.0f} GB/s: copy reaches "
+      f"{100 * r['roofline_gbps'] / r['datasheet_gbps']:.0f}% of the datasheet")
+print(f"live ({device.card}, {device.mode} mode): measured copy {device.copy.gbps:,.0f} GB/s")
 
 # %% [markdown]
 # ## The bytes models
 #
-# `normlab.bench.traffic` writes down the bytes each (op, direction) must move. The **minimal** model
-# counts only the activations (so its GB/s never flatters a kernel); the **full** model adds weights,
-# row statistics and the fp32 partial buffers of a two-stage reduction.
+# `normlab.bench.traffic` writes down what each (op, direction) must move. The **minimal** model
+# counts only the activations, so its GB/s never flatters a kernel; the **full** model adds the
+# weights, the fp32 row statistics and the fp32 partial rows of a two-stage reduction.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -64,53 +81,86 @@ for op, direction in [("rms_norm", "fwd"), ("rms_norm", "bwd"), ("layer_norm", "
     print(f"{op:<20}{direction:<10}{lo / 2**20:>10.2f}{hi / 2**20:>10.2f}")
 
 # %% [markdown]
-# ## Measured copy bandwidth vs the datasheet
+# ### Exercise: the bytes of RMSNorm
 #
-# The copy measured above is this machine's roofline. On a CPU it is the host's memcpy rate and has
-# nothing to do with a GPU; the recorded H200 run stores its own copy measurement next to every record.
+# Predict before you look at the table's code: how many bytes must one RMSNorm call move, in each
+# direction, for an M×N input of `elem_bytes`-byte elements (minimal model)? The backward gets
+# $dy$ and needs $x$ to recompute $\hat x$; "fwd+bwd" is one call that runs the forward and then
+# its backward.
+#
+# Replace the marked line with your own formula and run the check: it compares your function with
+# `bench.bytes_moved` on 12 cases and explains the first wrong one. (Until you do, the shipped
+# solution answers, and the check says so; `exercises.show_solution("rms_norm_bytes")` prints it.)
 
 # %%
-print(f"live   ({device.card}, {device.mode} mode): measured copy {device.copy.gbps:,.0f} GB/s; "
-      f"datasheet {device.datasheet_gbps or 'n/a (not a known GPU)'}")
-copy_rec = viz.select(recorded, op="rms_norm")
-if copy_rec:
-    r = copy_rec[0]
-    print(f"recorded ({r['card']}, {r['date'][:10]}): measured copy {r['roofline_gbps']:,.0f} GB/s; "
-          f"datasheet {r['datasheet_gbps']:,.0f} GB/s ({100 * r['roofline_gbps'] / r['datasheet_gbps']:.0f}%)")
-else:
-    print("recorded: " + viz.NO_RECORDED_DATA)
+def rms_norm_bytes(direction: str, M: int, N: int, elem_bytes: int) -> int:
+    """Bytes one RMSNorm call moves to or from HBM (direction: "fwd", "bwd" or "fwd+bwd")."""
+    # ▶ YOUR ANSWER: replace this line with your own code
+    return exercises.solution("rms_norm_bytes")(direction, M, N, elem_bytes)
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+exercises.check("rms_norm_bytes", rms_norm_bytes)
 
 # %% [markdown]
 # ## Device time vs wall time
 #
 # `bench.sweep` reports two times per call. **Device time** is the sum of the call's GPU kernel
-# durations from the profiler, with L2 flushed before each call (the training view: inputs come from
-# HBM). **Wall time** is measured around the call from the CPU and includes Python and launch overhead.
-# At small shapes the gap is large: the kernels finish long before the CPU is done launching them.
-# Under the interpreter both are the same CPU time.
+# durations from the profiler, with L2 flushed before each call (inputs come from HBM, as in
+# training). **Wall time** is one isolated call from an idle GPU to its last kernel's end, so it
+# includes Python, argument checks, autograd and launches. At small shapes the kernels finish long
+# before the CPU is done launching them, and the wall time is the host's.
+#
+# Recorded on the H200 (each line is one record; same run for each shape):
 
 # %%
-SHAPES = [(64, 256), (37, 1000)] if normlab.INTERPRET else [(1024, 1024), (8192, 1024), (4096, 4096), (32768, 8192)]
-live = bench.sweep("rms_norm", ["normlab", "torch"], SHAPES, ["bf16"], ["fwd"], device=device)
+# NBVAL_CHECK_OUTPUT
+print(f"{'impl':<9}{'M×N':>12}{'device':>10}{'wall':>10}   (µs, recorded)")
+for M, N in ((8192, 1024), (32768, 8192)):
+    for impl in ("torch", "compile", "normlab"):
+        r = viz.one(fwd, impl=impl, M=M, N=N)
+        print(f"{impl:<9}{f'{M}×{N}':>12}{r['device_us']:>10.1f}{r['wall_us']:>10.1f}")
+print(f"(RMSNorm forward, {r['card']}, commit {r['commit']})")
+
+# %% [markdown]
+# Those wall times were recorded before normlab's host path was trimmed. The host overhead is
+# measured on its own (`benchmarks/host_profile.py`): a tiny input (4×1024), so the GPU is never
+# the bottleneck; `host` is CPU µs per call in a loop of 2000 calls, `wall` the median isolated
+# call. The same measurement runs live here on this machine's tiny input, in the interpreter (it
+# measures how slow the interpreter is, nothing about a GPU's host path):
+
+# %%
+from normlab.bench import devdata, overhead
+
+live_host = overhead.measure_overhead(ops=("rms_norm",), impls=("normlab", "torch"), directions=("fwd",))
+print(f"live, {normlab.DEVICE} ({'interpreter' if normlab.INTERPRET else 'GPU'}):")
+print(overhead.format_overhead(live_host))
+host = devdata.host_overhead()
+if host is None:
+    print("recorded: benchmarks/data/ is not in this installation (a repository checkout has it)")
+else:
+    meta, costs = host
+    print(f"\nrecorded: {meta['card']}, {meta['date']}, commit {meta['commit']}:")
+    print(overhead.format_overhead([c for c in costs if c.op == "rms_norm"]))
+
+# %% [markdown]
+# On the H200 a 4×1024 RMSNorm kernel takes a few µs of device time, and the call costs tens of µs
+# of CPU: a step made of small calls is bound by the host, and only device time says anything
+# about the kernel.
+#
+# ## Live: the harness end to end
+#
+# The same sweep every figure is drawn from, on this machine (tiny shapes under the interpreter):
+
+# %%
+SHAPES = [(16, 256), (7, 1000)] if normlab.INTERPRET else [(1024, 1024), (8192, 1024), (4096, 4096), (32768, 8192)]
+FAST = {"reps": 1, "warmup": 0} if normlab.INTERPRET else {}
+live = bench.sweep("rms_norm", ["normlab", "torch"], SHAPES, ["bf16"], ["fwd"], device=device, **FAST)
 print(bench.format_table(live, live.skipped))
 
 # %%
-viz.records_table(live, ["impl", "M", "N", "device_us", "wall_us", "gbps", "frac_roofline"])
-
-# %%
 viz.gbps_vs_shape(live, source="live")
-
-# %% [markdown]
-# ### Recorded on the H200
-#
-# The same plot from the shipped H200 run: the dashed line is the measured copy bandwidth, the dotted
-# line the datasheet peak. Hover a point for device µs, wall µs and the percentage of copy.
-
-# %%
-viz.gbps_vs_shape(viz.select(recorded, op="rms_norm", direction="fwd"), source="recorded")
-
-# %%
-viz.roofline_bars(viz.select(recorded, op="rms_norm", direction="fwd"), source="recorded")
 
 # %% [markdown]
 # [all notebooks](../README.md#notebooks) · [01-rmsnorm-forward →](01-rmsnorm-forward.ipynb)

@@ -3,48 +3,46 @@
 # fills its outputs).
 
 # %% [markdown]
-# # 03 · Bounded partials and wide rows
+# # 03 · Bounded partials, wide rows, and what decides a change's sign
 #
-# Fast-LLM's normalization backward rewrite (ServiceNow/Fast-LLM#546) makes two changes to the backward:
+# **Question.** One partial row per block of rows makes the reduce kernel's input grow with M. Does
+# bounding it pay, and how do we tell whether a change to a kernel will help before timing it?
 #
-# 1. **Bound the partial-reduction work.** One partial row per block of rows makes the second kernel's
-#    input grow with M (at 32768×1024 it ran at ~10% of bandwidth). A persistent grid of
-#    `programs_per_sm × SMs` programs folds many row tiles into one fp32 partial each, so the buffer is
-#    independent of M. Fast-LLM's rewrite (ServiceNow/Fast-LLM#546) found **two programs per SM** to be the knee: one starves latency
-#    hiding, more re-inflate the reduce kernel.
-# 2. **Decouple the tile from the row width.** Rows wider than one register tile take a **two-pass**
-#    scheme: pass 1 reduces the per-row corrections over column chunks, pass 2 re-reads $x$, $dy$ to write
-#    $dx$ and the partials. Narrow rows stay single-pass with no re-read.
-#
-# It also warns about a **measurement confound**: timing the backward as `fwd_bwd − fwd` leaves the
-# forward's output warm in L2 and flatters the backward. normlab's bench flushes L2 before every call.
-#
-# From 1024 to 8192 columns the single-pass kernel has a twin that takes the row width as a
-# compile-time constant and sums LayerNorm's two row sums in one reduction (one cross-warp exchange
-# per row tile instead of two): at 32768×8192, RMSNorm 420.3 → 405.2 µs and LayerNorm 514.6 →
-# 501.7 in the records. At 16384 columns the same change cost up to 165%. The one-row tile there
-# already spills registers (60 per thread for LayerNorm), and the change made it spill 152.
-# Registers decide a change's sign, so `configs.NORM_BWD_STATIC_COLS` keeps it where it was measured
-# faster.
+# **Answer.** At 1024 columns the two-stage reduce kernel reads a workspace that grows with M, while
+# the persistent grid's stays a fixed 264 rows on the H200 (figure, recorded: the `reduce` bar).
+# Whether a kernel change helps is decided by **registers**: the same change that saved 3% at
+# 8192 columns cost 165% at 16384, where the tile already spilled (the end of this notebook).
+
+# %%
+import normlab  # first: picks GPU or the Triton interpreter before any kernel is defined
+import torch
+from normlab import bench, exercises, ref, viz
+
+recorded = bench.load_recorded(card="NVIDIA H200")  # the shipped H200 measurements
+standard = viz.select(recorded, shape_set=None)  # the benchmark shape sets (populations aside)
+bwd = viz.select(standard, op="rms_norm", direction="bwd")
+by_m = viz.select(bwd, impl="normlab", strategy=["two_stage", "persistent"], N=1024)
+viz.kernel_breakdown(by_m, source="recorded", title="RMSNorm backward at 1024 columns: main vs reduce as M grows")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(viz.recorded_summary(recorded))
 
 # %% [markdown]
 # > **Live vs recorded.** *Live* numbers are measured in this session on this machine. Without a GPU,
 # > normlab runs its Triton kernels in the interpreter on CPU tensors: the live cells then check
 # > correctness and exercise the pipeline on tiny shapes, and their timings say **nothing** about GPU
 # > bandwidth. *Recorded* numbers were measured on an NVIDIA H200 and ship in `normlab/data/`; every
-# > plot title says which kind it shows, with the card and date.
-
-# %%
-import normlab  # first: picks GPU or the Triton interpreter before any kernel is defined
-import torch
-from normlab import bench, ref, viz
-
-device = bench.device_info()  # card, versions, and the copy bandwidth measured right now
-recorded = bench.load_recorded(card="NVIDIA H200")  # shipped measurements ([] if none yet)
-print("\n".join(device.lines()))
-print(f"recorded H200 records in this package: {len(recorded)}")
-
-# %% [markdown]
+# > caption says which kind it shows, with the card, date and commit.
+#
+# ## Two changes from Fast-LLM's backward rewrite (ServiceNow/Fast-LLM#546)
+#
+# 1. **Bound the partial-reduction work.** A persistent grid of `programs_per_sm × SMs` programs
+#    folds many row tiles into one fp32 partial each, so the buffer is independent of M.
+# 2. **Decouple the tile from the row width.** Rows wider than one register tile take a
+#    **two-pass** scheme: pass 1 reduces the per-row corrections over column chunks, pass 2 re-reads
+#    $x$, $dy$ to write $dx$ and the partials. Narrow rows stay single-pass.
+#
 # ## Correctness: program counts and single vs two-pass
 #
 # The launcher `normlab.norms.row.norm_backward` takes `programs_per_sm` and `two_pass` directly;
@@ -55,49 +53,70 @@ print(f"recorded H200 records in this package: {len(recorded)}")
 from normlab.norms.row import norm_backward, norm_forward
 
 torch.manual_seed(0)
-M, N = 257, 300
+M, N = 67, 300
 x = torch.randn(M, N, device=normlab.DEVICE)
 w = 1 + 0.1 * torch.randn(N, device=normlab.DEVICE)
 dy = torch.randn(M, N, device=normlab.DEVICE)
 _, mean, rstd = norm_forward(x, w, None, 1e-6, True)
 ref_dx, ref_dw, _ = ref.norm_backward(dy.double(), x.double(), w.double(), eps=1e-6)
 for two_pass, block_cols in ((False, None), (True, 128)):
-    for pps in (1, 2, 4, 8):
+    for pps in (1, 2, 4):
         dx, dw, _ = norm_backward(dy, x, w, None, mean, rstd, True, strategy="persistent",
                                   programs_per_sm=pps, two_pass=two_pass, block_cols=block_cols)
         tag = f"{'two-pass' if two_pass else 'single-pass'} {pps}×SMs"
         print(viz.verdict(f"{tag:<18} dx", dx, ref_dx), "|", viz.verdict("dγ", dw, ref_dw, reduce_len=M))
 
 # %% [markdown]
-# ## How the buffer scales: programs per SM and M
+# ## How the buffer scales
 #
-# Partial rows the reduce kernel must read (fp32, N = 1024, 132 SMs), from `viz.contention_model`.
-# Two-stage grows with M; persistent is fixed by the program count.
+# Partial rows the reduce kernel must read (fp32, N = 1024, 132 SMs), from the planner's
+# configuration in `viz.contention_model`: two-stage grows with M; persistent is fixed by the
+# program count.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(f"{'M':>7} {'two_stage rows':>15} " + " ".join(f"{f'persist ×{p}':>11}" for p in (1, 2, 4, 8)))
+print(f"{'M':>7} {'two_stage rows':>15} {'persistent rows':>16} {'MiB read by reduce (two_stage / persistent)':>45}")
 for M in (2048, 8192, 32768, 131072):
-    two = viz.contention_model(M, 1024, n_sm=132, two_stage_rows=32)["two_stage"]["partial_rows"]
-    per = [viz.contention_model(M, 1024, n_sm=132, programs_per_sm=p)["persistent"]["partial_rows"] for p in (1, 2, 4, 8)]
-    print(f"{M:>7} {two:>15} " + " ".join(f"{r:>11}" for r in per))
+    m = viz.contention_model(M, 1024, n_sm=132, **viz.contention_plan(M, 1024))
+    two, per = m["two_stage"], m["persistent"]
+    print(f"{M:>7} {two['partial_rows']:>15} {per['partial_rows']:>16} "
+          f"{two['reduce_read_bytes'] / 2**20:>36.2f} / {per['reduce_read_bytes'] / 2**20:.2f}")
 
 # %% [markdown]
-# ## Live: sweep the program count and find the knee
+# ### Exercise: what the reduce kernel reads
 #
-# On the H200 the knee sits at **four** programs per SM for rows up to 2048 columns, not two; but
-# four partial rows per SM would double the buffer. normlab keeps the buffer at 2 × SMs rows by
-# letting programs 2k and 2k + 1 `atomic_add` into one zeroed partial row ("paired rows"). That is
-# still bitwise deterministic: with exactly two addends into 0, $(0 + a) + b = (0 + b) + a$ in
-# floating point, whichever program comes first. The price is a memset of the buffer and the atomics
-# (`docs/notes/2026-11-29-norm-backward-persistent.md` has the measured cost).
-#
-# Each call is measured by `bench.measure` (device time with a cold L2 on a GPU, CPU time under the
-# interpreter, divided into the bytes model) into a record the plots can draw. On the GPU the shape
-# is Fast-LLM's 32768×1024 (ServiceNow/Fast-LLM#546); on a CPU a tiny one, where the timings only show the pipeline works.
+# Building on notebook 02's `partial_rows`: how many bytes does the reduce kernel read for RMSNorm
+# (`is_rms=True`, one parameter gradient) and LayerNorm (dγ and dβ)? Partials are fp32 whatever the
+# input dtype.
 
 # %%
-M, N = (256, 256) if normlab.INTERPRET else (32768, 1024)
+from normlab.norms import config as configs
+
+
+def reduce_read_bytes(strategy: str, M: int, N: int, n_sm: int, is_rms: bool) -> int:
+    """Bytes of fp32 partials the reduce kernel reads ("atomic": 0)."""
+    # ▶ YOUR ANSWER: replace this line with your own code
+    return exercises.solution("reduce_read_bytes")(strategy, M, N, n_sm, is_rms)
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+exercises.check("reduce_read_bytes", reduce_read_bytes)
+
+# %% [markdown]
+# ## Live: sweep the program count
+#
+# On the H200 the knee sits at **four** programs per SM up to 2048 columns; four partial rows per SM
+# would double the buffer, so programs 2k and 2k + 1 `atomic_add` into one zeroed row ("paired
+# rows"). That stays bitwise deterministic: with exactly two addends into 0,
+# $(0 + a) + b = (0 + b) + a$ in floating point, whichever program comes first.
+#
+# Each call is measured by `bench.measure` into a record the plots can draw. On the GPU the shape is
+# Fast-LLM's 32768×1024; on a CPU a tiny one, where the timings only show the pipeline works.
+
+# %%
+M, N = (32, 256) if normlab.INTERPRET else (32768, 1024)
+device = bench.device_info()
 x = torch.randn(M, N, dtype=torch.bfloat16, device=normlab.DEVICE)
 w = torch.ones(N, dtype=torch.bfloat16, device=normlab.DEVICE)
 dy = torch.randn_like(x)
@@ -108,13 +127,10 @@ knee = [
                                         programs_per_sm=pps, paired_partials=paired),
                   "rms_norm", "normlab", M, N, "bf16", "bwd", device=device,
                   strategy=f"persistent {pps}/SM" + (", paired rows" if paired else ""),
-                  reps=5 if normlab.INTERPRET else 30)
+                  reps=1 if normlab.INTERPRET else 30, warmup=0 if normlab.INTERPRET else 3)
     for pps, paired in ((1, False), (2, False), (4, False), (4, True), (8, False))
 ]
 viz.records_table(knee, ["strategy", "M", "N", "device_us", "wall_us", "gbps"])
-
-# %%
-viz.roofline_bars(knee, source="live", title="Programs per SM: fraction of copy")
 
 # %%
 viz.kernel_breakdown(knee, source="live", title="Programs per SM: main vs reduce kernel")
@@ -122,34 +138,94 @@ viz.kernel_breakdown(knee, source="live", title="Programs per SM: main vs reduce
 # %% [markdown]
 # ## Cold vs warm L2
 #
-# The confound in numbers: the same backward timed right after its forward (inputs still in L2) vs
-# after the bench's L2 flush. On the H200 (60 MB L2) a 4096×4096 bf16 tensor is 32 MiB, so a warm
-# backward reads part of its inputs from cache and looks faster than training will ever see it.
+# Fast-LLM's rewrite warns about a **measurement confound**: timed back to back (or as
+# `fwd_bwd − fwd`), the backward finds its inputs still in L2 and looks faster than training will
+# ever see it. normlab's bench writes a buffer larger than L2 before every timed call. Below, the
+# same backward timed both ways: live (on a GPU, at 2048×4096, whose x, dy and dx, 48 MiB together,
+# fit the H200's 60 MB L2) beside the recorded cold time. No warm time is recorded: run this cell on
+# a GPU to see the gap.
 
 # %%
-M, N = (64, 256) if normlab.INTERPRET else (4096, 4096)
-x = torch.randn(M, N, dtype=torch.bfloat16, device=normlab.DEVICE, requires_grad=True)
-w = torch.ones(N, dtype=torch.bfloat16, device=normlab.DEVICE, requires_grad=True)
-dy = torch.randn(M, N, dtype=torch.bfloat16, device=normlab.DEVICE)
-cold = bench.time_call(lambda: torch.autograd.grad(normlab.rms_norm(x, w), (x, w), dy), reps=5)
-fwd = bench.time_call(lambda: normlab.rms_norm(x, w), reps=5)
-print(f"fwd+bwd with a cold L2: {cold.device_us:.1f} µs; fwd alone: {fwd.device_us:.1f} µs; "
-      f"'bwd = fwd_bwd - fwd': {cold.device_us - fwd.device_us:.1f} µs")
-print("compare with the isolated cold-L2 backward of the sweep below (bench flushes before each call)")
-
-# %%
-live = bench.sweep("rms_norm", ["normlab"], [(M, N)], ["bf16"], ["bwd"], device=device)
-print(bench.format_table(live, live.skipped))
+M, N = (16, 256) if normlab.INTERPRET else (2048, 4096)
+x = torch.randn(M, N, dtype=torch.bfloat16, device=normlab.DEVICE)
+w = torch.ones(N, dtype=torch.bfloat16, device=normlab.DEVICE)
+dy = torch.randn_like(x)
+_, mean, rstd = norm_forward(x, w, None, 1e-6, True)
+run = lambda: norm_backward(dy, x, w, None, mean, rstd, True)  # noqa: E731
+reps = {"reps": 1, "warmup": 0} if normlab.INTERPRET else {"reps": 50}
+cold = bench.time_call(run, **reps)
+warm = bench.time_warm(run, **reps)
+label = "interpreter on CPU: no L2 story here" if normlab.INTERPRET else device.card
+print(f"live ({label}), {M}×{N}: cold L2 {cold.device_us:.1f} µs, warm (back to back) {warm:.1f} µs")
+print("recorded cold:", viz.quote(bwd, impl="normlab", strategy="auto", M=2048, N=4096))
 
 # %% [markdown]
-# ## Recorded on the H200: reduce-kernel cost vs M
+# ## Registers decide a change's sign
+#
+# From 1024 to 8192 columns the single-pass backward has a twin that takes the row width as a
+# compile-time constant and sums LayerNorm's two row sums in one reduction (`pair_static` below).
+# Measured as an A/B with each compiled kernel's registers and spills per thread, it gained at
+# 8192 columns and lost badly at 16384, where the one-row tile already spilled. Registers per
+# thread and warps give the programs that fit on an SM (`bench.occupancy`, compute capability 9.0);
+# spills go to local memory, that is, to L1/L2 and DRAM, inside the loop:
 
 # %%
-bwd = viz.select(recorded, op="rms_norm", direction="bwd", impl="normlab")
-viz.kernel_breakdown(bwd, source="recorded")
+# NBVAL_CHECK_OUTPUT
+from normlab.bench import devdata, occupancy
 
-# %%
-viz.gbps_vs_shape(viz.select(recorded, op="rms_norm", direction="bwd"), source="recorded")
+ab = devdata.register_ab("4dd23b8+ab")
+if ab is None:
+    print("recorded: benchmarks/data/ is not in this installation (a repository checkout has it)")
+else:
+    meta, rows = ab
+    print(f"recorded A/B, {meta['card']}, {meta['date'][:10]}, commit {meta['commit']} "
+          f"(median of {rows[0]['rounds']} rounds, µs):")
+    print(f"{'op':<4}{'M×N':>12} {'variant':<17}{'regs':>5}{'spills':>7}{'programs/SM':>12}{'µs':>8}")
+    for r in rows:
+        if r["n_regs"] is None or r["variant"] not in ("norm_base", "norm_pair_static"):
+            continue
+        cfg = configs.norm_bwd_config("persistent", r["M"], r["N"], is_rms=r["op"] == "rms")
+        shape = f"{r['M']}×{r['N']}"
+        print(f"{r['op']:<4}{shape:>12} {r['variant']:<17}{r['n_regs']:>5}{r['n_spills']:>7}"
+              f"{occupancy.programs_per_sm(r['n_regs'], cfg.num_warps):>12}{r['device_us']:>8.1f}")
 
 # %% [markdown]
+# At 32768×8192 neither variant spills, and the one with fewer cross-warp exchanges wins. At
+# 2048×16384 the base LayerNorm kernel already spills 60 registers per thread; the compiler gave
+# the constant-width, paired-sum kernel 64 registers and spilled 152, so two programs fit per SM
+# instead of one, and it took more than twice as long: more programs do not help when each goes
+# to local memory inside its loop. So `configs.NORM_BWD_STATIC_COLS` keeps the change at
+# 1024–8192 columns, where it was measured faster.
+#
+# Live, Triton's compiled kernels say the same about themselves (`occupancy.compiled_kernels` reads
+# `n_regs` and `n_spills` from what Triton compiled in this process; under the interpreter nothing is
+# compiled, so there is nothing to read):
+
+# %%
+from normlab.norms import row
+
+kernels = [k for fn in (row._norm_bwd_persistent_kernel, row._norm_bwd_persistent_static_kernel,
+                        row._norm_bwd_persistent_two_pass_kernel)
+           for k in occupancy.compiled_kernels(fn)]
+if not kernels:
+    print("live: no compiled kernels (Triton interpreter on CPU): registers, spills and programs "
+          "per SM exist only for compiled code; the recorded H200 values are above")
+for k in kernels:
+    print(f"live ({device.card}): {k['name']}: {k['num_warps']} warps, {k['n_regs']} registers, "
+          f"{k['n_spills']} spills per thread -> {k['programs_per_sm']} programs per SM")
+
+# %% [markdown]
+# ## Recorded on the H200
+
+# %%
+viz.gbps_vs_shape(bwd, source="recorded", title="RMSNorm backward, bf16")
+
+# %% [markdown]
+# What was tried (programs per SM, paired rows, prefetch, tile sizes, the constant width and paired
+# sums at each width, the LayerNorm target) is in the notes:
+# [persistent backward](../docs/notes/2026-11-29-norm-backward-persistent.md),
+# [constant width](../docs/notes/2026-11-30-norm-backward-constant-width.md),
+# [few-row wide shapes](../docs/notes/2026-11-29-norm-backward-few-row-wide-shapes.md),
+# [LayerNorm target](../docs/notes/2026-11-30-layernorm-backward-target.md).
+#
 # [← 02-backward-dgamma-reduction](02-backward-dgamma-reduction.ipynb) · [all notebooks](../README.md#notebooks) · [04-narrow-rows-block-row →](04-narrow-rows-block-row.ipynb)

@@ -5,64 +5,94 @@
 # %% [markdown]
 # # 04 · Narrow rows: block-row vs one row per program
 #
-# Liger-Kernel's block-row pull request (linkedin/Liger-Kernel#1620) trains tiny networks with 16–256 features and ~7.9 million rows. One
-# program per row then moves 16 × 2 bytes per program: far less than a warp can load in one
-# instruction, so most lanes idle and the launch grid (7.9 M programs) is mostly scheduling overhead.
-# **Block-row** kernels pack many rows into one 2-D tile (`BLOCK_ROWS × next_pow2(N)`, 1024–8192
-# elements, measured per norm and width) so every program does a full tile of work, and the backward
-# runs a persistent grid.
+# **Question.** Tiny networks normalize 16–256 features over millions of rows (Liger-Kernel's
+# block-row pull request, linkedin/Liger-Kernel#1620, trains at 7,864,320 rows). What goes wrong
+# with one program per row, and what fixes it?
 #
-# normlab picks the layout with `layout="auto"` (`configs.use_block_row`: N ≤ 256 and M ≥ 16384) or
-# you force it with `layout="row"` / `layout="block_row"`.
+# **Answer.** At 16 bf16 columns one program moves 64 bytes: far less than one warp loads in a
+# single instruction, so most lanes idle and the 7.9-million-program grid is mostly scheduling.
+# **Block-row** kernels pack many rows into one 2-D tile, so every program does a full tile of work:
+# below, LayerNorm's forward at 7.9M rows (recorded), one row per program (`row`) against the
+# block-row layout and the peers.
+
+# %%
+import normlab  # first: picks GPU or the Triton interpreter before any kernel is defined
+import torch
+from normlab import bench, exercises, ref, viz
+
+recorded = bench.load_recorded(card="NVIDIA H200")  # the shipped H200 measurements
+standard = viz.select(recorded, shape_set=None)  # the benchmark shape sets (populations aside)
+narrow = viz.select(standard, M=7_864_320)
+viz.gbps_vs_shape(viz.select(narrow, op="layer_norm", direction="fwd"), source="recorded",
+                  title="LayerNorm forward at 7,864,320 rows")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(viz.recorded_summary(recorded))
 
 # %% [markdown]
 # > **Live vs recorded.** *Live* numbers are measured in this session on this machine. Without a GPU,
 # > normlab runs its Triton kernels in the interpreter on CPU tensors: the live cells then check
 # > correctness and exercise the pipeline on tiny shapes, and their timings say **nothing** about GPU
 # > bandwidth. *Recorded* numbers were measured on an NVIDIA H200 and ship in `normlab/data/`; every
-# > plot title says which kind it shows, with the card and date.
+# > caption says which kind it shows, with the card, date and commit.
+#
+# ## Which layout runs
+#
+# `layout="block_row"` packs `BLOCK_ROWS × next_pow2(N)` elements per tile (up to
+# `configs.BLOCK_ROW_MAX_COLS` = 256 columns; it refuses wider rows), and its backward runs a
+# persistent grid. `layout="auto"` (the default) takes it when the rows are narrow *and* there are
+# enough of them to fill the card with tiles (`configs.use_block_row`).
+#
+# ### Exercise: predict the planner
+#
+# Write the rule from the paragraph above, then check it against `configs.plan(...)` on 20 shapes
+# around both limits.
 
 # %%
-import normlab  # first: picks GPU or the Triton interpreter before any kernel is defined
-import torch
-from normlab import bench, ref, viz
+from normlab.norms import config as configs
 
-device = bench.device_info()  # card, versions, and the copy bandwidth measured right now
-recorded = bench.load_recorded(card="NVIDIA H200")  # shipped measurements ([] if none yet)
-print("\n".join(device.lines()))
-print(f"recorded H200 records in this package: {len(recorded)}")
+
+def uses_block_row(M: int, N: int) -> bool:
+    """Does layout="auto" take the block-row kernels for M rows of N columns?"""
+    # ▶ YOUR ANSWER: replace this line with your own code
+    return exercises.solution("uses_block_row")(M, N)
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+exercises.check("uses_block_row", uses_block_row)
 
 # %% [markdown]
 # ## The occupancy intuition, in numbers
 #
-# Elements per program and programs launched for the 7,864,320 rows of Liger-Kernel's block-row pull request (#1620), from the kernels' own
-# launch configuration (`configs.block_row_fwd_config`, LayerNorm's forward tiles; RMSNorm's differ
-# at 16, 128 and 256 columns, `configs.BLOCK_ROW_FWD_TILES`):
+# Elements per program and programs launched for 7,864,320 rows, from the kernels' own launch
+# configuration (`configs.block_row_fwd_config`, LayerNorm's forward tiles; RMSNorm's differ at 16,
+# 128 and 256 columns). Only the widths the block-row layout accepts are listed; at 512 columns
+# `layout="auto"` runs the wide-row forward's short tiles (`configs.NORM_FWD_BLOCK_ROW`), printed
+# last.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from normlab.norms import config as configs
-
 ROWS = 7_864_320
 print(f"{'N':>5} {'row: elems/program':>19} {'row: programs':>14} {'block-row: rows/tile':>21} "
       f"{'elems/program':>14} {'programs':>10}")
-for N in (16, 32, 64, 128, 256, 512):
+for N in (16, 32, 64, 128, 256):
     cfg = configs.block_row_fwd_config(N, is_rms=False)
     print(f"{N:>5} {N:>19} {ROWS:>14,} {cfg.block_rows:>21} {cfg.block_rows * N:>14} "
           f"{-(-ROWS // cfg.block_rows):>10,}")
+short = configs.norm_fwd_block_row_config(ROWS, 512, is_rms=False)
+print(f"  512: above BLOCK_ROW_MAX_COLS; layout='auto' runs tiles of {short.block_rows} rows, "
+      f"{short.num_warps} warps: {-(-ROWS // short.block_rows):,} programs")
 
 # %% [markdown]
 # ## Save or recompute the row statistics
 #
-# The backward needs each row's mean and rstd. Stored by the forward, they cost 4 (RMSNorm) or 8
-# (LayerNorm) bytes a row, against 64 bytes of x and y at 16 bf16 columns: a tenth of the forward's
-# traffic. The block-row backward reads the row's x anyway, so it can recompute them in registers
-# with the forward's fp32 arithmetic instead. On the H200 that took LayerNorm's forward at 16 columns
-# from 136.6 to 119.7 µs. The price is two more row reductions in the backward (the mean, then the
-# variance). For RMSNorm they cost nothing measurable. For LayerNorm up to 64 columns they cost
-# less than the stores save (at 16 and 32 columns, with tiles of their own, the backward even got
-# faster); at 128 and 256 columns they cost more, so the stores stay there
-# (`configs.block_row_recompute_stats`; the measurements are in `docs/notes/2026-11-30-narrow-rows-block-row.md`):
+# The backward needs each row's mean and rstd. Stored by the forward they cost 4 (RMSNorm) or 8
+# (LayerNorm) bytes a row, against 64 bytes of x and y at 16 bf16 columns. The block-row backward
+# reads the row's x anyway, so it can recompute them instead. It pays where the stores are a large
+# share of the forward's bytes and the two extra row reductions are cheap
+# (`configs.block_row_recompute_stats`):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -75,13 +105,13 @@ for N in (16, 32, 64, 128, 256):
 # %% [markdown]
 # ## Correctness: both layouts, both norms, forward and backward
 #
-# M = 333 is not a multiple of any tile height, so the last tile is ragged. At N = 16 and 48 the
+# M = 37 is not a multiple of any tile height, so the last tile is ragged. At N = 16 and 48 the
 # block-row backward recomputes the statistics; at N = 256 LayerNorm's reads them.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 torch.manual_seed(0)
-M = 333
+M = 37
 for N in (16, 48, 256):
     for layout in ("row", "block_row"):
         x = torch.randn(M, N, device=normlab.DEVICE, requires_grad=True)
@@ -102,40 +132,39 @@ for N in (16, 48, 256):
 
 # %% [markdown]
 # ## Live measurement
+#
+# Tiny under the interpreter (the timings only show the pipeline works); a million rows on a GPU.
 
 # %%
-SHAPES = [(256, 16), (256, 64)] if normlab.INTERPRET else [(1_048_576, n) for n in (16, 64, 256, 512)]
-live = bench.sweep("layer_norm", ["torch", "normlab"], SHAPES, ["bf16"], ["fwd", "bwd"], device=device,
-                   options={"layout": ["row", "block_row"]})
+SHAPES = [(32, 16), (32, 64)] if normlab.INTERPRET else [(1_048_576, n) for n in (16, 64, 256, 512)]
+FAST = {"reps": 1, "warmup": 0} if normlab.INTERPRET else {}
+live = bench.sweep("layer_norm", ["torch", "normlab"], SHAPES, ["bf16"], ["fwd"], device=bench.device_info(),
+                   options={"layout": ["row", "block_row"]}, **FAST)
 print(bench.format_table(live, live.skipped))
 
 # %%
-viz.gbps_vs_shape(viz.select(live, direction="fwd"), source="live")
+viz.gbps_vs_shape(live, source="live")
 
 # %% [markdown]
-# ## Recorded on the H200: the block-row pull request's shapes
+# ## Recorded on the H200: the backward and the "total"
 #
-# `normlab` is the default (`layout="auto"`). At 512 columns, above the block-row layout's limit, its
-# forward still packs rows: short tiles of 4 (RMSNorm) or 8 (LayerNorm) rows, one program each
-# (`configs.NORM_FWD_BLOCK_ROW`), 1.2× faster than one row per program there; its backward stays on
-# the row path.
+# The block-row pull request's "total" is the forward and its backward in one call, as a training
+# step runs them (`direction="fwd+bwd"`, bytes 5·M·N·e).
 
 # %%
-narrow = [r for r in recorded if r.M == 7_864_320]
-viz.gbps_vs_shape(viz.select(narrow, op="layer_norm", direction="fwd"), source="recorded")
+viz.gbps_vs_shape(viz.select(narrow, op="layer_norm", direction="bwd"), source="recorded",
+                  title="LayerNorm backward at 7,864,320 rows")
 
 # %%
-viz.gbps_vs_shape(viz.select(narrow, op="layer_norm", direction="bwd"), source="recorded")
+viz.gbps_vs_shape(viz.select(narrow, op="layer_norm", direction="fwd+bwd"), source="recorded",
+                  title="LayerNorm forward + backward at 7,864,320 rows")
+
+# %%
+viz.speedup_vs_best_peer(viz.select(narrow, op="rms_norm"), source="recorded",
+                         title="RMSNorm at 7,864,320 rows: speed-up vs the best peer")
 
 # %% [markdown]
-# The block-row pull request's "total": the forward and its backward in one call, as a training step runs them
-# (`direction="fwd+bwd"`, bytes 5·M·N·e).
-
-# %%
-viz.gbps_vs_shape(viz.select(narrow, op="layer_norm", direction="fwd+bwd"), source="recorded")
-
-# %%
-viz.speedup_vs_best_peer(viz.select(narrow, op="rms_norm"), source="recorded")
-
-# %% [markdown]
+# The tiles per width, the backward sweep, the recomputed statistics and the 512-column gap are in
+# the [narrow-rows note](../docs/notes/2026-11-30-narrow-rows-block-row.md).
+#
 # [← 03-bounded-partials-and-wide-rows](03-bounded-partials-and-wide-rows.ipynb) · [all notebooks](../README.md#notebooks) · [05-reverse-kl-fused-vs-split →](05-reverse-kl-fused-vs-split.ipynb)

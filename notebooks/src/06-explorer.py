@@ -9,7 +9,7 @@
 # and shapes (sliders, or a preset such as the peer shapes), then press **Run**. The progress bar follows
 # `bench.sweep`; the live figures (GB/s vs shape against the copy roofline, fraction of copy, speed-up
 # vs the best peer) appear under *live*, and the recorded H200 measurements for the same selection
-# under *recorded*.
+# under *recorded* (with a cliff map of the shape population where one is recorded).
 #
 # On a CPU, presets are cut to interpreter-sized shapes (the status line says so) and the live numbers
 # only show that the pipeline works; the recorded panel is the one to read.
@@ -19,17 +19,20 @@
 # > normlab runs its Triton kernels in the interpreter on CPU tensors: the live cells then check
 # > correctness and exercise the pipeline on tiny shapes, and their timings say **nothing** about GPU
 # > bandwidth. *Recorded* numbers were measured on an NVIDIA H200 and ship in `normlab/data/`; every
-# > plot title says which kind it shows, with the card and date.
+# > caption says which kind it shows, with the card, date and commit.
 
 # %%
 import normlab  # first: picks GPU or the Triton interpreter before any kernel is defined
-import torch
-from normlab import bench, ref, viz
+from normlab import bench, viz
+from normlab.bench import devdata
 
-device = bench.device_info()  # card, versions, and the copy bandwidth measured right now
-recorded = bench.load_recorded(card="NVIDIA H200")  # shipped measurements ([] if none yet)
-print("\n".join(device.lines()))
-print(f"recorded H200 records in this package: {len(recorded)}")
+recorded = bench.load_recorded(card="NVIDIA H200")  # the shipped H200 measurements
+if not viz.select(recorded, shape_set="population"):  # until it ships in normlab/data/
+    recorded = [*recorded, *(devdata.population() or [])]  # the repository's copy
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(viz.recorded_summary(recorded))
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -45,10 +48,24 @@ explorer = widgets.explorer(recorded=recorded)
 explorer
 
 # %% [markdown]
+# ## Cliff maps of the shape population
+#
+# The explorer's recorded panel adds a cliff map when the selection has a recorded shape
+# population. Here are all four norm maps at once: normlab's default ÷ the fastest peer measured
+# in the same run (torch, torch.compile, Liger-Kernel), each point one shape on log axes. Blue:
+# normlab faster; red: slower; hover for the shape, both times and the peer.
+
+# %%
+population = viz.select(recorded, shape_set="population")
+for op in ("rms_norm", "layer_norm"):
+    for direction in ("fwd", "bwd"):
+        viz.cliff_map(population, op=op, direction=direction, dtype="bf16", source="recorded").show()
+
+# %% [markdown]
 # The same pipeline without widgets, for scripts: choose records, then call the figure functions.
 
 # %%
-viz.gbps_vs_shape(viz.select(recorded, op="rms_norm", direction="bwd"), source="recorded")
+viz.gbps_vs_shape(viz.select(recorded, op="rms_norm", direction="bwd", shape_set=None), source="recorded")
 
 # %% [markdown]
 # [← 05-reverse-kl-fused-vs-split](05-reverse-kl-fused-vs-split.ipynb) · [all notebooks](../README.md#notebooks)

@@ -1,0 +1,81 @@
+"""Readers for the measurements kept in the repository's ``benchmarks/data/`` (not in the wheel).
+
+The notebooks show a few recorded numbers that are not benchmark records: the host overhead of
+every op (``overhead_*_h200.json``, ``benchmarks/host_profile.py``), the A/B runs that read each
+compiled kernel's registers and spills (``dev/sweep_launch_configs_h200.json``), and the norm
+shape population until it ships in ``normlab/data/``. Each reader returns None when its file is
+not there (an installed package has no ``benchmarks/``), and the notebooks then say so.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from normlab.bench.overhead import HostCost
+from normlab.bench.records import REPO_ROOT, Record, read_jsonl
+
+DATA = REPO_ROOT / "benchmarks" / "data"
+HOST_OVERHEAD = "overhead_all_h200.json"
+SWEEPS = "dev/sweep_launch_configs_h200.json"
+POPULATION = "norm_population_h200.jsonl"
+
+
+def _path(name: str, data_dir: str | Path | None) -> Path | None:
+    path = Path(data_dir or DATA) / name
+    return path if path.is_file() else None
+
+
+def host_overhead(name: str = HOST_OVERHEAD,
+                  data_dir: str | Path | None = None) -> tuple[dict, list[HostCost]] | None:
+    """(meta, costs) of a recorded host-overhead run: card, commit, date and note, and one
+    ``HostCost`` per (op, impl, direction)."""
+    path = _path(name, data_dir)
+    if path is None:
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data["meta"], [HostCost(**c) for c in data["costs"]]
+
+
+def sweep_run(commit: str, data_dir: str | Path | None = None) -> tuple[dict, list[dict]] | None:
+    """(meta, results) of the launch-config sweep run at ``commit`` (as its meta names it, e.g.
+    "fd6ed74" or "4dd23b8+ab"): card, date, commit, torch, triton and note, and its raw rows."""
+    path = _path(SWEEPS, data_dir)
+    if path is None:
+        return None
+    runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+    run = next((r for r in runs if r["meta"].get("commit") == commit), None)
+    if run is None:
+        raise ValueError(f"{path}: no run at commit {commit!r}")
+    meta = {k: run["meta"].get(k) for k in ("card", "date", "commit", "torch", "triton", "note")}
+    return meta, run["results"]
+
+
+def register_ab(commit: str, data_dir: str | Path | None = None) -> tuple[dict, list[dict]] | None:
+    """(meta, rows) of one A/B run of the launch-config sweeps (``commit`` as in its meta, e.g.
+    "4dd23b8+ab"): per (op, M, N, variant) the compiled kernel's registers and spills per thread
+    and the median device µs over the run's rounds."""
+    run = sweep_run(commit, data_dir)
+    if run is None:
+        return None
+    meta, results = run
+    cells: dict[tuple, dict] = {}
+    for r in results:
+        key = (r["op"], r["M"], r["N"], r["variant"])
+        cell = cells.setdefault(key, {"op": r["op"], "M": r["M"], "N": r["N"],
+                                      "variant": r["variant"], "n_regs": None, "n_spills": None,
+                                      "samples": []})
+        cell["samples"].append(r["device_us"])
+        if r.get("n_regs") is not None:
+            cell["n_regs"], cell["n_spills"] = r["n_regs"], r["n_spills"]
+    rows = [{**{k: v for k, v in c.items() if k != "samples"},
+             "device_us": statistics.median(c["samples"]), "rounds": len(c["samples"])}
+            for c in cells.values()]
+    return meta, rows
+
+
+def population(data_dir: str | Path | None = None) -> list[Record] | None:
+    """The norm shape population's records (``shape_set="population"``)."""
+    path = _path(POPULATION, data_dir)
+    return None if path is None else read_jsonl(path)
