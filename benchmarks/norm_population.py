@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 import time
 from pathlib import Path
@@ -23,13 +22,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from normlab.bench import device_info, registry, shapes
+from normlab.bench import device_info, population, registry, shapes
 from normlab.bench.records import parse_dtype, portable_command, read_jsonl, write_jsonl
 from normlab.bench.sweep import measure
 
 OPS = ("rms_norm", "layer_norm")
-TARGET_EVERY_SHAPE = 0.90  # normlab / best peer at every population member, each direction
-TARGET_GEOMEAN = 1.15  # the geometric mean over the population, each op and direction
 DIRECTIONS = ("fwd", "bwd")
 
 
@@ -123,36 +120,9 @@ def main(argv=None) -> int:
 
 
 def summary(records) -> str:
-    """Per op and direction: geomean of best-peer µs / normlab µs, cells below 0.9, worst ten."""
-    by = {}
-    for r in records:
-        if not r.valid:
-            continue
-        by.setdefault((r.op, r.direction, r.M, r.N, r.dtype), {})[r.impl] = r.device_us
-    lines = []
-    for op in OPS:
-        for direction in DIRECTIONS:
-            ratios = []
-            for (o, d, M, N, dt), t in by.items():
-                if o != op or d != direction or "normlab" not in t:
-                    continue
-                peers = [v for k, v in t.items() if k != "normlab" and v]
-                if peers:
-                    ratios.append((min(peers) / t["normlab"], M, N, dt))
-            if not ratios:
-                continue
-            geo = math.exp(sum(math.log(r[0]) for r in ratios) / len(ratios))
-            low = sum(r[0] < TARGET_EVERY_SHAPE for r in ratios)
-            worst = sorted(ratios)[:10]
-            missed = ([f"geomean at {geo / TARGET_GEOMEAN:.2f}x its target"]
-                      if geo < TARGET_GEOMEAN else []) + (
-                      [f"{low} shapes below {TARGET_EVERY_SHAPE}x"] if low else [])  # fmt: skip
-            verdict = "missed: " + ", ".join(missed) if missed else "met"
-            lines.append(f"{op} {direction}: {len(ratios)} shapes, geomean {geo:.3f}x (target "
-                         f">= {TARGET_GEOMEAN}x), {low} below {TARGET_EVERY_SHAPE}x (target 0): "
-                         f"{verdict}; worst: " +
-                         ", ".join(f"{M}x{N} {dt} {r:.2f}" for r, M, N, dt in worst))
-    return "\n".join(lines)
+    """Per op and direction: geomean of best-peer µs / normlab µs, the members below 0.9x and the
+    ten worst, against the targets (``normlab.bench.population``)."""
+    return "\n".join(population.verdict_line(v) for v in population.verdicts(records, worst=10))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ def test_register_ab_takes_medians_over_rounds_and_registers_from_the_round_that
         for r, us in enumerate(times)
     ]
     runs = {"runs": [{"meta": {"commit": "x+ab", "card": "C"}, "results": results}]}
-    (tmp_path / "dev").mkdir()
     (tmp_path / devdata.SWEEPS).write_text(json.dumps(runs))
     meta, rows = devdata.register_ab("x+ab", data_dir=tmp_path)
     assert meta["card"] == "C" and meta["commit"] == "x+ab"

@@ -1,10 +1,11 @@
-"""Readers for the measurements kept in the repository's ``benchmarks/data/`` (not in the wheel).
+"""Readers for the recorded measurements the notebooks show that are not benchmark records.
 
-The notebooks show a few recorded numbers that are not benchmark records: the host overhead of
-every op (``overhead_*_h200.json``, ``benchmarks/host_profile.py``), the A/B runs that read each
-compiled kernel's registers and spills (``dev/sweep_launch_configs_h200.json``), and the norm
-shape population until it ships in ``normlab/data/``. Each reader returns None when its file is
-not there (an installed package has no ``benchmarks/``), and the notebooks then say so.
+Both ship in ``normlab/data/``: the host overhead of every op beside torch's
+(``nvidia-h200-host-overhead.json``, from ``normlab.bench.overhead``; a copy of
+``benchmarks/data/overhead_*_h200.json``), and two runs of the launch-config sweeps
+(``nvidia-h200-launch-sweeps.json``: the two timing modes at 16384x1024 and a registers/spills
+A/B; the full file is ``benchmarks/data/dev/sweep_launch_configs_h200.json``). Each reader
+returns None when its file is not there.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ import statistics
 from pathlib import Path
 
 from normlab.bench.overhead import HostCost
-from normlab.bench.records import REPO_ROOT, Record, read_jsonl
+from normlab.bench.records import DATA_DIR
 
-DATA = REPO_ROOT / "benchmarks" / "data"
-HOST_OVERHEAD = "overhead_all_h200.json"
-SWEEPS = "dev/sweep_launch_configs_h200.json"
-POPULATION = "norm_population_h200.jsonl"
+DATA = DATA_DIR
+HOST_OVERHEAD = "nvidia-h200-host-overhead.json"
+SWEEPS = "nvidia-h200-launch-sweeps.json"
 
 
 def _path(name: str, data_dir: str | Path | None) -> Path | None:
@@ -73,9 +73,3 @@ def register_ab(commit: str, data_dir: str | Path | None = None) -> tuple[dict, 
              "device_us": statistics.median(c["samples"]), "rounds": len(c["samples"])}
             for c in cells.values()]
     return meta, rows
-
-
-def population(data_dir: str | Path | None = None) -> list[Record] | None:
-    """The norm shape population's records (``shape_set="population"``)."""
-    path = _path(POPULATION, data_dir)
-    return None if path is None else read_jsonl(path)

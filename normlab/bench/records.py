@@ -352,12 +352,14 @@ def write_records(records, path: str | Path) -> Path:
 
 
 def read_records(path: str | Path) -> list[Record]:
-    """Read ``.jsonl`` or ``.csv``; a malformed file raises ValueError naming file and line."""
-    suffix = Path(path).suffix.lower()
-    if suffix == ".jsonl":
+    """Read ``.jsonl`` (or ``.jsonl.gz``) or ``.csv``; a malformed file raises ValueError naming
+    file and line."""
+    name = Path(path).name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz")):
         return read_jsonl(path)
-    if suffix == ".csv":
+    if name.endswith(".csv"):
         return read_csv(path)
+    suffix = Path(path).suffix.lower()
     raise ValueError(f"{path}: unknown record format {suffix!r}, expected .jsonl or .csv")
 
 

@@ -138,7 +138,7 @@ print(f"live, {normlab.DEVICE} ({'interpreter' if normlab.INTERPRET else 'GPU'})
 print(overhead.format_overhead(live_host))
 host = devdata.host_overhead()
 if host is None:
-    print("recorded: benchmarks/data/ is not in this installation (a repository checkout has it)")
+    print("recorded: not in this installation's normlab/data/")
 else:
     meta, costs = host
     print(f"\nrecorded: {meta['card']}, {meta['date']}, commit {meta['commit']}:")

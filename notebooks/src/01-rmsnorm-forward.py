@@ -135,7 +135,7 @@ from normlab.bench import devdata
 
 run = devdata.sweep_run("fd6ed74")
 if run is None:
-    print("recorded: benchmarks/data/ is not in this installation (a repository checkout has it)")
+    print("recorded: not in this installation's normlab/data/")
 else:
     meta, results = run
     groups = {}
@@ -156,8 +156,6 @@ else:
 
 # %%
 population = viz.select(recorded, shape_set="population")
-if not population:  # until the population ships in normlab/data/: the repository's copy
-    population = viz.select(devdata.population() or [], shape_set="population")
 viz.cliff_map(population, op="rms_norm", direction="fwd", dtype="bf16", source="recorded")
 
 # %% [markdown]

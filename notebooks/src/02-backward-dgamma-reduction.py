@@ -176,8 +176,6 @@ viz.speedup_vs_best_peer(bwd, source="recorded", title="RMSNorm backward: speed-
 from normlab.bench import devdata
 
 population = viz.select(recorded, shape_set="population")
-if not population:  # until the population ships in normlab/data/: the repository's copy
-    population = viz.select(devdata.population() or [], shape_set="population")
 viz.cliff_map(population, op="rms_norm", direction="bwd", dtype="bf16", source="recorded")
 
 # %% [markdown]

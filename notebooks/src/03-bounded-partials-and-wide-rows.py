@@ -175,7 +175,7 @@ from normlab.bench import devdata, occupancy
 
 ab = devdata.register_ab("4dd23b8+ab")
 if ab is None:
-    print("recorded: benchmarks/data/ is not in this installation (a repository checkout has it)")
+    print("recorded: not in this installation's normlab/data/")
 else:
     meta, rows = ab
     print(f"recorded A/B, {meta['card']}, {meta['date'][:10]}, commit {meta['commit']} "

@@ -27,8 +27,6 @@ from normlab import bench, viz
 from normlab.bench import devdata
 
 recorded = bench.load_recorded(card="NVIDIA H200")  # the shipped H200 measurements
-if not viz.select(recorded, shape_set="population"):  # until it ships in normlab/data/
-    recorded = [*recorded, *(devdata.population() or [])]  # the repository's copy
 
 # %%
 # NBVAL_CHECK_OUTPUT
