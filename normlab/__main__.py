@@ -116,8 +116,9 @@ def _int_at_least(low: int):
 def _records_path(text: str) -> Path:
     """A path a records file can be written to: .jsonl or .csv, not a folder, under a folder."""
     path = Path(text)
-    if path.suffix.lower() not in (".jsonl", ".csv"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a .jsonl or .csv file name")
+    if path.suffix.lower() not in (".jsonl", ".csv", ".json"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a .jsonl or .csv file name (.json with --overhead)")
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder")
     parent = path.absolute().parent
@@ -257,6 +258,14 @@ def _build_parser() -> _Parser:
         "--out", type=_records_path, default=None, help="write records to FILE.jsonl or FILE.csv"
     )
     bench.add_argument("--no-progress", action="store_true", help="no progress counter on stderr")
+    bench.add_argument(
+        "--overhead",
+        action="store_true",
+        help="host cost instead of device time: CPU µs per call in a launch-bound loop on a tiny "
+        "input, and the isolated call's wall µs, forward and forward+backward, beside torch, "
+        "torch.compile and Liger (--op/--impl select; --out FILE.json). On CPU these are "
+        "interpreter figures",
+    )
 
     report = sub.add_parser(
         "report",
@@ -385,8 +394,35 @@ def _check_cpu_cost(args, jobs, options, reps, warmup, parser) -> None:
     )
 
 
+def _cmd_overhead(args, argv: list[str], parser) -> int:
+    from normlab.bench import overhead
+    from normlab.bench.records import portable_command
+
+    if args.out is not None and args.out.suffix.lower() != ".json":
+        parser.error("--overhead writes FILE.json (--out)")
+    ops = [o for o in (args.op or overhead.OPS) if o in overhead.OPS]
+    if not ops:
+        parser.error(f"--overhead measures {', '.join(overhead.OPS)}; --op named none of them")
+    impls = [i for i in (args.impl or overhead.IMPLS) if i in overhead.IMPLS]
+    if not impls:
+        parser.error(f"--overhead compares {', '.join(overhead.IMPLS)}; --impl named none")
+    progress = None if args.no_progress else (lambda what: print(what, file=sys.stderr))
+    costs = overhead.measure_overhead(ops=tuple(ops), impls=tuple(impls), progress=progress)
+    print(overhead.format_overhead(costs))
+    if args.out:
+        command = portable_command(["python", "-m", "normlab", *argv])
+        overhead.write_overhead(costs, args.out, command=command)
+        print(f"wrote {len(costs)} host costs to {args.out}")
+    return 0
+
+
 def _cmd_bench(args, argv: list[str], parser) -> int:
     from normlab import _runtime
+
+    if args.overhead:
+        return _cmd_overhead(args, argv, parser)
+    if args.out is not None and args.out.suffix.lower() == ".json":
+        parser.error("--out FILE.json is for --overhead; records go to FILE.jsonl or FILE.csv")
     from normlab.bench.device import device_info
     from normlab.bench.records import portable_command, write_records
     from normlab.bench.sweep import CPU_LABEL, Results, format_table, sweep

@@ -144,6 +144,9 @@ def test_help_via_subprocess():
         (["bench", "--out", "records.txt"], "--out", "expected a .jsonl or .csv file name"),
         (["bench", "--out", f"{__file__}/r.csv"], "--out", "is not a folder"),
         (["bench", "--unknown-flag"], "unrecognized arguments", "--unknown-flag"),
+        (["bench", "--overhead", "--out", "o.jsonl"], "--overhead", "writes FILE.json"),
+        (["bench", "--out", "r.json"], "--out FILE.json", "is for --overhead"),
+        (["bench", "--overhead", "--op", "copy"], "--overhead", "--op named none"),
         (["info", "--copy-mib", "0"], "--copy-mib", "0 is below 1"),
         (["info", "--copy-mib", "-5"], "--copy-mib", "-5 is below 1"),
         (["info", "--copy-mib", "1.5"], "--copy-mib", "'1.5' is not an integer"),
@@ -161,6 +164,25 @@ def test_bad_arguments_exit_nonzero_with_one_line(args, flag, message, capsys):
     assert len(lines) == 1, captured.err  # one line, no usage block
     assert "error:" in lines[0] and flag in lines[0] and message in lines[0], lines[0]
     assert "copy roofline" not in captured.out  # refused before any measurement
+
+
+def test_bench_overhead_writes_host_costs(tmp_path, capsys):
+    """bench --overhead: host µs and wall µs per (op, impl, direction) in a table and a JSON
+    file; on CPU the table says they are interpreter figures."""
+    import json
+
+    out = tmp_path / "overhead.json"
+    assert cli.main(["bench", "--overhead", "--op", "rms_norm", "--impl", "normlab,torch",
+                     "--no-progress", "--out", str(out)]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    pairs = {(c["impl"], c["direction"]) for c in data["costs"]}
+    assert pairs == {(i, d) for i in ("normlab", "torch") for d in ("fwd", "fwd+bwd")}
+    assert all(c["host_us"] > 0 and c["wall_us"] > 0 for c in data["costs"])
+    assert data["meta"]["command"].startswith("python -m normlab bench --overhead")
+    assert "normlab ÷ torch" in text
+    if normlab.INTERPRET:
+        assert "Interpreter figures" in text and data["costs"][0]["mode"] == "interpret"
 
 
 @pytest.mark.parametrize(

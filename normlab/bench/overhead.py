@@ -206,3 +206,28 @@ def format_overhead(costs: list[HostCost]) -> str:
         ratio = f"{ours.host_us / theirs.host_us:.2f}×" if ours and theirs else "–"
         lines.append(f"| {op} | {direction} | " + " | ".join(cells) + f" | {ratio} |")
     return "\n".join(lines).lstrip("\n")
+
+
+def write_overhead(costs: list[HostCost], path, *, command: str = "", note: str = "") -> None:
+    """``{"meta": {card, torch, triton, date, commit, command, note}, "costs": [...]}`` as JSON
+    (the form ``normlab.bench.devdata.host_overhead`` reads)."""
+    import json
+    from pathlib import Path
+
+    import triton
+
+    from normlab.bench.device import git_commit
+
+    card = torch.cuda.get_device_name() if _runtime.DEVICE == "cuda" else "cpu (interpreter)"
+    loop = LOOP_CALLS["gpu" if _runtime.DEVICE == "cuda" else "cpu"]
+    meta = {
+        "card": card, "torch": torch.__version__, "triton": triton.__version__,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": git_commit(),
+        "command": command,
+        "note": note or (f"host_us: CPU µs per call in a loop of {loop} calls on a tiny input; "
+                         "wall_us: median of isolated calls"),
+    }  # fmt: skip
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": meta, "costs": [dataclasses.asdict(c) for c in costs]},
+                               indent=1) + "\n", encoding="utf-8")  # fmt: skip
