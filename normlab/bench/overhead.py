@@ -208,6 +208,36 @@ def format_overhead(costs: list[HostCost]) -> str:
     return "\n".join(lines).lstrip("\n")
 
 
+def graph_replay(op: str = "rms_norm", calls: int = 500,
+                 dtype: torch.dtype = torch.bfloat16) -> tuple[float, float] | None:  # fmt: skip
+    """(eager, CUDA-graph replay) wall µs per call of normlab's tiny forward ``op``, each a loop
+    of ``calls`` calls then one synchronize: the replay launches the captured kernels without
+    Python, argument checks or Triton's launcher. None without a GPU."""
+    if _runtime.DEVICE != "cuda":
+        return None
+    _, _, run = host_case(op, "normlab", "fwd", dtype, "cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (compile, allocate) off the capture
+        for _ in range(3):
+            run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+
+    def per_call(fn) -> float:
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / calls * 1e6
+
+    return per_call(run), per_call(graph.replay)
+
+
 def write_overhead(costs: list[HostCost], path, *, command: str = "", note: str = "") -> None:
     """``{"meta": {card, torch, triton, date, commit, command, note}, "costs": [...]}`` as JSON
     (the form ``normlab.bench.devdata.host_overhead`` reads)."""

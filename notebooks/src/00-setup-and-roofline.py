@@ -149,6 +149,21 @@ else:
 # of CPU: a step made of small calls is bound by the host, and only device time says anything
 # about the kernel.
 #
+# **CUDA graphs** remove that host cost: `torch.cuda.graph` records the kernels one call
+# launches, and `graph.replay()` launches them again with no Python, no argument checks and no
+# Triton launcher (`torch.compile(mode="reduce-overhead")` does this for you). Each normlab op
+# captures and replays (its GPU checks compare the replay with eager). Live, on a GPU only:
+
+# %%
+graph = overhead.graph_replay("rms_norm")
+if graph is None:
+    print("live: CUDA graphs need a GPU (this machine runs the interpreter); the H200 copy of this "
+          "notebook (docs/h200-notebooks/) shows the measurement")
+else:
+    eager_us, replay_us = graph
+    print(f"live, {device.card}: RMSNorm forward 4×1024, wall µs per call in a loop: eager "
+          f"{eager_us:.1f}, CUDA-graph replay {replay_us:.1f} ({eager_us / replay_us:.1f}× less)")
+#
 # ## Live: the harness end to end
 #
 # The same sweep every figure is drawn from, on this machine (tiny shapes under the interpreter):
