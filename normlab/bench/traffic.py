@@ -11,8 +11,8 @@ op                                  direction  bytes
 rms_norm, layer_norm                fwd        2·M·N·e   read x, write y
 rms_norm, layer_norm                bwd        3·M·N·e   read x (or y), read dy, write dx
 rms_norm, layer_norm                fwd+bwd    5·M·N·e
-reverse_kl, soft_cross_entropy      fwd        2·M·N·e   read logits and target
-reverse_kl, soft_cross_entropy      fwd+bwd    3·M·N·e   read both, write d logits
+reverse_kl, soft_cross_entropy,     fwd        2·M·N·e   read logits and target
+forward_kl, jsd                     fwd+bwd    3·M·N·e   read both, write d logits
 cross_entropy (labels)              fwd        1·M·N·e   read logits
 cross_entropy (labels)              fwd+bwd    2·M·N·e   read logits, write d logits
 copy                                fwd        2·M·N·e   read src, write dst
@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 NORM_OPS = ("rms_norm", "layer_norm")
-SOFT_LOSS_OPS = ("reverse_kl", "soft_cross_entropy")
+SOFT_LOSS_OPS = ("reverse_kl", "soft_cross_entropy", "forward_kl", "jsd")
 LABEL_LOSS_OPS = ("cross_entropy",)
 OPS = NORM_OPS + SOFT_LOSS_OPS + LABEL_LOSS_OPS + ("copy",)
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")

@@ -225,12 +225,13 @@ def _entropy_chunked_kernel(
             if PHASE != 4:  # acc becomes KL(p || m) (grad_pass)
                 acc, kl_q = _merge_chunk_sums(stats_ptr, row * n_chunks, n_slots, n_chunks,
                                               CHUNKS_POW2)  # fmt: skip
-                loss = jsd_loss(acc, kl_q, log_s_x, log_s_t, beta)
-        else:
-            loss = finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight, z_loss,
-                               KIND, SMOOTH, ZLOSS)  # fmt: skip
         if PHASE != 4:
             if chunk == 0:
+                if KIND == JSD:
+                    loss = jsd_loss(acc, kl_q, log_s_x, log_s_t, beta)
+                else:
+                    loss = finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight,
+                                       z_loss, KIND, SMOOTH, ZLOSS)  # fmt: skip
                 tl.store(loss_ptr + row, loss)
             if COMPUTE_GRAD:
                 grad_pass(x_row, t_row, grad_row, lo, hi, x_last, t_last, n_full, first, m_x,

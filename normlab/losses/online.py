@@ -328,6 +328,17 @@ def finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight, z_loss,
 
 
 @triton.jit
+def kl_shift_of(acc, s_x, KIND: tl.constexpr):
+    """The row constant tile_grad subtracts: acc / s_x (reverse KL's KL(p || q)); JSD's acc,
+    already KL(p || m)."""
+    if KIND == JSD:
+        kl_shift = acc
+    else:
+        kl_shift = acc / s_x
+    return kl_shift
+
+
+@triton.jit
 def jsd_log_mix(lp, lq, beta):
     """log m = log(beta q + (1 - beta) p) from log p and log q, in log space (no underflow of a
     tiny p or q to 0); -inf where p = q = 0."""
@@ -564,10 +575,7 @@ def grad_pass(
     shift_t = safe_max(m_t)
     log_s_x = tl.log(s_x)
     log_s_t = tl.log(s_t)
-    if KIND == JSD:
-        kl_shift = acc
-    else:
-        kl_shift = acc / s_x
+    kl_shift = kl_shift_of(acc, s_x, KIND)
     scale = tl.cast(grad_scale, tl.float32)
     if MEAN_OVER_VALID:
         scale = scale / tl.load(n_valid_ptr)

@@ -22,6 +22,7 @@ from normlab.losses.online import (
     finish_loss,
     jsd_loss,
     jsd_sums,
+    kl_shift_of,
     load_edge_tile,
     load_label,
     masked_out,
@@ -108,12 +109,11 @@ def _entropy_stats_kernel(
         if KIND == JSD:  # a second pass, now that p and q are known
             log_s_x = tl.log(s_x)
             log_s_t = tl.log(s_t)
-            kl_shift, kl_q = jsd_sums(x_row, t_row, lead, lead + n_cols, safe_max(m_x),
-                                      safe_max(m_t), log_s_x, log_s_t, xparam, beta, BLOCK, LANE,
-                                      ALIGN, XFORM)  # fmt: skip
-            loss = jsd_loss(kl_shift, kl_q, log_s_x, log_s_t, beta)
+            acc, kl_q = jsd_sums(x_row, t_row, lead, lead + n_cols, safe_max(m_x),
+                                 safe_max(m_t), log_s_x, log_s_t, xparam, beta, BLOCK, LANE,
+                                 ALIGN, XFORM)  # fmt: skip
+            loss = jsd_loss(acc, kl_q, log_s_x, log_s_t, beta)  # acc: KL(p || m)
         else:
-            kl_shift = acc / s_x
             loss = finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight, z_loss,
                                KIND, SMOOTH, ZLOSS)  # fmt: skip
         if (KIND == CE) or HAS_MASK:
@@ -122,7 +122,7 @@ def _entropy_stats_kernel(
         tl.store(row_stats_ptr + n_rows + row, safe_max(m_t))
         tl.store(row_stats_ptr + 2 * n_rows + row, tl.log(s_x))
         tl.store(row_stats_ptr + 3 * n_rows + row, tl.log(s_t))
-        tl.store(row_stats_ptr + 4 * n_rows + row, kl_shift)
+        tl.store(row_stats_ptr + 4 * n_rows + row, kl_shift_of(acc, s_x, KIND))
         tl.store(row_stats_ptr + 5 * n_rows + row, loss)
     else:
         store_raw_stats(partial_ptr, row, n_rows, m_x, s_x, m_t, s_t, acc)
