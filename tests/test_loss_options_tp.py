@@ -30,10 +30,10 @@ def _cases(n_cols):
     labels = torch.randint(0, n_cols, (5,), generator=g)
     labels[2] = -100
     yield "forward_kl", t, {"temperature": 2.0, "loss_mask": MASK}, "mean"
-    yield "jsd", t, {"beta": 0.3, "temperature": 1.5, "loss_mask": MASK}, "mean"
+    yield "jsd", t, {"beta": 0.3, "temperature": 0.5, "loss_mask": MASK}, "mean"
     yield "jsd", t, {"beta": 0.8}, "none"
     yield "reverse_kl", t, {"temperature": 0.5, "loss_mask": MASK}, "sum"
-    yield "soft_cross_entropy", t, {"temperature": 3.0}, "none"
+    yield "soft_cross_entropy", t, {"temperature": 4.0}, "none"
     yield "cross_entropy", labels, {"label_smoothing": 0.2, "z_loss": 1e-2, "softcap": 4.0,
                                     "loss_mask": MASK}, "mean"  # fmt: skip
     yield "cross_entropy", labels, {"label_smoothing": 0.1}, "none"

@@ -43,8 +43,8 @@ def _merge_chunk_stats(stats_ptr, base, n_slots, n_chunks, KIND: tl.constexpr,
                        CHUNKS_POW2: tl.constexpr, SMOOTH: tl.constexpr):  # fmt: skip
     """Fold the raw statistics of a row's n_chunks column chunks into the row's (fold_stats).
 
-    stats_ptr: (5, n_slots) fp32 m_x, s_x, m_t, s_t, acc (JSD: 7, its chunk sums of KL(p || m)
-    and KL(q || m) after them); the row's chunks sit at base + k. Loads bypass L1 (.cg): other
+    stats_ptr: (5, n_slots) fp32 m_x, s_x, m_t, s_t, acc (JSD: 7, its chunk sums of jsd_sums
+    after them); the row's chunks sit at base + k. Loads bypass L1 (.cg): other
     programs wrote them during this launch.
     """
     ks = tl.arange(0, CHUNKS_POW2)
@@ -67,13 +67,13 @@ def _merge_chunk_stats(stats_ptr, base, n_slots, n_chunks, KIND: tl.constexpr,
 
 @triton.jit
 def _merge_chunk_sums(stats_ptr, base, n_slots, n_chunks, CHUNKS_POW2: tl.constexpr):
-    """JSD: the row's KL(p || m) and KL(q || m), summed over its chunks (stats rows 5 and 6)."""
+    """JSD: the row's jsd_sums, summed over its chunks (stats rows 5 and 6)."""
     ks = tl.arange(0, CHUNKS_POW2)
     kmask = ks < n_chunks
     p = stats_ptr + base + ks
-    kl_p = tl.load(p + 5 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
-    kl_q = tl.load(p + 6 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
-    return tl.sum(kl_p, axis=0), tl.sum(kl_q, axis=0)
+    r_p = tl.load(p + 5 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+    r_q = tl.load(p + 6 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
+    return tl.sum(r_p, axis=0), tl.sum(r_q, axis=0)
 
 
 @triton.jit
@@ -153,9 +153,9 @@ def _entropy_chunked_kernel(
     with ALIGN > 1 n_chunks covers n_cols + FRAME - 1 columns, so a row's last chunk may be empty
     (its statistics are those of no column, which weigh 0 in the merge).
 
-    JSD meets twice: after the merge each program sums its chunk's KL(p || m) and KL(q || m)
-    (stats rows 5-6), the row's programs wait again (the counter at 2 n_chunks) and add them up;
-    the interpreter runs PHASE 1, 4 (those sums) and 2.
+    JSD meets twice: after the merge each program takes its chunk's jsd_sums (stats rows 5-6),
+    the row's programs wait again (the counter at 2 n_chunks) and add them up; the interpreter
+    runs PHASE 1, 4 (those sums) and 2.
     """
     if PHASE == 3:
         item = tl.atomic_add(sync_ptr, 1)
@@ -214,21 +214,20 @@ def _entropy_chunked_kernel(
             log_s_x = tl.log(s_x)
             log_s_t = tl.log(s_t)
             if PHASE != 2:
-                kl_p, kl_q = jsd_sums(x_row, t_row, lo, hi, safe_max(m_x), safe_max(m_t),
-                                      log_s_x, log_s_t, xparam, beta, BLOCK, LANE, ALIGN,
-                                      XFORM)  # fmt: skip
+                r_p, r_q = jsd_sums(x_row, t_row, lo, hi, safe_max(m_x), safe_max(m_t), log_s_x,
+                                    log_s_t, xparam, beta, BLOCK, LANE, ALIGN, XFORM)  # fmt: skip
                 slot = stats_ptr + row * n_chunks + chunk
-                tl.store(slot + 5 * n_slots, kl_p)
-                tl.store(slot + 6 * n_slots, kl_q)
+                tl.store(slot + 5 * n_slots, r_p)
+                tl.store(slot + 6 * n_slots, r_q)
             if PHASE == 3:
                 _wait_for_row(sync_ptr, row, 2 * n_chunks)
-            if PHASE != 4:  # acc becomes KL(p || m) (grad_pass)
-                acc, kl_q = _merge_chunk_sums(stats_ptr, row * n_chunks, n_slots, n_chunks,
+            if PHASE != 4:  # acc becomes R_p (grad_pass)
+                acc, r_q = _merge_chunk_sums(stats_ptr, row * n_chunks, n_slots, n_chunks,
                                               CHUNKS_POW2)  # fmt: skip
         if PHASE != 4:
             if chunk == 0:
                 if KIND == JSD:
-                    loss = jsd_loss(acc, kl_q, log_s_x, log_s_t, beta)
+                    loss = jsd_loss(acc, r_q, log_s_x, log_s_t, beta)
                 else:
                     loss = finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight,
                                        z_loss, KIND, SMOOTH, ZLOSS)  # fmt: skip

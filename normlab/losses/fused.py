@@ -96,13 +96,13 @@ def _entropy_fused_kernel(
     m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = row_statistics(
         x_row, t_row, lead, lead + n_cols, xparam, KIND, BLOCK, LANE, ALIGN, True, XFORM, SMOOTH
     )
-    if KIND == JSD:  # a second pass, now that p and q are known; acc becomes KL(p || m)
+    if KIND == JSD:  # a second pass, now that p and q are known; acc becomes R_p
         log_s_x = tl.log(s_x)
         log_s_t = tl.log(s_t)
-        acc, kl_q = jsd_sums(x_row, t_row, lead, lead + n_cols, safe_max(m_x), safe_max(m_t),
+        acc, r_q = jsd_sums(x_row, t_row, lead, lead + n_cols, safe_max(m_x), safe_max(m_t),
                              log_s_x, log_s_t, xparam, beta, BLOCK, LANE, ALIGN,
                              XFORM)  # fmt: skip
-        loss = jsd_loss(acc, kl_q, log_s_x, log_s_t, beta)
+        loss = jsd_loss(acc, r_q, log_s_x, log_s_t, beta)
     else:
         loss = finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight, z_loss, KIND,
                            SMOOTH, ZLOSS)  # fmt: skip

@@ -10,8 +10,8 @@ reverse_kl            KL(p || q) = sum_j p_j (log p_j - log q_j)    p * ((log p 
 soft_cross_entropy    -sum_j q_j log p_j                            p - q
 cross_entropy         logsumexp(x) - x[label_r]                     p - onehot(label_r)
 forward_kl            KL(q || p) = sum_j q_j (log q_j - log p_j)    p - q
-jsd                   b KL(q || m) + (1 - b) KL(p || m),            (1 - b) p * ((log p - log m)
-                      m = b q + (1 - b) p                                        - KL(p || m))
+jsd                   b KL(q || m) + (1 - b) KL(p || m),            (1 - b) p * (log(p / m)
+                      m = b q + (1 - b) p                                       - KL(p || m))
 ====================  ============================================  ============================
 
 Terms with p_j = 0 (reverse KL, JSD's KL(p || m)) or q_j = 0 (soft CE, forward KL, KL(q || m))
@@ -26,7 +26,11 @@ SMOOTH (label smoothing, F.cross_entropy's definition: the label's weight 1 - ep
 column's eps / V, so the statistics also sum the logits) and ZLOSS (z lse^2 per row, its
 gradient 2 z lse p); HAS_MASK (the kernels: rows whose loss_mask is False are skipped, as
 ignored labels are). JSD needs the normalized p and q, so its row sums are a second pass
-(``jsd_sums``) once the statistics are known; its ``acc`` then holds KL(p || m).
+(``jsd_sums``) once the statistics are known; with z = log(b q / ((1 - b) p)),
+log(p / m) = -log(1 - b) - softplus(z) and log(q / m) = -log(b) - softplus(-z), so
+KL(p || m) = -log(1 - b) - sum p softplus(z) and the gradient is (1 - b) p (R_p - softplus(z)),
+R_p = sum p softplus(z): no constant cancels there (a peaked row's largest entry would lose
+~1e-4 of itself otherwise). Its ``acc`` then holds R_p.
 
 A row's statistics are built tile by tile (``row_statistics`` over ``online_tile``, lanes
 folded by ``fold_stats``); ``grad_pass`` writes a row's (or chunk's) gradient from them. Rows
@@ -329,8 +333,8 @@ def finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight, z_loss,
 
 @triton.jit
 def kl_shift_of(acc, s_x, KIND: tl.constexpr):
-    """The row constant tile_grad subtracts: acc / s_x (reverse KL's KL(p || q)); JSD's acc,
-    already KL(p || m)."""
+    """The row constant of tile_grad: acc / s_x (reverse KL's KL(p || q)); JSD's acc, already
+    R_p (see the module docstring)."""
     if KIND == JSD:
         kl_shift = acc
     else:
@@ -339,43 +343,55 @@ def kl_shift_of(acc, s_x, KIND: tl.constexpr):
 
 
 @triton.jit
-def jsd_log_mix(lp, lq, beta):
-    """log m = log(beta q + (1 - beta) p) from log p and log q, in log space (no underflow of a
-    tiny p or q to 0); -inf where p = q = 0."""
-    a = lq + tl.log(beta)
-    b = lp + tl.log(1.0 - beta)
-    hi = tl.maximum(a, b)
-    lo = tl.minimum(a, b)
-    return tl.where(hi == NEG_INF, NEG_INF, hi + tl.log(1.0 + tl.exp(lo - hi)))
+def log1p(u):
+    """log(1 + u) for u >= 0, to fp32 accuracy near 0 too (w = 1 + u carries the rounding)."""
+    w = 1.0 + u
+    return tl.where(w == 1.0, u, tl.log(w) * (u / (w - 1.0)))
+
+
+@triton.jit
+def softplus(z):
+    """log(1 + exp(z)), accurate for z far below 0; inf at z = inf."""
+    return tl.maximum(z, 0.0) + log1p(tl.exp(-tl.abs(z)))
+
+
+@triton.jit
+def jsd_log_ratio(lp, lq, beta):
+    """z = log(beta q / ((1 - beta) p)) from log p and log q (see the module docstring)."""
+    return (lq - lp) + tl.log(beta / (1.0 - beta))
 
 
 @triton.jit
 def jsd_sums(x_row, t_row, lo, hi, shift_x, shift_t, log_s_x, log_s_t, xparam, beta,
              BLOCK: tl.constexpr, LANE: tl.constexpr, ALIGN: tl.constexpr,
              XFORM: tl.constexpr):  # fmt: skip
-    """JSD's second pass: (KL(p || m), KL(q || m)) summed over the columns [lo, hi) of a frame,
-    from the row's final statistics (every tile loaded as an edge tile: -inf outside)."""
+    """JSD's second pass: (sum p softplus(z), sum q softplus(-z)) over the columns [lo, hi) of a
+    frame, from the row's final statistics (every tile loaded as an edge tile: -inf outside);
+    terms with p = 0 (q = 0) count 0."""
     cols = tile_cols(BLOCK, LANE)
-    kl_p = tl.zeros([BLOCK // LANE], tl.float32)
-    kl_q = tl.zeros([BLOCK // LANE], tl.float32)
+    r_p = tl.zeros([BLOCK // LANE], tl.float32)
+    r_q = tl.zeros([BLOCK // LANE], tl.float32)
     for i in range(tl.cdiv(tl.maximum(hi, 0), BLOCK)):
         x, t = load_edge_tile(x_row, t_row, i * BLOCK + cols, lo, hi, xparam, JSD, "evict_last",
                               ALIGN, XFORM)  # fmt: skip
         lp = (x - shift_x) - log_s_x
         lq = (t - shift_t) - log_s_t
-        lm = jsd_log_mix(lp, lq, beta)
+        z = jsd_log_ratio(lp, lq, beta)
         p = tl.exp(lp)
         q = tl.exp(lq)
-        kl_p += tl.sum(tl.where(p > 0, p * (lp - lm), 0.0), axis=1)
-        kl_q += tl.sum(tl.where(q > 0, q * (lq - lm), 0.0), axis=1)
-    return tl.sum(kl_p, axis=0), tl.sum(kl_q, axis=0)
+        r_p += tl.sum(tl.where(p > 0, p * softplus(z), 0.0), axis=1)
+        r_q += tl.sum(tl.where(q > 0, q * softplus(-z), 0.0), axis=1)
+    return tl.sum(r_p, axis=0), tl.sum(r_q, axis=0)
 
 
 @triton.jit
-def jsd_loss(kl_p, kl_q, log_s_x, log_s_t, beta):
-    """beta KL(q || m) + (1 - beta) KL(p || m); NaN when either distribution is (NaN or +inf in
-    the row, or no finite logit: the sums' p > 0 tests would drop those terms)."""
-    return beta * kl_q + (1.0 - beta) * kl_p + (log_s_x + log_s_t) * 0.0
+def jsd_loss(r_p, r_q, log_s_x, log_s_t, beta):
+    """beta KL(q || m) + (1 - beta) KL(p || m) = H(beta) - beta r_q - (1 - beta) r_p from
+    jsd_sums's (r_p, r_q), H(beta) = -beta log beta - (1 - beta) log(1 - beta); NaN when either
+    distribution is (NaN or +inf in the row, or no finite logit: the sums' p > 0 tests would
+    drop those terms)."""
+    entropy = -beta * tl.log(beta) - (1.0 - beta) * tl.log(1.0 - beta)
+    return (entropy - beta * r_q - (1.0 - beta) * r_p) + (log_s_x + log_s_t) * 0.0
 
 
 @triton.jit
@@ -383,7 +399,7 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
               beta, smoothing, uniform_weight, z_loss, KIND: tl.constexpr, XFORM: tl.constexpr,
               SMOOTH: tl.constexpr, ZLOSS: tl.constexpr):  # fmt: skip
     """Gradient of one (transformed) tile, times scale, in the max-shifted frame of the row
-    statistics. kl_shift: reverse KL's KL(p || q), JSD's KL(p || m).
+    statistics. kl_shift: reverse KL's KL(p || q), JSD's R_p (module docstring).
 
     log p - log q - KL = (x - shift_x) - (t - shift_t) - acc / s_x: no O(|logit|) terms cancel,
     so the result stays exact to fp32 even at |logits| ~ 1e4 (lse + KL would lose ~1e-3). JSD's
@@ -396,9 +412,8 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
     elif (KIND == SCE) or (KIND == FKL):
         g = p - tl.exp((t - shift_t) - log_s_t)
     elif KIND == JSD:
-        lp = xs - log_s_x
-        lm = jsd_log_mix(lp, (t - shift_t) - log_s_t, beta)
-        g = tl.where(p > 0, p * ((lp - lm) - kl_shift), 0.0)
+        z = jsd_log_ratio(xs - log_s_x, (t - shift_t) - log_s_t, beta)
+        g = tl.where(p > 0, p * (kl_shift - softplus(z)), 0.0)
     else:
         if ZLOSS:  # d(z lse^2) = 2 z lse p
             p = p * (1.0 + 2.0 * z_loss * (shift_x + log_s_x))
@@ -570,7 +585,7 @@ def grad_pass(
 ):
     """Write the gradient of the columns [lo, hi) from the row statistics, in reverse tile order:
     the last tile is still in registers, its neighbour likely in L2. Whole tiles store unmasked
-    (vectorized); edge tiles store exactly their own columns. JSD: acc is KL(p || m)."""
+    (vectorized); edge tiles store exactly their own columns. JSD: acc is R_p."""
     shift_x = safe_max(m_x)
     shift_t = safe_max(m_t)
     log_s_x = tl.log(s_x)

@@ -8,6 +8,8 @@ is no custom-op argument): ``op.ShardedFunction``.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -31,16 +33,17 @@ def row_stats(spec, x, t, labels, mask=None):
             sums, _ = launch_stats(spec, x, t, labels, False, mask, jsd_row_stats=stats)
         dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=spec.group)
         beta = spec.options.beta
-        stats[4] = sums[0]  # KL(p || m)
+        stats[4] = sums[0]  # R_p
         # As online.jsd_loss: NaN where either distribution is.
-        loss = beta * sums[1] + (1.0 - beta) * sums[0] + (stats[2] + stats[3]) * 0.0
+        entropy = -beta * math.log(beta) - (1.0 - beta) * math.log(1.0 - beta)
+        loss = (entropy - beta * sums[1] - (1.0 - beta) * sums[0]) + (stats[2] + stats[3]) * 0.0
         stats[5] = loss if mask is None else torch.where(mask, loss, 0.0)
     return stats
 
 
 def combine_partials(spec, partial, labels, mask=None):
     """Tensor parallel: all-reduce the raw statistics into the global (6, n_rows) row statistics
-    (JSD's KL(p || m) and loss are row_stats's second pass)."""
+    (JSD's R_p and loss are row_stats's second pass)."""
     kinds = config.KINDS
     opts = spec.options
     smooth = spec.kind == config.CE and opts is not None and opts.label_smoothing > 0

@@ -44,10 +44,10 @@ def _entropy_stats_kernel(
     t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
     labels_ptr,  # (n_rows,) global int labels (label CE only)
     # (5, n_rows) fp32 raw m_x, s_x, m_t, s_t, acc (written when not FINALIZE); JSD_SUMS: (2,
-    # n_rows) this shard's KL(p || m), KL(q || m)
+    # n_rows) this shard's jsd_sums
     partial_ptr,
     # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x, loss (FINALIZE; JSD:
-    # KL(p || m) in place of acc / s_x); JSD_SUMS: the global ones, read
+    # R_p in place of acc / s_x); JSD_SUMS: the global ones, read
     row_stats_ptr,
     ignore_index,
     vocab_start,
@@ -82,13 +82,13 @@ def _entropy_stats_kernel(
     x_row = x_ptr + x_off
     t_row = t_ptr + t_off
     if JSD_SUMS:
-        kl_p, kl_q = jsd_sums(x_row, t_row, lead, lead + n_cols, tl.load(row_stats_ptr + row),
-                              tl.load(row_stats_ptr + n_rows + row),
-                              tl.load(row_stats_ptr + 2 * n_rows + row),
-                              tl.load(row_stats_ptr + 3 * n_rows + row), xparam, beta, BLOCK,
-                              LANE, ALIGN, XFORM)  # fmt: skip
-        tl.store(partial_ptr + row, kl_p)
-        tl.store(partial_ptr + n_rows + row, kl_q)
+        r_p, r_q = jsd_sums(x_row, t_row, lead, lead + n_cols, tl.load(row_stats_ptr + row),
+                            tl.load(row_stats_ptr + n_rows + row),
+                            tl.load(row_stats_ptr + 2 * n_rows + row),
+                            tl.load(row_stats_ptr + 3 * n_rows + row), xparam, beta, BLOCK, LANE,
+                            ALIGN, XFORM)  # fmt: skip
+        tl.store(partial_ptr + row, r_p)
+        tl.store(partial_ptr + n_rows + row, r_q)
         return
     x_label = 0.0
     ignored = False
@@ -109,10 +109,10 @@ def _entropy_stats_kernel(
         if KIND == JSD:  # a second pass, now that p and q are known
             log_s_x = tl.log(s_x)
             log_s_t = tl.log(s_t)
-            acc, kl_q = jsd_sums(x_row, t_row, lead, lead + n_cols, safe_max(m_x),
-                                 safe_max(m_t), log_s_x, log_s_t, xparam, beta, BLOCK, LANE,
-                                 ALIGN, XFORM)  # fmt: skip
-            loss = jsd_loss(acc, kl_q, log_s_x, log_s_t, beta)  # acc: KL(p || m)
+            acc, r_q = jsd_sums(x_row, t_row, lead, lead + n_cols, safe_max(m_x),
+                                safe_max(m_t), log_s_x, log_s_t, xparam, beta, BLOCK, LANE,
+                                ALIGN, XFORM)  # fmt: skip
+            loss = jsd_loss(acc, r_q, log_s_x, log_s_t, beta)  # acc: R_p
         else:
             loss = finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight, z_loss,
                                KIND, SMOOTH, ZLOSS)  # fmt: skip
@@ -133,7 +133,7 @@ def _entropy_backward_kernel(
     x_ptr,  # (n_rows, n_cols) logits
     t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
     labels_ptr,  # (n_rows,) global int labels (label CE only)
-    # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x (JSD: KL(p || m)), loss
+    # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x (JSD: R_p), loss
     # (global)
     row_stats_ptr,
     grad_out_ptr,  # (n_rows,) or scalar fp32 d total / d loss (row stride grad_out_stride)
@@ -246,7 +246,7 @@ def launch_stats(spec, x, t, labels, finalize, mask=None, jsd_row_stats=None):
     """(partial, row_stats): the raw (5, M) statistics of this shard (not finalize), or the
     (6, M) row statistics the backward reads, the loss rows last (finalize). mask: the flat
     loss_mask or None. With ``jsd_row_stats`` (sharded JSD's global row statistics): (the (2, M)
-    sums of KL(p || m) and KL(q || m) over this shard, jsd_row_stats)."""
+    jsd_sums over this shard, jsd_row_stats)."""
     n_rows, n_cols = x.shape
     block = config.tile(n_cols, min(spec.block_cap, config.ENTROPY_STATS_BLOCK))
     jsd_sums = jsd_row_stats is not None
