@@ -7,8 +7,16 @@ interpreter on CPU tensors otherwise); see ``normlab._runtime``.
 
 from normlab._runtime import DEVICE, INTERPRET, MODE  # noqa: I001  (must run before any kernel import)
 from normlab.norms import add_layer_norm, add_rms_norm, layer_norm, rms_norm
-from normlab.losses import cross_entropy, reverse_kl, soft_cross_entropy
-from normlab.nn import CrossEntropyLoss, LayerNorm, ReverseKLLoss, RMSNorm, SoftCrossEntropyLoss
+from normlab.losses import cross_entropy, forward_kl, jsd, reverse_kl, soft_cross_entropy
+from normlab.nn import (
+    CrossEntropyLoss,
+    ForwardKLLoss,
+    JSDLoss,
+    LayerNorm,
+    ReverseKLLoss,
+    RMSNorm,
+    SoftCrossEntropyLoss,
+)
 from normlab.patching import patch
 
 from normlab._version import __version__ as __version__
@@ -18,6 +26,8 @@ __all__ = [
     "INTERPRET",
     "MODE",
     "CrossEntropyLoss",
+    "ForwardKLLoss",
+    "JSDLoss",
     "LayerNorm",
     "RMSNorm",
     "ReverseKLLoss",
@@ -25,6 +35,8 @@ __all__ = [
     "add_layer_norm",
     "add_rms_norm",
     "cross_entropy",
+    "forward_kl",
+    "jsd",
     "layer_norm",
     "patch",
     "reverse_kl",

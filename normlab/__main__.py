@@ -21,7 +21,7 @@ from normlab.norms.config import STRATEGIES as NORM_STRATEGIES
 
 NORM_OPS = ("rms_norm", "layer_norm")
 ADD_NORM_OPS = ("add_rms_norm", "add_layer_norm")
-LOSS_OPS = ("reverse_kl", "soft_cross_entropy", "cross_entropy")
+LOSS_OPS = ("reverse_kl", "soft_cross_entropy", "forward_kl", "jsd", "cross_entropy")
 OPS = NORM_OPS + ADD_NORM_OPS + LOSS_OPS + ("copy",)
 IMPLS = ("eager", "torch", "compile", "normlab", "liger", "quack")
 DTYPES = ("bf16", "fp16", "fp32")

@@ -124,46 +124,82 @@ class LayerNorm(torch.nn.LayerNorm):
 
 
 class ReverseKLLoss(torch.nn.Module):
-    """``KL(softmax(logits) || softmax(target_logits))`` per row; see :func:`normlab.reverse_kl`."""
+    """``KL(softmax(logits / T) || softmax(target_logits / T))`` per row; see
+    :func:`normlab.reverse_kl`. ``forward(logits, target_logits, loss_mask=None)``."""
 
-    def __init__(self, reduction="mean", form="auto", block_cap=None, group=None):
+    _loss = staticmethod(_losses.reverse_kl)
+
+    def __init__(self, reduction="mean", form="auto", block_cap=None, group=None, *,
+                 temperature=1.0):  # fmt: skip
         super().__init__()
         self.reduction, self.form, self.block_cap, self.group = reduction, form, block_cap, group
+        self.temperature = temperature
 
-    def forward(self, logits, target_logits):
-        return _losses.reverse_kl(logits, target_logits, form=self.form, block_cap=self.block_cap,
-                                  reduction=self.reduction, group=self.group)  # fmt: skip
+    def _options(self):
+        return {"temperature": self.temperature}
+
+    def forward(self, logits, target_logits, loss_mask=None):
+        return self._loss(logits, target_logits, form=self.form, block_cap=self.block_cap,
+                          reduction=self.reduction, group=self.group, loss_mask=loss_mask,
+                          **self._options())  # fmt: skip
 
     def extra_repr(self):
-        return f"reduction={self.reduction!r}, form={self.form!r}, block_cap={self.block_cap}"
+        options = "".join(f", {k}={v!r}" for k, v in self._options().items())
+        return (f"reduction={self.reduction!r}, form={self.form!r}, block_cap={self.block_cap}"
+                f"{options}")  # fmt: skip
 
 
 class SoftCrossEntropyLoss(ReverseKLLoss):
-    """``-sum softmax(target_logits) * log_softmax(logits)`` per row; see
+    """``-sum softmax(target_logits / T) * log_softmax(logits / T)`` per row; see
     :func:`normlab.soft_cross_entropy`."""
 
-    def forward(self, logits, target_logits):
-        return _losses.soft_cross_entropy(logits, target_logits, form=self.form,
-                                          block_cap=self.block_cap, reduction=self.reduction,
-                                          group=self.group)  # fmt: skip
+    _loss = staticmethod(_losses.soft_cross_entropy)
+
+
+class ForwardKLLoss(ReverseKLLoss):
+    """``KL(softmax(target_logits / T) || softmax(logits / T))`` per row; see
+    :func:`normlab.forward_kl`."""
+
+    _loss = staticmethod(_losses.forward_kl)
+
+
+class JSDLoss(ReverseKLLoss):
+    """``beta KL(q || m) + (1 - beta) KL(p || m)``, m = beta q + (1 - beta) p, per row; see
+    :func:`normlab.jsd`."""
+
+    _loss = staticmethod(_losses.jsd)
+
+    def __init__(self, reduction="mean", form="auto", block_cap=None, group=None, *, beta=0.5,
+                 temperature=1.0):  # fmt: skip
+        super().__init__(reduction, form, block_cap, group, temperature=temperature)
+        self.beta = beta
+
+    def _options(self):
+        return {"beta": self.beta, "temperature": self.temperature}
 
 
 class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
     """``torch.nn.CrossEntropyLoss`` on class-index targets, by :func:`normlab.cross_entropy`.
 
     Logits are (..., V) with the classes *last* (the LM-head layout, not torch's (N, C, d1...)).
-    ``weight`` and ``label_smoothing`` are not supported (ValueError).
+    ``label_smoothing`` is torch's; keyword-only ``z_loss`` and ``softcap`` as in
+    :func:`normlab.cross_entropy`; ``forward(logits, labels, loss_mask=None)``. ``weight`` is
+    not supported (ValueError).
     """
 
     def __init__(self, ignore_index=-100, reduction="mean", *, form="auto", block_cap=None,
-                 group=None, weight=None, label_smoothing=0.0):  # fmt: skip
-        if weight is not None or label_smoothing:
-            raise ValueError("normlab.nn.CrossEntropyLoss: weight and label_smoothing are not "
-                             "supported")  # fmt: skip
-        super().__init__(ignore_index=ignore_index, reduction=reduction)
+                 group=None, weight=None, label_smoothing=0.0, z_loss=0.0,
+                 softcap=None):  # fmt: skip
+        if weight is not None:
+            raise ValueError("normlab.nn.CrossEntropyLoss: weight is not supported")
+        super().__init__(ignore_index=ignore_index, reduction=reduction,
+                         label_smoothing=label_smoothing)  # fmt: skip
         self.form, self.block_cap, self.group = form, block_cap, group
+        self.z_loss, self.softcap = z_loss, softcap
 
-    def forward(self, logits, labels):
+    def forward(self, logits, labels, loss_mask=None):
         return _losses.cross_entropy(logits, labels, ignore_index=self.ignore_index,
                                      reduction=self.reduction, form=self.form,
-                                     block_cap=self.block_cap, group=self.group)  # fmt: skip
+                                     block_cap=self.block_cap, group=self.group,
+                                     label_smoothing=self.label_smoothing, z_loss=self.z_loss,
+                                     softcap=self.softcap, loss_mask=loss_mask)  # fmt: skip

@@ -116,7 +116,15 @@ def _loss_upcast(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
-def _reduce_rows(per_row: torch.Tensor, reduction: str, lead_shape: torch.Size) -> torch.Tensor:
+def _reduce_rows(per_row: torch.Tensor, reduction: str, lead_shape: torch.Size,
+                 loss_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """Rows reduced; with a bool ``loss_mask`` the rows where it is False count 0 and "mean"
+    divides by the number of True rows."""
+    if loss_mask is not None:
+        keep = loss_mask.reshape(-1)
+        per_row = torch.where(keep, per_row, 0.0)
+        if reduction == "mean":
+            return per_row.sum() / keep.sum()
     if reduction == "mean":
         return per_row.mean()
     if reduction == "sum":
@@ -126,47 +134,100 @@ def _reduce_rows(per_row: torch.Tensor, reduction: str, lead_shape: torch.Size) 
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-def reverse_kl_ref(
-    logits: torch.Tensor, target_logits: torch.Tensor, reduction: str = "mean"
-) -> torch.Tensor:
-    """KL(p || q) per row, p = softmax(logits), q = softmax(target_logits), over the last dim.
+def _log_probs(logits, target_logits, temperature):
+    """log softmax(logits / T), log softmax(target_logits / T), at fp32 (fp64 if given fp64)."""
+    dt = torch.float64 if torch.float64 in (logits.dtype, target_logits.dtype) else torch.float32
+    return ((logits.to(dt) / temperature).log_softmax(-1),
+            (target_logits.to(dt) / temperature).log_softmax(-1))  # fmt: skip
+
+
+def reverse_kl_ref(logits: torch.Tensor, target_logits: torch.Tensor, reduction: str = "mean",
+                   temperature: float = 1.0,
+                   loss_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """KL(p || q) per row, p = softmax(logits / T), q = softmax(target_logits / T), over the last
+    dim.
 
     ``sum_j p_j (log p_j - log q_j)``; terms with p_j = 0 count 0 (so -inf logits are allowed).
-    "mean" averages over rows (batchmean). fp32 math (fp64 if given fp64).
+    "mean" averages over rows (batchmean), or over the rows where ``loss_mask`` is True (the
+    others count 0). No T^2 factor. fp32 math (fp64 if given fp64).
     """
-    log_p = _loss_upcast(logits).log_softmax(-1)
-    log_q = _loss_upcast(target_logits).log_softmax(-1)
+    log_p, log_q = _log_probs(logits, target_logits, temperature)
     p = log_p.exp()
     # where() inside the product keeps autograd free of 0 * inf at p = 0 (masked vocab).
     per_row = (p * torch.where(p > 0, log_p - log_q, 0.0)).sum(-1)
-    return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1])
+    return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1], loss_mask)
 
 
-def soft_cross_entropy_ref(
-    logits: torch.Tensor, target_logits: torch.Tensor, reduction: str = "mean"
-) -> torch.Tensor:
-    """``-sum_j q_j log p_j`` per row, q = softmax(target_logits), p = softmax(logits).
+def forward_kl_ref(logits: torch.Tensor, target_logits: torch.Tensor, reduction: str = "mean",
+                   temperature: float = 1.0,
+                   loss_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """KL(q || p) = ``sum_j q_j (log q_j - log p_j)`` per row, p = softmax(logits / T) (the
+    student), q = softmax(target_logits / T); terms with q_j = 0 count 0. Reductions as
+    :func:`reverse_kl_ref`."""
+    log_p, log_q = _log_probs(logits, target_logits, temperature)
+    q = log_q.exp()
+    per_row = (q * torch.where(q > 0, log_q - log_p, 0.0)).sum(-1)
+    return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1], loss_mask)
 
-    Terms with q_j = 0 count 0. "mean" averages over rows. fp32 math (fp64 if given fp64).
+
+def jsd_ref(logits: torch.Tensor, target_logits: torch.Tensor, reduction: str = "mean",
+            beta: float = 0.5, temperature: float = 1.0,
+            loss_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """``beta KL(q || m) + (1 - beta) KL(p || m)`` per row, m = beta q + (1 - beta) p,
+    p = softmax(logits / T), q = softmax(target_logits / T); terms with a zero probability
+    count 0. Reductions as :func:`reverse_kl_ref`."""
+    log_p, log_q = _log_probs(logits, target_logits, temperature)
+    p, q = log_p.exp(), log_q.exp()
+    m = beta * q + (1 - beta) * p
+    log_m = torch.where(m > 0, m, 1.0).log()  # m = 0 only where p = q = 0 (terms skipped)
+    kl_p = (p * torch.where(p > 0, log_p - log_m, 0.0)).sum(-1)
+    kl_q = (q * torch.where(q > 0, log_q - log_m, 0.0)).sum(-1)
+    per_row = beta * kl_q + (1 - beta) * kl_p
+    return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1], loss_mask)
+
+
+def soft_cross_entropy_ref(logits: torch.Tensor, target_logits: torch.Tensor,
+                           reduction: str = "mean", temperature: float = 1.0,
+                           loss_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """``-sum_j q_j log p_j`` per row, q = softmax(target_logits / T), p = softmax(logits / T).
+
+    Terms with q_j = 0 count 0. Reductions as :func:`reverse_kl_ref`. fp32 math (fp64 if given
+    fp64).
     """
-    log_p = _loss_upcast(logits).log_softmax(-1)
-    q = _loss_upcast(target_logits).softmax(-1)
+    log_p, log_q = _log_probs(logits, target_logits, temperature)
+    q = log_q.exp()
     per_row = -(q * torch.where(q > 0, log_p, 0.0)).sum(-1)
-    return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1])
+    return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1], loss_mask)
 
 
-def cross_entropy_ref(
-    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100, reduction: str = "mean"
-) -> torch.Tensor:
-    """``F.cross_entropy`` on fp32 (or fp64) logits flattened to (M, V): torch semantics.
+def cross_entropy_ref(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
+                      reduction: str = "mean", label_smoothing: float = 0.0, z_loss: float = 0.0,
+                      softcap: float | None = None,
+                      loss_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """``F.cross_entropy`` on fp32 (or fp64) logits flattened to (M, V): torch semantics,
+    ``label_smoothing`` included.
 
-    "mean" is over non-ignored rows (NaN when every row is ignored, as in torch).
+    "mean" is over non-ignored rows (NaN when every row is ignored, as in torch). ``softcap``
+    c: the logits become c tanh(logits / c) first; ``z_loss`` z adds z logsumexp^2 per
+    non-ignored row (PaLM); rows where ``loss_mask`` is False count as ignored.
     """
     n_cols = logits.shape[-1]
-    out = torch.nn.functional.cross_entropy(
-        _loss_upcast(logits).reshape(labels.numel(), n_cols),  # V = 0 too (no -1 to infer)
-        labels.reshape(-1).long(),
-        ignore_index=ignore_index,
-        reduction=reduction,
-    )
+    x = _loss_upcast(logits).reshape(labels.numel(), n_cols)  # V = 0 too (no -1 to infer)
+    if softcap is not None:
+        x = softcap * torch.tanh(x / softcap)
+    flat = labels.reshape(-1).long()
+    if loss_mask is not None:
+        flat = torch.where(loss_mask.reshape(-1), flat, ignore_index)
+    out = torch.nn.functional.cross_entropy(x, flat, ignore_index=ignore_index,
+                                            reduction=reduction,
+                                            label_smoothing=label_smoothing)  # fmt: skip
+    if z_loss:
+        valid = flat != ignore_index
+        z_rows = torch.where(valid, z_loss * x.logsumexp(-1) ** 2, 0.0)
+        if reduction == "none":
+            out = out + z_rows
+        elif reduction == "sum":
+            out = out + z_rows.sum()
+        else:
+            out = out + z_rows.sum() / valid.sum()
     return out.reshape(logits.shape[:-1]) if reduction == "none" else out

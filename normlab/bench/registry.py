@@ -464,6 +464,16 @@ def _liger_ce():
     return lambda logits, labels: liger_cross_entropy(logits, labels)
 
 
+def _liger_jsd():
+    """Liger-Kernel's LigerJSD (beta 0.5, its default and normlab.jsd's): it takes the student's
+    and the teacher's log-probabilities, so the log-softmaxes run first, in fp32."""
+    from liger_kernel.transformers.jsd import LigerJSD
+
+    jsd = LigerJSD(beta=0.5)
+    return lambda logits, target: jsd(logits.float().log_softmax(-1),
+                                      target.float().log_softmax(-1))  # fmt: skip
+
+
 def _quack_ce():
     from quack.cross_entropy import cross_entropy
 
@@ -529,6 +539,16 @@ register(
         _loss_builder(_liger_ce, "cross_entropy"),
         LOSS_DIRECTIONS,
         "liger-kernel cross entropy (when importable)",
+        unavailable=_needs_module("liger_kernel"),
+    )
+)
+register(
+    Impl(
+        "jsd",
+        "liger",
+        _loss_builder(_liger_jsd, "jsd"),
+        LOSS_DIRECTIONS,
+        "liger-kernel LigerJSD(beta=0.5) on log_softmax inputs (when importable)",
         unavailable=_needs_module("liger_kernel"),
     )
 )

@@ -14,8 +14,8 @@ rms_norm, layer_norm                fwd+bwd    5·M·N·e
 add_rms_norm, add_layer_norm        fwd        4·M·N·e   read x, residual; write y, h
 add_rms_norm, add_layer_norm        bwd        4·M·N·e   read h, dy, dh; write dx (= dresidual)
 add_rms_norm, add_layer_norm        fwd+bwd    8·M·N·e
-reverse_kl, soft_cross_entropy      fwd        2·M·N·e   read logits and target
-reverse_kl, soft_cross_entropy      fwd+bwd    3·M·N·e   read both, write d logits
+reverse_kl, soft_cross_entropy,     fwd        2·M·N·e   read logits and target
+forward_kl, jsd                     fwd+bwd    3·M·N·e   read both, write d logits
 cross_entropy (labels)              fwd        1·M·N·e   read logits
 cross_entropy (labels)              fwd+bwd    2·M·N·e   read logits, write d logits
 copy                                fwd        2·M·N·e   read src, write dst
@@ -38,7 +38,7 @@ import torch
 
 NORM_OPS = ("rms_norm", "layer_norm")
 ADD_NORM_OPS = ("add_rms_norm", "add_layer_norm")  # the residual add fused before the norm
-SOFT_LOSS_OPS = ("reverse_kl", "soft_cross_entropy")
+SOFT_LOSS_OPS = ("reverse_kl", "soft_cross_entropy", "forward_kl", "jsd")
 LABEL_LOSS_OPS = ("cross_entropy",)
 OPS = NORM_OPS + ADD_NORM_OPS + SOFT_LOSS_OPS + LABEL_LOSS_OPS + ("copy",)
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")

@@ -15,11 +15,26 @@ from typing import NamedTuple
 
 # ---- the calls -----------------------------------------------------------------------------------
 
-KINDS = {"reverse_kl": 0, "soft_cross_entropy": 1, "cross_entropy": 2}  # the kernels' KIND
+KINDS = {"reverse_kl": 0, "soft_cross_entropy": 1, "cross_entropy": 2, "forward_kl": 3,
+         "jsd": 4}  # the kernels' KIND
 REDUCTIONS = ("mean", "sum", "none")
 FORMS = ("auto", "fused", "chunked", "split")
 GRAD_IN_FORWARD = ("fused", "chunked")  # forms whose forward writes the gradient
 CE = KINDS["cross_entropy"]
+JSD = KINDS["jsd"]
+XFORMS = {"none": 0, "temperature": 1, "softcap": 2}  # the kernels' XFORM (online.transform)
+
+
+class Options(NamedTuple):
+    """A call's loss options, when any differs from its default (JSD's always: beta). Checked
+    by ``op``; the kernels see them through ``kernel_args``."""
+
+    temperature: float = 1.0  # the distribution losses: softmax(logits / T)
+    beta: float = 0.5  # JSD's mixture weight of the target
+    label_smoothing: float = 0.0  # label CE
+    z_loss: float = 0.0  # label CE: + z lse^2 per counted row
+    softcap: float = 0.0  # label CE: logits -> c tanh(logits / c); 0: none
+    has_mask: bool = False  # a loss_mask comes with the call
 
 
 class Spec(NamedTuple):
@@ -34,20 +49,62 @@ class Spec(NamedTuple):
     group: object  # a torch.distributed process group over the vocabulary, or None
     vocab_start: int  # this rank's first column (0 unsharded)
     vocab_size: int  # the whole vocabulary
+    options: Options | None = None  # None: every option at its default (the kernels as measured)
 
 
-def counts_valid(kind: int, reduction: str) -> bool:
-    """Whether the loss divides by the non-ignored row count (label CE's mean)."""
-    return kind == CE and reduction == "mean"
+def options(kind: int, temperature: float, beta: float, label_smoothing: float, z_loss: float,
+            softcap: float, has_mask: bool) -> Options | None:
+    """The Options of a call, or None where every one is at its default (not for JSD)."""
+    if (kind != JSD and temperature == 1.0 and not label_smoothing and not z_loss and not softcap
+            and not has_mask):  # fmt: skip
+        return None
+    return Options(temperature, beta, label_smoothing, z_loss, softcap, has_mask)
+
+
+def counts_valid(kind: int, reduction: str, has_mask: bool = False) -> bool:
+    """Whether the loss divides by the counted rows (label CE's or a loss_mask's mean)."""
+    return reduction == "mean" and (kind == CE or has_mask)
 
 
 def grad_scale(spec: Spec, n_rows: int) -> tuple[float, bool]:
-    """(host scale, divide by the device count of valid rows?) of the reduction."""
+    """(host scale, divide by the device count of counted rows?): the reduction's, times a
+    temperature's 1 / T and JSD's 1 - beta (the gradient's constant factors)."""
+    opts = spec.options
     if spec.reduction != "mean":
-        return 1.0, False
+        scale, over_valid = 1.0, False
+    elif spec.kind == CE or (opts is not None and opts.has_mask):
+        scale, over_valid = 1.0, True
+    else:
+        scale, over_valid = 1.0 / n_rows, False
+    if opts is not None and spec.kind != CE:
+        scale = scale / opts.temperature
+        if spec.kind == JSD:
+            scale = scale * (1.0 - opts.beta)
+    return scale, over_valid
+
+
+_NO_KERNEL_ARGS: dict = {}
+
+
+def kernel_args(spec: Spec, mask) -> dict:
+    """The kernels' option arguments (online's module docstring): none when every option is at
+    its default, so the kernels compile as measured; ``mask``: the flat loss_mask or None."""
+    opts = spec.options
+    if opts is None:
+        return _NO_KERNEL_ARGS
     if spec.kind == CE:
-        return 1.0, True
-    return 1.0 / n_rows, False
+        xform = XFORMS["softcap"] if opts.softcap else XFORMS["none"]
+        xparam = opts.softcap or 1.0
+    else:
+        xform = XFORMS["temperature"] if opts.temperature != 1.0 else XFORMS["none"]
+        xparam = 1.0 / opts.temperature
+    is_ce = spec.kind == CE
+    return {
+        "mask_ptr": mask, "xparam": xparam, "beta": opts.beta, "smoothing": opts.label_smoothing,
+        "uniform_weight": opts.label_smoothing / max(spec.vocab_size, 1), "z_loss": opts.z_loss,
+        "XFORM": xform, "HAS_MASK": opts.has_mask, "SMOOTH": is_ce and opts.label_smoothing > 0,
+        "ZLOSS": is_ce and opts.z_loss > 0,
+    }  # fmt: skip
 
 
 # ---- column tiles --------------------------------------------------------------------------------
@@ -189,6 +246,10 @@ ENTROPY_AUTO = {
                            ("chunked", 2048)),
     "cross_entropy": (("fused", 4096), ("fused", 4096), ("fused", 2048), ("chunked", 4096)),
 }
+# Not measured: forward KL reads and computes as soft CE does, so it takes soft CE's row; JSD
+# (three passes over a row) reverse KL's.
+ENTROPY_AUTO["forward_kl"] = ENTROPY_AUTO["soft_cross_entropy"]
+ENTROPY_AUTO["jsd"] = ENTROPY_AUTO["reverse_kl"]
 
 
 def entropy_vocab_class(n_cols: int) -> str:

@@ -1,6 +1,6 @@
 """The fused form: one program per row writes its loss and its gradient in one launch.
 
-``_{loss}_fused_kernel`` runs an online max / sum-exp pass over column tiles of
+``_entropy_fused_kernel`` (KIND: the loss) runs an online max / sum-exp pass over column tiles of
 ``min(next_pow2(V), block_cap)``, then the gradient pass in reverse tile order (the last tile is
 reused from registers; Fast-LLM's reverse-KL issue,
 https://github.com/ServiceNow/Fast-LLM/issues/497, for the block cap). The gradient (times the
@@ -18,25 +18,29 @@ from normlab._launch import launch
 from normlab.losses import config
 from normlab.losses.online import (
     CE,
-    RKL,
-    SCE,
+    JSD,
     fill_zero,
     finish_loss,
     grad_pass,
+    jsd_loss,
+    jsd_sums,
     load_label,
+    masked_out,
     row_frames,
     row_statistics,
+    safe_max,
+    transform,
 )
 
 
 @triton.jit
-def _fused_row(
+def _entropy_fused_kernel(
     x_ptr,  # (n_rows, n_cols) logits
-    t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
+    t_ptr,  # (n_rows, n_cols) target logits, in their own dtype (unused for label CE)
     labels_ptr,  # (n_rows,) int labels (label CE only)
     grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here
-    loss_ptr,  # (n_rows,) fp32 per-row loss
-    n_valid_ptr,  # (1,) fp32 count of non-ignored rows (label CE, reduction="mean" only)
+    loss_ptr,  # (n_rows,) fp32 per-row loss (0 where ignored or masked)
+    n_valid_ptr,  # (1,) fp32 count of counted rows (MEAN_OVER_VALID only)
     grad_scale,
     ignore_index,
     n_cols,
@@ -51,8 +55,31 @@ def _fused_row(
     LANE: tl.constexpr,  # columns per lane of the running statistics (config.entropy_lane)
     ALIGN: tl.constexpr,  # see row_frames; > 1 only when the three row strides are equal
     FRAME: tl.constexpr,
+    # The options (config.kernel_args; online's module docstring), off by default:
+    mask_ptr=None,  # (n_rows,) bool loss_mask (HAS_MASK only)
+    xparam=1.0,
+    beta=0.5,
+    smoothing=0.0,
+    uniform_weight=0.0,
+    z_loss=0.0,
+    XFORM: tl.constexpr = 0,
+    HAS_MASK: tl.constexpr = False,
+    SMOOTH: tl.constexpr = False,
+    ZLOSS: tl.constexpr = False,
 ):
+    """One row's loss and gradient in one launch (see module docstring)."""
     row = tl.program_id(0).to(tl.int64)
+    if (KIND == CE) or HAS_MASK:
+        skipped = False
+        if KIND == CE:
+            skipped = tl.load(labels_ptr + row) == ignore_index
+        if HAS_MASK:
+            skipped = skipped | masked_out(mask_ptr, row)
+        if skipped:  # loss 0, gradient 0, logits never read
+            tl.store(loss_ptr + row, 0.0)
+            if COMPUTE_GRAD and not ACCUMULATE:
+                fill_zero(grad_ptr + row * grad_row_stride, 0, n_cols, BLOCK)
+            return
     x_off, t_off, grad_off, lead = row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
                                                ALIGN, FRAME)  # fmt: skip
     x_row = x_ptr + x_off
@@ -62,110 +89,29 @@ def _fused_row(
     x_label = 0.0
     bad = False
     if KIND == CE:
-        # Ignored rows already returned in _cross_entropy_fused_kernel.
         label, _ignored, bad = load_label(labels_ptr, row, ignore_index, 0, n_cols)
         x_label = tl.load(x_row + lead + tl.where(bad, 0, label)).to(tl.float32)
-        x_label = tl.where(bad, float("nan"), x_label)
+        x_label = tl.where(bad, float("nan"), transform(x_label, xparam, XFORM))
         label = label + lead
     m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = row_statistics(
-        x_row, t_row, lead, lead + n_cols, KIND, BLOCK, LANE, ALIGN, True
+        x_row, t_row, lead, lead + n_cols, xparam, KIND, BLOCK, LANE, ALIGN, True, XFORM, SMOOTH
     )
-    loss = finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
+    if KIND == JSD:  # a second pass, now that p and q are known; acc becomes R_p
+        log_s_x = tl.log(s_x)
+        log_s_t = tl.log(s_t)
+        acc, r_q = jsd_sums(x_row, t_row, lead, lead + n_cols, safe_max(m_x), safe_max(m_t),
+                             log_s_x, log_s_t, xparam, beta, BLOCK, LANE, ALIGN,
+                             XFORM)  # fmt: skip
+        loss = jsd_loss(acc, r_q, log_s_x, log_s_t, beta)
+    else:
+        loss = finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight, z_loss, KIND,
+                           SMOOTH, ZLOSS)  # fmt: skip
     tl.store(loss_ptr + row, loss)
     if COMPUTE_GRAD:
         grad_pass(x_row, t_row, grad_row, lead, lead + n_cols, x_last, t_last, n_full, first,
-                   m_x, s_x, m_t, s_t, acc, label, bad, grad_scale, n_valid_ptr, KIND, ACCUMULATE,
-                   MEAN_OVER_VALID, BLOCK, LANE, ALIGN)  # fmt: skip
-
-
-@triton.jit
-def _reverse_kl_fused_kernel(
-    x_ptr,  # (n_rows, n_cols) logits
-    t_ptr,  # (n_rows, n_cols) target logits
-    labels_ptr,  # unused
-    grad_ptr,  # (n_rows, n_cols) d loss / d logits
-    loss_ptr,  # (n_rows,) fp32 per-row KL(p || q)
-    n_valid_ptr,  # unused
-    grad_scale,
-    ignore_index,
-    n_cols,
-    x_row_stride,
-    t_row_stride,
-    grad_row_stride,
-    COMPUTE_GRAD: tl.constexpr,
-    ACCUMULATE: tl.constexpr,
-    MEAN_OVER_VALID: tl.constexpr,
-    BLOCK: tl.constexpr,
-    LANE: tl.constexpr,  # columns per lane of the running statistics (config.entropy_lane)
-    ALIGN: tl.constexpr,
-    FRAME: tl.constexpr,
-):
-    """Reverse KL loss and gradient of one row in one launch (see module docstring)."""
-    _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
-               n_cols, x_row_stride, t_row_stride, grad_row_stride, RKL,
-               COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
-
-
-@triton.jit
-def _soft_cross_entropy_fused_kernel(
-    x_ptr,  # (n_rows, n_cols) logits
-    t_ptr,  # (n_rows, n_cols) target logits
-    labels_ptr,  # unused
-    grad_ptr,  # (n_rows, n_cols) d loss / d logits
-    loss_ptr,  # (n_rows,) fp32 per-row -sum q log p
-    n_valid_ptr,  # unused
-    grad_scale,
-    ignore_index,
-    n_cols,
-    x_row_stride,
-    t_row_stride,
-    grad_row_stride,
-    COMPUTE_GRAD: tl.constexpr,
-    ACCUMULATE: tl.constexpr,
-    MEAN_OVER_VALID: tl.constexpr,
-    BLOCK: tl.constexpr,
-    LANE: tl.constexpr,  # columns per lane of the running statistics (config.entropy_lane)
-    ALIGN: tl.constexpr,
-    FRAME: tl.constexpr,
-):
-    """Soft-target cross-entropy loss and gradient of one row in one launch."""
-    _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
-               n_cols, x_row_stride, t_row_stride, grad_row_stride, SCE,
-               COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
-
-
-@triton.jit
-def _cross_entropy_fused_kernel(
-    x_ptr,  # (n_rows, n_cols) logits
-    t_ptr,  # unused
-    labels_ptr,  # (n_rows,) int32/int64 labels
-    grad_ptr,  # (n_rows, n_cols) d loss / d logits
-    loss_ptr,  # (n_rows,) fp32 per-row loss (0 where ignored)
-    n_valid_ptr,  # (1,) fp32 non-ignored row count (MEAN_OVER_VALID only)
-    grad_scale,
-    ignore_index,
-    n_cols,
-    x_row_stride,
-    t_row_stride,
-    grad_row_stride,
-    COMPUTE_GRAD: tl.constexpr,
-    ACCUMULATE: tl.constexpr,
-    MEAN_OVER_VALID: tl.constexpr,
-    BLOCK: tl.constexpr,
-    LANE: tl.constexpr,  # columns per lane of the running statistics (config.entropy_lane)
-    ALIGN: tl.constexpr,
-    FRAME: tl.constexpr,
-):
-    """Label cross-entropy loss and gradient of one row in one launch."""
-    row = tl.program_id(0).to(tl.int64)
-    if tl.load(labels_ptr + row) == ignore_index:  # loss 0, gradient 0, logits never read
-        tl.store(loss_ptr + row, 0.0)
-        if COMPUTE_GRAD and not ACCUMULATE:
-            fill_zero(grad_ptr + row * grad_row_stride, 0, n_cols, BLOCK)
-        return
-    _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, n_valid_ptr, grad_scale, ignore_index,
-               n_cols, x_row_stride, t_row_stride, grad_row_stride, CE,
-               COMPUTE_GRAD, ACCUMULATE, MEAN_OVER_VALID, BLOCK, LANE, ALIGN, FRAME)  # fmt: skip
+                   m_x, s_x, m_t, s_t, acc, label, bad, grad_scale, n_valid_ptr, xparam, beta,
+                   smoothing, uniform_weight, z_loss, KIND, ACCUMULATE, MEAN_OVER_VALID, BLOCK,
+                   LANE, ALIGN, XFORM, SMOOTH, ZLOSS)  # fmt: skip
 
 
 @triton.jit
@@ -197,24 +143,22 @@ def _entropy_grad_rescale_kernel(
                 tl.store(grad_row + offs, g.to(grad_ptr.dtype.element_ty), mask=mask)
 
 
-_FUSED_KERNELS = {0: _reverse_kl_fused_kernel, 1: _soft_cross_entropy_fused_kernel,
-                  2: _cross_entropy_fused_kernel}  # fmt: skip
-
-
-def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate):
+def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate,
+                 mask=None):  # fmt: skip
     """Loss rows of x (and, with compute_grad, the gradient into grad) in one launch. Unread
-    pointers (labels, n_valid, grad) may be any tensor."""
+    pointers (labels, n_valid, grad) may be any tensor; mask: the flat loss_mask or None."""
     n_rows, n_cols = x.shape
     block = config.tile(n_cols, spec.block_cap)
     scale, over_valid = config.grad_scale(spec, n_rows)
     is_ce = spec.kind == config.CE
     table = config.ENTROPY_FUSED_WARPS_LABEL if is_ce else config.ENTROPY_FUSED_WARPS
     grad_row_stride = grad.stride(0) if grad is not None else 0
-    launch(_FUSED_KERNELS[spec.kind], (n_rows,),
+    launch(_entropy_fused_kernel, (n_rows,),
            x, t, labels, grad if grad is not None else x, loss_rows, n_valid,
            scale, spec.ignore_index, n_cols, x.stride(0), t.stride(0), grad_row_stride,
-           COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid,
-           BLOCK=block, LANE=config.entropy_lane(block), **config.frames(x, t, grad, block),
+           KIND=spec.kind, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
+           MEAN_OVER_VALID=over_valid, BLOCK=block, LANE=config.entropy_lane(block),
+           **config.frames(x, t, grad, block), **config.kernel_args(spec, mask),
            num_warps=config.entropy_num_warps(block, table))  # fmt: skip
 
 

@@ -9,12 +9,28 @@ loss                  L_r                                           dL_r / dx
 reverse_kl            KL(p || q) = sum_j p_j (log p_j - log q_j)    p * ((log p - log q) - L_r)
 soft_cross_entropy    -sum_j q_j log p_j                            p - q
 cross_entropy         logsumexp(x) - x[label_r]                     p - onehot(label_r)
+forward_kl            KL(q || p) = sum_j q_j (log q_j - log p_j)    p - q
+jsd                   b KL(q || m) + (1 - b) KL(p || m),            (1 - b) p * (log(p / m)
+                      m = b q + (1 - b) p                                       - KL(p || m))
 ====================  ============================================  ============================
 
-Terms with p_j = 0 (reverse KL) or q_j = 0 (soft CE) count 0, so -inf logits (a masked vocab)
-are allowed; NaN or +inf anywhere in a row makes that row's loss and every entry of its
-gradient NaN (as torch's autograd). Masked lanes load as -inf, never 0, so they cannot move a
-max or a log-sum-exp.
+Terms with p_j = 0 (reverse KL, JSD's KL(p || m)) or q_j = 0 (soft CE, forward KL, KL(q || m))
+count 0, so -inf logits (a masked vocab) are allowed; NaN or +inf anywhere in a row makes that
+row's loss and every entry of its gradient NaN (as torch's autograd). Masked lanes load as -inf,
+never 0, so they cannot move a max or a log-sum-exp.
+
+Options, each a constexpr that compiles to nothing when off: XFORM transforms every loaded
+logit (``transform``: x / T for a temperature, both operands, the host multiplying the gradient
+by 1/T; c tanh(x / c) for label CE's softcap, whose derivative tile_grad applies); label CE's
+SMOOTH (label smoothing, F.cross_entropy's definition: the label's weight 1 - eps, every
+column's eps / V, so the statistics also sum the logits) and ZLOSS (z lse^2 per row, its
+gradient 2 z lse p); HAS_MASK (the kernels: rows whose loss_mask is False are skipped, as
+ignored labels are). JSD needs the normalized p and q, so its row sums are a second pass
+(``jsd_sums``) once the statistics are known; with z = log(b q / ((1 - b) p)),
+log(p / m) = -log(1 - b) - softplus(z) and log(q / m) = -log(b) - softplus(-z), so
+KL(p || m) = -log(1 - b) - sum p softplus(z) and the gradient is (1 - b) p (R_p - softplus(z)),
+R_p = sum p softplus(z): no constant cancels there (a peaked row's largest entry would lose
+~1e-4 of itself otherwise). Its ``acc`` then holds R_p.
 
 A row's statistics are built tile by tile (``row_statistics`` over ``online_tile``, lanes
 folded by ``fold_stats``); ``grad_pass`` writes a row's (or chunk's) gradient from them. Rows
@@ -33,6 +49,11 @@ NEG_INF: tl.constexpr = tl.constexpr(float("-inf"))
 RKL: tl.constexpr = tl.constexpr(0)
 SCE: tl.constexpr = tl.constexpr(1)
 CE: tl.constexpr = tl.constexpr(2)
+FKL: tl.constexpr = tl.constexpr(3)
+JSD: tl.constexpr = tl.constexpr(4)
+# Logit transforms, the kernels' XFORM constexpr (config.XFORMS on the host).
+TEMPER: tl.constexpr = tl.constexpr(1)  # x * xparam, xparam = 1 / temperature
+SOFTCAP: tl.constexpr = tl.constexpr(2)  # xparam * tanh(x / xparam), xparam = the cap
 
 
 @triton.jit
@@ -47,11 +68,35 @@ def max_pair(a0, b0, a1, b1):
 
 
 @triton.jit
+def tanh(v):
+    """tanh in fp32 from exp (the interpreter has no libdevice): a Taylor series below |v| = 1/8,
+    where 1 - exp(-2|v|) would cancel (relative error < 3e-7 either side)."""
+    a = tl.abs(v)
+    e = tl.exp(-2.0 * a)
+    a2 = a * a
+    series = a * (1.0 + a2 * (-1.0 / 3.0 + a2 * (2.0 / 15.0 + a2 * (-17.0 / 315.0))))
+    r = tl.where(a < 0.125, series, (1.0 - e) / (1.0 + e))
+    return tl.where(v < 0, -r, r)
+
+
+@triton.jit
+def transform(v, xparam, XFORM: tl.constexpr):
+    """A loaded fp32 logit as the loss sees it (XFORM: see the module docstring)."""
+    if XFORM == TEMPER:
+        v = v * xparam
+    elif XFORM == SOFTCAP:
+        v = xparam * tanh(v / xparam)
+    return v
+
+
+@triton.jit
 def reframe_acc(acc, s_x, s_t, alpha_x, alpha_t, d_x, d_t, KIND: tl.constexpr):
     """acc (see online_tile) moved to a new max frame: d_x = new - old x shift (d_t: target's),
-    alpha_* = exp(old - new) the matching sum rescales. Soft CE and reverse KL only."""
+    alpha_* = exp(old - new) the matching sum rescales. Soft CE and the KLs only."""
     if KIND == RKL:
         acc = alpha_x * (acc + (d_t - d_x) * s_x)
+    elif KIND == FKL:
+        acc = alpha_t * (acc + (d_x - d_t) * s_t)
     else:
         acc = alpha_t * (acc - d_x * s_t)
     return acc
@@ -65,7 +110,7 @@ def tile_cols(BLOCK: tl.constexpr, LANE: tl.constexpr):
 
 
 @triton.jit
-def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
+def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.constexpr):
     """Fold one fp32 tile (a tile_cols grid, -inf on masked lanes) into running statistics kept
     per lane (per grid row: vectors of BLOCK // LANE). Lanes of a few columns reduce within a
     thread, so a tile costs no cross-warp round trip; fold_stats folds the lanes once a row.
@@ -73,6 +118,9 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
     s_x = sum exp(x - safe(m_x)); s_t likewise. acc, in the same shifted frame:
       reverse KL  sum e_x ((x - m_x) - (t - m_t))   ->  L = acc / s_x - log s_x + log s_t
       soft CE     sum e_t (x - m_x)                 ->  L = log s_x - acc / s_t
+      forward KL  sum e_t ((t - m_t) - (x - m_x))   ->  L = acc / s_t - log s_t + log s_x
+    JSD keeps no acc here (see jsd_sums). Label CE with SMOOTH keeps s_t = sum x, unshifted, a
+    -inf logit counted 0 (a masked lane, or a masked vocab: torch's smoothed loss is inf there).
     Both tile maxima come from one two-operand reduction. The three sums stay separate tl.sum
     calls: the Triton interpreter folds a multi-operand reduction sequentially in fp32, which the
     CPU tests can tell apart.
@@ -86,6 +134,8 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
         new_x = safe_max(m_x)
         e_x = tl.exp(x - new_x[:, None])
         s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=1)
+        if SMOOTH:
+            s_t = s_t + tl.sum(tl.where(x == NEG_INF, 0.0, x), axis=1)
     else:
         raw_t = m_t
         old_t = safe_max(m_t)
@@ -103,13 +153,16 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr):
         # p_j = 0 terms are skipped (x = -inf would give 0 * inf).
         if KIND == RKL:
             term = tl.where(e_x > 0, e_x * (xs - ts), 0.0)
-        else:
+        elif KIND == FKL:
+            term = tl.where(e_t > 0, e_t * (ts - xs), 0.0)
+        elif KIND == SCE:
             term = tl.where(e_t > 0, e_t * xs, 0.0)
         tile_s_x = tl.sum(e_x, axis=1)
         tile_s_t = tl.sum(e_t, axis=1)
-        tile_acc = tl.sum(term, axis=1)
-        acc = reframe_acc(acc, s_x, s_t, alpha_x, alpha_t, new_x - old_x, new_t - old_t,
-                           KIND) + tile_acc  # fmt: skip
+        if KIND != JSD:
+            tile_acc = tl.sum(term, axis=1)
+            acc = reframe_acc(acc, s_x, s_t, alpha_x, alpha_t, new_x - old_x, new_t - old_t,
+                               KIND) + tile_acc  # fmt: skip
         s_x = s_x * alpha_x + tile_s_x
         s_t = s_t * alpha_t + tile_s_t
     return m_x, s_x, m_t, s_t, acc
@@ -160,8 +213,9 @@ def tile_span(lo, hi, BLOCK: tl.constexpr, ALIGN: tl.constexpr, CLAMP_HI: tl.con
 
 
 @triton.jit
-def row_statistics(x_row, t_row, lo, hi, KIND: tl.constexpr, BLOCK: tl.constexpr,
-                    LANE: tl.constexpr, ALIGN: tl.constexpr, CLAMP_HI: tl.constexpr):  # fmt: skip
+def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.constexpr,
+                    LANE: tl.constexpr, ALIGN: tl.constexpr, CLAMP_HI: tl.constexpr,
+                    XFORM: tl.constexpr, SMOOTH: tl.constexpr):  # fmt: skip
     """Online statistics of the columns [lo, hi) of a frame (lo < FRAME, 0 when ALIGN == 1):
     whole tiles unmasked in a loop, then the last tile (masked unless whole: see grad_pass);
     with lo > 0 the first tile is masked too.
@@ -181,40 +235,47 @@ def row_statistics(x_row, t_row, lo, hi, KIND: tl.constexpr, BLOCK: tl.constexpr
     n_full, first = tile_span(lo, hi, BLOCK, ALIGN, CLAMP_HI)
     if ALIGN > 1:  # a constexpr branch: compiled only for the aligned frames
         if first > 0:
-            x, t = load_edge_tile(x_row, t_row, cols, lo, hi, KIND, "evict_last", ALIGN)
-            m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND)
+            x, t = load_edge_tile(x_row, t_row, cols, lo, hi, xparam, KIND, "evict_last", ALIGN,
+                                  XFORM)  # fmt: skip
+            m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH)
     for i in range(first, n_full):
         x = tl.load(x_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
+        x = transform(x, xparam, XFORM)
         if KIND == CE:
             t = x
         else:
             t = tl.load(t_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
-        m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND)
+            t = transform(t, xparam, XFORM)
+        m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH)
     if ALIGN > 1:
         if (hi == (n_full + 1) * BLOCK) & (lo <= n_full * BLOCK):  # whole (an inner chunk's)
             x_last = tl.load(x_row + n_full * BLOCK + cols,
                              eviction_policy="evict_last").to(tl.float32)  # fmt: skip
+            x_last = transform(x_last, xparam, XFORM)
             if KIND == CE:
                 t_last = x_last
             else:
                 t_last = tl.load(t_row + n_full * BLOCK + cols,
                                  eviction_policy="evict_last").to(tl.float32)  # fmt: skip
+                t_last = transform(t_last, xparam, XFORM)
         else:
-            x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, KIND,
-                                             "evict_last", ALIGN)  # fmt: skip
+            x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, xparam,
+                                             KIND, "evict_last", ALIGN, XFORM)  # fmt: skip
     else:
-        x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, KIND,
-                                         "evict_last", ALIGN)  # fmt: skip
-    m_x, s_x, m_t, s_t, acc = online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND)
+        x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, xparam,
+                                         KIND, "evict_last", ALIGN, XFORM)  # fmt: skip
+    m_x, s_x, m_t, s_t, acc = online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH)
     m_x, s_x, m_t, s_t, acc = fold_stats(m_x, s_x, m_t, s_t, acc,
-                                          tl.full([BLOCK // LANE], 1, tl.int1), KIND)  # fmt: skip
+                                          tl.full([BLOCK // LANE], 1, tl.int1), KIND,
+                                          SMOOTH)  # fmt: skip
     return m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first
 
 
 @triton.jit
-def load_edge_tile(x_row, t_row, offs, lo, hi, KIND: tl.constexpr, EVICTION: tl.constexpr,
-                    ALIGN: tl.constexpr):  # fmt: skip
-    """Columns offs of a frame as fp32, -inf outside [lo, hi) (the first or last tile).
+def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
+                    EVICTION: tl.constexpr, ALIGN: tl.constexpr, XFORM: tl.constexpr):  # fmt: skip
+    """Columns offs of a frame as fp32 (transformed: see transform), -inf outside [lo, hi) (the
+    first or last tile).
 
     ALIGN > 1: loaded in whole 16-byte vectors, the outside lanes dropped in registers; an exact
     mask would split every vector into 2-byte loads. A vector loaded here holds one of the row's
@@ -227,62 +288,154 @@ def load_edge_tile(x_row, t_row, offs, lo, hi, KIND: tl.constexpr, EVICTION: tl.
         hi_vec = tl.multiple_of(tl.cdiv(tl.maximum(hi, 0), ALIGN) * ALIGN, ALIGN)
         in_vec = (offs >= 0) & (offs < hi_vec)
         x = tl.load(x_row + offs, mask=in_vec, other=NEG_INF, eviction_policy=EVICTION)
-        x = tl.where(keep, x.to(tl.float32), NEG_INF)
+        x = tl.where(keep, transform(x.to(tl.float32), xparam, XFORM), NEG_INF)
         if KIND == CE:
             t = x
         else:
             t = tl.load(t_row + offs, mask=in_vec, other=NEG_INF, eviction_policy=EVICTION)
-            t = tl.where(keep, t.to(tl.float32), NEG_INF)
+            t = tl.where(keep, transform(t.to(tl.float32), xparam, XFORM), NEG_INF)
     else:
         keep = offs < hi
         x = tl.load(x_row + offs, mask=keep, other=NEG_INF, eviction_policy=EVICTION)
-        x = x.to(tl.float32)
+        x = transform(x.to(tl.float32), xparam, XFORM)
+        if XFORM == SOFTCAP:  # the cap maps -inf to -xparam: outside lanes stay -inf
+            x = tl.where(keep, x, NEG_INF)
         if KIND == CE:
             t = x
         else:
             t = tl.load(t_row + offs, mask=keep, other=NEG_INF, eviction_policy=EVICTION)
-            t = t.to(tl.float32)
+            t = transform(t.to(tl.float32), xparam, XFORM)
     return x, t
 
 
 @triton.jit
-def finish_loss(m_x, s_x, s_t, acc, x_label, KIND: tl.constexpr):
-    """Row loss from the statistics (see online_tile for acc; x_label only for label CE)."""
+def finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight, z_loss,
+                KIND: tl.constexpr, SMOOTH: tl.constexpr, ZLOSS: tl.constexpr):  # fmt: skip
+    """Row loss from the statistics (see online_tile for acc; x_label only for label CE; JSD's
+    is jsd_loss). Label CE: lse - x[label], smoothed (1 - eps) (lse - x[label]) +
+    (eps lse - eps / V sum_j x_j), plus z lse^2."""
     if KIND == RKL:
         loss = acc / s_x - tl.log(s_x) + tl.log(s_t)
     elif KIND == SCE:
         loss = tl.log(s_x) - acc / s_t
+    elif KIND == FKL:
+        loss = acc / s_t - tl.log(s_t) + tl.log(s_x)
     else:
         loss = (safe_max(m_x) - x_label) + tl.log(s_x)
+        if SMOOTH:
+            lse = safe_max(m_x) + tl.log(s_x)
+            loss = (1.0 - smoothing) * loss + (smoothing * lse - uniform_weight * s_t)
+        if ZLOSS:
+            lse = safe_max(m_x) + tl.log(s_x)
+            loss += z_loss * lse * lse
     return loss
 
 
 @triton.jit
-def tile_grad(
-    x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND: tl.constexpr
-):
-    """Gradient of one tile, times scale, in the max-shifted frame of the row statistics.
+def kl_shift_of(acc, s_x, KIND: tl.constexpr):
+    """The row constant of tile_grad: acc / s_x (reverse KL's KL(p || q)); JSD's acc, already
+    R_p (see the module docstring)."""
+    if KIND == JSD:
+        kl_shift = acc
+    else:
+        kl_shift = acc / s_x
+    return kl_shift
+
+
+@triton.jit
+def log1p(u):
+    """log(1 + u) for u >= 0, to fp32 accuracy near 0 too (w = 1 + u carries the rounding)."""
+    w = 1.0 + u
+    return tl.where(w == 1.0, u, tl.log(w) * (u / (w - 1.0)))
+
+
+@triton.jit
+def softplus(z):
+    """log(1 + exp(z)), accurate for z far below 0; inf at z = inf."""
+    return tl.maximum(z, 0.0) + log1p(tl.exp(-tl.abs(z)))
+
+
+@triton.jit
+def jsd_log_ratio(lp, lq, beta):
+    """z = log(beta q / ((1 - beta) p)) from log p and log q (see the module docstring)."""
+    return (lq - lp) + tl.log(beta / (1.0 - beta))
+
+
+@triton.jit
+def jsd_sums(x_row, t_row, lo, hi, shift_x, shift_t, log_s_x, log_s_t, xparam, beta,
+             BLOCK: tl.constexpr, LANE: tl.constexpr, ALIGN: tl.constexpr,
+             XFORM: tl.constexpr):  # fmt: skip
+    """JSD's second pass: (sum p softplus(z), sum q softplus(-z)) over the columns [lo, hi) of a
+    frame, from the row's final statistics (every tile loaded as an edge tile: -inf outside);
+    terms with p = 0 (q = 0) count 0."""
+    cols = tile_cols(BLOCK, LANE)
+    r_p = tl.zeros([BLOCK // LANE], tl.float32)
+    r_q = tl.zeros([BLOCK // LANE], tl.float32)
+    for i in range(tl.cdiv(tl.maximum(hi, 0), BLOCK)):
+        x, t = load_edge_tile(x_row, t_row, i * BLOCK + cols, lo, hi, xparam, JSD, "evict_last",
+                              ALIGN, XFORM)  # fmt: skip
+        lp = (x - shift_x) - log_s_x
+        lq = (t - shift_t) - log_s_t
+        z = jsd_log_ratio(lp, lq, beta)
+        p = tl.exp(lp)
+        q = tl.exp(lq)
+        r_p += tl.sum(tl.where(p > 0, p * softplus(z), 0.0), axis=1)
+        r_q += tl.sum(tl.where(q > 0, q * softplus(-z), 0.0), axis=1)
+    return tl.sum(r_p, axis=0), tl.sum(r_q, axis=0)
+
+
+@triton.jit
+def jsd_loss(r_p, r_q, log_s_x, log_s_t, beta):
+    """beta KL(q || m) + (1 - beta) KL(p || m) = H(beta) - beta r_q - (1 - beta) r_p from
+    jsd_sums's (r_p, r_q), H(beta) = -beta log beta - (1 - beta) log(1 - beta); NaN when either
+    distribution is (NaN or +inf in the row, or no finite logit: the sums' p > 0 tests would
+    drop those terms)."""
+    entropy = -beta * tl.log(beta) - (1.0 - beta) * tl.log(1.0 - beta)
+    return (entropy - beta * r_q - (1.0 - beta) * r_p) + (log_s_x + log_s_t) * 0.0
+
+
+@triton.jit
+def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, xparam,
+              beta, smoothing, uniform_weight, z_loss, KIND: tl.constexpr, XFORM: tl.constexpr,
+              SMOOTH: tl.constexpr, ZLOSS: tl.constexpr):  # fmt: skip
+    """Gradient of one (transformed) tile, times scale, in the max-shifted frame of the row
+    statistics. kl_shift: reverse KL's KL(p || q), JSD's R_p (module docstring).
 
     log p - log q - KL = (x - shift_x) - (t - shift_t) - acc / s_x: no O(|logit|) terms cancel,
-    so the result stays exact to fp32 even at |logits| ~ 1e4 (lse + KL would lose ~1e-3).
+    so the result stays exact to fp32 even at |logits| ~ 1e4 (lse + KL would lose ~1e-3). JSD's
+    (1 - beta) and a temperature's 1 / T are in scale (the host's).
     """
     xs = x - shift_x
     p = tl.exp(xs - log_s_x)
     if KIND == RKL:
         g = tl.where(p > 0, p * ((xs - (t - shift_t)) - kl_shift), 0.0)
-    elif KIND == SCE:
+    elif (KIND == SCE) or (KIND == FKL):
         g = p - tl.exp((t - shift_t) - log_s_t)
+    elif KIND == JSD:
+        z = jsd_log_ratio(xs - log_s_x, (t - shift_t) - log_s_t, beta)
+        g = tl.where(p > 0, p * (kl_shift - softplus(z)), 0.0)
     else:
-        g = p - tl.where(cols == label, 1.0, 0.0)
+        if ZLOSS:  # d(z lse^2) = 2 z lse p
+            p = p * (1.0 + 2.0 * z_loss * (shift_x + log_s_x))
+        if SMOOTH:
+            g = (p - uniform_weight) - tl.where(cols == label, 1.0 - smoothing, 0.0)
+        else:
+            g = p - tl.where(cols == label, 1.0, 0.0)
+        if XFORM == SOFTCAP:  # x here is the capped logit: d(c tanh(v / c)) / dv = 1 - (x / c)^2
+            g = g * (1.0 - (x / xparam) * (x / xparam))
     return g * scale
 
 
 @triton.jit
-def nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift):
-    """Reverse KL: a NaN gradient scale for a row whose loss is NaN (NaN or +inf in logits or
-    target, or no finite logit). tile_grad's p > 0 test would zero such a row's entries; torch's
-    autograd gives NaN for all of them. Once per row, from the final statistics."""
-    loss = kl_shift - log_s_x + log_s_t  # as finish_loss and sharded.combine_partials
+def nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift, KIND: tl.constexpr):
+    """Reverse KL and JSD: a NaN gradient scale for a row whose loss is NaN (NaN or +inf in
+    logits or target, or no finite logit). tile_grad's p > 0 test would zero such a row's
+    entries; torch's autograd gives NaN for all of them. Once per row, from the final
+    statistics."""
+    if KIND == JSD:
+        loss = (log_s_x + log_s_t) * 0.0  # as jsd_loss's NaN term
+    else:
+        loss = kl_shift - log_s_x + log_s_t  # as finish_loss and sharded.combine_partials
     return tl.where(loss != loss, float("nan"), scale)  # a NaN test
 
 
@@ -295,8 +448,10 @@ def store_grad(grad_ptrs, g, mask, ACCUMULATE: tl.constexpr, EVICTION: tl.conste
 
 @triton.jit
 def store_edge_grad(x_row, t_row, grad_row, offs, g, lo, hi, shift_x, shift_t, log_s_x, log_s_t,
-                     kl_shift, label, scale, KIND: tl.constexpr, ACCUMULATE: tl.constexpr,
-                     ALIGN: tl.constexpr):  # fmt: skip
+                     kl_shift, label, scale, xparam, beta, smoothing, uniform_weight, z_loss,
+                     KIND: tl.constexpr, ACCUMULATE: tl.constexpr, ALIGN: tl.constexpr,
+                     XFORM: tl.constexpr, SMOOTH: tl.constexpr,
+                     ZLOSS: tl.constexpr):  # fmt: skip
     """Store the gradient g of an edge tile (columns offs of a frame) to exactly its columns in
     [lo, hi): whole 16-byte vectors from g with one vector store each, the partial vector at
     either end recomputed on ALIGN lanes. (An exact mask over the tile would split every store
@@ -306,22 +461,29 @@ def store_edge_grad(x_row, t_row, grad_row, offs, g, lo, hi, shift_x, shift_t, l
     hi_vec = tl.multiple_of(tl.maximum(hi, 0) // ALIGN * ALIGN, ALIGN)  # end of the last one
     store_grad(grad_row + offs, g, (offs >= lo_vec) & (offs < hi_vec), ACCUMULATE, "evict_first")
     store_lanes(x_row, t_row, grad_row, lo_vec - ALIGN, lo, tl.minimum(hi, lo_vec), shift_x,
-                shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND,
-                ACCUMULATE, ALIGN)  # fmt: skip
+                shift_t, log_s_x, log_s_t, kl_shift, label, scale, xparam, beta, smoothing,
+                uniform_weight, z_loss, KIND, ACCUMULATE, ALIGN, XFORM, SMOOTH,
+                ZLOSS)  # fmt: skip
     store_lanes(x_row, t_row, grad_row, hi_vec, tl.maximum(lo_vec, hi_vec), hi, shift_x, shift_t,
-                 log_s_x, log_s_t, kl_shift, label, scale, KIND, ACCUMULATE, ALIGN)  # fmt: skip
+                 log_s_x, log_s_t, kl_shift, label, scale, xparam, beta, smoothing,
+                 uniform_weight, z_loss, KIND, ACCUMULATE, ALIGN, XFORM, SMOOTH,
+                 ZLOSS)  # fmt: skip
 
 
 @triton.jit
 def store_lanes(x_row, t_row, grad_row, start, lo, hi, shift_x, shift_t, log_s_x, log_s_t,
-                 kl_shift, label, scale, KIND: tl.constexpr, ACCUMULATE: tl.constexpr,
-                 ALIGN: tl.constexpr):  # fmt: skip
+                 kl_shift, label, scale, xparam, beta, smoothing, uniform_weight, z_loss,
+                 KIND: tl.constexpr, ACCUMULATE: tl.constexpr, ALIGN: tl.constexpr,
+                 XFORM: tl.constexpr, SMOOTH: tl.constexpr, ZLOSS: tl.constexpr):  # fmt: skip
     """Gradient of the columns [lo, hi) of the ALIGN columns from start (one partial vector)."""
     cols = start + tl.arange(0, ALIGN)
     mask = (cols >= lo) & (cols < hi)
-    x = tl.load(x_row + cols, mask=mask, other=NEG_INF).to(tl.float32)
-    t = x if KIND == CE else tl.load(t_row + cols, mask=mask, other=NEG_INF).to(tl.float32)
-    g = tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND)
+    x = transform(tl.load(x_row + cols, mask=mask, other=NEG_INF).to(tl.float32), xparam, XFORM)
+    t = x if KIND == CE else transform(tl.load(t_row + cols, mask=mask, other=NEG_INF).to(
+        tl.float32), xparam, XFORM)
+    g = tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, xparam,
+                  beta, smoothing, uniform_weight, z_loss, KIND, XFORM, SMOOTH,
+                  ZLOSS)  # fmt: skip
     store_grad(grad_row + cols, g, mask, ACCUMULATE, "evict_first")
 
 
@@ -344,6 +506,12 @@ def load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size):
 
 
 @triton.jit
+def masked_out(mask_ptr, row):
+    """Whether loss_mask drops the row (False there: loss 0, gradient 0, not counted)."""
+    return tl.load(mask_ptr + row) == 0
+
+
+@triton.jit
 def store_raw_stats(ptr, slot, n_slots, m_x, s_x, m_t, s_t, acc):
     """Raw statistics (see online_tile) into column ``slot`` of a (5, n_slots) fp32 buffer."""
     tl.store(ptr + slot, m_x)
@@ -354,10 +522,11 @@ def store_raw_stats(ptr, slot, n_slots, m_x, s_x, m_t, s_t, acc):
 
 
 @triton.jit
-def fold_stats(m_xk, s_xk, m_tk, s_tk, acc_k, keep, KIND: tl.constexpr):
+def fold_stats(m_xk, s_xk, m_tk, s_tk, acc_k, keep, KIND: tl.constexpr, SMOOTH: tl.constexpr):
     """Fold raw statistics k (vectors: a tile's lanes or a row's chunks; see online_tile for the
     frames) into one set; k that saw only -inf weighs exactly 0, k outside ``keep`` nothing.
-    Label CE reads only m_xk and s_xk (and returns m_t = m_x, s_t = s_x, acc = 0)."""
+    Label CE reads only m_xk and s_xk (and returns m_t = m_x, s_t = s_x, acc = 0; with SMOOTH,
+    s_t = the plain sum of s_tk, the logits' sum)."""
     m_x = tl.max(m_xk, axis=0)
     new_x = safe_max(m_x)
     alpha_x = tl.exp(m_xk - new_x)
@@ -365,6 +534,8 @@ def fold_stats(m_xk, s_xk, m_tk, s_tk, acc_k, keep, KIND: tl.constexpr):
     if KIND == CE:
         m_t = m_x
         s_t = s_x
+        if SMOOTH:
+            s_t = tl.sum(tl.where(keep, s_tk, 0.0), axis=0)
         acc = tl.zeros([], tl.float32)
     else:
         m_t = tl.max(m_tk, axis=0)
@@ -395,34 +566,43 @@ def grad_pass(
     acc,
     label,  # label CE: column of the label in the frame
     bad,  # label CE: the label is out of range (the gradient becomes NaN)
-    grad_scale,  # host scale of the reduction (1/n for "mean" over rows)
-    n_valid_ptr,  # (1,) fp32 non-ignored row count (MEAN_OVER_VALID only)
+    grad_scale,  # host scale of the reduction (1/n for "mean" over rows; 1/T; JSD's 1 - beta)
+    n_valid_ptr,  # (1,) fp32 non-ignored (unmasked) row count (MEAN_OVER_VALID only)
+    xparam,  # the options (see tile_grad)
+    beta,
+    smoothing,
+    uniform_weight,
+    z_loss,
     KIND: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
     LANE: tl.constexpr,
     ALIGN: tl.constexpr,
+    XFORM: tl.constexpr,
+    SMOOTH: tl.constexpr,
+    ZLOSS: tl.constexpr,
 ):
     """Write the gradient of the columns [lo, hi) from the row statistics, in reverse tile order:
     the last tile is still in registers, its neighbour likely in L2. Whole tiles store unmasked
-    (vectorized); edge tiles store exactly their own columns."""
+    (vectorized); edge tiles store exactly their own columns. JSD: acc is R_p."""
     shift_x = safe_max(m_x)
     shift_t = safe_max(m_t)
     log_s_x = tl.log(s_x)
     log_s_t = tl.log(s_t)
-    kl_shift = acc / s_x
+    kl_shift = kl_shift_of(acc, s_x, KIND)
     scale = tl.cast(grad_scale, tl.float32)
     if MEAN_OVER_VALID:
         scale = scale / tl.load(n_valid_ptr)
     if KIND == CE:
         scale = tl.where(bad, float("nan"), scale)
-    if KIND == RKL:
-        scale = nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift)
+    if (KIND == RKL) or (KIND == JSD):
+        scale = nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift, KIND)
     cols = tile_cols(BLOCK, LANE)
     last_cols = n_full * BLOCK + cols
     g = tile_grad(x_last, t_last, last_cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift,
-                   label, scale, KIND)  # fmt: skip
+                   label, scale, xparam, beta, smoothing, uniform_weight, z_loss, KIND, XFORM,
+                   SMOOTH, ZLOSS)  # fmt: skip
     if ALIGN > 1:
         # An inner chunk's last tile is whole (a row's almost never): stored unmasked. The
         # statistics pass loaded it unmasked too. (Measured with the code as it stands: moving
@@ -431,25 +611,32 @@ def grad_pass(
             store_grad(grad_row + last_cols, g, None, ACCUMULATE, "evict_first")
         else:
             store_edge_grad(x_row, t_row, grad_row, last_cols, g, tl.maximum(lo, n_full * BLOCK),
-                             hi, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, KIND,
-                             ACCUMULATE, ALIGN)  # fmt: skip
+                             hi, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
+                             xparam, beta, smoothing, uniform_weight, z_loss, KIND, ACCUMULATE,
+                             ALIGN, XFORM, SMOOTH, ZLOSS)  # fmt: skip
     else:
         store_grad(grad_row + last_cols, g, last_cols < hi, ACCUMULATE, "evict_first")
     for j in range(n_full - first):
         offs = (n_full - 1 - j) * BLOCK + cols
         x = tl.load(x_row + offs, eviction_policy="evict_first").to(tl.float32)
+        x = transform(x, xparam, XFORM)
         if KIND == CE:
             t = x
         else:
             t = tl.load(t_row + offs, eviction_policy="evict_first").to(tl.float32)
+            t = transform(t, xparam, XFORM)
         g = tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
-                       KIND)  # fmt: skip
+                       xparam, beta, smoothing, uniform_weight, z_loss, KIND, XFORM, SMOOTH,
+                       ZLOSS)  # fmt: skip
         store_grad(grad_row + offs, g, None, ACCUMULATE, "evict_first")  # unmasked: vectorized
     if ALIGN > 1:  # a constexpr branch, as the kernels were measured
         if first > 0:  # the peeled first tile: lanes before lo are the previous row's
-            x, t = load_edge_tile(x_row, t_row, cols, lo, hi, KIND, "evict_first", ALIGN)
+            x, t = load_edge_tile(x_row, t_row, cols, lo, hi, xparam, KIND, "evict_first", ALIGN,
+                                  XFORM)  # fmt: skip
             g = tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
-                           KIND)  # fmt: skip
+                           xparam, beta, smoothing, uniform_weight, z_loss, KIND, XFORM, SMOOTH,
+                           ZLOSS)  # fmt: skip
             store_edge_grad(x_row, t_row, grad_row, cols, g, lo, BLOCK, shift_x, shift_t,
-                             log_s_x, log_s_t, kl_shift, label, scale, KIND, ACCUMULATE,
-                             ALIGN)  # fmt: skip
+                             log_s_x, log_s_t, kl_shift, label, scale, xparam, beta, smoothing,
+                             uniform_weight, z_loss, KIND, ACCUMULATE, ALIGN, XFORM, SMOOTH,
+                             ZLOSS)  # fmt: skip

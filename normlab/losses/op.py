@@ -16,6 +16,8 @@ retain_graph=True or in a compiled backward, so any sequence of backwards gives 
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -34,68 +36,76 @@ _F32 = torch.float32
 # ---- one call's forward and backward -------------------------------------------------------------
 
 
-def _rows(spec, logits, other):
-    """(x, t, labels): logits and target as (M, V) rows (t = x for label CE) and the flat labels
-    (x for the distribution losses: a pointer the kernels do not read)."""
+def _rows(spec, logits, other, mask):
+    """(x, t, labels, mask): logits and target as (M, V) rows (t = x for label CE), the flat
+    labels (x for the distribution losses: a pointer the kernels do not read) and the flat
+    loss_mask (or None)."""
     n_cols = logits.shape[-1]
     n_rows = logits.shape[:-1].numel()  # not -1: a zero-width vocab shard has V = 0
     x = logits.reshape(n_rows, n_cols)
+    if mask is not None:
+        mask = mask.reshape(n_rows)
     if spec.kind == CE:
-        return x, x, other.reshape(-1)
-    return x, other.reshape(n_rows, n_cols), x
+        return x, x, other.reshape(-1), mask
+    return x, other.reshape(n_rows, n_cols), x, mask
 
 
-def _n_valid(spec, labels):
-    """Label CE's mean: the 0-d fp32 count of non-ignored rows; else None."""
-    if config.counts_valid(spec.kind, spec.reduction):
-        return (labels != spec.ignore_index).sum(dtype=_F32)
-    return None
+def _n_valid(spec, labels, mask):
+    """A mean over counted rows (label CE's non-ignored ones, a loss_mask's unmasked ones): their
+    0-d fp32 count; else None."""
+    if not config.counts_valid(spec.kind, spec.reduction, mask is not None):
+        return None
+    if spec.kind != CE:
+        return mask.sum(dtype=_F32)
+    valid = labels != spec.ignore_index
+    return (valid if mask is None else valid & mask).sum(dtype=_F32)
 
 
-def _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, accumulate):
+def _forward_rows(spec, x, t, labels, mask, n_valid, grad, compute_grad, accumulate):
     """(loss rows, the split form's (6, M) row statistics or None) of any form."""
     if spec.form in GRAD_IN_FORWARD:
         loss_rows = torch.empty(x.shape[0], dtype=_F32, device=x.device)
         run = launch_fused if spec.form == "fused" else launch_chunked
         run(spec, x, t, labels, grad, loss_rows, n_valid if n_valid is not None else x,
-            compute_grad, accumulate)  # fmt: skip
+            compute_grad, accumulate, mask)  # fmt: skip
         return loss_rows, None
     if spec.group is not None:
-        row_stats = sharded.row_stats(spec, x, t, labels)
+        row_stats = sharded.row_stats(spec, x, t, labels, mask)
     else:
-        _, row_stats = launch_stats(spec, x, t, labels, finalize=True)
+        _, row_stats = launch_stats(spec, x, t, labels, True, mask)
     return row_stats[5], row_stats
 
 
 def _reduce(spec, loss_rows, n_valid, lead_shape):
     if spec.reduction == "none":
         return loss_rows.reshape(lead_shape)
-    if spec.reduction == "mean" and spec.kind != CE:
+    if spec.reduction == "mean" and n_valid is None:
         return loss_rows.mean()  # one reduction kernel, no separate division
     total = loss_rows.sum()
     if spec.reduction == "sum":
         return total
-    return total / n_valid  # label CE: the mean over non-ignored rows
+    return total / n_valid  # the mean over counted rows (NaN when none is)
 
 
-def _loss_forward(spec, logits, other, compute_grad):
+def _loss_forward(spec, logits, other, mask, compute_grad):
     """(loss, grad | None, row_stats | None, n_valid | None): the reduced loss; the gradient for
     grad_output = 1 (fused and chunked forms); the split form's (6, M) row statistics."""
-    x, t, labels = _rows(spec, logits, other)
-    n_valid = _n_valid(spec, labels)
+    x, t, labels, mask = _rows(spec, logits, other, mask)
+    n_valid = _n_valid(spec, labels, mask)
     grad = torch.empty_like(x) if compute_grad and spec.form in GRAD_IN_FORWARD else None
-    loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, compute_grad, False)
+    loss_rows, row_stats = _forward_rows(spec, x, t, labels, mask, n_valid, grad, compute_grad,
+                                         False)  # fmt: skip
     return _reduce(spec, loss_rows, n_valid, logits.shape[:-1]), grad, row_stats, n_valid
 
 
-def _split_grad(spec, logits, other, row_stats, g_out, n_valid):
+def _split_grad(spec, logits, other, mask, row_stats, g_out, n_valid):
     """The split form's gradient from its row statistics, times grad_output ``g_out`` (``n_valid``
     None or empty where the kernels do not read it)."""
-    x, t, labels = _rows(spec, logits, other)
+    x, t, labels, mask = _rows(spec, logits, other, mask)
     if n_valid is None or n_valid.numel() == 0:
         n_valid = row_stats  # unread: a pointer argument only
     grad = torch.empty_like(x)
-    launch_backward(spec, x, t, labels, row_stats, g_out, n_valid, grad, False)
+    launch_backward(spec, x, t, labels, row_stats, g_out, n_valid, grad, False, mask)
     return grad.view(logits.shape)
 
 
@@ -130,15 +140,15 @@ class LossFunction(torch.autograd.Function):
     """One loss call with its gradient (every form; the sharded one with ``spec.group``)."""
 
     @staticmethod
-    def forward(ctx, logits, other, spec):
-        loss, grad, row_stats, n_valid = _loss_forward(spec, logits, other, True)
+    def forward(ctx, logits, other, mask, spec):
+        loss, grad, row_stats, n_valid = _loss_forward(spec, logits, other, mask, True)
         ctx.spec, ctx.shape = spec, logits.shape
         if grad is not None:
             ctx.save_for_backward(grad)
         else:
             if spec.reduction == "none":
                 loss = loss.clone()  # a row of the saved statistics: not the caller's to modify
-            ctx.save_for_backward(logits, other, row_stats, n_valid)
+            ctx.save_for_backward(logits, other, mask, row_stats, n_valid)
         return loss
 
     @staticmethod
@@ -146,16 +156,26 @@ class LossFunction(torch.autograd.Function):
         g_out = _grad_output(grad_loss)
         if ctx.spec.form in GRAD_IN_FORWARD:
             (grad,) = ctx.saved_tensors
-            return _scaled(grad, g_out, not _graph_kept()).view(ctx.shape), None, None
-        logits, other, row_stats, n_valid = ctx.saved_tensors
-        return _split_grad(ctx.spec, logits, other, row_stats, g_out, n_valid), None, None
+            return _scaled(grad, g_out, not _graph_kept()).view(ctx.shape), None, None, None
+        logits, other, mask, row_stats, n_valid = ctx.saved_tensors
+        grad = _split_grad(ctx.spec, logits, other, mask, row_stats, g_out, n_valid)
+        return grad, None, None, None
 
 
 # ---- torch.compile: custom ops -------------------------------------------------------------------
 
 
-def _local_spec(kind, form, block_cap, reduction, ignore_index, n_cols):
-    return config.Spec(kind, form, block_cap, reduction, ignore_index, None, 0, n_cols)
+def _local_spec(kind, form, block_cap, reduction, ignore_index, n_cols, loss_mask, temperature,
+                beta, label_smoothing, z_loss, softcap):  # fmt: skip
+    options = config.options(kind, temperature, beta, label_smoothing, z_loss, softcap,
+                             loss_mask is not None)  # fmt: skip
+    return config.Spec(kind, form, block_cap, reduction, ignore_index, None, 0, n_cols, options)
+
+
+def _option_args(spec):
+    """The options as the custom ops take them (after their other arguments)."""
+    o = spec.options
+    return (o.temperature, o.beta, o.label_smoothing, o.z_loss, o.softcap)
 
 
 @torch.library.custom_op("normlab::entropy_fwd", mutates_args=())
@@ -168,11 +188,18 @@ def _entropy_fwd_op(
     reduction: str,
     ignore_index: int,
     compute_grad: bool,
+    loss_mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    beta: float = 0.5,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, grad, row_stats, n_valid) of one unsharded call (see _loss_forward); absent ones
     are empty tensors (custom ops return no None). ``other``: target logits, or the labels."""
-    spec = _local_spec(kind, form, block_cap, reduction, ignore_index, logits.shape[-1])
-    loss, grad, row_stats, n_valid = _loss_forward(spec, logits, other, compute_grad)
+    spec = _local_spec(kind, form, block_cap, reduction, ignore_index, logits.shape[-1], loss_mask,
+                       temperature, beta, label_smoothing, z_loss, softcap)  # fmt: skip
+    loss, grad, row_stats, n_valid = _loss_forward(spec, logits, other, loss_mask, compute_grad)
     if row_stats is not None and reduction == "none":
         loss = loss.clone()  # outputs may not alias: the per-row losses are a row of row_stats
     return (loss, grad if grad is not None else logits.new_empty((0,)),
@@ -181,13 +208,14 @@ def _entropy_fwd_op(
 
 
 @_entropy_fwd_op.register_fake
-def _(logits, other, kind, form, block_cap, reduction, ignore_index, compute_grad):
+def _(logits, other, kind, form, block_cap, reduction, ignore_index, compute_grad,
+      loss_mask=None, *options):  # fmt: skip
     n_cols = logits.shape[-1]
     n_rows = logits.numel() // n_cols
     loss = logits.new_empty(logits.shape[:-1] if reduction == "none" else (), dtype=_F32)
     grad_shape = (n_rows, n_cols) if compute_grad and form in GRAD_IN_FORWARD else (0,)
     stats_shape = (6, n_rows) if form == "split" else (0,)
-    valid_shape = () if config.counts_valid(kind, reduction) else (0,)
+    valid_shape = () if config.counts_valid(kind, reduction, loss_mask is not None) else (0,)
     return (loss, logits.new_empty(grad_shape), logits.new_empty(stats_shape, dtype=_F32),
             logits.new_empty(valid_shape, dtype=_F32))  # fmt: skip
 
@@ -203,44 +231,58 @@ def _entropy_split_bwd_op(
     block_cap: int,
     reduction: str,
     ignore_index: int,
+    loss_mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    beta: float = 0.5,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float = 0.0,
 ) -> torch.Tensor:
     """The split form's d loss / d logits (see _split_grad)."""
-    spec = _local_spec(kind, "split", block_cap, reduction, ignore_index, logits.shape[-1])
-    return _split_grad(spec, logits, other, row_stats, g_out, n_valid)
+    spec = _local_spec(kind, "split", block_cap, reduction, ignore_index, logits.shape[-1],
+                       loss_mask, temperature, beta, label_smoothing, z_loss,
+                       softcap)  # fmt: skip
+    return _split_grad(spec, logits, other, loss_mask, row_stats, g_out, n_valid)
 
 
 @_entropy_split_bwd_op.register_fake
-def _(logits, other, row_stats, g_out, n_valid, kind, block_cap, reduction, ignore_index):
+def _(logits, *args):
     return logits.new_empty(logits.shape)
 
 
+_N_FWD_INPUTS = 14
+
+
 def _setup_context(ctx, inputs, output):
-    logits, other, kind, form, block_cap, reduction, ignore_index, _compute_grad = inputs
+    logits, other, kind, form, block_cap, reduction, ignore_index, _compute_grad, *rest = inputs
+    loss_mask, options = (rest[0], tuple(rest[1:])) if rest else (None, ())
     _, grad, row_stats, n_valid = output
     ctx.args = (kind, form, block_cap, reduction, ignore_index)
+    ctx.options = options
     ctx.logits_shape = logits.shape
     if form in GRAD_IN_FORWARD:
         ctx.save_for_backward(grad)
     else:
-        ctx.save_for_backward(logits, other, row_stats, n_valid)
+        ctx.save_for_backward(logits, other, row_stats, n_valid, loss_mask)
     ctx.set_materialize_grads(False)
 
 
 def _custom_op_backward(ctx, grad_loss, _dgrad, _dstats, _dn_valid):
     kind, form, block_cap, reduction, ignore_index = ctx.args
     if grad_loss is None:
-        return (None,) * 8
+        return (None,) * _N_FWD_INPUTS
     g_out = _grad_output(grad_loss)
     if form not in GRAD_IN_FORWARD:
-        logits, other, row_stats, n_valid = ctx.saved_tensors
+        logits, other, row_stats, n_valid, loss_mask = ctx.saved_tensors
         grad = torch.ops.normlab.entropy_split_bwd(logits, other, row_stats, g_out, n_valid, kind,
-                                                   block_cap, reduction, ignore_index)  # fmt: skip
-        return (grad,) + (None,) * 7
+                                                   block_cap, reduction, ignore_index, loss_mask,
+                                                   *ctx.options)  # fmt: skip
+        return (grad,) + (None,) * (_N_FWD_INPUTS - 1)
     (grad,) = ctx.saved_tensors
     traced = torch.compiler.is_compiling() or type(grad) is not torch.Tensor  # fake / functional
     # A traced backward may be replayed: out of place, as with retain_graph=True.
     in_place = not traced and not _graph_kept()
-    return (_scaled(grad, g_out, in_place).view(ctx.logits_shape),) + (None,) * 7
+    return (_scaled(grad, g_out, in_place).view(ctx.logits_shape),) + (None,) * (_N_FWD_INPUTS - 1)
 
 
 _entropy_fwd_op.register_autograd(_custom_op_backward, setup_context=_setup_context)
@@ -317,63 +359,125 @@ def _check_grad_accumulate(name, grad_accumulate, logits):
         raise ValueError(f"{name}: grad_accumulate must be contiguous and on {logits.device}")
 
 
-def _run(name, logits, other, spec, grad_accumulate):
+def _check_mask(name, loss_mask, logits):
+    if not isinstance(loss_mask, torch.Tensor):
+        raise TypeError(f"{name}: loss_mask must be a torch.Tensor, got {type(loss_mask).__name__}")
+    if loss_mask.dtype != torch.bool:
+        raise TypeError(f"{name}: loss_mask dtype must be torch.bool, got {loss_mask.dtype}")
+    if loss_mask.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"{name}: loss_mask shape {tuple(loss_mask.shape)} "
+            f"!= logits.shape[:-1] {tuple(logits.shape[:-1])}"
+        )
+    if loss_mask.device != logits.device:
+        raise ValueError(f"{name}: loss_mask on {loss_mask.device}, logits on {logits.device}")
+
+
+def _real(name, arg, value):
+    """A finite Python number (int or float, not bool) as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name}: {arg} must be a finite real number, got {value!r}")
+    return float(value)
+
+
+def _distribution_options(name, temperature, beta, loss_mask, logits):
+    """The distribution losses' Options (None when every one is at its default)."""
+    if temperature != 1.0:
+        temperature = _real(name, "temperature", temperature)
+        if temperature <= 0:
+            raise ValueError(f"{name}: temperature must be > 0, got {temperature!r}")
+    if beta is not None:  # JSD
+        beta = _real(name, "beta", beta)
+        if not 0.0 < beta < 1.0:
+            raise ValueError(f"{name}: beta must be in (0, 1), got {beta!r}")
+    if loss_mask is not None:
+        _check_mask(name, loss_mask, logits)
+    return config.options(KINDS[name], temperature, 0.5 if beta is None else beta, 0.0, 0.0, 0.0,
+                          loss_mask is not None)  # fmt: skip
+
+
+def _label_options(name, label_smoothing, z_loss, softcap, loss_mask, logits):
+    """cross_entropy's Options (None when every one is at its default)."""
+    if label_smoothing != 0.0:
+        label_smoothing = _real(name, "label_smoothing", label_smoothing)
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(
+                f"{name}: label_smoothing must be in [0, 1], got {label_smoothing!r}"
+            )
+    if z_loss != 0.0:
+        z_loss = _real(name, "z_loss", z_loss)
+        if z_loss < 0:
+            raise ValueError(f"{name}: z_loss must be >= 0, got {z_loss!r}")
+    if softcap is not None:
+        softcap = _real(name, "softcap", softcap)
+        if softcap <= 0:
+            raise ValueError(f"{name}: softcap must be > 0 (or None), got {softcap!r}")
+    if loss_mask is not None:
+        _check_mask(name, loss_mask, logits)
+    return config.options(CE, 1.0, 0.5, label_smoothing, z_loss, softcap or 0.0,
+                          loss_mask is not None)  # fmt: skip
+
+
+def _run(name, logits, other, mask, spec, grad_accumulate):
     if grad_accumulate is not None:
         _check_grad_accumulate(name, grad_accumulate, logits)
     # No element: torch's values without a kernel. (A zero-width vocab shard of non-empty rows
     # still joins its group's all-reduces, below.)
     if logits.numel() == 0 and (spec.group is None or logits.shape[:-1].numel() == 0):
-        return _empty_loss(spec, logits, other, grad_accumulate is None)
+        return _empty_loss(spec, logits, other, mask, grad_accumulate is None)
     if grad_accumulate is not None:
-        return _accumulate(spec, logits, other, grad_accumulate)
+        return _accumulate(spec, logits, other, mask, grad_accumulate)
     compute_grad = torch.is_grad_enabled() and logits.requires_grad
     if spec.group is None and torch.compiler.is_compiling():
+        extra = () if spec.options is None else (mask, *_option_args(spec))
         loss, *_ = torch.ops.normlab.entropy_fwd(logits, other, spec.kind, spec.form,
                                                  spec.block_cap, spec.reduction, spec.ignore_index,
-                                                 compute_grad)  # fmt: skip
+                                                 compute_grad, *extra)  # fmt: skip
         return loss
     if compute_grad:
-        return LossFunction.apply(logits, other, spec)
-    return _loss_forward(spec, logits, other, False)[0]
+        return LossFunction.apply(logits, other, mask, spec)
+    return _loss_forward(spec, logits, other, mask, False)[0]
 
 
-def _accumulate(spec, logits, other, grad_accumulate):
+def _accumulate(spec, logits, other, mask, grad_accumulate):
     """Loss and gradient now, the gradient (grad_output = 1) added into the caller's buffer; the
     loss detached."""
     with torch.no_grad():
-        x, t, labels = _rows(spec, logits, other)
-        n_valid = _n_valid(spec, labels)
+        x, t, labels, mask = _rows(spec, logits, other, mask)
+        n_valid = _n_valid(spec, labels, mask)
         grad = grad_accumulate.view(x.shape)
-        loss_rows, row_stats = _forward_rows(spec, x, t, labels, n_valid, grad, True, True)
+        loss_rows, row_stats = _forward_rows(spec, x, t, labels, mask, n_valid, grad, True, True)
         if spec.form == "split":
             ones = torch.ones((), dtype=_F32, device=x.device)
             n_valid_ptr = n_valid if n_valid is not None else row_stats
-            launch_backward(spec, x, t, labels, row_stats, ones, n_valid_ptr, grad, True)
+            launch_backward(spec, x, t, labels, row_stats, ones, n_valid_ptr, grad, True, mask)
         return _reduce(spec, loss_rows, n_valid, logits.shape[:-1])
 
 
-def _empty_loss(spec, logits, other, with_graph):
+def _empty_loss(spec, logits, other, mask, with_graph):
     """The loss of logits with no element (zero rows, or V = 0), as torch's: each row an empty
     sum, 0 (label CE: 0 where ignored, NaN for any other label, which has no column: the
-    kernels' unchecked out-of-range value); "mean" of zero rows NaN, "sum" 0. The gradient
-    (with_graph) is empty, shaped like logits."""
+    kernels' unchecked out-of-range value; masked rows 0); "mean" of zero (counted) rows NaN,
+    "sum" 0. The gradient (with_graph) is empty, shaped like logits."""
     rows = logits.float().sum(-1) * 0.0  # zeros shaped logits.shape[:-1], an autograd path
     if not with_graph:
         rows = rows.detach()
+    counted = mask
     if spec.kind == CE:
-        rows = torch.where(other == spec.ignore_index, rows, float("nan"))
+        valid = other != spec.ignore_index
+        counted = valid if mask is None else valid & mask
+        rows = torch.where(~counted, rows, float("nan"))
     if spec.reduction == "none":
         return rows
     if spec.reduction == "sum":
         return rows.sum()
-    if spec.kind == CE:  # over the non-ignored rows
-        return rows.sum() / (other != spec.ignore_index).sum(dtype=torch.float32)
+    if counted is not None:  # over the counted rows
+        return rows.sum() / counted.sum(dtype=torch.float32)
     return rows.mean()
 
 
-def _distribution_loss(
-    name, logits, target_logits, form, block_cap, reduction, group, grad_accumulate
-):
+def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, group,
+                       grad_accumulate, temperature=1.0, loss_mask=None, beta=None):  # fmt: skip
     _check_common(name, logits, form, block_cap, reduction, group)
     if not isinstance(target_logits, torch.Tensor):
         raise TypeError(
@@ -384,9 +488,10 @@ def _distribution_loss(
             f"{name}: target_logits shape {tuple(target_logits.shape)} "
             f"!= logits shape {tuple(logits.shape)}"
         )
-    if target_logits.dtype != logits.dtype:
+    if target_logits.dtype != logits.dtype and target_logits.dtype not in FLOAT_DTYPES:
         raise TypeError(
-            f"{name}: target_logits dtype {target_logits.dtype} != logits dtype {logits.dtype}"
+            f"{name}: target_logits dtype must be float32, float16 or bfloat16, "
+            f"got {target_logits.dtype}"
         )
     if target_logits.device != logits.device:
         raise ValueError(
@@ -397,22 +502,24 @@ def _distribution_loss(
             f"{name}: no gradient with respect to target_logits is computed; "
             "pass target_logits.detach()"
         )
+    options = None
+    if temperature != 1.0 or loss_mask is not None or beta is not None:
+        options = _distribution_options(name, temperature, beta, loss_mask, logits)
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
     form, cap = _resolve(name, n_cols, form, block_cap, group)
-    spec = config.Spec(KINDS[name], form, cap, reduction, 0, group, 0, n_cols)
-    return _run(
-        name, _contiguous_rows(logits), _contiguous_rows(target_logits), spec, grad_accumulate
-    )
+    spec = config.Spec(KINDS[name], form, cap, reduction, 0, group, 0, n_cols, options)
+    return _run(name, _contiguous_rows(logits), _contiguous_rows(target_logits), loss_mask, spec,
+                grad_accumulate)  # fmt: skip
 
 
-def reverse_kl(logits, target_logits, *, form="auto", block_cap=None, reduction="mean", group=None,
-               grad_accumulate=None):  # fmt: skip
-    """Reverse KL divergence ``KL(p || q) = sum_j p_j (log p_j - log q_j)`` per row.
-
-    p = softmax(logits), q = softmax(target_logits) over the last dim; both (..., V), same dtype
-    (float32, float16 or bfloat16), flattened to (M, V). Math in fp32; the loss is fp32.
-
+_DISTRIBUTION_ARGS = """
     Args:
+        temperature: p = softmax(logits / T), q = softmax(target_logits / T), T > 0 and finite;
+            the loss is that of p and q (no T^2 factor), its gradient that loss's exact one
+            (so it carries a 1/T).
+        loss_mask: a bool tensor shaped logits.shape[:-1] (on logits' device): rows where it is
+            False get loss 0 and gradient 0, and "mean" divides by the number of True rows
+            (NaN, with a zero gradient, when there is none).
         form: "fused" (one kernel writes loss and gradient; backward only rescales), "chunked"
             (as fused, with each row shared by several programs that meet at a per-row
             counter), "split" (a stats kernel, then a backward kernel from the stored row
@@ -427,31 +534,73 @@ def reverse_kl(logits, target_logits, *, form="auto", block_cap=None, reduction=
             gradient of the (reduced) loss for grad_output = 1 is computed now and *added* into
             it in place, and the returned loss is detached (no autograd graph).
 
-    Gradient with respect to logits: ``p * ((log p - log q) - KL_row)`` times grad_output (and
-    1/M for "mean"). target_logits must not require grad (ValueError). A row holding NaN or
-    +inf (in logits or target) gives a NaN loss and an all-NaN gradient row, as torch's
-    autograd does. No element (zero rows, or V = 0: each row an empty sum, 0) gives torch's
-    values: "mean" of zero rows NaN, "sum" 0, "none" empty; an empty gradient. Non-unit-stride
-    columns are copied first.
+    logits and target_logits are (..., V) float32, float16 or bfloat16, flattened to (M, V);
+    target_logits may be another of those dtypes (an fp32 teacher for a bf16 student: read as it
+    is, no copy). Math in fp32; the loss is fp32, the gradient in logits' dtype. target_logits
+    must not require grad (ValueError). A row holding NaN or +inf (in logits or target) gives a
+    NaN loss and an all-NaN gradient row, as torch's autograd does. No element (zero rows, or
+    V = 0: each row an empty sum, 0) gives torch's values: "mean" of zero rows NaN, "sum" 0,
+    "none" empty; an empty gradient. Non-unit-stride columns are copied first.
+"""
+
+
+def reverse_kl(logits, target_logits, *, temperature=1.0, loss_mask=None, form="auto",
+               block_cap=None, reduction="mean", group=None, grad_accumulate=None):  # fmt: skip
+    """Reverse KL divergence ``KL(p || q) = sum_j p_j (log p_j - log q_j)`` per row.
+
+    p = softmax(logits) (the student), q = softmax(target_logits). Gradient with respect to
+    logits: ``p * ((log p - log q) - KL_row)`` times grad_output (and 1/M for "mean", 1/T).
     """
     return _distribution_loss("reverse_kl", logits, target_logits, form, block_cap, reduction,
-                              group, grad_accumulate)  # fmt: skip
+                              group, grad_accumulate, temperature, loss_mask)  # fmt: skip
 
 
-def soft_cross_entropy(logits, target_logits, *, form="auto", block_cap=None, reduction="mean",
-                       group=None, grad_accumulate=None):  # fmt: skip
+def forward_kl(logits, target_logits, *, temperature=1.0, loss_mask=None, form="auto",
+               block_cap=None, reduction="mean", group=None, grad_accumulate=None):  # fmt: skip
+    """Forward KL divergence ``KL(q || p) = sum_j q_j (log q_j - log p_j)`` per row.
+
+    p = softmax(logits) (the student), q = softmax(target_logits) (the teacher). Gradient with
+    respect to logits: ``p - q`` (times grad_output, 1/M for "mean", 1/T).
+    """
+    return _distribution_loss("forward_kl", logits, target_logits, form, block_cap, reduction,
+                              group, grad_accumulate, temperature, loss_mask)  # fmt: skip
+
+
+def jsd(logits, target_logits, *, beta=0.5, temperature=1.0, loss_mask=None, form="auto",
+        block_cap=None, reduction="mean", group=None, grad_accumulate=None):  # fmt: skip
+    """Generalized Jensen-Shannon divergence per row, with m = beta q + (1 - beta) p:
+    ``beta KL(q || m) + (1 - beta) KL(p || m)``, 0 < beta < 1 (Liger-Kernel's LigerJSD names
+    beta alike).
+
+    p = softmax(logits) (the student), q = softmax(target_logits) (the teacher). Gradient with
+    respect to logits: ``(1 - beta) p ((log p - log m) - KL(p || m))`` (times grad_output, 1/M
+    for "mean", 1/T). The row sums need p and q normalized, so each form reads a row once more
+    than reverse KL (a second all-reduce with ``group``).
+    """
+    return _distribution_loss("jsd", logits, target_logits, form, block_cap, reduction, group,
+                              grad_accumulate, temperature, loss_mask, beta)  # fmt: skip
+
+
+def soft_cross_entropy(logits, target_logits, *, temperature=1.0, loss_mask=None, form="auto",
+                       block_cap=None, reduction="mean", group=None,
+                       grad_accumulate=None):  # fmt: skip
     """Soft-target cross-entropy ``-sum_j q_j log p_j`` per row (Fast-LLM's cross_entropy_logits).
 
     q = softmax(target_logits), p = softmax(logits). Gradient with respect to logits: ``p - q``
-    (times grad_output, and 1/M for "mean"). Arguments and conventions as :func:`reverse_kl`.
+    (times grad_output, 1/M for "mean", 1/T).
     """
     return _distribution_loss("soft_cross_entropy", logits, target_logits, form, block_cap,
-                              reduction, group, grad_accumulate)  # fmt: skip
+                              reduction, group, grad_accumulate, temperature,
+                              loss_mask)  # fmt: skip
 
 
-def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="auto",
-                  block_cap=None, group=None, grad_accumulate=None,
-                  check_labels=None):  # fmt: skip
+for _fn in (reverse_kl, forward_kl, jsd, soft_cross_entropy):
+    _fn.__doc__ += _DISTRIBUTION_ARGS
+
+
+def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                  z_loss=0.0, softcap=None, loss_mask=None, form="auto", block_cap=None,
+                  group=None, grad_accumulate=None, check_labels=None):  # fmt: skip
     """Cross-entropy with integer labels, torch semantics: ``logsumexp(x_r) - x_r[label_r]``.
 
     logits (..., V) float32/float16/bfloat16; labels (...) int64 or int32, each in [0, V) or
@@ -459,6 +608,13 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
     number of non-ignored rows (NaN when all are ignored, as torch; the gradient is then 0).
     Gradient ``softmax(x) - onehot(label)`` times grad_output. The loss is fp32. With V = 0
     every label must be ignored (any other is out of range, as torch's IndexError).
+
+    Options, in this order: ``softcap`` c > 0 replaces the logits by c tanh(logits / c) (Gemma
+    2's final-logit softcapping); ``label_smoothing`` eps in [0, 1] is F.cross_entropy's:
+    (1 - eps) (lse - x[label]) + eps (lse - mean_j x_j), "mean" over non-ignored rows (a -inf
+    logit counts 0 in that mean, where torch's loss is inf); ``z_loss`` z >= 0 adds
+    z lse(x)^2 per non-ignored row (PaLM's auxiliary loss); ``loss_mask`` (bool, shaped like
+    labels) drops rows as ignore_index does.
 
     Out-of-range labels: ``check_labels`` (default: True on CPU, False on GPU, where it would
     cost a host sync, and inside torch.compile) raises ValueError on the host; unchecked, the
@@ -482,6 +638,9 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
         )
     if labels.device != logits.device:
         raise ValueError(f"{name}: labels on {labels.device}, logits on {logits.device}")
+    options = None
+    if label_smoothing != 0.0 or z_loss != 0.0 or softcap is not None or loss_mask is not None:
+        options = _label_options(name, label_smoothing, z_loss, softcap, loss_mask, logits)
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
     vocab_start, vocab_size = (sharded.vocab_layout(group, n_cols) if group is not None
                                else (0, n_cols))  # fmt: skip
@@ -500,5 +659,6 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", form="
             )
     form, cap = _resolve(name, n_cols, form, block_cap, group)
     spec = config.Spec(KINDS[name], form, cap, reduction, int(ignore_index), group, vocab_start,
-                       vocab_size)  # fmt: skip
-    return _run(name, _contiguous_rows(logits), labels.contiguous(), spec, grad_accumulate)
+                       vocab_size, options)  # fmt: skip
+    return _run(name, _contiguous_rows(logits), labels.contiguous(), loss_mask, spec,
+                grad_accumulate)  # fmt: skip

@@ -17,10 +17,15 @@ from normlab._launch import launch
 from normlab.losses import config
 from normlab.losses.online import (
     CE,
+    JSD,
     RKL,
     finish_loss,
+    jsd_loss,
+    jsd_sums,
+    kl_shift_of,
     load_edge_tile,
     load_label,
+    masked_out,
     nan_if_nan_loss,
     row_frames,
     row_statistics,
@@ -29,6 +34,7 @@ from normlab.losses.online import (
     store_grad,
     store_raw_stats,
     tile_grad,
+    transform,
 )
 
 
@@ -37,8 +43,11 @@ def _entropy_stats_kernel(
     x_ptr,  # (n_rows, n_cols) logits (this rank's vocab shard)
     t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
     labels_ptr,  # (n_rows,) global int labels (label CE only)
-    partial_ptr,  # (5, n_rows) fp32 raw m_x, s_x, m_t, s_t, acc (written when not FINALIZE)
-    # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x, loss (FINALIZE)
+    # (5, n_rows) fp32 raw m_x, s_x, m_t, s_t, acc (written when not FINALIZE); JSD_SUMS: (2,
+    # n_rows) this shard's jsd_sums
+    partial_ptr,
+    # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x, loss (FINALIZE; JSD:
+    # R_p in place of acc / s_x); JSD_SUMS: the global ones, read
     row_stats_ptr,
     ignore_index,
     vocab_start,
@@ -53,34 +62,67 @@ def _entropy_stats_kernel(
     LANE: tl.constexpr,  # columns per lane of the running statistics (config.entropy_lane)
     ALIGN: tl.constexpr,  # see row_frames; > 1 only when the row strides are equal
     FRAME: tl.constexpr,
+    # The options (config.kernel_args; online's module docstring), off by default:
+    mask_ptr=None,  # (n_rows,) bool loss_mask (HAS_MASK only)
+    xparam=1.0,
+    beta=0.5,
+    smoothing=0.0,
+    uniform_weight=0.0,
+    z_loss=0.0,
+    XFORM: tl.constexpr = 0,
+    HAS_MASK: tl.constexpr = False,
+    SMOOTH: tl.constexpr = False,
+    ZLOSS: tl.constexpr = False,
+    JSD_SUMS: tl.constexpr = False,  # sharded JSD's second pass (see partial_ptr)
 ):
-    """Per-row statistics of the split form. Label CE: acc is x[label] when this shard owns it."""
+    """Per-row statistics of the split form. Label CE: acc is x[label] when this shard owns it.
+    Masked rows are read as any other, their loss 0 (the backward writes their zeros)."""
     row = tl.program_id(0).to(tl.int64)
     x_off, t_off, _grad_off, lead = row_frames(row, x_row_stride, t_row_stride, 0, ALIGN, FRAME)
     x_row = x_ptr + x_off
     t_row = t_ptr + t_off
+    if JSD_SUMS:
+        r_p, r_q = jsd_sums(x_row, t_row, lead, lead + n_cols, tl.load(row_stats_ptr + row),
+                            tl.load(row_stats_ptr + n_rows + row),
+                            tl.load(row_stats_ptr + 2 * n_rows + row),
+                            tl.load(row_stats_ptr + 3 * n_rows + row), xparam, beta, BLOCK, LANE,
+                            ALIGN, XFORM)  # fmt: skip
+        tl.store(partial_ptr + row, r_p)
+        tl.store(partial_ptr + n_rows + row, r_q)
+        return
     x_label = 0.0
     ignored = False
     if KIND == CE:
         label, ignored, bad = load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size)
         owned = (label >= 0) & (label < n_cols) & (ignored == 0)
         x_label = tl.load(x_row + lead + tl.where(owned, label, 0)).to(tl.float32)
-        x_label = tl.where(owned, x_label, 0.0)
+        x_label = tl.where(owned, transform(x_label, xparam, XFORM), 0.0)
         x_label = tl.where(bad, float("nan"), x_label)
+    if HAS_MASK:
+        ignored = ignored | masked_out(mask_ptr, row)
     m_x, s_x, m_t, s_t, acc, _x_last, _t_last, _n_full, _first = row_statistics(
-        x_row, t_row, lead, lead + n_cols, KIND, BLOCK, LANE, ALIGN, True
+        x_row, t_row, lead, lead + n_cols, xparam, KIND, BLOCK, LANE, ALIGN, True, XFORM, SMOOTH
     )
     if KIND == CE:
         acc = x_label
     if FINALIZE:
-        loss = finish_loss(m_x, s_x, s_t, acc, x_label, KIND)
-        if KIND == CE:
+        if KIND == JSD:  # a second pass, now that p and q are known
+            log_s_x = tl.log(s_x)
+            log_s_t = tl.log(s_t)
+            acc, r_q = jsd_sums(x_row, t_row, lead, lead + n_cols, safe_max(m_x),
+                                safe_max(m_t), log_s_x, log_s_t, xparam, beta, BLOCK, LANE,
+                                ALIGN, XFORM)  # fmt: skip
+            loss = jsd_loss(acc, r_q, log_s_x, log_s_t, beta)  # acc: R_p
+        else:
+            loss = finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight, z_loss,
+                               KIND, SMOOTH, ZLOSS)  # fmt: skip
+        if (KIND == CE) or HAS_MASK:
             loss = tl.where(ignored, 0.0, loss)
         tl.store(row_stats_ptr + row, safe_max(m_x))
         tl.store(row_stats_ptr + n_rows + row, safe_max(m_t))
         tl.store(row_stats_ptr + 2 * n_rows + row, tl.log(s_x))
         tl.store(row_stats_ptr + 3 * n_rows + row, tl.log(s_t))
-        tl.store(row_stats_ptr + 4 * n_rows + row, acc / s_x)
+        tl.store(row_stats_ptr + 4 * n_rows + row, kl_shift_of(acc, s_x, KIND))
         tl.store(row_stats_ptr + 5 * n_rows + row, loss)
     else:
         store_raw_stats(partial_ptr, row, n_rows, m_x, s_x, m_t, s_t, acc)
@@ -91,7 +133,9 @@ def _entropy_backward_kernel(
     x_ptr,  # (n_rows, n_cols) logits
     t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
     labels_ptr,  # (n_rows,) global int labels (label CE only)
-    row_stats_ptr,  # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x, loss (global)
+    # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x (JSD: R_p), loss
+    # (global)
+    row_stats_ptr,
     grad_out_ptr,  # (n_rows,) or scalar fp32 d total / d loss (row stride grad_out_stride)
     n_valid_ptr,  # (1,) fp32 non-ignored row count (MEAN_OVER_VALID only)
     grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here
@@ -111,6 +155,17 @@ def _entropy_backward_kernel(
     BLOCK: tl.constexpr,
     ALIGN: tl.constexpr,  # see row_frames; > 1 only when the three row strides are equal
     FRAME: tl.constexpr,
+    # The options (config.kernel_args; online's module docstring), off by default:
+    mask_ptr=None,  # (n_rows,) bool loss_mask (HAS_MASK only)
+    xparam=1.0,
+    beta=0.5,
+    smoothing=0.0,
+    uniform_weight=0.0,
+    z_loss=0.0,
+    XFORM: tl.constexpr = 0,
+    HAS_MASK: tl.constexpr = False,
+    SMOOTH: tl.constexpr = False,
+    ZLOSS: tl.constexpr = False,
 ):
     """Gradient of one (row, column tile) from the stored row statistics: elementwise only.
 
@@ -131,11 +186,16 @@ def _entropy_backward_kernel(
     if MEAN_OVER_VALID:
         scale = scale / tl.load(n_valid_ptr)
     label = 0
+    ignored = False
     if KIND == CE:
         label, ignored, bad = load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size)
+    if HAS_MASK:
+        ignored = ignored | masked_out(mask_ptr, row)
+    if (KIND == CE) or HAS_MASK:
         scale = tl.where(ignored, 0.0, scale)
-        scale = tl.where(bad, float("nan"), scale)
-        label = label + lead
+        if KIND == CE:
+            scale = tl.where(bad, float("nan"), scale)
+            label = label + lead
         if ALIGN > 1:  # a constexpr branch, as the kernels were measured
             if ignored:  # exact zeros even if the row holds NaN / inf; nothing to add
                 if not ACCUMULATE:
@@ -148,41 +208,53 @@ def _entropy_backward_kernel(
     log_s_x = tl.load(row_stats_ptr + 2 * n_rows + row)
     log_s_t = tl.load(row_stats_ptr + 3 * n_rows + row)
     kl_shift = tl.load(row_stats_ptr + 4 * n_rows + row)
-    if KIND == RKL:
-        scale = nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift)
+    if (KIND == RKL) or (KIND == JSD):
+        scale = nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift, KIND)
     if ALIGN > 1:
         tile_lo = tl.program_id(1) * BLOCK
         lo = tl.maximum(lead, tile_lo)  # this tile's own columns are [lo, hi)
         hi = tl.minimum(lead + n_cols, tile_lo + BLOCK)
         if (lo == tile_lo) & (hi == tile_lo + BLOCK):  # a whole tile
-            x = tl.load(x_row + offs).to(tl.float32)
-            t = x if KIND == CE else tl.load(t_row + offs).to(tl.float32)
+            x = transform(tl.load(x_row + offs).to(tl.float32), xparam, XFORM)
+            t = x if KIND == CE else transform(tl.load(t_row + offs).to(tl.float32), xparam, XFORM)
             g = tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
-                           KIND)  # fmt: skip
+                           xparam, beta, smoothing, uniform_weight, z_loss, KIND, XFORM, SMOOTH,
+                           ZLOSS)  # fmt: skip
             store_grad(grad_row + offs, g, None, ACCUMULATE, "")
         else:
-            x, t = load_edge_tile(x_row, t_row, offs, lead, lead + n_cols, KIND, "", ALIGN)
+            x, t = load_edge_tile(x_row, t_row, offs, lead, lead + n_cols, xparam, KIND, "", ALIGN,
+                                  XFORM)  # fmt: skip
             g = tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
-                           KIND)  # fmt: skip
+                           xparam, beta, smoothing, uniform_weight, z_loss, KIND, XFORM, SMOOTH,
+                           ZLOSS)  # fmt: skip
             store_edge_grad(x_row, t_row, grad_row, offs, g, lo, hi, shift_x, shift_t, log_s_x,
-                             log_s_t, kl_shift, label, scale, KIND, ACCUMULATE, ALIGN)  # fmt: skip
+                             log_s_t, kl_shift, label, scale, xparam, beta, smoothing,
+                             uniform_weight, z_loss, KIND, ACCUMULATE, ALIGN, XFORM, SMOOTH,
+                             ZLOSS)  # fmt: skip
     else:
-        x, t = load_edge_tile(x_row, t_row, offs, 0, n_cols, KIND, "", ALIGN)
+        x, t = load_edge_tile(x_row, t_row, offs, 0, n_cols, xparam, KIND, "", ALIGN, XFORM)
         g = tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
-                       KIND)  # fmt: skip
-        if KIND == CE:
+                       xparam, beta, smoothing, uniform_weight, z_loss, KIND, XFORM, SMOOTH,
+                       ZLOSS)  # fmt: skip
+        if (KIND == CE) or HAS_MASK:
             g = tl.where(ignored, 0.0, g)  # exact zeros even if the ignored row holds NaN / inf
         # No eviction hint here: evict_first measured slower for this kernel (see row_statistics).
         store_grad(grad_row + offs, g, offs < n_cols, ACCUMULATE, "")
 
 
-def launch_stats(spec, x, t, labels, finalize):
+def launch_stats(spec, x, t, labels, finalize, mask=None, jsd_row_stats=None):
     """(partial, row_stats): the raw (5, M) statistics of this shard (not finalize), or the
-    (6, M) row statistics the backward reads, the loss rows last (finalize)."""
+    (6, M) row statistics the backward reads, the loss rows last (finalize). mask: the flat
+    loss_mask or None. With ``jsd_row_stats`` (sharded JSD's global row statistics): (the (2, M)
+    jsd_sums over this shard, jsd_row_stats)."""
     n_rows, n_cols = x.shape
     block = config.tile(n_cols, min(spec.block_cap, config.ENTROPY_STATS_BLOCK))
-    partial = x.new_empty((5, n_rows), dtype=torch.float32) if not finalize else None
-    row_stats = x.new_empty((6, n_rows), dtype=torch.float32)
+    jsd_sums = jsd_row_stats is not None
+    if jsd_sums:
+        partial, row_stats = x.new_empty((2, n_rows), dtype=torch.float32), jsd_row_stats
+    else:
+        partial = x.new_empty((5, n_rows), dtype=torch.float32) if not finalize else None
+        row_stats = x.new_empty((6, n_rows), dtype=torch.float32)
     warps = config.entropy_num_warps(block, {config.ENTROPY_STATS_BLOCK:
                                              config.ENTROPY_STATS_WARPS})  # fmt: skip
     launch(_entropy_stats_kernel, (n_rows,),
@@ -190,13 +262,15 @@ def launch_stats(spec, x, t, labels, finalize):
            spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
            x.stride(0), t.stride(0),
            KIND=spec.kind, FINALIZE=finalize, BLOCK=block, LANE=config.entropy_lane(block),
-           **config.frames(x, t, None, block), num_warps=warps)  # fmt: skip
+           **config.frames(x, t, None, block), **config.kernel_args(spec, mask),
+           JSD_SUMS=jsd_sums, num_warps=warps)  # fmt: skip
     return partial, row_stats
 
 
-def launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, accumulate):
+def launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, accumulate,
+                    mask=None):  # fmt: skip
     """The gradient into grad (added with accumulate), times grad_out (fp32, a scalar or one
-    value per row)."""
+    value per row). mask: the flat loss_mask or None."""
     n_rows, n_cols = x.shape
     if n_rows * n_cols == 0:  # a zero-width vocab shard: no gradient entry
         return
@@ -211,4 +285,4 @@ def launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, accu
            scale, spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
            x.stride(0), t.stride(0), grad.stride(0), 1 if grad_out.dim() else 0,
            KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, BLOCK=block,
-           **frames, num_warps=warps)  # fmt: skip
+           **frames, **config.kernel_args(spec, mask), num_warps=warps)  # fmt: skip

@@ -1,0 +1,462 @@
+"""The losses' options against fp64 references: temperature, loss_mask, forward KL, JSD's beta,
+label smoothing, z-loss, softcap; mixed target dtypes; every form; bad inputs.
+
+Small vocabularies (1, 7, 129, 1000) at a tiny block cap push the fused, chunked and split
+forms through their multi-tile paths cheaply under the interpreter. Each case uses a
+temperature, a beta and a mask that a wrong 1/T, a swapped beta or a wrong row count would
+break (checked by test_checks_fail_a_wrong_scale_beta_or_count).
+"""
+
+import math
+
+import pytest
+import torch
+from helpers import assert_close
+from test_entropy import _assert_rows_close, _grad_rel, _row_scale
+
+import normlab
+from normlab import nn, ref
+from normlab.losses import config, fused
+
+DIST = {
+    "reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
+    "soft_cross_entropy": (normlab.soft_cross_entropy, ref.soft_cross_entropy_ref),
+    "forward_kl": (normlab.forward_kl, ref.forward_kl_ref),
+    "jsd": (normlab.jsd, ref.jsd_ref),
+}
+FORMS = ["fused", "chunked", "split"]
+MASK = torch.tensor([True, False, True, True, False])  # 3 of 5 rows counted
+
+
+def _ref_call(rfn, x, other, weight=None, **kw):
+    """fp64 reference loss and gradient of (loss * weight).sum() wrt x."""
+    xr = x.detach().double().requires_grad_()
+    o = other.double() if other.is_floating_point() else other
+    out = rfn(xr, o, **kw)
+    (out * (1.0 if weight is None else weight.double())).sum().backward()
+    return out.detach(), xr.grad
+
+
+def _call(fn, x, other, weight=None, **kw):
+    xk = x.detach().clone().requires_grad_()
+    out = fn(xk, other, **kw)
+    (out * (1.0 if weight is None else weight)).sum().backward()
+    return out.detach(), xk.grad
+
+
+def _check(out, grad, ref_out, ref_grad, dtype, n_cols, msg=""):
+    assert out.dtype == torch.float32
+    assert_close(out, ref_out, dtype=torch.float32, reduce_len=n_cols, msg=f"{msg} loss")
+    assert grad.dtype == dtype
+    _assert_rows_close(grad, ref_grad, _row_scale(ref_grad), _grad_rel(dtype), f"{msg} grad")
+
+
+def _dist_inputs(shape, dtype=torch.float32, target_dtype=None, scale=3.0):
+    x = (torch.randn(shape) * scale).to(dtype)
+    t = (torch.randn(shape) * scale).to(target_dtype or dtype)
+    return x, t
+
+
+def _ref_kw(loss, kw):
+    """The public keywords a reference takes (beta only for JSD)."""
+    return {k: v for k, v in kw.items() if k != "beta" or loss == "jsd"}
+
+
+# ---- distribution losses: temperature, mask, beta ---------------------------------------------
+
+
+@pytest.mark.parametrize("loss", list(DIST))
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("n_cols", [7, 129])
+def test_temperature_and_mask(loss, form, n_cols):
+    # T = 2.5, rows 1 and 4 masked (and full of NaN: never read, or read and zeroed), mean over
+    # the 3 others; JSD at beta = 0.3 (asymmetric). Cap 16: 1 or 9 tiles.
+    x, t = _dist_inputs((5, n_cols))
+    x[1, 2] = x[4, 0] = float("nan")
+    kw = {"temperature": 2.5, "loss_mask": MASK}
+    if loss == "jsd":
+        kw["beta"] = 0.3
+    fn, rfn = DIST[loss]
+    out, grad = _call(fn, x, t, form=form, block_cap=16, **kw)
+    clean = x.clone()
+    clean[~MASK] = 0.0  # the reference's masked rows are finite (their gradient is 0 anyway)
+    ref_out, ref_grad = _ref_call(rfn, clean, t, **_ref_kw(loss, kw))
+    _check(out, grad, ref_out, ref_grad, torch.float32, n_cols, f"{loss} {form}")
+    assert (grad[~MASK] == 0).all()
+
+
+@pytest.mark.parametrize("loss", list(DIST))
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("reduction", ["sum", "none"])
+def test_reductions_with_options(loss, form, reduction):
+    # V = 1000 at cap 64 (16 tiles; the chunked form's several chunks), a temperature below 1,
+    # a per-row weight (reduction "none") or a scalar one. T a power of two: x / T exact in fp32
+    # (else its rounding, an ulp of |x / T|, moves a peaked row's gradient past 1e-5 of its
+    # largest entry).
+    x, t = _dist_inputs((5, 1000))
+    weight = torch.tensor([0.5, 1.0, -2.0, 3.0, 0.25]) if reduction == "none" else torch.tensor(3.0)
+    kw = {"temperature": 0.5, "loss_mask": MASK, "reduction": reduction}
+    if loss == "jsd":
+        kw["beta"] = 0.8
+    fn, rfn = DIST[loss]
+    out, grad = _call(fn, x, t, weight=weight, form=form, block_cap=64, **kw)
+    ref_out, ref_grad = _ref_call(rfn, x, t, weight=weight, **_ref_kw(loss, kw))
+    assert out.shape == ref_out.shape
+    _check(out, grad, ref_out, ref_grad, torch.float32, 1000, f"{loss} {form} {reduction}")
+    if reduction == "none":
+        assert (out[~MASK] == 0).all()
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("beta", [0.1, 0.5, 0.9])
+def test_jsd_beta(form, beta):
+    # Against the reference, and JSD_beta(p, q) == JSD_(1-beta)(q, p) (the loss, whose gradient
+    # then differs: only the first is checked).
+    x, t = _dist_inputs((4, 129))
+    out, grad = _call(normlab.jsd, x, t, beta=beta, form=form, block_cap=16, reduction="none")
+    ref_out, ref_grad = _ref_call(ref.jsd_ref, x, t, beta=beta, reduction="none")
+    _check(out, grad, ref_out, ref_grad, torch.float32, 129, f"beta {beta}")
+    swapped = normlab.jsd(t, x, beta=1 - beta, form=form, block_cap=16, reduction="none")
+    assert_close(swapped, ref_out, dtype=torch.float32, reduce_len=129)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_forward_kl_is_soft_ce_minus_target_entropy(form):
+    # KL(q || p) = H(q, p) - H(q): the same gradient as soft CE, the loss lower by H(q).
+    x, t = _dist_inputs((3, 129))
+    fkl, g_fkl = _call(normlab.forward_kl, x, t, form=form, block_cap=16, reduction="none")
+    sce, g_sce = _call(normlab.soft_cross_entropy, x, t, form=form, block_cap=16, reduction="none")
+    entropy = -(t.double().softmax(-1) * t.double().log_softmax(-1)).sum(-1)
+    assert_close(fkl, sce.double() - entropy, dtype=torch.float32, reduce_len=129)
+    assert_close(g_fkl, g_sce, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("loss", list(DIST))
+@pytest.mark.parametrize("form", FORMS)
+def test_one_column_and_masked_vocab(loss, form):
+    # V = 1: every loss is 0 with a zero gradient. A -inf tail (a padded vocab) in both logits
+    # and target: those terms count 0, their gradient is 0.
+    x, t = _dist_inputs((3, 1))
+    out, grad = _call(DIST[loss][0], x, t, form=form, temperature=3.0, reduction="none")
+    assert (out == 0).all() and (grad == 0).all()
+    x, t = _dist_inputs((3, 129))
+    x[:, 100:] = t[:, 100:] = float("-inf")
+    kw = {"temperature": 2.0} if loss != "jsd" else {"temperature": 2.0, "beta": 0.25}
+    out, grad = _call(DIST[loss][0], x, t, form=form, block_cap=16, reduction="none", **kw)
+    ref_out, ref_grad = _ref_call(DIST[loss][1], x, t, reduction="none", **kw)
+    assert torch.isfinite(out).all() and (grad[:, 100:] == 0).all()
+    _check(out, grad, ref_out, ref_grad, torch.float32, 129, f"{loss} {form}")
+
+
+@pytest.mark.parametrize("loss", list(DIST))
+@pytest.mark.parametrize("form", FORMS)
+def test_nan_row_with_temperature(loss, form):
+    # A NaN in a counted row: that row's loss and whole gradient NaN, the others exact.
+    x, t = _dist_inputs((3, 40))
+    t[1, 5] = float("nan")
+    kw = {"temperature": 2.0} if loss != "jsd" else {"temperature": 2.0, "beta": 0.7}
+    out, grad = _call(DIST[loss][0], x, t, form=form, block_cap=16, reduction="none", **kw)
+    assert torch.isnan(out[1]) and torch.isnan(grad[1]).all()
+    ref_out, ref_grad = _ref_call(DIST[loss][1], x[[0, 2]], t[[0, 2]], reduction="none", **kw)
+    _check(out[[0, 2]], grad[[0, 2]], ref_out, ref_grad, torch.float32, 40)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_all_rows_masked(form, reduction):
+    # As F.cross_entropy with every label ignored: "mean" NaN, "sum" 0, "none" zeros; gradient 0.
+    x, t = _dist_inputs((4, 50))
+    mask = torch.zeros(4, dtype=torch.bool)
+    for fn in (normlab.reverse_kl, normlab.jsd):
+        out, grad = _call(fn, x, t, form=form, reduction=reduction, loss_mask=mask)
+        if reduction == "mean":
+            assert math.isnan(out.item())
+        else:
+            assert (out == 0).all()
+        assert (grad == 0).all()
+    labels = torch.tensor([1, 2, 3, -100])
+    out, grad = _call(normlab.cross_entropy, x, labels, form=form, reduction=reduction,
+                      loss_mask=mask)  # fmt: skip
+    assert math.isnan(out.item()) if reduction == "mean" else (out == 0).all()
+    assert (grad == 0).all()
+
+
+# ---- mixed dtypes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss", ["reverse_kl", "jsd"])
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("dtypes", [(torch.bfloat16, torch.float32),
+                                    (torch.float32, torch.float16)])  # fmt: skip
+def test_target_in_its_own_dtype(loss, form, dtypes):
+    # An fp32 teacher for a bf16 student (and the other way round): read as it is, the gradient
+    # in logits' dtype. V = 203: bf16 rows off 16-byte boundaries (no aligned frames: the two
+    # tensors' rows differ).
+    x, t = _dist_inputs((3, 203), dtypes[0], dtypes[1])
+    kw = {"temperature": 1.3} if loss == "reverse_kl" else {"beta": 0.4}
+    out, grad = _call(DIST[loss][0], x, t, form=form, block_cap=64, **kw)
+    ref_out, ref_grad = _ref_call(DIST[loss][1], x, t, **kw)
+    _check(out, grad, ref_out, ref_grad, dtypes[0], 203, f"{loss} {form}")
+
+
+def _record_launches(monkeypatch):
+    """The (args, kwargs) of every fused launch from now on (the launches still run)."""
+    seen = []
+    real = fused.launch
+
+    def record(fn, grid, *args, **kwargs):
+        seen.append((args, kwargs))
+        return real(fn, grid, *args, **kwargs)
+
+    monkeypatch.setattr(fused, "launch", record)
+    return seen
+
+
+def test_target_not_copied(monkeypatch):
+    # The kernel gets the caller's target tensor itself (same storage, same dtype).
+    seen = _record_launches(monkeypatch)
+    x = torch.randn(3, 50, dtype=torch.bfloat16)
+    t = torch.randn(3, 50, dtype=torch.float32)
+    normlab.forward_kl(x, t, form="fused")
+    ((args, _),) = seen
+    assert args[1].data_ptr() == t.data_ptr() and args[1].dtype == torch.float32
+
+
+def test_default_call_passes_no_options(monkeypatch):
+    # Default options: no Options object, no option argument to the kernels (which then compile
+    # as before); any option: the kernels get them.
+    seen = _record_launches(monkeypatch)
+    x, t = _dist_inputs((2, 30))
+    labels = torch.tensor([1, 2])
+    normlab.reverse_kl(x, t, form="fused")
+    normlab.cross_entropy(x, labels, form="fused", label_smoothing=0.0, z_loss=0.0)
+    assert not any("XFORM" in k or "mask_ptr" in k for _, k in seen)
+    normlab.reverse_kl(x, t, form="fused", temperature=2.0)
+    kwargs = seen[-1][1]
+    assert kwargs["XFORM"] == config.XFORMS["temperature"] and kwargs["xparam"] == 0.5
+
+
+# ---- label cross-entropy: label smoothing, z-loss, softcap -------------------------------------
+
+
+CE_OPTIONS = [
+    {"label_smoothing": 0.1},
+    {"z_loss": 1e-2},
+    {"softcap": 2.0},
+    {"label_smoothing": 0.25, "z_loss": 3e-2, "softcap": 4.0},
+]
+
+
+def _ce_inputs(n_cols, n_rows=5):
+    x = torch.randn(n_rows, n_cols) * 3
+    labels = torch.randint(0, n_cols, (n_rows,))
+    labels[1] = -100  # an ignored row
+    return x, labels
+
+
+@pytest.mark.parametrize("options", CE_OPTIONS, ids=lambda o: ",".join(o))
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("n_cols", [7, 129])
+def test_cross_entropy_options(options, form, n_cols):
+    x, labels = _ce_inputs(n_cols)
+    out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=16, **options)
+    ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, **options)
+    _check(out, grad, ref_out, ref_grad, torch.float32, n_cols, f"{options} {form}")
+    assert (grad[1] == 0).all()
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_options_with_mask(form, reduction):
+    # A loss_mask on top of ignore_index: rows 1 (ignored), 3 (masked) count 0, "mean" over 3.
+    x, labels = _ce_inputs(1000)
+    mask = torch.tensor([True, True, True, False, True])
+    weight = torch.tensor([0.5, 1.0, -2.0, 3.0, 0.25]) if reduction == "none" else torch.tensor(2.0)
+    kw = {"label_smoothing": 0.2, "z_loss": 1e-3, "softcap": 5.0, "loss_mask": mask,
+          "reduction": reduction}  # fmt: skip
+    out, grad = _call(normlab.cross_entropy, x, labels, weight=weight, form=form, block_cap=64,
+                      **kw)  # fmt: skip
+    ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, weight=weight, **kw)
+    _check(out, grad, ref_out, ref_grad, torch.float32, 1000, f"{form} {reduction}")
+    assert (grad[[1, 3]] == 0).all()
+
+
+def test_label_smoothing_is_torch_s():
+    # The reference itself: F.cross_entropy(label_smoothing=) in fp64, by its definition.
+    x, labels = _ce_inputs(11)
+    eps, valid = 0.3, labels != -100
+    logp = x.double().log_softmax(-1)
+    picked = logp[valid].gather(1, labels[valid, None])[:, 0]
+    rows = -(1 - eps) * picked - eps * logp[valid].mean(-1)
+    torch.testing.assert_close(ref.cross_entropy_ref(x.double(), labels, label_smoothing=eps),
+                               rows.mean())  # fmt: skip
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_softcap_bounds_the_logits(form):
+    # Huge logits under a cap of 3: finite, as the capped reference; -inf logits become -3. The
+    # cap's derivative 1 - tanh^2 is ~1e-9 at |logit| ~ 1e4, 0 in fp32: an absolute floor.
+    x, labels = _ce_inputs(129)
+    x = x * 1e4
+    x[0, 5] = float("-inf")
+    out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=16, softcap=3.0,
+                      reduction="none")  # fmt: skip
+    ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, softcap=3.0, reduction="none")
+    assert torch.isfinite(out).all() and torch.isfinite(grad).all()
+    assert_close(out, ref_out, dtype=torch.float32, reduce_len=129)
+    _assert_rows_close(grad, ref_grad, _row_scale(ref_grad), 1e-5, form, floor=1e-7)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_options_with_grad_accumulate(form):
+    x, t = _dist_inputs((5, 129))
+    buf = torch.zeros(5, 129)
+    out = normlab.jsd(x, t, beta=0.35, temperature=4.0, loss_mask=MASK, form=form, block_cap=16,
+                      grad_accumulate=buf)  # fmt: skip
+    ref_out, ref_grad = _ref_call(ref.jsd_ref, x, t, beta=0.35, temperature=4.0, loss_mask=MASK)
+    assert_close(out, ref_out, dtype=torch.float32, reduce_len=129)
+    _assert_rows_close(buf, ref_grad, _row_scale(ref_grad), 1e-5, "jsd accumulate")
+    x, labels = _ce_inputs(129)
+    buf = torch.zeros(5, 129)
+    normlab.cross_entropy(x, labels, label_smoothing=0.1, z_loss=1e-2, softcap=4.0, form=form,
+                          block_cap=16, reduction="sum", grad_accumulate=buf)  # fmt: skip
+    _, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, label_smoothing=0.1, z_loss=1e-2,
+                            softcap=4.0, reduction="sum")  # fmt: skip
+    _assert_rows_close(buf, ref_grad, _row_scale(ref_grad), 1e-5, "ce accumulate")
+
+
+def test_checks_fail_a_wrong_scale_beta_or_count():
+    # The cases above would notice a gradient missing its 1/T, a JSD at 1 - beta, or a mean over
+    # all rows instead of the counted ones: each differs from the reference well past _check.
+    x, t = _dist_inputs((5, 129))
+    ref_out, ref_grad = _ref_call(ref.reverse_kl_ref, x, t, temperature=2.5, loss_mask=MASK)
+    with pytest.raises(AssertionError):
+        _check(ref_out.float(), (ref_grad * 2.5).float(), ref_out, ref_grad, torch.float32, 129)
+    with pytest.raises(AssertionError):  # mean over 5 rows, not 3
+        _check((ref_out * 3 / 5).float(), ref_grad.float(), ref_out, ref_grad, torch.float32, 129)
+    j_out, _ = _ref_call(ref.jsd_ref, x, t, beta=0.3)
+    j_swapped, _ = _ref_call(ref.jsd_ref, x, t, beta=0.7)
+    with pytest.raises(AssertionError):
+        assert_close(j_swapped.float(), j_out, dtype=torch.float32, reduce_len=129)
+
+
+# ---- torch.compile, modules, patch -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_torch_compile_with_options(form):
+    x, t = _dist_inputs((2, 3, 60))
+    mask = torch.tensor([[True, False, True], [True, True, False]])
+    labels = torch.randint(0, 60, (2, 3))
+
+    def step(x, t, labels):
+        a = normlab.jsd(x, t, beta=0.3, temperature=2.0, loss_mask=mask, form=form, block_cap=16)
+        b = normlab.cross_entropy(x, labels, label_smoothing=0.1, z_loss=1e-2, softcap=5.0,
+                                  loss_mask=mask, form=form, block_cap=16)  # fmt: skip
+        return a + b
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    xc = x.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(compiled(xc, t, labels), xc)
+    xr = x.double().requires_grad_()
+    expect = (ref.jsd_ref(xr, t.double(), beta=0.3, temperature=2.0, loss_mask=mask)
+              + ref.cross_entropy_ref(xr, labels, label_smoothing=0.1, z_loss=1e-2, softcap=5.0,
+                                      loss_mask=mask))  # fmt: skip
+    (ref_grad,) = torch.autograd.grad(expect, xr)
+    assert_close(grad, ref_grad, dtype=torch.float32, reduce_len=60)
+
+
+def test_custom_op_opcheck_with_options():
+    x, t = _dist_inputs((3, 50))
+    x.requires_grad_()
+    mask = torch.tensor([True, False, True])
+    for form in ("fused", "split"):
+        args = (x, t, config.KINDS["jsd"], form, 16, "mean", -100, True, mask, 2.0, 0.3, 0.0, 0.0,
+                0.0)  # fmt: skip
+        torch.library.opcheck(torch.ops.normlab.entropy_fwd.default, args)
+
+
+def test_modules_with_options():
+    x, t = _dist_inputs((3, 40))
+    mask = torch.tensor([True, False, True])
+    for module, fn, kw in [
+        (nn.ForwardKLLoss(temperature=2.0), normlab.forward_kl, {"temperature": 2.0}),
+        (nn.JSDLoss(beta=0.2, reduction="sum"), normlab.jsd, {"beta": 0.2, "reduction": "sum"}),
+        (nn.ReverseKLLoss(temperature=0.5), normlab.reverse_kl, {"temperature": 0.5}),
+        (nn.SoftCrossEntropyLoss(temperature=3.0), normlab.soft_cross_entropy,
+         {"temperature": 3.0}),
+    ]:  # fmt: skip
+        assert torch.equal(module(x, t, mask), fn(x, t, loss_mask=mask, **kw))
+        assert "temperature" in repr(module)
+    assert "beta=0.2" in repr(nn.JSDLoss(beta=0.2))
+    labels = torch.tensor([1, -100, 5])
+    ce = nn.CrossEntropyLoss(label_smoothing=0.1, z_loss=1e-3, softcap=6.0)
+    assert isinstance(ce, torch.nn.CrossEntropyLoss) and ce.label_smoothing == 0.1
+    assert_close(ce(x, labels), ref.cross_entropy_ref(x.double(), labels, label_smoothing=0.1,
+                                                      z_loss=1e-3, softcap=6.0),
+                 dtype=torch.float32, reduce_len=40)  # fmt: skip
+    with pytest.raises(ValueError, match="weight"):
+        nn.CrossEntropyLoss(weight=torch.ones(40))
+
+
+def test_causal_lm_loss_passes_options():
+    from normlab.patching import causal_lm_loss
+
+    logits = torch.randn(2, 6, 30)
+    labels = torch.randint(0, 30, (2, 6))
+    out = causal_lm_loss(logits, labels, 30, label_smoothing=0.1, z_loss=1e-2)
+    shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]
+    expect = ref.cross_entropy_ref(logits.double().reshape(-1, 30), shifted.reshape(-1),
+                                   label_smoothing=0.1, z_loss=1e-2)  # fmt: skip
+    assert_close(out, expect, dtype=torch.float32, reduce_len=30)
+
+
+def test_registry_and_bytes_models():
+    from normlab.bench import registry, traffic
+
+    for op in ("forward_kl", "jsd"):
+        assert {"eager", "compile", "normlab"} <= set(registry.REGISTRY[op])
+        for direction in ("fwd", "fwd+bwd"):
+            assert traffic.bytes_moved(op, direction, 8, 100) == traffic.bytes_moved(
+                "reverse_kl", direction, 8, 100)
+    assert registry.REGISTRY["jsd"]["liger"].unavailable() is not None  # no GPU / liger here
+    call = registry.get("jsd", "normlab").build(3, 40, torch.float32, "fwd+bwd", "cpu")
+    (grad,) = call()
+    assert grad.shape == (3, 40) and torch.isfinite(grad).all()
+
+
+# ---- bad inputs ---------------------------------------------------------------------------------
+
+
+BAD = [
+    ("temperature", lambda x, t, y: normlab.reverse_kl(x, t, temperature=0.0)),
+    ("temperature", lambda x, t, y: normlab.soft_cross_entropy(x, t, temperature=-1.0)),
+    ("temperature", lambda x, t, y: normlab.forward_kl(x, t, temperature=float("inf"))),
+    ("temperature", lambda x, t, y: normlab.jsd(x, t, temperature=float("nan"))),
+    ("temperature", lambda x, t, y: normlab.reverse_kl(x, t, temperature="2")),
+    ("beta", lambda x, t, y: normlab.jsd(x, t, beta=0.0)),
+    ("beta", lambda x, t, y: normlab.jsd(x, t, beta=1.0)),
+    ("beta", lambda x, t, y: normlab.jsd(x, t, beta=1.5)),
+    ("beta", lambda x, t, y: normlab.jsd(x, t, beta=True)),
+    ("loss_mask shape", lambda x, t, y: normlab.reverse_kl(x, t, loss_mask=MASK[:4].reshape(2, 2))),
+    ("loss_mask shape", lambda x, t, y: normlab.cross_entropy(x, y, loss_mask=MASK[:3])),
+    ("loss_mask dtype", lambda x, t, y: normlab.jsd(x, t, loss_mask=torch.ones(4))),
+    ("loss_mask on", lambda x, t, y: normlab.forward_kl(x, t, loss_mask=MASK[:4].to("meta"))),
+    ("loss_mask must be a", lambda x, t, y: normlab.jsd(x, t, loss_mask=[True] * 4)),
+    ("softcap", lambda x, t, y: normlab.cross_entropy(x, y, softcap=0.0)),
+    ("softcap", lambda x, t, y: normlab.cross_entropy(x, y, softcap=-2.0)),
+    ("label_smoothing", lambda x, t, y: normlab.cross_entropy(x, y, label_smoothing=-0.1)),
+    ("label_smoothing", lambda x, t, y: normlab.cross_entropy(x, y, label_smoothing=1.1)),
+    ("z_loss", lambda x, t, y: normlab.cross_entropy(x, y, z_loss=-1e-4)),
+    ("target_logits dtype", lambda x, t, y: normlab.forward_kl(x, t.to(torch.int32))),
+]
+
+
+@pytest.mark.parametrize("match,call", BAD, ids=[f"{i}-{b[0]}" for i, b in enumerate(BAD)])
+def test_bad_options(match, call):
+    x, t = torch.randn(4, 40), torch.randn(4, 40)
+    y = torch.tensor([0, 39, -100, 3])
+    exc = TypeError if "dtype" in match or "must be a" in match else ValueError
+    with pytest.raises(exc, match=match):
+        call(x, t, y)
