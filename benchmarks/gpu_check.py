@@ -182,6 +182,46 @@ def check_losses(dtype) -> None:
                {"loss": REL_TOL[dtype], "grad": _tol(want_g, dtype)})
 
 
+LOSS_OPTION_CASES = {  # name -> (normlab function, fp64 reference, keyword options, labels?)
+    "forward_kl": ("forward_kl", ref.forward_kl_ref, {}, False),
+    "jsd beta=0.3": ("jsd", ref.jsd_ref, {"beta": 0.3}, False),
+    "reverse_kl T=2 mask": ("reverse_kl", ref.reverse_kl_ref, {"temperature": 2.0}, False),
+    "soft_cross_entropy T=0.5": ("soft_cross_entropy", ref.soft_cross_entropy_ref,
+                                 {"temperature": 0.5}, False),
+    "cross_entropy smoothing z softcap mask": ("cross_entropy", ref.cross_entropy_ref,
+                                               {"label_smoothing": 0.1, "z_loss": 1e-4,
+                                                "softcap": 30.0}, True),
+}  # fmt: skip
+
+
+def check_loss_options(dtype) -> None:
+    """The loss options (temperature, loss_mask, forward KL, JSD, label smoothing, z-loss,
+    softcap) and an fp32 teacher beside a low-precision student, in every form."""
+    for (name, (op, ref_fn, kw, labels)), (M, V), form in itertools.product(
+            LOSS_OPTION_CASES.items(), [(37, 50257), (8, 131072)], LOSS_FORMS):
+        logits = (2 * torch.randn(M, V, device="cuda")).to(dtype).requires_grad_()
+        mask = torch.rand(M, device="cuda") > 0.3
+        mask[0] = True
+        teachers = [torch.float32] if labels else [dtype, torch.float32]
+        for teacher in teachers:
+            if labels:
+                other = torch.randint(0, V, (M,), device="cuda")
+                other[::5] = -100
+            else:
+                other = (2 * torch.randn(M, V, device="cuda")).to(teacher)
+            loss = getattr(normlab, op)(logits, other, form=form, loss_mask=mask, **kw)
+            (g,) = torch.autograd.grad(loss, logits)
+            lg = logits.detach().double().requires_grad_()
+            want = ref_fn(lg, other.double() if other.is_floating_point() else other,
+                          loss_mask=mask, **kw)  # fmt: skip
+            (want_g,) = torch.autograd.grad(want, lg)
+            what = "" if labels or teacher == dtype else " fp32 teacher"
+            record(f"{name}{what} {M}x{V} {dtype} form={form}",
+                   {"loss": _rel(loss.reshape(1), want.detach().reshape(1)),
+                    "grad": _rel(g, want_g)},
+                   {"loss": REL_TOL[dtype], "grad": _tol(want_g, dtype)})  # fmt: skip
+
+
 def check_graphs() -> None:
     """Capture each op's forward+backward in a CUDA graph; replays on new data equal eager."""
     M, N, V = 512, 4096, 32768
@@ -192,13 +232,18 @@ def check_graphs() -> None:
         "reverse_kl chunked": lambda x, t: normlab.reverse_kl(x, t, form="chunked"),
         "reverse_kl split": lambda x, t: normlab.reverse_kl(x, t, form="split"),
         "cross_entropy": lambda x, t: normlab.cross_entropy(x, t.argmax(-1)),
+        "jsd chunked": lambda x, t: normlab.jsd(x, t, form="chunked"),
+        "forward_kl split": lambda x, t: normlab.forward_kl(x, t, form="split"),
+        "add_rms_norm": lambda x, t: normlab.add_rms_norm(x, t, w_n)[0],
+        "rms_norm 3x20000 (split rows)": lambda x, t: normlab.rms_norm(x, w_w),
     }
     w_n = torch.randn(N, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     b_n = torch.randn(N, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w_w = torch.randn(20000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     for name, fn in cases.items():
-        cols = N if "norm" in name else V
-        x = torch.randn(M, cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        t = torch.randn(M, cols, device="cuda", dtype=torch.bfloat16)
+        rows, cols = (3, 20000) if "split rows" in name else (M, N if "norm" in name else V)
+        x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        t = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
 
         def step(fn=fn, x=x, t=t):  # this iteration's case
             out = fn(x, t)
@@ -295,7 +340,8 @@ def check_autotune() -> None:
     record("NORMLAB_AUTOTUNE=1 forward vs fp64", {"max_abs": err}, 1e-5)
 
 
-PARTS = ("norms", "norm_options", "losses", "graphs", "compile", "lean", "autotune")
+PARTS = ("norms", "norm_options", "losses", "loss_options", "graphs", "compile", "lean",
+         "autotune")
 
 
 def main(argv=None) -> int:
@@ -322,6 +368,9 @@ def main(argv=None) -> int:
         elif part == "losses":
             for dtype in (*dtypes, torch.float16):
                 check_losses(dtype)
+        elif part == "loss_options":
+            for dtype in dtypes:
+                check_loss_options(dtype)
         else:
             {"graphs": check_graphs, "compile": check_compile, "lean": check_lean_launch,
              "autotune": check_autotune}[part]()  # fmt: skip
