@@ -9,11 +9,12 @@ import math
 
 import pytest
 import torch
+import triton.language as tl
 from helpers import assert_close, tolerance
 
 import normlab
 from normlab import nn, ref
-from normlab.losses import chunked, config
+from normlab.losses import chunked, config, online
 
 FNS = {
     "reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
@@ -155,6 +156,34 @@ def test_qwen_vocab_one_row(loss, form):
     out, grad = _run(loss, x, other, form=form)
     ref_out, ref_grad = _ref(loss, x, other)
     _check(loss, out, grad, ref_out, ref_grad, torch.bfloat16, 151936, f"{loss} {form}")
+
+
+@pytest.mark.parametrize("loss", ["reverse_kl", "soft_cross_entropy"])
+@pytest.mark.parametrize("form", ALL_FORMS)
+def test_paired_tile_maxima(loss, form, monkeypatch):
+    # The GPU's tile maxima, one two-operand tl.reduce (online.PAIRED_MAXIMA), against fp64 and
+    # bit for bit against the interpreter's two plain tl.max: ragged 64-wide tiles, a -inf tile
+    # (row 1), NaN in the logits (row 2) and +inf in the target (row 3). Label CE takes one max.
+    # The same tensors both times: the frames, hence the sums' order, follow the addresses.
+    x, other = _inputs(loss, (4, 150), torch.float32)
+    x[1, 64:128] = other[1, 64:128] = float("-inf")
+    x[2, 70] = float("nan")
+    other[3, 149] = float("inf")
+    runs = {}
+    for paired in (True, False):
+        monkeypatch.setattr(online, "PAIRED_MAXIMA", tl.constexpr(paired))
+        grad = torch.zeros_like(x)
+        FNS[loss][0](x, other, form=form, block_cap=64, reduction="sum", grad_accumulate=grad)
+        runs[paired] = FNS[loss][0](x, other, form=form, block_cap=64, reduction="none"), grad
+    for got, plain in zip(runs[True], runs[False], strict=True):
+        assert torch.equal(got.isnan(), plain.isnan())
+        assert torch.equal(got.nan_to_num(), plain.nan_to_num())
+    out, grad = runs[True]
+    assert torch.isnan(out[2:]).all() and torch.isnan(grad[2:]).all()
+    ref_out, ref_grad = _ref(loss, x[:2], other[:2], reduction="none")
+    assert_close(out[:2], ref_out, dtype=torch.float32, reduce_len=150, msg=f"{loss} {form}")
+    _assert_rows_close(grad[:2], ref_grad, _row_scale(ref_grad), _grad_rel(torch.float32),
+                       f"{loss} {form} paired grad")  # fmt: skip
 
 
 @pytest.mark.parametrize("loss", LOSSES)
