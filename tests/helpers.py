@@ -57,12 +57,14 @@ def assert_close(
         )
 
 
-def latin(*axes, keep: int = 1) -> list:
+def latin(*axes, keep: int = 1, quick: int | None = None) -> list:
     """A thinned cross product for ``pytest.mark.parametrize``: every combination of all axes but
     the last, each with ``keep`` values of the last axis, picked in rotation by the sum of the
     other axes' indices (a Latin square). Stepping any other axis by one steps the pick by one,
     so the last axis's values spread evenly over each other axis's values; all of them run
-    (checked). A value that is a tuple fills several arguments; an id joins the values."""
+    (checked). ``quick``: only the first ``quick`` picks of each combination run in
+    ``make test-quick``; the others are marked slow. A value that is a tuple fills several
+    arguments; an id joins the values."""
     *others, last = axes
     if not 1 <= keep <= len(last):
         raise ValueError(f"keep must be in 1..{len(last)}, got {keep}")
@@ -75,7 +77,9 @@ def latin(*axes, keep: int = 1) -> list:
             values = [*head, last[pick]]
             flat = [v for value in values
                     for v in (value if isinstance(value, tuple) else (value,))]  # fmt: skip
-            rows.append(pytest.param(*flat, id="-".join(_param_id(v) for v in flat)))
+            marks = pytest.mark.slow if quick is not None and j >= quick else ()
+            rows.append(pytest.param(*flat, id="-".join(_param_id(v) for v in flat),
+                                     marks=marks))  # fmt: skip
     if len(picked) < len(last):
         raise ValueError(f"too few combinations to run every value of {last}")
     return rows
