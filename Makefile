@@ -19,8 +19,11 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 LAB_UID         ?= $(shell id -u)
 LAB_ROOT_FLAG   := $(if $(filter 0,$(LAB_UID)),--allow-root)
 
-# Unit tests run on JOBS processes (pytest-xdist): the interpreter is single-threaded.
+# Tests run on JOBS processes (pytest-xdist): the interpreter is single-threaded.
 JOBS            ?= 2
+# nbval's options: outputs compared where a cell asks (NBVAL_CHECK_OUTPUT), volatile text masked.
+NBVAL           := --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg \
+                   --nbval-cell-timeout=600
 
 .PHONY: lab test test-quick install clean
 
@@ -55,13 +58,14 @@ lab: install
 	$(if $(LAB_ROOT_FLAG),@echo "make lab: running as root (uid 0, e.g. in a container): starting JupyterLab with --allow-root")
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_ROOT_FLAG) $(ARGS)
 
+# The unit tests and the notebooks in one run: --dist loadfile keeps each file on one worker, so
+# a notebook's cells run in order on its one kernel while other workers take other files.
 test: install
 	bash scripts/install_browser.sh $(VENV)
-	$(PY) -m pytest tests -q -p no:cacheprovider -n $(JOBS) $(ARGS)
-	$(PY) -m pytest notebooks -q -p no:cacheprovider --nbval-lax --nbval-current-env \
-		--nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=600
+	$(PY) -m pytest tests notebooks -q -p no:cacheprovider -n $(JOBS) --dist loadfile $(NBVAL) $(ARGS)
 
-# The edit-test loop: everything but the tests marked slow and the browser test (a few minutes).
+# The edit-test loop: the unit tests but those marked slow and the browser test (under 3 minutes
+# on 2 cores); every kernel family still runs against its fp64 reference.
 test-quick: install
 	$(PY) -m pytest tests -q -p no:cacheprovider -n $(JOBS) -m "not slow and not browser" $(ARGS)
 

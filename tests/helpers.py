@@ -4,8 +4,10 @@ dtype, atol scaled by sqrt(reduce_len) for reduced quantities; see ``normlab.ref
 
 from __future__ import annotations
 
+import itertools
 import math
 
+import pytest
 import torch
 
 from normlab.ref import TOLERANCES, tolerance  # noqa: F401  (re-exported for the tests)
@@ -53,3 +55,35 @@ def assert_close(
             f"{msg} {n_bad}/{a.numel()} elements outside atol={atol:.3g} rtol={rtol:.3g} "
             f"(max abs err {max_abs:.3g}):\n" + "\n".join(lines)
         )
+
+
+def latin(*axes, keep: int = 1, quick: int | None = None) -> list:
+    """A thinned cross product for ``pytest.mark.parametrize``: every combination of all axes but
+    the last, each with ``keep`` values of the last axis, picked in rotation by the sum of the
+    other axes' indices (a Latin square). Stepping any other axis by one steps the pick by one,
+    so the last axis's values spread evenly over each other axis's values; all of them run
+    (checked). ``quick``: only the first ``quick`` picks of each combination run in
+    ``make test-quick``; the others are marked slow. A value that is a tuple fills several
+    arguments; an id joins the values."""
+    *others, last = axes
+    if not 1 <= keep <= len(last):
+        raise ValueError(f"keep must be in 1..{len(last)}, got {keep}")
+    rows, picked = [], set()
+    for idx in itertools.product(*(range(len(axis)) for axis in others)):
+        head = [axis[i] for axis, i in zip(others, idx, strict=True)]
+        for j in range(keep):
+            pick = (sum(idx) + j) % len(last)
+            picked.add(pick)
+            values = [*head, last[pick]]
+            flat = [v for value in values
+                    for v in (value if isinstance(value, tuple) else (value,))]  # fmt: skip
+            marks = pytest.mark.slow if quick is not None and j >= quick else ()
+            rows.append(pytest.param(*flat, id="-".join(_param_id(v) for v in flat),
+                                     marks=marks))  # fmt: skip
+    if len(picked) < len(last):
+        raise ValueError(f"too few combinations to run every value of {last}")
+    return rows
+
+
+def _param_id(value) -> str:
+    return str(value).removeprefix("torch.")

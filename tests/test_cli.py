@@ -35,6 +35,7 @@ def test_info():
         assert "CPU/interpreter timings: say nothing about GPU bandwidth" in out
 
 
+@pytest.mark.slow  # the CLI end to end, every baseline; test_bench covers the sweep quickly
 @pytest.mark.skipif(not normlab.INTERPRET, reason="checks the CPU labelling of --quick")
 def test_bench_quick_on_cpu(tmp_path):
     out = tmp_path / "quick.csv"

@@ -9,11 +9,12 @@ import math
 
 import pytest
 import torch
-from helpers import assert_close, tolerance
+import triton.language as tl
+from helpers import assert_close, latin, tolerance
 
 import normlab
 from normlab import nn, ref
-from normlab.losses import chunked, config
+from normlab.losses import chunked, config, online
 
 FNS = {
     "reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
@@ -26,6 +27,7 @@ LOSSES = tuple(FNS)
 FORMS = [("fused", 16), ("fused", 4096), ("chunked", 16), ("chunked", 4096), ("split", 64),
          ("split", None)]  # fmt: skip
 ALL_FORMS = ["fused", "chunked", "split"]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
 def _inputs(loss, shape, dtype, scale=3.0, device="cpu"):
@@ -107,9 +109,7 @@ def _before_at_grad_scale(ref_grad, dtype):
     return (noise * 0.25 * _row_scale(ref_grad)).to(dtype)
 
 
-@pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form,cap", FORMS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("loss,form,cap,dtype", latin(LOSSES, FORMS, DTYPES))
 def test_matches_reference(loss, form, cap, dtype):
     # (1, 3, 500): leading dims flattened; 500 = 31 tiles of 16 + a ragged 4-wide tail.
     x, other = _inputs(loss, (1, 3, 500), dtype)
@@ -135,6 +135,7 @@ def test_grad_checks_fail_a_gradient_a_few_percent_off(loss):
         _check_accumulated((before.double() + ref_grad * 1.03).to(bf16), before, ref_grad)
 
 
+@pytest.mark.slow  # real vocabularies; the small caps above take the same multi-tile paths
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize(
     "form,cap",
@@ -148,6 +149,7 @@ def test_gpt2_vocab_every_cap(loss, form, cap):
     _check(loss, out, grad, ref_out, ref_grad, torch.bfloat16, 50257, f"{loss} {form} {cap}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", ["reverse_kl", "cross_entropy"])
 @pytest.mark.parametrize("form", ALL_FORMS)
 def test_qwen_vocab_one_row(loss, form):
@@ -157,9 +159,35 @@ def test_qwen_vocab_one_row(loss, form):
     _check(loss, out, grad, ref_out, ref_grad, torch.bfloat16, 151936, f"{loss} {form}")
 
 
-@pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("n_cols", [1, 63, 64, 65, 128, 129])
+@pytest.mark.parametrize("loss", ["reverse_kl", "soft_cross_entropy"])
 @pytest.mark.parametrize("form", ALL_FORMS)
+def test_paired_tile_maxima(loss, form, monkeypatch):
+    # The GPU's tile maxima, one two-operand tl.reduce (online.PAIRED_MAXIMA), against fp64 and
+    # bit for bit against the interpreter's two plain tl.max: ragged 64-wide tiles, a -inf tile
+    # (row 1), NaN in the logits (row 2) and +inf in the target (row 3). Label CE takes one max.
+    # The same tensors both times: the frames, hence the sums' order, follow the addresses.
+    x, other = _inputs(loss, (4, 150), torch.float32)
+    x[1, 64:128] = other[1, 64:128] = float("-inf")
+    x[2, 70] = float("nan")
+    other[3, 149] = float("inf")
+    runs = {}
+    for paired in (True, False):
+        monkeypatch.setattr(online, "PAIRED_MAXIMA", tl.constexpr(paired))
+        grad = torch.zeros_like(x)
+        FNS[loss][0](x, other, form=form, block_cap=64, reduction="sum", grad_accumulate=grad)
+        runs[paired] = FNS[loss][0](x, other, form=form, block_cap=64, reduction="none"), grad
+    for got, plain in zip(runs[True], runs[False], strict=True):
+        assert torch.equal(got.isnan(), plain.isnan())
+        assert torch.equal(got.nan_to_num(), plain.nan_to_num())
+    out, grad = runs[True]
+    assert torch.isnan(out[2:]).all() and torch.isnan(grad[2:]).all()
+    ref_out, ref_grad = _ref(loss, x[:2], other[:2], reduction="none")
+    assert_close(out[:2], ref_out, dtype=torch.float32, reduce_len=150, msg=f"{loss} {form}")
+    _assert_rows_close(grad[:2], ref_grad, _row_scale(ref_grad), _grad_rel(torch.float32),
+                       f"{loss} {form} paired grad")  # fmt: skip
+
+
+@pytest.mark.parametrize("loss,n_cols,form", latin(LOSSES, [1, 63, 64, 65, 128, 129], ALL_FORMS))
 def test_tile_boundaries(loss, n_cols, form):
     # cap 64: V below, at, one past, and at two tiles (the last tile full), and one past that.
     x, other = _inputs(loss, (4, n_cols), torch.float32)
@@ -168,27 +196,27 @@ def test_tile_boundaries(loss, n_cols, form):
     _check(loss, out, grad, ref_out, ref_grad, torch.float32, n_cols, f"V={n_cols}")
 
 
-@pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form,tiles", [("fused", None), ("chunked", 2), ("chunked", 1),
-                                        ("split", None)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("frame_bytes,cap", [(16, 16), (64, 32)])
+@pytest.mark.parametrize("loss,form,tiles,dtype,frame_bytes,cap", latin(
+    LOSSES, [("fused", None), ("chunked", 2), ("chunked", 1), ("split", None)],
+    [(torch.float32, 16, 16), (torch.bfloat16, 16, 16), (torch.bfloat16, 64, 32),
+     (torch.float32, 64, 32)], keep=2, quick=1))  # fmt: skip
 def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, frame_bytes, cap, monkeypatch):
-    # V = 203: row r starts r * 203 columns in, so the kernels' frames start before the row, on
+    # V = 75: row r starts r * 75 columns in, so the kernels' frames start before the row, on
     # the previous row's data: up to 7 (bf16) or 3 (fp32) columns with 16-byte frames, up to 31
-    # or 15 with 64-byte ones (config.ENTROPY_FRAME_BYTES). Cap 16 or 32: a peeled first tile,
-    # whole tiles, a ragged last tile. One-tile chunks: chunk 0 is a first and last tile at
-    # once, and some rows' last chunk is empty. Split: the backward's tiles cut the frame
-    # likewise, a row's last one sometimes empty.
+    # or 15 with 64-byte ones (config.ENTROPY_FRAME_BYTES); 75 = 203 - 128 leaves the rows the
+    # offsets they have in a 203-wide batch. Cap 16 or 32: a peeled first tile, whole tiles, a
+    # ragged last tile. One-tile chunks: chunk 0 is a first and last tile at once, and some
+    # rows' last chunk is empty. Split: the backward's tiles cut the frame likewise, a row's
+    # last one sometimes empty.
     from normlab import _runtime
 
     monkeypatch.setattr(_runtime, "sm_count", lambda *a: 132)
     monkeypatch.setattr(config, "ENTROPY_CHUNKED_TILES", tiles or 1)
     monkeypatch.setattr(config, "ENTROPY_FRAME_BYTES", frame_bytes)
-    n_rows, n_cols = 11, 203
+    n_rows, n_cols = 11, 75
     x, other = _inputs(loss, (n_rows, n_cols), dtype)
     if loss == "cross_entropy":  # labels in a first tile, a last tile, an ignored row
-        other = torch.tensor([0, 1, 202, 5, 200, -100, 2, 16, 17, 7, 3])
+        other = torch.tensor([0, 1, 74, 5, 72, -100, 2, 16, 17, 7, 3])
     assert x.data_ptr() % frame_bytes == 0  # CPU tensors start on 64 bytes
     esize = x.element_size()
     assert config.frames(x, x, x, cap) == {"ALIGN": 16 // esize,
@@ -210,9 +238,7 @@ def test_rows_off_16_byte_boundaries(loss, form, tiles, dtype, frame_bytes, cap,
     _check(loss, out[keep], grad[keep], ref_out[keep], ref_grad[keep], dtype, n_cols, "nan row")
 
 
-@pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ALL_FORMS)
-@pytest.mark.parametrize("n_cols", [5, 9])
+@pytest.mark.parametrize("loss,form,n_cols", latin(LOSSES, ALL_FORMS, [5, 9]))
 def test_rows_inside_one_16_byte_vector(loss, form, n_cols):
     # bf16, V = 5 or 9 at tile 8 or 16: a row can sit inside one 16-byte vector, or straddle
     # two, with no whole vector to store; added into a buffer, so a lane stored twice shows.
@@ -321,9 +347,7 @@ def test_logits_far_below_exp_range(loss, form):
     _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300)
 
 
-@pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ALL_FORMS)
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("loss,form,reduction", latin(LOSSES, ALL_FORMS, ["mean", "sum", "none"]))
 def test_reductions_and_grad_output(loss, form, reduction):
     x, other = _inputs(loss, (5, 300), torch.float32)
     # mean/sum: loss * 3; none: a different weight per row (one of them exactly 1).
@@ -389,9 +413,8 @@ def test_ignored_row_with_nan_gets_zero_grad():
             assert torch.isfinite(grad).all()
 
 
-@pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ALL_FORMS)
-@pytest.mark.parametrize("buf_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("loss,form,buf_dtype",
+                         latin(LOSSES, ALL_FORMS, [torch.float32, torch.bfloat16]))
 def test_grad_accumulate(loss, form, buf_dtype):
     x, other = _inputs(loss, (4, 200), torch.bfloat16)
     x.requires_grad_()
@@ -412,10 +435,8 @@ RETAINED_WEIGHTS = {  # reduction -> grad_output sequences of three backwards
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ALL_FORMS)
-@pytest.mark.parametrize("reduction", ["mean", "none"])
-@pytest.mark.parametrize("seq", [0, 1], ids=["zero_first", "nonzero_first"])
+@pytest.mark.parametrize("loss,form,reduction,seq", latin(
+    LOSSES, ALL_FORMS, [("mean", 0), ("none", 0), ("mean", 1), ("none", 1)], keep=2))
 def test_retain_graph_backwards(loss, form, reduction, seq):
     # Three backwards through one graph (the first two with retain_graph=True), grad_output 0
     # (a scalar, or some rows) in the first or none: each adds torch's gradient for its own
@@ -656,9 +677,7 @@ def test_chunk_tiles_and_lanes_by_tile():
                                                                                8192]  # fmt: skip
 
 
-@pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ALL_FORMS)
-@pytest.mark.parametrize("lane", [8, 32, 64])
+@pytest.mark.parametrize("loss,form,lane", latin(LOSSES, ALL_FORMS, [8, 32, 64]))
 def test_lane_statistics(loss, form, lane, monkeypatch):
     # Tile 64 in lanes of 8 or 32 columns (each with its own max / sum-exp, folded once a row or
     # chunk) or as one lane (the wide tiles' path). Row 0: one whole tile is -inf, so every lane
@@ -763,9 +782,7 @@ def test_chunked_refuses_int32_overflow():
 # ---- torch.compile (the losses are custom ops: Dynamo never traces their kernels) -----------
 
 
-@pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("form", ALL_FORMS)
-@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("loss,form,reduction", latin(LOSSES, ALL_FORMS, ["mean", "none"]))
 def test_torch_compile_fullgraph(loss, form, reduction):
     x, other = _inputs(loss, (2, 3, 100), torch.float32)
     weight = torch.randn(2, 3) if reduction == "none" else torch.tensor(1.5)

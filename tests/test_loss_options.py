@@ -343,6 +343,7 @@ def test_checks_fail_a_wrong_scale_beta_or_count():
 # ---- torch.compile, modules, patch -------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds each (compile or opcheck): out of make test-quick
 @pytest.mark.parametrize("form", FORMS)
 def test_torch_compile_with_options(form):
     x, t = _dist_inputs((2, 3, 60))
@@ -367,6 +368,7 @@ def test_torch_compile_with_options(form):
     assert_close(grad, ref_grad, dtype=torch.float32, reduce_len=60)
 
 
+@pytest.mark.slow  # seconds each (compile or opcheck): out of make test-quick
 def test_custom_op_opcheck_with_options():
     x, t = _dist_inputs((3, 50))
     x.requires_grad_()

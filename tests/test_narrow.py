@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import triton
-from helpers import assert_close
+from helpers import assert_close, latin
 
 import normlab
 from normlab import _runtime
@@ -121,20 +121,16 @@ def _check_all(x, weight, bias, dy, is_rms, dtype):
                      msg=f"{name} (recomputed statistics)")  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n_cols", WIDTHS)
-@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+# Each norm and width with one dtype in rotation: every (norm, dtype) pair runs twice.
+@pytest.mark.parametrize("is_rms,n_cols,dtype", latin([True, False], WIDTHS, DTYPES))
 def test_affine_matches_fp64_reference(is_rms, n_cols, dtype):
     x, weight, bias, dy = _make(N_ROWS, n_cols, dtype, has_weight=True, has_bias=not is_rms)
     _check_all(x, weight, bias, dy, is_rms, dtype)
 
 
-@pytest.mark.parametrize("n_cols", [3, 100, 256])
-@pytest.mark.parametrize(
-    ("is_rms", "has_weight", "has_bias"),
+@pytest.mark.parametrize(("is_rms", "has_weight", "has_bias", "n_cols"), latin(
     [(True, False, False), (False, False, False), (False, True, False), (False, False, True)],
-    ids=["rms-plain", "ln-plain", "ln-weight-only", "ln-bias-only"],
-)
+    [3, 100, 256]))  # rms-plain, ln-plain, ln-weight-only, ln-bias-only; each width runs
 def test_without_weight_or_bias(is_rms, has_weight, has_bias, n_cols):
     x, weight, bias, dy = _make(N_ROWS, n_cols, torch.float32, has_weight, has_bias)
     _check_all(x, weight, bias, dy, is_rms, torch.float32)
@@ -527,9 +523,8 @@ def test_auto_layout_with_a_row_only_strategy_takes_the_row_kernels(monkeypatch,
         normlab.layer_norm(x, weight, bias, EPS[False], strategy=strategy, layout="block_row")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("n_cols", [17, 256])
-@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("is_rms,n_cols,dtype",
+                         latin([True, False], [17, 256], [torch.float32, torch.bfloat16]))
 def test_public_api_block_row_and_row_path_match_fp64(is_rms, n_cols, dtype):
     x, weight, bias, dy = _make(N_ROWS, n_cols, dtype, True, not is_rms)
     y_ref, _, rstd_ref = _reference(x, weight, bias, EPS[is_rms], is_rms)

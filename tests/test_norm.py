@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import triton
-from helpers import assert_close
+from helpers import assert_close, latin
 
 import normlab
 from normlab import _runtime, ref
@@ -167,22 +167,16 @@ def _check_backward(m, n, dtype, is_rms, strategy, *, affine=True, **kw):
     return dx, dw, db
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-@pytest.mark.parametrize(
-    "m,n",
-    [
-        (1, 7),  # one row
-        (37, 100),  # ragged: 37 rows = 9 tiles of 4 + 1 row; 4 persistent programs grid-stride
-        (3, 1000),  # non-power-of-two width
-    ],
-    ids=str,
-)
+# (1, 7): one row; (37, 100): ragged, 37 rows = 9 tiles of 4 + 1 row, 4 persistent programs
+# grid-stride; (3, 1000): a non-power-of-two width. Each strategy, norm and shape with one dtype
+# in rotation: every (strategy, dtype) and (norm, dtype) pair runs.
+@pytest.mark.parametrize("strategy,is_rms,m,n,dtype", latin(
+    STRATEGIES, [True, False], [(1, 7), (37, 100), (3, 1000)], DTYPES))
 def test_backward_matches_fp64(strategy, dtype, is_rms, m, n):
     _check_backward(m, n, dtype, is_rms, strategy)
 
 
+@pytest.mark.slow  # rows of 8193-16385 columns; test_backward_two_pass_small_tile is the quick one
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 @pytest.mark.parametrize("past", [0, 1], ids=["widest-single-pass", "first-two-pass"])
@@ -423,19 +417,27 @@ def test_forward_int64_rows_only_where_needed():
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-@pytest.mark.parametrize("m, n", [(256, 5000), (41, 600)], ids=["persistent", "two-row-tiles"])
-def test_block_row_forward_dispatch(monkeypatch, is_rms, m, n):
-    """layout="auto" takes the block-row forward inside its windows (the 8192-wide persistent
-    window's lower edge, LayerNorm only: RMSNorm runs the looped row there, NORM_FWD_RMS_LOOPED;
-    the 1024-wide two-row tiles, both norms, their window moved down to 40 rows so the
-    interpreter stays fast); layout="row" one row per program; both match fp64, forward and
+@pytest.mark.parametrize("n", [5000, 600], ids=["persistent", "two-row-tiles"])
+def test_block_row_forward_dispatch(monkeypatch, is_rms, n):
+    """layout="auto" takes the block-row forward inside its windows, each moved down so the
+    interpreter stays fast: the 8192-wide persistent window (LayerNorm only: RMSNorm runs the
+    looped row there, NORM_FWD_RMS_LOOPED) at its lower edge, set to twice the grid's programs
+    + 3 rows (programs fold 2 or 3 one-row tiles); the 1024-wide two-row tiles (both norms)
+    from 40 rows, at 41. layout="row" one row per program; both match fp64, forward and
     backward."""
     from normlab.norms import block_row as narrow
 
     if n == 600:
+        m = 41
         for norm in (True, False):
             monkeypatch.setitem(configs.NORM_FWD_BLOCK_ROW[norm], 1024,
                                 ((40, None, configs.BlockRowFwdConfig(2, 4, 0)),))  # fmt: skip
+    else:
+        ((lo, hi, tile),) = configs.NORM_FWD_BLOCK_ROW[False][8192]
+        assert tile[0] == 1 and tile[2] > 0  # one-row tiles on a persistent grid
+        m = 2 * tile[2] * _runtime.sm_count() + 3
+        assert m < lo
+        monkeypatch.setitem(configs.NORM_FWD_BLOCK_ROW[False], 8192, ((m, hi, tile),))
     assert configs.norm_fwd_block_row_config(m, n) is not None
     tiled = configs.norm_fwd_block_row_config(m, n, is_rms) is not None
     assert tiled == (not is_rms or n <= 1024)

@@ -364,6 +364,7 @@ def test_add_norm_empty_input(is_rms, shape, layout):
 # ---- torch.compile and the custom ops ------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds each (compile, opcheck or a model): out of make test-quick
 @pytest.mark.parametrize(
     ("layout", "dynamic"), [("auto", False), ("auto", True), ("block_row", True)]
 )
@@ -385,6 +386,7 @@ def test_add_norm_torch_compile_fullgraph(is_rms, layout, dynamic):
     assert_close(grads[2], want_dw, reduce_len=6, msg="dweight")
 
 
+@pytest.mark.slow  # seconds each (compile, opcheck or a model): out of make test-quick
 @pytest.mark.parametrize("residual", [False, True], ids=["norm", "add-norm"])
 @pytest.mark.parametrize("layout", ["row", "block_row"])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
@@ -600,6 +602,7 @@ def test_weight_form_gemma_norms_are_not_taken_as_zero_centered(name, module):
     assert report.replaced == [] and report.skipped == [("0", name)]
 
 
+@pytest.mark.slow  # seconds each (compile, opcheck or a model): out of make test-quick
 def test_patch_gemma_for_causal_lm_matches_unpatched():
     import transformers  # a test dependency (pyproject [test])
 

@@ -88,7 +88,9 @@ _IMPORTS_FIRST = {
 }
 
 
-@pytest.mark.parametrize("first", list(_IMPORTS_FIRST))
+@pytest.mark.parametrize("first", [
+    pytest.param(k, marks=pytest.mark.slow) if "inductor" in k or "compile" in k else k
+    for k in _IMPORTS_FIRST])  # fmt: skip  (inductor's import and a compile: seconds each)
 def test_kernels_run_interpreted_when_triton_was_imported_first(first):
     code = (_IMPORTS_FIRST[first] + "\nimport sys\n"
             "assert 'triton' in sys.modules, 'triton was not imported before normlab'\n"

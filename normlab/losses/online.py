@@ -44,6 +44,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from normlab import _runtime
+
 NEG_INF: tl.constexpr = tl.constexpr(float("-inf"))
 # Loss kinds, the kernels' KIND constexpr (config.KINDS on the host).
 RKL: tl.constexpr = tl.constexpr(0)
@@ -54,6 +56,11 @@ JSD: tl.constexpr = tl.constexpr(4)
 # Logit transforms, the kernels' XFORM constexpr (config.XFORMS on the host).
 TEMPER: tl.constexpr = tl.constexpr(1)  # x * xparam, xparam = 1 / temperature
 SOFTCAP: tl.constexpr = tl.constexpr(2)  # xparam * tanh(x / xparam), xparam = the cap
+# A tile's two maxima (x's and t's) in one two-operand tl.reduce: one cross-warp exchange on a
+# GPU. The interpreter runs a custom combine element by element in Python (seconds per tile of
+# a wide row), so it takes two plain tl.max there; a max is exact, so both give the same bits.
+# tests/test_entropy.py runs the paired path too.
+PAIRED_MAXIMA: tl.constexpr = tl.constexpr(not _runtime.INTERPRET)
 
 
 @triton.jit
@@ -121,9 +128,9 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.co
       forward KL  sum e_t ((t - m_t) - (x - m_x))   ->  L = acc / s_t - log s_t + log s_x
     JSD keeps no acc here (see jsd_sums). Label CE with SMOOTH keeps s_t = sum x, unshifted, a
     -inf logit counted 0 (a masked lane, or a masked vocab: torch's smoothed loss is inf there).
-    Both tile maxima come from one two-operand reduction. The three sums stay separate tl.sum
-    calls: the Triton interpreter folds a multi-operand reduction sequentially in fp32, which the
-    CPU tests can tell apart.
+    Both tile maxima come from one two-operand reduction (PAIRED_MAXIMA; two tl.max under the
+    interpreter). The three sums stay separate tl.sum calls: the Triton interpreter folds a
+    multi-operand reduction sequentially in fp32, which the CPU tests can tell apart.
     """
     # The rescale factors use the raw old max: exp(-inf - new) = 0 while nothing was summed yet
     # (the safe 0 would give exp(0 - new) = inf for a row whose logits all sit below -88).
@@ -139,7 +146,11 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.co
     else:
         raw_t = m_t
         old_t = safe_max(m_t)
-        tile_max_x, tile_max_t = tl.reduce((x, t), 1, max_pair)
+        if PAIRED_MAXIMA:
+            tile_max_x, tile_max_t = tl.reduce((x, t), 1, max_pair)
+        else:
+            tile_max_x = tl.max(x, axis=1)
+            tile_max_t = tl.max(t, axis=1)
         m_x = tl.maximum(m_x, tile_max_x)
         m_t = tl.maximum(m_t, tile_max_t)
         new_x = safe_max(m_x)
