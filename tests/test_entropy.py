@@ -782,7 +782,9 @@ def test_chunked_refuses_int32_overflow():
 # ---- torch.compile (the losses are custom ops: Dynamo never traces their kernels) -----------
 
 
-@pytest.mark.parametrize("loss,form,reduction", latin(LOSSES, ALL_FORMS, ["mean", "none"]))
+@pytest.mark.parametrize("loss,form,reduction", [  # make test-quick compiles the first only
+    p if i == 0 else pytest.param(*p, marks=pytest.mark.slow)
+    for i, p in enumerate(latin(LOSSES, ALL_FORMS, ["mean", "none"]))])
 def test_torch_compile_fullgraph(loss, form, reduction):
     x, other = _inputs(loss, (2, 3, 100), torch.float32)
     weight = torch.randn(2, 3) if reduction == "none" else torch.tensor(1.5)

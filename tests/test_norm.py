@@ -691,8 +691,10 @@ def test_row_strided_view_is_not_copied(monkeypatch):
     assert seen["stride"] == (40, 1)
 
 
-@pytest.mark.parametrize(
-    ("layout", "dynamic"), [("auto", False), ("auto", True), ("block_row", True)]
+@pytest.mark.parametrize(  # make test-quick compiles the first only
+    ("layout", "dynamic"),
+    [("auto", False), pytest.param("auto", True, marks=pytest.mark.slow),
+     pytest.param("block_row", True, marks=pytest.mark.slow)],
 )
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_torch_compile_fullgraph(is_rms, layout, dynamic):
