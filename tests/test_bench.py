@@ -693,3 +693,23 @@ def test_sweep_records_normlab_options():
         ("normlab", "atomic", None, "normlab[atomic]"),
         ("normlab", "persistent", None, "normlab[persistent]"),
     ]  # "form" is a loss option: ignored for a norm
+
+
+@pytest.mark.slow  # a dozen interpreter calls: out of make test-quick
+def test_loss_options_benchmark_runs_on_cpu(tmp_path):
+    """benchmarks/loss_options.py --quick: every variant measured once, records written, each
+    with its variant named; the interpreter labels its numbers."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "loss_options.py"
+    spec = importlib.util.spec_from_file_location("loss_options", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "lo.jsonl"
+    assert module.main(["--out", str(out), "--quick"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    variants = {r["note"].split("variant ")[-1] for r in rows}
+    assert {"jsd", "cross_entropy all three", "add_rms_norm"} <= variants
+    assert all(r["device_us"] > 0 for r in rows)
