@@ -783,7 +783,7 @@ def test_chunked_refuses_int32_overflow():
 
 
 @pytest.mark.parametrize("loss,form,reduction", [  # make test-quick compiles the first only
-    p if i == 0 else pytest.param(*p, marks=pytest.mark.slow)
+    p if i == 0 else pytest.param(*p.values, marks=[*p.marks, pytest.mark.slow], id=p.id)
     for i, p in enumerate(latin(LOSSES, ALL_FORMS, ["mean", "none"]))])
 def test_torch_compile_fullgraph(loss, form, reduction):
     x, other = _inputs(loss, (2, 3, 100), torch.float32)
