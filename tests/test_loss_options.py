@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from helpers import assert_close
+from helpers import assert_close, latin
 from test_entropy import _assert_rows_close, _grad_rel, _row_scale
 
 import normlab
@@ -85,9 +85,8 @@ def test_temperature_and_mask(loss, form, n_cols):
     assert (grad[~MASK] == 0).all()
 
 
-@pytest.mark.parametrize("loss", list(DIST))
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("reduction", ["sum", "none"])
+@pytest.mark.parametrize("loss,form,reduction",  # make test-quick: one reduction per pair
+                         latin(list(DIST), FORMS, ["sum", "none"], keep=2, quick=1))
 def test_reductions_with_options(loss, form, reduction):
     # V = 1000 at cap 64 (16 tiles; the chunked form's several chunks), a temperature below 1,
     # a per-row weight (reduction "none") or a scalar one. T a power of two: x / T exact in fp32
@@ -107,8 +106,8 @@ def test_reductions_with_options(loss, form, reduction):
         assert (out[~MASK] == 0).all()
 
 
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("beta", [0.1, 0.5, 0.9])
+@pytest.mark.parametrize("form,beta",  # make test-quick: each beta with one form
+                         latin(FORMS, [0.1, 0.5, 0.9], keep=3, quick=1))
 def test_jsd_beta(form, beta):
     # Against the reference, and JSD_beta(p, q) == JSD_(1-beta)(q, p) (the loss, whose gradient
     # then differs: only the first is checked).
