@@ -159,9 +159,9 @@ def test_qwen_vocab_one_row(loss, form):
     _check(loss, out, grad, ref_out, ref_grad, torch.bfloat16, 151936, f"{loss} {form}")
 
 
-@pytest.mark.parametrize("loss", ["reverse_kl", "soft_cross_entropy"])
-@pytest.mark.parametrize("form", ALL_FORMS)
-def test_paired_tile_maxima(loss, form, monkeypatch):
+@pytest.mark.parametrize("form,loss",  # make test-quick: each form once, the losses rotating
+                         latin(ALL_FORMS, ["reverse_kl", "soft_cross_entropy"], keep=2, quick=1))
+def test_paired_tile_maxima(form, loss, monkeypatch):
     # The GPU's tile maxima, one two-operand tl.reduce (online.PAIRED_MAXIMA), against fp64 and
     # bit for bit against the interpreter's two plain tl.max: ragged 64-wide tiles, a -inf tile
     # (row 1), NaN in the logits (row 2) and +inf in the target (row 3). Label CE takes one max.
