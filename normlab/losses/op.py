@@ -359,18 +359,25 @@ def _check_grad_accumulate(name, grad_accumulate, logits):
         raise ValueError(f"{name}: grad_accumulate must be contiguous and on {logits.device}")
 
 
-def _check_mask(name, loss_mask, logits):
-    if not isinstance(loss_mask, torch.Tensor):
-        raise TypeError(f"{name}: loss_mask must be a torch.Tensor, got {type(loss_mask).__name__}")
-    if loss_mask.dtype != torch.bool:
-        raise TypeError(f"{name}: loss_mask dtype must be torch.bool, got {loss_mask.dtype}")
-    if loss_mask.shape != logits.shape[:-1]:
+def _check_per_row(name, what, t, logits, dtypes):
+    """``t`` (labels, loss_mask) holds one value per row of ``logits``: a tensor of one of
+    ``dtypes``, shaped ``logits.shape[:-1]``, on logits' device."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: {what} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        names = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise TypeError(f"{name}: {what} dtype must be {names}, got {t.dtype}")
+    if t.shape != logits.shape[:-1]:
         raise ValueError(
-            f"{name}: loss_mask shape {tuple(loss_mask.shape)} "
+            f"{name}: {what} shape {tuple(t.shape)} "
             f"!= logits.shape[:-1] {tuple(logits.shape[:-1])}"
         )
-    if loss_mask.device != logits.device:
-        raise ValueError(f"{name}: loss_mask on {loss_mask.device}, logits on {logits.device}")
+    if t.device != logits.device:
+        raise ValueError(f"{name}: {what} on {t.device}, logits on {logits.device}")
+
+
+def _check_mask(name, loss_mask, logits):
+    _check_per_row(name, "loss_mask", loss_mask, logits, (torch.bool,))
 
 
 def _real(name, arg, value):
@@ -627,17 +634,7 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
     """
     name = "cross_entropy"
     _check_common(name, logits, form, block_cap, reduction, group)
-    if not isinstance(labels, torch.Tensor):
-        raise TypeError(f"{name}: labels must be a torch.Tensor, got {type(labels).__name__}")
-    if labels.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{name}: labels dtype must be int64 or int32, got {labels.dtype}")
-    if labels.shape != logits.shape[:-1]:
-        raise ValueError(
-            f"{name}: labels shape {tuple(labels.shape)} "
-            f"!= logits.shape[:-1] {tuple(logits.shape[:-1])}"
-        )
-    if labels.device != logits.device:
-        raise ValueError(f"{name}: labels on {labels.device}, logits on {logits.device}")
+    _check_per_row(name, "labels", labels, logits, (torch.int64, torch.int32))
     options = None
     if label_smoothing != 0.0 or z_loss != 0.0 or softcap is not None or loss_mask is not None:
         options = _label_options(name, label_smoothing, z_loss, softcap, loss_mask, logits)
