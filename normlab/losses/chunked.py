@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime
+from normlab._host import next_pow2
 from normlab._launch import launch
 from normlab.losses import config
 from normlab.losses.online import (
@@ -280,5 +281,5 @@ def launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, a
                layout.n_long, x.stride(0), t.stride(0), grad_row_stride,
                KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
                MEAN_OVER_VALID=over_valid, BLOCK=block, LANE=config.entropy_lane(block),
-               CHUNKS_POW2=triton.next_power_of_2(n_chunks), **frames, **extra,
+               CHUNKS_POW2=next_pow2(n_chunks), **frames, **extra,
                **options)  # fmt: skip

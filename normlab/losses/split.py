@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from normlab._host import cdiv
 from normlab._launch import launch
 from normlab.losses import config
 from normlab.losses.online import (
@@ -279,7 +280,7 @@ def launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, accu
     frames = config.frames(x, t, grad, block)
     warps = config.entropy_num_warps(block, {config.ENTROPY_BACKWARD_BLOCK:
                                              config.ENTROPY_BACKWARD_WARPS})  # fmt: skip
-    grid = (n_rows, triton.cdiv(n_cols + frames["FRAME"] - 1, block))
+    grid = (n_rows, cdiv(n_cols + frames["FRAME"] - 1, block))
     launch(_entropy_backward_kernel, grid,
            x, t, labels, row_stats, grad_out, n_valid, grad,
            scale, spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,

@@ -22,7 +22,14 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime
-from normlab._host import FLOAT_DTYPES, fused_add_buffers, is_valid_eps, unit_col_stride
+from normlab._host import (
+    FLOAT_DTYPES,
+    cdiv,
+    fused_add_buffers,
+    is_valid_eps,
+    next_pow2,
+    unit_col_stride,
+)
 from normlab._launch import launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
@@ -389,7 +396,7 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
         rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
         mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
     strides = (x.stride(0), r.stride(0), y.stride(0), h.stride(0))
-    n_tiles = triton.cdiv(n_rows, cfg.block_rows)
+    n_tiles = cdiv(n_rows, cfg.block_rows)
     n_programs = n_tiles
     if cfg.programs_per_sm:
         n_programs = min(n_tiles, cfg.programs_per_sm * _runtime.sm_count(x.device.index))
@@ -413,7 +420,7 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
         HAS_BIAS=bias is not None,
         HAS_RESIDUAL=residual is not None,
         BLOCK_ROWS=cfg.block_rows,
-        BLOCK_COLS=triton.next_power_of_2(n_cols),
+        BLOCK_COLS=next_pow2(n_cols),
         PERSISTENT=n_programs < n_tiles,
         STORE_STATS=store_stats,
         ROW_ALIGN=config.row_align(math.gcd(*strides), x.element_size()),
@@ -441,7 +448,7 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         _check_matrix("dh", dh, n_rows, n_cols)
         dh = unit_col_stride(dh)
     n_programs = cfg.programs_per_sm * _runtime.sm_count(x.device.index if x.is_cuda else None)
-    n_programs = max(1, min(n_programs, triton.cdiv(n_rows, cfg.block_rows)))
+    n_programs = max(1, min(n_programs, cdiv(n_rows, cfg.block_rows)))
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     has_weight = weight is not None
     dw_partial = (
@@ -477,7 +484,7 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         HAS_BIAS=has_bias,
         HAS_DH=dh is not None,
         BLOCK_ROWS=cfg.block_rows,
-        BLOCK_COLS=triton.next_power_of_2(n_cols),
+        BLOCK_COLS=next_pow2(n_cols),
         ACC_TILE=cfg.acc_tile,
         PREFETCH=cfg.prefetch,
         RECOMPUTE_STATS=recompute,

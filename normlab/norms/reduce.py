@@ -7,6 +7,7 @@ parameter's dtype, optionally added into an existing ``.grad`` (fused accumulati
 import triton
 import triton.language as tl
 
+from normlab._host import cdiv
 from normlab._launch import launch
 from normlab.norms import config
 
@@ -71,7 +72,7 @@ def reduce_partials(
     )
     block_m, block_n = block_m or tile_m, block_n or tile_n
     launch(
-        _reduce_partials_kernel, (triton.cdiv(n_cols, block_n),),
+        _reduce_partials_kernel, (cdiv(n_cols, block_n),),
         ref if dw_partial is None else dw_partial,
         ref if db_partial is None else db_partial,
         dw if dw is not None else ref,

@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 
 from normlab import _runtime
-from normlab._host import fused_add_buffers, unit_col_stride
+from normlab._host import cdiv, fused_add_buffers, next_pow2, unit_col_stride
 from normlab._launch import launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
@@ -579,7 +579,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
         _norm_fwd_kernel_tuned[(n_rows,)](*args, **flags)
         return y, mean, rstd
     cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(x2d.device.index))
-    block = triton.next_power_of_2(block_size) if block_size else cfg.block_size
+    block = next_pow2(block_size) if block_size else cfg.block_size
     launch(_norm_fwd_kernel, (n_rows,), *args, **flags, BLOCK_SIZE=block,
            SINGLE_BLOCK=n_cols <= block, EVEN_COLS=n_cols % block == 0,
            EARLY_PARAMS=cfg.early_params and n_cols <= block,
@@ -666,7 +666,7 @@ def norm_backward(
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": has_w, "HAS_BIAS": has_b,
              "HAS_DH": dh is not None}  # fmt: skip
     tile = {"BLOCK_ROWS": cfg.block_rows, "BLOCK_COLS": cfg.block_cols, "num_warps": cfg.num_warps}
-    n_tiles = triton.cdiv(n_rows, cfg.block_rows)
+    n_tiles = cdiv(n_rows, cfg.block_rows)
 
     if strategy == "atomic":
         # fp32 accumulators; a caller's fp32 .grad is accumulated into directly.
@@ -699,14 +699,14 @@ def norm_backward(
             n_programs = 1
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
-        n_programs = triton.cdiv(n_tiles, tiles_per_program)
+        n_programs = cdiv(n_tiles, tiles_per_program)
     # One program holds every row: its partial row is the result, written in the parameter's
     # dtype (no workspace, no reduce launch).
     direct = (strategy == "persistent" and n_programs == 1 and grad_weight is None
               and grad_bias is None)  # fmt: skip
     paired = cfg.paired_partials and strategy == "persistent" and not cfg.two_pass and not direct
     workspace = torch.zeros if paired else torch.empty
-    n_partials = triton.cdiv(n_programs, 2) if paired else n_programs
+    n_partials = cdiv(n_programs, 2) if paired else n_programs
     if direct:
         dw_partial, db_partial = (dw if has_w else dummy), (db if has_b else dummy)
     else:

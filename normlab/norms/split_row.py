@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from normlab._host import cdiv, next_pow2
 from normlab._launch import launch
 from normlab.norms import config
 from normlab.norms.tiles import load_weight
@@ -225,7 +226,7 @@ def _align(*tensors) -> int:
 def _sums(x2d, dy, weight, mean, rstd, is_rms, chunk, offset=0.0):
     """Launch the partial sums: -> fp32 (n_rows, n_chunks, 2)."""
     n_rows, n_cols = x2d.shape
-    n_chunks = triton.cdiv(n_cols, chunk.cols)
+    n_chunks = cdiv(n_cols, chunk.cols)
     sums = torch.empty((n_rows, n_chunks, 2), dtype=torch.float32, device=x2d.device)
     backward = dy is not None
     launch(
@@ -260,7 +261,7 @@ def split_row_forward(x2d, weight, bias, eps, is_rms, chunk: config.SplitRowChun
         mean if mean is not None else rstd,
         rstd, sums, n_cols, x2d.stride(0), y.stride(0), float(eps), float(offset),
         IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-        CHUNK=chunk.cols, CHUNKS_BLOCK=triton.next_power_of_2(n_chunks),
+        CHUNK=chunk.cols, CHUNKS_BLOCK=next_pow2(n_chunks),
         ROW_ALIGN=_align(x2d, y), num_warps=chunk.num_warps,
     )  # fmt: skip
     return y, mean, rstd
@@ -287,7 +288,7 @@ def split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms, chunk: config.
         db if db is not None else sums,
         n_rows, n_cols, x2d.stride(0), dy.stride(0), dx.stride(0), float(offset),
         IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-        BLOCK_ROWS=tile.rows, CHUNK=chunk.cols, CHUNKS_BLOCK=triton.next_power_of_2(n_chunks),
+        BLOCK_ROWS=tile.rows, CHUNK=chunk.cols, CHUNKS_BLOCK=next_pow2(n_chunks),
         ROW_ALIGN=_align(x2d, dy, dx), num_warps=tile.num_warps,
     )  # fmt: skip
     return dx, dw, db
