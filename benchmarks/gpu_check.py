@@ -327,6 +327,48 @@ def check_lean_launch() -> None:
            {"differing": float(differ)}, 0.0)
 
 
+def check_replay() -> None:
+    """Replayed calls (the third of a signature) give bitwise what the launchers give
+    (NORMLAB_REPLAY off), for every plan kind: rows, block rows, tiny rows, split rows, wide-row
+    chunks, decode rows, the one-program backward, the fused residual add."""
+    from normlab.norms import op
+
+    cases = [("rms", 64, 4096), ("ln", 64, 4096), ("rms", 20000, 48), ("ln", 20000, 48),
+             ("rms", 5000, 7), ("ln", 3, 65536), ("rms", 3, 65536), ("rms", 300, 20000),
+             ("ln", 1, 8192), ("rms", 8, 2048), ("rms", 4, 1024), ("add_rms", 512, 2880),
+             ("add_ln", 4096, 200), ("ln", 1000003, 200)]  # fmt: skip
+
+    def run(kind, M, N, seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = torch.randn(M, N, device="cuda", generator=g).bfloat16().requires_grad_()
+        r = torch.randn(M, N, device="cuda", generator=g).bfloat16().requires_grad_()
+        w = torch.randn(N, device="cuda", generator=g).bfloat16().requires_grad_()
+        b = torch.randn(N, device="cuda", generator=g).bfloat16().requires_grad_()
+        if kind == "rms":
+            outs, leaves = (normlab.rms_norm(x, w),), (x, w)
+        elif kind == "ln":
+            outs, leaves = (normlab.layer_norm(x, w, b),), (x, w, b)
+        elif kind == "add_rms":
+            outs, leaves = normlab.add_rms_norm(x, r, w), (x, r, w)
+        else:
+            outs, leaves = normlab.add_layer_norm(x, r, w, b), (x, r, w, b)
+        grads = torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs])
+        return [*outs, *grads]
+
+    for kind, M, N in cases:
+        op._FWD_REPLAYS.clear()
+        op._BWD_REPLAYS.clear()
+        replayed = [run(kind, M, N, seed) for seed in range(3)][-1]
+        n_replays = sum(r is not None for r in (*op._FWD_REPLAYS.values(),
+                                                *op._BWD_REPLAYS.values()))  # fmt: skip
+        _launch.REPLAY = False
+        plain = run(kind, M, N, 2)
+        _launch.REPLAY = True
+        differ = sum(not torch.equal(a, b) for a, b in zip(replayed, plain, strict=True))
+        record(f"replay == launchers, bitwise: {kind} {M}x{N} ({n_replays} replays)",
+               {"differing": float(differ), "not_replayed": float(n_replays < 2)}, 0.0)
+
+
 def check_autotune() -> None:
     code = ("import torch, normlab; from normlab import ref; x = torch.randn(64, 3000, "
             "device='cuda'); w = torch.randn(3000, device='cuda'); "
@@ -341,7 +383,7 @@ def check_autotune() -> None:
 
 
 PARTS = ("norms", "norm_options", "losses", "loss_options", "graphs", "compile", "lean",
-         "autotune")
+         "replay", "autotune")
 
 
 def main(argv=None) -> int:
@@ -373,7 +415,7 @@ def main(argv=None) -> int:
                 check_loss_options(dtype)
         else:
             {"graphs": check_graphs, "compile": check_compile, "lean": check_lean_launch,
-             "autotune": check_autotune}[part]()  # fmt: skip
+             "replay": check_replay, "autotune": check_autotune}[part]()  # fmt: skip
     failed = [r for r in results if not r["ok"]]
     meta = {"card": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "checks": len(results),

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from normlab.bench import device_info, population, registry, shapes
 from normlab.bench.records import parse_dtype, portable_command, read_jsonl, write_jsonl
-from normlab.bench.sweep import measure
+from normlab.bench.sweep import PEERS, measure
 
 OPS = ("rms_norm", "layer_norm")
 DIRECTIONS = ("fwd", "bwd")
@@ -61,7 +61,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--summary", type=Path, nargs="+", help="recorded runs: print, no GPU")
     parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument("--families", default="random,model,narrow")
+    parser.add_argument("--families", default="random,model,narrow",
+                        help="random,model,narrow (the population) and/or peers (the 11 shapes "
+                             "of the peers' published table, records shape_set='peers')")
     parser.add_argument("--dtypes", default="bf16,fp16,fp32")
     parser.add_argument("--shard", default="1/1", help="i/n: every n-th member from the i-th")
     parser.add_argument("--cells", help="MxN[,MxN...]: only these members (of any dtype)")
@@ -85,7 +87,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (the population's largest members hold 4 GiB tensors)")
     families, dtypes = set(args.families.split(",")), set(args.dtypes.split(","))
-    cases = [c for c in shapes.norm_population() if c.family in families and c.dtype in dtypes
+    members = shapes.norm_population() + [shapes.Case(m, n, "bf16", "peers") for m, n in PEERS]
+    cases = [c for c in members if c.family in families and c.dtype in dtypes
              and (cells is None or (c.M, c.N) in cells)][shard - 1::n_shards]  # fmt: skip
     dev = device_info()
     command = portable_command(["python3", "benchmarks/norm_population.py",
@@ -109,7 +112,8 @@ def main(argv=None) -> int:
                     finally:
                         run = None
                         torch.cuda.empty_cache()
-                    records.append(dataclasses.replace(rec, shape_set="population", note=(
+                    shape_set = "peers" if case.family == "peers" else "population"
+                    records.append(dataclasses.replace(rec, shape_set=shape_set, note=(
                         f"{rec.note}; family {case.family}")))
         if i % 10 == 0:
             print(f"{i + 1}/{len(cases)} cases, {time.time() - t0:.0f} s", flush=True)
@@ -119,10 +123,33 @@ def main(argv=None) -> int:
     return 0
 
 
+PEERS_TARGET = 0.98  # normlab / best peer at each of the 11 peer shapes
+LN_BWD_TARGET_US = 430.0  # LayerNorm backward at 32768 x 8192, bf16
+
+
 def summary(records) -> str:
     """Per op and direction: geomean of best-peer µs / normlab µs, the members below 0.9x and the
-    ten worst, against the targets (``normlab.bench.population``)."""
-    return "\n".join(population.verdict_line(v) for v in population.verdicts(records, worst=10))
+    ten worst, against the targets (``normlab.bench.population``); then the 11 peer shapes
+    against 0.98x and the LayerNorm backward at 32768 x 8192 against 430 µs."""
+    pop = [r for r in records if r.shape_set != "peers"]
+    peers = [r for r in records if r.shape_set == "peers"]
+    lines = [population.verdict_line(v) for v in population.verdicts(pop, worst=10)]
+    groups: dict = {}
+    for r in population.ratios(peers):
+        groups.setdefault((r.op, r.direction), []).append(r)
+    for (op, direction), rs in sorted(groups.items()):
+        low = min(rs, key=lambda r: r.ratio)
+        below = [f"{r.M}x{r.N} {r.ratio:.2f}" for r in rs if r.ratio < PEERS_TARGET]
+        lines.append(f"peers {op} {direction}: {len(rs)} shapes, lowest {low.M}x{low.N} "
+                     f"{low.ratio:.2f}x (target >= {PEERS_TARGET}x): "
+                     f"{'missed at ' + ', '.join(below) if below else 'met'}")  # fmt: skip
+    ln = [r for r in peers if (r.op, r.direction, r.M, r.N, r.impl) ==
+          ("layer_norm", "bwd", 32768, 8192, "normlab") and r.valid]  # fmt: skip
+    if ln:
+        us = ln[-1].device_us
+        lines.append(f"peers layer_norm bwd 32768x8192: {us:.0f} µs (target <= "
+                     f"{LN_BWD_TARGET_US:.0f}): {'met' if us <= LN_BWD_TARGET_US else 'missed'}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,15 @@ checks the kernel's globals and builds launch metadata. A training step launches
 kernels thousands of times with a handful of argument signatures, so ``launch`` keeps, per kernel,
 a dict from a cheap key to the compiled kernel, and calls its launcher directly.
 
-The key holds everything Triton specializes on: the constexprs and options by value; per pointer
-its dtype and whether it is 16-byte aligned; per int whether it equals 1, its width class (i32 /
-i64 / u64) and whether it divides by 16; floats and bools by type. A key Triton would tell apart
-from another must differ here too (``tests/test_launch.py`` checks that against Triton's own
-specializer). A miss goes through ``kernel[grid]`` once and stores what it compiled.
+The key refines what Triton specializes on: per pointer its dtype and whether it is 16-byte
+aligned; floats by type; ints, bools, constexprs and options by value (an int's value fixes
+whether it equals 1, divides by 16 and fits 32 bits; keying the value costs less than deriving
+those). Two calls Triton would tell apart never share a key (``tests/test_launch.py`` checks that
+against Triton's own specializer). A miss goes through ``kernel[grid]`` once and stores what it
+compiled; past 4096 keys per kernel (many distinct row counts) the cache starts over.
+
+Pointers reach the launcher as ints: for a tensor it calls ``data_ptr()`` and then
+``cuPointerGetAttribute``, a driver call, per pointer and launch; for an int it does neither.
 
 Under the interpreter, for wrapped kernels (heuristics, autotune), or with
 ``NORMLAB_LEAN_LAUNCH=0`` (in-process: ``ENABLED = False``, as ``benchmarks/gpu_check.py`` does to
@@ -27,26 +31,20 @@ from triton import knobs
 
 from normlab import _runtime
 
-_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 ENABLED = (not _runtime.INTERPRET) and os.environ.get("NORMLAB_LEAN_LAUNCH", "1") != "0"
+# Ops replay the first call of a signature (below). On by default on a GPU; off under the
+# interpreter, where tests edit the plans' tables (its tests switch it on); NORMLAB_REPLAY=0 runs
+# every call through the launchers.
+REPLAY = (not _runtime.INTERPRET) and os.environ.get("NORMLAB_REPLAY", "1") != "0"
 
 
-def _spec(v):
-    """What Triton specializes on for one runtime argument (a hashable, cheap to compute)."""
-    if isinstance(v, torch.Tensor):
-        return (v.dtype, v.data_ptr() & 15 == 0)
-    if isinstance(v, bool):
-        return ("u1", v)  # a type of its own; (True,) == (1,) in Python, so tag it
-    if v is None:
-        return None  # a constexpr
-    if isinstance(v, int):
-        if v == 1:
-            return 1  # Triton makes an int equal to 1 a constexpr
-        width = 0 if -(2**31) <= v < 2**31 else (1 if -(2**63) <= v < 2**63 else 2)
-        return (width, v & 15 == 0)
-    if isinstance(v, float):
-        return float
-    return v  # dtypes, constexprs, strings: by value
+_get_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else None
+_get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def current_device() -> int | None:
+    """The current CUDA device's index (None under the interpreter): where launches go."""
+    return None if _runtime.INTERPRET else _get_device()
 
 
 def _active(hook) -> bool:
@@ -54,14 +52,9 @@ def _active(hook) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
-def _key(constexpr: list[bool], values: list) -> tuple:
-    """The specialization key of one call: constexprs by value, runtime arguments by ``_spec``."""
-    return tuple(v if const else _spec(v) for const, v in zip(constexpr, values, strict=False))
-
-
 class _Site:
-    """Per-kernel state: the parameter order, which parameters are constexpr, the compiled
-    kernels."""
+    """Per-kernel state: the parameter names, which are constexpr, their defaults, and the
+    compiled kernels by call key."""
 
     __slots__ = ("compiled", "constexpr", "defaults", "fn", "names")
 
@@ -74,48 +67,211 @@ class _Site:
         self.compiled: dict = {}
 
 
-_SITES: dict[int, _Site] = {}
+_SITES: dict[int, _Site] = {}  # by id(fn); each site holds its fn
 
 
-def _site(fn) -> _Site:
-    site = _SITES.get(id(fn))
-    if site is None:
-        site = _SITES[id(fn)] = _Site(fn)
-    return site
+_MAX_KEYS = 4096  # per kernel; past it the cache starts over (ints are keyed by value)
+
+
+def _compile(site: _Site, grid, args, kwargs, key):
+    """A call key's first launch: through ``fn[grid]``, which compiles; stores the kernel and
+    the keyword tail of its arguments (fixed by the key: keywords are keyed by value)."""
+    name = getattr(site.fn, "__name__", "kernel")
+    if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+        raise TypeError(f"{name}: pass tensors positionally")
+    if any(c and isinstance(a, float) for c, a in zip(site.constexpr, args, strict=False)):
+        raise TypeError(f"{name}: pass float constexprs by keyword (positional floats are keyed "
+                        "by type)")  # fmt: skip
+    kernel = site.fn[grid](*args, **kwargs)
+    if hasattr(kernel, "result"):
+        kernel = kernel.result()
+    if len(site.compiled) >= _MAX_KEYS:
+        site.compiled.clear()
+    tail = tuple(kwargs[n] if n in kwargs else site.defaults[n] for n in site.names[len(args):])
+    entry = site.compiled[key] = (kernel, tail)
+    return entry
 
 
 def launch(fn, grid, *args, **kwargs):
     """``fn[grid](*args, **kwargs)``, through the compiled kernel's launcher when it is known.
 
-    ``grid`` is a tuple of ints. Keyword arguments are the kernel's remaining parameters (by name)
-    and the launch options (``num_warps``, ``num_stages``, ...)."""
+    ``grid`` is a tuple of ints. Tensors come positionally; launch options (``num_warps``,
+    ``num_stages``, ...) and the parameters after the positional ones by keyword."""
     if not ENABLED or not hasattr(fn, "params"):  # off, or a wrapper (heuristics, autotune)
-        return fn[grid](*args, **kwargs)
-    site = _site(fn)
-    names, defaults = site.names, site.defaults
-    values = list(args)
-    for name in names[len(args):]:
-        values.append(kwargs[name] if name in kwargs else defaults[name])
-    device = torch.cuda.current_device()
-    key = (device, _key(site.constexpr, values), tuple(kwargs.get(o) for o in _OPTIONS))
-    kernel = site.compiled.get(key)
-    if kernel is None:
-        kernel = fn[grid](*args, **kwargs)
-        if hasattr(kernel, "result"):
-            kernel = kernel.result()
-        site.compiled[key] = kernel
-        return kernel
-    g0 = grid[0]
-    g1 = grid[1] if len(grid) > 1 else 1
-    g2 = grid[2] if len(grid) > 2 else 1
-    stream = torch._C._cuda_getCurrentRawStream(device)
+        fn[grid](*args, **kwargs)
+        if _recorder is not None:
+            _recorder.step(fn, grid, args, kwargs, None)
+        return
+    site = _SITES.get(id(fn))  # by id: a JITFunction hashes its source's cache key
+    if site is None:
+        site = _SITES[id(fn)] = _Site(fn)
+    device = _get_device()
+    # The key: per pointer its dtype and 16-byte alignment, floats by type, everything else
+    # (ints, bools, keywords) by value: a refinement of what Triton specializes on.
+    key = [device, *kwargs.items()]
+    values = []  # pointers as ints: Triton's launcher then skips cuPointerGetAttribute per pointer
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            ptr = a.data_ptr()
+            values.append(ptr)
+            key.append(a.dtype)
+            key.append(not ptr & 15)
+        else:
+            values.append(a)
+            kind = type(a)  # bools apart from ints (True == 1), floats by type
+            key.append(a if kind is int else float if kind is float else (kind, a))
+    key = tuple(key)
+    entry = site.compiled.get(key)
+    if entry is None:
+        entry = _compile(site, grid, args, kwargs, key)
+        if _recorder is not None:
+            _recorder.step(fn, grid, args, kwargs, entry)
+        return
+    if _recorder is not None:
+        _recorder.step(fn, grid, args, kwargs, entry)
+    kernel, tail = entry
+    stream = _get_stream(device)
     enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
     # Launch metadata only feeds the hooks (profilers); Triton builds it for every launch. Its
     # hooks are HookChain objects, present even when empty.
-    hooked = _active(enter) or _active(leave)
-    if not hooked:  # the launcher then calls no (empty) hook chain either
-        enter = leave = None
-    meta = kernel.launch_metadata(grid, stream, *values) if hooked else None
-    kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, meta, enter, leave,
-               *values)  # fmt: skip
-    return kernel
+    if _active(enter) or _active(leave):
+        meta = kernel.launch_metadata(grid, stream, *args, *tail)
+    else:  # the launcher then calls no (empty) hook chain either
+        enter = leave = meta = None
+    g1 = grid[1] if len(grid) > 1 else 1
+    g2 = grid[2] if len(grid) > 2 else 1
+    kernel.run(grid[0], g1, g2, stream, kernel.function, kernel.packed_metadata, meta, enter,
+               leave, *values, *tail)  # fmt: skip
+
+
+# ---- replay: one host call's launches, repeated for calls of the same signature ----------------
+#
+# An op records its first call of a signature (shapes, strides, dtypes, alignment, options): every
+# launch, with each tensor argument resolved to one of the call's inputs ("roles") or to a buffer
+# the launchers allocated through ``buffer``. A later call of the signature allocates the buffers
+# and relaunches the kernels with its own pointers: no checks, plans or configs, and on the GPU no
+# per-launch key. A recording is kept only when every tensor launched or returned resolves, and
+# no launcher called ``not_replayable`` (a host-side torch op, e.g. ``zero_``, that replay would
+# skip).
+
+
+class _Recorder:
+    __slots__ = ("buffers", "index", "keep", "ok", "steps")
+
+    def __init__(self, roles):
+        self.index = {id(t): i for i, t in enumerate(roles) if t is not None}
+        self.keep = list(roles)  # the ids above stay valid while recording
+        self.buffers: list = []
+        self.steps: list = []
+        self.ok = True
+
+    def slot(self, t) -> int | None:
+        return self.index.get(id(t))
+
+    def step(self, fn, grid, args, kwargs, entry):
+        template, slots = list(args), []
+        for pos, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                i = self.slot(a)
+                if i is None:
+                    self.ok = False
+                    return
+                slots.append((pos, i))
+                template[pos] = None
+        g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        self.steps.append((fn, g, template, tuple(slots), kwargs, entry))
+
+
+_recorder: _Recorder | None = None
+
+
+def buffer(shape, dtype, device, *, zero: bool = False) -> torch.Tensor:
+    """``torch.empty`` (``torch.zeros`` with ``zero``) for a launcher's output or workspace,
+    which a replay allocates again."""
+    t = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
+    if _recorder is not None:
+        _recorder.index[id(t)] = len(_recorder.keep)
+        _recorder.keep.append(t)
+        _recorder.buffers.append((tuple(shape) if not isinstance(shape, int) else (shape,),
+                                  dtype, zero))  # fmt: skip
+    return t
+
+
+def not_replayable() -> None:
+    """Called next to a host-side torch op on a launcher's tensors: the call is not replayed."""
+    if _recorder is not None:
+        _recorder.ok = False
+
+
+class Replay:
+    """A recorded call: ``replay(roles, device)`` allocates its buffers, launches its kernels with
+    the roles' and buffers' pointers and returns its outputs."""
+
+    __slots__ = ("buffers", "n_roles", "outputs", "steps")
+
+    def __init__(self, rec: _Recorder, outputs):
+        self.n_roles = len(rec.keep) - len(rec.buffers)
+        self.buffers = rec.buffers
+        self.steps = rec.steps
+        self.outputs = outputs
+
+    def __call__(self, roles, device):
+        tensors = list(roles)
+        for shape, dtype, zero in self.buffers:
+            tensors.append((torch.zeros if zero else torch.empty)(shape, dtype=dtype,
+                                                                  device=device))  # fmt: skip
+        hooked = ENABLED and (_active(knobs.runtime.launch_enter_hook)
+                              or _active(knobs.runtime.launch_exit_hook))  # fmt: skip
+        stream = _get_stream(_get_device()) if ENABLED else None
+        for fn, grid, template, slots, kwargs, entry in self.steps:
+            values = template.copy()
+            if entry is None or hooked or not ENABLED:  # interpreter, wrapper, hooks, lean off
+                for pos, i in slots:
+                    values[pos] = tensors[i]
+                launch(fn, grid, *values, **kwargs)
+                continue
+            for pos, i in slots:
+                values[pos] = tensors[i].data_ptr()
+            kernel, tail = entry
+            kernel.run(grid[0], grid[1], grid[2], stream, kernel.function,
+                       kernel.packed_metadata, None, None, *values, *tail)  # fmt: skip
+        return tuple(None if i is None else tensors[i] for i in self.outputs)
+
+
+def record(run, roles):
+    """(run()'s result, a Replay of it or None): run() returns a tuple of tensors or Nones,
+    ``roles`` are the tensors (or Nones) a replay is handed in the same order."""
+    global _recorder
+    if _recorder is not None:  # nested (an op inside a recorded op): run plainly
+        return run(), None
+    rec = _recorder = _Recorder(roles)
+    try:
+        out = run()
+    finally:
+        _recorder = None
+    outputs = []
+    for t in out:
+        i = None if t is None else rec.slot(t)
+        if t is not None and i is None:
+            rec.ok = False
+        outputs.append(i)
+    return out, (Replay(rec, tuple(outputs)) if rec.ok else None)
+
+
+_UNSEEN = object()
+_MAX_REPLAYS = 4096  # per op; past it the cache starts over
+
+
+def replayed(cache: dict, key, run, roles, device):
+    """run(), replayed from ``cache[key]`` after the key's first call (recorded then). A key
+    whose first call did not record cleanly runs plainly every time."""
+    replay = cache.get(key, _UNSEEN)
+    if replay is _UNSEEN:
+        out, replay = record(run, roles)
+        if len(cache) >= _MAX_REPLAYS:
+            cache.clear()
+        cache[key] = replay
+        return out
+    if replay is None:
+        return run()
+    return replay(roles, device)

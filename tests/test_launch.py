@@ -26,22 +26,107 @@ def _tensors():
     return out
 
 
+class _Param:
+    def __init__(self, name, is_constexpr, default=None, has_default=False):
+        self.name, self.is_constexpr = name, is_constexpr
+        self.default, self.has_default = default, has_default
+
+
+class _FakeKernel:
+    """A compiled kernel's stand-in: records what its launcher is handed."""
+
+    function = packed_metadata = None
+
+    def __init__(self, tag):
+        self.tag, self.runs = tag, []
+
+    def run(self, *launch_args):
+        self.runs.append(launch_args)
+
+
+class _FakeJit:
+    """A JITFunction's stand-in: (x_ptr, n, SCALE: constexpr, FLAG: constexpr = False);
+    ``fn[grid](...)`` 'compiles' a new kernel each time."""
+
+    __name__ = "fake_kernel"
+    params = (_Param("x_ptr", False), _Param("n", False), _Param("SCALE", True),
+              _Param("FLAG", True, False, True))  # fmt: skip
+
+    def __init__(self):
+        self.compiled = []
+
+    def __getitem__(self, grid):
+        def compile_and_run(*args, **kwargs):
+            self.compiled.append((grid, args, kwargs))
+            return _FakeKernel(len(self.compiled))
+
+        return compile_and_run
+
+
+@pytest.fixture
+def lean(monkeypatch):
+    monkeypatch.setattr(_launch, "ENABLED", True)
+    monkeypatch.setattr(_launch, "_get_device", lambda: 0)
+    monkeypatch.setattr(_launch, "_get_stream", lambda device: 7)
+    monkeypatch.setattr(_launch, "_SITES", {})
+    return _FakeJit()
+
+
+def test_a_known_key_launches_with_int_pointers_and_the_keyword_tail(lean):
+    x = torch.empty(64)
+    _launch.launch(lean, (3,), x, 100, SCALE=4, num_warps=2)
+    assert len(lean.compiled) == 1  # the first call compiles through fn[grid]
+    kernel = next(iter(_launch._SITES[id(lean)].compiled.values()))[0]
+    y = torch.empty(64)
+    _launch.launch(lean, (5, 2), y, 100, SCALE=4, num_warps=2)  # same key: no compile
+    assert len(lean.compiled) == 1
+    (g0, g1, g2, stream, _, _, meta, enter, leave, *values), = kernel.runs
+    assert (g0, g1, g2, stream, meta, enter, leave) == (5, 2, 1, 7, None, None, None)
+    assert values == [y.data_ptr(), 100, 4, False]  # runtime args, then SCALE and FLAG's default
+
+
+@pytest.mark.parametrize("change", ["constexpr", "positional_constexpr", "option", "dtype",
+                                    "alignment", "int_one", "int_div16", "int_width"])  # fmt: skip
+def test_what_triton_specializes_on_compiles_anew(lean, change):
+    base = torch.empty(64)
+    _launch.launch(lean, (1,), base, 32, SCALE=4, num_warps=2)
+    x, n, scale, warps = base, 32, 4, 2
+    if change == "constexpr":
+        scale = 8
+    elif change == "option":
+        warps = 4
+    elif change == "dtype":
+        x = torch.empty(64, dtype=torch.float16)
+    elif change == "alignment":
+        x = base[1:]
+    elif change != "positional_constexpr":
+        n = {"int_one": 1, "int_div16": 33, "int_width": 2**31 + 32}[change]
+    if change == "positional_constexpr":
+        _launch.launch(lean, (1,), x, n, 4, num_warps=warps)  # SCALE=4 by position: keyed apart
+        _launch.launch(lean, (1,), x, n, 8, num_warps=warps)
+        assert len(lean.compiled) == 3
+        return
+    _launch.launch(lean, (1,), x, n, SCALE=scale, num_warps=warps)
+    assert len(lean.compiled) == 2
+
+
 @pytest.mark.parametrize("values", [INTS, [1.0, 0.5, 3], [True, False, 1, 0], _tensors()],
                          ids=["ints", "floats", "bools", "pointers"])  # fmt: skip
-def test_key_separates_what_triton_separates(values):
+def test_key_separates_what_triton_separates(lean, values):
+    """Two runtime arguments that Triton's specializer tells apart never share a kernel."""
     for a, b in itertools.combinations(values, 2):
         if _triton(a) != _triton(b):
-            assert _launch._spec(a) != _launch._spec(b), (a if not isinstance(a, torch.Tensor)
-                                                          else (a.dtype, a.data_ptr() % 16), b)
+            _launch._SITES.clear()
+            lean.compiled.clear()
+            _launch.launch(lean, (1,), torch.empty(4), a, SCALE=1)
+            _launch.launch(lean, (1,), torch.empty(4), b, SCALE=1)
+            assert len(lean.compiled) == 2, (a, b)
 
 
-def test_constexprs_are_keyed_by_value():
-    """Two calls that differ only in a constexpr (n_cols = 24 vs 40: the same runtime spec) need
-    two kernels; runtime ints with the same spec share one."""
-    constexpr = [False, True, False]
-    assert _launch._key(constexpr, [7, 24, 32]) != _launch._key(constexpr, [7, 40, 32])
-    assert _launch._key(constexpr, [7, 24, 32]) == _launch._key(constexpr, [9, 24, 48])
-    assert _launch._key(constexpr, [7, 24, 32]) != _launch._key(constexpr, [1, 24, 32])
+def test_tensors_go_by_position(lean):
+    x = torch.empty(64)
+    with pytest.raises(TypeError, match="tensors positionally"):
+        _launch.launch(lean, (1,), x, n=32, SCALE=x)
 
 
 def test_empty_hook_chains_are_inactive():

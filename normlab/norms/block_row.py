@@ -30,7 +30,7 @@ from normlab._host import (
     next_pow2,
     unit_col_stride,
 )
-from normlab._launch import launch
+from normlab._launch import buffer, launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
 from normlab.norms.tiles import store_sum
@@ -389,12 +389,12 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
     n_rows, n_cols = x.shape
     x = unit_col_stride(x)
     residual, h_out = fused_add_buffers(x, residual, h_out)
-    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    y = buffer((n_rows, n_cols), x.dtype, x.device)
     r, h = (residual, h_out) if residual is not None else (x, y)  # unread/unwritten dummies
     rstd = mean = None
     if store_stats:
-        rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-        mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
+        rstd = buffer(n_rows, torch.float32, x.device)
+        mean = None if is_rms else buffer(n_rows, torch.float32, x.device)
     strides = (x.stride(0), r.stride(0), y.stride(0), h.stride(0))
     n_tiles = cdiv(n_rows, cfg.block_rows)
     n_programs = n_tiles
@@ -449,18 +449,10 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         dh = unit_col_stride(dh)
     n_programs = cfg.programs_per_sm * _runtime.sm_count(x.device.index if x.is_cuda else None)
     n_programs = max(1, min(n_programs, cdiv(n_rows, cfg.block_rows)))
-    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    dx = buffer((n_rows, n_cols), x.dtype, x.device)
     has_weight = weight is not None
-    dw_partial = (
-        torch.empty((n_programs, n_cols), dtype=torch.float32, device=x.device)
-        if has_weight
-        else None
-    )
-    db_partial = (
-        torch.empty((n_programs, n_cols), dtype=torch.float32, device=x.device)
-        if has_bias
-        else None
-    )
+    dw_partial = buffer((n_programs, n_cols), torch.float32, x.device) if has_weight else None
+    db_partial = buffer((n_programs, n_cols), torch.float32, x.device) if has_bias else None
     strides = (x.stride(0), dy.stride(0), dx.stride(0),
                dh.stride(0) if dh is not None else dx.stride(0))  # fmt: skip
     launch(
@@ -492,9 +484,9 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         num_warps=cfg.num_warps,
     )
     dw = grad_weight if grad_weight is not None else (
-        torch.empty(n_cols, dtype=weight.dtype, device=x.device) if has_weight else None)
+        buffer(n_cols, weight.dtype, x.device) if has_weight else None)
     db = grad_bias if grad_bias is not None else (
-        torch.empty(n_cols, dtype=bias.dtype, device=x.device) if has_bias else None)
+        buffer(n_cols, bias.dtype, x.device) if has_bias else None)
     if has_weight or has_bias:
         reduce_partials(dw_partial, db_partial, dw, db, accumulate_w=grad_weight is not None,
                         accumulate_b=grad_bias is not None)  # fmt: skip

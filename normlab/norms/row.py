@@ -41,7 +41,7 @@ import triton.language as tl
 
 from normlab import _runtime
 from normlab._host import cdiv, fused_add_buffers, next_pow2, unit_col_stride
-from normlab._launch import launch
+from normlab._launch import buffer, launch, not_replayable
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
 from normlab.norms.tiles import (
@@ -536,9 +536,9 @@ def _norm_bwd_persistent_two_pass_kernel(
 def _empty_forward(x2d, is_rms):
     """Uninitialized (y, mean | None, rstd) for x2d: (n_rows, n_cols); mean/rstd fp32 (n_rows,)."""
     n_rows = x2d.shape[0]
-    y = torch.empty(x2d.shape, dtype=x2d.dtype, device=x2d.device)
-    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-    mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    y = buffer(x2d.shape, x2d.dtype, x2d.device)
+    rstd = buffer(n_rows, torch.float32, x2d.device)
+    mean = None if is_rms else buffer(n_rows, torch.float32, x2d.device)
     return y, mean, rstd
 
 
@@ -576,6 +576,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
              "HAS_RESIDUAL": residual is not None, "INT64_ROWS": _int64_rows(n_rows, *strides),
              "ROW_ALIGN": config.row_align(math.gcd(*strides), x2d.element_size())}
     if AUTOTUNE and block_size is None and num_warps is None:
+        not_replayable()  # the autotuner launches through Triton, unrecorded
         _norm_fwd_kernel_tuned[(n_rows,)](*args, **flags)
         return y, mean, rstd
     cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(x2d.device.index))
@@ -636,16 +637,17 @@ def norm_backward(
             )
     if strategy == "auto":
         strategy = "persistent"  # measured the fastest of the three at every peer shape
-    dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=device)
+    dx = buffer((n_rows, n_cols), x2d.dtype, device)
     dw = grad_weight if grad_weight is not None else (
-        torch.empty(n_cols, dtype=weight.dtype, device=device) if has_w else None
+        buffer(n_cols, weight.dtype, device) if has_w else None
     )  # fmt: skip
     db = grad_bias if grad_bias is not None else (
-        torch.empty(n_cols, dtype=bias.dtype, device=device) if has_b else None
+        buffer(n_cols, bias.dtype, device) if has_b else None
     )  # fmt: skip
     if dx.numel() == 0:  # no rows (dweight/dbias are 0) or no columns: nothing to launch
         for out, buf in ((dw, grad_weight), (db, grad_bias)):
             if out is not None and buf is None:
+                not_replayable()
                 out.zero_()
         return dx, dw, db
     cfg = config.norm_bwd_config(
@@ -678,6 +680,7 @@ def norm_backward(
             return torch.zeros(n_cols, dtype=torch.float32, device=device)
 
         acc_w, acc_b = accumulator(grad_weight, has_w), accumulator(grad_bias, has_b)
+        not_replayable()  # launched through Triton, and host-side ops follow
         _norm_bwd_atomic_kernel[(n_tiles,)](
             *common, acc_w, acc_b, n_rows, n_cols, *strides, float(offset), **flags,
             TWO_PASS=cfg.two_pass, **tile,
@@ -705,14 +708,13 @@ def norm_backward(
     direct = (strategy == "persistent" and n_programs == 1 and grad_weight is None
               and grad_bias is None)  # fmt: skip
     paired = cfg.paired_partials and strategy == "persistent" and not cfg.two_pass and not direct
-    workspace = torch.zeros if paired else torch.empty
     n_partials = cdiv(n_programs, 2) if paired else n_programs
     if direct:
         dw_partial, db_partial = (dw if has_w else dummy), (db if has_b else dummy)
     else:
-        dw_partial = (workspace((n_partials, n_cols), dtype=torch.float32, device=device)
+        dw_partial = (buffer((n_partials, n_cols), torch.float32, device, zero=paired)
                       if has_w else dummy)  # fmt: skip
-        db_partial = (workspace((n_partials, n_cols), dtype=torch.float32, device=device)
+        db_partial = (buffer((n_partials, n_cols), torch.float32, device, zero=paired)
                       if has_b else dummy)  # fmt: skip
     grid = (n_programs,)
     align = config.row_align(math.gcd(*strides), x2d.element_size())

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from normlab._host import cdiv, next_pow2
-from normlab._launch import launch
+from normlab._launch import buffer, launch
 from normlab.norms import config
 from normlab.norms.tiles import load_weight
 
@@ -227,7 +227,7 @@ def _sums(x2d, dy, weight, mean, rstd, is_rms, chunk, offset=0.0):
     """Launch the partial sums: -> fp32 (n_rows, n_chunks, 2)."""
     n_rows, n_cols = x2d.shape
     n_chunks = cdiv(n_cols, chunk.cols)
-    sums = torch.empty((n_rows, n_chunks, 2), dtype=torch.float32, device=x2d.device)
+    sums = buffer((n_rows, n_chunks, 2), torch.float32, x2d.device)
     backward = dy is not None
     launch(
         _split_row_sums_kernel, (n_rows, n_chunks),
@@ -248,9 +248,9 @@ def split_row_forward(x2d, weight, bias, eps, is_rms, chunk: config.SplitRowChun
     """(y, mean | None, rstd) of x2d (n_rows, n_cols), each row over cdiv(n_cols, chunk.cols)
     programs."""
     n_rows, n_cols = x2d.shape
-    y = torch.empty_like(x2d, memory_format=torch.contiguous_format)
-    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-    mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    y = buffer(x2d.shape, x2d.dtype, x2d.device)
+    rstd = buffer(n_rows, torch.float32, x2d.device)
+    mean = None if is_rms else buffer(n_rows, torch.float32, x2d.device)
     sums = _sums(x2d, None, None, None, None, is_rms, chunk)
     n_chunks = sums.shape[1]
     launch(
@@ -274,9 +274,9 @@ def split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms, chunk: config.
     n_rows, n_cols = x2d.shape
     sums = _sums(x2d, dy, weight, mean, rstd, is_rms, chunk, offset)
     tile = config.split_row_bwd_tile(n_rows, chunk.cols)
-    dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
-    dw = torch.empty_like(weight) if weight is not None else None
-    db = torch.empty_like(bias) if bias is not None else None
+    dx = buffer((n_rows, n_cols), x2d.dtype, x2d.device)
+    dw = buffer(weight.shape, weight.dtype, x2d.device) if weight is not None else None
+    db = buffer(bias.shape, bias.dtype, x2d.device) if bias is not None else None
     n_chunks = sums.shape[1]
     launch(
         _split_row_bwd_kernel, (n_chunks,),

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One device call of a measurement round (run from the repo root on the GPU machine):
+#   OUT=out NORMLAB_COMMIT=<sent commit> bash benchmarks/h200_round.sh STAGE
+# STAGE: check (GPU checks of the replay/lean paths, then host overhead of the norms),
+# pop1 / pop2 (the two halves of the norm population and the peer shapes),
+# losses (loss checks, host overhead of the losses, loss options, the vocabulary population).
+# Every stage stays under ~9 minutes; each writes into $OUT and a log per step.
+set -uo pipefail
+OUT=${OUT:-out}
+STAGE=${1:?stage: check, pop1, pop2 or losses}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  echo "== $name (limit ${limit}s): $*"
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  echo "== $name: exit $? after ${SECONDS}s"
+  tail -n 25 "$OUT/$name.log"
+}
+case $STAGE in
+  check)
+    step gpu_check 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check.json" --quick \
+      --only replay,lean,graphs,norms,norm_options
+    step overhead_norms 170 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
+      --out "$OUT/overhead_norms.json" --no-progress
+    step host_profile 40 python3 benchmarks/host_profile.py --op rms_norm --direction fwd+bwd \
+      --top 30
+    ;;
+  pop1 | pop2)
+    shard=${STAGE#pop}
+    step "population_$shard" 530 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_$shard.jsonl" --reps 4 --families random,model,narrow,peers \
+      --shard "$shard/2"
+    ;;
+  losses)
+    step gpu_check_losses 120 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_losses.json" \
+      --quick --only losses,loss_options
+    step overhead_losses 120 python3 -m normlab bench --overhead \
+      --op cross_entropy,reverse_kl,soft_cross_entropy --out "$OUT/overhead_losses.json" \
+      --no-progress
+    ;;
+  *)
+    echo "unknown stage $STAGE" >&2
+    exit 2
+    ;;
+esac

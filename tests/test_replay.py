@@ -1,0 +1,192 @@
+"""Replayed calls (``normlab._launch.record``): the second call of a signature relaunches the
+first call's kernels with its own pointers and fresh buffers. Every plan kind is checked on fresh
+data against the fp64 reference after its replay, and the calls that must not replay do not."""
+
+import pytest
+import torch
+
+import normlab
+from normlab import _launch, ref
+from normlab.norms import config, op
+from tests.helpers import assert_close
+
+
+@pytest.fixture
+def replays(monkeypatch):
+    """Replay on (the interpreter runs it off by default); counts the replayed calls."""
+    monkeypatch.setattr(_launch, "REPLAY", True)
+    monkeypatch.setattr(op, "_FWD_REPLAYS", {})
+    monkeypatch.setattr(op, "_BWD_REPLAYS", {})
+    calls = []
+    replay_call = _launch.Replay.__call__
+
+    def counted(self, roles, device):
+        calls.append(self)
+        return replay_call(self, roles, device)
+
+    monkeypatch.setattr(_launch.Replay, "__call__", counted)
+    return calls
+
+
+def _norm(kind, x, w, b, r, eps, offset):
+    """The output tensors of one public call (y, or y and h)."""
+    if kind == "rms":
+        return (normlab.rms_norm(x, w, eps, offset=offset),)
+    if kind == "ln":
+        return (normlab.layer_norm(x, w, b, eps, offset=offset),)
+    if kind == "add_rms":
+        return normlab.add_rms_norm(x, r, w, eps, offset=offset)
+    return normlab.add_layer_norm(x, r, w, b, eps, offset=offset)
+
+
+def _ref(kind, x, w, b, r, eps, offset):
+    h = x if r is None else x + r
+    scale = None if w is None else offset + w
+    if kind in ("rms", "add_rms"):
+        y = ref.rms_norm(h, scale, eps)
+    else:
+        y = ref.layer_norm(h, scale, b, eps)
+    return (y,) if r is None else (y, h)
+
+
+def _call_and_check(kind, m, n, dtype, eps=1e-5, offset=0.0, strategy=None):
+    """One forward+backward on fresh data against fp64 (the residual sum is taken in the input
+    dtype, as the kernel stores h)."""
+    has_res = kind.startswith("add")
+    x = torch.randn(m, n).to(dtype).requires_grad_()
+    r = torch.randn(m, n).to(dtype).requires_grad_() if has_res else None
+    w = (0.5 + torch.rand(n)).to(dtype).requires_grad_()
+    b = (0.3 * torch.randn(n)).to(dtype).requires_grad_() if kind.endswith("ln") else None
+    outs = _norm(kind, x, w, b, r, eps, offset)
+    leaves = [t for t in (x, r, w, b) if t is not None]
+    grads_out = [torch.randn_like(o) for o in outs]
+    grads = torch.autograd.grad(outs, leaves, grads_out)
+
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    rd = r.detach().double().requires_grad_() if has_res else None
+    bd = b.detach().double().requires_grad_() if b is not None else None
+    if has_res:  # h is stored in x's dtype: the reference normalizes that rounded sum
+        h = (x.detach() + r.detach()).double()
+        outs_ref = _ref(kind, h, wd, bd, None, eps, offset)
+        outs_ref = (outs_ref[0], h)
+    else:
+        outs_ref = _ref(kind, xd, wd, bd, None, eps, offset)
+    for o, o_ref in zip(outs, outs_ref, strict=True):
+        assert_close(o, o_ref, msg=f"{kind} output")
+    leaves_ref = [t for t in (xd, rd, wd, bd) if t is not None]
+    if has_res:  # gradients flow through h = x + r: the same dh for both
+        hd = (xd + rd)
+        y_ref = _ref(kind, hd, wd, bd, None, eps, offset)[0]
+        grads_ref = torch.autograd.grad((y_ref, hd), leaves_ref,
+                                        [g.double() for g in grads_out])  # fmt: skip
+    else:
+        grads_ref = torch.autograd.grad(outs_ref, leaves_ref, [g.double() for g in grads_out])
+    for g, g_ref, leaf in zip(grads, grads_ref, leaves, strict=True):
+        reduce_len = m if leaf.dim() == 1 else n
+        assert_close(g, g_ref, reduce_len=reduce_len, dtype=dtype, msg=f"{kind} grad")
+
+
+def _split_small(monkeypatch):
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNK_MIN", 16)
+
+
+# (kind, M, N, what it exercises)
+PLANS = [
+    ("rms", 37, 1000, "row"),
+    ("ln", 37, 1000, "row"),
+    ("rms", 300, 48, "block_row"),
+    ("ln", 300, 48, "block_row"),
+    ("ln", 9, 5, "tiny"),
+    ("rms", 3, 50, "split"),
+    ("ln", 3, 50, "split"),
+    ("rms", 5, 100, "one_program"),
+    ("add_rms", 7, 130, "row"),
+    ("add_ln", 300, 48, "block_row"),
+]
+
+
+@pytest.mark.parametrize(("kind", "m", "n", "plan"), PLANS,
+                         ids=[f"{k}-{m}x{n}-{p}" for k, m, n, p in PLANS])  # fmt: skip
+def test_replays_match_fp64(replays, monkeypatch, kind, m, n, plan):
+    if plan == "split":
+        _split_small(monkeypatch)
+    if plan == "one_program":
+        monkeypatch.setattr(config, "NORM_BWD_ONE_PROGRAM_ELEMS", m * n)
+    _call_and_check(kind, m, n, torch.float16, offset=0.5 if kind == "rms" else 0.0)
+    recorded = list(op._FWD_REPLAYS.values()) + list(op._BWD_REPLAYS.values())
+    assert len(recorded) == 2 and all(isinstance(r, _launch.Replay) for r in recorded)
+    assert not replays
+    for _ in range(2):  # fresh data each time: stale pointers or buffers would show
+        _call_and_check(kind, m, n, torch.float16, offset=0.5 if kind == "rms" else 0.0)
+    assert len(replays) == 4  # forward and backward, twice
+
+
+def test_replayed_outputs_are_fresh_buffers(replays):
+    x = torch.randn(6, 40)
+    y1 = normlab.rms_norm(x, None)
+    y2 = normlab.rms_norm(x * 2, None)
+    assert replays and y1.data_ptr() != y2.data_ptr()
+    assert_close(y1, ref.rms_norm(x.double(), None, 1e-6), msg="first output kept")
+
+
+@pytest.mark.parametrize("change", ["eps", "offset", "dtype", "alignment", "stride", "rows"])
+def test_a_changed_signature_records_anew(replays, change):
+    """Whatever the launches depend on is in the key: a changed one is recorded, not replayed,
+    and still matches fp64."""
+    base = torch.randn(9, 33)
+    w = torch.rand(33) + 0.5
+    normlab.rms_norm(base[:8, :32], w[:32], 1e-5)
+    x, ww, eps, offset = base[:8, :32], w[:32], 1e-5, 0.0
+    if change == "eps":
+        eps = 0.5
+    elif change == "offset":
+        offset = 1.0
+    elif change == "dtype":
+        x, ww = x.half(), ww.half()
+    elif change == "alignment":
+        x = base.flatten()[1:257].view(8, 32)
+    elif change == "stride":
+        x = base[:8, 1:]  # row stride 33, not 32
+    else:
+        x = base[:7, :32]
+    y = normlab.rms_norm(x, ww, eps, offset=offset)
+    assert not replays and len(op._FWD_REPLAYS) == 2
+    assert_close(y, ref.rms_norm(x.double(), offset + ww.double(), eps), msg=change)
+
+
+def test_atomic_and_empty_calls_are_not_replayed(replays):
+    """The atomic backward zeroes and copies fp32 accumulators on the host: not replayable, so
+    every call runs the launcher (and stays right)."""
+    for _ in range(2):
+        x = torch.randn(10, 64, requires_grad=True)
+        w = torch.rand(64, requires_grad=True)
+        y = normlab.rms_norm(x, w, strategy="atomic")
+        dx, dw = torch.autograd.grad(y, (x, w), torch.ones_like(y))
+        xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+        y_ref = ref.rms_norm(xd, wd, 1e-6)
+        dx_ref, dw_ref = torch.autograd.grad(y_ref, (xd, wd), torch.ones_like(y_ref))
+        assert_close(dw, dw_ref, reduce_len=10, dtype=torch.float32, msg="dw")
+        assert_close(dx, dx_ref, reduce_len=64, dtype=torch.float32, msg="dx")
+    assert list(op._BWD_REPLAYS.values()) == [None]
+    assert len(replays) == 1  # the forward replays; the backward runs its launcher
+    empty = normlab.rms_norm(torch.randn(0, 8), torch.ones(8))
+    assert empty.shape == (0, 8)
+
+
+def test_strided_parameters_are_read_by_column():
+    """A weight or bias that is a strided view (every other element) normalizes like its
+    contiguous copy, and its gradient reaches the strided original."""
+    x = torch.randn(5, 24, requires_grad=True)
+    w_base = torch.randn(48, requires_grad=True)
+    b_base = torch.randn(48, requires_grad=True)
+    y = normlab.layer_norm(x, w_base[::2], b_base[1::2])
+    y_ref = torch.nn.functional.layer_norm(x.double(), (24,), w_base[::2].double(),
+                                           b_base[1::2].double())  # fmt: skip
+    assert_close(y, y_ref, msg="y")
+    (dw_base,) = torch.autograd.grad(y.sum(), (w_base,))
+    (dw_ref,) = torch.autograd.grad(y_ref.sum(), (w_base,))
+    assert_close(dw_base, dw_ref, reduce_len=5, dtype=torch.float32, msg="dweight")
+    assert (dw_base[1::2] == 0).all()
