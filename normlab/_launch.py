@@ -233,8 +233,9 @@ class Replay:
             for pos, i in slots:
                 values[pos] = tensors[i].data_ptr()
             kernel, tail = entry
+            # no launch metadata, no enter or exit hook (none is active: ``hooked``)
             kernel.run(grid[0], grid[1], grid[2], stream, kernel.function,
-                       kernel.packed_metadata, None, None, *values, *tail)  # fmt: skip
+                       kernel.packed_metadata, None, None, None, *values, *tail)  # fmt: skip
         return tuple(None if i is None else tensors[i] for i in self.outputs)
 
 

@@ -140,3 +140,23 @@ def test_empty_hook_chains_are_inactive():
 
 def test_disabled_under_the_interpreter():
     assert not _launch.ENABLED  # CPU tests run the interpreter: launch is kernel[grid](...)
+
+
+def test_a_replay_hands_the_launcher_what_a_launch_does(lean, monkeypatch):
+    """A recorded launch, replayed, reaches the compiled kernel's launcher with the same
+    arguments as a direct launch of the same call: grid, stream, the three hook slots, the
+    pointers as ints, then the keyword tail."""
+    x = torch.empty(64)
+
+    def call(t):
+        _launch.launch(lean, (3,), t, 100, SCALE=4, num_warps=2)
+        return ()
+
+    _, replay = _launch.record(lambda: call(x), (x,))  # the first call compiles
+    kernel = next(iter(_launch._SITES[id(lean)].compiled.values()))[0]
+    y = torch.empty(64)
+    call(y)  # a direct launch: the known key
+    replay((y,), "cpu")
+    direct, replayed = kernel.runs
+    assert replayed == direct
+    assert replayed[9:] == (y.data_ptr(), 100, 4, False)
