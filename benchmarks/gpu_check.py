@@ -355,7 +355,9 @@ def check_replay() -> None:
         grads = torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs])
         return [*outs, *grads]
 
+    was = _launch.REPLAY
     for kind, M, N in cases:
+        _launch.REPLAY = True
         op._FWD_REPLAYS.clear()
         op._BWD_REPLAYS.clear()
         replayed = [run(kind, M, N, seed) for seed in range(3)][-1]
@@ -363,10 +365,10 @@ def check_replay() -> None:
                                                 *op._BWD_REPLAYS.values()))  # fmt: skip
         _launch.REPLAY = False
         plain = run(kind, M, N, 2)
-        _launch.REPLAY = True
         differ = sum(not torch.equal(a, b) for a, b in zip(replayed, plain, strict=True))
         record(f"replay == launchers, bitwise: {kind} {M}x{N} ({n_replays} replays)",
                {"differing": float(differ), "not_replayed": float(n_replays < 2)}, 0.0)
+    _launch.REPLAY = was
 
 
 def check_autotune() -> None:

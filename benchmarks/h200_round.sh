@@ -24,12 +24,15 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.lo
 }
 case $STAGE in
   check)
-    step gpu_check 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check.json" --quick \
-      --only replay,lean,graphs,norms,norm_options
-    step overhead_norms 170 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
-      --out "$OUT/overhead_norms.json" --no-progress
-    step host_profile 40 python3 benchmarks/host_profile.py --op rms_norm --direction fwd+bwd \
-      --top 30
+    step gpu_check 200 env NORMLAB_REPLAY=1 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check.json" --quick --only replay,lean,graphs,norms,norm_options
+    step overhead_norms 120 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
+      --impl normlab,torch,liger --out "$OUT/overhead_norms.json" --no-progress
+    step overhead_norms_replay 100 env NORMLAB_REPLAY=1 python3 -m normlab bench --overhead \
+      --op rms_norm,layer_norm --impl normlab,normlab+compile,torch,compile \
+      --out "$OUT/overhead_norms_replay.json" --no-progress
+    step host_profile 40 env NORMLAB_REPLAY=1 python3 benchmarks/host_profile.py --op rms_norm \
+      --direction fwd+bwd --top 30
     ;;
   pop1 | pop2)
     shard=${STAGE#pop}

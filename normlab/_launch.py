@@ -32,10 +32,10 @@ from triton import knobs
 from normlab import _runtime
 
 ENABLED = (not _runtime.INTERPRET) and os.environ.get("NORMLAB_LEAN_LAUNCH", "1") != "0"
-# Ops replay the first call of a signature (below). On by default on a GPU; off under the
-# interpreter, where tests edit the plans' tables (its tests switch it on); NORMLAB_REPLAY=0 runs
-# every call through the launchers.
-REPLAY = (not _runtime.INTERPRET) and os.environ.get("NORMLAB_REPLAY", "1") != "0"
+# Ops replay the first call of a signature (below) with NORMLAB_REPLAY=1 on a GPU. Opt-in until a
+# GPU run has checked it (benchmarks/gpu_check.py --only replay); off under the interpreter,
+# where tests edit the plans' tables (the replay tests switch it on).
+REPLAY = (not _runtime.INTERPRET) and os.environ.get("NORMLAB_REPLAY", "0") == "1"
 
 
 _get_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else None

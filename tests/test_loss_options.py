@@ -85,6 +85,25 @@ def test_temperature_and_mask(loss, form, n_cols):
     assert (grad[~MASK] == 0).all()
 
 
+@pytest.mark.parametrize("loss,form", latin([*DIST, "cross_entropy"], FORMS))
+def test_strided_loss_mask(loss, form):
+    """A loss_mask that is a strided view (every other element of a longer mask) masks the rows
+    it says: the kernels read it by row index, so it must reach them unit-stride."""
+    long_mask = torch.tensor([True, False, False, True, True, True, True, False, False, True])
+    mask = long_mask[::2]  # [T, F, T, T, F]: MASK's rows, stride 2
+    assert torch.equal(mask, MASK) and mask.stride() == (2,)
+    x, t = _dist_inputs((5, 33))
+    if loss == "cross_entropy":
+        labels = torch.randint(0, 33, (5,))
+        out, grad = _call(normlab.cross_entropy, x, labels, form=form, loss_mask=mask)
+        ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, loss_mask=MASK)
+    else:
+        fn, rfn = DIST[loss]
+        out, grad = _call(fn, x, t, form=form, loss_mask=mask)
+        ref_out, ref_grad = _ref_call(rfn, x, t, loss_mask=MASK)
+    _check(out, grad, ref_out, ref_grad, torch.float32, 33, f"{loss} {form}")
+
+
 @pytest.mark.parametrize("loss,form,reduction",  # make test-quick: one reduction per pair
                          latin(list(DIST), FORMS, ["sum", "none"], keep=2, quick=1))
 def test_reductions_with_options(loss, form, reduction):

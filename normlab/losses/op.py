@@ -44,7 +44,7 @@ def _rows(spec, logits, other, mask):
     n_rows = logits.shape[:-1].numel()  # not -1: a zero-width vocab shard has V = 0
     x = logits.reshape(n_rows, n_cols)
     if mask is not None:
-        mask = mask.reshape(n_rows)
+        mask = mask.reshape(n_rows).contiguous()  # the kernels read it by row index
     if spec.kind == CE:
         return x, x, other.reshape(-1), mask
     return x, other.reshape(n_rows, n_cols), x, mask
