@@ -1,6 +1,11 @@
 """Where the host time of one normlab call goes: cProfile over a launch-bound loop (GPU).
 
     python3 benchmarks/host_profile.py --op rms_norm --direction fwd+bwd --calls 2000
+    python3 benchmarks/host_profile.py --emulate [--no-replay]    # CPU: the Python side only
+
+``--emulate`` runs the GPU host path on a CPU with Triton's launchers replaced by stand-ins
+(``emulated_gpu.py``): µs per call of everything up to ``cuLaunchKernel``, torch's CPU op beside
+it for scale (its time includes its CPU arithmetic). Norm ops only.
 """
 
 from __future__ import annotations
@@ -22,9 +27,15 @@ def main(argv=None) -> int:
     parser.add_argument("--impl", choices=overhead.IMPLS, default="normlab")
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--emulate", action="store_true", help="CPU: launchers stubbed")
+    parser.add_argument("--no-replay", action="store_true", help="with --emulate: replay off")
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error("--calls must be >= 1")
+    if args.emulate:
+        if args.op not in overhead.NORM_OPS:
+            parser.error(f"--emulate profiles the norms ({', '.join(overhead.NORM_OPS)})")
+        return _emulated(args)
     _, _, run = overhead.host_case(args.op, args.impl, args.direction, torch.bfloat16,
                                overhead._runtime.DEVICE)  # fmt: skip
     for _ in range(50):
@@ -40,6 +51,40 @@ def main(argv=None) -> int:
     stats = pstats.Stats(prof, stream=out).sort_stats("tottime")
     stats.print_stats(args.top)
     print(f"{args.op} {args.direction} {args.impl}: {args.calls} calls")
+    print(out.getvalue())
+    return 0
+
+
+def _emulated(args) -> int:
+    import time
+
+    from emulated_gpu import emulate
+
+    from normlab.norms import config
+
+    config.memoize()  # as on a GPU
+    with emulate(replay=not args.no_replay, keep_runs=False):
+        _, _, run = overhead.host_case(args.op, "normlab", args.direction, torch.bfloat16, "cpu")
+        _, _, torch_run = overhead.host_case(args.op, "torch", args.direction, torch.bfloat16,
+                                             "cpu")  # fmt: skip
+        for label, call in (("normlab", run), ("torch (CPU op)", torch_run)):
+            for _ in range(50):
+                call()
+            best = float("inf")
+            for _ in range(5):  # the least disturbed of five loops
+                t0 = time.perf_counter()
+                for _ in range(args.calls):
+                    call()
+                best = min(best, (time.perf_counter() - t0) * 1e6 / args.calls)
+            print(f"{args.op} {args.direction} {label}: {best:.1f} µs per call "
+                  f"(emulated GPU host path, replay {'off' if args.no_replay else 'on'})")
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.calls):
+            run()
+        prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
     print(out.getvalue())
     return 0
 

@@ -1,74 +1,29 @@
 """The GPU host path (lean launch, replay) driven on CPU: every norm kernel is swapped for a
-stand-in with the real kernel's parameters, whose "compiled kernel" checks what Triton's
-launcher would be handed (the launcher takes exactly 9 + one per parameter arguments). The
-kernels compute nothing here; ``tests/test_replay.py`` checks the replayed values against fp64 in
-the interpreter, ``benchmarks/gpu_check.py --only lean,replay`` on a GPU."""
+stand-in with the real kernel's parameters (``benchmarks/emulated_gpu.py``), whose "compiled
+kernel" checks what Triton's launcher would be handed (9 + one argument per parameter). The
+kernels compute nothing here; ``tests/test_replay.py`` checks the replayed values against fp64
+in the interpreter, ``benchmarks/gpu_check.py --only lean,replay`` on a GPU."""
+
+import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
-import triton
 
 import normlab
 from normlab import _launch
-from normlab.norms import block_row, config, op, reduce, row, split_row
+from normlab.norms import config, op
 
-MODULES = (row, block_row, split_row, reduce)
-
-
-class _Compiled:
-    """A compiled kernel's stand-in: its launcher checks the argument count and the pointers."""
-
-    function = packed_metadata = None
-
-    def __init__(self, jit):
-        self.jit, self.runs = jit, []
-
-    def run(self, *launch_args):
-        grid_and_slots, values = launch_args[:9], launch_args[9:]
-        assert len(values) == len(self.jit.params), (self.jit.__name__, len(values))
-        assert grid_and_slots[6:9] == (None, None, None)  # no metadata, no hooks
-        for p, v in zip(self.jit.params, values, strict=True):
-            if p.name.endswith("_ptr"):
-                assert isinstance(v, int) and v > 0, (self.jit.__name__, p.name, v)
-        self.runs.append(values)
-
-
-class _Jit:
-    """A JITFunction's stand-in with the real kernel's parameters; ``fn[grid](...)`` compiles."""
-
-    def __init__(self, kernel):
-        self.real = triton.runtime.jit.JITFunction(kernel.fn)
-        self.params, self.__name__ = self.real.params, self.real.__name__
-        self.compiled: list[_Compiled] = []
-
-    def __getitem__(self, grid):
-        def compile_(*args, **kwargs):
-            names = [p.name for p in self.params]
-            missing = [n for n in names[len(args):] if n not in kwargs
-                       and not self.params[names.index(n)].has_default]  # fmt: skip
-            assert not missing, (self.__name__, missing)
-            self.compiled.append(_Compiled(self))
-            return self.compiled[-1]
-
-        return compile_
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "emulated_gpu.py"
+_SPEC = importlib.util.spec_from_file_location("emulated_gpu", _PATH)
+emulated_gpu = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(emulated_gpu)
 
 
 @pytest.fixture
-def gpu_path(monkeypatch):
-    monkeypatch.setattr(_launch, "ENABLED", True)
-    monkeypatch.setattr(_launch, "REPLAY", True)
-    monkeypatch.setattr(_launch, "_get_device", lambda: 0)
-    monkeypatch.setattr(_launch, "_get_stream", lambda device: 1)
-    monkeypatch.setattr(_launch, "_SITES", {})
-    monkeypatch.setattr(op, "_FWD_REPLAYS", {})
-    monkeypatch.setattr(op, "_BWD_REPLAYS", {})
-    jits = {}
-    for module in MODULES:
-        for name in dir(module):
-            if name.endswith("_kernel") and hasattr(getattr(module, name), "fn"):
-                jits[name] = jits.get(name) or _Jit(getattr(module, name))
-                monkeypatch.setattr(module, name, jits[name])
-    return jits
+def gpu_path():
+    with emulated_gpu.emulate() as jits:
+        yield jits
 
 
 PLANS = [("rms", 37, 1000), ("ln", 37, 1000), ("rms", 300, 48), ("ln", 9, 5), ("ln", 3, 50),

@@ -1,0 +1,89 @@
+"""The GPU host path (lean launch, replay) on a CPU: Triton's launchers replaced by stand-ins.
+
+    from emulated_gpu import emulate   # benchmarks/ on sys.path
+    with emulate() as jits: ...        # normlab's norm kernels "launch" without running
+
+Every norm kernel is swapped for a stand-in with the real kernel's parameters. Its "compiled
+kernel" checks what Triton's launcher would be handed (exactly 9 + one argument per parameter,
+pointers as ints, no hooks) and computes nothing: outputs hold garbage. What it measures is the
+Python on the way to ``cuLaunchKernel`` (``benchmarks/host_profile.py --emulate``); what it tests
+is that the lean launch and the replay hand the launcher the right arguments
+(``tests/test_launch_emulated.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import triton
+
+from normlab import _launch
+from normlab.norms import block_row, op, reduce, row, split_row
+
+MODULES = (row, block_row, split_row, reduce)
+
+
+class Compiled:
+    """A compiled kernel's stand-in: its launcher checks the argument count and the pointers."""
+
+    function = packed_metadata = None
+
+    def __init__(self, jit, keep_runs=True):
+        self.jit, self.runs, self.keep_runs = jit, [], keep_runs
+        self.n_params = len(jit.params)
+        self.pointers = [i for i, p in enumerate(jit.params) if p.name.endswith("_ptr")]
+
+    def run(self, *launch_args):
+        values = launch_args[9:]
+        assert len(values) == self.n_params, (self.jit.__name__, len(values))
+        assert launch_args[6:9] == (None, None, None)  # no metadata, no hooks
+        for i in self.pointers:
+            assert isinstance(values[i], int) and values[i] > 0, (self.jit.__name__, i)
+        if self.keep_runs:
+            self.runs.append(values)
+
+
+class Jit:
+    """A JITFunction's stand-in with the real kernel's parameters; ``fn[grid](...)`` compiles."""
+
+    def __init__(self, kernel, keep_runs=True):
+        real = triton.runtime.jit.JITFunction(kernel.fn)
+        self.params, self.__name__ = real.params, real.__name__
+        self.keep_runs = keep_runs
+        self.compiled: list[Compiled] = []
+
+    def __getitem__(self, grid):
+        def compile_(*args, **kwargs):
+            names = [p.name for p in self.params]
+            missing = [n for n in names[len(args):] if n not in kwargs
+                       and not self.params[names.index(n)].has_default]  # fmt: skip
+            assert not missing, (self.__name__, missing)
+            self.compiled.append(Compiled(self, self.keep_runs))
+            return self.compiled[-1]
+
+        return compile_
+
+
+@contextlib.contextmanager
+def emulate(replay: bool = True, keep_runs: bool = True):
+    """Within: the lean launch on (and the replay, if ``replay``), every norm kernel a ``Jit``.
+    Yields {kernel name: Jit}; restores everything on exit."""
+    saved = [(_launch, n, getattr(_launch, n))
+             for n in ("ENABLED", "REPLAY", "_get_device", "_get_stream", "_SITES")]
+    saved += [(op, n, getattr(op, n)) for n in ("_FWD_REPLAYS", "_BWD_REPLAYS")]
+    jits: dict[str, Jit] = {}
+    for module in MODULES:
+        for name in dir(module):
+            kernel = getattr(module, name)
+            if name.endswith("_kernel") and hasattr(kernel, "fn"):
+                saved.append((module, name, kernel))
+                jits[name] = jits.get(name) or Jit(kernel, keep_runs)
+                setattr(module, name, jits[name])
+    _launch.ENABLED, _launch.REPLAY = True, replay
+    _launch._get_device, _launch._get_stream = (lambda: 0), (lambda device: 1)
+    _launch._SITES, op._FWD_REPLAYS, op._BWD_REPLAYS = {}, {}, {}
+    try:
+        yield jits
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
