@@ -304,6 +304,11 @@ def _as_rows(t):
     return unit_col_stride(t.reshape(1, n_cols) if t.dim() == 1 else t.flatten(0, -2))
 
 
+def _like(out, x):
+    """A (n_rows, n_cols) output in x's shape (a 2-D x already has it: no view, ~2 µs)."""
+    return out if x.dim() == 2 else out.view(x.shape)
+
+
 def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
@@ -333,7 +338,7 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, strategy="auto", layout="a
     """
     x2d, weight, _ = _prepare("rms_norm", x, weight, None, eps, offset, strategy, layout)
     y = _norm(x2d, None, weight, None, float(eps), float(offset), True, strategy, layout)
-    return y.view(x.shape)
+    return _like(y, x)
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5, *, offset=0.0, strategy="auto",
@@ -343,7 +348,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, offset=0.0, strategy="aut
     :func:`rms_norm`."""
     x2d, weight, bias = _prepare("layer_norm", x, weight, bias, eps, offset, strategy, layout)
     y = _norm(x2d, None, weight, bias, float(eps), float(offset), False, strategy, layout)
-    return y.view(x.shape)
+    return _like(y, x)
 
 
 def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="auto",
@@ -356,7 +361,7 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
     x2d, weight, _ = _prepare("add_rms_norm", x, weight, None, eps, offset, strategy, layout)
     r2d = _prepare_residual("add_rms_norm", x, residual)
     y, h = _norm(x2d, r2d, weight, None, float(eps), float(offset), True, strategy, layout)
-    return y.view(x.shape), h.view(x.shape)
+    return _like(y, x), _like(h, x)
 
 
 def add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, *, offset=0.0,
@@ -366,4 +371,4 @@ def add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, *, offset=0.0,
                                  layout)  # fmt: skip
     r2d = _prepare_residual("add_layer_norm", x, residual)
     y, h = _norm(x2d, r2d, weight, bias, float(eps), float(offset), False, strategy, layout)
-    return y.view(x.shape), h.view(x.shape)
+    return _like(y, x), _like(h, x)
