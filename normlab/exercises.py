@@ -51,7 +51,8 @@ def _partial_rows(strategy: str, M: int, N: int, n_sm: int) -> int:
     if strategy == "two_stage":
         return -(-tiles // (cfg.rows_per_program // cfg.block_rows))
     programs = min(tiles, cfg.programs_per_sm * n_sm)
-    return -(-programs // 2) if cfg.paired_partials else programs
+    paired = cfg.paired_partials and config.pair_partials(programs, n_sm)
+    return -(-programs // 2) if paired else programs
 
 
 def _reduce_read_bytes(strategy: str, M: int, N: int, n_sm: int, is_rms: bool) -> int:
@@ -178,10 +179,14 @@ def _hint_partial_rows(args, got, want):
                     "row (config.norm_bwd_config(...).rows_per_program)")
         return "ceil(M / rows_per_program) programs, one partial row each"
     programs = min(-(-M // cfg.block_rows), cfg.programs_per_sm * n_sm)
-    if cfg.paired_partials and got == programs:
-        return (f"with {cfg.programs_per_sm} programs per SM (more than "
-                f"config.NORM_BWD_PARTIALS_PER_SM = {config.NORM_BWD_PARTIALS_PER_SM}) programs "
-                "2k and 2k + 1 add into one zeroed partial row: half as many rows")
+    bound = config.NORM_BWD_PARTIALS_PER_SM * n_sm
+    if cfg.paired_partials and got == programs and programs > bound:
+        return (f"{programs} programs exceed the partial rows' bound (config."
+                f"NORM_BWD_PARTIALS_PER_SM = {config.NORM_BWD_PARTIALS_PER_SM} per SM, {bound} "
+                "here): programs 2k and 2k + 1 add into one zeroed partial row, half as many rows")
+    if cfg.paired_partials and got == -(-programs // 2) and programs <= bound:
+        return (f"{programs} programs are within the partial rows' bound ({bound}): no pairing, "
+                "one row each (config.pair_partials)")
     if got == cfg.programs_per_sm * n_sm and programs < got:
         return (f"only {programs} row tiles of {cfg.block_rows} rows exist: no more programs than "
                 "tiles")

@@ -323,3 +323,29 @@ def test_split_rows_weight_offset(is_rms):
     assert_close(y, yd, msg="y")
     assert_close(dx, dxd, msg="dx")
     assert_close(dw, dwd, reduce_len=m, msg="dweight")
+
+
+# ---- paired partial rows -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_partials_pair_only_past_their_bound(monkeypatch, is_rms):
+    """Programs share zeroed partial rows only when the grid exceeds NORM_BWD_PARTIALS_PER_SM
+    rows per SM: at the bound each program keeps its own row (no zero fill), one program past
+    it they pair. Both right against fp64."""
+    from normlab.norms import row
+
+    bound = config.NORM_BWD_PARTIALS_PER_SM * SMS
+    assert config.pair_partials(bound + 1, SMS) and not config.pair_partials(bound, SMS)
+    seen = []
+    real = row.reduce_partials
+
+    def spy(dw_partial, db_partial, *args, **kwargs):
+        seen.append((dw_partial if dw_partial is not None else db_partial).shape[0])
+        return real(dw_partial, db_partial, *args, **kwargs)
+
+    monkeypatch.setattr(row, "reduce_partials", spy)
+    monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 128)  # two 64-column rows a program tile
+    for programs in (bound, bound + 1):  # 4 programs per SM at 64 columns: the grid is the tiles
+        _check(2 * programs, 64, torch.float32, is_rms)
+    assert seen == [bound, (bound + 2) // 2]

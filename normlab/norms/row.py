@@ -707,7 +707,10 @@ def norm_backward(
     # dtype (no workspace, no reduce launch).
     direct = (strategy == "persistent" and n_programs == 1 and grad_weight is None
               and grad_bias is None)  # fmt: skip
-    paired = cfg.paired_partials and strategy == "persistent" and not cfg.two_pass and not direct
+    # Pairs where the grid exceeds the partial rows' bound (a paired_partials= keyword forces it).
+    may_pair = (cfg.paired_partials if paired_partials is not None else cfg.paired_partials
+                and config.pair_partials(n_programs, _runtime.sm_count(device.index)))  # fmt: skip
+    paired = may_pair and strategy == "persistent" and not cfg.two_pass and not direct
     n_partials = cdiv(n_programs, 2) if paired else n_programs
     if direct:
         dw_partial, db_partial = (dw if has_w else dummy), (db if has_b else dummy)

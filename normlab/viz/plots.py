@@ -777,7 +777,8 @@ def contention_model(
       reads ``programs`` rows. The workspace grows with M.
     - persistent: ``n_sm * programs_per_sm`` programs grid-stride the rows and fold them in fp32
       registers, so the workspace and the reduce kernel's read are bounded, independent of M.
-      With ``paired_partials`` programs 2k and 2k + 1 add into one zeroed partial row k.
+      With ``paired_partials`` programs 2k and 2k + 1 add into one zeroed partial row k, when
+      the grid exceeds the bound on partial rows (``norms.config.pair_partials``).
 
     ``rows_per_program`` is the persistent kernel's row tile, ``atomic_rows`` the atomic
     kernel's (default: the same), ``two_stage_rows`` the rows each two-stage program folds into
@@ -793,7 +794,7 @@ def contention_model(
     tiles = -(-n_rows // rows_per_program)
     main_bytes = 3 * n_rows * n_cols * elem_bytes  # read x, dy; write dx
     persistent = min(n_sm * programs_per_sm, tiles)
-    paired = bool(paired_partials) and persistent > 1
+    paired = bool(paired_partials) and norm_config.pair_partials(persistent, n_sm)
     persistent_rows = -(-persistent // 2) if paired else persistent
     two_stage = -(-n_rows // two_stage_rows)
     atomic = -(-n_rows // atomic_rows)
