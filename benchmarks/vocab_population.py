@@ -57,7 +57,7 @@ QUICK_CASES = (shapes.Case(2, 300, "bf16", "quick"), shapes.Case(1, 131, "bf16",
 ANCHORS = ((16384, 131072), (4096, 128256))
 ORDER_SEED = 28
 WRITE_EVERY = 10
-WARM_SECONDS = 150  # the warm-up processes' limit; past it they are killed and timing starts
+WARM_SECONDS = 100  # the warm-up processes' limit (they take ~30 s); past it they are killed
 
 
 def ordered(cases) -> list:
@@ -100,9 +100,7 @@ def impls_for(op: str, names, device: str, left_out: dict) -> dict:
         if name == "compile":
             reason = registry.get(op, "compile").unavailable()
             if reason is None:
-                compiled = _compiled_peer(op)
-                out[name] = (lambda fn: lambda M, N, dt, d: registry.loss_case(
-                    fn, op, M, N, dt, d, device))(compiled)  # fmt: skip
+                out[name] = _compiled_build(op, device)
                 continue
         elif name == "liger":
             if name not in registry.REGISTRY[op]:
@@ -115,9 +113,18 @@ def impls_for(op: str, names, device: str, left_out: dict) -> dict:
         if reason is not None:
             left_out[name] = reason
             continue
-        impl = registry.get(op, name)
-        out[name] = (lambda impl: lambda M, N, dt, d: impl.build(M, N, dt, d, device))(impl)
+        out[name] = _registry_build(registry.get(op, name), device)
     return out
+
+
+def _compiled_build(op: str, device: str):
+    compiled = _compiled_peer(op)
+    return lambda M, N, dtype, direction: registry.loss_case(compiled, op, M, N, dtype,
+                                                             direction, device)  # fmt: skip
+
+
+def _registry_build(impl, device: str):
+    return lambda M, N, dtype, direction: impl.build(M, N, dtype, direction, device)
 
 
 def _warm_items(cases, ops, impl_names) -> list[tuple]:

@@ -104,6 +104,7 @@ def _shard_of(cmd: Sequence[str]) -> str:
     return " ".join(cmd)[:80]
 
 
-def spawn(commands: Sequence[Sequence[str]], timeout_s: float, env: dict | None = None) -> list[str]:
+def spawn(commands: Sequence[Sequence[str]], timeout_s: float,
+          env: dict | None = None) -> list[str]:  # fmt: skip
     """Run ``commands`` in parallel and wait (``Pool``); returns the problems."""
     return Pool(commands, env).wait(timeout_s)
