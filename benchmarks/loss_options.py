@@ -32,7 +32,7 @@ import torch
 import normlab
 from normlab.bench import budget, device_info, prewarm
 from normlab.bench.device import git_commit
-from normlab.bench.records import portable_command, read_records, write_jsonl
+from normlab.bench.records import portable_command, read_records, replace_jsonl
 from normlab.bench.sweep import CPU_LABEL, measure
 from normlab.bench.traffic import element_size
 
@@ -290,7 +290,7 @@ def main(argv=None) -> int:
         rec = dataclasses.replace(rec, note=f"{rec.note}; variant {name}",
                                   strategy="separate add" if name == SEPARATE_ADD else None)
         records.append(rec)
-        write_jsonl(records, args.out)
+        replace_jsonl(records, args.out)
         times[(impl, name)] = rec.device_us
         if op == "add_rms_norm":
             print(f"  {name:<30}{rec.device_us:>10.1f} µs   ({M}x{N} bf16 fwd+bwd)")
@@ -303,7 +303,7 @@ def main(argv=None) -> int:
         print(f"{name if impl == 'normlab' else '  Liger':<32}{rec.device_us:>10.1f}{ratio:>9}"
               f"{lig:>9}")
     plan = None  # free the inputs
-    write_jsonl(records, args.out)
+    replace_jsonl(records, args.out)
     print(f"wrote {len(records)} records to {args.out} at {run_budget.elapsed():.0f} s")
     print(summary(records))
     return 0

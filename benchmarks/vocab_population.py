@@ -40,7 +40,7 @@ import torch
 from normlab import _runtime
 from normlab.bench import budget, population, prewarm, registry, shapes
 from normlab.bench.device import CPU_LABEL, device_info, git_commit
-from normlab.bench.records import parse_dtype, portable_command, read_records, write_jsonl
+from normlab.bench.records import parse_dtype, portable_command, read_records, replace_jsonl
 from normlab.bench.sweep import measure
 from normlab.bench.traffic import LABEL_LOSS_OPS, SOFT_LOSS_OPS
 
@@ -300,11 +300,11 @@ def main(argv=None) -> int:
                     records.append(rec)
         last_case_s = time.time() - t_case
         if (i + 1) % WRITE_EVERY == 0:
-            write_jsonl(records, args.out)
+            replace_jsonl(records, args.out)
             print(f"{i + 1}/{len(cases)} members, {run_budget.elapsed():.0f} s", flush=True)
     if skips > 30:
         print(f"... {skips} skipped measurements in all", flush=True)
-    write_jsonl(records, args.out)
+    replace_jsonl(records, args.out)
     print(f"wrote {len(records)} records to {args.out} at {run_budget.elapsed():.0f} s")
     print(summary(records))
     return 0

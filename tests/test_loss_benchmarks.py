@@ -282,3 +282,13 @@ def test_population_verdicts_keep_their_norm_output():
     (v,) = population.verdicts(recs, geomean_target=None)
     assert v.met and "(no target)" in population.verdict_line(v)
     assert population.verdicts(recs, shape_set="vocab_population") == []
+
+
+def test_replace_jsonl_leaves_a_complete_file(tmp_path):
+    from normlab.bench.records import read_jsonl, replace_jsonl
+
+    path = tmp_path / "sub" / "r.jsonl"
+    replace_jsonl([_rec("normlab", 1.0), _rec("compile", 2.0)], path)
+    replace_jsonl([_rec("liger", 3.0)], path)  # replaces, does not append
+    assert [(r.impl, r.device_us) for r in read_jsonl(path)] == [("liger", 3.0)]
+    assert [p.name for p in path.parent.iterdir()] == ["r.jsonl"]  # no temporary file left
