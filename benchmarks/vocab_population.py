@@ -133,7 +133,7 @@ def _warm_items(cases, ops, impl_names) -> list[tuple]:
     for case in cases:
         for op in ops:
             for name in impl_names:
-                if name in ("normlab", "liger"):
+                if name in ("normlab", "liger") and name in registry.REGISTRY[op]:
                     items.append((op, name, prewarm.warm_rows(case.M), case.N))
     return list(dict.fromkeys(items))
 
@@ -306,6 +306,11 @@ def main(argv=None) -> int:
         print(f"... {skips} skipped measurements in all", flush=True)
     replace_jsonl(records, args.out)
     print(f"wrote {len(records)} records to {args.out} at {run_budget.elapsed():.0f} s")
+    if "compile" in {n for d in impls.values() for n in d}:
+        from torch._dynamo.utils import counters
+
+        print(f"torch.compile: {counters['stats']['unique_graphs']} graphs for {len(impls)} ops "
+              "(3 each expected: the first member, dynamic shapes, one row)")
     print(summary(records))
     return 0
 

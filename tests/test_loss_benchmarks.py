@@ -114,6 +114,8 @@ def test_vocab_population_warm_shards_cover_every_item_once(vocab, capsys):
     # normlab only (eager compiles nothing), at rows of the same Triton class
     assert {(op, impl) for op, impl, _, _ in items} == {(op, "normlab") for op in vocab.OPS}
     assert {(m, n) for _, _, m, n in items} == {(17, 300), (1, 131), (1, 4099)}
+    with_liger = vocab._warm_items(cases, vocab.OPS, ["normlab", "liger"])
+    assert {op for op, impl, _, _ in with_liger if impl == "liger"} == {"cross_entropy"}
     for shard in ("1/2", "2/2"):
         assert vocab.main(["--quick", "--warm-shard", shard]) == 0
     text = capsys.readouterr().out
