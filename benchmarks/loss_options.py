@@ -165,14 +165,15 @@ def warm(M, V, N, dtype, device, shard: str) -> int:
     """Call this shard's share of the plan once each at a small row count with the same Triton
     specializations, untimed (a warm-up process)."""
     plan, _ = _plan(prewarm.warm_rows(M), V, N, dtype, device)
+    mine = prewarm.take_shard(plan, shard)
     done = 0
-    for name, _op, impl, call, _m, _n in prewarm.take_shard(plan, shard):
+    for name, _op, impl, call, _m, _n in mine:
         try:
             call()
             done += 1
         except Exception as exc:
             print(f"warm {impl} {name}: {exc!r}"[:300], flush=True)
-    print(f"warm shard {shard}: {done} calls", flush=True)
+    print(prewarm.shard_line(shard, done, len(mine)), flush=True)
     return 0
 
 
@@ -262,7 +263,9 @@ def main(argv=None) -> int:
         pool = prewarm.Pool(prewarm.shard_commands(__file__, argv, workers))
         for problem in pool.wait(min(args.warm_seconds, max(0.0, run_budget.left()))):
             print(f"warm-up: {problem}", flush=True)
-        print(f"warm-up done at {run_budget.elapsed():.0f} s", flush=True)
+        done, total = prewarm.tally(pool.last_lines)
+        print(f"warm-up done at {run_budget.elapsed():.0f} s: {done} of {total} calls in the "
+              f"processes that finished", flush=True)
     dev = device_info()
     commit = git_commit()
     command = portable_command(["python3", "benchmarks/loss_options.py", *argv])

@@ -156,7 +156,7 @@ def warm(cases, ops, impl_names, shard: str, device: str) -> int:
             print(f"warm {op} {name} {rows}x{n_cols}: {exc!r}"[:300], flush=True)
     if device == "cuda":
         torch.cuda.synchronize()
-    print(f"warm shard {shard}: {done} of {len(items)} calls", flush=True)
+    print(prewarm.shard_line(shard, done, len(items)), flush=True)
     return 0
 
 
@@ -253,7 +253,9 @@ def main(argv=None) -> int:
     if pool is not None:
         for problem in pool.wait(min(args.warm_seconds, max(0.0, run_budget.left()))):
             print(f"warm-up: {problem}", flush=True)
-        print(f"warm-up done at {run_budget.elapsed():.0f} s", flush=True)
+        done, total = prewarm.tally(pool.last_lines)
+        print(f"warm-up done at {run_budget.elapsed():.0f} s: {done} of {total} calls in the "
+              f"processes that finished", flush=True)
     dev = device_info()
     if dev.mode != "gpu":
         print(CPU_LABEL)

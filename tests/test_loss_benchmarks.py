@@ -167,7 +167,10 @@ def test_vocab_population_runs_its_warm_up_processes(vocab, tmp_path, capsys):
     argv = ["--out", str(out), "--quick", "--warm-workers", "2"]
     assert vocab.main(argv) == 0
     text = capsys.readouterr().out
-    assert "2 warm-up processes" in text and "warm-up done" in text
+    assert "2 warm-up processes" in text
+    items = vocab._warm_items(vocab.QUICK_CASES, vocab.OPS, vocab.QUICK_IMPLS)
+    assert "calls in the processes that finished" in text
+    assert f": {len(items)} of {len(items)} calls" in text  # every shard ran all of its calls
     assert "warm-up: " not in text  # no shard failed
     assert len(out.read_text().splitlines()) == 36
 
@@ -207,7 +210,7 @@ def test_loss_options_quick_run_budget_and_warm_shard(options, tmp_path, capsys)
     assert "stopped at the time limit: 0 of" in capsys.readouterr().out
     assert out.read_text() == ""
     assert options.main(["--quick", "--warm-shard", "2/8"]) == 0
-    assert "warm shard 2/8: 2 calls" in capsys.readouterr().out  # 15 calls without Liger
+    assert "warm shard 2/8: 2 of 2 calls" in capsys.readouterr().out  # 15 calls without Liger
     with pytest.raises(SystemExit):
         options.main(["--quick"])
     assert "--out is required" in capsys.readouterr().err
@@ -257,9 +260,13 @@ def test_pool_reports_failures_and_kills_what_outlives_its_limit():
             [py, "-c", "import sys; print('boom'); sys.exit(3)", "--warm-shard", "2/3"],
             [py, "-c", "import time; time.sleep(60)", "--warm-shard", "3/3"]]  # fmt: skip
     t0 = time.monotonic()
-    problems = prewarm.spawn(cmds, timeout_s=5.0)
+    cmds[0][2] = "print('warm shard 1/3: 4 of 5 calls')"
+    pool = prewarm.Pool(cmds)
+    problems = pool.wait(timeout_s=5.0)
     assert time.monotonic() - t0 < 30
     assert problems == ["warm shard 2/3: exit 3: boom", "warm shard 3/3: killed after 5 s"]
+    assert pool.last_lines == ["warm shard 1/3: 4 of 5 calls"]
+    assert prewarm.tally([*pool.last_lines, "warm shard 2/3: 7 of 7 calls", "noise"]) == (11, 12)
 
 
 def test_budget_from_its_arguments():

@@ -13,6 +13,7 @@ real one. Nothing here imports a kernel.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,7 @@ class Pool:
 
     def __init__(self, commands: Sequence[Sequence[str]], env: dict | None = None):
         self.started = time.monotonic()
+        self.last_lines: list[str] = []  # the last output line of each process that succeeded
         self._procs = []
         for cmd in commands:
             log = tempfile.TemporaryFile(mode="w+b")
@@ -88,13 +90,33 @@ class Pool:
                 problems.append(f"{_shard_of(cmd)}: killed after {timeout_s:.0f} s")
                 log.close()
                 continue
+            log.seek(0)
+            tail = (log.read().decode(errors="replace").strip().splitlines() or [""])[-1]
             if rc != 0:
-                log.seek(0)
-                tail = log.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
-                problems.append(f"{_shard_of(cmd)}: exit {rc}: {tail[0][:200]}")
+                problems.append(f"{_shard_of(cmd)}: exit {rc}: {tail[:200]}")
+            else:
+                self.last_lines.append(tail)
             log.close()
         self._procs = []
         return problems
+
+
+_SHARD_LINE = re.compile(r"^warm shard \d+/\d+: (\d+) of (\d+) calls")
+
+
+def shard_line(shard: str, done: int, total: int) -> str:
+    """What a warm-up process prints last (``tally`` reads it back)."""
+    return f"warm shard {shard}: {done} of {total} calls"
+
+
+def tally(lines: Sequence[str]) -> tuple[int, int]:
+    """(calls done, calls planned) over the warm-up processes' last lines."""
+    done = total = 0
+    for line in lines:
+        match = _SHARD_LINE.match(line)
+        if match:
+            done, total = done + int(match[1]), total + int(match[2])
+    return done, total
 
 
 def _shard_of(cmd: Sequence[str]) -> str:
