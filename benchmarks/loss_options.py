@@ -145,11 +145,13 @@ def _add_norm_calls(M, N, dtype, device):
     return calls, None
 
 
-def _plan(M, V, N, dtype, device):
+def _plan(M, V, N, dtype, device, norm_rows=None):
     """[(name, op, impl, call, rows, cols)] in run order (each normlab variant, then Liger's),
-    and the reasons Liger's calls are missing."""
+    and the reasons Liger's calls are missing. The fused add has ``norm_rows`` rows (M by
+    default)."""
+    norm_rows = M if norm_rows is None else norm_rows
     losses, liger, why = _loss_calls(M, V, dtype, device)
-    norms, why_norm = _add_norm_calls(M, N, dtype, device)
+    norms, why_norm = _add_norm_calls(norm_rows, N, dtype, device)
     plan = []
     for name, call in losses.items():
         plan.append((name, VARIANTS[name][1], "normlab", call, M, V))
@@ -157,14 +159,15 @@ def _plan(M, V, N, dtype, device):
             plan.append((name, VARIANTS[name][1], "liger", liger[name], M, V))
     for name, call in norms.items():
         impl = "liger" if name == LIGER_ADD else "normlab"
-        plan.append((name, "add_rms_norm", impl, call, M, N))
+        plan.append((name, "add_rms_norm", impl, call, norm_rows, N))
     return plan, [w for w in (why, why_norm) if w]
 
 
 def warm(M, V, N, dtype, device, shard: str) -> int:
-    """Call this shard's share of the plan once each at a small row count with the same Triton
-    specializations, untimed (a warm-up process)."""
-    plan, _ = _plan(prewarm.warm_rows(M), V, N, dtype, device)
+    """Call this shard's share of the plan once each, untimed (a warm-up process): the losses at
+    a small row count with the same Triton specializations, the fused add at its own (the norm
+    planner picks kernels by the row count; its inputs are small)."""
+    plan, _ = _plan(prewarm.warm_rows(M), V, N, dtype, device, norm_rows=M)
     mine = prewarm.take_shard(plan, shard)
     done = 0
     for name, _op, impl, call, _m, _n in mine:
