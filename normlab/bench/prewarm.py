@@ -64,9 +64,16 @@ def take_shard(items: Sequence, spec: str) -> list:
 
 class Pool:
     """Warm-up processes running in the background: ``start`` them, do other work, then
-    ``wait``. Their output goes to temporary files; only the tail of a failure is reported."""
+    ``wait``. Their output goes to temporary files; only the tail of a failure is reported.
+
+    On a GPU this process takes its CUDA context first: a GPU in exclusive-process compute mode
+    then refuses the warm-up processes (they report it), never the process that times."""
 
     def __init__(self, commands: Sequence[Sequence[str]], env: dict | None = None):
+        import torch
+
+        if torch.cuda.is_available():
+            torch.zeros(1, device="cuda")
         self.started = time.monotonic()
         self.last_lines: list[str] = []  # the last output line of each process that succeeded
         self._procs = []
