@@ -21,8 +21,10 @@ one compiles the torch.compile peer's graphs.
 
 torch.compile's default mode compiles the first member's shape as it is, recompiles with dynamic
 shapes at the second, and once more for one row (dynamo specializes sizes 0 and 1): the first two
-members differ in both M and V, so three graphs per op serve the whole population. After the
-first member the peer is a dynamic-shape graph, as a user who varies shapes gets it.
+members differ in both M and V, so three graphs per op are expected (more where inductor guards
+a size; such a recompile falls in a member's untimed warm-up calls, and the run prints the
+count). After the first member the peer is a dynamic-shape graph, as a user who varies shapes
+gets it.
 """
 
 from __future__ import annotations
