@@ -293,6 +293,16 @@ def write_jsonl(records, path: str | Path, *, append: bool = False) -> Path:
     return path
 
 
+def replace_jsonl(records, path: str | Path) -> Path:
+    """Write ``records`` to a sibling temporary file, then rename it over ``path``: a run killed
+    while writing leaves the previous complete file, never a truncated line."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    write_jsonl(records, tmp)
+    tmp.replace(path)
+    return path
+
+
 def read_jsonl(path: str | Path) -> list[Record]:
     path = Path(path)
     records = []
@@ -412,6 +422,7 @@ __all__ = [
     "read_records",
     "recorded_files",
     "recorded_path",
+    "replace_jsonl",
     "write_csv",
     "write_jsonl",
     "write_records",

@@ -1,0 +1,302 @@
+"""benchmarks/loss_options.py and benchmarks/vocab_population.py: their CPU smoke runs, their
+verdicts from records, the wall-clock budget and the parallel Triton warm-up they share."""
+
+import importlib.util
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from normlab.bench import budget, population, prewarm, shapes
+from normlab.bench.records import Record
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return _script("vocab_population")
+
+
+@pytest.fixture(scope="module")
+def options():
+    return _script("loss_options")
+
+
+def _rec(impl, us, *, op="cross_entropy", M=8, N=32000, direction="fwd+bwd",
+         shape_set="vocab_population", note="", valid=True, roofline=4000.0,
+         kernels=None):  # fmt: skip
+    return Record(
+        op=op, impl=impl, strategy=None, layout=None, M=M, N=N, dtype="bf16",
+        direction=direction, device_us=us, wall_us=us, bytes=1, gbps=1.0,
+        roofline_gbps=roofline, frac_roofline=0.1, datasheet_gbps=4800.0, peak_extra_bytes=0,
+        kernels=kernels if kernels is not None else {"k": us}, card="Synthetic", sm_count=1,
+        torch="2", triton="3", mode="gpu", date="2031-01-01T00:00:00Z", commit="c", command="",
+        note=note, valid=valid, shape_set=shape_set,
+    )  # fmt: skip
+
+
+# ---- the vocabulary population ------------------------------------------------------------------
+
+
+def test_vocab_population_quick_run_writes_tagged_records_and_a_verdict(vocab, tmp_path, capsys):
+    out = tmp_path / "v.jsonl"
+    assert vocab.main(["--out", str(out), "--quick"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    cases = {(c.M, c.N) for c in vocab.QUICK_CASES}
+    # every op x direction x member x impl once, each tagged and timed
+    assert len(rows) == len(vocab.OPS) * 2 * len(cases) * len(vocab.QUICK_IMPLS)
+    assert {(r["M"], r["N"]) for r in rows} == cases
+    assert {(r["op"], r["direction"], r["impl"]) for r in rows} == {
+        (op, d, impl) for op in vocab.OPS for d in ("fwd", "fwd+bwd") for impl in vocab.QUICK_IMPLS}
+    assert all(r["shape_set"] == "vocab_population" and r["device_us"] > 0 for r in rows)
+    assert all("family quick" in r["note"] for r in rows)
+    text = capsys.readouterr().out
+    assert "CPU/interpreter timings" in text
+    for op in vocab.OPS:
+        for d in ("fwd", "fwd+bwd"):
+            assert f"{op} {d}: 3 shapes" in text
+    assert "target: every member >= 0.9x the best peer" in text
+    # --summary prints the same verdicts from the file, no device needed
+    assert vocab.main(["--summary", str(out)]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed.count("\n") == 7 and text.rstrip().endswith(printed)
+
+
+def test_vocab_population_summary_matches_the_cells(vocab):
+    """best peer / normlab per cell, the geomean, the count below 0.90 and the worst, per op and
+    direction; other shape sets and invalid records are left out."""
+    recs = [
+        _rec("normlab", 100.0, M=8), _rec("compile", 95.0, M=8), _rec("liger", 120.0, M=8),
+        _rec("normlab", 100.0, M=1), _rec("compile", 80.0, M=1),  # 0.80: below target
+        _rec("liger", 10.0, M=1, valid=False),  # invalid: not the best peer
+        _rec("normlab", 100.0, M=2, shape_set=None), _rec("compile", 1.0, M=2, shape_set=None),
+        _rec("normlab", 50.0, op="reverse_kl", direction="fwd"),
+        _rec("compile", 100.0, op="reverse_kl", direction="fwd"),
+    ]  # fmt: skip
+    text = vocab.summary(recs)
+    lines = text.splitlines()
+    ce = next(x for x in lines if x.startswith("cross_entropy fwd+bwd"))
+    assert f"geomean {math.sqrt(0.95 * 0.80):.3f}x (no target)" in ce
+    assert "2 shapes" in ce and "1 below 0.9x" in ce
+    assert "worst: 1x32000 bf16 0.80 (compile), 8x32000 bf16 0.95 (compile)" in ce
+    rkl = next(x for x in lines if x.startswith("reverse_kl fwd"))
+    assert "geomean 2.000x" in rkl and ": met;" in rkl
+    assert lines[-1].endswith("missed")
+    assert "2 members measured, peers compile, liger" in lines[0]
+    assert vocab.summary([_rec("normlab", 1.0)]).startswith("no vocab_population member")
+
+
+def test_vocab_population_stops_at_its_time_limit_and_still_writes(vocab, tmp_path, capsys):
+    out = tmp_path / "v.jsonl"
+    assert vocab.main(["--out", str(out), "--quick", "--max-seconds", "0"]) == 0
+    assert out.exists() and out.read_text() == ""
+    text = capsys.readouterr().out
+    assert "stopped at the time limit: 0 of 3 members measured" in text
+    past = str(time.time() - 1)
+    assert vocab.main(["--out", str(out), "--quick", "--deadline", past]) == 0
+    assert "stopped at the time limit" in capsys.readouterr().out
+
+
+def test_vocab_population_warm_shards_cover_every_item_once(vocab, capsys):
+    cases = vocab.QUICK_CASES
+    items = vocab._warm_items(cases, vocab.OPS, vocab.QUICK_IMPLS)
+    # normlab only (eager compiles nothing), at rows of the same Triton class
+    assert {(op, impl) for op, impl, _, _ in items} == {(op, "normlab") for op in vocab.OPS}
+    assert {(m, n) for _, _, m, n in items} == {(17, 300), (1, 131), (1, 4099)}
+    with_liger = vocab._warm_items(cases, vocab.OPS, ["normlab", "liger"])
+    assert {op for op, impl, _, _ in with_liger if impl == "liger"} == {"cross_entropy"}
+    for shard in ("1/2", "2/2"):
+        assert vocab.main(["--quick", "--warm-shard", shard]) == 0
+    text = capsys.readouterr().out
+    n1, n2 = (len(prewarm.take_shard(items, s)) for s in ("1/2", "2/2"))
+    assert n1 + n2 == len(items)
+    assert f"warm shard 1/2: {n1} of {n1} calls" in text
+    assert f"warm shard 2/2: {n2} of {n2} calls" in text
+
+
+def test_vocab_population_order_and_peers(vocab):
+    cases = shapes.vocab_population()
+    order = vocab.ordered(cases)
+    assert sorted(order) == sorted(cases) and order == vocab.ordered(cases)
+    first, second = order[:2]
+    assert [(first.M, first.N), (second.M, second.N)] == list(vocab.ANCHORS)
+    # the compile peer's second graph gets both sizes dynamic
+    assert first.M != second.M and first.N != second.N and min(first.M, second.M) > 1
+    assert order[2:] != [c for c in cases if c not in order[:2]]  # shuffled
+    left_out = {}
+    impls = vocab.impls_for("reverse_kl", ["normlab", "compile", "liger", "torch"], "cpu",
+                            left_out)  # fmt: skip
+    assert list(impls) == ["normlab"]  # Liger and torch have no reverse KL; compile: on a GPU
+    assert "compile" in left_out and "liger" not in left_out
+    impls = vocab.impls_for("cross_entropy", ["normlab", "liger", "torch"], "cpu", left_out)
+    assert list(impls) == ["normlab", "torch"] and "liger" in left_out
+
+
+def test_a_compile_record_without_triton_kernels_is_flagged(vocab):
+    assert vocab._no_triton_kernel(_rec("compile", 5.0, kernels={"cunn_SoftMaxForward": 5.0}))
+    assert not vocab._no_triton_kernel(
+        _rec("compile", 5.0, kernels={"triton_red_fused_0": 3.0, "memset": 2.0}))
+
+
+def test_vocab_population_rejects_bad_arguments(vocab, capsys):
+    for argv in (["--quick"], ["--out", "x", "--quick", "--ops", "nope"],
+                 ["--out", "x", "--quick", "--impls", "compile"],
+                 ["--out", "x", "--quick", "--max-seconds", "-1"],
+                 ["--out", "x", "--quick", "--cells", "3y4"]):  # fmt: skip
+        with pytest.raises(SystemExit):
+            vocab.main(argv)
+    err = capsys.readouterr().err
+    assert "--out is required" in err and "--ops: unknown nope" in err
+    assert "must include normlab" in err and "--max-seconds must be >= 0" in err
+
+
+@pytest.mark.slow  # two more interpreter processes start: ~10 s on 2 cores
+def test_vocab_population_runs_its_warm_up_processes(vocab, tmp_path, capsys):
+    out = tmp_path / "v.jsonl"
+    argv = ["--out", str(out), "--quick", "--warm-workers", "2"]
+    assert vocab.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "2 warm-up processes" in text
+    items = vocab._warm_items(vocab.QUICK_CASES, vocab.OPS, vocab.QUICK_IMPLS)
+    assert "calls in the processes that finished" in text
+    assert f": {len(items)} of {len(items)} calls" in text  # every shard ran all of its calls
+    assert "warm-up: " not in text  # no shard failed
+    assert len(out.read_text().splitlines()) == 36
+
+
+# ---- loss options ------------------------------------------------------------------------------
+
+
+def _opt(impl, name, us, **kw):
+    op = "add_rms_norm" if "add" in name else name.split()[0]
+    return _rec(impl, us, op=op, shape_set=None, note=f"minimal bytes model; variant {name}", **kw)
+
+
+def test_loss_options_summary_judges_each_target(options):
+    recs = [_opt("normlab", "cross_entropy", 100.0), _opt("normlab", "cross_entropy z_loss", 104.0),
+            _opt("normlab", "cross_entropy softcap", 106.0), _opt("liger", "cross_entropy", 150.0),
+            _opt("liger", "cross_entropy softcap", 100.0)]  # fmt: skip
+    text = options.summary(recs)
+    assert ("2 measured, worst 1.060x, 1 above 1.05x (target 0): missed: cross_entropy softcap"
+            in text)
+    assert "cross_entropy 0.667, cross_entropy softcap 1.060: missed: cross_entropy softcap" in text
+    # the fused add: 3 x M x N x 2 bytes not moved; at M = N = 1000 and 200 GB/s, 30 µs
+    add = [_opt("normlab", options.SEPARATE_ADD, 130.0, M=1000, N=1000, roofline=200.0),
+           _opt("liger", options.LIGER_ADD, 99.0, M=1000, N=1000, roofline=200.0)]  # fmt: skip
+    met = options.summary([*add, _opt("normlab", "add_rms_norm", 100.0, M=1000, N=1000,
+                                      roofline=200.0)])  # fmt: skip
+    assert "saves 30.0 µs of 130.0" in met and "take 30.0 µs" in met
+    assert "at least that): met" in met
+    assert "Liger's fused add: 1.010 (target below 1): missed" in met
+    missed = options.summary([*add, _opt("normlab", "add_rms_norm", 100.5, M=1000, N=1000,
+                                         roofline=200.0)])  # fmt: skip
+    assert "saves 29.5 µs" in missed and "at least that): missed" in missed
+
+
+def test_loss_options_quick_run_budget_and_warm_shard(options, tmp_path, capsys):
+    out = tmp_path / "lo.jsonl"
+    assert options.main(["--out", str(out), "--quick", "--max-seconds", "0"]) == 0
+    assert "stopped at the time limit: 0 of" in capsys.readouterr().out
+    assert out.read_text() == ""
+    assert options.main(["--quick", "--warm-shard", "2/8"]) == 0
+    assert "warm shard 2/8: 2 of 2 calls" in capsys.readouterr().out  # 15 calls without Liger
+    with pytest.raises(SystemExit):
+        options.main(["--quick"])
+    assert "--out is required" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a dozen interpreter calls
+def test_loss_options_quick_run_prints_the_verdicts(options, tmp_path, capsys):
+    out = tmp_path / "lo.jsonl"
+    assert options.main(["--out", str(out), "--quick"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == len(options.VARIANTS) + 2  # and the fused / separate add
+    assert [r["strategy"] for r in rows if "separate add" in r["note"]] == ["separate add"]
+    text = capsys.readouterr().out
+    assert "options over their base op: 10 measured" in text
+    assert "normlab / Liger-Kernel: no Liger measurement" in text
+    assert "fused residual add saves" in text
+    assert options.main(["--summary", str(out)]) == 0
+    assert "options over their base op: 10 measured" in capsys.readouterr().out
+
+
+# ---- the shared pieces ---------------------------------------------------------------------------
+
+
+def test_warm_rows_keep_tritons_specialization_class():
+    for n in (1, 2, 3, 15, 16, 17, 31, 32, 4096, 8044, 16384):
+        w = prewarm.warm_rows(n)
+        assert (w == 1) == (n == 1) and (w % 16 == 0) == (n % 16 == 0) and w <= 17
+    with pytest.raises(ValueError, match="n_rows"):
+        prewarm.warm_rows(0)
+
+
+def test_take_shard_partitions_and_checks_its_spec():
+    items = list(range(11))
+    shards = [prewarm.take_shard(items, f"{i}/3") for i in (1, 2, 3)]
+    assert sorted(i for shard in shards for i in shard) == items and shards[0] == [0, 3, 6, 9]
+    for bad in ("0/3", "4/3", "a/b", "3"):
+        with pytest.raises(ValueError, match="i/n"):
+            prewarm.take_shard(items, bad)
+    cmds = prewarm.shard_commands("s.py", ["--quick"], 2)
+    assert cmds[1][1:] == ["s.py", "--quick", "--warm-shard", "2/2"]
+    assert prewarm.default_workers("cpu") == 0 and 1 <= prewarm.default_workers("cuda") <= 12
+
+
+def test_pool_reports_failures_and_kills_what_outlives_its_limit():
+    py = sys.executable
+    cmds = [[py, "-c", "print('warm shard 1/3: 4 of 5 calls')", "--warm-shard", "1/3"],
+            [py, "-c", "import sys; print('boom'); sys.exit(3)", "--warm-shard", "2/3"],
+            [py, "-c", "import time; time.sleep(60)", "--warm-shard", "3/3"]]  # fmt: skip
+    t0 = time.monotonic()
+    pool = prewarm.Pool(cmds)
+    problems = pool.wait(timeout_s=3.0)
+    assert time.monotonic() - t0 < 30
+    assert problems == ["warm shard 2/3: exit 3: boom", "warm shard 3/3: killed after 3 s"]
+    assert pool.last_lines == ["warm shard 1/3: 4 of 5 calls"]
+    assert prewarm.tally([*pool.last_lines, "warm shard 2/3: 7 of 7 calls", "noise"]) == (11, 12)
+
+
+def test_budget_from_its_arguments():
+    assert budget.Budget().allows(1e9) and budget.Budget().left() == math.inf
+    b = budget.Budget(max_seconds=10, start=time.time())
+    assert b.allows(5) and not b.allows(11) and 9 < b.left() <= 10
+    assert not budget.Budget(max_seconds=100, deadline=time.time() - 1).allows()
+    with pytest.raises(ValueError, match="max_seconds"):
+        budget.Budget(max_seconds=-1)
+
+
+def test_population_verdicts_keep_their_norm_output():
+    """The norm population's line and met are unchanged; a shape_set and no geomean target are
+    the loss population's."""
+    recs = [_rec("normlab", 100.0, op="rms_norm", direction="bwd", shape_set="population"),
+            _rec("torch", 110.0, op="rms_norm", direction="bwd", shape_set="population")]
+    (v,) = population.verdicts(recs)
+    assert not v.met  # 1.10 < 1.15
+    assert population.verdict_line(v) == (
+        "rms_norm bwd: 1 shapes, geomean 1.100x (target >= 1.15x), 0 below 0.9x (target 0): "
+        "missed: geomean at 0.96x its target; worst: 8x32000 bf16 1.10")
+    (v,) = population.verdicts(recs, geomean_target=None)
+    assert v.met and "(no target)" in population.verdict_line(v)
+    assert population.verdicts(recs, shape_set="vocab_population") == []
+
+
+def test_replace_jsonl_leaves_a_complete_file(tmp_path):
+    from normlab.bench.records import read_jsonl, replace_jsonl
+
+    path = tmp_path / "sub" / "r.jsonl"
+    replace_jsonl([_rec("normlab", 1.0), _rec("compile", 2.0)], path)
+    replace_jsonl([_rec("liger", 3.0)], path)  # replaces, does not append
+    assert [(r.impl, r.device_us) for r in read_jsonl(path)] == [("liger", 3.0)]
+    assert [p.name for p in path.parent.iterdir()] == ["r.jsonl"]  # no temporary file left
