@@ -3,11 +3,12 @@
 #   OUT=out NORMLAB_COMMIT=<sent commit> bash benchmarks/h200_round.sh STAGE
 # STAGE: check (GPU checks of the replay/lean paths, then host overhead of the norms),
 # pop1 / pop2 (the two halves of the norm population and the peer shapes),
-# losses (loss checks, host overhead of the losses, loss options, the vocabulary population).
-# Every stage stays under ~9 minutes; each writes into $OUT and a log per step.
+# losses (loss checks, host overhead of the losses, loss options), vocab (the vocabulary
+# population). Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2 or losses}
+STAGE=${1:?stage: check, pop1, pop2, losses or vocab}
+case $STAGE in check | pop1 | pop2 | losses | vocab) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -43,12 +44,14 @@ case $STAGE in
   losses)
     step gpu_check_losses 120 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_losses.json" \
       --quick --only losses,loss_options
-    step overhead_losses 120 python3 -m normlab bench --overhead \
+    step overhead_losses 100 python3 -m normlab bench --overhead \
       --op cross_entropy,reverse_kl,soft_cross_entropy --out "$OUT/overhead_losses.json" \
       --no-progress
+    step loss_options 150 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
+      --max-seconds 120
     ;;
-  *)
-    echo "unknown stage $STAGE" >&2
-    exit 2
+  vocab)
+    step vocab_population 460 python3 benchmarks/vocab_population.py \
+      --out "$OUT/vocab_population.jsonl" --max-seconds 400
     ;;
 esac
