@@ -207,10 +207,9 @@ class Replay:
     """A recorded call: ``replay(roles, device)`` allocates its buffers, launches its kernels with
     the roles' and buffers' pointers and returns its outputs."""
 
-    __slots__ = ("buffers", "n_roles", "outputs", "steps")
+    __slots__ = ("buffers", "outputs", "steps")
 
     def __init__(self, rec: _Recorder, outputs):
-        self.n_roles = len(rec.keep) - len(rec.buffers)
         self.buffers = rec.buffers
         self.steps = rec.steps
         self.outputs = outputs
