@@ -201,3 +201,26 @@ def test_reduction_buffers_per_thread_and_grown():
     thread.start()
     thread.join()
     assert other[0][0] is not ticket
+
+
+@pytest.mark.skipif(normlab.INTERPRET, reason="CUDA graphs need a GPU (benchmarks/gpu_check.py)")
+def test_cuda_graph_has_its_own_ticket():
+    # A captured call gets its own ticket (zeroed inside the graph): replays and eager calls
+    # between them give the eager loss bit for bit, and every ticket ends at 0.
+    x = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
+    labels = torch.randint(0, 4096, (4,), device="cuda")
+    eager = normlab.cross_entropy(x, labels)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        normlab.cross_entropy(x, labels)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = normlab.cross_entropy(x, labels)
+    for _ in range(3):
+        graph.replay()
+        again = normlab.cross_entropy(x, labels)
+        torch.cuda.synchronize()
+        assert torch.equal(captured, eager) and torch.equal(again, eager)
+    assert all(ticket.item() == 0 for ticket, _ in op._REDUCTION_BUFFERS.values())

@@ -49,7 +49,6 @@ def _entropy_fused_kernel(
     ticket_ptr,  # (1,) int32, 0 between launches (REDUCE only)
     grad_scale,
     ignore_index,
-    n_rows,
     n_cols,
     x_row_stride,
     t_row_stride,
@@ -78,6 +77,7 @@ def _entropy_fused_kernel(
 ):
     """One row's loss and gradient in one launch (see module docstring)."""
     row = tl.program_id(0).to(tl.int64)
+    n_rows = tl.num_programs(0)  # one program per row
     if (KIND == CE) or HAS_MASK:
         skipped = False
         if KIND == CE:
@@ -180,7 +180,7 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
     launch(_entropy_fused_kernel, (n_rows,),
            x, t, labels, grad if grad is not None else x, loss_rows,
            n_valid if n_valid is not None else loss_rows, out if out is not None else loss_rows,
-           ticket if ticket is not None else loss_rows, scale, spec.ignore_index, n_rows, n_cols,
+           ticket if ticket is not None else loss_rows, scale, spec.ignore_index, n_cols,
            x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
            KIND=spec.kind, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
            MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None, REDUCE=reduce,
