@@ -203,7 +203,7 @@ def test_reduction_buffers_per_thread_and_grown():
     assert other[0][0] is not ticket
 
 
-@pytest.mark.skipif(normlab.INTERPRET, reason="CUDA graphs need a GPU (benchmarks/gpu_check.py)")
+@pytest.mark.skipif(normlab.INTERPRET, reason="CUDA graphs need a GPU")
 def test_cuda_graph_has_its_own_ticket():
     # A captured call gets its own ticket (zeroed inside the graph): replays and eager calls
     # between them give the eager loss bit for bit, and every ticket ends at 0.
