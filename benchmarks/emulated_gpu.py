@@ -1,14 +1,14 @@
 """The GPU host path (lean launch, replay) on a CPU: Triton's launchers replaced by stand-ins.
 
     from emulated_gpu import emulate   # benchmarks/ on sys.path
-    with emulate() as jits: ...        # normlab's norm kernels "launch" without running
+    with emulate() as jits: ...      # the kernels "launch" without running
 
-Every norm kernel is swapped for a stand-in with the real kernel's parameters. Its "compiled
-kernel" checks what Triton's launcher would be handed (exactly 9 + one argument per parameter,
-pointers as ints, no hooks) and computes nothing: outputs hold garbage. What it measures is the
-Python on the way to ``cuLaunchKernel`` (``benchmarks/host_profile.py --emulate``); what it tests
-is that the lean launch and the replay hand the launcher the right arguments
-(``tests/test_launch_emulated.py``).
+Every norm and loss kernel is swapped for a stand-in with the real kernel's parameters. Its
+"compiled kernel" checks what Triton's launcher would be handed (exactly 9 + one argument per
+parameter, pointers as ints or None, no hooks) and computes nothing: outputs hold garbage. What
+it measures is the Python on the way to ``cuLaunchKernel`` (``benchmarks/host_profile.py
+--emulate``); what it tests is that the lean launch and the replay hand the launcher the right
+arguments (``tests/test_launch_emulated.py``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import contextlib
 import triton
 
 from normlab import _launch
+from normlab.losses import chunked, fused, split
 from normlab.norms import block_row, op, reduce, row, split_row
 
-MODULES = (row, block_row, split_row, reduce)
+MODULES = (row, block_row, split_row, reduce, fused, chunked, split)
 
 
 class Compiled:
@@ -38,19 +39,25 @@ class Compiled:
         assert len(values) == self.n_params, (self.jit.__name__, len(values))
         assert launch_args[6:9] == (None, None, None)  # no metadata, no hooks
         for i in self.pointers:
-            assert isinstance(values[i], int) and values[i] > 0, (self.jit.__name__, i)
+            v = values[i]  # an int, or None (a null pointer: a kernel option left out)
+            assert v is None or (isinstance(v, int) and v > 0), (self.jit.__name__, i, v)
         if self.keep_runs:
             self.runs.append(values)
+            self.jit.launches.append(values)
 
 
 class Jit:
-    """A JITFunction's stand-in with the real kernel's parameters; ``fn[grid](...)`` compiles."""
+    """A JITFunction's stand-in with the real kernel's parameters; ``fn[grid](...)`` compiles.
+    ``launches``: every launch's arguments in parameter order, pointers as ints, whether it
+    compiled (``fn[grid]``) or ran a compiled kernel (a CPU tensor's 16-byte alignment, and with
+    it the key, can differ between calls where a GPU's allocator would not)."""
 
     def __init__(self, kernel, keep_runs=True):
         real = triton.runtime.jit.JITFunction(kernel.fn)
         self.params, self.__name__ = real.params, real.__name__
         self.keep_runs = keep_runs
         self.compiled: list[Compiled] = []
+        self.launches: list[tuple] = []
 
     def __getitem__(self, grid):
         def compile_(*args, **kwargs):
@@ -58,6 +65,10 @@ class Jit:
             missing = [n for n in names[len(args):] if n not in kwargs
                        and not self.params[names.index(n)].has_default]  # fmt: skip
             assert not missing, (self.__name__, missing)
+            if self.keep_runs:
+                values = [*args, *(kwargs.get(p.name, p.default) for p in self.params[len(args):])]
+                self.launches.append(tuple(v.data_ptr() if hasattr(v, "data_ptr") else v
+                                           for v in values))  # fmt: skip
             self.compiled.append(Compiled(self, self.keep_runs))
             return self.compiled[-1]
 
@@ -66,7 +77,7 @@ class Jit:
 
 @contextlib.contextmanager
 def emulate(replay: bool = True, keep_runs: bool = True):
-    """Within: the lean launch on (and the replay, if ``replay``), every norm kernel a ``Jit``.
+    """Within: the lean launch on (and the replay, if ``replay``), every kernel a ``Jit``.
     Yields {kernel name: Jit}; restores everything on exit."""
     saved = [(_launch, n, getattr(_launch, n))
              for n in ("ENABLED", "REPLAY", "_get_device", "_get_stream", "_SITES")]

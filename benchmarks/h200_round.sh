@@ -44,7 +44,11 @@ case $STAGE in
   losses)
     step gpu_check_losses 120 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_losses.json" \
       --quick --only losses,loss_options
-    step overhead_losses 100 python3 -m normlab bench --overhead \
+    step gpu_check_loss_reduce 90 env NORMLAB_LOSS_REDUCE=1 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_loss_reduce.json" --quick --only losses,graphs
+    step loss_graph_ticket 60 python3 -m pytest -q -p no:cacheprovider tests/test_loss_host.py \
+      -k cuda_graph
+    step overhead_losses 100 env NORMLAB_LOSS_REDUCE=1 python3 -m normlab bench --overhead \
       --op cross_entropy,reverse_kl,soft_cross_entropy --out "$OUT/overhead_losses.json" \
       --no-progress
     step loss_options 150 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \

@@ -56,13 +56,14 @@ class _Site:
     """Per-kernel state: the parameter names, which are constexpr, their defaults, and the
     compiled kernels by call key."""
 
-    __slots__ = ("compiled", "constexpr", "defaults", "fn", "names")
+    __slots__ = ("compiled", "constexpr", "defaults", "fn", "names", "runtime")
 
     def __init__(self, fn):
         self.fn = fn
         params = fn.params
         self.names = [p.name for p in params]
         self.constexpr = [p.is_constexpr for p in params]
+        self.runtime = frozenset(p.name for p in params if not p.is_constexpr)
         self.defaults = {p.name: p.default for p in params if p.has_default}
         self.compiled: dict = {}
 
@@ -73,13 +74,21 @@ _SITES: dict[int, _Site] = {}  # by id(fn); each site holds its fn
 _MAX_KEYS = 4096  # per kernel; past it the cache starts over (ints are keyed by value)
 
 
+def _arg_key(v):
+    """A runtime argument's part of the key: a pointer's dtype and 16-byte alignment, a float's
+    type, anything else by value (bools apart from ints: True == 1 in Python)."""
+    if isinstance(v, torch.Tensor):
+        return (v.dtype, not v.data_ptr() & 15)
+    kind = type(v)
+    return v if kind is int else float if kind is float else (kind, v)
+
+
 def _compile(site: _Site, grid, args, kwargs, key):
-    """A call key's first launch: through ``fn[grid]``, which compiles; stores the kernel and
-    the keyword tail of its arguments (fixed by the key: keywords are keyed by value)."""
-    name = getattr(site.fn, "__name__", "kernel")
-    if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
-        raise TypeError(f"{name}: pass tensors positionally")
+    """A call key's first launch: through ``fn[grid]``, which compiles. Stores the kernel, the
+    arguments after the positional ones (constexprs and defaults: fixed by the key) and where
+    among them runtime arguments passed by keyword go (filled per call)."""
     if any(c and isinstance(a, float) for c, a in zip(site.constexpr, args, strict=False)):
+        name = getattr(site.fn, "__name__", "kernel")
         raise TypeError(f"{name}: pass float constexprs by keyword (positional floats are keyed "
                         "by type)")  # fmt: skip
     kernel = site.fn[grid](*args, **kwargs)
@@ -87,16 +96,18 @@ def _compile(site: _Site, grid, args, kwargs, key):
         kernel = kernel.result()
     if len(site.compiled) >= _MAX_KEYS:
         site.compiled.clear()
-    tail = tuple(kwargs[n] if n in kwargs else site.defaults[n] for n in site.names[len(args):])
-    entry = site.compiled[key] = (kernel, tail)
+    names = site.names[len(args):]
+    tail = tuple(kwargs[n] if n in kwargs else site.defaults[n] for n in names)
+    by_keyword = tuple((i, n) for i, n in enumerate(names) if n in kwargs and n in site.runtime)
+    entry = site.compiled[key] = (kernel, tail, by_keyword)
     return entry
 
 
 def launch(fn, grid, *args, **kwargs):
     """``fn[grid](*args, **kwargs)``, through the compiled kernel's launcher when it is known.
 
-    ``grid`` is a tuple of ints. Tensors come positionally; launch options (``num_warps``,
-    ``num_stages``, ...) and the parameters after the positional ones by keyword."""
+    ``grid`` is a tuple of ints. Keyword arguments are the kernel's remaining parameters (by name)
+    and the launch options (``num_warps``, ``num_stages``, ...)."""
     if not ENABLED or not hasattr(fn, "params"):  # off, or a wrapper (heuristics, autotune)
         fn[grid](*args, **kwargs)
         if _recorder is not None:
@@ -107,8 +118,11 @@ def launch(fn, grid, *args, **kwargs):
         site = _SITES[id(fn)] = _Site(fn)
     device = _get_device()
     # The key: per pointer its dtype and 16-byte alignment, floats by type, everything else
-    # (ints, bools, keywords) by value: a refinement of what Triton specializes on.
-    key = [device, *kwargs.items()]
+    # (ints, bools, constexprs, options) by value: a refinement of what Triton specializes on.
+    if site.runtime.isdisjoint(kwargs):  # keywords are constexprs and options only
+        key = [device, *kwargs.items()]
+    else:  # runtime arguments by keyword too (the losses' options)
+        key = [device, *((n, _arg_key(v) if n in site.runtime else v) for n, v in kwargs.items())]
     values = []  # pointers as ints: Triton's launcher then skips cuPointerGetAttribute per pointer
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -129,7 +143,12 @@ def launch(fn, grid, *args, **kwargs):
         return
     if _recorder is not None:
         _recorder.step(fn, grid, args, kwargs, entry)
-    kernel, tail = entry
+    kernel, tail, by_keyword = entry
+    if by_keyword:
+        tail = list(tail)
+        for i, name in by_keyword:
+            v = kwargs[name]
+            tail[i] = v.data_ptr() if isinstance(v, torch.Tensor) else v
     stream = _get_stream(device)
     enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
     # Launch metadata only feeds the hooks (profilers); Triton builds it for every launch. Its
@@ -169,6 +188,10 @@ class _Recorder:
         return self.index.get(id(t))
 
     def step(self, fn, grid, args, kwargs, entry):
+        if (entry is not None and entry[2]) or any(isinstance(v, torch.Tensor)
+                                                 for v in kwargs.values()):  # fmt: skip
+            self.ok = False  # runtime arguments by keyword: not replayed
+            return
         template, slots = list(args), []
         for pos, a in enumerate(args):
             if isinstance(a, torch.Tensor):
@@ -231,7 +254,7 @@ class Replay:
                 continue
             for pos, i in slots:
                 values[pos] = tensors[i].data_ptr()
-            kernel, tail = entry
+            kernel, tail, _ = entry
             # no launch metadata, no enter or exit hook (none is active: ``hooked``)
             kernel.run(grid[0], grid[1], grid[2], stream, kernel.function,
                        kernel.packed_metadata, None, None, None, *values, *tail)  # fmt: skip

@@ -45,12 +45,13 @@ class _FakeKernel:
 
 
 class _FakeJit:
-    """A JITFunction's stand-in: (x_ptr, n, SCALE: constexpr, FLAG: constexpr = False);
+    """A JITFunction's stand-in: (x_ptr, n, SCALE: constexpr, FLAG: constexpr = False,
+    w_ptr = None), a runtime pointer after the constexprs as the losses' options are;
     ``fn[grid](...)`` 'compiles' a new kernel each time."""
 
     __name__ = "fake_kernel"
     params = (_Param("x_ptr", False), _Param("n", False), _Param("SCALE", True),
-              _Param("FLAG", True, False, True))  # fmt: skip
+              _Param("FLAG", True, False, True), _Param("w_ptr", False, None, True))  # fmt: skip
 
     def __init__(self):
         self.compiled = []
@@ -82,7 +83,7 @@ def test_a_known_key_launches_with_int_pointers_and_the_keyword_tail(lean):
     assert len(lean.compiled) == 1
     (g0, g1, g2, stream, _, _, meta, enter, leave, *values), = kernel.runs
     assert (g0, g1, g2, stream, meta, enter, leave) == (5, 2, 1, 7, None, None, None)
-    assert values == [y.data_ptr(), 100, 4, False]  # runtime args, then SCALE and FLAG's default
+    assert values == [y.data_ptr(), 100, 4, False, None]  # then SCALE, FLAG and w_ptr's defaults
 
 
 @pytest.mark.parametrize("change", ["constexpr", "positional_constexpr", "option", "dtype",
@@ -123,10 +124,20 @@ def test_key_separates_what_triton_separates(lean, values):
             assert len(lean.compiled) == 2, (a, b)
 
 
-def test_tensors_go_by_position(lean):
-    x = torch.empty(64)
-    with pytest.raises(TypeError, match="tensors positionally"):
-        _launch.launch(lean, (1,), x, n=32, SCALE=x)
+def test_runtime_arguments_by_keyword_are_per_call(lean):
+    """A runtime argument passed by keyword (w_ptr) is keyed by its spec, not its value, and each
+    call's own pointer reaches the launcher; a call recorded with one is not replayed."""
+    x, w1, w2 = torch.empty(64), torch.empty(64), torch.empty(64)
+    for w in (w1, w1, w2):
+        _launch.launch(lean, (1,), x, 32, SCALE=4, w_ptr=w)
+    assert len(lean.compiled) == 1
+    kernel = lean.compiled and next(iter(_launch._SITES[id(lean)].compiled.values()))[0]
+    assert [values[-1] for values in kernel.runs] == [w1.data_ptr(), w2.data_ptr()]
+    _launch.launch(lean, (1,), x, 32, SCALE=4, w_ptr=torch.empty(64, dtype=torch.float16))
+    assert len(lean.compiled) == 2  # another dtype: another kernel
+    _, replay = _launch.record(lambda: _launch.launch(lean, (1,), x, 32, SCALE=4, w_ptr=w1) or (),
+                               (x, w1))  # fmt: skip
+    assert replay is None
 
 
 def test_empty_hook_chains_are_inactive():
@@ -159,4 +170,4 @@ def test_a_replay_hands_the_launcher_what_a_launch_does(lean, monkeypatch):
     replay((y,), "cpu")
     direct, replayed = kernel.runs
     assert replayed == direct
-    assert replayed[9:] == (y.data_ptr(), 100, 4, False)
+    assert replayed[9:] == (y.data_ptr(), 100, 4, False, None)

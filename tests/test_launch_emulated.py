@@ -66,3 +66,50 @@ def test_launches_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, kind, m
     assert any(xs[2] in values for c in first for values in c.runs)
     assert all(isinstance(r, _launch.Replay) for r in op._FWD_REPLAYS.values())
     assert bool(op._FWD_REPLAYS) == replay
+
+
+LOSSES = ("cross_entropy", "reverse_kl", "soft_cross_entropy", "forward_kl", "jsd")
+
+
+@pytest.mark.parametrize("reduce_in_kernel", [True, False], ids=["kernel-sum", "torch-sum"])
+@pytest.mark.parametrize("form", ["fused", "chunked", "split"])
+@pytest.mark.parametrize("loss", LOSSES)
+def test_loss_launches_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, loss, form,
+                                                       reduce_in_kernel):  # fmt: skip
+    from normlab.losses import config as loss_config
+
+    monkeypatch.setattr(loss_config, "REDUCE_IN_KERNEL", reduce_in_kernel)
+    # the same tensors twice: the kernels' FRAME follows the pointers' 128-byte alignment
+    x = torch.randn(5, 300, requires_grad=True)
+    other = torch.randint(0, 300, (5,)) if loss == "cross_entropy" else torch.randn(5, 300)
+    for _ in range(2):
+        out = getattr(normlab, loss)(x, other, form=form, block_cap=64)
+        torch.autograd.grad(out, (x,))
+    runs = [v for jit in gpu_path.values() for c in jit.compiled for v in c.runs]
+    assert runs, "the second call did not reach the launcher"
+
+
+@pytest.mark.parametrize("form", ["fused", "chunked", "split"])
+def test_loss_options_by_keyword_reach_the_launcher(gpu_path, form):
+    """The losses pass their options (the mask pointer, temperature, beta) as keyword runtime
+    arguments: each call's own values reach the launcher, the mask as its pointer."""
+    x = torch.randn(5, 300, requires_grad=True)
+    t = torch.randn(5, 300)
+    base = torch.zeros(64, dtype=torch.bool)  # two masks of one alignment: one kernel
+    masks = [base[:5], base[32:37]]
+    masks[0].copy_(torch.tensor([True, False, True, True, False]))
+    masks[1].copy_(torch.tensor([False] + [True] * 4))
+    for mask in (masks[0], masks[0], masks[1]):
+        out = normlab.jsd(x, t, beta=0.3, temperature=2.0, loss_mask=mask, form=form,
+                          block_cap=64)  # fmt: skip
+        torch.autograd.grad(out, (x,))
+    first = next(jit for name, jit in gpu_path.items()
+                 if name in ("_entropy_fused_kernel", "_entropy_chunked_kernel",
+                             "_entropy_stats_kernel") and jit.launches)  # fmt: skip
+    names = [p.name for p in first.params]
+    seen = [r[names.index("mask_ptr")] for r in first.launches]  # chunked: several a call
+    calls = [m.data_ptr() for m in (masks[0], masks[0], masks[1])]
+    per_call = len(seen) // 3
+    assert seen == [p for p in calls for _ in range(per_call)]
+    assert all(r[names.index("beta")] == 0.3 and r[names.index("xparam")] == 0.5
+               for r in first.launches)  # fmt: skip

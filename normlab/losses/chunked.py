@@ -20,8 +20,10 @@ from normlab.losses.online import (
     CE,
     JSD,
     NEG_INF,
+    counted_rows,
     fill_zero,
     finish_loss,
+    finish_reduction,
     fold_stats,
     grad_pass,
     jsd_loss,
@@ -96,7 +98,9 @@ def _entropy_chunked_kernel(
     labels_ptr,  # (n_rows,) int labels (label CE only)
     grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here
     loss_ptr,  # (n_rows,) fp32 per-row loss
-    n_valid_ptr,  # (1,) fp32 counted row count (MEAN_OVER_VALID only)
+    n_valid_ptr,  # (1,) fp32 counted row count (MEAN_OVER_VALID without COUNT only)
+    out_ptr,  # () fp32 reduced loss (REDUCE only; see online.finish_reduction)
+    ticket_ptr,  # (1,) int32, 0 between launches (REDUCE only)
     stats_ptr,  # (5, n_rows * n_chunks) fp32 raw statistics of each (row, chunk); JSD: (7, ...)
     sync_ptr,  # (1 + n_rows,) int32 zeros: [0] ticket counter, [1 + r] chunks of row r done
     grad_scale,
@@ -115,6 +119,10 @@ def _entropy_chunked_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
+    COUNT: tl.constexpr,  # MEAN_OVER_VALID: count the counted rows here (online.counted_rows)
+    # 0: the loss rows only; 1: and their sum, 2: and their mean, at out_ptr (the last launch:
+    # chunk 0 of each row takes a ticket)
+    REDUCE: tl.constexpr,
     BLOCK: tl.constexpr,
     LANE: tl.constexpr,  # columns per lane of the running statistics (config.entropy_lane)
     CHUNKS_POW2: tl.constexpr,
@@ -187,6 +195,11 @@ def _entropy_chunked_kernel(
                 tl.store(loss_ptr + row, 0.0)
             if (PHASE != 1) and (PHASE != 4) and COMPUTE_GRAD and not ACCUMULATE:
                 fill_zero(grad_row, lo, hi, BLOCK)
+            if REDUCE > 0:
+                if chunk == 0:
+                    finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_valid_ptr,
+                                     labels_ptr, mask_ptr, ignore_index, KIND, REDUCE,
+                                     MEAN_OVER_VALID, COUNT, HAS_MASK)  # fmt: skip
             return
     if KIND == CE:
         if chunk == 0:
@@ -234,17 +247,27 @@ def _entropy_chunked_kernel(
                                        z_loss, KIND, SMOOTH, ZLOSS)  # fmt: skip
                 tl.store(loss_ptr + row, loss)
             if COMPUTE_GRAD:
+                scale = tl.cast(grad_scale, tl.float32)
+                if MEAN_OVER_VALID:
+                    scale = scale / counted_rows(n_valid_ptr, labels_ptr, mask_ptr, ignore_index,
+                                                 n_rows, KIND, HAS_MASK, COUNT)  # fmt: skip
                 grad_pass(x_row, t_row, grad_row, lo, hi, x_last, t_last, n_full, first, m_x,
-                           s_x, m_t, s_t, acc, label, bad, grad_scale, n_valid_ptr, xparam, beta,
-                           smoothing, uniform_weight, z_loss, KIND, ACCUMULATE, MEAN_OVER_VALID,
-                           BLOCK, LANE, ALIGN, XFORM, SMOOTH, ZLOSS)  # fmt: skip
+                           s_x, m_t, s_t, acc, label, bad, scale, xparam, beta, smoothing,
+                           uniform_weight, z_loss, KIND, ACCUMULATE, BLOCK, LANE, ALIGN, XFORM,
+                           SMOOTH, ZLOSS)  # fmt: skip
+            if REDUCE > 0:
+                if chunk == 0:
+                    finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_valid_ptr,
+                                     labels_ptr, mask_ptr, ignore_index, KIND, REDUCE,
+                                     MEAN_OVER_VALID, COUNT, HAS_MASK)  # fmt: skip
 
 
 def launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate,
-                   mask=None, *, phases=None, tiles_per_chunk=None):  # fmt: skip
+                   mask=None, out=None, ticket=None, *, phases=None,
+                   tiles_per_chunk=None):  # fmt: skip
     """Chunked form. ``phases``: 1 = one launch that meets in-kernel (the GPU default), 2 = a
     statistics launch then a gradient launch (the interpreter's only option: see the kernel;
-    JSD's sums launch between them). mask: the flat loss_mask or None."""
+    JSD's sums launch between them). Other arguments as ``fused.launch_fused``'s."""
     n_rows, n_cols = x.shape
     block = config.tile(n_cols, spec.block_cap)
     tiles = config.entropy_chunk_tiles(block) if tiles_per_chunk is None else tiles_per_chunk
@@ -274,12 +297,16 @@ def launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, a
     else:
         launches = (1, 4, 2) if n_stats == 7 else (1, 2)
     extra = config.kernel_args(spec, mask)
+    reduce = 0 if out is None else config.REDUCE_CODES[spec.reduction]
     for phase in launches:
         launch(_entropy_chunked_kernel, (n_rows * n_chunks,),
-               x, t, labels, grad if grad is not None else x, loss_rows, n_valid, stats, sync,
-               scale, spec.ignore_index, n_rows, n_cols, n_chunks, layout.chunk_tiles,
-               layout.n_long, x.stride(0), t.stride(0), grad_row_stride,
+               x, t, labels, grad if grad is not None else x, loss_rows,
+               n_valid if n_valid is not None else loss_rows,
+               out if out is not None else loss_rows, ticket if ticket is not None else sync,
+               stats, sync, scale, spec.ignore_index, n_rows, n_cols, n_chunks,
+               layout.chunk_tiles, layout.n_long, x.stride(0), t.stride(0), grad_row_stride,
                KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
-               MEAN_OVER_VALID=over_valid, BLOCK=block, LANE=config.entropy_lane(block),
-               CHUNKS_POW2=next_pow2(n_chunks), **frames, **extra,
-               **options)  # fmt: skip
+               MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None,
+               REDUCE=reduce if phase == launches[-1] else 0, BLOCK=block,
+               LANE=config.entropy_lane(block), CHUNKS_POW2=next_pow2(n_chunks), **frames,
+               **extra, **options)  # fmt: skip

@@ -11,7 +11,12 @@ imports a kernel.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import NamedTuple
+
+from normlab import _runtime
 
 # ---- the calls -----------------------------------------------------------------------------------
 
@@ -64,6 +69,33 @@ def options(kind: int, temperature: float, beta: float, label_smoothing: float, 
 def counts_valid(kind: int, reduction: str, has_mask: bool = False) -> bool:
     """Whether the loss divides by the counted rows (label CE's or a loss_mask's mean)."""
     return reduction == "mean" and (kind == CE or has_mask)
+
+
+# The kernels' REDUCE: the fused and chunked forms reduce the loss rows in the kernel (its last
+# program: online.finish_reduction), so a call is one launch and not three or four. On a GPU
+# opt-in (NORMLAB_LOSS_REDUCE=1) until a GPU run has checked its cross-program ordering (the
+# interpreter runs one program at a time and cannot show a race); the interpreter runs it.
+REDUCE_CODES = {"none": 0, "sum": 1, "mean": 2}
+REDUCE_IN_KERNEL = _runtime.INTERPRET or os.environ.get("NORMLAB_LOSS_REDUCE", "0") == "1"
+
+# A mean over counted rows scales the gradient written in the forward by 1 / count, so the count
+# must be known before: a torch count ahead of the kernel (two more launches, host time that a
+# small call cannot hide) or every program counting the labels (and mask) itself, n_rows entries
+# read from L2 (online.counted_rows). The kernel counts while those bytes are at most
+# 1 / ENTROPY_COUNT_READ_RATIO of the logits a program reads anyway (a row, or a chunk). A bound
+# on the extra traffic, not a measured optimum.
+ENTROPY_COUNT_READ_RATIO = 8
+
+
+def count_in_kernel(spec: Spec, n_rows: int, n_cols: int, logit_bytes: int,
+                    row_bytes: int) -> bool:  # fmt: skip
+    """Whether a fused or chunked call counts its mean's rows in the kernel (see above):
+    ``row_bytes`` per row of labels and loss_mask, ``logit_bytes`` per logit."""
+    cols = n_cols
+    if spec.form == "chunked":
+        block = tile(n_cols, spec.block_cap)
+        cols = min(n_cols, entropy_chunk_tiles(block) * block)
+    return n_rows * row_bytes * ENTROPY_COUNT_READ_RATIO <= cols * logit_bytes
 
 
 def grad_scale(spec: Spec, n_rows: int) -> tuple[float, bool]:
@@ -170,14 +202,18 @@ def entropy_lane(block: int) -> int:
 ENTROPY_FRAME_BYTES = 128
 
 
-def frames(x, t, grad, block: int) -> dict[str, int]:
+_ROWS_ALIGNED = MappingProxyType({"ALIGN": 1, "FRAME": 1})
+
+
+def frames(x, t, grad, block: int) -> Mapping[str, int]:
     """The kernels' ALIGN and FRAME (see online.row_frames). ALIGN: columns per 16 bytes; 1 when
     Triton already sees aligned rows, when the tensors' rows are not aligned alike, or when a tile
     is narrower than 16 bytes. FRAME: columns per ENTROPY_FRAME_BYTES where every tensor starts on
     such a boundary and a tile is that wide, else ALIGN."""
+    if (x.shape[1] % 16 == 0 and x.stride(0) % 16 == 0 and t.stride(0) % 16 == 0
+            and (grad is None or grad.stride(0) % 16 == 0)):  # fmt: skip
+        return _ROWS_ALIGNED
     tensors = (x, t) if grad is None else (x, t, grad)
-    if x.shape[1] % 16 == 0 and all(v.stride(0) % 16 == 0 for v in tensors):
-        return {"ALIGN": 1, "FRAME": 1}
     esize = x.element_size()
     align = 16 // esize
     alike = all(v.stride(0) == x.stride(0) and v.element_size() == esize

@@ -5,7 +5,9 @@
 reused from registers; Fast-LLM's reverse-KL issue,
 https://github.com/ServiceNow/Fast-LLM/issues/497, for the block cap). The gradient (times the
 reduction's 1/n) is written during the forward and saved; the backward only rescales it by
-grad_output (``_entropy_grad_rescale_kernel``, in place; ``op`` decides when).
+grad_output (``_entropy_grad_rescale_kernel``, in place; ``op`` decides when). The loss rows'
+sum or mean is the kernel's too: its last program adds them up (``online.finish_reduction``), so
+a call is one launch.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from normlab.losses import config
 from normlab.losses.online import (
     CE,
     JSD,
+    counted_rows,
     fill_zero,
     finish_loss,
+    finish_reduction,
     grad_pass,
     jsd_loss,
     jsd_sums,
@@ -40,7 +44,9 @@ def _entropy_fused_kernel(
     labels_ptr,  # (n_rows,) int labels (label CE only)
     grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here
     loss_ptr,  # (n_rows,) fp32 per-row loss (0 where ignored or masked)
-    n_valid_ptr,  # (1,) fp32 count of counted rows (MEAN_OVER_VALID only)
+    n_valid_ptr,  # (1,) fp32 count of counted rows (MEAN_OVER_VALID without COUNT only)
+    out_ptr,  # () fp32 reduced loss (REDUCE only; see online.finish_reduction)
+    ticket_ptr,  # (1,) int32, 0 between launches (REDUCE only)
     grad_scale,
     ignore_index,
     n_cols,
@@ -51,6 +57,8 @@ def _entropy_fused_kernel(
     COMPUTE_GRAD: tl.constexpr,
     ACCUMULATE: tl.constexpr,
     MEAN_OVER_VALID: tl.constexpr,
+    COUNT: tl.constexpr,  # MEAN_OVER_VALID: count the counted rows here (online.counted_rows)
+    REDUCE: tl.constexpr,  # 0: the loss rows only; 1: and their sum, 2: and their mean, at out_ptr
     BLOCK: tl.constexpr,
     LANE: tl.constexpr,  # columns per lane of the running statistics (config.entropy_lane)
     ALIGN: tl.constexpr,  # see row_frames; > 1 only when the three row strides are equal
@@ -69,6 +77,7 @@ def _entropy_fused_kernel(
 ):
     """One row's loss and gradient in one launch (see module docstring)."""
     row = tl.program_id(0).to(tl.int64)
+    n_rows = tl.num_programs(0)  # one program per row
     if (KIND == CE) or HAS_MASK:
         skipped = False
         if KIND == CE:
@@ -79,6 +88,10 @@ def _entropy_fused_kernel(
             tl.store(loss_ptr + row, 0.0)
             if COMPUTE_GRAD and not ACCUMULATE:
                 fill_zero(grad_ptr + row * grad_row_stride, 0, n_cols, BLOCK)
+            if REDUCE > 0:
+                finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_valid_ptr, labels_ptr,
+                                 mask_ptr, ignore_index, KIND, REDUCE, MEAN_OVER_VALID, COUNT,
+                                 HAS_MASK)  # fmt: skip
             return
     x_off, t_off, grad_off, lead = row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
                                                ALIGN, FRAME)  # fmt: skip
@@ -108,10 +121,18 @@ def _entropy_fused_kernel(
                            SMOOTH, ZLOSS)  # fmt: skip
     tl.store(loss_ptr + row, loss)
     if COMPUTE_GRAD:
+        scale = tl.cast(grad_scale, tl.float32)
+        if MEAN_OVER_VALID:
+            scale = scale / counted_rows(n_valid_ptr, labels_ptr, mask_ptr, ignore_index, n_rows,
+                                         KIND, HAS_MASK, COUNT)  # fmt: skip
         grad_pass(x_row, t_row, grad_row, lead, lead + n_cols, x_last, t_last, n_full, first,
-                   m_x, s_x, m_t, s_t, acc, label, bad, grad_scale, n_valid_ptr, xparam, beta,
-                   smoothing, uniform_weight, z_loss, KIND, ACCUMULATE, MEAN_OVER_VALID, BLOCK,
-                   LANE, ALIGN, XFORM, SMOOTH, ZLOSS)  # fmt: skip
+                   m_x, s_x, m_t, s_t, acc, label, bad, scale, xparam, beta, smoothing,
+                   uniform_weight, z_loss, KIND, ACCUMULATE, BLOCK, LANE, ALIGN, XFORM, SMOOTH,
+                   ZLOSS)  # fmt: skip
+    if REDUCE > 0:
+        finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_valid_ptr, labels_ptr,
+                         mask_ptr, ignore_index, KIND, REDUCE, MEAN_OVER_VALID, COUNT,
+                         HAS_MASK)  # fmt: skip
 
 
 @triton.jit
@@ -144,21 +165,27 @@ def _entropy_grad_rescale_kernel(
 
 
 def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate,
-                 mask=None):  # fmt: skip
-    """Loss rows of x (and, with compute_grad, the gradient into grad) in one launch. Unread
-    pointers (labels, n_valid, grad) may be any tensor; mask: the flat loss_mask or None."""
+                 mask=None, out=None, ticket=None):  # fmt: skip
+    """Loss rows of x (and, with compute_grad, the gradient into grad) in one launch; with
+    ``out`` (a () fp32 tensor) and ``ticket`` (``op._reduction_buffers``'), also their sum or
+    mean (spec.reduction) into ``out``. ``n_valid``: the fp32 count a mean over counted rows
+    divides by, or None: the kernel counts (``config.count_in_kernel``). Unread pointers
+    (labels, grad) may be any tensor; mask: the flat loss_mask or None."""
     n_rows, n_cols = x.shape
     block = config.tile(n_cols, spec.block_cap)
     scale, over_valid = config.grad_scale(spec, n_rows)
     is_ce = spec.kind == config.CE
     table = config.ENTROPY_FUSED_WARPS_LABEL if is_ce else config.ENTROPY_FUSED_WARPS
-    grad_row_stride = grad.stride(0) if grad is not None else 0
+    reduce = 0 if out is None else config.REDUCE_CODES[spec.reduction]
     launch(_entropy_fused_kernel, (n_rows,),
-           x, t, labels, grad if grad is not None else x, loss_rows, n_valid,
-           scale, spec.ignore_index, n_cols, x.stride(0), t.stride(0), grad_row_stride,
+           x, t, labels, grad if grad is not None else x, loss_rows,
+           n_valid if n_valid is not None else loss_rows, out if out is not None else loss_rows,
+           ticket if ticket is not None else loss_rows, scale, spec.ignore_index, n_cols,
+           x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
            KIND=spec.kind, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
-           MEAN_OVER_VALID=over_valid, BLOCK=block, LANE=config.entropy_lane(block),
-           **config.frames(x, t, grad, block), **config.kernel_args(spec, mask),
+           MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None, REDUCE=reduce,
+           BLOCK=block, LANE=config.entropy_lane(block), **config.frames(x, t, grad, block),
+           **config.kernel_args(spec, mask),
            num_warps=config.entropy_num_warps(block, table))  # fmt: skip
 
 

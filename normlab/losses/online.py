@@ -61,6 +61,8 @@ SOFTCAP: tl.constexpr = tl.constexpr(2)  # xparam * tanh(x / xparam), xparam = t
 # a wide row), so it takes two plain tl.max there; a max is exact, so both give the same bits.
 # tests/test_entropy.py runs the paired path too.
 PAIRED_MAXIMA: tl.constexpr = tl.constexpr(not _runtime.INTERPRET)
+# Elements per step of a launch's row count and final sum (counted_rows, finish_reduction).
+REDUCE_BLOCK: tl.constexpr = tl.constexpr(1024)
 
 
 @triton.jit
@@ -508,6 +510,59 @@ def fill_zero(ptr, lo, hi, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def counted_rows(n_valid_ptr, labels_ptr, mask_ptr, ignore_index, n_rows, KIND: tl.constexpr,
+                 HAS_MASK: tl.constexpr, COUNT: tl.constexpr):  # fmt: skip
+    """The rows a mean counts (label CE's not ignored, a loss_mask's True ones), fp32: loaded
+    from n_valid_ptr, or with COUNT counted here from the labels and the mask (exact, an int32
+    sum, as torch's count)."""
+    if COUNT:
+        n = tl.zeros([REDUCE_BLOCK], tl.int32)
+        for start in range(0, n_rows, REDUCE_BLOCK):
+            offs = start + tl.arange(0, REDUCE_BLOCK)
+            keep = offs < n_rows
+            if KIND == CE:
+                label = tl.load(labels_ptr + offs, mask=keep, other=ignore_index)
+                keep = keep & (label != ignore_index)
+            if HAS_MASK:
+                keep = keep & (tl.load(mask_ptr + offs, mask=keep, other=0) != 0)
+            n += keep.to(tl.int32)
+        n_valid = tl.sum(n, axis=0).to(tl.float32)
+    else:
+        n_valid = tl.load(n_valid_ptr)
+    return n_valid
+
+
+@triton.jit
+def finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_valid_ptr, labels_ptr, mask_ptr,
+                     ignore_index, KIND: tl.constexpr, REDUCE: tl.constexpr,
+                     MEAN_OVER_VALID: tl.constexpr, COUNT: tl.constexpr,
+                     HAS_MASK: tl.constexpr):  # fmt: skip
+    """The reduced loss into out_ptr, by the last of the launch's n_rows programs that store a
+    row's loss (each calls this once, after that store): REDUCE 1 sums the rows, 2 takes their
+    mean (over counted_rows with MEAN_OVER_VALID, else over n_rows), in fp32 and in row order
+    whichever program is last. ticket_ptr is an int32 that is 0 before the launch; the last
+    program sets it back to 0 (the host keeps one per stream). As CUDA's threadFenceReduction
+    sample: each program publishes its store with a release, the last one reads after an acquire
+    (bypassing L1)."""
+    tl.debug_barrier()  # every thread's store happens before the release
+    done = tl.atomic_add(ticket_ptr, 1, sem="acq_rel")
+    if done == n_rows - 1:
+        acc = tl.zeros([REDUCE_BLOCK], tl.float32)
+        for start in range(0, n_rows, REDUCE_BLOCK):
+            offs = start + tl.arange(0, REDUCE_BLOCK)
+            acc += tl.load(loss_ptr + offs, mask=offs < n_rows, other=0.0, cache_modifier=".cg")
+        total = tl.sum(acc, axis=0)
+        if REDUCE == 2:
+            if MEAN_OVER_VALID:
+                total = total / counted_rows(n_valid_ptr, labels_ptr, mask_ptr, ignore_index,
+                                             n_rows, KIND, HAS_MASK, COUNT)  # fmt: skip
+            else:
+                total = total / n_rows
+        tl.store(out_ptr, total)
+        tl.store(ticket_ptr, 0)
+
+
+@triton.jit
 def load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size):
     """(local label, ignored, bad) for label CE: bad = not ignored and outside [0, vocab_size)."""
     label = tl.load(labels_ptr + row).to(tl.int64)
@@ -577,8 +632,8 @@ def grad_pass(
     acc,
     label,  # label CE: column of the label in the frame
     bad,  # label CE: the label is out of range (the gradient becomes NaN)
-    grad_scale,  # host scale of the reduction (1/n for "mean" over rows; 1/T; JSD's 1 - beta)
-    n_valid_ptr,  # (1,) fp32 non-ignored (unmasked) row count (MEAN_OVER_VALID only)
+    scale,  # fp32: the reduction's (1/n for a mean; counted_rows' for one over counted rows),
+    # times 1/T and JSD's 1 - beta
     xparam,  # the options (see tile_grad)
     beta,
     smoothing,
@@ -586,7 +641,6 @@ def grad_pass(
     z_loss,
     KIND: tl.constexpr,
     ACCUMULATE: tl.constexpr,
-    MEAN_OVER_VALID: tl.constexpr,
     BLOCK: tl.constexpr,
     LANE: tl.constexpr,
     ALIGN: tl.constexpr,
@@ -602,9 +656,6 @@ def grad_pass(
     log_s_x = tl.log(s_x)
     log_s_t = tl.log(s_t)
     kl_shift = kl_shift_of(acc, s_x, KIND)
-    scale = tl.cast(grad_scale, tl.float32)
-    if MEAN_OVER_VALID:
-        scale = scale / tl.load(n_valid_ptr)
     if KIND == CE:
         scale = tl.where(bad, float("nan"), scale)
     if (KIND == RKL) or (KIND == JSD):

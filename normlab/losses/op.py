@@ -2,7 +2,9 @@
 
 An eager call costs the CPU little: the arguments are checked once, ``config`` picks the form
 and tiles, and a ``torch.autograd.Function`` (or, when no gradient is needed, the launchers
-alone) runs the kernels through ``normlab._launch``. Under ``torch.compile`` the same forward and
+alone) runs the kernels through ``normlab._launch``. The fused and chunked forms reduce the loss
+in the kernel (and count a mean's rows there while cheap), so a default call is one launch
+forward and one backward, no torch kernel beside them. Under ``torch.compile`` the same forward and
 backward run inside the custom ops ``normlab::entropy_fwd`` and ``normlab::entropy_split_bwd``,
 which Inductor keeps as opaque calls (their dispatch costs tens of µs, so eager calls do not
 take them). The vocab-sharded loss (``group=``) is the Function in every mode (a process group
@@ -17,12 +19,13 @@ retain_graph=True or in a compiled backward, so any sequence of backwards gives 
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 import torch.distributed as dist
 
 from normlab import _runtime
-from normlab._host import FLOAT_DTYPES
+from normlab._host import FLOAT_DTYPES, next_pow2
 from normlab.losses import config, sharded
 from normlab.losses.chunked import launch_chunked
 from normlab.losses.config import CE, GRAD_IN_FORWARD, KINDS, REDUCTIONS
@@ -39,15 +42,19 @@ _F32 = torch.float32
 def _rows(spec, logits, other, mask):
     """(x, t, labels, mask): logits and target as (M, V) rows (t = x for label CE), the flat
     labels (x for the distribution losses: a pointer the kernels do not read) and the flat
-    loss_mask (or None)."""
-    n_cols = logits.shape[-1]
-    n_rows = logits.shape[:-1].numel()  # not -1: a zero-width vocab shard has V = 0
-    x = logits.reshape(n_rows, n_cols)
-    if mask is not None:
+    loss_mask (or None). 2-D logits are taken as they are (a reshape costs ~1 µs of host)."""
+    if logits.dim() == 2:
+        x = logits
+        n_rows = x.shape[0]
+    else:
+        n_cols = logits.shape[-1]
+        n_rows = logits.shape[:-1].numel()  # not -1: a zero-width vocab shard has V = 0
+        x = logits.reshape(n_rows, n_cols)
+    if mask is not None and (mask.dim() != 1 or mask.stride(0) != 1):
         mask = mask.reshape(n_rows).contiguous()  # the kernels read it by row index
     if spec.kind == CE:
-        return x, x, other.reshape(-1), mask
-    return x, other.reshape(n_rows, n_cols), x, mask
+        return x, x, (other if other.dim() == 1 else other.reshape(-1)), mask
+    return x, (other if other.dim() == 2 else other.reshape(x.shape)), x, mask
 
 
 def _n_valid(spec, labels, mask):
@@ -61,24 +68,72 @@ def _n_valid(spec, labels, mask):
     return (valid if mask is None else valid & mask).sum(dtype=_F32)
 
 
-def _forward_rows(spec, x, t, labels, mask, n_valid, grad, compute_grad, accumulate):
-    """(loss rows, the split form's (6, M) row statistics or None) of any form."""
-    if spec.form in GRAD_IN_FORWARD:
-        loss_rows = torch.empty(x.shape[0], dtype=_F32, device=x.device)
-        run = launch_fused if spec.form == "fused" else launch_chunked
-        run(spec, x, t, labels, grad, loss_rows, n_valid if n_valid is not None else x,
-            compute_grad, accumulate, mask)  # fmt: skip
-        return loss_rows, None
-    if spec.group is not None:
-        row_stats = sharded.row_stats(spec, x, t, labels, mask)
+_REDUCTION_BUFFERS: dict = {}
+
+
+def _reduction_buffers(device, n_rows):
+    """(ticket, rows) of a loss reduced in the kernel (online.finish_reduction): a (1,) int32
+    ticket counter, 0 between launches (each launch's last program resets it), and an fp32
+    buffer of at least n_rows for the loss rows on their way to the sum. One pair per stream
+    (launches on a stream run in order; under the interpreter, per thread), kept between calls;
+    a CUDA graph being captured gets its own, zeroed inside the graph, never the eager pair that
+    a replay could race with."""
+    if device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            return (torch.zeros(1, dtype=torch.int32, device=device),
+                    torch.empty(n_rows, dtype=_F32, device=device))  # fmt: skip
+        key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
     else:
-        _, row_stats = launch_stats(spec, x, t, labels, True, mask)
-    return row_stats[5], row_stats
+        key = (device, threading.get_ident())
+    buffers = _REDUCTION_BUFFERS.get(key)
+    if buffers is None or buffers[1].shape[0] < n_rows:
+        ticket = torch.zeros(1, dtype=torch.int32, device=device) if buffers is None \
+            else buffers[0]  # fmt: skip
+        rows = torch.empty(next_pow2(n_rows), dtype=_F32, device=device)
+        buffers = _REDUCTION_BUFFERS[key] = (ticket, rows)
+    return buffers
+
+
+def _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, accumulate):
+    """The fused or chunked form: the loss rows ("none"), else the reduced loss, summed in the
+    kernel (config.REDUCE_IN_KERNEL; else by torch); the gradient (compute_grad) into grad. One
+    launch (two or three of the chunked form under the interpreter), plus a torch count for a
+    mean over counted rows where config.count_in_kernel says the kernel should not count."""
+    n_rows, n_cols = x.shape
+    n_valid = None
+    in_kernel = config.REDUCE_IN_KERNEL
+    if config.counts_valid(spec.kind, spec.reduction, mask is not None):
+        row_bytes = (labels.element_size() if spec.kind == CE else 0) + (mask is not None)
+        if not (in_kernel and config.count_in_kernel(spec, n_rows, n_cols, x.element_size(),
+                                                     row_bytes)):  # fmt: skip
+            n_valid = _n_valid(spec, labels, mask)
+    run = launch_fused if spec.form == "fused" else launch_chunked
+    if spec.reduction == "none" or not in_kernel:
+        loss_rows = torch.empty(n_rows, dtype=_F32, device=x.device)
+        run(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate, mask)
+        return loss_rows if spec.reduction == "none" else _reduce(spec, loss_rows, n_valid, ())
+    out = torch.empty((), dtype=_F32, device=x.device)
+    ticket, loss_rows = _reduction_buffers(x.device, n_rows)
+    try:
+        run(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate, mask, out,
+            ticket)  # fmt: skip
+    except BaseException:
+        ticket.zero_()  # a launch stopped part way (the interpreter) may have taken tickets
+        raise
+    return out
+
+
+def _split_rows(spec, x, t, labels, mask):
+    """The split form's (6, M) row statistics (all-reduced with spec.group), the loss rows
+    last."""
+    if spec.group is not None:
+        return sharded.row_stats(spec, x, t, labels, mask)
+    return launch_stats(spec, x, t, labels, True, mask)[1]
 
 
 def _reduce(spec, loss_rows, n_valid, lead_shape):
     if spec.reduction == "none":
-        return loss_rows.reshape(lead_shape)
+        return loss_rows if len(lead_shape) == 1 else loss_rows.reshape(lead_shape)
     if spec.reduction == "mean" and n_valid is None:
         return loss_rows.mean()  # one reduction kernel, no separate division
     total = loss_rows.sum()
@@ -89,13 +144,18 @@ def _reduce(spec, loss_rows, n_valid, lead_shape):
 
 def _loss_forward(spec, logits, other, mask, compute_grad):
     """(loss, grad | None, row_stats | None, n_valid | None): the reduced loss; the gradient for
-    grad_output = 1 (fused and chunked forms); the split form's (6, M) row statistics."""
+    grad_output = 1 (fused and chunked forms); the split form's (6, M) row statistics and the
+    count of a mean over counted rows."""
     x, t, labels, mask = _rows(spec, logits, other, mask)
+    if spec.form in GRAD_IN_FORWARD:
+        grad = torch.empty_like(x) if compute_grad else None
+        loss = _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, False)
+        if spec.reduction == "none" and logits.dim() != 2:
+            loss = loss.reshape(logits.shape[:-1])
+        return loss, grad, None, None
     n_valid = _n_valid(spec, labels, mask)
-    grad = torch.empty_like(x) if compute_grad and spec.form in GRAD_IN_FORWARD else None
-    loss_rows, row_stats = _forward_rows(spec, x, t, labels, mask, n_valid, grad, compute_grad,
-                                         False)  # fmt: skip
-    return _reduce(spec, loss_rows, n_valid, logits.shape[:-1]), grad, row_stats, n_valid
+    row_stats = _split_rows(spec, x, t, labels, mask)
+    return _reduce(spec, row_stats[5], n_valid, logits.shape[:-1]), None, row_stats, n_valid
 
 
 def _split_grad(spec, logits, other, mask, row_stats, g_out, n_valid):
@@ -111,7 +171,10 @@ def _split_grad(spec, logits, other, mask, row_stats, g_out, n_valid):
 
 def _grad_output(grad_loss):
     """grad_output as the kernels read it: fp32, a scalar or one value per row."""
-    return grad_loss.float().reshape(-1).contiguous() if grad_loss.dim() else grad_loss.float()
+    g_out = grad_loss.float()
+    if g_out.dim() > 1:
+        g_out = g_out.reshape(-1)
+    return g_out.contiguous() if g_out.dim() else g_out
 
 
 def _scaled(grad, g_out, in_place):
@@ -142,7 +205,9 @@ class LossFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, other, mask, spec):
         loss, grad, row_stats, n_valid = _loss_forward(spec, logits, other, mask, True)
-        ctx.spec, ctx.shape = spec, logits.shape
+        ctx.spec = spec
+        # None: the (M, V) gradient is already shaped like logits (a view costs host time)
+        ctx.shape = None if logits.dim() == 2 else logits.shape
         if grad is not None:
             ctx.save_for_backward(grad)
         else:
@@ -156,10 +221,34 @@ class LossFunction(torch.autograd.Function):
         g_out = _grad_output(grad_loss)
         if ctx.spec.form in GRAD_IN_FORWARD:
             (grad,) = ctx.saved_tensors
-            return _scaled(grad, g_out, not _graph_kept()).view(ctx.shape), None, None, None
+            grad = _scaled(grad, g_out, not _graph_kept())
+            return (grad if ctx.shape is None else grad.view(ctx.shape)), None, None, None
         logits, other, mask, row_stats, n_valid = ctx.saved_tensors
         grad = _split_grad(ctx.spec, logits, other, mask, row_stats, g_out, n_valid)
         return grad, None, None, None
+
+
+def _function_apply():
+    """``LossFunction.apply`` less its Python wrapper (~2 µs): the C++ apply that
+    ``Function.apply`` itself ends in when no functorch transform is active, after unwrapping
+    dead functorch wrappers as it does. None where this torch lacks those pieces."""
+    try:
+        c_apply = super(torch.autograd.Function, LossFunction).apply
+        unwrap = torch._C._functorch.unwrap_if_dead
+        active = torch._C._are_functorch_transforms_active
+    except AttributeError:  # pragma: no cover - another torch's internals
+        return None
+
+    def apply(logits, other, mask, spec):
+        if active():
+            return LossFunction.apply(logits, other, mask, spec)
+        return c_apply(unwrap(logits), unwrap(other), None if mask is None else unwrap(mask),
+                       spec)  # fmt: skip
+
+    return apply
+
+
+_APPLY = _function_apply() or LossFunction.apply
 
 
 # ---- torch.compile: custom ops -------------------------------------------------------------------
@@ -215,7 +304,8 @@ def _(logits, other, kind, form, block_cap, reduction, ignore_index, compute_gra
     loss = logits.new_empty(logits.shape[:-1] if reduction == "none" else (), dtype=_F32)
     grad_shape = (n_rows, n_cols) if compute_grad and form in GRAD_IN_FORWARD else (0,)
     stats_shape = (6, n_rows) if form == "split" else (0,)
-    valid_shape = () if config.counts_valid(kind, reduction, loss_mask is not None) else (0,)
+    counted = form == "split" and config.counts_valid(kind, reduction, loss_mask is not None)
+    valid_shape = () if counted else (0,)
     return (loss, logits.new_empty(grad_shape), logits.new_empty(stats_shape, dtype=_F32),
             logits.new_empty(valid_shape, dtype=_F32))  # fmt: skip
 
@@ -331,6 +421,8 @@ def _resolve(name, n_cols, form, block_cap, group):
 
 def _contiguous_rows(x):
     """Rows may be strided, columns must be unit-stride: copy otherwise (documented)."""
+    if x.dim() == 2 and x.stride(1) == 1:  # (M, V) rows as they are: no view to try
+        return x
     if x.stride(-1) != 1:
         x = x.contiguous()
     try:
@@ -434,15 +526,17 @@ def _run(name, logits, other, mask, spec, grad_accumulate):
         return _empty_loss(spec, logits, other, mask, grad_accumulate is None)
     if grad_accumulate is not None:
         return _accumulate(spec, logits, other, mask, grad_accumulate)
-    compute_grad = torch.is_grad_enabled() and logits.requires_grad
-    if spec.group is None and torch.compiler.is_compiling():
+    compute_grad = logits.requires_grad and torch.is_grad_enabled()
+    if torch.compiler.is_compiling():
+        if spec.group is not None:  # Dynamo traces the Function (not the C++ apply)
+            return LossFunction.apply(logits, other, mask, spec)
         extra = () if spec.options is None else (mask, *_option_args(spec))
         loss, *_ = torch.ops.normlab.entropy_fwd(logits, other, spec.kind, spec.form,
                                                  spec.block_cap, spec.reduction, spec.ignore_index,
                                                  compute_grad, *extra)  # fmt: skip
         return loss
     if compute_grad:
-        return LossFunction.apply(logits, other, mask, spec)
+        return _APPLY(logits, other, mask, spec)
     return _loss_forward(spec, logits, other, mask, False)[0]
 
 
@@ -451,14 +545,17 @@ def _accumulate(spec, logits, other, mask, grad_accumulate):
     loss detached."""
     with torch.no_grad():
         x, t, labels, mask = _rows(spec, logits, other, mask)
-        n_valid = _n_valid(spec, labels, mask)
         grad = grad_accumulate.view(x.shape)
-        loss_rows, row_stats = _forward_rows(spec, x, t, labels, mask, n_valid, grad, True, True)
-        if spec.form == "split":
-            ones = torch.ones((), dtype=_F32, device=x.device)
-            n_valid_ptr = n_valid if n_valid is not None else row_stats
-            launch_backward(spec, x, t, labels, row_stats, ones, n_valid_ptr, grad, True, mask)
-        return _reduce(spec, loss_rows, n_valid, logits.shape[:-1])
+        if spec.form in GRAD_IN_FORWARD:
+            loss = _grad_in_forward(spec, x, t, labels, mask, grad, True, True)
+            return loss if spec.reduction != "none" else _reduce(spec, loss, None,
+                                                                 logits.shape[:-1])  # fmt: skip
+        n_valid = _n_valid(spec, labels, mask)
+        row_stats = _split_rows(spec, x, t, labels, mask)
+        ones = torch.ones((), dtype=_F32, device=x.device)
+        n_valid_ptr = n_valid if n_valid is not None else row_stats
+        launch_backward(spec, x, t, labels, row_stats, ones, n_valid_ptr, grad, True, mask)
+        return _reduce(spec, row_stats[5], n_valid, logits.shape[:-1])
 
 
 def _empty_loss(spec, logits, other, mask, with_graph):

@@ -1,0 +1,229 @@
+"""The losses' host path: kernel launches per call, the in-kernel reduction and row count.
+
+A small loss call is bound by the host (every launch costs µs of CPU), so the default call is one
+Triton launch forward and one backward, and no torch kernel beyond allocations: the fused and
+chunked forms sum the loss rows in the kernel (online.finish_reduction) and count a mean's rows
+there too while that is cheap (config.count_in_kernel). Both counts and the reduction are checked
+against fp64 references here, across more rows than one step of the kernels' count and sum.
+"""
+
+import threading
+
+import pytest
+import torch
+import triton.language as tl
+from test_entropy import _check, _inputs, _ref, _run
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+import normlab
+from normlab import ref
+from normlab.losses import chunked, config, fused, online, op, split
+
+LOSSES = ("cross_entropy", "reverse_kl", "soft_cross_entropy", "forward_kl", "jsd")
+ALLOCATIONS = {"aten.empty.memory_format", "aten.empty_like.default",
+               "aten.empty_strided.default"}  # fmt: skip
+
+
+class _TorchOps(TorchDispatchMode):
+    """The aten ops run inside the mode, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _record_launches(monkeypatch):
+    """The names of the kernels launched from now on (the launches still run, outside any
+    _TorchOps: the interpreter's own copies are no kernels on a GPU)."""
+    names = []
+    for module in (fused, chunked, split):
+        def record(fn, grid, *args, _real=module.launch, **kwargs):
+            names.append(fn.__name__)
+            with _disable_current_modes():
+                return _real(fn, grid, *args, **kwargs)
+
+        monkeypatch.setattr(module, "launch", record)
+    return names
+
+
+def _call(loss, x, other, **kw):
+    fn = getattr(normlab, loss)
+    return fn(x, other, **kw)
+
+
+def _loss_inputs(loss, shape):
+    if loss == "cross_entropy":
+        return _inputs(loss, shape, torch.float32)
+    x, _ = _inputs("reverse_kl", shape, torch.float32)
+    return x, torch.randn(shape)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("reduction,masked", [("mean", False), ("sum", False), ("mean", True),
+                                              ("none", False)])  # fmt: skip
+def test_default_call_is_one_launch_each_way(loss, reduction, masked, monkeypatch):
+    # 3 rows x 64 columns: form="auto" takes the fused form; a mean over counted rows (label CE,
+    # a loss_mask) counts them in the kernel. No torch kernel runs: no count, sum, division,
+    # fill or zeros. The backward is the rescale launch alone.
+    x, other = _loss_inputs(loss, (3, 64))
+    kw = {"reduction": reduction}
+    if loss == "cross_entropy":
+        kw["check_labels"] = False  # the GPU's default (on CPU it checks the labels in torch)
+    if masked:
+        kw["loss_mask"] = torch.tensor([True, False, True])
+    grad_out = torch.ones(()) if reduction != "none" else torch.ones(3)
+    xg = x.clone().requires_grad_()
+    _call(loss, x, other, **kw)  # first calls allocate the reduction's buffers
+    torch.autograd.grad(_call(loss, xg, other, **kw), xg, grad_out)
+    launches = _record_launches(monkeypatch)
+    with _TorchOps() as fwd_ops:
+        _call(loss, x, other, **kw)
+    assert launches == ["_entropy_fused_kernel"]
+    with _TorchOps() as ops:
+        out = _call(loss, xg, other, **kw)
+        torch.autograd.grad(out, xg, grad_out)  # no .grad to accumulate into
+    assert launches[1:] == ["_entropy_fused_kernel", "_entropy_grad_rescale_kernel"]
+    assert set(fwd_ops.ops) <= ALLOCATIONS and set(ops.ops) <= ALLOCATIONS, (fwd_ops.ops, ops.ops)
+
+
+def test_count_falls_back_to_torch_past_the_read_bound(monkeypatch):
+    # 64 rows of 16 fp32 columns: counting 64 labels per program would read more than an eighth
+    # of the row's bytes, so torch counts (two ops); the sum stays in the kernel.
+    x, labels = _inputs("cross_entropy", (64, 16), torch.float32)
+    spec = config.Spec(config.CE, "fused", 16, "mean", -100, None, 0, 16, None)
+    assert not config.count_in_kernel(spec, 64, 16, 4, 8)
+    assert config.count_in_kernel(spec, 1, 16, 4, 8)  # 8 bytes x 8 <= 64
+    normlab.cross_entropy(x, labels, check_labels=False)
+    launches = _record_launches(monkeypatch)
+    with _TorchOps() as ops:
+        normlab.cross_entropy(x, labels, check_labels=False)
+    assert launches == ["_entropy_fused_kernel"]
+    assert sorted(set(ops.ops) - ALLOCATIONS) == ["aten.ne.Scalar", "aten.sum.default"]
+
+
+def test_count_in_kernel_reads_a_bounded_share():
+    spec = config.Spec(config.CE, "fused", 4096, "mean", -100, None, 0, 4096, None)
+    # 4 int64 labels x 8 <= a bf16 row of 4096; 1024 labels are not.
+    assert config.count_in_kernel(spec, 4, 4096, 2, 8)
+    assert not config.count_in_kernel(spec, 1024, 4096, 2, 8)
+    assert config.count_in_kernel(spec, 1024, 131072, 2, 8)
+    # The chunked form: a program reads a chunk (4 tiles of 4096 here), not the row.
+    chunk = spec._replace(form="chunked")
+    assert not config.count_in_kernel(chunk, 1024, 131072, 2, 8)
+    assert config.count_in_kernel(chunk, 256, 131072, 2, 8)
+
+
+@pytest.mark.parametrize("form", ["fused", "chunked"])
+@pytest.mark.parametrize("count", ["kernel", "torch", "torch-reduce"])
+@pytest.mark.parametrize("loss,reduction,masked", [
+    ("cross_entropy", "mean", False), ("cross_entropy", "mean", True),
+    ("reverse_kl", "mean", True), ("jsd", "sum", False), ("soft_cross_entropy", "mean", False),
+])  # fmt: skip
+def test_in_kernel_reduction_and_count(form, count, loss, reduction, masked, monkeypatch):
+    # 37 rows with the count and sum stepping 16 rows at a time: three steps, the last partial.
+    # Several ignored labels and masked rows; either the kernel counts or torch does; with
+    # "torch-reduce" (config.REDUCE_IN_KERNEL off, a GPU's default for now) torch also sums.
+    monkeypatch.setattr(online, "REDUCE_BLOCK", tl.constexpr(16))
+    monkeypatch.setattr(config, "ENTROPY_COUNT_READ_RATIO", 0 if count == "kernel" else 10**9)
+    monkeypatch.setattr(config, "REDUCE_IN_KERNEL", count != "torch-reduce")
+    n_rows, n_cols = 37, 40
+    x, other = _loss_inputs(loss, (n_rows, n_cols))
+    if loss == "cross_entropy":
+        other[::5] = -100
+    kw = {}
+    if masked:
+        mask = torch.rand(n_rows) < 0.7
+        mask[0] = False
+        kw["loss_mask"] = mask
+    if loss == "jsd":
+        kw["beta"] = 0.3
+    fn = getattr(normlab, loss)
+    xg = x.clone().requires_grad_()
+    out = fn(xg, other, form=form, block_cap=16, reduction=reduction, **kw)
+    out.backward()
+    rfn = getattr(ref, f"{loss}_ref")
+    xr = x.double().requires_grad_()
+    ref_out = rfn(xr, other.double() if other.is_floating_point() else other,
+                  reduction=reduction, **kw)  # fmt: skip
+    ref_out.backward()
+    _check(loss, out.detach(), xg.grad, ref_out.detach(), xr.grad, torch.float32, n_cols,
+           f"{form} {count}")  # fmt: skip
+    assert op._reduction_buffers(x.device, n_rows)[0].item() == 0  # the ticket is back at 0
+
+
+def test_many_rows_no_grad_and_grad_accumulate():
+    # 1100 rows: more than one step of the default REDUCE_BLOCK; no gradient, then a gradient
+    # added into a buffer (the loss detached), both reduced in the kernel.
+    x, labels = _inputs("cross_entropy", (1100, 16), torch.float32)
+    labels[::7] = -100
+    ref_out, ref_grad = _ref("cross_entropy", x, labels)
+    with torch.no_grad():
+        out = normlab.cross_entropy(x, labels, form="fused")
+    torch.testing.assert_close(out, ref_out.float(), rtol=1e-5, atol=0)
+    buf = torch.zeros_like(x)
+    out = normlab.cross_entropy(x, labels, form="fused", grad_accumulate=buf)
+    torch.testing.assert_close(out, ref_out.float(), rtol=1e-5, atol=0)
+    torch.testing.assert_close(buf, ref_grad.float(), rtol=1e-5, atol=1e-7)
+
+
+def test_interrupted_launch_resets_the_ticket(monkeypatch):
+    # A launch that stops part way (an exception in the interpreter) leaves tickets taken; the
+    # host puts the counter back to 0 so the next call's last program is found.
+    x, t = _loss_inputs("reverse_kl", (3, 32))
+    real = fused.launch
+
+    def fail(fn, grid, *args, **kwargs):
+        args[7].add_(2)  # the ticket: two programs finished, then the launch fails
+        raise RuntimeError("stopped")
+
+    monkeypatch.setattr(fused, "launch", fail)
+    with pytest.raises(RuntimeError, match="stopped"):
+        normlab.reverse_kl(x, t)
+    monkeypatch.setattr(fused, "launch", real)
+    assert op._reduction_buffers(x.device, 3)[0].item() == 0
+    out, grad = _run("reverse_kl", x, t)
+    ref_out, ref_grad = _ref("reverse_kl", x, t)
+    _check("reverse_kl", out, grad, ref_out, ref_grad, torch.float32, 32)
+
+
+def test_reduction_buffers_per_thread_and_grown():
+    device = torch.device("cpu")
+    ticket, rows = op._reduction_buffers(device, 5)
+    assert rows.shape[0] >= 5 and ticket.dtype == torch.int32
+    again = op._reduction_buffers(device, 3)
+    assert again[0] is ticket and again[1] is rows
+    grown = op._reduction_buffers(device, rows.shape[0] + 1)
+    assert grown[0] is ticket and grown[1].shape[0] > rows.shape[0]
+    other = []
+    thread = threading.Thread(target=lambda: other.append(op._reduction_buffers(device, 3)))
+    thread.start()
+    thread.join()
+    assert other[0][0] is not ticket
+
+
+@pytest.mark.skipif(normlab.INTERPRET, reason="CUDA graphs need a GPU (benchmarks/h200_round.sh)")
+def test_cuda_graph_has_its_own_ticket(monkeypatch):
+    # A captured call gets its own ticket (zeroed inside the graph): replays and eager calls
+    # between them give the eager loss bit for bit, and every ticket ends at 0.
+    monkeypatch.setattr(config, "REDUCE_IN_KERNEL", True)  # opt-in on a GPU for now
+    x = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
+    labels = torch.randint(0, 4096, (4,), device="cuda")
+    eager = normlab.cross_entropy(x, labels)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        normlab.cross_entropy(x, labels)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = normlab.cross_entropy(x, labels)
+    for _ in range(3):
+        graph.replay()
+        again = normlab.cross_entropy(x, labels)
+        torch.cuda.synchronize()
+        assert torch.equal(captured, eager) and torch.equal(again, eager)
+    assert all(ticket.item() == 0 for ticket, _ in op._REDUCTION_BUFFERS.values())
