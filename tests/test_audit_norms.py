@@ -147,3 +147,20 @@ def test_patch_keeps_a_hugging_face_norm_s_output_dtype(kind, weight_dtype, x_dt
     # one rounding to the narrower dtype apart (HF rounds x_hat, normlab x_hat * weight)
     narrow = next(d for d in (torch.bfloat16, torch.float16) if d in (weight_dtype, x_dtype))
     assert_close(got, expected, dtype=narrow)
+
+
+# ---- the CLI: a strategy/layout pair that cannot run is a usage error --------------------------
+
+
+@pytest.mark.parametrize("strategies", ["atomic", "two_stage,atomic"])
+def test_cli_refuses_strategies_that_block_row_lacks(strategies, capsys):
+    # Every case was skipped (a ValueError each) and the run exited 0.
+    from normlab import __main__ as cli
+
+    args = ["bench", "--quick", "--op", "rms_norm", "--impl", "normlab", "--strategy",
+            strategies, "--layout", "block_row"]  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        cli.main(args)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--strategy" in err and "block_row" in err and "Traceback" not in err
