@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from normlab.losses.config import FORMS as LOSS_FORMS
+from normlab.norms.config import BLOCK_ROW_STRATEGIES
 from normlab.norms.config import LAYOUTS as NORM_LAYOUTS
 from normlab.norms.config import STRATEGIES as NORM_STRATEGIES
 
@@ -353,6 +354,14 @@ def _bench_jobs(args, parser) -> list[tuple[str, list[str] | None, str, list[str
                     f"argument --{flag.replace('_', '-')}: applies to normlab's "
                     f"{'/'.join(family)}, and this run has none"
                 )
+    if args.strategy and args.layout and not any(
+        layout != "block_row" or strategy in BLOCK_ROW_STRATEGIES
+        for strategy in args.strategy for layout in args.layout
+    ):  # fmt: skip
+        parser.error(
+            f"argument --strategy: {','.join(args.strategy)} does not exist for --layout "
+            f"block_row (its backward is always persistent): use auto or persistent"
+        )
     if not jobs:
         parser.error("nothing to run: no op takes these --impl and --direction together")
     for note in notes:

@@ -183,17 +183,17 @@ class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
 
     Logits are (..., V) with the classes *last* (the LM-head layout, not torch's (N, C, d1...)).
     ``label_smoothing`` is torch's; keyword-only ``z_loss`` and ``softcap`` as in
-    :func:`normlab.cross_entropy`; ``forward(logits, labels, loss_mask=None)``. ``weight`` is
-    not supported (ValueError).
+    :func:`normlab.cross_entropy`; ``forward(logits, labels, loss_mask=None)``. The positional
+    arguments are torch's (``weight`` first); ``weight`` is not supported (ValueError).
     """
 
-    def __init__(self, ignore_index=-100, reduction="mean", *, form="auto", block_cap=None,
-                 group=None, weight=None, label_smoothing=0.0, z_loss=0.0,
-                 softcap=None):  # fmt: skip
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean", label_smoothing=0.0, *, form="auto", block_cap=None,
+                 group=None, z_loss=0.0, softcap=None):  # fmt: skip
         if weight is not None:
             raise ValueError("normlab.nn.CrossEntropyLoss: weight is not supported")
-        super().__init__(ignore_index=ignore_index, reduction=reduction,
-                         label_smoothing=label_smoothing)  # fmt: skip
+        super().__init__(None, size_average, ignore_index, reduce, reduction,
+                         label_smoothing)  # fmt: skip
         self.form, self.block_cap, self.group = form, block_cap, group
         self.z_loss, self.softcap = z_loss, softcap
 

@@ -41,6 +41,27 @@ class PatchReport:
     loss: bool = False
 
 
+# Hugging Face RMSNorm classes whose output takes the weight's dtype (T5: x_hat is cast to a
+# half weight's dtype, then times the weight); the other RMS_NORM_CLASSES return
+# ``weight * x_hat.to(x.dtype)``: promote(x, weight). normlab's module returns x's dtype.
+WEIGHT_DTYPE_RMS_NORM_CLASSES = frozenset({"T5LayerNorm"})
+
+
+class HFRMSNorm(_nn.RMSNorm):
+    """normlab's RMSNorm with a Hugging Face RMSNorm's output dtype (``out_dtype``: "promote"
+    or "weight"); where it is x's dtype, no cast runs."""
+
+    out_dtype = "promote"
+
+    def forward(self, x):
+        y = super().forward(x)
+        if self.weight is None or self.weight.dtype == y.dtype:
+            return y
+        if self.out_dtype == "weight":
+            return y.to(self.weight.dtype)
+        return y.to(torch.promote_types(y.dtype, self.weight.dtype))
+
+
 def _rms_eps(module) -> float:
     eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
     if eps is None:
@@ -48,25 +69,37 @@ def _rms_eps(module) -> float:
     return float(eps)
 
 
+def _torch_norm(module, cls) -> bool:
+    """A ``cls`` (torch.nn.LayerNorm / RMSNorm) that runs torch's forward: a subclass with its
+    own (timm's channels-first LayerNorm2d, normlab's modules with their offset) is another
+    form."""
+    return isinstance(module, cls) and type(module).forward is cls.forward
+
+
 def _replacement(module, strategy: str, layout: str):
     """normlab's module over ``module``'s parameters, or None where the form differs."""
     name = type(module).__name__
-    if isinstance(module, torch.nn.LayerNorm):
+    if _torch_norm(module, torch.nn.LayerNorm):
         new = _nn.LayerNorm(module.normalized_shape, module.eps, module.elementwise_affine,
                             bias=module.bias is not None, device="meta",
                             strategy=strategy, layout=layout)  # fmt: skip
         new.weight, new.bias = module.weight, module.bias
         return new
-    if isinstance(module, torch.nn.RMSNorm):
+    if _torch_norm(module, torch.nn.RMSNorm):
         new = _nn.RMSNorm(module.normalized_shape, module.eps, module.elementwise_affine,
                           device="meta", strategy=strategy, layout=layout)  # fmt: skip
         new.weight = module.weight
         return new
     if name in RMS_NORM_CLASSES or name in ZERO_CENTERED_RMS_NORM_CLASSES:
         weight = module.weight
-        offset = 1.0 if name in ZERO_CENTERED_RMS_NORM_CLASSES else 0.0
-        new = _nn.RMSNorm(weight.shape[-1], _rms_eps(module), device="meta", offset=offset,
-                          strategy=strategy, layout=layout)  # fmt: skip
+        # Gemma's (x_hat * (1 + weight)).type_as(x) is x's dtype, as normlab's module
+        zero_centered = name in ZERO_CENTERED_RMS_NORM_CLASSES
+        cls = _nn.RMSNorm if zero_centered else HFRMSNorm
+        new = cls(weight.shape[-1], _rms_eps(module), device="meta",
+                  offset=1.0 if zero_centered else 0.0, strategy=strategy,
+                  layout=layout)  # fmt: skip
+        if name in WEIGHT_DTYPE_RMS_NORM_CLASSES:
+            new.out_dtype = "weight"
         new.weight = weight
         return new
     return None
@@ -74,9 +107,9 @@ def _replacement(module, strategy: str, layout: str):
 
 def _looks_like_norm(module) -> bool:
     name = type(module).__name__
-    return name.endswith(("RMSNorm", "LayerNorm")) and not isinstance(
-        module, (_nn.RMSNorm, _nn.LayerNorm)
-    )
+    is_norm = (name.endswith(("RMSNorm", "LayerNorm"))
+               or isinstance(module, (torch.nn.LayerNorm, torch.nn.RMSNorm)))  # fmt: skip
+    return is_norm and not isinstance(module, (_nn.RMSNorm, _nn.LayerNorm))
 
 
 def causal_lm_loss(logits, labels, vocab_size: int, num_items_in_batch=None,

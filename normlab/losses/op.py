@@ -19,6 +19,7 @@ retain_graph=True or in a compiled backward, so any sequence of backwards gives 
 from __future__ import annotations
 
 import math
+import operator
 import threading
 
 import torch
@@ -187,6 +188,11 @@ def _scaled(grad, g_out, in_place):
     return (grad.float() * scale).to(grad.dtype)
 
 
+DOUBLE_BACKWARD = (
+    "normlab's losses cannot differentiate their gradient (create_graph=True): their backward "
+    "is a Triton kernel, and its second derivative would be missing, not computed"
+)
+
 _KEEP_GRAPH = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
 
 
@@ -218,6 +224,8 @@ class LossFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
+        if torch.is_grad_enabled():  # create_graph=True: no kernel here is differentiable
+            raise RuntimeError(DOUBLE_BACKWARD)
         g_out = _grad_output(grad_loss)
         if ctx.spec.form in GRAD_IN_FORWARD:
             (grad,) = ctx.saved_tensors
@@ -470,6 +478,23 @@ def _check_per_row(name, what, t, logits, dtypes):
 
 def _check_mask(name, loss_mask, logits):
     _check_per_row(name, "loss_mask", loss_mask, logits, (torch.bool,))
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _ignore_index(name, value):
+    """ignore_index as an int in int64's range (torch's: an int, not a bool or a float)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: ignore_index must be an int, got {value!r}") from None
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{name}: ignore_index={value} is outside int64's range")
+    return value
 
 
 def _real(name, arg, value):
@@ -732,6 +757,11 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
     name = "cross_entropy"
     _check_common(name, logits, form, block_cap, reduction, group)
     _check_per_row(name, "labels", labels, logits, (torch.int64, torch.int32))
+    ignore_index = _ignore_index(name, ignore_index)
+    if labels.dtype == torch.int32 and not _INT32_MIN <= ignore_index <= _INT32_MAX:
+        # torch compares int32 labels with such an int wrapped to int32 (2**40 as 0): int64
+        # labels make the host's counts and checks agree with the kernels (no label equals it).
+        labels = labels.long()
     options = None
     if label_smoothing != 0.0 or z_loss != 0.0 or softcap is not None or loss_mask is not None:
         options = _label_options(name, label_smoothing, z_loss, softcap, loss_mask, logits)
@@ -752,7 +782,7 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
                 f"and != ignore_index={ignore_index}"
             )
     form, cap = _resolve(name, n_cols, form, block_cap, group)
-    spec = config.Spec(KINDS[name], form, cap, reduction, int(ignore_index), group, vocab_start,
+    spec = config.Spec(KINDS[name], form, cap, reduction, ignore_index, group, vocab_start,
                        vocab_size, options)  # fmt: skip
     return _run(name, _contiguous_rows(logits), labels.contiguous(), loss_mask, spec,
                 grad_accumulate)  # fmt: skip

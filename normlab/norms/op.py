@@ -137,6 +137,12 @@ class NormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, dh=None):
+        if torch.is_grad_enabled():  # create_graph=True: the kernels are not differentiable
+            raise RuntimeError(
+                "normlab's norms cannot differentiate their gradient (create_graph=True): their "
+                "backward is a Triton kernel, and its second derivative would be missing, not "
+                "computed"
+            )
         dx, dw, db = _backward(dy, dh, *ctx.saved_tensors, ctx.args, planned_backward)
         # x and the residual get the same gradient, one tensor returned twice as Liger-Kernel's
         # fused add RMSNorm does (src/liger_kernel/ops/fused_add_rms_norm.py in
