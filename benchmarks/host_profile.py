@@ -5,7 +5,8 @@
 
 ``--emulate`` runs the GPU host path on a CPU with Triton's launchers replaced by stand-ins
 (``emulated_gpu.py``): µs per call of everything up to ``cuLaunchKernel``, torch's CPU op beside
-it for scale (its time includes its CPU arithmetic). Norm ops only.
+it for scale (its time includes its CPU arithmetic). The losses sum in torch, as on a GPU by
+default; ``--loss-reduce`` sums in the kernel (``NORMLAB_LOSS_REDUCE=1``).
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ def main(argv=None) -> int:
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--emulate", action="store_true", help="CPU: launchers stubbed")
     parser.add_argument("--no-replay", action="store_true", help="with --emulate: replay off")
+    parser.add_argument("--loss-reduce", action="store_true",
+                        help="with --emulate: the losses sum in the kernel")
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error("--calls must be >= 1")
     if args.emulate:
-        if args.op not in overhead.NORM_OPS:
-            parser.error(f"--emulate profiles the norms ({', '.join(overhead.NORM_OPS)})")
         return _emulated(args)
     _, _, run = overhead.host_case(args.op, args.impl, args.direction, torch.bfloat16,
                                overhead._runtime.DEVICE)  # fmt: skip
@@ -60,11 +61,20 @@ def _emulated(args) -> int:
 
     from emulated_gpu import emulate
 
+    from normlab.losses import config as loss_config
     from normlab.norms import config
 
     config.memoize()  # as on a GPU
+    loss_config.REDUCE_IN_KERNEL = args.loss_reduce
+    import functools
+
+    import normlab
+
+    cross_entropy = normlab.cross_entropy  # a GPU call's default: no host-side label check
+    normlab.cross_entropy = functools.partial(cross_entropy, check_labels=False)
     with emulate(replay=not args.no_replay, keep_runs=False):
         _, _, run = overhead.host_case(args.op, "normlab", args.direction, torch.bfloat16, "cpu")
+        normlab.cross_entropy = cross_entropy
         _, _, torch_run = overhead.host_case(args.op, "torch", args.direction, torch.bfloat16,
                                              "cpu")  # fmt: skip
         for label, call in (("normlab", run), ("torch (CPU op)", torch_run)):
@@ -76,8 +86,11 @@ def _emulated(args) -> int:
                 for _ in range(args.calls):
                     call()
                 best = min(best, (time.perf_counter() - t0) * 1e6 / args.calls)
+            what = (f"loss sum in {'kernel' if args.loss_reduce else 'torch'}"
+                    if args.op in overhead.LOSS_OPS
+                    else f"replay {'off' if args.no_replay else 'on'}")  # fmt: skip
             print(f"{args.op} {args.direction} {label}: {best:.1f} µs per call "
-                  f"(emulated GPU host path, replay {'off' if args.no_replay else 'on'})")
+                  f"(emulated GPU host path, {what})")
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(args.calls):
