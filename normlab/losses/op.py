@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from normlab import _runtime
-from normlab._host import FLOAT_DTYPES, next_pow2
+from normlab._host import FLOAT_DTYPES, function_apply, next_pow2
 from normlab.losses import config, sharded
 from normlab.losses.chunked import launch_chunked
 from normlab.losses.config import CE, GRAD_IN_FORWARD, KINDS, REDUCTIONS
@@ -236,27 +236,7 @@ class LossFunction(torch.autograd.Function):
         return grad, None, None, None
 
 
-def _function_apply():
-    """``LossFunction.apply`` less its Python wrapper (~2 µs): the C++ apply that
-    ``Function.apply`` itself ends in when no functorch transform is active, after unwrapping
-    dead functorch wrappers as it does. None where this torch lacks those pieces."""
-    try:
-        c_apply = super(torch.autograd.Function, LossFunction).apply
-        unwrap = torch._C._functorch.unwrap_if_dead
-        active = torch._C._are_functorch_transforms_active
-    except AttributeError:  # pragma: no cover - another torch's internals
-        return None
-
-    def apply(logits, other, mask, spec):
-        if active():
-            return LossFunction.apply(logits, other, mask, spec)
-        return c_apply(unwrap(logits), unwrap(other), None if mask is None else unwrap(mask),
-                       spec)  # fmt: skip
-
-    return apply
-
-
-_APPLY = _function_apply() or LossFunction.apply
+_APPLY = function_apply(LossFunction)  # LossFunction.apply less its Python wrapper
 
 
 # ---- torch.compile: custom ops -------------------------------------------------------------------

@@ -15,7 +15,13 @@ from __future__ import annotations
 import torch
 
 from normlab import _launch, _runtime
-from normlab._host import FLOAT_DTYPES, is_finite_real, is_valid_eps, unit_col_stride
+from normlab._host import (
+    FLOAT_DTYPES,
+    function_apply,
+    is_finite_real,
+    is_valid_eps,
+    unit_col_stride,
+)
 from normlab.norms import block_row, config, row, split_row
 
 STRATEGIES = config.STRATEGIES
@@ -149,6 +155,9 @@ class NormFunction(torch.autograd.Function):
         # https://github.com/linkedin/Liger-Kernel); autograd copies it where both keep it.
         dres = dx if ctx.needs_input_grad[1] else None
         return dx, dres, dw, db, None, None, None, None, None
+
+
+_APPLY = function_apply(NormFunction)  # NormFunction.apply less its Python wrapper
 
 
 # ---- torch.compile: custom ops -------------------------------------------------------------------
@@ -325,7 +334,7 @@ def _norm(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout):
     if torch.compiler.is_compiling():
         y, h, _, _ = torch.ops.normlab.norm_fwd(*args)
     elif _needs_grad(x2d, residual, weight, bias):
-        return NormFunction.apply(*args)
+        return _APPLY(*args)
     else:
         y, h, _, _ = planned_forward(*args)
     return y if residual is None else (y, h)
