@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 
@@ -41,16 +43,21 @@ def fused_add_buffers(x2d: torch.Tensor, residual, h_out):
     return unit_col_stride(residual), h_out
 
 
+def _real(v) -> bool:
+    """A real number: Python's int or float, or numpy's (not a bool)."""
+    return isinstance(v, (int, float, numbers.Real)) and not isinstance(v, bool)
+
+
 def is_finite_real(v) -> bool:
-    """A finite real number (an int or a float, not a bool); comparisons, not math.isfinite,
-    so that torch.compile(dynamic=True) can trace it."""
+    """A finite real number (not a bool); comparisons, not math.isfinite, so that
+    torch.compile(dynamic=True) can trace it."""
     inf = float("inf")
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and -inf < v < inf
+    return _real(v) and -inf < v < inf
 
 
 def is_valid_eps(eps) -> bool:
     """A norm's eps: a finite real number >= 0 (not a bool)."""
-    return isinstance(eps, (int, float)) and not isinstance(eps, bool) and 0.0 <= eps < float("inf")
+    return _real(eps) and 0.0 <= eps < float("inf")
 
 
 def function_apply(cls):

@@ -136,3 +136,22 @@ def test_double_backward_is_refused_not_wrong(loss, form):
     else:
         exp = ref.reverse_kl_ref(xd, t.double())
     assert_close(g, torch.autograd.grad(exp**2, xd)[0].float())
+
+
+def test_numpy_scalars_are_numbers():
+    """numpy's ints and floats are accepted where Python's are, with the same result: a
+    block_cap of np.int64, a temperature of np.float32; a non-power-of-two numpy int is still
+    refused, naming the argument."""
+    x, t = torch.randn(4, 40), torch.randn(4, 40)
+    want = normlab.reverse_kl(x, t, block_cap=16, temperature=2.0)
+    got = normlab.reverse_kl(x, t, block_cap=np.int64(16), temperature=np.float32(2.0))
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="block_cap"):
+        normlab.reverse_kl(x, t, block_cap=np.int64(24))
+
+
+@pytest.mark.parametrize("bad", [1, "yes", np.bool_(True)])
+def test_check_labels_is_a_bool(bad):
+    x, labels = torch.randn(3, 10), torch.randint(0, 10, (3,))
+    with pytest.raises(TypeError, match="check_labels"):
+        normlab.cross_entropy(x, labels, check_labels=bad)

@@ -2,6 +2,7 @@
 a silently wrong result (an fp64 reference, the unpatched module's output, or the exact error
 expected)."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -164,3 +165,13 @@ def test_cli_refuses_strategies_that_block_row_lacks(strategies, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--strategy" in err and "block_row" in err and "Traceback" not in err
+
+
+def test_numpy_eps_and_offset_are_numbers():
+    """A numpy float eps or offset normalizes as the Python float does; a numpy NaN is refused."""
+    x, w = torch.randn(5, 24), torch.rand(24)
+    want = normlab.rms_norm(x, w, 1e-5, offset=1.0)
+    got = normlab.rms_norm(x, w, np.float32(1e-5), offset=np.float64(1.0))
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="eps"):
+        normlab.layer_norm(x, w, None, np.float32("nan"))

@@ -19,6 +19,7 @@ retain_graph=True or in a compiled backward, so any sequence of backwards gives 
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import threading
 
@@ -369,7 +370,15 @@ _entropy_fwd_op.register_autograd(_custom_op_backward, setup_context=_setup_cont
 # ---- public functions ----------------------------------------------------------------------------
 
 
+def _integer(v) -> int | None:
+    """An int of an integer (Python's or numpy's, not a bool), else None."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        return None
+    return int(v)
+
+
 def _check_common(name, logits, form, block_cap, reduction, group):
+    """Validate the arguments every loss takes; return block_cap as an int (or None)."""
     if not isinstance(logits, torch.Tensor):
         raise TypeError(f"{name}: logits must be a torch.Tensor, got {type(logits).__name__}")
     if logits.dtype not in FLOAT_DTYPES:
@@ -388,18 +397,20 @@ def _check_common(name, logits, form, block_cap, reduction, group):
         raise ValueError(f"{name}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if block_cap is not None:
         lo, hi = config.ENTROPY_MIN_BLOCK, config.ENTROPY_MAX_BLOCK
-        if (not isinstance(block_cap, int) or isinstance(block_cap, bool) or block_cap < lo
-                or block_cap > hi or block_cap & (block_cap - 1)):  # fmt: skip
+        cap = _integer(block_cap)
+        if cap is None or cap < lo or cap > hi or cap & (cap - 1):
             raise ValueError(
                 f"{name}: block_cap must be one of {config.ENTROPY_BLOCK_CAPS} "
                 f"(or any power of two in [{lo}, {hi}]), got {block_cap!r}"
             )
+        block_cap = cap
     if group is not None:
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError(f"{name}: group= given but torch.distributed is not initialized")
         if form in GRAD_IN_FORWARD:
             raise ValueError(f"{name}: form={form!r} cannot all-reduce mid-kernel; use 'split' "
                              "(or 'auto') with group=")  # fmt: skip
+    return block_cap
 
 
 def _resolve(name, n_cols, form, block_cap, group):
@@ -478,8 +489,8 @@ def _ignore_index(name, value):
 
 
 def _real(name, arg, value):
-    """A finite Python number (int or float, not bool) as a float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    """A finite real number (Python's or numpy's, not a bool) as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"{name}: {arg} must be a finite real number, got {value!r}")
     return float(value)
 
@@ -587,7 +598,7 @@ def _empty_loss(spec, logits, other, mask, with_graph):
 
 def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, group,
                        grad_accumulate, temperature=1.0, loss_mask=None, beta=None):  # fmt: skip
-    _check_common(name, logits, form, block_cap, reduction, group)
+    block_cap = _check_common(name, logits, form, block_cap, reduction, group)
     if not isinstance(target_logits, torch.Tensor):
         raise TypeError(
             f"{name}: target_logits must be a torch.Tensor, got {type(target_logits).__name__}"
@@ -735,7 +746,7 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
     :func:`reverse_kl`.
     """
     name = "cross_entropy"
-    _check_common(name, logits, form, block_cap, reduction, group)
+    block_cap = _check_common(name, logits, form, block_cap, reduction, group)
     _check_per_row(name, "labels", labels, logits, (torch.int64, torch.int32))
     ignore_index = _ignore_index(name, ignore_index)
     if labels.dtype == torch.int32 and not _INT32_MIN <= ignore_index <= _INT32_MAX:
@@ -751,6 +762,8 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
     compiling = torch.compiler.is_compiling()
     if check_labels is None:
         check_labels = logits.device.type == "cpu" and not compiling
+    elif not isinstance(check_labels, bool):
+        raise TypeError(f"{name}: check_labels must be True, False or None, got {check_labels!r}")
     if check_labels and compiling:
         raise ValueError(f"{name}: check_labels=True syncs with the host; not inside torch.compile")
     if check_labels:
