@@ -5,9 +5,11 @@ The public functions are RMSNorm and LayerNorm (with an optional weight offset, 
 ``add_layer_norm``: one kernel writes y and h = x + residual). An eager call costs the CPU
 little: the arguments are checked once, ``config.plan`` picks the kernels, and a
 ``torch.autograd.Function`` (or, when no gradient is needed, the launcher alone)
-runs them through ``normlab._launch``. Under ``torch.compile`` the same two functions run
-inside the custom ops ``normlab::norm_fwd`` and ``normlab::norm_bwd``, which Inductor keeps as
-opaque calls (their dispatch costs tens of µs, so eager calls do not take them).
+runs them through ``normlab._launch``; with ``NORMLAB_REPLAY=1`` a call of a signature seen
+before replays that call's launches (``_launch.record``). Under ``torch.compile`` the same two
+functions run inside the custom ops ``normlab::norm_fwd`` and ``normlab::norm_bwd``, which
+Inductor keeps as opaque calls (their dispatch costs tens of µs, so eager calls do not take
+them).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def planned_forward(x2d, residual, weight, bias, eps, offset, is_rms, strategy, 
     With a residual, h = x2d + residual (an fp32 sum stored in x's dtype) is written and
     normalized. The statistics are None where the plan's backward recomputes them.
 
-    A call replays the first call of its signature (``normlab._launch.record``)."""
+    With ``_launch.REPLAY`` a call replays the first call of its signature
+    (``normlab._launch.record``)."""
     args = (x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout)
     if not _launch.REPLAY or not x2d.numel():
         return _forward(*args)
