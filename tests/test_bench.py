@@ -615,6 +615,26 @@ def test_measure_one_callable_into_a_record():
     assert rec.roofline_gbps is None and rec.frac_roofline is None
 
 
+def test_records_name_the_host_switches_that_are_on(monkeypatch):
+    """A record made with an opt-in host path (the replay; on a GPU the losses' in-kernel sum or
+    the lean launch off) says so in its note: those change which launches a call makes."""
+    from normlab import _launch
+    from normlab.bench import device as device_mod
+    from normlab.bench.device import DeviceInfo
+
+    device = DeviceInfo(card="test card", mode=normlab.MODE, torch="t", triton="tr", python="p",
+                        sm_count=4, l2_bytes=0, datasheet_gbps=None)  # fmt: skip
+    x = torch.randn(8, 16)
+    rec = measure(lambda: x * 2, "copy", "torch", 8, 16, torch.float32, "fwd", device=device,
+                  reps=1, warmup=0)  # fmt: skip
+    assert device_mod.host_switches() == [] and "NORMLAB_" not in rec.note
+    monkeypatch.setattr(_launch, "REPLAY", True)
+    rec = measure(lambda: x * 2, "copy", "torch", 8, 16, torch.float32, "fwd", device=device,
+                  reps=1, warmup=0)  # fmt: skip
+    assert rec.note.endswith("; NORMLAB_REPLAY=1")
+    assert "host path       NORMLAB_REPLAY=1" in "\n".join(device.lines())
+
+
 def test_sweep_reports_cases_that_cannot_run(monkeypatch):
     def broken(M, N, dtype, direction, device, **options):
         raise NotImplementedError("placeholder kernel")

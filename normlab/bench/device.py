@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 import triton
 
-from normlab import _runtime
+from normlab import _launch, _runtime
 from normlab.bench import traffic
+from normlab.losses import config as loss_config
 
 # Datasheet HBM bandwidth in GB/s, matched in order against the device name (case-insensitive).
 # Sources: NVIDIA datasheets for T4, A100 (40/80 GB), H100 (SXM5 / PCIe), H200 SXM, B200 (HGX).
@@ -147,6 +148,9 @@ class DeviceInfo:
                 f"measured copy   {self.copy.gbps:.0f} GB/s  ({self.copy.n_bytes / 2**30:.2f} GiB "
                 f"device-to-device copy, bytes read + written, median of {self.copy.reps})"
             )
+        switches = host_switches()
+        out.append("host path       " + (", ".join(switches) if switches else "defaults")
+                   + "  (NORMLAB_REPLAY=1, NORMLAB_LOSS_REDUCE=1: opt-in, docs/notes)")
         if self.mode != "gpu":
             out.append(f"note            {CPU_LABEL}")
         return out
@@ -166,3 +170,18 @@ def device_info(measure_copy: bool = True, copy_bytes: int | None = None) -> Dev
         datasheet_gbps=datasheet_gbps(card) if _runtime.DEVICE == "cuda" else None,
         copy=measure_copy_bandwidth(copy_bytes) if measure_copy else None,
     )
+
+
+def host_switches() -> list[str]:
+    """The host-path switches that differ from this mode's default (records note them: they
+    change which launches a call makes): the replay, the losses' in-kernel sum, the lean launch
+    off."""
+    out = []
+    if _launch.REPLAY:
+        out.append("NORMLAB_REPLAY=1")
+    if not _runtime.INTERPRET:
+        if loss_config.REDUCE_IN_KERNEL:
+            out.append("NORMLAB_LOSS_REDUCE=1")
+        if not _launch.ENABLED:
+            out.append("NORMLAB_LEAN_LAUNCH=0")
+    return out

@@ -19,7 +19,14 @@ from normlab import _runtime
 from normlab.bench import progress as _progress
 from normlab.bench import registry, traffic
 from normlab.bench import shapes as _shapes
-from normlab.bench.device import CPU_LABEL, CopyBandwidth, DeviceInfo, device_info, git_commit
+from normlab.bench.device import (
+    CPU_LABEL,
+    CopyBandwidth,
+    DeviceInfo,
+    device_info,
+    git_commit,
+    host_switches,
+)
 from normlab.bench.records import Record, check_sanity, dtype_name, parse_dtype
 from normlab.bench.timing import time_call
 
@@ -266,7 +273,7 @@ def measure(
         shape_set=shape_set,
         command=command,
         note=f"{model} bytes model{' (no partial rows)' if model == 'full' else ''}; "
-        f"{timing.reps} reps",
+        f"{timing.reps} reps" + "".join(f"; {s}" for s in host_switches()),
     )
     return check_sanity(rec)
 
