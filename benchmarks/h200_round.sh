@@ -25,9 +25,9 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.lo
 }
 case $STAGE in
   check)
-    step gpu_check 200 env NORMLAB_REPLAY=1 python3 benchmarks/gpu_check.py \
-      --out "$OUT/gpu_check.json" --quick --only replay,lean,graphs,norms,norm_options
-    step overhead_norms 120 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
+    step gpu_check 250 env NORMLAB_REPLAY=1 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check.json" --quick --only replay,lean,graphs,compile,norms,norm_options
+    step overhead_norms 100 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
       --impl normlab,torch,liger --out "$OUT/overhead_norms.json" --no-progress
     step overhead_norms_replay 100 env NORMLAB_REPLAY=1 python3 -m normlab bench --overhead \
       --op rms_norm,layer_norm --impl normlab,normlab+compile,torch,compile \
