@@ -326,3 +326,19 @@ def test_report_is_delegated_lazily(monkeypatch):
     monkeypatch.setattr(normlab, "report", fake, raising=False)
     assert cli.main(["report", "--card", "NVIDIA H200", "-x"]) == 0
     assert seen == [["--card", "NVIDIA H200", "-x"]]
+
+
+@pytest.mark.parametrize("script", ["benchmarks/h200_round.sh", "benchmarks/record.sh"])
+def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
+    """The device calls' shell scripts are valid bash, and an unknown stage exits non-zero
+    before anything is installed or run."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert subprocess.run(["bash", "-n", script], cwd=root).returncode == 0
+    if script.endswith("h200_round.sh"):
+        proc = subprocess.run(["bash", script, "nonsense"], cwd=root, capture_output=True,
+                              text=True, env={"OUT": str(tmp_path), "PATH": "/usr/bin:/bin"})
+        assert proc.returncode == 2 and "unknown stage nonsense" in proc.stderr
+        assert not any(tmp_path.iterdir())  # nothing written
