@@ -11,7 +11,10 @@ aligned; floats by type; ints, bools, constexprs and options by value (an int's 
 whether it equals 1, divides by 16 and fits 32 bits; keying the value costs less than deriving
 those). Two calls Triton would tell apart never share a key (``tests/test_launch.py`` checks that
 against Triton's own specializer). A miss goes through ``kernel[grid]`` once and stores what it
-compiled; past 4096 keys per kernel (many distinct row counts) the cache starts over.
+compiled; past 4096 keys per kernel (many distinct row counts) the cache starts over. The cost of
+keying ints by value: a call with a row count not seen before pays Triton's own dispatch once
+per kernel (a training loop of fixed shapes never does; one of varying token counts, once per
+new count, and its other layers hit).
 
 Pointers reach the launcher as ints: for a tensor it calls ``data_ptr()`` and then
 ``cuPointerGetAttribute``, a driver call, per pointer and launch; for an int it does neither.
