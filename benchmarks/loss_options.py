@@ -237,11 +237,7 @@ def main(argv=None) -> int:
     parser.add_argument("--N", type=int, default=4096, help="the fused add's hidden size")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 reps (CPU smoke)")
-    parser.add_argument("--warm-workers", type=int, default=None,
-                        help="processes that compile the Triton kernels ahead (default: on a "
-                        "GPU, the CPUs less two, at most 12; 0: none)")
-    parser.add_argument("--warm-seconds", type=float, default=60.0)
-    parser.add_argument("--warm-shard", help=argparse.SUPPRESS)  # i/n: a warm-up process
+    prewarm.add_arguments(parser, 60.0)
     budget.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.summary:
@@ -260,15 +256,11 @@ def main(argv=None) -> int:
     dtype = torch.bfloat16
     if args.warm_shard is not None:
         return warm(args.M, args.V, args.N, dtype, device, args.warm_shard)
-    workers = prewarm.default_workers(device) if args.warm_workers is None else args.warm_workers
+    workers = prewarm.workers(args, device)
     if workers > 0:
         print(f"{workers} warm-up processes compile the kernels", flush=True)
-        pool = prewarm.Pool(prewarm.shard_commands(__file__, argv, workers))
-        for problem in pool.wait(min(args.warm_seconds, max(0.0, run_budget.left()))):
-            print(f"warm-up: {problem}", flush=True)
-        done, total = prewarm.tally(pool.last_lines)
-        print(f"warm-up done at {run_budget.elapsed():.0f} s: {done} of {total} calls in the "
-              f"processes that finished", flush=True)
+        prewarm.report(prewarm.Pool(prewarm.shard_commands(__file__, argv, workers)), args,
+                       run_budget)  # fmt: skip
     dev = device_info()
     commit = git_commit()
     command = portable_command(["python3", "benchmarks/loss_options.py", *argv])

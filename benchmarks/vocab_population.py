@@ -197,11 +197,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cells", help="MxV[,MxV...]: only these members")
     parser.add_argument("--quick", action="store_true",
                         help="three tiny members, 1 rep, normlab and eager (CPU smoke)")
-    parser.add_argument("--warm-workers", type=int, default=None,
-                        help="processes that compile Triton kernels ahead (default: on a GPU, "
-                        "the CPUs less two, at most 12; 0: none)")
-    parser.add_argument("--warm-seconds", type=float, default=WARM_SECONDS)
-    parser.add_argument("--warm-shard", help=argparse.SUPPRESS)  # i/n: a warm-up process
+    prewarm.add_arguments(parser, WARM_SECONDS)
     budget.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.summary:
@@ -242,7 +238,7 @@ def main(argv=None) -> int:
     if args.warm_shard is not None:
         return warm(cases, ops, names, args.warm_shard, device)
 
-    workers = prewarm.default_workers(device) if args.warm_workers is None else args.warm_workers
+    workers = prewarm.workers(args, device)
     pool = None
     if workers > 0 and ({"normlab", "liger"} & set(names)):
         pool = prewarm.Pool(prewarm.shard_commands(__file__, argv, workers))
@@ -253,11 +249,7 @@ def main(argv=None) -> int:
         print(f"left out: {name}: {reason}", flush=True)
     warm_compile(cases, impls)
     if pool is not None:
-        for problem in pool.wait(min(args.warm_seconds, max(0.0, run_budget.left()))):
-            print(f"warm-up: {problem}", flush=True)
-        done, total = prewarm.tally(pool.last_lines)
-        print(f"warm-up done at {run_budget.elapsed():.0f} s: {done} of {total} calls in the "
-              f"processes that finished", flush=True)
+        prewarm.report(pool, args, run_budget)
     dev = device_info()
     if dev.mode != "gpu":
         print(CPU_LABEL)

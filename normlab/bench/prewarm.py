@@ -4,7 +4,7 @@ A population run meets dozens of kernel specializations (each tile, frame and ch
 argument that is 1 or a multiple of 16); compiled one after another in the timing process, each
 costs a second or more of a short GPU session. Triton keeps what it compiles in its on-disk
 cache (``TRITON_CACHE_DIR``, by default ``~/.triton/cache``), shared by every process of the
-machine; the timing process then loads a cached kernel in milliseconds. ``spawn`` starts such
+machine; the timing process then loads a cached kernel in milliseconds. ``Pool`` starts such
 warm-up processes (a benchmark script with ``--warm-shard i/n``) and waits for them, for a
 bounded time; ``warm_rows`` picks a small row count that Triton specializes as it would the
 real one. Nothing here imports a kernel.
@@ -12,6 +12,7 @@ real one. Nothing here imports a kernel.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -133,7 +134,25 @@ def _shard_of(cmd: Sequence[str]) -> str:
     return " ".join(cmd)[:80]
 
 
-def spawn(commands: Sequence[Sequence[str]], timeout_s: float,
-          env: dict | None = None) -> list[str]:  # fmt: skip
-    """Run ``commands`` in parallel and wait (``Pool``); returns the problems."""
-    return Pool(commands, env).wait(timeout_s)
+def add_arguments(parser, warm_seconds: float) -> None:
+    """``--warm-workers``, ``--warm-seconds`` and the warm-up processes' own ``--warm-shard``."""
+    parser.add_argument("--warm-workers", type=int, default=None,
+                        help="processes that compile Triton kernels ahead (default: on a GPU, "
+                        "the CPUs less two, at most 12; 0: none)")  # fmt: skip
+    parser.add_argument("--warm-seconds", type=float, default=warm_seconds)
+    parser.add_argument("--warm-shard", help=argparse.SUPPRESS)  # i/n: a warm-up process
+
+
+def workers(args, device: str) -> int:
+    """The warm-up processes a run asked for (``--warm-workers``), else the default."""
+    return default_workers(device) if args.warm_workers is None else args.warm_workers
+
+
+def report(pool: Pool, args, run_budget) -> None:
+    """Wait for the warm-up processes (``--warm-seconds``, within the run's budget) and print
+    what failed and how many calls the others compiled."""
+    for problem in pool.wait(min(args.warm_seconds, max(0.0, run_budget.left()))):
+        print(f"warm-up: {problem}", flush=True)
+    done, total = tally(pool.last_lines)
+    print(f"warm-up done at {run_budget.elapsed():.0f} s: {done} of {total} calls in the "
+          f"processes that finished", flush=True)
