@@ -4,11 +4,14 @@
 # STAGE: check (GPU checks of the replay/lean paths, then host overhead of the norms),
 # pop1 / pop2 (the two halves of the norm population and the peer shapes),
 # losses (loss checks, host overhead of the losses, loss options), vocab (the vocabulary
-# population). Each step has a time limit and writes into $OUT with a log.
+# population), verify (after the defaults changed: the loss checks at the few-row planner, the
+# vocabulary population's worst cells and controls, host µs with each host switch on and off,
+# the loss options).
+# Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses or vocab}
-case $STAGE in check | pop1 | pop2 | losses | vocab) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab or verify}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -57,5 +60,24 @@ case $STAGE in
   vocab)
     step vocab_population 460 python3 benchmarks/vocab_population.py \
       --out "$OUT/vocab_population.jsonl" --max-seconds 400
+    ;;
+  verify)
+    step gpu_check_verify 80 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_verify.json" \
+      --quick --only losses,graphs
+    step vocab_cells 100 python3 benchmarks/vocab_population.py --out "$OUT/vocab_cells.jsonl" \
+      --ops cross_entropy,reverse_kl --reps 6 --max-seconds 80 --cells \
+      1x32000,1x50257,1x65536,1x131072,3x16950,4x58337,8x32768,8x50257,25x1223,29x13980,41x10926,73x9928,95x4723,100x1049,251x33166,512x50257,4096x131072,16384x32000
+    for replay in 1 0; do
+      step "overhead_norms_replay$replay" 45 env NORMLAB_REPLAY=$replay python3 -m normlab bench \
+        --overhead --op rms_norm,layer_norm --impl normlab,torch \
+        --out "$OUT/overhead_norms_replay$replay.json" --no-progress
+    done
+    step loss_options_verify 60 python3 benchmarks/loss_options.py \
+      --out "$OUT/loss_options_verify.jsonl" --reps 10 --max-seconds 40
+    for reduce in 1 0; do
+      step "overhead_ce_reduce$reduce" 30 env NORMLAB_LOSS_REDUCE=$reduce python3 -m normlab bench \
+        --overhead --op cross_entropy --impl normlab,torch \
+        --out "$OUT/overhead_ce_reduce$reduce.json" --no-progress
+    done
     ;;
 esac

@@ -1,12 +1,12 @@
 """Where the host time of one normlab call goes: cProfile over a launch-bound loop (GPU).
 
     python3 benchmarks/host_profile.py --op rms_norm --direction fwd+bwd --calls 2000
-    python3 benchmarks/host_profile.py --emulate [--no-replay]    # CPU: the Python side only
+    python3 benchmarks/host_profile.py --emulate [--no-replay] [--torch-reduce]  # CPU: Python only
 
 ``--emulate`` runs the GPU host path on a CPU with Triton's launchers replaced by stand-ins
 (``emulated_gpu.py``): µs per call of everything up to ``cuLaunchKernel``, torch's CPU op beside
-it for scale (its time includes its CPU arithmetic). The losses sum in torch, as on a GPU by
-default; ``--loss-reduce`` sums in the kernel (``NORMLAB_LOSS_REDUCE=1``).
+it for scale (its time includes its CPU arithmetic). The losses sum in the kernel, as on a GPU
+by default; ``--torch-reduce`` sums in torch (``NORMLAB_LOSS_REDUCE=0``).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def main(argv=None) -> int:
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--emulate", action="store_true", help="CPU: launchers stubbed")
     parser.add_argument("--no-replay", action="store_true", help="with --emulate: replay off")
-    parser.add_argument("--loss-reduce", action="store_true",
-                        help="with --emulate: the losses sum in the kernel")
+    parser.add_argument("--torch-reduce", action="store_true",
+                        help="with --emulate: the losses sum in torch (NORMLAB_LOSS_REDUCE=0)")
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error("--calls must be >= 1")
@@ -65,7 +65,7 @@ def _emulated(args) -> int:
     from normlab.norms import config
 
     config.memoize()  # as on a GPU
-    loss_config.REDUCE_IN_KERNEL = args.loss_reduce
+    loss_config.REDUCE_IN_KERNEL = not args.torch_reduce
     import functools
 
     import normlab
@@ -86,7 +86,7 @@ def _emulated(args) -> int:
                 for _ in range(args.calls):
                     call()
                 best = min(best, (time.perf_counter() - t0) * 1e6 / args.calls)
-            what = (f"loss sum in {'kernel' if args.loss_reduce else 'torch'}"
+            what = (f"loss sum in {'kernel' if not args.torch_reduce else 'torch'}"
                     if args.op in overhead.LOSS_OPS
                     else f"replay {'off' if args.no_replay else 'on'}")  # fmt: skip
             print(f"{args.op} {args.direction} {label}: {best:.1f} µs per call "

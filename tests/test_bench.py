@@ -616,8 +616,9 @@ def test_measure_one_callable_into_a_record():
 
 
 def test_records_name_the_host_switches_that_are_on(monkeypatch):
-    """A record made with an opt-in host path (the replay; on a GPU the losses' in-kernel sum or
-    the lean launch off) says so in its note: those change which launches a call makes."""
+    """A record made with a host path off its mode's default (the replay, which the interpreter
+    leaves off; on a GPU the losses' in-kernel sum or the lean launch off) says so in its note:
+    those change which launches a call makes."""
     from normlab import _launch
     from normlab.bench import device as device_mod
     from normlab.bench.device import DeviceInfo

@@ -671,6 +671,43 @@ def test_auto_form_uses_config_table():
     assert config.entropy_auto("cross_entropy", wide, True) == ("split", 4096)
 
 
+def test_auto_form_spreads_few_rows_over_the_sms():
+    # Fewer rows than SMs: a fused-class vocabulary wider than one tile takes the chunked form
+    # (one program per row would leave SMs idle); one tile, many rows or tensor parallel do not.
+    sms = 132
+    assert config.entropy_auto("cross_entropy", 50257, False, 1, sms) == ("chunked", 2048)
+    assert config.entropy_auto("cross_entropy", 50257, False, sms - 1, sms) == ("chunked", 2048)
+    assert config.entropy_auto("cross_entropy", 50257, False, sms, sms) == ("fused", 2048)
+    assert config.entropy_auto("reverse_kl", 32768, False, 8, sms) == ("chunked", 2048)
+    assert config.entropy_auto("reverse_kl", 2048, False, 1, sms) == ("fused", 2048)  # one tile
+    assert config.entropy_auto("reverse_kl", 2049, False, 1, sms) == ("chunked", 2048)
+    assert config.entropy_auto("reverse_kl", 32768, True, 1, sms) == ("split", 2048)
+    assert config.entropy_auto("reverse_kl", 32768, False, 0, sms) == ("fused", 2048)  # empty
+    assert config.entropy_auto("reverse_kl", 32768, False) == ("fused", 2048)  # rows unknown
+
+
+def test_chunk_layout_fills_the_sms_with_few_rows():
+    sms = 132
+    # Many rows: the measured chunks (4 tiles); the row count changes nothing.
+    assert config.chunk_layout(131072, 4096, 4, sms, 4096) == config.chunk_layout(131072, 4096,
+                                                                                   4, sms)
+    assert config.chunk_layout(131072, 4096, 4, sms, 4096).n_chunks == 8
+    assert config.chunk_layout(50257, 4096, 4, sms, 1) == (1, 0, 13)  # one row: a tile each
+    assert config.chunk_layout(3 * 2048, 2048, 4, sms, 95) == (2, 0, 2)  # 95 x 2 >= 132
+    assert config.chunk_layout(16 * 2048, 2048, 4, sms, 33).n_chunks == 4  # 33 x 4 = 132
+    assert config.chunk_layout(16 * 2048, 2048, 4, sms, 32) == (3, 0, 6)  # 32 x 4 < 132
+    for n_rows in (1, 2, 7, 31, 95, 131, 132, 1000):
+        for n_tiles in (1, 2, 3, 13, 64, 400):
+            layout = config.chunk_layout(n_tiles * 2048, 2048, 4, sms, n_rows)
+            assert layout.n_chunks <= sms and layout.n_chunks * layout.chunk_tiles >= n_tiles
+            if n_rows * config.chunk_layout(n_tiles * 2048, 2048, 4, sms).n_chunks >= sms:
+                continue  # enough programs without the rule
+            # The grid fills the SMs, or each chunk is one tile, or one tile shorter would put
+            # more than sm_count chunks in a row.
+            assert (n_rows * layout.n_chunks >= sms or layout.chunk_tiles == 1
+                    or -(-n_tiles // (layout.chunk_tiles - 1)) > sms)  # fmt: skip
+
+
 def test_chunk_tiles_and_lanes_by_tile():
     assert [config.entropy_chunk_tiles(b) for b in (16, 1024, 2048, 4096)] == [4, 6, 4, 4]
     assert [config.entropy_lane(b) for b in (16, 1024, 2048, 4096, 8192)] == [8, 8, 8, 4096,

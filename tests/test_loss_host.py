@@ -126,7 +126,7 @@ def test_count_in_kernel_reads_a_bounded_share():
 def test_in_kernel_reduction_and_count(form, count, loss, reduction, masked, monkeypatch):
     # 37 rows with the count and sum stepping 16 rows at a time: three steps, the last partial.
     # Several ignored labels and masked rows; either the kernel counts or torch does; with
-    # "torch-reduce" (config.REDUCE_IN_KERNEL off, a GPU's default for now) torch also sums.
+    # "torch-reduce" (config.REDUCE_IN_KERNEL off: NORMLAB_LOSS_REDUCE=0) torch also sums.
     monkeypatch.setattr(online, "REDUCE_BLOCK", tl.constexpr(16))
     monkeypatch.setattr(config, "ENTROPY_COUNT_READ_RATIO", 0 if count == "kernel" else 10**9)
     monkeypatch.setattr(config, "REDUCE_IN_KERNEL", count != "torch-reduce")
@@ -209,7 +209,7 @@ def test_reduction_buffers_per_thread_and_grown():
 def test_cuda_graph_has_its_own_ticket(monkeypatch):
     # A captured call gets its own ticket (zeroed inside the graph): replays and eager calls
     # between them give the eager loss bit for bit, and every ticket ends at 0.
-    monkeypatch.setattr(config, "REDUCE_IN_KERNEL", True)  # opt-in on a GPU for now
+    monkeypatch.setattr(config, "REDUCE_IN_KERNEL", True)  # as by default
     x = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
     labels = torch.randint(0, 4096, (4,), device="cuda")
     eager = normlab.cross_entropy(x, labels)

@@ -150,7 +150,7 @@ class DeviceInfo:
             )
         switches = host_switches()
         out.append("host path       " + (", ".join(switches) if switches else "defaults")
-                   + "  (NORMLAB_REPLAY=1, NORMLAB_LOSS_REDUCE=1: opt-in, docs/notes)")
+                   + "  (docs/notes/2026-12-01-host-replay.md)")
         if self.mode != "gpu":
             out.append(f"note            {CPU_LABEL}")
         return out
@@ -174,14 +174,13 @@ def device_info(measure_copy: bool = True, copy_bytes: int | None = None) -> Dev
 
 def host_switches() -> list[str]:
     """The host-path switches that differ from this mode's default (records note them: they
-    change which launches a call makes): the replay, the losses' in-kernel sum, the lean launch
-    off."""
+    change which launches a call makes): the replay, the losses' in-kernel sum, the lean launch."""
     out = []
-    if _launch.REPLAY:
-        out.append("NORMLAB_REPLAY=1")
+    if _launch.REPLAY != (not _runtime.INTERPRET):  # on by default on a GPU
+        out.append(f"NORMLAB_REPLAY={int(_launch.REPLAY)}")
     if not _runtime.INTERPRET:
-        if loss_config.REDUCE_IN_KERNEL:
-            out.append("NORMLAB_LOSS_REDUCE=1")
+        if not loss_config.REDUCE_IN_KERNEL:
+            out.append("NORMLAB_LOSS_REDUCE=0")
         if not _launch.ENABLED:
             out.append("NORMLAB_LEAN_LAUNCH=0")
     return out

@@ -273,7 +273,8 @@ def launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, a
     tiles = config.entropy_chunk_tiles(block) if tiles_per_chunk is None else tiles_per_chunk
     frames = config.frames(x, t, grad, block)
     layout = config.chunk_layout(n_cols + frames["FRAME"] - 1, block, tiles,
-                                 _runtime.sm_count(x.device.index))  # fmt: skip
+                                 _runtime.sm_count(x.device.index),
+                                 n_rows if tiles_per_chunk is None else 0)  # fmt: skip
     n_chunks = layout.n_chunks
     n_stats = 7 if spec.kind == config.JSD else 5  # JSD: and its chunk sums
     if n_stats * n_rows * n_chunks >= 2**31:  # tickets and statistics offsets are int32

@@ -72,11 +72,12 @@ def counts_valid(kind: int, reduction: str, has_mask: bool = False) -> bool:
 
 
 # The kernels' REDUCE: the fused and chunked forms reduce the loss rows in the kernel (its last
-# program: online.finish_reduction), so a call is one launch and not three or four. On a GPU
-# opt-in (NORMLAB_LOSS_REDUCE=1) until a GPU run has checked its cross-program ordering (the
-# interpreter runs one program at a time and cannot show a race); the interpreter runs it.
+# program: online.finish_reduction), so a call is one launch and not three or four (the torch
+# count, cast and sum cost 6 us of device time a call, the whole difference at a few rows: the
+# vocabulary population). Checked on an H200, CUDA graphs included; NORMLAB_LOSS_REDUCE=0 sums in
+# torch instead.
 REDUCE_CODES = {"none": 0, "sum": 1, "mean": 2}
-REDUCE_IN_KERNEL = _runtime.INTERPRET or os.environ.get("NORMLAB_LOSS_REDUCE", "0") == "1"
+REDUCE_IN_KERNEL = _runtime.INTERPRET or os.environ.get("NORMLAB_LOSS_REDUCE", "1") != "0"
 
 # A mean over counted rows scales the gradient written in the forward by 1 / count, so the count
 # must be known before: a torch count ahead of the kernel (two more launches, host time that a
@@ -256,14 +257,20 @@ class ChunkLayout(NamedTuple):
         return [(k * self.chunk_tiles + min(k, self.n_long)) * block for k in range(self.n_chunks)]
 
 
-def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int) -> ChunkLayout:
+def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int,
+                 n_rows: int = 0) -> ChunkLayout:  # fmt: skip
     """Chunks of whole tiles, ``tiles_per_chunk`` or one more (whichever leaves the last chunk
     fuller), evened out over the row, at most ``sm_count`` per row (a row's waiting programs fit
-    on the GPU). n_long is 0: unequal chunks measured slower (the loss note); sweeps force them."""
+    on the GPU). n_long is 0: unequal chunks measured slower (the loss note); sweeps force them.
+    With the call's ``n_rows`` (0: unknown), a grid of fewer programs than SMs takes shorter
+    chunks instead, down to one tile: idle SMs cost more than a shorter chunk's extra statistics
+    (a row's tiles then load side by side, not one after another)."""
     n_tiles = _cdiv(n_cols, block)
     tiles = min((tiles_per_chunk, tiles_per_chunk + 1), key=lambda k: (-n_tiles % k, k))
-    n_chunks = min(max(1, round(n_tiles / tiles)), sm_count)
-    chunk_tiles = _cdiv(n_tiles, n_chunks)
+    n_chunks = max(1, round(n_tiles / tiles))
+    if 0 < n_rows and n_rows * n_chunks < sm_count:  # SMs idle
+        n_chunks = _cdiv(n_tiles, max(1, n_tiles * n_rows // sm_count))
+    chunk_tiles = _cdiv(n_tiles, min(n_chunks, sm_count))
     return ChunkLayout(chunk_tiles, 0, _cdiv(n_tiles, chunk_tiles))
 
 
@@ -297,9 +304,23 @@ def entropy_vocab_class(n_cols: int) -> str:
     return "ragged" if n_cols % 16 == 0 else "unaligned"
 
 
-def entropy_auto(loss: str, n_cols: int, distributed: bool) -> tuple[str, int]:
+# Fewer rows than SMs: the fused form runs one program per row and leaves SMs idle, each
+# program's tiles waiting on DRAM latency one after another (one row of 50257: 17.4 us fused,
+# 11.2 us chunked at 65536, the vocabulary population's worst cells). Such a call takes the
+# chunked form, whose chunks spread a row over the SMs (entropy_chunk_tiles shortens them).
+ENTROPY_FUSED_MIN_ROWS_PER_SM = 1
+
+
+def entropy_auto(loss: str, n_cols: int, distributed: bool, n_rows: int | None = None,
+                 sm_count: int = 0) -> tuple[str, int]:  # fmt: skip
     """form="auto": (form, block_cap) for ``loss`` over ``n_cols`` local vocabulary columns (the
-    split form under tensor parallel: the row statistics are all-reduced between its kernels)."""
+    split form under tensor parallel: the row statistics are all-reduced between its kernels);
+    ``n_rows`` (None: many) of them on ``sm_count`` SMs."""
     form, cap = ENTROPY_AUTO[loss][ENTROPY_AUTO_CLASSES.index(entropy_vocab_class(n_cols))]
-    return ("split" if distributed else form), cap
+    if distributed:
+        return "split", cap
+    few_rows = n_rows is not None and 0 < n_rows < ENTROPY_FUSED_MIN_ROWS_PER_SM * sm_count
+    if form == "fused" and few_rows and n_cols > tile(n_cols, cap):
+        form = "chunked"
+    return form, cap
 

@@ -93,8 +93,8 @@ def transform(v, xparam, XFORM: tl.constexpr):
     """A loaded fp32 logit as the loss sees it (XFORM: see the module docstring)."""
     if XFORM == TEMPER:
         v = v * xparam
-    elif XFORM == SOFTCAP:
-        v = xparam * tanh(v / xparam)
+    elif XFORM == SOFTCAP:  # a scalar reciprocal: no division per element
+        v = xparam * tanh(v * (1.0 / xparam))
     return v
 
 
@@ -435,7 +435,8 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
         else:
             g = p - tl.where(cols == label, 1.0, 0.0)
         if XFORM == SOFTCAP:  # x here is the capped logit: d(c tanh(v / c)) / dv = 1 - (x / c)^2
-            g = g * (1.0 - (x / xparam) * (x / xparam))
+            r = x * (1.0 / xparam)
+            g = g * (1.0 - r * r)
     return g * scale
 
 

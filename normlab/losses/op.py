@@ -413,8 +413,10 @@ def _check_common(name, logits, form, block_cap, reduction, group):
     return block_cap
 
 
-def _resolve(name, n_cols, form, block_cap, group):
-    auto_form, auto_cap = config.entropy_auto(name, n_cols, group is not None)
+def _resolve(name, logits, n_cols, form, block_cap, group):
+    n_rows = logits.numel() // n_cols if n_cols else 0
+    auto_form, auto_cap = config.entropy_auto(name, n_cols, group is not None, n_rows,
+                                              _runtime.sm_count(logits.device.index))  # fmt: skip
     return (auto_form if form == "auto" else form), (auto_cap if block_cap is None else block_cap)
 
 
@@ -626,7 +628,7 @@ def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, 
     if temperature != 1.0 or loss_mask is not None or beta is not None:
         options = _distribution_options(name, temperature, beta, loss_mask, logits)
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
-    form, cap = _resolve(name, n_cols, form, block_cap, group)
+    form, cap = _resolve(name, logits, n_cols, form, block_cap, group)
     spec = config.Spec(KINDS[name], form, cap, reduction, 0, group, 0, n_cols, options)
     return _run(name, _contiguous_rows(logits), _contiguous_rows(target_logits), loss_mask, spec,
                 grad_accumulate)  # fmt: skip
@@ -774,7 +776,7 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
                 f"{name}: label {first} outside [0, {vocab_size}) "
                 f"and != ignore_index={ignore_index}"
             )
-    form, cap = _resolve(name, n_cols, form, block_cap, group)
+    form, cap = _resolve(name, logits, n_cols, form, block_cap, group)
     spec = config.Spec(KINDS[name], form, cap, reduction, ignore_index, group, vocab_start,
                        vocab_size, options)  # fmt: skip
     return _run(name, _contiguous_rows(logits), labels.contiguous(), loss_mask, spec,

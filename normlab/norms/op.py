@@ -4,12 +4,11 @@ The public functions are RMSNorm and LayerNorm (with an optional weight offset, 
 ``(1 + weight)``) and the same fused with the residual add before them (``add_rms_norm``,
 ``add_layer_norm``: one kernel writes y and h = x + residual). An eager call costs the CPU
 little: the arguments are checked once, ``config.plan`` picks the kernels, and a
-``torch.autograd.Function`` (or, when no gradient is needed, the launcher alone)
-runs them through ``normlab._launch``; with ``NORMLAB_REPLAY=1`` a call of a signature seen
-before replays that call's launches (``_launch.record``). Under ``torch.compile`` the same two
-functions run inside the custom ops ``normlab::norm_fwd`` and ``normlab::norm_bwd``, which
-Inductor keeps as opaque calls (their dispatch costs tens of µs, so eager calls do not take
-them).
+``torch.autograd.Function`` (or, when no gradient is needed, the launcher alone) runs them
+through ``normlab._launch``; on a GPU a call of a signature seen before replays that call's
+launches (``_launch.record``). Under ``torch.compile`` the same two functions run inside the
+custom ops ``normlab::norm_fwd`` and ``normlab::norm_bwd``, which Inductor keeps as opaque calls
+(their dispatch costs tens of µs, so eager calls do not take them).
 """
 
 from __future__ import annotations
