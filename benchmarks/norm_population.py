@@ -112,7 +112,7 @@ def main(argv=None) -> int:
                     finally:
                         run = None
                         torch.cuda.empty_cache()
-                    shape_set = "peers" if case.family == "peers" else "population"
+                    shape_set = population.PEERS_SET if case.family == "peers" else "population"
                     records.append(dataclasses.replace(rec, shape_set=shape_set, note=(
                         f"{rec.note}; family {case.family}")))
         if i % 10 == 0:
@@ -123,33 +123,13 @@ def main(argv=None) -> int:
     return 0
 
 
-PEERS_TARGET = 0.98  # normlab / best peer at each of the 11 peer shapes
-LN_BWD_TARGET_US = 430.0  # LayerNorm backward at 32768 x 8192, bf16
-
-
 def summary(records) -> str:
     """Per op and direction: geomean of best-peer µs / normlab µs, the members below 0.9x and the
-    ten worst, against the targets (``normlab.bench.population``); then the 11 peer shapes
-    against 0.98x and the LayerNorm backward at 32768 x 8192 against 430 µs."""
-    pop = [r for r in records if r.shape_set != "peers"]
-    peers = [r for r in records if r.shape_set == "peers"]
+    ten worst, against the targets; then the 11 peer shapes against theirs
+    (``normlab.bench.population``)."""
+    pop = population.without_peers(records)
     lines = [population.verdict_line(v) for v in population.verdicts(pop, worst=10)]
-    groups: dict = {}
-    for r in population.ratios(peers):
-        groups.setdefault((r.op, r.direction), []).append(r)
-    for (op, direction), rs in sorted(groups.items()):
-        low = min(rs, key=lambda r: r.ratio)
-        below = [f"{r.M}x{r.N} {r.ratio:.2f}" for r in rs if r.ratio < PEERS_TARGET]
-        lines.append(f"peers {op} {direction}: {len(rs)} shapes, lowest {low.M}x{low.N} "
-                     f"{low.ratio:.2f}x (target >= {PEERS_TARGET}x): "
-                     f"{'missed at ' + ', '.join(below) if below else 'met'}")  # fmt: skip
-    ln = [r for r in peers if (r.op, r.direction, r.M, r.N, r.impl) ==
-          ("layer_norm", "bwd", 32768, 8192, "normlab") and r.valid]  # fmt: skip
-    if ln:
-        us = ln[-1].device_us
-        lines.append(f"peers layer_norm bwd 32768x8192: {us:.0f} µs (target <= "
-                     f"{LN_BWD_TARGET_US:.0f}): {'met' if us <= LN_BWD_TARGET_US else 'missed'}")
-    return "\n".join(lines)
+    return "\n".join(lines + population.peer_lines(records))
 
 
 if __name__ == "__main__":

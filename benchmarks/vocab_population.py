@@ -46,7 +46,7 @@ from normlab.bench.records import parse_dtype, portable_command, read_records, r
 from normlab.bench.sweep import measure
 from normlab.bench.traffic import LABEL_LOSS_OPS, SOFT_LOSS_OPS
 
-SHAPE_SET = "vocab_population"
+SHAPE_SET = population.VOCAB_SET
 OPS = ("cross_entropy", "reverse_kl", "soft_cross_entropy")
 DIRECTIONS = registry.LOSS_DIRECTIONS  # fwd (the training forward), fwd+bwd
 IMPLS = ("normlab", "compile", "liger")  # eager and torch on request (--impls)
@@ -314,7 +314,7 @@ def main(argv=None) -> int:
 def summary(records) -> str:
     """Per op and direction: geomean of best-peer µs / normlab µs, the members below 0.90x and
     the ten worst (with their best peer), against the every-member target; the peers seen."""
-    verdicts = population.verdicts(records, worst=10, shape_set=SHAPE_SET, geomean_target=None)
+    verdicts = population.vocab_verdicts(records, worst=10)
     if not verdicts:
         return f"no {SHAPE_SET} member has normlab and a peer measured"
     measured = [r for r in records if r.shape_set == SHAPE_SET and r.valid]

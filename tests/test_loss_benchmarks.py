@@ -292,6 +292,40 @@ def test_population_verdicts_keep_their_norm_output():
     assert population.verdicts(recs, shape_set="vocab_population") == []
 
 
+def test_peer_shapes_are_judged_apart_from_the_population():
+    """A norm population run's peer-shape records (shape_set "peers") never enter the
+    population's verdicts; peer_lines judges them against 0.98x and the 430 µs LayerNorm
+    backward at 32768 x 8192."""
+    pop = [_rec("normlab", 100.0, op="rms_norm", direction="fwd", shape_set="population"),
+           _rec("torch", 120.0, op="rms_norm", direction="fwd", shape_set="population")]
+    peers = [  # at one peer shape normlab is slower: 0.97x, under the 0.98x target
+        _rec("normlab", 100.0, op="rms_norm", direction="fwd", M=4096, N=4096, shape_set="peers"),
+        _rec("compile", 97.0, op="rms_norm", direction="fwd", M=4096, N=4096, shape_set="peers"),
+        _rec("normlab", 431.0, op="layer_norm", direction="bwd", M=32768, N=8192,
+             shape_set="peers"),
+        _rec("torch", 500.0, op="layer_norm", direction="bwd", M=32768, N=8192,
+             shape_set="peers"),
+    ]  # fmt: skip
+    (v,) = population.verdicts(population.without_peers(pop + peers))
+    assert (v.op, v.n, v.below) == ("rms_norm", 1, 0) and v.geomean == pytest.approx(1.2)
+    assert population.peer_lines(pop + peers) == [
+        "peers layer_norm bwd: 1 shapes, lowest 32768x8192 1.16x (target >= 0.98x): met",
+        "peers rms_norm fwd: 1 shapes, lowest 4096x4096 0.97x (target >= 0.98x): missed at "
+        "4096x4096 0.97",
+        "peers layer_norm bwd 32768x8192: 431 µs (target <= 430): missed",
+    ]
+    assert population.peer_lines(pop) == []
+
+
+def test_vocab_verdicts_are_the_loss_populations_alone():
+    recs = [_rec("normlab", 100.0), _rec("compile", 80.0),  # 0.80x: below 0.90x
+            _rec("normlab", 100.0, shape_set="population"),
+            _rec("torch", 10.0, shape_set="population")]  # fmt: skip
+    (v,) = population.vocab_verdicts(recs)
+    assert (v.n, v.below, v.geomean_target) == (1, 1, None) and not v.met
+    assert v.worst[0].ratio == pytest.approx(0.8) and v.worst[0].peer == "compile"
+
+
 def test_replace_jsonl_leaves_a_complete_file(tmp_path):
     from normlab.bench.records import read_jsonl, replace_jsonl
 

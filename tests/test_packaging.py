@@ -33,3 +33,7 @@ def test_wheel_contents(tmp_path):
     assert any(n.endswith("licenses/LICENSE") for n in names)
     assert not any("/dev/" in n or n.endswith(".ipynb") for n in names)
     assert any(n.startswith("normlab/data/") and n.endswith(".jsonl") for n in names)
+    # load_recorded reads the gzipped population, normlab.bench.devdata the two JSON files
+    shipped = {Path(n).name for n in names if n.startswith("normlab/data/")}
+    for path in (ROOT / "normlab" / "data").glob("*.json*"):
+        assert path.name in shipped, f"{path.name} is read by the package but not in the wheel"

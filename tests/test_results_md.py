@@ -101,3 +101,49 @@ def test_shape_without_peer_has_no_ratio(results_md):
 def test_commands_shown_without_paths(results_md):
     cmd = "python -m normlab bench --out /root/out/x.jsonl --op rms_norm --shapes /abs/dir/s.txt"
     assert results_md.plain_command(cmd) == "python -m normlab bench --op rms_norm --shapes s.txt"
+
+
+def _write_gz(path, records):
+    import dataclasses
+    import gzip
+    import json
+
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(dataclasses.asdict(r)) + "\n")
+    return path
+
+
+def test_population_section_leaves_the_peer_shapes_to_their_own_lines(results_md, tmp_path):
+    import dataclasses
+
+    def tagged(rec, shape_set):
+        return dataclasses.replace(rec, shape_set=shape_set, strategy=None, layout=None)
+
+    pop = [tagged(_record("normlab", 64, 4096, 10.0), "population"),
+           tagged(_record("torch", 64, 4096, 12.0), "population"),
+           # a peer shape where normlab is slower (0.50x): not a population member
+           tagged(_record("normlab", 4096, 4096, 20.0), "peers"),
+           tagged(_record("compile", 4096, 4096, 10.0), "peers")]  # fmt: skip
+    path = _write_gz(tmp_path / "card-2031-01-01-population.jsonl.gz", pop)
+    text = results_md.population_section([path])
+    assert "| RMSNorm fwd | 1 | 1.20× | 0 | met | 64×4096 bf16 1.20 (torch) |" in text
+    assert "4096×4096" not in text  # the peer shape is in no row of the table
+    assert "- peers rms_norm fwd: 1 shapes, lowest 4096x4096 0.50x (target >= 0.98x): missed" \
+        in text  # fmt: skip
+
+
+def test_vocab_section_judges_every_member_without_a_geomean_target(results_md, tmp_path):
+    import dataclasses
+
+    recs = [dataclasses.replace(_record(impl, m, 32000, us, op="cross_entropy",
+                                        direction="fwd+bwd", layout=None),
+                                shape_set="vocab_population")
+            for impl, m, us in (("normlab", 8, 10.0), ("compile", 8, 8.5),  # 0.85x
+                                ("normlab", 16, 10.0), ("liger", 16, 30.0))]  # 3.00x
+    path = _write_gz(tmp_path / "vocab.jsonl.gz", recs)
+    text = results_md.vocab_section([path])
+    assert "fastest of torch.compile and Liger-Kernel" in text
+    assert ("| label cross-entropy fwd+bwd | 2 | 1.60× | 1 | missed | "
+            "8×32000 bf16 0.85 (compile), 16×32000 bf16 3.00 (liger) |") in text
+    assert results_md.vocab_section([]) == ""

@@ -5,6 +5,10 @@ A population run (``benchmarks/norm_population.py``) times normlab's default and
 direction the ratio is the fastest valid peer's device time over normlab's (above 1: normlab is
 faster); members measured in several runs keep the latest run's records.
 
+A norm population run may also time the 11 peer shapes (records tagged
+``shape_set="peers"``): ``without_peers`` keeps them out of the population's verdicts and
+``peer_lines`` judges them against their own targets.
+
 The loss population (``benchmarks/vocab_population.py``, records tagged
 ``shape_set="vocab_population"``) has the every-shape target only: its verdicts take
 ``geomean_target=None`` and a ``shape_set`` that keeps other runs' records out.
@@ -17,6 +21,12 @@ from dataclasses import dataclass
 
 TARGET_EVERY_SHAPE = 0.90  # normlab / best peer at every member, each op and direction
 TARGET_GEOMEAN = 1.15  # the geometric mean over the population, each op and direction
+# The 11 shapes of the peers' published table, recorded beside the population with
+# shape_set="peers": they are judged on their own (peer_lines), never in the population's verdicts.
+PEERS_SET = "peers"
+VOCAB_SET = "vocab_population"  # the losses' population (benchmarks/vocab_population.py)
+PEERS_TARGET = 0.98  # normlab / best peer at each of the 11 peer shapes
+LN_BWD_TARGET_US = 430.0  # LayerNorm backward at 32768 x 8192, bf16
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,11 @@ def verdicts(records, worst: int = 5, *, shape_set: str | None = None,
     return out
 
 
+def vocab_verdicts(records, worst: int = 5) -> list[Verdict]:
+    """The loss population's verdicts: its records only (``VOCAB_SET``), no geomean target."""
+    return verdicts(records, worst, shape_set=VOCAB_SET, geomean_target=None)
+
+
 def verdict_line(v: Verdict, *, peers: bool = False) -> str:
     """One line: the numbers, the targets, and what is missed; ``peers``: each worst cell names
     its best peer."""
@@ -100,3 +115,32 @@ def verdict_line(v: Verdict, *, peers: bool = False) -> str:
     return (f"{v.op} {v.direction}: {v.n} shapes, geomean {v.geomean:.3f}x ({geo_target}), "
             f"{v.below} below {TARGET_EVERY_SHAPE}x (target 0): "
             f"{'missed: ' + ', '.join(missed) if missed else 'met'}; worst: {worst}")
+
+
+def without_peers(records) -> list:
+    """The records of a norm population run without its peer shapes (``PEERS_SET``)."""
+    return [r for r in records if r.shape_set != PEERS_SET]
+
+
+def peer_lines(records) -> list[str]:
+    """The peer shapes (records tagged ``PEERS_SET``; others are ignored): per op and direction
+    the lowest best peer / normlab against ``PEERS_TARGET``, then normlab's LayerNorm backward at
+    32768 x 8192 against ``LN_BWD_TARGET_US``."""
+    peers = [r for r in records if r.shape_set == PEERS_SET]
+    groups: dict[tuple, list[Ratio]] = {}
+    for r in ratios(peers):
+        groups.setdefault((r.op, r.direction), []).append(r)
+    lines = []
+    for (op, direction), rs in sorted(groups.items()):
+        low = min(rs, key=lambda r: r.ratio)
+        below = [f"{r.M}x{r.N} {r.ratio:.2f}" for r in rs if r.ratio < PEERS_TARGET]
+        lines.append(f"peers {op} {direction}: {len(rs)} shapes, lowest {low.M}x{low.N} "
+                     f"{low.ratio:.2f}x (target >= {PEERS_TARGET}x): "
+                     f"{'missed at ' + ', '.join(below) if below else 'met'}")  # fmt: skip
+    ln = [r for r in peers if (r.op, r.direction, r.M, r.N, r.impl) ==
+          ("layer_norm", "bwd", 32768, 8192, "normlab") and r.valid]  # fmt: skip
+    if ln:
+        us = ln[-1].device_us
+        lines.append(f"peers layer_norm bwd 32768x8192: {us:.0f} µs (target <= "
+                     f"{LN_BWD_TARGET_US:.0f}): {'met' if us <= LN_BWD_TARGET_US else 'missed'}")
+    return lines
