@@ -62,13 +62,13 @@ case $STAGE in
       --out "$OUT/vocab_population.jsonl" --max-seconds 400
     ;;
   verify)
-    step gpu_check_verify 80 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_verify.json" \
+    step gpu_check_verify 70 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_verify.json" \
       --quick --only losses,graphs
-    step vocab_cells 100 python3 benchmarks/vocab_population.py --out "$OUT/vocab_cells.jsonl" \
-      --ops cross_entropy,reverse_kl --reps 6 --max-seconds 80 --cells \
+    step vocab_cells 80 python3 benchmarks/vocab_population.py --out "$OUT/vocab_cells.jsonl" \
+      --ops cross_entropy,reverse_kl --reps 6 --max-seconds 60 --cells \
       1x32000,1x50257,1x65536,1x131072,3x16950,4x58337,8x32768,8x50257,25x1223,29x13980,41x10926,73x9928,95x4723,100x1049,251x33166,512x50257,4096x131072,16384x32000
     for replay in 1 0; do
-      step "overhead_norms_replay$replay" 45 env NORMLAB_REPLAY=$replay python3 -m normlab bench \
+      step "overhead_norms_replay$replay" 30 env NORMLAB_REPLAY=$replay python3 -m normlab bench \
         --overhead --op rms_norm,layer_norm --impl normlab,torch \
         --out "$OUT/overhead_norms_replay$replay.json" --no-progress
     done
