@@ -21,7 +21,11 @@ _SPEC.loader.exec_module(emulated_gpu)
 
 
 @pytest.fixture
-def gpu_path():
+def gpu_path(monkeypatch):
+    # The switches a test sets again go through monkeypatch first: its undo, which runs after
+    # emulate's restore, then puts back the values from before both.
+    for name in ("ENABLED", "REPLAY"):
+        monkeypatch.setattr(_launch, name, getattr(_launch, name))
     with emulated_gpu.emulate() as jits:
         yield jits
 

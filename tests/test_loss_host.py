@@ -90,6 +90,31 @@ def test_default_call_is_one_launch_each_way(loss, reduction, masked, monkeypatc
     assert set(fwd_ops.ops) <= ALLOCATIONS and set(ops.ops) <= ALLOCATIONS, (fwd_ops.ops, ops.ops)
 
 
+@pytest.mark.parametrize("loss", ["cross_entropy", "reverse_kl"])
+def test_reduction_moves_to_torch_past_the_byte_bound(loss, monkeypatch):
+    # 5 rows x 37 fp32 logits = 740 bytes: at a bound of 740 the kernel sums; at 739 torch does
+    # (the kernel then writes the loss rows alone). Both give the fp64 reference's loss. The
+    # kernel counts label CE's rows whenever it sums (a read bound of 0).
+    monkeypatch.setattr(config, "ENTROPY_COUNT_READ_RATIO", 0)
+    x, other = _loss_inputs(loss, (5, 37))
+    kw = {"check_labels": False} if loss == "cross_entropy" else {}
+    ref_out, ref_grad = _ref(loss, x, other)
+    assert config.reduce_in_kernel(5, 37, 4)
+    _record_launches(monkeypatch)  # the interpreter's copies around a launch are no torch ops
+    for bound, torch_sums in ((740, False), (739, True)):
+        monkeypatch.setattr(config, "ENTROPY_REDUCE_MAX_BYTES", bound)
+        assert config.reduce_in_kernel(5, 37, 4) is not torch_sums
+        _call(loss, x, other, **kw)  # allocate the reduction's buffers
+        with _TorchOps() as ops:
+            out = _call(loss, x, other, **kw)
+        torch_ops = set(ops.ops) - ALLOCATIONS
+        assert bool(torch_ops) is torch_sums, torch_ops
+        out, grad = _run(loss, x, other, **kw)
+        _check(loss, out, grad, ref_out, ref_grad, torch.float32, 37)
+    monkeypatch.setattr(config, "REDUCE_IN_KERNEL", False)  # NORMLAB_LOSS_REDUCE=0
+    assert not config.reduce_in_kernel(1, 1, 1)
+
+
 def test_count_falls_back_to_torch_past_the_read_bound(monkeypatch):
     # 64 rows of 16 fp32 columns: counting 64 labels per program would read more than an eighth
     # of the row's bytes, so torch counts (two ops); the sum stays in the kernel.

@@ -72,12 +72,21 @@ def counts_valid(kind: int, reduction: str, has_mask: bool = False) -> bool:
 
 
 # The kernels' REDUCE: the fused and chunked forms reduce the loss rows in the kernel (its last
-# program: online.finish_reduction), so a call is one launch and not three or four (the torch
-# count, cast and sum cost 6 us of device time a call, the whole difference at a few rows: the
-# vocabulary population). Checked on an H200, CUDA graphs included; NORMLAB_LOSS_REDUCE=0 sums in
-# torch instead.
+# program: online.finish_reduction), so a call is one launch and not three or four. Checked on an
+# H200, CUDA graphs included; NORMLAB_LOSS_REDUCE=0 sums in torch instead. It pays up to
+# ENTROPY_REDUCE_MAX_BYTES of logits: torch's count, cast and sum cost ~6 us a call (25x1223
+# label CE: 10.3 -> 4.9 us), while label CE's kernel with the sum in it ran 14-25% slower
+# (251x33166: 21.3 -> 26.7 us; 16384x32000: 677 -> 771 us; reverse KL within 1.3%), so the two
+# cross near 37 MB (the vocabulary population's runs at 3744c7f and 043f077; not swept).
 REDUCE_CODES = {"none": 0, "sum": 1, "mean": 2}
 REDUCE_IN_KERNEL = _runtime.INTERPRET or os.environ.get("NORMLAB_LOSS_REDUCE", "1") != "0"
+ENTROPY_REDUCE_MAX_BYTES = 32 * 2**20
+
+
+def reduce_in_kernel(n_rows: int, n_cols: int, logit_bytes: int) -> bool:
+    """Whether a fused or chunked call of ``n_rows`` x ``n_cols`` logits of ``logit_bytes`` each
+    sums its loss in the kernel (above)."""
+    return REDUCE_IN_KERNEL and n_rows * n_cols * logit_bytes <= ENTROPY_REDUCE_MAX_BYTES
 
 # A mean over counted rows scales the gradient written in the forward by 1 / count, so the count
 # must be known before: a torch count ahead of the kernel (two more launches, host time that a

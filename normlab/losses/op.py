@@ -98,12 +98,12 @@ def _reduction_buffers(device, n_rows):
 
 def _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, accumulate):
     """The fused or chunked form: the loss rows ("none"), else the reduced loss, summed in the
-    kernel (config.REDUCE_IN_KERNEL; else by torch); the gradient (compute_grad) into grad. One
+    kernel (config.reduce_in_kernel; else by torch); the gradient (compute_grad) into grad. One
     launch (two or three of the chunked form under the interpreter), plus a torch count for a
     mean over counted rows where config.count_in_kernel says the kernel should not count."""
     n_rows, n_cols = x.shape
     n_valid = None
-    in_kernel = config.REDUCE_IN_KERNEL
+    in_kernel = config.reduce_in_kernel(n_rows, n_cols, x.element_size())
     if config.counts_valid(spec.kind, spec.reduction, mask is not None):
         row_bytes = (labels.element_size() if spec.kind == CE else 0) + (mask is not None)
         if not (in_kernel and config.count_in_kernel(spec, n_rows, n_cols, x.element_size(),
