@@ -326,6 +326,17 @@ def test_vocab_verdicts_are_the_loss_populations_alone():
     assert v.worst[0].ratio == pytest.approx(0.8) and v.worst[0].peer == "compile"
 
 
+def test_a_member_measured_twice_keeps_the_later_run_in_any_file_order():
+    import dataclasses
+
+    old = [_rec("normlab", 100.0), _rec("compile", 50.0)]  # 0.50x
+    new = [dataclasses.replace(r, date="2031-01-02T00:00:00Z", device_us=us)
+           for r, us in zip(old, (40.0, 60.0), strict=True)]  # 1.50x, a day later
+    for records in (old + new, new + old):
+        (v,) = population.vocab_verdicts(records)
+        assert v.n == 1 and v.worst[0].ratio == pytest.approx(1.5)
+
+
 def test_replace_jsonl_leaves_a_complete_file(tmp_path):
     from normlab.bench.records import read_jsonl, replace_jsonl
 

@@ -59,15 +59,16 @@ class Verdict:
 
 def ratios(records, shape_set: str | None = None) -> list[Ratio]:
     """One Ratio per (op, direction, M, N, dtype) with normlab and at least one peer; only the
-    records tagged ``shape_set`` when it is given."""
+    records tagged ``shape_set`` when it is given. A member measured in several runs keeps the
+    latest (by date; records of one date in the order given)."""
     cells: dict[tuple, dict] = {}
-    for r in records:
+    for r in sorted(records, key=lambda r: r.date or ""):
         if not r.valid or r.device_us is None or r.device_us <= 0:
             continue
         if shape_set is not None and r.shape_set != shape_set:
             continue
         key = (r.op, r.direction, r.M, r.N, r.dtype)
-        cells.setdefault(key, {})[r.impl] = r  # later records (runs) win
+        cells.setdefault(key, {})[r.impl] = r  # later runs win
     out = []
     for (op, direction, m, n, dtype), by_impl in cells.items():
         ours = by_impl.get("normlab")
