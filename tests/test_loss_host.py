@@ -116,11 +116,12 @@ def test_reduction_moves_to_torch_past_the_byte_bound(loss, monkeypatch):
 
 
 def test_count_falls_back_to_torch_past_the_read_bound(monkeypatch):
-    # 64 rows of 16 fp32 columns: counting 64 labels per program would read more than an eighth
-    # of the row's bytes, so torch counts (two ops); the sum stays in the kernel.
-    x, labels = _inputs("cross_entropy", (64, 16), torch.float32)
+    # 300 rows of 16 fp32 columns: counting 300 int64 labels per program would read more than an
+    # eighth of the row's bytes and more than 2 KiB, so torch counts (two ops); the sum stays in
+    # the kernel.
+    x, labels = _inputs("cross_entropy", (300, 16), torch.float32)
     spec = config.Spec(config.CE, "fused", 16, "mean", -100, None, 0, 16, None)
-    assert not config.count_in_kernel(spec, 64, 16, 4, 8)
+    assert not config.count_in_kernel(spec, 300, 16, 4, 8)
     assert config.count_in_kernel(spec, 1, 16, 4, 8)  # 8 bytes x 8 <= 64
     normlab.cross_entropy(x, labels, check_labels=False)
     launches = _record_launches(monkeypatch)
@@ -139,7 +140,12 @@ def test_count_in_kernel_reads_a_bounded_share():
     # The chunked form: a program reads a chunk (4 tiles of 4096 here), not the row.
     chunk = spec._replace(form="chunked")
     assert not config.count_in_kernel(chunk, 1024, 131072, 2, 8)
-    assert config.count_in_kernel(chunk, 256, 131072, 2, 8)
+    assert config.count_in_kernel(chunk, 512, 131072, 2, 8)
+    # Up to 2 KiB of labels a program always counts them: 256 int64 labels beside a 16-column
+    # fp32 row (64 bytes), not 257.
+    narrow = config.Spec(config.CE, "fused", 16, "mean", -100, None, 0, 16, None)
+    assert config.count_in_kernel(narrow, 256, 16, 4, 8)
+    assert not config.count_in_kernel(narrow, 257, 16, 4, 8)
 
 
 @pytest.mark.parametrize("form", ["fused", "chunked"])

@@ -92,9 +92,11 @@ def reduce_in_kernel(n_rows: int, n_cols: int, logit_bytes: int) -> bool:
 # must be known before: a torch count ahead of the kernel (two more launches, host time that a
 # small call cannot hide) or every program counting the labels (and mask) itself, n_rows entries
 # read from L2 (online.counted_rows). The kernel counts while those bytes are at most
-# 1 / ENTROPY_COUNT_READ_RATIO of the logits a program reads anyway (a row, or a chunk). A bound
-# on the extra traffic, not a measured optimum.
+# 1 / ENTROPY_COUNT_READ_RATIO of the logits a program reads anyway (a row, or a chunk), or at
+# most ENTROPY_COUNT_MIN_BYTES: 16 L2 lines a program, where torch's count costs three launches
+# (5.4 of label CE's 9.6 us at 100x1049, 043f077). Bounds on the extra traffic, not measured optima.
 ENTROPY_COUNT_READ_RATIO = 8
+ENTROPY_COUNT_MIN_BYTES = 2048
 
 
 def count_in_kernel(spec: Spec, n_rows: int, n_cols: int, logit_bytes: int,
@@ -105,7 +107,9 @@ def count_in_kernel(spec: Spec, n_rows: int, n_cols: int, logit_bytes: int,
     if spec.form == "chunked":
         block = tile(n_cols, spec.block_cap)
         cols = min(n_cols, entropy_chunk_tiles(block) * block)
-    return n_rows * row_bytes * ENTROPY_COUNT_READ_RATIO <= cols * logit_bytes
+    label_bytes = n_rows * row_bytes
+    return (label_bytes <= ENTROPY_COUNT_MIN_BYTES
+            or label_bytes * ENTROPY_COUNT_READ_RATIO <= cols * logit_bytes)  # fmt: skip
 
 
 def grad_scale(spec: Spec, n_rows: int) -> tuple[float, bool]:

@@ -55,7 +55,9 @@ print(viz.recorded_summary(recorded))
 # ## What `form="auto"` runs
 #
 # The tile cap (`block_cap`) can be set anywhere from 16 to 65536 columns for experiments; the
-# planner (`normlab.losses.config.entropy_auto`) picks per vocabulary class:
+# planner (`normlab.losses.config.entropy_auto`) picks per vocabulary class. A call with fewer
+# rows than the GPU has SMs takes the chunked form instead, with chunks as short as one tile, so
+# that its rows spread over the SMs (`config.chunk_layout`).
 
 # %%
 # NBVAL_CHECK_OUTPUT
