@@ -28,14 +28,14 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.lo
 }
 case $STAGE in
   check)
-    step gpu_check 250 env NORMLAB_REPLAY=1 python3 benchmarks/gpu_check.py \
+    step gpu_check 250 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check.json" --quick --only replay,lean,graphs,compile,norms,norm_options
     step overhead_norms 100 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
       --impl normlab,torch,liger --out "$OUT/overhead_norms.json" --no-progress
-    step overhead_norms_replay 100 env NORMLAB_REPLAY=1 python3 -m normlab bench --overhead \
-      --op rms_norm,layer_norm --impl normlab,normlab+compile,torch,compile \
-      --out "$OUT/overhead_norms_replay.json" --no-progress
-    step host_profile 40 env NORMLAB_REPLAY=1 python3 benchmarks/host_profile.py --op rms_norm \
+    step overhead_norms_no_replay 100 env NORMLAB_REPLAY=0 python3 -m normlab bench --overhead \
+      --op rms_norm,layer_norm --impl normlab,torch,compile \
+      --out "$OUT/overhead_norms_no_replay.json" --no-progress
+    step host_profile 40 python3 benchmarks/host_profile.py --op rms_norm \
       --direction fwd+bwd --top 30
     ;;
   pop1 | pop2)
@@ -47,11 +47,11 @@ case $STAGE in
   losses)
     step gpu_check_losses 120 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_losses.json" \
       --quick --only losses,loss_options
-    step gpu_check_loss_reduce 90 env NORMLAB_LOSS_REDUCE=1 python3 benchmarks/gpu_check.py \
-      --out "$OUT/gpu_check_loss_reduce.json" --quick --only losses,graphs
+    step gpu_check_torch_reduce 90 env NORMLAB_LOSS_REDUCE=0 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_torch_reduce.json" --quick --only losses,graphs
     step loss_graph_ticket 60 python3 -m pytest -q -p no:cacheprovider tests/test_loss_host.py \
       -k cuda_graph
-    step overhead_losses 100 env NORMLAB_LOSS_REDUCE=1 python3 -m normlab bench --overhead \
+    step overhead_losses 100 python3 -m normlab bench --overhead \
       --op cross_entropy,reverse_kl,soft_cross_entropy --out "$OUT/overhead_losses.json" \
       --no-progress
     step loss_options 150 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
