@@ -88,6 +88,7 @@ def reduce_in_kernel(n_rows: int, n_cols: int, logit_bytes: int) -> bool:
     sums its loss in the kernel (above)."""
     return REDUCE_IN_KERNEL and n_rows * n_cols * logit_bytes <= ENTROPY_REDUCE_MAX_BYTES
 
+
 # A mean over counted rows scales the gradient written in the forward by 1 / count, so the count
 # must be known before: a torch count ahead of the kernel (two more launches, host time that a
 # small call cannot hide) or every program counting the labels (and mask) itself, n_rows entries
@@ -320,7 +321,7 @@ def entropy_vocab_class(n_cols: int) -> str:
 # Fewer rows than SMs: the fused form runs one program per row and leaves SMs idle, each
 # program's tiles waiting on DRAM latency one after another (one row of 50257: 17.4 us fused,
 # 11.2 us chunked at 65536, the vocabulary population's worst cells). Such a call takes the
-# chunked form, whose chunks spread a row over the SMs (entropy_chunk_tiles shortens them).
+# chunked form, whose chunks spread a row over the SMs (chunk_layout shortens them).
 ENTROPY_FUSED_MIN_ROWS_PER_SM = 1
 
 
