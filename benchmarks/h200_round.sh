@@ -6,12 +6,13 @@
 # losses (loss checks, host overhead of the losses, loss options), vocab (the vocabulary
 # population), verify (after the defaults changed: the loss checks at the few-row planner, the
 # vocabulary population's worst cells and controls, host µs with each host switch on and off,
-# the loss options).
+# the loss options), variants (the norms' wide-row backward: planned kernel, split-row variants
+# and peers).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab or verify}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify or variants}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -60,6 +61,10 @@ case $STAGE in
   vocab)
     step vocab_population 460 python3 benchmarks/vocab_population.py \
       --out "$OUT/vocab_population.jsonl" --max-seconds 400
+    ;;
+  variants)
+    step norm_bwd_variants 480 python3 benchmarks/norm_bwd_variants.py \
+      --out "$OUT/norm_bwd_variants.jsonl" --reps 6
     ;;
   verify)
     step gpu_check_verify 70 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_verify.json" \

@@ -109,6 +109,20 @@ def split_row_bwd_chunk(n_cols: int, sm_count: int) -> SplitRowChunk:
     return _split_chunk(min(cols, SPLIT_ROW_FWD_COLS))
 
 
+# A (column chunk, row group) grid: enough programs for every SM, each group's fp32 partial row
+# (8 B a column) at most 1/24 of its rows' traffic (x, dy read and dx written: 6 B a column each).
+SPLIT_ROW_BWD_PROGRAMS_PER_SM = 4
+SPLIT_ROW_BWD_MIN_GROUP_ROWS = 32
+
+
+def split_row_bwd_group_rows(n_rows: int, n_chunks: int, block_rows: int, sm_count: int) -> int:
+    """Rows each backward program walks: the grid reaches SPLIT_ROW_BWD_PROGRAMS_PER_SM per SM,
+    no group under SPLIT_ROW_BWD_MIN_GROUP_ROWS rows (n_rows or fewer: one group, no partials)."""
+    groups = max(1, -(-SPLIT_ROW_BWD_PROGRAMS_PER_SM * sm_count // n_chunks))
+    rows = max(-(-n_rows // groups), SPLIT_ROW_BWD_MIN_GROUP_ROWS)
+    return -(-rows // block_rows) * block_rows
+
+
 class SplitRowBwdTile(NamedTuple):
     rows: int  # rows per step of the dx kernel
     num_warps: int
@@ -481,6 +495,7 @@ _MEMOIZED = ("norm_fwd_config", "norm_fwd_block_row_config", "block_row_fwd_conf
              "norm_reduce_config", "norm_bwd_config", "block_row_bwd_config",
              "block_row_bwd_recompute_config", "plan", "row_align",
              "split_row_fwd_chunk", "split_row_bwd_chunk", "split_row_bwd_tile",
+             "split_row_bwd_group_rows",
              "wide_row_chunk")  # fmt: skip
 
 

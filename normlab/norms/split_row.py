@@ -25,9 +25,11 @@ import torch
 import triton
 import triton.language as tl
 
+from normlab import _runtime
 from normlab._host import cdiv, next_pow2
 from normlab._launch import buffer, launch
 from normlab.norms import config
+from normlab.norms.reduce import reduce_partials
 from normlab.norms.tiles import load_weight
 
 
@@ -150,49 +152,58 @@ def _split_row_bwd_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
     w_ptr,  # (n_cols,) weight (HAS_WEIGHT only)
     mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
     rstd_ptr,  # (n_rows,) fp32 rstd
-    sums_ptr,  # (n_rows, n_chunks, 2) fp32 partial (sum xhat * wdy, sum wdy)
-    dw_ptr,  # (n_cols,) dweight, the weight's dtype (written; HAS_WEIGHT only)
-    db_ptr,  # (n_cols,) dbias, the bias's dtype (written; HAS_BIAS only)
+    sums_ptr,  # (n_rows, n_parts, 2) fp32 partial (sum xhat * wdy, sum wdy)
+    dw_ptr,  # (n_cols,) dweight in its dtype, or (n_groups, n_cols) fp32 partials (PARTIALS)
+    db_ptr,  # (n_cols,) dbias in its dtype, or (n_groups, n_cols) fp32 partials (PARTIALS)
     n_rows,
     n_cols,
+    n_parts,  # partial sums per row
+    rows_per_group,  # rows each program walks (a multiple of BLOCK_ROWS)
     x_row_stride,
     dy_row_stride,
     dx_row_stride,
+    dh_row_stride,
     offset,  # y = xhat * (offset + w) + b
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_DH: tl.constexpr,
+    PARTIALS: tl.constexpr,  # several row groups: fp32 partial rows, summed by reduce_partials
     BLOCK_ROWS: tl.constexpr,  # rows per step: their loads in flight together
     CHUNK: tl.constexpr,
-    CHUNKS_BLOCK: tl.constexpr,  # >= n_chunks, a power of two
+    PARTS_BLOCK: tl.constexpr,  # >= n_parts, a power of two
     ROW_ALIGN: tl.constexpr,
 ):
-    """dx of every row in one column chunk, BLOCK_ROWS rows a step; that chunk's dγ/dβ summed
-    over the rows."""
+    """dx of one group of rows in one column chunk (grid: chunks x row groups), BLOCK_ROWS rows
+    a step; that chunk's dγ/dβ summed over the group's rows."""
     if ROW_ALIGN > 1:
         x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
         dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
         dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+        dh_row_stride = tl.multiple_of(dh_row_stride, ROW_ALIGN)
     chunk = tl.program_id(0)
-    n_chunks = tl.num_programs(0)
+    group = tl.program_id(1)
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     col_mask = cols < n_cols
     w = load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT)
-    parts = tl.arange(0, CHUNKS_BLOCK)
+    parts = tl.arange(0, PARTS_BLOCK)
     dw_acc = tl.zeros([BLOCK_ROWS, CHUNK], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_ROWS, CHUNK], dtype=tl.float32)
-    for start in range(0, n_rows, BLOCK_ROWS):
+    first = group * rows_per_group
+    last = tl.minimum(first + rows_per_group, n_rows)
+    for start in range(first, last, BLOCK_ROWS):
         rows = start + tl.arange(0, BLOCK_ROWS).to(tl.int64)
-        row_mask = rows < n_rows
+        row_mask = rows < last
         mask = row_mask[:, None] & col_mask[None, :]
         x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
         dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask,
                      other=0.0).to(tl.float32)  # fmt: skip
-        at = sums_ptr + (rows[:, None] * n_chunks + parts[None, :]) * 2
-        present = row_mask[:, None] & (parts < n_chunks)[None, :]
+        at = sums_ptr + (rows[:, None] * n_parts + parts[None, :]) * 2
+        present = row_mask[:, None] & (parts < n_parts)[None, :]
         c1 = tl.sum(tl.load(at, mask=present, other=0.0), axis=1) / n_cols
         rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
         if IS_RMS:
@@ -203,14 +214,18 @@ def _split_row_bwd_kernel(
             mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
             xhat = tl.where(mask, (x.to(tl.float32) - mean[:, None]) * rstd[:, None], 0.0)
             dx = (dy * w - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        if HAS_DH:
+            dx += tl.load(dh_ptr + rows[:, None] * dh_row_stride + cols[None, :], mask=mask,
+                          other=0.0).to(tl.float32)  # fmt: skip
         tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :],
                  dx.to(dx_ptr.dtype.element_ty), mask=mask)  # fmt: skip
         dw_acc += dy * xhat
         db_acc += dy
+    out = group.to(tl.int64) * n_cols + cols if PARTIALS else cols
     if HAS_WEIGHT:
-        tl.store(dw_ptr + cols, tl.sum(dw_acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_mask)
+        tl.store(dw_ptr + out, tl.sum(dw_acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_mask)
     if HAS_BIAS:
-        tl.store(db_ptr + cols, tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=col_mask)
+        tl.store(db_ptr + out, tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=col_mask)
 
 
 # ============================================================================================
@@ -268,27 +283,49 @@ def split_row_forward(x2d, weight, bias, eps, is_rms, chunk: config.SplitRowChun
 
 
 def split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms, chunk: config.SplitRowChunk,
-                       offset=0.0):  # fmt: skip
-    """(dx, dweight | None, dbias | None): partial sums over (row, chunk) programs, then one
-    program per column chunk for dx and that chunk's dγ/dβ."""
+                       offset=0.0, *, dh=None, rows_per_group=None, sums_chunk=None):  # fmt: skip
+    """(dx, dweight | None, dbias | None): partial sums over (row, sums chunk) programs, then a
+    (column chunk, row group) grid for dx and dγ/dβ; more than one row group writes fp32
+    partial rows that reduce_partials sums. ``dh``: the fused add's gradient of h, added into
+    dx. ``rows_per_group`` overrides ``config.split_row_bwd_group_rows``; ``sums_chunk`` (default
+    ``chunk``) is the sums kernel's own chunk."""
     n_rows, n_cols = x2d.shape
-    sums = _sums(x2d, dy, weight, mean, rstd, is_rms, chunk, offset)
+    sums_chunk = sums_chunk or chunk
+    sums = _sums(x2d, dy, weight, mean, rstd, is_rms, sums_chunk, offset)
     tile = config.split_row_bwd_tile(n_rows, chunk.cols)
+    n_chunks = cdiv(n_cols, chunk.cols)
+    if rows_per_group is None:
+        rows_per_group = config.split_row_bwd_group_rows(
+            n_rows, n_chunks, tile.rows, _runtime.sm_count(x2d.device.index))
+    rows_per_group = cdiv(max(1, min(rows_per_group, n_rows)), tile.rows) * tile.rows
+    n_groups = cdiv(n_rows, rows_per_group)
+    partials = n_groups > 1
     dx = buffer((n_rows, n_cols), x2d.dtype, x2d.device)
     dw = buffer(weight.shape, weight.dtype, x2d.device) if weight is not None else None
     db = buffer(bias.shape, bias.dtype, x2d.device) if bias is not None else None
-    n_chunks = sums.shape[1]
+
+    def out(param):
+        if param is None:
+            return None
+        return buffer((n_groups, n_cols), torch.float32, x2d.device) if partials else param
+
+    dw_out, db_out = out(dw), out(db)
+    dh_arg = dh if dh is not None else dx
     launch(
-        _split_row_bwd_kernel, (n_chunks,),
-        x2d, dy, dx,
+        _split_row_bwd_kernel, (n_chunks, n_groups),
+        x2d, dy, dx, dh_arg,
         weight if weight is not None else sums,
         mean if mean is not None else rstd,
         rstd, sums,
-        dw if dw is not None else sums,
-        db if db is not None else sums,
-        n_rows, n_cols, x2d.stride(0), dy.stride(0), dx.stride(0), float(offset),
+        dw_out if dw_out is not None else sums,
+        db_out if db_out is not None else sums,
+        n_rows, n_cols, sums.shape[1], rows_per_group,
+        x2d.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), float(offset),
         IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-        BLOCK_ROWS=tile.rows, CHUNK=chunk.cols, CHUNKS_BLOCK=next_pow2(n_chunks),
-        ROW_ALIGN=_align(x2d, dy, dx), num_warps=tile.num_warps,
+        HAS_DH=dh is not None, PARTIALS=partials, BLOCK_ROWS=tile.rows, CHUNK=chunk.cols,
+        PARTS_BLOCK=next_pow2(sums.shape[1]), ROW_ALIGN=_align(x2d, dy, dx, dh_arg),
+        num_warps=tile.num_warps,
     )  # fmt: skip
+    if partials and (dw is not None or db is not None):
+        reduce_partials(dw_out, db_out, dw, db)
     return dx, dw, db

@@ -1,0 +1,181 @@
+"""The norms' backward over wide rows: the planned kernel against launcher variants and peers.
+
+    python3 benchmarks/norm_bwd_variants.py --out out/norm_bwd_variants.jsonl [--reps 6]
+
+For each cell (op, M x N, bf16): normlab's planned backward ("default"), the split-row backward
+at several column chunks and row-group sizes ("split c<cols> g<programs per SM>"), and torch,
+torch.compile and Liger-Kernel's backward, timed in one process (device time, L2 flushed).
+Every variant's dx/dγ/dβ is checked against the planned backward's before it is timed. Records
+carry ``shape_set="norm_bwd_variants"`` and the variant in ``impl``; prints per cell the
+variants' µs and the best peer's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from norm_population import _compiled_peer
+
+from normlab import _runtime
+from normlab.bench import device_info, registry
+from normlab.bench.records import portable_command, write_jsonl
+from normlab.bench.sweep import measure
+from normlab.norms import config, row, split_row
+from normlab.norms import op as norm_op
+
+CELLS = ("3366x60028,296x17767,1329x32826,47318x20163,36052x8363,65536x16384,65536x12288,"
+         "106x18159,482x27361,16384x16384,16384x12288,55536x8495,4096x16384,4096x12288,"
+         "27492x9693,2048x16384,32768x8192,8192x8192,4096x8192")  # fmt: skip
+# (column chunk, row-group programs per SM, sums chunk)
+SPLITS = ((512, 4, 512), (1024, 4, 1024), (2048, 4, 2048), (1024, 8, 1024), (1024, 4, 4096))
+EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+
+
+def _variants(x, w, b, dy, mean, rstd, is_rms, sms):
+    """name -> zero-argument callable of one backward."""
+    m, n = x.shape
+    out = {
+        "default": lambda: norm_op._backward_launch(
+            dy,
+            None,
+            x,
+            w,
+            b,
+            mean,
+            rstd,
+            EPS["rms_norm" if is_rms else "layer_norm"],
+            0.0,
+            is_rms,
+            "auto",
+            "auto",
+        )
+    }
+    for cols, per_sm, sums in SPLITS:
+        chunk = config.SplitRowChunk(cols, max(1, min(16, cols // 256)))
+        sums_chunk = config.SplitRowChunk(sums, max(1, min(16, sums // 256)))
+        groups = max(1, -(-per_sm * sms // -(-n // cols)))
+        rows = max(-(-m // groups), config.SPLIT_ROW_BWD_MIN_GROUP_ROWS)
+        out[f"split c{cols} g{per_sm} s{sums}"] = (
+            lambda chunk=chunk, rows=rows, sums_chunk=sums_chunk: split_row.split_row_backward(
+                dy, x, w, b, mean, rstd, is_rms, chunk, rows_per_group=rows, sums_chunk=sums_chunk
+            )
+        )
+    if n > 8192:
+        out["row w16"] = lambda: row.norm_backward(
+            dy, x, w, b, mean, rstd, is_rms, num_warps=16, two_pass=False
+        )
+        out["two_pass r16 p1"] = lambda: row.norm_backward(
+            dy, x, w, b, mean, rstd, is_rms, two_pass=True, block_rows=16, programs_per_sm=1
+        )
+    return out
+
+
+def _close(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    scale = b.float().abs().max().item() + 1e-6
+    return (a.float() - b.float()).abs().max().item() <= 2e-2 * scale
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--reps", type=int, default=6)
+    parser.add_argument("--cells", default=CELLS, help="MxN[,MxN...]")
+    parser.add_argument("--ops", default="layer_norm,rms_norm")
+    parser.add_argument("--peers", default="torch,compile,liger")
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error("--reps must be >= 1")
+    try:
+        cells = [tuple(int(v) for v in c.split("x")) for c in args.cells.split(",")]
+    except ValueError:
+        parser.error("--cells takes MxN,MxN,... (integers)")
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    dev, sms = device_info(), _runtime.sm_count()
+    command = portable_command(
+        [
+            "python3",
+            "benchmarks/norm_bwd_variants.py",
+            *(argv if argv is not None else sys.argv[1:]),
+        ]
+    )
+    compiled = {op: _compiled_peer(op) for op in ("rms_norm", "layer_norm")}
+    records = []
+    for m, n in cells:
+        for op in args.ops.split(","):
+            is_rms = op == "rms_norm"
+            x = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
+            w = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
+            b = None if is_rms else (0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
+            dy = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
+            _, mean, rstd = row.norm_forward(x, w, b, EPS[op], is_rms)
+            variants = _variants(x, w, b, dy, mean, rstd, is_rms, sms)
+            want = variants["default"]()
+            line = [f"{op} {m}x{n}:"]
+            for name, run in variants.items():
+                got = run()
+                if not all(_close(g, r) for g, r in zip(got, want, strict=True)):
+                    line.append(f"{name} MISMATCH")
+                    continue
+                rec = measure(
+                    run,
+                    op,
+                    f"normlab {name}",
+                    m,
+                    n,
+                    "bf16",
+                    "bwd",
+                    device=dev,
+                    reps=args.reps,
+                    command=command,
+                    shape_set="norm_bwd_variants",
+                )
+                records.append(rec)
+                line.append(f"{name} {rec.device_us:.1f}")
+            del variants, want, got
+            for peer in args.peers.split(","):
+                impl = registry.get(op, peer)
+                if impl.unavailable() is not None:
+                    continue
+                try:
+                    if peer == "compile":  # dynamic shapes: one compile per op, not per cell
+                        run = registry.norm_case(
+                            compiled[op], op, m, n, torch.bfloat16, "bwd", "cuda"
+                        )
+                    else:
+                        run = impl.build(m, n, torch.bfloat16, "bwd", "cuda")
+                    rec = measure(
+                        run,
+                        op,
+                        peer,
+                        m,
+                        n,
+                        "bf16",
+                        "bwd",
+                        device=dev,
+                        reps=args.reps,
+                        command=command,
+                        shape_set="norm_bwd_variants",
+                    )
+                except Exception as exc:  # a peer that cannot run a cell is a result too
+                    line.append(f"{peer} failed {exc!r}"[:120])
+                    continue
+                finally:
+                    run = None
+                records.append(rec)
+                line.append(f"{peer} {rec.device_us:.1f}")
+            print(" | ".join(line), flush=True)
+            x = dy = w = b = mean = rstd = None
+            torch.cuda.empty_cache()
+        write_jsonl(records, args.out)
+    write_jsonl(records, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
