@@ -25,7 +25,8 @@ import normlab
 from normlab import _launch, ref
 
 NORM_SHAPES = [(1, 8192), (7, 1), (33, 200), (257, 2880), (1000, 24), (4096, 12288),
-               (1000003, 200), (3, 65536), (131, 5120), (65536, 257), (2048, 16385)]  # fmt: skip
+               (1000003, 200), (3, 65536), (131, 5120), (65536, 257), (2048, 16385),
+               (557, 8209)]  # fmt: skip
 LOSS_SHAPES = [(1, 32000), (37, 50257), (256, 131072), (64, 151936), (5, 1000)]
 LOSS_FORMS = ("fused", "chunked", "split")
 REL_TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
@@ -111,9 +112,9 @@ def check_norms(dtype) -> None:
 
 
 # The options' shapes: one row, narrow block-row rows, a masked wide row, the chunked forward
-# (RMSNorm's looped rows, LayerNorm past 16384) and the two-pass backward.
+# (RMSNorm's looped rows, LayerNorm past 16384), the two-pass and the split-row backward.
 NORM_OPTION_SHAPES = [(1, 8192), (1000, 24), (65536, 257), (257, 2880), (4096, 12288),
-                      (3, 65536), (2048, 16385)]  # fmt: skip
+                      (3, 65536), (2048, 16385), (557, 8209)]  # fmt: skip
 
 
 def check_norm_options(dtype) -> None:

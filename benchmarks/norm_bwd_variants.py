@@ -3,8 +3,9 @@
     python3 benchmarks/norm_bwd_variants.py --out out/norm_bwd_variants.jsonl [--reps 6]
 
 For each cell (op, M x N, bf16): normlab's planned backward ("default"), the split-row backward
-at several column chunks and row-group sizes ("split c<cols> g<programs per SM>"), and torch,
-torch.compile and Liger-Kernel's backward, timed in one process (device time, L2 flushed).
+at its planned chunks and row groups and with one knob moved ("split <knob> c<dx chunk>
+g<programs per SM> s<sums chunk>"), and torch, torch.compile and Liger-Kernel's backward,
+timed in one process (device time, L2 flushed).
 Every variant's dx/dγ/dβ is checked against the planned backward's before it is timed. Records
 carry ``shape_set="norm_bwd_variants"`` and the variant in ``impl``; prints per cell the
 variants' µs and the best peer's.
@@ -29,47 +30,37 @@ from normlab.norms import op as norm_op
 CELLS = ("3366x60028,296x17767,1329x32826,47318x20163,36052x8363,65536x16384,65536x12288,"
          "106x18159,482x27361,16384x16384,16384x12288,55536x8495,4096x16384,4096x12288,"
          "27492x9693,2048x16384,32768x8192,8192x8192,4096x8192")  # fmt: skip
-# (column chunk, row-group programs per SM, sums chunk)
-SPLITS = ((512, 4, 512), (1024, 4, 1024), (2048, 4, 2048), (1024, 8, 1024), (1024, 4, 4096))
 EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
 
 
+def _split(cols: int) -> config.SplitRowChunk:
+    return config.SplitRowChunk(cols, max(1, min(16, cols // 256)))
+
+
 def _variants(x, w, b, dy, mean, rstd, is_rms, sms):
-    """name -> zero-argument callable of one backward."""
+    """name -> zero-argument callable of one backward: the planned one ("default"), then the
+    split-row backward at the planned chunks and row groups with one knob moved."""
     m, n = x.shape
-    out = {
-        "default": lambda: norm_op._backward_launch(
-            dy,
-            None,
-            x,
-            w,
-            b,
-            mean,
-            rstd,
-            EPS["rms_norm" if is_rms else "layer_norm"],
-            0.0,
-            is_rms,
-            "auto",
-            "auto",
-        )
-    }
-    for cols, per_sm, sums in SPLITS:
-        chunk = config.SplitRowChunk(cols, max(1, min(16, cols // 256)))
-        sums_chunk = config.SplitRowChunk(sums, max(1, min(16, sums // 256)))
+    eps = EPS["rms_norm" if is_rms else "layer_norm"]
+    out = {"default": lambda: norm_op._backward_launch(dy, None, x, w, b, mean, rstd, eps, 0.0,
+                                                       is_rms, "auto", "auto")}  # fmt: skip
+    plan = config.split_row_bwd_plan(m, n, sms)
+    base = (plan.chunk.cols, config.SPLIT_ROW_BWD_PROGRAMS_PER_SM, plan.sums.cols)
+    knobs = {"planned": base, "g4": (base[0], 4, base[2]), "g16": (base[0], 16, base[2]),
+             "c/2": (base[0] // 2, base[1], base[2]), "c*2": (base[0] * 2, base[1], base[2]),
+             "s=c": (base[0], base[1], base[0])}  # fmt: skip
+    for name, (cols, per_sm, sums) in knobs.items():
+        tile = config.split_row_bwd_tile(m, cols)
         groups = max(1, -(-per_sm * sms // -(-n // cols)))
-        rows = max(-(-m // groups), config.SPLIT_ROW_BWD_MIN_GROUP_ROWS)
-        out[f"split c{cols} g{per_sm} s{sums}"] = (
-            lambda chunk=chunk, rows=rows, sums_chunk=sums_chunk: split_row.split_row_backward(
-                dy, x, w, b, mean, rstd, is_rms, chunk, rows_per_group=rows, sums_chunk=sums_chunk
-            )
-        )
-    if n > 8192:
-        out["row w16"] = lambda: row.norm_backward(
-            dy, x, w, b, mean, rstd, is_rms, num_warps=16, two_pass=False
-        )
-        out["two_pass r16 p1"] = lambda: row.norm_backward(
-            dy, x, w, b, mean, rstd, is_rms, two_pass=True, block_rows=16, programs_per_sm=1
-        )
+        rows = -(-max(-(-m // groups), config.SPLIT_ROW_BWD_MIN_GROUP_ROWS) // tile.rows)
+        chunk, sums_chunk = _split(cols), _split(sums)
+        out[f"split {name} c{cols} g{per_sm} s{sums}"] = (
+            lambda chunk=chunk, rows=rows * tile.rows, sums_chunk=sums_chunk:
+            split_row.split_row_backward(dy, x, w, b, mean, rstd, is_rms, chunk,
+                                         rows_per_group=rows, sums_chunk=sums_chunk))  # fmt: skip
+    if 8192 < n <= 16384:
+        out["row w32"] = lambda: row.norm_backward(dy, x, w, b, mean, rstd, is_rms, num_warps=32,
+                                                   two_pass=False)  # fmt: skip
     return out
 
 

@@ -43,7 +43,8 @@ def test_launches_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, kind, m
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNK_MIN", 16)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
+    monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
     xs = []
     for _ in range(3):
         x = torch.randn(m, n, requires_grad=True)

@@ -63,7 +63,8 @@ def small_split(monkeypatch):
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNK_MIN", 16)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
+    monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
     monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 32)  # two rows a step: ragged steps
 
 
@@ -89,14 +90,23 @@ def test_split_rule_at_its_switches(direction):
 
 
 def test_split_chunks_follow_their_rules():
-    """Forward: fixed SPLIT_ROW_FWD_COLS chunks (narrower rows: one chunk); backward: about one
-    chunk per SM, within [SPLIT_ROW_BWD_CHUNK_MIN, SPLIT_ROW_FWD_COLS]; 8 elements per thread."""
+    """Forward: fixed SPLIT_ROW_FWD_COLS chunks (narrower rows: one chunk). Backward: the widest
+    dx chunk whose (chunks x row groups) grid gives every SM a program; the sums' widest chunk
+    that wastes at most NORM_FWD_MAX_PAD_WASTE and fills the SMs; 8 elements per thread."""
     fwd = config.SPLIT_ROW_FWD_COLS
     assert config.split_row_fwd_chunk(53991).cols == fwd
     assert config.split_row_fwd_chunk(100).cols == 128
-    assert config.split_row_bwd_chunk(53991, 132).cols == 256  # cdiv = 410 -> 256: 211 chunks
-    assert config.split_row_bwd_chunk(9383, 132).cols == config.SPLIT_ROW_BWD_CHUNK_MIN
-    assert config.split_row_bwd_chunk(10**6, 132).cols == fwd
+    assert config.split_row_bwd_chunk(53991, 132).cols == 256  # one row: 211 chunks >= 132
+    assert config.split_row_bwd_chunk(9383, 132).cols == config.SPLIT_ROW_BWD_CHUNKS[-1]
+    assert config.split_row_bwd_chunk(10**6, 132).cols == config.SPLIT_ROW_BWD_CHUNKS[0]
+    # 18159 columns: 9 chunks of 2048; 15 row groups of 32 (449+ rows) make 135 >= 132 programs
+    assert config.split_row_bwd_chunk(18159, 132, n_rows=449).cols == 2048
+    assert config.split_row_bwd_chunk(18159, 132, n_rows=448).cols == 1024  # 9 x 14 = 126
+    assert config.split_row_bwd_chunk(18159, 132, n_rows=106).cols == 512  # 36 x 4 = 144
+    assert config.split_row_sums_chunk(12288, 4096, 132).cols == 4096  # no masked tail
+    assert config.split_row_sums_chunk(9693, 4096, 132).cols == 2048  # 4096: 27% masked
+    assert config.split_row_sums_chunk(8363, 4096, 132).cols == 1024  # 2048: 22% masked
+    assert config.split_row_sums_chunk(53991, 1, 132).cols == 256  # one row: 211 programs
     for cols in (256, 512, 4096):  # (128 columns: one warp, 4 each)
         chunk = config.split_row_fwd_chunk(cols)
         assert chunk.cols // (32 * chunk.num_warps) == config.SPLIT_ROW_ELEMS_PER_THREAD
@@ -118,6 +128,77 @@ def test_split_chunks_follow_their_rules():
 def test_split_rows_match_fp64(is_rms, m, n, dtype):
     assert config.plan(is_rms, m, n, sm_count=SMS).fwd_split is not None
     _check(m, n, dtype, is_rms)
+
+
+def test_split_backward_rule_at_its_switches():
+    """Under one row per SM any row past SPLIT_ROW_BWD_MIN_COLS splits; with more rows,
+    LayerNorm past that width, RMSNorm past the single pass's register tile."""
+    sms, past, tile = 132, config.SPLIT_ROW_BWD_MIN_COLS, config.NORM_BWD_SINGLE_PASS_MAX_COLS
+
+    def split(is_rms, m, n, strategy="auto"):
+        return config.plan(is_rms, m, n, strategy, sm_count=sms).bwd_split is not None
+
+    assert split(False, 4096, past + 1) and not split(False, 4096, past)
+    assert split(True, sms - 1, past + 1) and not split(True, sms, past + 1)
+    assert split(True, sms, tile + 1) and not split(True, sms, tile)
+    assert not split(False, 4096, past + 1, "two_stage")  # a chosen strategy keeps its kernel
+
+
+def test_split_row_groups_fill_the_card():
+    """Each group walks at least SPLIT_ROW_BWD_MIN_GROUP_ROWS rows, a whole number of row
+    steps; given enough rows, the grid reaches SPLIT_ROW_BWD_PROGRAMS_PER_SM per SM."""
+    least, per_sm = config.SPLIT_ROW_BWD_MIN_GROUP_ROWS, config.SPLIT_ROW_BWD_PROGRAMS_PER_SM
+    for n_rows, n_chunks, step in ((100000, 6, 2), (4096, 6, 2), (20, 9, 1), (36052, 9, 2)):
+        rows = config.split_row_bwd_group_rows(n_rows, n_chunks, step, 132)
+        assert rows >= least and rows % step == 0
+        groups = -(-n_rows // rows)
+        assert groups * n_chunks >= per_sm * 132 or rows <= least + step - 1
+
+
+@pytest.mark.usefixtures("small_split")
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize(("m", "n", "dtype"), [
+    (37, 61, torch.float32),  # prime rows: 7 groups of 6 rows (the last one row), 4 chunks
+    (41, 49, torch.bfloat16),  # one past the switch: a one-column last chunk
+    (3, 97, torch.float16),  # fewer rows than one group: no partials
+])  # fmt: skip
+def test_split_backward_row_groups_match_fp64(monkeypatch, is_rms, m, n, dtype):
+    """Many rows in row groups: fp32 dγ/dβ partials per group, summed by reduce_partials."""
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_GROUP_ROWS", 4)
+    monkeypatch.setattr(config, "NORM_BWD_SINGLE_PASS_MAX_COLS", 48)  # RMSNorm splits too
+    plan = config.plan(is_rms, m, n, sm_count=SMS)
+    assert plan.bwd_split is not None
+    assert (plan.bwd_split.rows_per_group < m) == (m > 4)
+    _check(m, n, dtype, is_rms)
+
+
+@pytest.mark.usefixtures("small_split")
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_split_backward_of_the_fused_add(monkeypatch, is_rms):
+    """add_*_norm through the split backward: dh (h's own gradient) is added into dx, the
+    gradient of both x and the residual."""
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_GROUP_ROWS", 4)
+    monkeypatch.setattr(config, "NORM_BWD_SINGLE_PASS_MAX_COLS", 48)
+    m, n = 23, 53
+    assert config.plan(is_rms, m, n, sm_count=SMS).bwd_split is not None
+    x, r = torch.randn(m, n), torch.randn(m, n)
+    w = 1 + 0.5 * torch.randn(n)
+    b = None if is_rms else 0.5 * torch.randn(n)
+    gy, gh = torch.randn(m, n), torch.randn(m, n)
+
+    def grads(fn, ref_fn, dtype):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (x, r, w)]
+        if b is not None:
+            leaves.append(b.detach().to(dtype).requires_grad_())
+        call = ref_fn if dtype == torch.float64 else fn
+        y, h = call(*leaves[:3], *leaves[3:], eps=1e-5, offset=1.0)
+        return torch.autograd.grad((y, h), leaves, (gy.to(dtype), gh.to(dtype)))
+
+    fn, ref_fn = ((normlab.add_rms_norm, ref.add_rms_norm) if is_rms
+                  else (normlab.add_layer_norm, ref.add_layer_norm))  # fmt: skip
+    got, want = grads(fn, ref_fn, torch.float32), grads(fn, ref_fn, torch.float64)
+    for name, g, g_ref in zip(["dx", "dresidual", "dweight", "dbias"], got, want, strict=False):
+        assert_close(g, g_ref, reduce_len=m if name in ("dweight", "dbias") else n, msg=name)
 
 
 @pytest.mark.usefixtures("small_split")

@@ -90,7 +90,8 @@ def _split_small(monkeypatch):
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNK_MIN", 16)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
+    monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
 
 
 # (kind, M, N, what it exercises)

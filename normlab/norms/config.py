@@ -77,7 +77,8 @@ NORM_FWD_DECODE_MAX_ROWS_PER_SM = 1
 SPLIT_ROW_FWD_MIN_COLS = 16384  # a row one register block holds: one program, one launch
 SPLIT_ROW_BWD_MIN_COLS = 8192  # past the compile-time-width single pass, one program per row tile
 SPLIT_ROW_FWD_COLS = 4096  # forward chunk: 8 KB of bf16 per program, one load per thread-vector
-SPLIT_ROW_BWD_CHUNK_MIN = 128  # backward chunk floor: each program walks every row of its chunk
+SPLIT_ROW_BWD_CHUNKS = (2048, 1024, 512, 256, 128)  # the dx kernel's column chunks, widest first
+SPLIT_ROW_SUMS_CHUNKS = (4096, 2048, 1024, 512, 256, 128)  # the sums kernel's, widest first
 SPLIT_ROW_ELEMS_PER_THREAD = 8  # one 16-byte bf16 vector per thread per load
 
 
@@ -102,17 +103,41 @@ def split_row_fwd_chunk(n_cols: int) -> SplitRowChunk:
     return _split_chunk(min(SPLIT_ROW_FWD_COLS, _next_pow2(n_cols)))
 
 
-def split_row_bwd_chunk(n_cols: int, sm_count: int) -> SplitRowChunk:
-    """The backward's chunk: at least one column chunk per SM (its programs walk all the rows)."""
-    per_sm = -(-n_cols // sm_count)
-    cols = max(SPLIT_ROW_BWD_CHUNK_MIN, _next_pow2(per_sm + 1) // 2)
-    return _split_chunk(min(cols, SPLIT_ROW_FWD_COLS))
-
-
 # A (column chunk, row group) grid: enough programs for every SM, each group's fp32 partial row
 # (8 B a column) at most 1/24 of its rows' traffic (x, dy read and dx written: 6 B a column each).
-SPLIT_ROW_BWD_PROGRAMS_PER_SM = 4
+SPLIT_ROW_BWD_PROGRAMS_PER_SM = 8
 SPLIT_ROW_BWD_MIN_GROUP_ROWS = 32
+
+
+def split_row_bwd_min_cols(is_rms: bool, n_rows: int, sm_count: int) -> int:
+    """Rows wider than this take the split-row backward: under one row per SM any row past the
+    single pass's compile-time width (one program per row would leave SMs idle); with more rows,
+    rows the single pass cannot hold with a prefetched next row: LayerNorm past that width (its
+    two row sums per row leave the single pass latency-bound), RMSNorm past one register tile."""
+    if n_rows < sm_count or not is_rms:
+        return SPLIT_ROW_BWD_MIN_COLS
+    return NORM_BWD_SINGLE_PASS_MAX_COLS
+
+
+def split_row_bwd_chunk(n_cols: int, sm_count: int, n_rows: int = 1) -> SplitRowChunk:
+    """The dx kernel's chunk: the widest whose grid (column chunks x row groups of
+    SPLIT_ROW_BWD_MIN_GROUP_ROWS) still gives every SM a program; else the narrowest."""
+    groups = -(-n_rows // SPLIT_ROW_BWD_MIN_GROUP_ROWS)
+    for cols in SPLIT_ROW_BWD_CHUNKS:
+        if -(-n_cols // cols) * groups >= sm_count:
+            return _split_chunk(cols)
+    return _split_chunk(SPLIT_ROW_BWD_CHUNKS[-1])
+
+
+def split_row_sums_chunk(n_cols: int, n_rows: int, sm_count: int) -> SplitRowChunk:
+    """The sums kernel's chunk (grid rows x chunks): the widest whose masked tail wastes at most
+    NORM_FWD_MAX_PAD_WASTE of the row and whose grid still gives every SM a program."""
+    for cols in SPLIT_ROW_SUMS_CHUNKS:
+        n_chunks = -(-n_cols // cols)
+        if (n_chunks * cols <= n_cols * (1 + NORM_FWD_MAX_PAD_WASTE)
+                and n_chunks * n_rows >= sm_count):  # fmt: skip
+            return _split_chunk(cols)
+    return _split_chunk(SPLIT_ROW_SUMS_CHUNKS[-1])
 
 
 def split_row_bwd_group_rows(n_rows: int, n_chunks: int, block_rows: int, sm_count: int) -> int:
@@ -121,6 +146,19 @@ def split_row_bwd_group_rows(n_rows: int, n_chunks: int, block_rows: int, sm_cou
     groups = max(1, -(-SPLIT_ROW_BWD_PROGRAMS_PER_SM * sm_count // n_chunks))
     rows = max(-(-n_rows // groups), SPLIT_ROW_BWD_MIN_GROUP_ROWS)
     return -(-rows // block_rows) * block_rows
+
+
+class SplitRowBwdPlan(NamedTuple):
+    chunk: SplitRowChunk  # the dx kernel's column chunk
+    sums: SplitRowChunk  # the partial sums' column chunk
+    rows_per_group: int  # rows each dx program walks (n_rows or more: no partials)
+
+
+def split_row_bwd_plan(n_rows: int, n_cols: int, sm_count: int) -> SplitRowBwdPlan:
+    chunk = split_row_bwd_chunk(n_cols, sm_count, n_rows)
+    tile = split_row_bwd_tile(n_rows, chunk.cols)
+    rows = split_row_bwd_group_rows(n_rows, -(-n_cols // chunk.cols), tile.rows, sm_count)
+    return SplitRowBwdPlan(chunk, split_row_sums_chunk(n_cols, n_rows, sm_count), rows)
 
 
 class SplitRowBwdTile(NamedTuple):
@@ -267,8 +305,9 @@ NORM_BWD_TWO_PASS_BLOCK_ROWS = 4
 NORM_BWD_TWO_PASS_PROGRAMS_PER_SM = 2
 NORM_BWD_TWO_PASS_BLOCK_COLS = 4096
 NORM_BWD_TWO_PASS_WARPS = 16
-# By tile elements: 16 per thread (a 16384-column tile at 16 warps spills, 32 elements each).
-NORM_BWD_WARPS = ((2048, 4), (4096, 8), (8192, 16), (1 << 62, 32))
+# By tile elements: 16 per thread up to 8192; a 16384-column row tile at 16 warps (32 elements
+# each) ran 7-14% faster than at 32 (RMSNorm, 2048-65536 rows: one program per SM either way).
+NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))
 # Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
 NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
 NORM_BWD_PARTIALS_PER_SM = 2  # the partial rows' bound: past it, two programs share a row
@@ -441,9 +480,10 @@ class NormPlan:
     ``layout``: "block_row" (narrow rows, many per tile, both directions) or "row".
     ``fwd_tile``: the wide-row forward's block-row tile (None: one row per program).
     ``store_stats``: whether the forward writes mean/rstd (the block-row backward can recompute
-    them from x). ``strategy``: the backward's dγ/dβ reduction. ``fwd_split``/``bwd_split``:
-    the column chunks of the split-row kernels for a few wide rows (None: not split; a split
-    backward sums dγ/dβ per column chunk in registers, so ``strategy`` is unused). (Each
+    them from x). ``strategy``: the backward's dγ/dβ reduction. ``fwd_split``: the forward's
+    column chunk for a few wide rows; ``bwd_split``: the split-row backward's chunks and row
+    groups, for a few wide rows or rows wider than the single pass (None: not split; a split
+    backward sums dγ/dβ per column chunk and row group, so ``strategy`` is unused). (Each
     launcher adds the ``row_align`` load hint from the strides of the tensors it is given.)"""
 
     layout: str
@@ -451,7 +491,7 @@ class NormPlan:
     store_stats: bool
     strategy: str
     fwd_split: SplitRowChunk | None = None
-    bwd_split: SplitRowChunk | None = None
+    bwd_split: SplitRowBwdPlan | None = None
 
 
 def use_block_row(n_rows: int, n_cols: int) -> bool:
@@ -476,8 +516,8 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
                         "persistent")  # fmt: skip
     auto = layout == "auto" and sm_count is not None
     split_fwd = auto and split_row(n_rows, n_cols, sm_count, SPLIT_ROW_FWD_MIN_COLS)
-    split_bwd = (auto and strategy == "auto"
-                 and split_row(n_rows, n_cols, sm_count, SPLIT_ROW_BWD_MIN_COLS))  # fmt: skip
+    split_bwd = (auto and strategy == "auto" and n_rows > 0
+                 and n_cols > split_row_bwd_min_cols(is_rms, n_rows, sm_count))  # fmt: skip
     # The wide-row block-row windows start above the decode rows: one row per program there.
     decode = sm_count is not None and n_rows <= NORM_FWD_DECODE_MAX_ROWS_PER_SM * sm_count
     tile = norm_fwd_block_row_config(n_rows, n_cols, is_rms) if layout == "auto" else None
@@ -487,7 +527,7 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
         True,
         "persistent" if strategy == "auto" else strategy,
         fwd_split=split_row_fwd_chunk(n_cols) if split_fwd else None,
-        bwd_split=split_row_bwd_chunk(n_cols, sm_count) if split_bwd else None,
+        bwd_split=split_row_bwd_plan(n_rows, n_cols, sm_count) if split_bwd else None,
     )
 
 
@@ -495,7 +535,7 @@ _MEMOIZED = ("norm_fwd_config", "norm_fwd_block_row_config", "block_row_fwd_conf
              "norm_reduce_config", "norm_bwd_config", "block_row_bwd_config",
              "block_row_bwd_recompute_config", "plan", "row_align",
              "split_row_fwd_chunk", "split_row_bwd_chunk", "split_row_bwd_tile",
-             "split_row_bwd_group_rows",
+             "split_row_bwd_group_rows", "split_row_sums_chunk", "split_row_bwd_plan",
              "wide_row_chunk")  # fmt: skip
 
 

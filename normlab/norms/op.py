@@ -109,9 +109,12 @@ def _backward_launch(dy, dh, x2d, weight, bias, mean, rstd, eps, offset, is_rms,
             cfg = config.block_row_bwd_config(n_cols)
         return block_row.launch_backward(dy, x2d, weight, bias, mean, rstd, is_rms, cfg,
                                          eps=eps, offset=offset, dh=dh)  # fmt: skip
-    if plan.bwd_split is not None and dh is None:
+    if plan.bwd_split is not None:
+        split = plan.bwd_split
         return split_row.split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms,
-                                            plan.bwd_split, offset)  # fmt: skip
+                                            split.chunk, offset, dh=dh,
+                                            rows_per_group=split.rows_per_group,
+                                            sums_chunk=split.sums)  # fmt: skip
     # layout="row": one row per program forward and one row per backward tile, however narrow.
     return row.norm_backward(dy, x2d, weight, bias, mean, rstd, is_rms, strategy=plan.strategy,
                              block_rows=1 if layout == "row" else None, offset=offset,
