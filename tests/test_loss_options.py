@@ -11,12 +11,13 @@ import math
 
 import pytest
 import torch
+import triton.language as tl
 from helpers import assert_close, latin
 from test_entropy import _assert_rows_close, _grad_rel, _row_scale
 
 import normlab
 from normlab import nn, ref
-from normlab.losses import config, fused
+from normlab.losses import config, fused, online
 
 DIST = {
     "reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
@@ -480,3 +481,40 @@ def test_bad_options(match, call):
     exc = TypeError if "dtype" in match or "must be a" in match else ValueError
     with pytest.raises(exc, match=match):
         call(x, t, y)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("tile_sum", [True, False])
+def test_label_smoothing_one_lane_tiles(form, tile_sum, monkeypatch):
+    # Tiles of one lane (as 4096 and wider on a GPU): the smoothed logit sum is a tile-shaped
+    # accumulator (online.SMOOTH_TILE_SUM) reduced once a row or chunk, or one sum per tile.
+    # V = 300 at tile 64: four whole tiles and a ragged one. Row 2 is shifted by 50 (a wrong or
+    # double-counted tile would show); with a cap, row 0 holds -inf logits, capped to -4.
+    monkeypatch.setattr(config, "ENTROPY_LANE_MAX_BLOCK", 32)
+    monkeypatch.setattr(config, "ENTROPY_CHUNKED_TILES", 2)
+    monkeypatch.setattr(online, "SMOOTH_TILE_SUM", tl.constexpr(tile_sum))
+    assert config.entropy_lane(64) == 64
+    x, labels = _ce_inputs(300)
+    capped = x.clone()
+    capped[0, 70:90] = float("-inf")
+    x[2] += 50.0
+    for logits, kw in ((x, {"label_smoothing": 0.3}),
+                       (capped, {"label_smoothing": 0.2, "softcap": 4.0, "z_loss": 1e-2})):
+        out, grad = _call(normlab.cross_entropy, logits, labels, form=form, block_cap=64,
+                          reduction="none", **kw)  # fmt: skip
+        ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, logits, labels, reduction="none",
+                                      **kw)  # fmt: skip
+        assert torch.isfinite(out).all()
+        _check(out, grad, ref_out, ref_grad, torch.float32, 300, f"{form} {kw}")
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_softcap_far_above_the_logits(form):
+    # A cap of 1e3 over logits ~3: tanh's argument sits near 0, where 1 - 2 / (exp(2v) + 1)
+    # cancels (an absolute error ~1e-7 c = 1e-4 on a logit); the Taylor branch keeps the capped
+    # logits, hence loss and gradient, to fp32 accuracy.
+    x, labels = _ce_inputs(129)
+    out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=16, softcap=1e3,
+                      reduction="none")  # fmt: skip
+    ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, softcap=1e3, reduction="none")
+    _check(out, grad, ref_out, ref_grad, torch.float32, 129, form)

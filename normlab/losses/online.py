@@ -41,6 +41,8 @@ them (``row_frames``), so whole tiles stay vector loads; their edge tiles load w
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -61,6 +63,19 @@ SOFTCAP: tl.constexpr = tl.constexpr(2)  # xparam * tanh(x / xparam), xparam = t
 # a wide row), so it takes two plain tl.max there; a max is exact, so both give the same bits.
 # tests/test_entropy.py runs the paired path too.
 PAIRED_MAXIMA: tl.constexpr = tl.constexpr(not _runtime.INTERPRET)
+# Label smoothing's sum of the logits over a one-lane tile (LANE == BLOCK, tiles above
+# config.ENTROPY_LANE_MAX_BLOCK): kept element by element in a tile-shaped fp32 accumulator and
+# reduced once a row, so a tile adds one add per element and no cross-warp reduction (a third
+# one beside the max and the sum-exp otherwise). NORMLAB_LOSS_SMOOTH_TILE_SUM=0: one tl.sum per
+# tile, as lanes of a few columns always do (within a thread).
+SMOOTH_TILE_SUM: tl.constexpr = tl.constexpr(
+    os.environ.get("NORMLAB_LOSS_SMOOTH_TILE_SUM", "1") != "0")
+# softcap's tanh (see tanh): NORMLAB_LOSS_TANH_APPROX=1 takes the GPU's tanh.approx.f32, one
+# MUFU op per element against an exp2 and a division; off by default (its error, 2^-10.99
+# relative, is ~5e-4 c on a capped logit). Ignored under the interpreter.
+TANH_APPROX: tl.constexpr = tl.constexpr(
+    not _runtime.INTERPRET and os.environ.get("NORMLAB_LOSS_TANH_APPROX", "0") == "1")
+TWO_LOG2E: tl.constexpr = tl.constexpr(2.8853900817779268)  # 2 / ln 2: exp(2v) = exp2(v 2 log2 e)
 # Elements per step of a launch's row count and final sum (counted_rows, finish_reduction).
 REDUCE_BLOCK: tl.constexpr = tl.constexpr(1024)
 
@@ -78,14 +93,18 @@ def max_pair(a0, b0, a1, b1):
 
 @triton.jit
 def tanh(v):
-    """tanh in fp32 from exp (the interpreter has no libdevice): a Taylor series below |v| = 1/8,
-    where 1 - exp(-2|v|) would cancel (relative error < 3e-7 either side)."""
-    a = tl.abs(v)
-    e = tl.exp(-2.0 * a)
-    a2 = a * a
-    series = a * (1.0 + a2 * (-1.0 / 3.0 + a2 * (2.0 / 15.0 + a2 * (-17.0 / 315.0))))
-    r = tl.where(a < 0.125, series, (1.0 - e) / (1.0 + e))
-    return tl.where(v < 0, -r, r)
+    """tanh in fp32, 1 - 2 / (exp(2v) + 1): one exp2 and one division per element, exact at
+    +-inf and NaN for NaN (the interpreter has no libdevice). Below |v| = 1/8, where that
+    cancels, a Taylor series (relative error < 3e-7 either side); TANH_APPROX: the GPU's
+    tanh.approx.f32 instead (one MUFU op, relative error up to 2^-10.99; not the interpreter)."""
+    if TANH_APPROX:
+        r = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [v], dtype=tl.float32,
+                                      is_pure=True, pack=1)  # fmt: skip
+    else:
+        v2 = v * v
+        series = v * (1.0 + v2 * (-1.0 / 3.0 + v2 * (2.0 / 15.0 + v2 * (-17.0 / 315.0))))
+        r = tl.where(v2 < 1.0 / 64.0, series, 1.0 - 2.0 / (tl.exp2(v * TWO_LOG2E) + 1.0))
+    return r
 
 
 @triton.jit
@@ -119,7 +138,8 @@ def tile_cols(BLOCK: tl.constexpr, LANE: tl.constexpr):
 
 
 @triton.jit
-def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.constexpr):
+def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.constexpr,
+                ONE_LANE: tl.constexpr):  # fmt: skip
     """Fold one fp32 tile (a tile_cols grid, -inf on masked lanes) into running statistics kept
     per lane (per grid row: vectors of BLOCK // LANE). Lanes of a few columns reduce within a
     thread, so a tile costs no cross-warp round trip; fold_stats folds the lanes once a row.
@@ -129,7 +149,9 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.co
       soft CE     sum e_t (x - m_x)                 ->  L = log s_x - acc / s_t
       forward KL  sum e_t ((t - m_t) - (x - m_x))   ->  L = acc / s_t - log s_t + log s_x
     JSD keeps no acc here (see jsd_sums). Label CE with SMOOTH keeps s_t = sum x, unshifted, a
-    -inf logit counted 0 (a masked lane, or a masked vocab: torch's smoothed loss is inf there).
+    -inf logit counted 0 (a masked lane, or a masked vocab: torch's smoothed loss is inf there);
+    on a ONE_LANE tile (LANE == BLOCK) with SMOOTH_TILE_SUM, s_t is a tile, x added element by
+    element (row_statistics reduces it once a row).
     Both tile maxima come from one two-operand reduction (PAIRED_MAXIMA; two tl.max under the
     interpreter). The three sums stay separate tl.sum calls: the Triton interpreter folds a
     multi-operand reduction sequentially in fp32, which the CPU tests can tell apart.
@@ -144,7 +166,10 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.co
         e_x = tl.exp(x - new_x[:, None])
         s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=1)
         if SMOOTH:
-            s_t = s_t + tl.sum(tl.where(x == NEG_INF, 0.0, x), axis=1)
+            if SMOOTH_TILE_SUM and ONE_LANE:
+                s_t = s_t + tl.where(x == NEG_INF, 0.0, x)
+            else:
+                s_t = s_t + tl.sum(tl.where(x == NEG_INF, 0.0, x), axis=1)
     else:
         raw_t = m_t
         old_t = safe_max(m_t)
@@ -237,20 +262,25 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     it, the number of tiles before it and whether the first one was peeled. Loads are marked
     evict_last so the row stays in L2 for the fused kernel's gradient pass, whose own loads and
     stores are evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us without the
-    hints; benchmarks/data/dev/sweep_launch_configs_h200.json, "entropy").
+    hints; benchmarks/data/dev/sweep_launch_configs_h200.json, "entropy"). Label smoothing's
+    logit sum over one-lane tiles is a tile-shaped accumulator (SMOOTH_TILE_SUM), reduced here.
     """
     cols = tile_cols(BLOCK, LANE)
     m_x = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
     s_x = tl.zeros([BLOCK // LANE], tl.float32)
     m_t = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
-    s_t = tl.zeros([BLOCK // LANE], tl.float32)
+    if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):  # see online_tile
+        s_t = tl.zeros([BLOCK // LANE, LANE], tl.float32)
+    else:
+        s_t = tl.zeros([BLOCK // LANE], tl.float32)
     acc = tl.zeros([BLOCK // LANE], tl.float32)
     n_full, first = tile_span(lo, hi, BLOCK, ALIGN, CLAMP_HI)
     if ALIGN > 1:  # a constexpr branch: compiled only for the aligned frames
         if first > 0:
             x, t = load_edge_tile(x_row, t_row, cols, lo, hi, xparam, KIND, "evict_last", ALIGN,
                                   XFORM)  # fmt: skip
-            m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH)
+            m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH,
+                                              LANE == BLOCK)  # fmt: skip  # fmt: skip
     for i in range(first, n_full):
         x = tl.load(x_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
         x = transform(x, xparam, XFORM)
@@ -259,7 +289,8 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
         else:
             t = tl.load(t_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
             t = transform(t, xparam, XFORM)
-        m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH)
+        m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH,
+                                              LANE == BLOCK)  # fmt: skip
     if ALIGN > 1:
         if (hi == (n_full + 1) * BLOCK) & (lo <= n_full * BLOCK):  # whole (an inner chunk's)
             x_last = tl.load(x_row + n_full * BLOCK + cols,
@@ -277,7 +308,10 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     else:
         x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, xparam,
                                          KIND, "evict_last", ALIGN, XFORM)  # fmt: skip
-    m_x, s_x, m_t, s_t, acc = online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH)
+    m_x, s_x, m_t, s_t, acc = online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH,
+                                          LANE == BLOCK)  # fmt: skip
+    if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):
+        s_t = tl.sum(s_t, axis=1)  # the one lane's logit sum, once a row
     m_x, s_x, m_t, s_t, acc = fold_stats(m_x, s_x, m_t, s_t, acc,
                                           tl.full([BLOCK // LANE], 1, tl.int1), KIND,
                                           SMOOTH)  # fmt: skip
