@@ -34,7 +34,7 @@ from normlab._host import (
 from normlab._launch import buffer, launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
-from normlab.norms.tiles import store_sum
+from normlab.norms.tiles import load_f32, store_cast, store_sum
 
 STRATEGIES = config.BLOCK_ROW_STRATEGIES
 
@@ -180,6 +180,35 @@ def _block_row_fwd_kernel(
 
 
 @triton.jit
+def _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, rows, mask, eps, w, b,
+                      IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      HAS_RESIDUAL: tl.constexpr, STORE_STATS: tl.constexpr,
+                      EVEN: tl.constexpr):  # fmt: skip
+    """Normalize rows of one column (no predicate under EVEN), as _normalize_tile does: RMSNorm
+    rstd = rsqrt(x * x + eps); LayerNorm mean = x, rstd = rsqrt((x - mean)^2 + eps), so y = b
+    where x is finite and NaN where it is not (x - x), as torch's."""
+    x = load_f32(x_ptr + rows, mask, EVEN, "")
+    if HAS_RESIDUAL:
+        x = store_sum(x, load_f32(r_ptr + rows, mask, EVEN, ""), h_ptr + rows, mask, EVEN)
+    if IS_RMS:
+        xc = x
+    else:
+        mean = x
+        xc = x - mean
+        if STORE_STATS:
+            store_cast(mean_ptr + rows, mean, mask, EVEN)
+    rstd = tl.rsqrt(xc * xc + eps)
+    if STORE_STATS:
+        store_cast(rstd_ptr + rows, rstd, mask, EVEN)
+    y = xc * rstd
+    if HAS_WEIGHT:
+        y = y * w
+    if HAS_BIAS:
+        y = y + b
+    store_cast(y_ptr + rows, y, mask, EVEN)
+
+
+@triton.jit
 def _pointwise_fwd_kernel(
     x_ptr,  # (n_rows,) input: rows of one column, contiguous
     r_ptr,  # (n_rows,) residual; read only if HAS_RESIDUAL
@@ -199,34 +228,22 @@ def _pointwise_fwd_kernel(
     STORE_STATS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """The forward of rows of one column, each its own reduction, as _normalize_tile computes it:
-    RMSNorm rstd = rsqrt(x * x + eps); LayerNorm mean = x, rstd = rsqrt((x - mean)^2 + eps), so
-    y = b where x is finite and NaN where it is not (x - x), as torch's. One program per BLOCK
-    consecutive rows: unit strides, so the loads and stores are 16-byte vectors."""
-    rows = tl.cast(tl.program_id(0), tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    """The forward of rows of one column, each its own reduction (_normalize_points). One
+    program per BLOCK consecutive rows: unit strides, so the loads and stores are 16-byte
+    vectors, every block but the last without a predicate (a mask of an odd n_rows would split
+    them into single elements)."""
+    start = tl.cast(tl.program_id(0), tl.int64) * BLOCK
+    rows = start + tl.arange(0, BLOCK)
+    eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
+    w = tl.load(w_ptr).to(tl.float32) + tl.cast(offset, tl.float32) if HAS_WEIGHT else 1.0
+    b = tl.load(b_ptr).to(tl.float32) if HAS_BIAS else 0.0
     mask = rows < n_rows
-    x = tl.load(x_ptr + rows, mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        r = tl.load(r_ptr + rows, mask=mask, other=0.0)
-        x = store_sum(x, r, h_ptr + rows, mask, False)
+    if start + BLOCK <= n_rows:
+        _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, rows, mask, eps, w, b,
+                          IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_RESIDUAL, STORE_STATS, True)
     else:
-        x = x.to(tl.float32)
-    if IS_RMS:
-        xc = x
-    else:
-        mean = x
-        xc = x - mean
-        if STORE_STATS:
-            tl.store(mean_ptr + rows, mean, mask=mask)
-    rstd = tl.rsqrt(xc * xc + tl.cast(eps, tl.float32))
-    if STORE_STATS:
-        tl.store(rstd_ptr + rows, rstd, mask=mask)
-    y = xc * rstd
-    if HAS_WEIGHT:
-        y = y * (tl.load(w_ptr).to(tl.float32) + tl.cast(offset, tl.float32))
-    if HAS_BIAS:
-        y = y + tl.load(b_ptr).to(tl.float32)
-    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=mask)
+        _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, rows, mask, eps, w, b,
+                          IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_RESIDUAL, STORE_STATS, False)
 
 
 @triton.jit
