@@ -451,9 +451,10 @@ def test_forward_config_is_the_measured_tile_per_norm(n_cols):
         assert configs.block_row_fwd_config(n_cols, is_rms, num_warps=1).num_warps == 1
     # the two norms were measured apart and differ where their sweeps did
     assert configs.block_row_fwd_config(128, True) != configs.block_row_fwd_config(128, False)
-    assert configs.block_row_fwd_config(64, True, tile_elems=4096) == (64, 8, 0)
-    assert configs.block_row_fwd_config(512, False) == (16, 8, 0)  # no entry: the rule
-    assert configs.block_row_fwd_config(1024, True) == (8, 8, 0)
+    tile = configs.BlockRowFwdConfig
+    assert configs.block_row_fwd_config(64, True, tile_elems=4096) == tile(64, 8)
+    assert configs.block_row_fwd_config(512, False) == tile(16, 8)  # no entry: the rule
+    assert configs.block_row_fwd_config(1024, True) == tile(8, 8)
 
 
 @pytest.mark.parametrize("n_cols", [65, 100, 128])
@@ -556,3 +557,156 @@ def test_public_api_too_wide_for_block_row():
     y = normlab.rms_norm(x, weight, layout="auto")  # falls back to the row path
     y_ref, _, _ = _reference(x, weight, None, 1e-6, True)
     assert_close(y, y_ref)
+
+
+# ---- rows of one column: the pointwise forward ----------------------------------------------
+
+PW_BLOCK = configs.POINTWISE_FWD_BLOCK
+PW_ROWS = [1, 1031, PW_BLOCK, PW_BLOCK + 1]  # one row, a prime, one full block, one row past it
+# "offset": offset=1 with the weight; "fused": the residual add, with offset=1
+PW_VARIANTS = ["plain", "affine", "offset", "fused"]
+FWD_KERNELS = ("_pointwise_fwd_kernel", "_block_row_fwd_kernel")
+
+
+def _record_forward_kernels(monkeypatch) -> list[str]:
+    """The names of the block-row forward kernels launched from here on, in order."""
+    launched = []
+    for name in FWD_KERNELS:
+        real = getattr(narrow, name)
+
+        class Recording:
+            def __getitem__(self, grid, real=real, name=name):
+                launched.append(name)
+                return real[grid]
+
+        monkeypatch.setattr(narrow, name, Recording())
+    return launched
+
+
+@pytest.mark.parametrize("is_rms,variant,n_rows,dtype",
+                         latin([True, False], PW_VARIANTS, PW_ROWS, DTYPES))  # fmt: skip
+def test_one_column_pointwise_forward_and_backward(monkeypatch, is_rms, variant, n_rows, dtype):
+    """N = 1 through the public API (the plan's path: pointwise forward, block-row backward that
+    recomputes the statistics) against fp64 autograd; with the fused add, h is checked too."""
+    from normlab import ref
+
+    launched = _record_forward_kernels(monkeypatch)
+    eps, offset = EPS[is_rms], 1.0 if variant in ("offset", "fused") else 0.0
+    x, weight, bias, dy = _make(n_rows, 1, dtype, variant != "plain",
+                                variant in ("affine", "fused") and not is_rms)  # fmt: skip
+    residual = torch.randn(n_rows, 1).to(dtype) if variant == "fused" else None
+    dh = torch.randn(n_rows, 1).to(dtype) if variant == "fused" else None
+    leaves = {name: t.clone().requires_grad_() for name, t in
+              (("dx", x), ("dres", residual), ("dweight", weight), ("dbias", bias))
+              if t is not None}  # fmt: skip
+    xg, rg, wg, bg = (leaves.get(name) for name in ("dx", "dres", "dweight", "dbias"))
+    if residual is None:
+        y = (normlab.rms_norm(xg, wg, eps, offset=offset) if is_rms
+             else normlab.layer_norm(xg, wg, bg, eps, offset=offset))  # fmt: skip
+        outputs, grad_outputs = (y,), (dy,)
+    else:
+        y, h = (normlab.add_rms_norm(xg, rg, wg, eps, offset=offset) if is_rms
+                else normlab.add_layer_norm(xg, rg, wg, bg, eps, offset=offset))  # fmt: skip
+        outputs, grad_outputs = (y, h), (dy, dh)
+    assert launched == ["_pointwise_fwd_kernel"]
+    grads = dict(zip(leaves, torch.autograd.grad(outputs, list(leaves.values()), grad_outputs),
+                     strict=True))  # fmt: skip
+
+    normed = x if residual is None else ref.residual_sum(x, residual)  # the stored h
+    if residual is not None:
+        assert torch.equal(h, normed)
+        assert torch.equal(grads["dres"], grads["dx"])
+    refs = {name: t.double().requires_grad_() for name, t in
+            (("dx", normed), ("dweight", weight), ("dbias", bias)) if t is not None}  # fmt: skip
+    hd, wd, bd = (refs.get(name) for name in ("dx", "dweight", "dbias"))
+    y_ref = (ref.rms_norm(hd, wd, eps, offset) if is_rms
+             else ref.layer_norm(hd, wd, bd, eps, offset))  # fmt: skip
+    assert_close(y, y_ref, dtype=dtype, msg="y")
+    refs = dict(zip(refs, torch.autograd.grad(y_ref, list(refs.values()), dy.double()),
+                    strict=True))  # fmt: skip
+    if dh is not None:
+        refs["dx"] += dh.double()
+    # dx in units of each row's rstd, as in _check_all (RMSNorm's rstd is large for small x)
+    rstd_ref = torch.rsqrt((hd.detach() if is_rms else torch.zeros_like(hd)) ** 2 + eps)
+    assert_close(grads.pop("dx") / rstd_ref, refs.pop("dx") / rstd_ref, dtype=dtype, msg="dx")
+    grads.pop("dres", None)
+    assert grads.keys() == refs.keys()
+    for name, want in refs.items():
+        assert_close(grads[name], want, dtype=dtype, reduce_len=n_rows, msg=name)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_one_column_launchers_store_or_recompute_statistics(monkeypatch, is_rms):
+    """block_row_forward's pointwise kernel at N = 1 with and without stored mean/rstd, each with
+    the backward that reads or recomputes them; x around 1e-3, where x^2 is eps's size, so a
+    wrong or lost eps fails (RMSNorm's y and rstd, LayerNorm's rstd = 1/sqrt(eps))."""
+    launched = _record_forward_kernels(monkeypatch)
+    x, weight, bias, dy = _make(PW_BLOCK + 1, 1, torch.float32, True, not is_rms)
+    _check_all(x * 1e-3, weight, bias, dy, is_rms, torch.float32)
+    assert launched == ["_pointwise_fwd_kernel"] * 2
+
+
+def test_one_column_eps_matters():
+    """RMSNorm of small x: y = x / sqrt(x^2 + eps) is far from sign(x), so this check can fail."""
+    from normlab import ref
+
+    x = 1e-3 * torch.randn(1031, 1)
+    y = normlab.rms_norm(x, None, 1e-6)
+    assert_close(y, ref.rms_norm(x.double(), None, 1e-6), msg="y")
+    for wrong_eps in (0.0, 2e-6):
+        assert (y.double() - ref.rms_norm(x.double(), None, wrong_eps)).abs().max() > 0.05
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_one_column_nan_and_inf_propagate_as_torch(is_rms):
+    x, weight, bias, _ = _make(1031, 1, torch.float32, True, not is_rms)
+    bad = [3, 500, 1030]
+    x[bad, 0] = torch.tensor([math.nan, math.inf, -math.inf])
+    if is_rms:
+        y, want = normlab.rms_norm(x, weight, 1e-6), F.rms_norm(x, (1,), weight, 1e-6)
+    else:
+        y, want = normlab.layer_norm(x, weight, bias, 1e-5), F.layer_norm(x, (1,), weight, bias)
+    assert y[bad].isnan().all() and want[bad].isnan().all()
+    assert_close(y, want)  # same NaN positions, same values elsewhere
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_one_column_strided_rows_take_the_tile_kernel(monkeypatch, is_rms):
+    """Rows of one column with a row stride of 3 (x, then only the residual) go to the
+    [rows, 1] tile kernel, with the same results as fp64."""
+    from normlab import ref
+
+    launched = _record_forward_kernels(monkeypatch)
+    x_wide, weight, bias, dy_wide = _make(1031, 3, torch.float32, True, not is_rms)
+    x, dy = x_wide[:, 1:2], dy_wide[:, 2:3]
+    assert x.stride(0) == 3
+    _check_all(x, weight[:1], bias[:1] if bias is not None else None, dy, is_rms, torch.float32)
+    assert set(launched) == {"_block_row_fwd_kernel"}
+
+    launched.clear()
+    x = torch.randn(1031, 1)
+    if is_rms:
+        y, h = normlab.add_rms_norm(x, x_wide[:, :1], weight[:1], 1e-6)
+        y_ref, h_ref = ref.add_rms_norm(x.double(), x_wide[:, :1].double(), weight[:1], 1e-6)
+    else:
+        y, h = normlab.add_layer_norm(x, x_wide[:, :1], weight[:1], bias[:1], 1e-5)
+        y_ref, h_ref = ref.add_layer_norm(x.double(), x_wide[:, :1].double(), weight[:1],
+                                          bias[:1], 1e-5)  # fmt: skip
+    assert launched == ["_block_row_fwd_kernel"]
+    assert_close(h, h_ref, msg="h")
+    assert_close(y, y_ref, msg="y")
+
+
+def test_pointwise_forward_runs_at_one_column_only(monkeypatch):
+    """The public API's forward of contiguous rows: the pointwise kernel at N = 1, a (2, 3, 1)
+    input included; the tile kernel at N = 2."""
+    from normlab import ref
+
+    launched = _record_forward_kernels(monkeypatch)
+    for shape, kernel in (((37, 1), FWD_KERNELS[0]), ((2, 3, 1), FWD_KERNELS[0]),
+                          ((37, 2), FWD_KERNELS[1])):  # fmt: skip
+        x = torch.randn(shape)
+        launched.clear()
+        y = normlab.rms_norm(x, None, 1e-6)
+        assert launched == [kernel], shape
+        assert_close(y, ref.rms_norm(x.double(), None, 1e-6), msg=str(shape))

@@ -7,6 +7,8 @@ Each rule is tested at its switch (one below, at, one past) and its kernels on a
 where the interpreter could not afford the real ones; the rule is the same function.
 """
 
+import itertools
+
 import pytest
 import torch
 from helpers import assert_close
@@ -275,6 +277,25 @@ def test_tiny_tile_rule():
     # 16 columns and up keep the measured tiles
     measured = config.BLOCK_ROW_FWD_TILES[True][16][0]
     assert config.block_row_fwd_config(16, True).block_rows == measured
+
+
+def test_pointwise_forward_exactly_at_one_column():
+    """Rows of one column get the pointwise forward's config (its block: every thread's 16-byte
+    bf16 vectors, a power of two for tl.arange) at any row count, beside the [rows, 1] tile of
+    test_tiny_tile_rule for rows that are not contiguous; two columns and up do not, nor does a
+    tile given by keywords (tuning scripts)."""
+    pointwise = config.PointwiseFwdConfig(config.POINTWISE_FWD_BLOCK, config.POINTWISE_FWD_WARPS)
+    assert pointwise.block == (config.VECTOR_BYTES // 2 * config.POINTWISE_FWD_VECTORS
+                               * 32 * pointwise.num_warps)  # fmt: skip
+    assert pointwise.block & (pointwise.block - 1) == 0
+    for n_cols in (1, 2, 3, 15, 16, 17, 256):
+        for is_rms, n_rows in itertools.product((True, False), (1, 5265, 10**7)):
+            assert config.plan(is_rms, n_rows, 1, sm_count=132).layout == "block_row"
+            cfg = config.block_row_fwd_config(n_cols, is_rms, n_rows=n_rows, sm_count=132)
+            assert cfg.pointwise == (pointwise if n_cols == 1 else None), (n_cols, n_rows)
+    assert config.block_row_fwd_config(1, True).pointwise == pointwise
+    assert config.block_row_fwd_config(1, True, tile_elems=1024).pointwise is None
+    assert config.block_row_fwd_config(1, True, max_rows=64).pointwise is None
 
 
 def triton_next_pow2(n):

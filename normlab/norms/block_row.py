@@ -9,8 +9,9 @@ and writing one fp32 partial row per program (summed by ``norms.reduce``; no ato
 deterministic). Where ``config.block_row_recompute_stats`` says so, the forward stores no
 mean/rstd and the backward recomputes them from the x tile it reads anyway. The same forward
 kernel, with a persistent prefetching grid, runs the wide-row tiles of
-``config.NORM_FWD_BLOCK_ROW``. Both directions take the weight offset and the fused residual
-add (HAS_RESIDUAL / HAS_DH) as ``norms.row`` does.
+``config.NORM_FWD_BLOCK_ROW``. Rows of one column, contiguous, take a pointwise forward
+instead (``config.PointwiseFwdConfig``): each row is its own reduction. Both directions take the
+weight offset and the fused residual add (HAS_RESIDUAL / HAS_DH) as ``norms.row`` does.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from normlab._host import (
 from normlab._launch import buffer, launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
-from normlab.norms.tiles import store_sum
+from normlab.norms.tiles import load_f32, store_cast, store_sum
 
 STRATEGIES = config.BLOCK_ROW_STRATEGIES
 
@@ -176,6 +177,73 @@ def _block_row_fwd_kernel(
         _normalize_tile(x, r, pid, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
                         y_row_stride, h_row_stride, eps, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS,
                         HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS, STORE_STATS)  # fmt: skip
+
+
+@triton.jit
+def _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, rows, mask, eps, w, b,
+                      IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      HAS_RESIDUAL: tl.constexpr, STORE_STATS: tl.constexpr,
+                      EVEN: tl.constexpr):  # fmt: skip
+    """Normalize rows of one column (no predicate under EVEN), as _normalize_tile does: RMSNorm
+    rstd = rsqrt(x * x + eps); LayerNorm mean = x, rstd = rsqrt((x - mean)^2 + eps), so y = b
+    where x is finite and NaN where it is not (x - x), as torch's."""
+    x = load_f32(x_ptr + rows, mask, EVEN, "")
+    if HAS_RESIDUAL:
+        x = store_sum(x, load_f32(r_ptr + rows, mask, EVEN, ""), h_ptr + rows, mask, EVEN)
+    if IS_RMS:
+        xc = x
+    else:
+        mean = x
+        xc = x - mean
+        if STORE_STATS:
+            store_cast(mean_ptr + rows, mean, mask, EVEN)
+    rstd = tl.rsqrt(xc * xc + eps)
+    if STORE_STATS:
+        store_cast(rstd_ptr + rows, rstd, mask, EVEN)
+    y = xc * rstd
+    if HAS_WEIGHT:
+        y = y * w
+    if HAS_BIAS:
+        y = y + b
+    store_cast(y_ptr + rows, y, mask, EVEN)
+
+
+@triton.jit
+def _pointwise_fwd_kernel(
+    x_ptr,  # (n_rows,) input: rows of one column, contiguous
+    r_ptr,  # (n_rows,) residual; read only if HAS_RESIDUAL
+    y_ptr,  # (n_rows,) output, dtype of x
+    h_ptr,  # (n_rows,) x + residual, dtype of x; written only if HAS_RESIDUAL
+    w_ptr,  # (1,) weight; read only if HAS_WEIGHT
+    b_ptr,  # (1,) bias; read only if HAS_BIAS
+    mean_ptr,  # (n_rows,) fp32 row mean; written only for LayerNorm with STORE_STATS
+    rstd_ptr,  # (n_rows,) fp32 1 / sqrt(var + eps); written only with STORE_STATS
+    n_rows,
+    eps,
+    offset,  # y = xhat * (offset + weight)
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    STORE_STATS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """The forward of rows of one column, each its own reduction (_normalize_points). One
+    program per BLOCK consecutive rows: unit strides, so the loads and stores are 16-byte
+    vectors, every block but the last without a predicate (a mask of an odd n_rows would split
+    them into single elements)."""
+    start = tl.cast(tl.program_id(0), tl.int64) * BLOCK
+    rows = start + tl.arange(0, BLOCK)
+    eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
+    w = tl.load(w_ptr).to(tl.float32) + tl.cast(offset, tl.float32) if HAS_WEIGHT else 1.0
+    b = tl.load(b_ptr).to(tl.float32) if HAS_BIAS else 0.0
+    mask = rows < n_rows
+    if start + BLOCK <= n_rows:
+        _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, rows, mask, eps, w, b,
+                          IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_RESIDUAL, STORE_STATS, True)
+    else:
+        _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, rows, mask, eps, w, b,
+                          IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_RESIDUAL, STORE_STATS, False)
 
 
 @triton.jit
@@ -396,6 +464,17 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
         rstd = buffer(n_rows, torch.float32, x.device)
         mean = None if is_rms else buffer(n_rows, torch.float32, x.device)
     strides = (x.stride(0), r.stride(0), y.stride(0), h.stride(0))
+    params = (weight if weight is not None else x,  # dummy pointer, never read
+              bias if bias is not None else x,
+              mean if mean is not None else rstd if rstd is not None else y,  # dummy: unwritten
+              rstd if rstd is not None else y)  # fmt: skip
+    flags = {"IS_RMS": is_rms, "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
+             "HAS_RESIDUAL": residual is not None, "STORE_STATS": store_stats}
+    if cfg.pointwise is not None and n_cols == 1 and strides == (1, 1, 1, 1):
+        launch(_pointwise_fwd_kernel, (cdiv(n_rows, cfg.pointwise.block),), x, r, y, h, *params,
+               n_rows, float(eps), float(offset), **flags, BLOCK=cfg.pointwise.block,
+               num_warps=cfg.pointwise.num_warps)  # fmt: skip
+        return y, mean, rstd
     n_tiles = cdiv(n_rows, cfg.block_rows)
     n_programs = n_tiles
     if cfg.programs_per_sm:
@@ -406,23 +485,16 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
         r,
         y,
         h,
-        weight if weight is not None else x,  # dummy pointer, never read
-        bias if bias is not None else x,
-        mean if mean is not None else rstd if rstd is not None else y,  # dummy: never written
-        rstd if rstd is not None else y,
+        *params,
         n_rows,
         n_cols,
         *strides,
         float(eps),
         float(offset),
-        IS_RMS=is_rms,
-        HAS_WEIGHT=weight is not None,
-        HAS_BIAS=bias is not None,
-        HAS_RESIDUAL=residual is not None,
+        **flags,
         BLOCK_ROWS=cfg.block_rows,
         BLOCK_COLS=next_pow2(n_cols),
         PERSISTENT=n_programs < n_tiles,
-        STORE_STATS=store_stats,
         ROW_ALIGN=config.row_align(math.gcd(*strides), x.element_size()),
         num_warps=cfg.num_warps,
     )

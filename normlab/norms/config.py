@@ -250,10 +250,24 @@ NORM_FWD_BLOCK_ROW = {
 }
 
 
+# Rows of one column: each is its own reduction, so with unit row strides the forward is
+# pointwise over the M elements in 16-byte vectors (a [rows, 1] tile loads 1 element per row).
+POINTWISE_FWD_WARPS = 4
+POINTWISE_FWD_VECTORS = 2  # 16-byte loads per thread: two in flight amortize a program's launch
+# elements per program: every thread's bf16 vectors (2048; fp32 rows take twice the loads)
+POINTWISE_FWD_BLOCK = VECTOR_BYTES // 2 * POINTWISE_FWD_VECTORS * 32 * POINTWISE_FWD_WARPS
+
+
+class PointwiseFwdConfig(NamedTuple):
+    block: int  # rows (elements) per program
+    num_warps: int
+
+
 class BlockRowFwdConfig(NamedTuple):
     block_rows: int
     num_warps: int
     programs_per_sm: int = 0  # 0: one program per row tile; else a persistent grid (prefetch)
+    pointwise: PointwiseFwdConfig | None = None  # N = 1: taken where every row stride is 1
 
 
 def norm_fwd_block_row_config(n_rows: int, n_cols: int,
@@ -271,13 +285,18 @@ def block_row_fwd_config(n_cols: int, is_rms: bool, *, tile_elems: int | None = 
                          sm_count: int | None = None) -> BlockRowFwdConfig:  # fmt: skip
     """Narrow block-row forward tile: the measured one, the tiny-width rule, or the element rule
     (overrides given, or a width with no measured tile). ``n_rows``/``sm_count``: tiny-width
-    tiles shrink until the grid fills one wave."""
+    tiles shrink until the grid fills one wave. One column: also the pointwise kernel's config
+    (``POINTWISE_FWD_*``), which the launcher takes where the rows are contiguous."""
     block_cols = _next_pow2(n_cols)
     if n_cols < BLOCK_ROW_TINY_COLS and tile_elems is None and max_rows is None:
         rows = BLOCK_ROW_TINY_TILE_ELEMS // block_cols
         if n_rows is not None and sm_count:
             rows = min(rows, max(1, _next_pow2(n_rows // sm_count + 1) // 2))
-        return BlockRowFwdConfig(rows, BLOCK_ROW_MIN_WARPS if num_warps is None else num_warps)
+        # a row of one column is its own reduction: vector loads across rows, no row tile
+        pointwise = (PointwiseFwdConfig(POINTWISE_FWD_BLOCK, POINTWISE_FWD_WARPS)
+                     if n_cols == 1 else None)  # fmt: skip
+        return BlockRowFwdConfig(rows, BLOCK_ROW_MIN_WARPS if num_warps is None else num_warps,
+                                 0, pointwise)  # fmt: skip
     tile = BLOCK_ROW_FWD_TILES[bool(is_rms)].get(max(block_cols, 16))
     if tile is not None and tile_elems is None and max_rows is None:
         return BlockRowFwdConfig(tile[0], tile[1] if num_warps is None else num_warps)
