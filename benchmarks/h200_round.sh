@@ -7,18 +7,26 @@
 # population), verify (after the defaults changed: the loss checks at the few-row planner, the
 # vocabulary population's worst cells and controls, host µs with each host switch on and off,
 # the loss options), variants (the norms' wide-row backward: planned kernel, split-row variants
-# and peers).
+# and peers), planner (after the split-row backward and the pointwise forward: the norm checks,
+# the variants at the rule's chunks), options (the loss checks, the loss options with the
+# smoothing switch on and off, the population members whose norm plan changed).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify or variants}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner or options}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site
 fi
+# The population members whose backward plan changed with the split-row rule (N > 8192, at
+# least one row per SM), and the rows of one column (the pointwise forward).
+CHANGED_BWD=3366x60028,296x17767,1329x32826,47318x20163,36052x8363,65536x16384,65536x12288,\
+106x18159,482x27361,16384x16384,16384x12288,55536x8495,4096x16384,4096x12288,27492x9693,\
+2048x16384
+CHANGED_N1=8000009x1,1000003x1,5265x1,53711x1,10000000x1
 step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.log
   local name=$1 limit=$2
   shift 2
@@ -65,6 +73,24 @@ case $STAGE in
   variants)
     step norm_bwd_variants 480 python3 benchmarks/norm_bwd_variants.py \
       --out "$OUT/norm_bwd_variants.jsonl" --reps 6
+    ;;
+  planner)
+    step gpu_check_planner 240 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_planner.json" \
+      --quick --only replay,lean,graphs,norms,norm_options
+    step norm_bwd_variants_rule 240 python3 benchmarks/norm_bwd_variants.py \
+      --out "$OUT/norm_bwd_variants_rule.jsonl" --reps 6 --cells "$CHANGED_BWD"
+    ;;
+  options)
+    step gpu_check_options 110 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_options.json" \
+      --quick --only losses,loss_options
+    for sum in 1 0; do
+      step "loss_options_tile_sum$sum" 80 env NORMLAB_LOSS_SMOOTH_TILE_SUM=$sum python3 \
+        benchmarks/loss_options.py --out "$OUT/loss_options_tile_sum$sum.jsonl" --reps 10 \
+        --max-seconds 60
+    done
+    step population_changed 230 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_changed.jsonl" --reps 4 --families random,model,narrow,peers \
+      --cells "$CHANGED_BWD,$CHANGED_N1,1x12288,1x16384,1x53991,1x60954,3x29755,8x12288,8x16384,10x11415,33x9383,512x12288,512x16384,19335x14487,34292x14486"
     ;;
   verify)
     step gpu_check_verify 70 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_verify.json" \
