@@ -15,7 +15,7 @@ from helpers import assert_close
 
 import normlab
 from normlab import _runtime, ref
-from normlab.norms import config, split_row
+from normlab.norms import config, row, split_row
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 SMS = _runtime.sm_count()
@@ -93,18 +93,19 @@ def test_split_rule_at_its_switches(direction):
 
 def test_split_chunks_follow_their_rules():
     """Forward: fixed SPLIT_ROW_FWD_COLS chunks (narrower rows: one chunk). Backward: the widest
-    dx chunk whose (chunks x row groups) grid gives every SM a program; the sums' widest chunk
+    dx chunk whose (chunks x row groups) grid gives every SM two programs; the sums' widest chunk
     that wastes at most NORM_FWD_MAX_PAD_WASTE and fills the SMs; 8 elements per thread."""
     fwd = config.SPLIT_ROW_FWD_COLS
     assert config.split_row_fwd_chunk(53991).cols == fwd
     assert config.split_row_fwd_chunk(100).cols == 128
-    assert config.split_row_bwd_chunk(53991, 132).cols == 256  # one row: 211 chunks >= 132
+    assert config.SPLIT_ROW_BWD_MIN_PROGRAMS_PER_SM == 2  # the cases below: 264 programs
+    assert config.split_row_bwd_chunk(53991, 132).cols == 128  # one row: 422 chunks (256: 211)
     assert config.split_row_bwd_chunk(9383, 132).cols == config.SPLIT_ROW_BWD_CHUNKS[-1]
     assert config.split_row_bwd_chunk(10**6, 132).cols == config.SPLIT_ROW_BWD_CHUNKS[0]
-    # 18159 columns: 9 chunks of 2048; 15 row groups of 32 (449+ rows) make 135 >= 132 programs
-    assert config.split_row_bwd_chunk(18159, 132, n_rows=449).cols == 2048
-    assert config.split_row_bwd_chunk(18159, 132, n_rows=448).cols == 1024  # 9 x 14 = 126
-    assert config.split_row_bwd_chunk(18159, 132, n_rows=106).cols == 512  # 36 x 4 = 144
+    # 18159 columns: 9 chunks of 2048; 30 row groups of 32 (929+ rows) make 270 >= 264 programs
+    assert config.split_row_bwd_chunk(18159, 132, n_rows=929).cols == 2048
+    assert config.split_row_bwd_chunk(18159, 132, n_rows=928).cols == 1024  # 9 x 29 = 261
+    assert config.split_row_bwd_chunk(18159, 132, n_rows=106).cols == 256  # 71 x 4 = 284
     assert config.split_row_sums_chunk(12288, 4096, 132).cols == 4096  # no masked tail
     assert config.split_row_sums_chunk(9693, 4096, 132).cols == 2048  # 4096: 27% masked
     assert config.split_row_sums_chunk(8363, 4096, 132).cols == 1024  # 2048: 22% masked
@@ -451,3 +452,25 @@ def test_partials_pair_only_past_their_bound(monkeypatch, is_rms):
     for programs in (bound, bound + 1):  # 4 programs per SM at 64 columns: the grid is the tiles
         _check(2 * programs, 64, torch.float32, is_rms)
     assert seen == [bound, (bound + 2) // 2]
+
+
+def test_backward_warps_follow_row_alignment(monkeypatch):
+    """A 16384-element backward tile takes 16 warps on 16-byte aligned rows and 32 on rows
+    loaded element by element; the launcher tells the rule which rows it has."""
+    tile = config.NORM_BWD_SINGLE_PASS_MAX_COLS
+    assert config.norm_bwd_config("persistent", 4096, tile, aligned=True).num_warps == 16
+    assert config.norm_bwd_config("persistent", 4096, tile, aligned=False).num_warps == 32
+    assert config.norm_bwd_config("persistent", 4096, 2048, aligned=False).num_warps == 4
+    seen = []
+    real = config.norm_bwd_config
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["aligned"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(config, "norm_bwd_config", spy)
+    for n in (16, 13):  # fp32 rows of 64 bytes (aligned), of 52 (4-byte aligned)
+        x, dy = torch.randn(3, n), torch.randn(3, n)
+        _, mean, rstd = row.norm_forward(x, None, None, 1e-5, False)
+        row.norm_backward(dy, x, None, None, mean, rstd, False)
+    assert seen == [True, False]

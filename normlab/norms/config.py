@@ -107,6 +107,9 @@ def split_row_fwd_chunk(n_cols: int) -> SplitRowChunk:
 # (8 B a column) at most 1/24 of its rows' traffic (x, dy read and dx written: 6 B a column each).
 SPLIT_ROW_BWD_PROGRAMS_PER_SM = 8
 SPLIT_ROW_BWD_MIN_GROUP_ROWS = 32
+# Two programs per SM at least, each walking its chunk's rows one latency at a time (RMSNorm
+# 482 x 27361: 1024-column chunks, 432 programs, 63 µs; 2048-column ones, 224 programs, 86).
+SPLIT_ROW_BWD_MIN_PROGRAMS_PER_SM = 2
 
 
 def split_row_bwd_min_cols(is_rms: bool, n_rows: int, sm_count: int) -> int:
@@ -121,10 +124,11 @@ def split_row_bwd_min_cols(is_rms: bool, n_rows: int, sm_count: int) -> int:
 
 def split_row_bwd_chunk(n_cols: int, sm_count: int, n_rows: int = 1) -> SplitRowChunk:
     """The dx kernel's chunk: the widest whose grid (column chunks x row groups of
-    SPLIT_ROW_BWD_MIN_GROUP_ROWS) still gives every SM a program; else the narrowest."""
+    SPLIT_ROW_BWD_MIN_GROUP_ROWS) gives every SM SPLIT_ROW_BWD_MIN_PROGRAMS_PER_SM programs;
+    else the narrowest."""
     groups = -(-n_rows // SPLIT_ROW_BWD_MIN_GROUP_ROWS)
     for cols in SPLIT_ROW_BWD_CHUNKS:
-        if -(-n_cols // cols) * groups >= sm_count:
+        if -(-n_cols // cols) * groups >= SPLIT_ROW_BWD_MIN_PROGRAMS_PER_SM * sm_count:
             return _split_chunk(cols)
     return _split_chunk(SPLIT_ROW_BWD_CHUNKS[-1])
 
@@ -324,9 +328,11 @@ NORM_BWD_TWO_PASS_BLOCK_ROWS = 4
 NORM_BWD_TWO_PASS_PROGRAMS_PER_SM = 2
 NORM_BWD_TWO_PASS_BLOCK_COLS = 4096
 NORM_BWD_TWO_PASS_WARPS = 16
-# By tile elements: 16 per thread up to 8192; a 16384-column row tile at 16 warps (32 elements
-# each) ran 7-14% faster than at 32 (RMSNorm, 2048-65536 rows: one program per SM either way).
+# By tile elements: 16 per thread (one more step for rows not 16-byte aligned, loaded element
+# by element: a 16384-column tile of them at 16 warps spilled, RMSNorm 36052 x 8363 18.3 ms
+# against 1.2 at 32). Aligned 16384-column tiles ran 7-14% faster at 16 warps than at 32.
 NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))
+NORM_BWD_UNALIGNED_WARPS = ((2048, 4), (4096, 8), (8192, 16), (1 << 62, 32))
 # Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
 NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
 NORM_BWD_PARTIALS_PER_SM = 2  # the partial rows' bound: past it, two programs share a row
@@ -390,9 +396,10 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
                     two_pass: bool | None = None, block_rows: int | None = None,
                     block_cols: int | None = None, num_warps: int | None = None,
                     programs_per_sm: int | None = None, loop_stages: int | None = None,
-                    prefetch: bool | None = None,
-                    paired_partials: bool | None = None) -> NormBwdConfig:  # fmt: skip
-    """Row backward launch config for ``strategy`` (not "auto"); keywords override the rules."""
+                    prefetch: bool | None = None, paired_partials: bool | None = None,
+                    aligned: bool = True) -> NormBwdConfig:  # fmt: skip
+    """Row backward launch config for ``strategy`` (not "auto"); keywords override the rules.
+    ``aligned``: every row starts on a 16-byte boundary (``row_align``), so loads are vectors."""
     if two_pass is None:
         two_pass = norm_bwd_two_pass(n_cols, is_rms, n_rows)
     if block_cols is None:
@@ -412,7 +419,8 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
     block_rows, block_cols = _next_pow2(block_rows), _next_pow2(block_cols)
     if num_warps is None:
         num_warps = (NORM_BWD_TWO_PASS_WARPS if two_pass and strategy == "persistent"
-                     else _ladder(NORM_BWD_WARPS, block_rows * block_cols))  # fmt: skip
+                     else _ladder(NORM_BWD_WARPS if aligned else NORM_BWD_UNALIGNED_WARPS,
+                                  block_rows * block_cols))  # fmt: skip
     if programs_per_sm is None:
         programs_per_sm = (NORM_BWD_TWO_PASS_PROGRAMS_PER_SM if two_pass
                            else _ladder(NORM_BWD_PROGRAMS_PER_SM, n_cols))  # fmt: skip

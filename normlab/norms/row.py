@@ -650,10 +650,14 @@ def norm_backward(
                 not_replayable()
                 out.zero_()
         return dx, dw, db
+    strides = (x2d.stride(0), dy2d.stride(0), dx.stride(0),
+               dh.stride(0) if dh is not None else dx.stride(0))  # fmt: skip
+    align = config.row_align(math.gcd(*strides), x2d.element_size())
     cfg = config.norm_bwd_config(
         strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass, block_rows=block_rows,
         block_cols=block_cols, num_warps=num_warps, programs_per_sm=programs_per_sm,
         loop_stages=loop_stages, prefetch=prefetch, paired_partials=paired_partials,
+        aligned=align * x2d.element_size() == config.VECTOR_BYTES,
     )  # fmt: skip
     dummy = rstd
     common = (
@@ -663,8 +667,6 @@ def norm_backward(
         mean if mean is not None else dummy,
         rstd,
     )  # fmt: skip
-    strides = (x2d.stride(0), dy2d.stride(0), dx.stride(0),
-               dh.stride(0) if dh is not None else dx.stride(0))  # fmt: skip
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": has_w, "HAS_BIAS": has_b,
              "HAS_DH": dh is not None}  # fmt: skip
     tile = {"BLOCK_ROWS": cfg.block_rows, "BLOCK_COLS": cfg.block_cols, "num_warps": cfg.num_warps}
@@ -720,7 +722,6 @@ def norm_backward(
         db_partial = (buffer((n_partials, n_cols), torch.float32, device, zero=paired)
                       if has_b else dummy)  # fmt: skip
     grid = (n_programs,)
-    align = config.row_align(math.gcd(*strides), x2d.element_size())
     if strategy == "two_stage":
         launch(_norm_bwd_partials_kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols,
                *strides, float(offset), tiles_per_program, **flags, TWO_PASS=cfg.two_pass,
