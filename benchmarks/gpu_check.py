@@ -192,14 +192,20 @@ LOSS_OPTION_CASES = {  # name -> (normlab function, fp64 reference, keyword opti
     "cross_entropy smoothing z softcap mask": ("cross_entropy", ref.cross_entropy_ref,
                                                {"label_smoothing": 0.1, "z_loss": 1e-4,
                                                 "softcap": 30.0}, True),
+    "cross_entropy smoothing mask": ("cross_entropy", ref.cross_entropy_ref,
+                                     {"label_smoothing": 0.1}, True),
+    "cross_entropy softcap mask": ("cross_entropy", ref.cross_entropy_ref, {"softcap": 30.0},
+                                   True),
 }  # fmt: skip
 
 
-def check_loss_options(dtype) -> None:
+def check_loss_options(dtype, prefixes=("",)) -> None:
     """The loss options (temperature, loss_mask, forward KL, JSD, label smoothing, z-loss,
-    softcap) and an fp32 teacher beside a low-precision student, in every form."""
+    softcap) and an fp32 teacher beside a low-precision student, in every form; only the cases
+    whose name starts with one of ``prefixes``."""
+    cases = {k: v for k, v in LOSS_OPTION_CASES.items() if k.startswith(tuple(prefixes))}
     for (name, (op, ref_fn, kw, labels)), (M, V), form in itertools.product(
-            LOSS_OPTION_CASES.items(), [(37, 50257), (8, 131072)], LOSS_FORMS):
+            cases.items(), [(37, 50257), (8, 131072)], LOSS_FORMS):
         logits = (2 * torch.randn(M, V, device="cuda")).to(dtype).requires_grad_()
         mask = torch.rand(M, device="cuda") > 0.3
         mask[0] = True
@@ -395,6 +401,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="bf16 only, no fp32/fp16 pass")
     parser.add_argument("--only", default=",".join(PARTS),
                         help=f"comma list of parts to run (default all: {','.join(PARTS)})")
+    parser.add_argument("--loss-options", default="",
+                        help="loss_options: only the cases whose name starts with one of these "
+                             "(a comma list; default all)")
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     if not parts or any(p not in PARTS for p in parts):
@@ -415,7 +424,7 @@ def main(argv=None) -> int:
                 check_losses(dtype)
         elif part == "loss_options":
             for dtype in dtypes:
-                check_loss_options(dtype)
+                check_loss_options(dtype, args.loss_options.split(","))
         else:
             {"graphs": check_graphs, "compile": check_compile, "lean": check_lean_launch,
              "replay": check_replay, "autotune": check_autotune}[part]()  # fmt: skip

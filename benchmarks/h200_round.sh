@@ -9,12 +9,14 @@
 # the loss options), variants (the norms' wide-row backward: planned kernel, split-row variants
 # and peers), planner (after the split-row backward and the pointwise forward: the norm checks,
 # the variants at the rule's chunks), options (the loss checks, the loss options with the
-# smoothing switch on and off, the population members whose norm plan changed).
+# smoothing switch on and off, the population members whose norm plan changed), final (the
+# label CE option checks, tanh.approx's too, the rows of one column, the vocabulary population
+# for the time left).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner or options}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options or final}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -91,6 +93,18 @@ case $STAGE in
     step population_changed 230 python3 benchmarks/norm_population.py \
       --out "$OUT/population_changed.jsonl" --reps 4 --families random,model,narrow,peers \
       --cells "$CHANGED_BWD,$CHANGED_N1,1x12288,1x16384,1x53991,1x60954,3x29755,8x12288,8x16384,10x11415,33x9383,512x12288,512x16384,19335x14487,34292x14486"
+    ;;
+  final)
+    step gpu_check_ce_options 60 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_ce_options.json" --quick --only loss_options --loss-options cross_entropy
+    step gpu_check_tanh_approx 40 env NORMLAB_LOSS_TANH_APPROX=1 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_tanh_approx.json" --quick --only loss_options \
+      --loss-options "cross_entropy softcap"
+    step population_one_column 60 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_one_column.jsonl" --reps 4 --families random,model,narrow \
+      --cells "$CHANGED_N1"
+    step vocab_population 330 python3 benchmarks/vocab_population.py \
+      --out "$OUT/vocab_population.jsonl" --max-seconds 270
     ;;
   verify)
     step gpu_check_verify 70 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_verify.json" \

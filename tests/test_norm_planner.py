@@ -293,7 +293,8 @@ def test_pointwise_forward_exactly_at_one_column():
         for is_rms, n_rows in itertools.product((True, False), (1, 5265, 10**7)):
             assert config.plan(is_rms, n_rows, 1, sm_count=132).layout == "block_row"
             cfg = config.block_row_fwd_config(n_cols, is_rms, n_rows=n_rows, sm_count=132)
-            assert cfg.pointwise == (pointwise if n_cols == 1 else None), (n_cols, n_rows)
+            want = config.pointwise_fwd_config(n_rows, 132) if n_cols == 1 else None
+            assert cfg.pointwise == want, (n_cols, n_rows)
     assert config.block_row_fwd_config(1, True).pointwise == pointwise
     assert config.block_row_fwd_config(1, True, tile_elems=1024).pointwise is None
     assert config.block_row_fwd_config(1, True, max_rows=64).pointwise is None
@@ -474,3 +475,17 @@ def test_backward_warps_follow_row_alignment(monkeypatch):
         _, mean, rstd = row.norm_forward(x, None, None, 1e-5, False)
         row.norm_backward(dy, x, None, None, mean, rstd, False)
     assert seen == [True, False]
+
+
+def test_pointwise_block_shrinks_to_fill_the_card():
+    """The full block while the grid gives every SM a program; below that the block halves
+    (warps with it) to the first that does, down to one warp's vectors."""
+    full, least = config.POINTWISE_FWD_BLOCK, config.POINTWISE_FWD_MIN_BLOCK
+    assert config.pointwise_fwd_config(132 * full, 132).block == full
+    assert config.pointwise_fwd_config(131 * full + 1, 132).block == full  # 132 programs
+    assert config.pointwise_fwd_config(131 * full, 132).block == full // 2
+    shrunk = config.pointwise_fwd_config(5265, 132)
+    assert shrunk.block == 256 and -(-5265 // 256) < 132 and shrunk.num_warps == 1  # the floor
+    assert config.pointwise_fwd_config(53711, 132) == (256, 1)  # 210 programs; 512: 105
+    assert config.pointwise_fwd_config(1, 132).block == least
+    assert config.pointwise_fwd_config(10**6).block == full  # no SM count: no shrink
