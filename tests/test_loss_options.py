@@ -255,6 +255,30 @@ def test_default_call_passes_no_options(monkeypatch):
     assert kwargs["XFORM"] == config.XFORMS["temperature"] and kwargs["xparam"] == 0.5
 
 
+@pytest.mark.parametrize("form", ["fused", "chunked", "split"])
+def test_softcap_takes_the_approximate_tanh_on_16_bit_logits(monkeypatch, form):
+    """On a GPU, a softcap over 16-bit logits compiles with tanh.approx.f32 (its error below
+    theirs); fp32 logits, and any under the interpreter, keep the exact tanh. Every form hands
+    the rule its logits' element size."""
+    assert config.softcap_xform(2) == config.XFORMS["softcap"]  # the interpreter
+    monkeypatch.setattr(config._runtime, "INTERPRET", False)
+    assert config.softcap_xform(2) == config.XFORMS["softcap_approx"]
+    assert config.softcap_xform(4) == config.XFORMS["softcap"]
+    monkeypatch.setattr(config._runtime, "INTERPRET", True)
+    sizes, real = [], config.kernel_args
+
+    def spy(spec, mask, logit_bytes=4):
+        sizes.append(logit_bytes)
+        return real(spec, mask, logit_bytes)
+
+    monkeypatch.setattr(config, "kernel_args", spy)
+    labels = torch.tensor([1, 2])
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        normlab.cross_entropy(torch.randn(2, 30, dtype=dtype), labels, form=form, softcap=5.0)
+        assert sizes and set(sizes) == {dtype.itemsize}, dtype
+        sizes.clear()
+
+
 # ---- label cross-entropy: label smoothing, z-loss, softcap -------------------------------------
 
 

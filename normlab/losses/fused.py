@@ -185,7 +185,7 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
            KIND=spec.kind, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
            MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None, REDUCE=reduce,
            BLOCK=block, LANE=config.entropy_lane(block), **config.frames(x, t, grad, block),
-           **config.kernel_args(spec, mask),
+           **config.kernel_args(spec, mask, x.element_size()),
            num_warps=config.entropy_num_warps(block, table))  # fmt: skip
 
 

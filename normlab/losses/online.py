@@ -21,7 +21,8 @@ never 0, so they cannot move a max or a log-sum-exp.
 
 Options, each a constexpr that compiles to nothing when off: XFORM transforms every loaded
 logit (``transform``: x / T for a temperature, both operands, the host multiplying the gradient
-by 1/T; c tanh(x / c) for label CE's softcap, whose derivative tile_grad applies); label CE's
+by 1/T; c tanh(x / c) for label CE's softcap, whose derivative tile_grad applies, with the
+GPU's tanh.approx.f32 for 16-bit logits: config.softcap_xform); label CE's
 SMOOTH (label smoothing, F.cross_entropy's definition: the label's weight 1 - eps, every
 column's eps / V, so the statistics also sum the logits) and ZLOSS (z lse^2 per row, its
 gradient 2 z lse p); HAS_MASK (the kernels: rows whose loss_mask is False are skipped, as
@@ -58,6 +59,7 @@ JSD: tl.constexpr = tl.constexpr(4)
 # Logit transforms, the kernels' XFORM constexpr (config.XFORMS on the host).
 TEMPER: tl.constexpr = tl.constexpr(1)  # x * xparam, xparam = 1 / temperature
 SOFTCAP: tl.constexpr = tl.constexpr(2)  # xparam * tanh(x / xparam), xparam = the cap
+SOFTCAP_APPROX: tl.constexpr = tl.constexpr(3)  # the same with tanh.approx.f32 (GPU only)
 # A tile's two maxima (x's and t's) in one two-operand tl.reduce: one cross-warp exchange on a
 # GPU. The interpreter runs a custom combine element by element in Python (seconds per tile of
 # a wide row), so it takes two plain tl.max there; a max is exact, so both give the same bits.
@@ -70,11 +72,6 @@ PAIRED_MAXIMA: tl.constexpr = tl.constexpr(not _runtime.INTERPRET)
 # tile, as lanes of a few columns always do (within a thread).
 SMOOTH_TILE_SUM: tl.constexpr = tl.constexpr(
     os.environ.get("NORMLAB_LOSS_SMOOTH_TILE_SUM", "1") != "0")
-# softcap's tanh (see tanh): NORMLAB_LOSS_TANH_APPROX=1 takes the GPU's tanh.approx.f32, one
-# MUFU op per element against an exp2 and a division; off by default (its error, 2^-10.99
-# relative, is ~5e-4 c on a capped logit). Ignored under the interpreter.
-TANH_APPROX: tl.constexpr = tl.constexpr(
-    not _runtime.INTERPRET and os.environ.get("NORMLAB_LOSS_TANH_APPROX", "0") == "1")
 TWO_LOG2E: tl.constexpr = tl.constexpr(2.8853900817779268)  # 2 / ln 2: exp(2v) = exp2(v 2 log2 e)
 # Elements per step of a launch's row count and final sum (counted_rows, finish_reduction).
 REDUCE_BLOCK: tl.constexpr = tl.constexpr(1024)
@@ -92,12 +89,12 @@ def max_pair(a0, b0, a1, b1):
 
 
 @triton.jit
-def tanh(v):
+def tanh(v, APPROX: tl.constexpr):
     """tanh in fp32, 1 - 2 / (exp(2v) + 1): one exp2 and one division per element, exact at
     +-inf and NaN for NaN (the interpreter has no libdevice). Below |v| = 1/8, where that
-    cancels, a Taylor series (relative error < 3e-7 either side); TANH_APPROX: the GPU's
+    cancels, a Taylor series (relative error < 3e-7 either side). APPROX: the GPU's
     tanh.approx.f32 instead (one MUFU op, relative error up to 2^-10.99; not the interpreter)."""
-    if TANH_APPROX:
+    if APPROX:
         r = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [v], dtype=tl.float32,
                                       is_pure=True, pack=1)  # fmt: skip
     else:
@@ -112,8 +109,8 @@ def transform(v, xparam, XFORM: tl.constexpr):
     """A loaded fp32 logit as the loss sees it (XFORM: see the module docstring)."""
     if XFORM == TEMPER:
         v = v * xparam
-    elif XFORM == SOFTCAP:  # a scalar reciprocal: no division per element
-        v = xparam * tanh(v * (1.0 / xparam))
+    elif XFORM >= SOFTCAP:  # a scalar reciprocal: no division per element
+        v = xparam * tanh(v * (1.0 / xparam), XFORM == SOFTCAP_APPROX)
     return v
 
 
@@ -345,7 +342,7 @@ def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
         keep = offs < hi
         x = tl.load(x_row + offs, mask=keep, other=NEG_INF, eviction_policy=EVICTION)
         x = transform(x.to(tl.float32), xparam, XFORM)
-        if XFORM == SOFTCAP:  # the cap maps -inf to -xparam: outside lanes stay -inf
+        if XFORM >= SOFTCAP:  # the cap maps -inf to -xparam: outside lanes stay -inf
             x = tl.where(keep, x, NEG_INF)
         if KIND == CE:
             t = x
@@ -468,7 +465,7 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
             g = (p - uniform_weight) - tl.where(cols == label, 1.0 - smoothing, 0.0)
         else:
             g = p - tl.where(cols == label, 1.0, 0.0)
-        if XFORM == SOFTCAP:  # x here is the capped logit: d(c tanh(v / c)) / dv = 1 - (x / c)^2
+        if XFORM >= SOFTCAP:  # x here is the capped logit: d(c tanh(v / c)) / dv = 1 - (x / c)^2
             r = x * (1.0 / xparam)
             g = g * (1.0 - r * r)
     return g * scale

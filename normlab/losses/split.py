@@ -263,7 +263,7 @@ def launch_stats(spec, x, t, labels, finalize, mask=None, jsd_row_stats=None):
            spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
            x.stride(0), t.stride(0),
            KIND=spec.kind, FINALIZE=finalize, BLOCK=block, LANE=config.entropy_lane(block),
-           **config.frames(x, t, None, block), **config.kernel_args(spec, mask),
+           **config.frames(x, t, None, block), **config.kernel_args(spec, mask, x.element_size()),
            JSD_SUMS=jsd_sums, num_warps=warps)  # fmt: skip
     return partial, row_stats
 
@@ -286,4 +286,5 @@ def launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, accu
            scale, spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
            x.stride(0), t.stride(0), grad.stride(0), 1 if grad_out.dim() else 0,
            KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, BLOCK=block,
-           **frames, **config.kernel_args(spec, mask), num_warps=warps)  # fmt: skip
+           **frames, **config.kernel_args(spec, mask, x.element_size()),
+           num_warps=warps)  # fmt: skip
