@@ -422,6 +422,16 @@ def test_cliff_ratios_take_the_best_peer_of_the_same_run():
         viz.cliff_ratios([*_cliff_records(), fp32], op="rms_norm", direction="fwd")
 
 
+def test_cliff_ratios_keep_a_shapes_latest_run():
+    """A member re-measured in a later run shows that run's ratio alone, in any record order."""
+    later = [_rec("normlab", 1, 768, 4.0, direction="fwd", commit="c2", date="2026-12-02T00:00Z"),
+             _rec("torch", 1, 768, 2.0, direction="fwd", commit="c2", date="2026-12-02T00:00Z")]
+    for records in (_cliff_records() + later, later + _cliff_records()):
+        table = viz.cliff_ratios(records, op="rms_norm", direction="fwd")
+        assert [t["ratio"] for t in table if (t["M"], t["N"]) == (1, 768)] == [2.0]
+        assert len(table) == 4
+
+
 def test_cliff_map_is_a_log_log_diverging_map_centred_at_one():
     fig = viz.cliff_map(_cliff_records(), op="rms_norm", direction="fwd")
     (trace,) = fig.data

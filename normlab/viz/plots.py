@@ -672,8 +672,9 @@ def cliff_ratios(records: Iterable, *, op: str, direction: str, dtype: str | Non
                  impl: str = "normlab") -> list[dict]:
     """For every shape where ``impl``'s default and at least one peer were measured in the same
     run (same op, direction, dtype, shape and commit): ``ratio`` = ``impl`` µs ÷ the fastest
-    peer's µs (below 1 ``impl`` is faster), with the peer's name. Invalid records are left out;
-    ``dtype`` is required when the records hold several."""
+    peer's µs (below 1 ``impl`` is faster), with the peer's name; a shape measured in several
+    runs keeps the latest-dated one. Invalid records are left out; ``dtype`` is required when
+    the records hold several."""
     rows, _ = _valid(records)
     rows = [r for r in rows if r.get("op") == op and r.get("direction") == direction
             and _num(r.get("device_us")) > 0]
@@ -694,9 +695,14 @@ def cliff_ratios(records: Iterable, *, op: str, direction: str, dtype: str | Non
         k = key(r)
         if k in ours and (k not in best or _num(r["device_us"]) < _num(best[k]["device_us"])):
             best[k] = r
+    latest: dict[tuple, tuple] = {}  # a shape measured in several runs keeps its latest run
+    for k in best:
+        date, shape = str(ours[k].get("date") or ""), k[:3]
+        if shape not in latest or date >= latest[shape][0]:
+            latest[shape] = (date, k)
     out = []
-    for k, peer in best.items():
-        r = ours[k]
+    for _, k in latest.values():
+        r, peer = ours[k], best[k]
         out.append({"M": r["M"], "N": r["N"], "dtype": r.get("dtype"), "commit": r.get("commit"),
                     "family": shape_family(r), "impl_us": _num(r["device_us"]),
                     "best_peer": series_label(peer), "best_peer_us": _num(peer["device_us"]),
