@@ -1,20 +1,25 @@
-"""RMSNorm and LayerNorm for a few wide rows: each row split over several programs.
+"""RMSNorm and LayerNorm with each row split over several programs: a few wide rows, and (the
+backward) rows wider than the single pass holds.
 
 With fewer rows than SMs, one program per row leaves most of the card idle, and each busy
 program walks its row chunk by chunk, one memory latency after another (1 x 53991 ran at
-6 GB/s). Here the row's columns are split into chunks instead, and every pass is two kernels:
+6 GB/s). Past the single pass's width, one program per SM holds one row at a time and waits on
+each (LayerNorm 4096 x 12288: 1.2 TB/s). Here the row's columns are split into chunks instead,
+and every pass is two kernels:
 
 * ``_split_row_sums_kernel``: grid (rows, chunks); each program writes two fp32 partial sums of
   its chunk: (sum d, sum d^2) with d = x - x[row, 0] in the forward (the looped forward's shift,
   against cancellation), (sum xhat * wdy, sum wdy) in the backward.
 * forward, ``_split_row_fwd_kernel``: grid (rows, chunks); each program adds its row's partial
   sums, derives mean and rstd (chunk 0 stores them) and normalizes its chunk.
-* backward, ``_split_row_bwd_kernel``: grid (chunks,); each program walks every row of its
-  column chunk, a few rows a step: dx from the rows' summed partials, and dγ/dβ of its columns
-  added up in registers and written directly (the rows are few: no workspace, no reduce kernel).
+* backward, ``_split_row_bwd_kernel``: grid (column chunks, row groups); each program walks its
+  group's rows over its column chunk, a few rows a step: dx from the rows' summed partials (plus
+  the fused add's dh), and dγ/dβ of its columns added up in registers. One group writes them
+  directly; several write one fp32 partial row each, which ``reduce_partials`` sums.
 
-The second kernel re-reads the chunk, mostly from L2. ``norms.config.plan`` picks this path
-(``NormPlan.fwd_split``/``bwd_split``) and the chunk widths (``split_row_*_chunk``).
+The second kernel re-reads the chunk (x and dy twice: 5 units of traffic against the single
+pass's 3). ``norms.config.plan`` picks this path (``NormPlan.fwd_split``/``bwd_split``), the
+chunk widths and the row groups (``split_row_*``).
 """
 
 from __future__ import annotations
