@@ -408,6 +408,11 @@ def main(argv=None) -> int:
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     if not parts or any(p not in PARTS for p in parts):
         parser.error(f"--only: expected a comma list of {', '.join(PARTS)}, got {args.only!r}")
+    prefixes = args.loss_options.split(",")
+    unknown = [p for p in prefixes if not any(k.startswith(p) for k in LOSS_OPTION_CASES)]
+    if unknown:
+        parser.error(f"--loss-options: no case starts with {', '.join(map(repr, unknown))} "
+                     f"(cases: {', '.join(LOSS_OPTION_CASES)})")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     torch.manual_seed(0)
@@ -424,7 +429,7 @@ def main(argv=None) -> int:
                 check_losses(dtype)
         elif part == "loss_options":
             for dtype in dtypes:
-                check_loss_options(dtype, args.loss_options.split(","))
+                check_loss_options(dtype, prefixes)
         else:
             {"graphs": check_graphs, "compile": check_compile, "lean": check_lean_launch,
              "replay": check_replay, "autotune": check_autotune}[part]()  # fmt: skip

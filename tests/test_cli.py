@@ -342,3 +342,19 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
                               text=True, env={"OUT": str(tmp_path), "PATH": "/usr/bin:/bin"})
         assert proc.returncode == 2 and "unknown stage nonsense" in proc.stderr
         assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(("script", "args", "message"), [
+    ("benchmarks/norm_bwd_variants.py", ["--out", "x.jsonl", "--reps", "0"], "--reps must be"),
+    ("benchmarks/norm_bwd_variants.py", ["--out", "x.jsonl", "--cells", "3x"], "--cells takes"),
+    ("benchmarks/norm_bwd_variants.py", ["--out", "x.jsonl"], "needs a CUDA GPU"),
+    ("benchmarks/gpu_check.py", ["--out", "x.json", "--loss-options", "cross_entropy,jsx"],
+     "no case starts with 'jsx'"),
+    ("benchmarks/gpu_check.py", ["--out", "x.json", "--loss-options", "jsd"], "needs a CUDA GPU"),
+])  # fmt: skip
+def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path):
+    """Bad arguments (and no GPU here) exit 2 with the reason, before anything is measured."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, script, *args], cwd=root, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-500:]
