@@ -634,6 +634,11 @@ def test_records_name_the_host_switches_that_are_on(monkeypatch):
                   reps=1, warmup=0)  # fmt: skip
     assert rec.note.endswith("; NORMLAB_REPLAY=1")
     assert "host path       NORMLAB_REPLAY=1" in "\n".join(device.lines())
+    monkeypatch.setattr(_launch, "REPLAY", False)
+    from normlab.losses import online
+
+    monkeypatch.setattr(online, "SMOOTH_TILE_SUM", False)
+    assert device_mod.host_switches() == ["NORMLAB_LOSS_SMOOTH_TILE_SUM=0"]
 
 
 def test_sweep_reports_cases_that_cannot_run(monkeypatch):

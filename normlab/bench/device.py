@@ -173,8 +173,11 @@ def device_info(measure_copy: bool = True, copy_bytes: int | None = None) -> Dev
 
 
 def host_switches() -> list[str]:
-    """The host-path switches that differ from this mode's default (records note them: they
-    change which launches a call makes): the replay, the losses' in-kernel sum, the lean launch."""
+    """The switches that differ from this mode's default (records note them: they change which
+    launches a call makes, or what a kernel does): the replay, the losses' in-kernel sum, the
+    lean launch, label smoothing's per-element logit sum."""
+    from normlab.losses import online  # a kernel module: imported only where asked
+
     out = []
     if _launch.REPLAY != (not _runtime.INTERPRET):  # on by default on a GPU
         out.append(f"NORMLAB_REPLAY={int(_launch.REPLAY)}")
@@ -183,4 +186,6 @@ def host_switches() -> list[str]:
             out.append("NORMLAB_LOSS_REDUCE=0")
         if not _launch.ENABLED:
             out.append("NORMLAB_LEAN_LAUNCH=0")
+    if not online.SMOOTH_TILE_SUM:
+        out.append("NORMLAB_LOSS_SMOOTH_TILE_SUM=0")
     return out

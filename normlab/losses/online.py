@@ -277,7 +277,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
             x, t = load_edge_tile(x_row, t_row, cols, lo, hi, xparam, KIND, "evict_last", ALIGN,
                                   XFORM)  # fmt: skip
             m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH,
-                                              LANE == BLOCK)  # fmt: skip  # fmt: skip
+                                              LANE == BLOCK)  # fmt: skip
     for i in range(first, n_full):
         x = tl.load(x_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
         x = transform(x, xparam, XFORM)

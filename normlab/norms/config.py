@@ -159,6 +159,7 @@ class SplitRowBwdPlan(NamedTuple):
 
 
 def split_row_bwd_plan(n_rows: int, n_cols: int, sm_count: int) -> SplitRowBwdPlan:
+    """The split-row backward of one call: its dx chunk, sums chunk and row groups."""
     chunk = split_row_bwd_chunk(n_cols, sm_count, n_rows)
     tile = split_row_bwd_tile(n_rows, chunk.cols)
     rows = split_row_bwd_group_rows(n_rows, -(-n_cols // chunk.cols), tile.rows, sm_count)
@@ -260,8 +261,6 @@ POINTWISE_FWD_WARPS = 4
 POINTWISE_FWD_VECTORS = 2  # 16-byte loads per thread: two in flight amortize a program's launch
 # elements per program: every thread's bf16 vectors (2048; fp32 rows take twice the loads)
 POINTWISE_FWD_BLOCK = VECTOR_BYTES // 2 * POINTWISE_FWD_VECTORS * 32 * POINTWISE_FWD_WARPS
-
-
 POINTWISE_FWD_MIN_BLOCK = VECTOR_BYTES // 2 * 32  # one warp, one bf16 vector per thread
 
 
@@ -274,7 +273,7 @@ def pointwise_fwd_config(n_rows: int | None = None,
                          sm_count: int | None = None) -> PointwiseFwdConfig:  # fmt: skip
     """POINTWISE_FWD_BLOCK elements a program; with too few rows for one program per SM the
     block halves (its warps with it) down to one warp's vectors, so more SMs share the latency
-    (5265 x 1 ran 0.63x torch.compile in 3 programs of 2048)."""
+    (5265 x 1: 0.63x torch.compile in 3 programs of 2048, 0.74x in 21 of 256)."""
     block = POINTWISE_FWD_BLOCK
     if n_rows is not None and sm_count:
         while block > POINTWISE_FWD_MIN_BLOCK and -(-n_rows // block) < sm_count:
@@ -343,9 +342,9 @@ NORM_BWD_TWO_PASS_BLOCK_ROWS = 4
 NORM_BWD_TWO_PASS_PROGRAMS_PER_SM = 2
 NORM_BWD_TWO_PASS_BLOCK_COLS = 4096
 NORM_BWD_TWO_PASS_WARPS = 16
-# By tile elements: 16 per thread (one more step for rows not 16-byte aligned, loaded element
-# by element: a 16384-column tile of them at 16 warps spilled, RMSNorm 36052 x 8363 18.3 ms
-# against 1.2 at 32). Aligned 16384-column tiles ran 7-14% faster at 16 warps than at 32.
+# By tile elements: 16 per thread, at most 16 warps (aligned 16384-column tiles ran 7-14% faster
+# at 16 than at 32). Rows not 16-byte aligned load element by element: their 16384-element tiles
+# keep 32 warps (at 16 they spilled: RMSNorm 36052 x 8363 took 18.3 ms against 1.2).
 NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))
 NORM_BWD_UNALIGNED_WARPS = ((2048, 4), (4096, 8), (8192, 16), (1 << 62, 32))
 # Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
