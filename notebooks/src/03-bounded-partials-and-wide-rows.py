@@ -43,6 +43,14 @@ print(viz.recorded_summary(recorded))
 #    **two-pass** scheme: pass 1 reduces the per-row corrections over column chunks, pass 2 re-reads
 #    $x$, $dy$ to write $dx$ and the partials. Narrow rows stay single-pass.
 #
+# Bounding the partials has a limit of its own. A row tile past 8192 columns leaves an SM no
+# registers to prefetch the next row, so each SM works one row at a time and waits on every load:
+# LayerNorm's backward at 4096×12288 moved 1.2 TB/s. The planner sends such rows, at any row count, to the **split-row**
+# backward (`normlab/norms/split_row.py`). Each program walks a group of rows over one column
+# chunk, so it reads $x$ and $dy$ twice (5 units of traffic against 3). In exchange, every SM
+# stays busy: 151 µs instead of 261 at 4096×12288 (recorded on the H200;
+# [the note](../docs/notes/2026-12-01-norm-backward-split-rows.md)).
+#
 # ## Correctness: program counts and single vs two-pass
 #
 # The launcher `normlab.norms.row.norm_backward` takes `programs_per_sm` and `two_pass` directly;
@@ -226,6 +234,7 @@ viz.gbps_vs_shape(bwd, source="recorded", title="RMSNorm backward, bf16")
 # [persistent backward](../docs/notes/2026-11-29-norm-backward-persistent.md),
 # [constant width](../docs/notes/2026-11-30-norm-backward-constant-width.md),
 # [few-row wide shapes](../docs/notes/2026-11-29-norm-backward-few-row-wide-shapes.md),
-# [LayerNorm target](../docs/notes/2026-11-30-layernorm-backward-target.md).
+# [LayerNorm target](../docs/notes/2026-11-30-layernorm-backward-target.md),
+# [split rows](../docs/notes/2026-12-01-norm-backward-split-rows.md).
 #
 # [← 02-backward-dgamma-reduction](02-backward-dgamma-reduction.ipynb) · [all notebooks](../README.md#notebooks) · [04-narrow-rows-block-row →](04-narrow-rows-block-row.ipynb)
