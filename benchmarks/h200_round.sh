@@ -10,8 +10,8 @@
 # and peers), planner (after the split-row backward and the pointwise forward: the norm checks,
 # the variants at the rule's chunks), options (the loss checks, the loss options with the
 # smoothing switch on and off, the population members whose norm plan changed), final (the
-# label CE option checks, tanh.approx's too, the rows of one column, the vocabulary population
-# for the time left).
+# label CE option checks (bf16 softcap: tanh.approx), the rows of one column, the vocabulary
+# population for the time left).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -97,9 +97,6 @@ case $STAGE in
   final)
     step gpu_check_ce_options 60 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_ce_options.json" --quick --only loss_options --loss-options cross_entropy
-    step gpu_check_tanh_approx 40 env NORMLAB_LOSS_TANH_APPROX=1 python3 benchmarks/gpu_check.py \
-      --out "$OUT/gpu_check_tanh_approx.json" --quick --only loss_options \
-      --loss-options "cross_entropy softcap"
     step population_one_column 60 python3 benchmarks/norm_population.py \
       --out "$OUT/population_one_column.jsonl" --reps 4 --families random,model,narrow \
       --cells "$CHANGED_N1"
