@@ -33,10 +33,6 @@ CELLS = ("3366x60028,296x17767,1329x32826,47318x20163,36052x8363,65536x16384,655
 EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
 
 
-def _split(cols: int) -> config.SplitRowChunk:
-    return config.SplitRowChunk(cols, max(1, min(16, cols // 256)))
-
-
 def _variants(x, w, b, dy, mean, rstd, is_rms, sms):
     """name -> zero-argument callable of one backward: the planned one ("default"), then the
     split-row backward at the planned chunks and row groups with one knob moved."""
@@ -51,11 +47,10 @@ def _variants(x, w, b, dy, mean, rstd, is_rms, sms):
              "s=c": (base[0], base[1], base[0])}  # fmt: skip
     for name, (cols, per_sm, sums) in knobs.items():
         tile = config.split_row_bwd_tile(m, cols)
-        groups = max(1, -(-per_sm * sms // -(-n // cols)))
-        rows = -(-max(-(-m // groups), config.SPLIT_ROW_BWD_MIN_GROUP_ROWS) // tile.rows)
-        chunk, sums_chunk = _split(cols), _split(sums)
+        rows = config.split_row_bwd_group_rows(m, -(-n // cols), tile.rows, sms, per_sm)
+        chunk, sums_chunk = config.split_chunk(cols), config.split_chunk(sums)
         out[f"split {name} c{cols} g{per_sm} s{sums}"] = (
-            lambda chunk=chunk, rows=rows * tile.rows, sums_chunk=sums_chunk:
+            lambda chunk=chunk, rows=rows, sums_chunk=sums_chunk:
             split_row.split_row_backward(dy, x, w, b, mean, rstd, is_rms, chunk,
                                          rows_per_group=rows, sums_chunk=sums_chunk))  # fmt: skip
     if 8192 < n <= 16384:
@@ -97,6 +92,11 @@ def main(argv=None) -> int:
     )
     compiled = {op: _compiled_peer(op) for op in ("rms_norm", "layer_norm")}
     records = []
+
+    def timed(run, op, impl, m, n):
+        return measure(run, op, impl, m, n, "bf16", "bwd", device=dev, reps=args.reps,
+                       command=command, shape_set="norm_bwd_variants")  # fmt: skip
+
     for m, n in cells:
         for op in args.ops.split(","):
             is_rms = op == "rms_norm"
@@ -113,19 +113,7 @@ def main(argv=None) -> int:
                 if not all(_close(g, r) for g, r in zip(got, want, strict=True)):
                     line.append(f"{name} MISMATCH")
                     continue
-                rec = measure(
-                    run,
-                    op,
-                    f"normlab {name}",
-                    m,
-                    n,
-                    "bf16",
-                    "bwd",
-                    device=dev,
-                    reps=args.reps,
-                    command=command,
-                    shape_set="norm_bwd_variants",
-                )
+                rec = timed(run, op, f"normlab {name}", m, n)
                 records.append(rec)
                 line.append(f"{name} {rec.device_us:.1f}")
             del variants, want, got
@@ -140,19 +128,7 @@ def main(argv=None) -> int:
                         )
                     else:
                         run = impl.build(m, n, torch.bfloat16, "bwd", "cuda")
-                    rec = measure(
-                        run,
-                        op,
-                        peer,
-                        m,
-                        n,
-                        "bf16",
-                        "bwd",
-                        device=dev,
-                        reps=args.reps,
-                        command=command,
-                        shape_set="norm_bwd_variants",
-                    )
+                    rec = timed(run, op, peer, m, n)
                 except Exception as exc:  # a peer that cannot run a cell is a result too
                     line.append(f"{peer} failed {exc!r}"[:120])
                     continue

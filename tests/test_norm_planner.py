@@ -156,6 +156,9 @@ def test_split_row_groups_fill_the_card():
         assert rows >= least and rows % step == 0
         groups = -(-n_rows // rows)
         assert groups * n_chunks >= per_sm * 132 or rows <= least + step - 1
+    # programs_per_sm overrides the bound (the variants benchmark): 4 per SM, 88 groups of 1137
+    assert config.split_row_bwd_group_rows(100000, 6, 1, 132, 4) == 1137
+    assert config.split_row_bwd_group_rows(100000, 6, 1, 132) == 569  # 8 per SM: 176 groups
 
 
 @pytest.mark.usefixtures("small_split")

@@ -87,7 +87,8 @@ class SplitRowChunk(NamedTuple):
     num_warps: int
 
 
-def _split_chunk(cols: int) -> SplitRowChunk:
+def split_chunk(cols: int) -> SplitRowChunk:
+    """A split-row chunk of ``cols`` columns with its warps (8 elements per thread, 1-16)."""
     warps = cols // (32 * SPLIT_ROW_ELEMS_PER_THREAD)
     return SplitRowChunk(cols, max(1, min(16, warps)))
 
@@ -100,7 +101,7 @@ def split_row(n_rows: int, n_cols: int, sm_count: int, min_cols: int) -> bool:
 
 def split_row_fwd_chunk(n_cols: int) -> SplitRowChunk:
     """The forward's chunk: a fixed width, so the grid grows with the row."""
-    return _split_chunk(min(SPLIT_ROW_FWD_COLS, _next_pow2(n_cols)))
+    return split_chunk(min(SPLIT_ROW_FWD_COLS, _next_pow2(n_cols)))
 
 
 # A (column chunk, row group) grid: enough programs for every SM, each group's fp32 partial row
@@ -129,8 +130,8 @@ def split_row_bwd_chunk(n_cols: int, sm_count: int, n_rows: int = 1) -> SplitRow
     groups = -(-n_rows // SPLIT_ROW_BWD_MIN_GROUP_ROWS)
     for cols in SPLIT_ROW_BWD_CHUNKS:
         if -(-n_cols // cols) * groups >= SPLIT_ROW_BWD_MIN_PROGRAMS_PER_SM * sm_count:
-            return _split_chunk(cols)
-    return _split_chunk(SPLIT_ROW_BWD_CHUNKS[-1])
+            return split_chunk(cols)
+    return split_chunk(SPLIT_ROW_BWD_CHUNKS[-1])
 
 
 def split_row_sums_chunk(n_cols: int, n_rows: int, sm_count: int) -> SplitRowChunk:
@@ -140,14 +141,17 @@ def split_row_sums_chunk(n_cols: int, n_rows: int, sm_count: int) -> SplitRowChu
         n_chunks = -(-n_cols // cols)
         if (n_chunks * cols <= n_cols * (1 + NORM_FWD_MAX_PAD_WASTE)
                 and n_chunks * n_rows >= sm_count):  # fmt: skip
-            return _split_chunk(cols)
-    return _split_chunk(SPLIT_ROW_SUMS_CHUNKS[-1])
+            return split_chunk(cols)
+    return split_chunk(SPLIT_ROW_SUMS_CHUNKS[-1])
 
 
-def split_row_bwd_group_rows(n_rows: int, n_chunks: int, block_rows: int, sm_count: int) -> int:
-    """Rows each backward program walks: the grid reaches SPLIT_ROW_BWD_PROGRAMS_PER_SM per SM,
-    no group under SPLIT_ROW_BWD_MIN_GROUP_ROWS rows (n_rows or fewer: one group, no partials)."""
-    groups = max(1, -(-SPLIT_ROW_BWD_PROGRAMS_PER_SM * sm_count // n_chunks))
+def split_row_bwd_group_rows(n_rows: int, n_chunks: int, block_rows: int, sm_count: int,
+                             programs_per_sm: int | None = None) -> int:  # fmt: skip
+    """Rows each backward program walks: the grid reaches SPLIT_ROW_BWD_PROGRAMS_PER_SM per SM
+    (``programs_per_sm`` overrides it), no group under SPLIT_ROW_BWD_MIN_GROUP_ROWS rows (n_rows
+    or fewer: one group, no partials)."""
+    per_sm = SPLIT_ROW_BWD_PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
+    groups = max(1, -(-per_sm * sm_count // n_chunks))
     rows = max(-(-n_rows // groups), SPLIT_ROW_BWD_MIN_GROUP_ROWS)
     return -(-rows // block_rows) * block_rows
 
