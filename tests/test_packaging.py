@@ -32,6 +32,8 @@ def test_wheel_contents(tmp_path):
     assert "normlab/py.typed" in names
     assert any(n.endswith("licenses/LICENSE") for n in names)
     assert not any("/dev/" in n or n.endswith(".ipynb") for n in names)
+    # the records' run logs and README are provenance, in the repository: the package reads none
+    assert not any(n.startswith("normlab/data/") and n.endswith((".log", ".md")) for n in names)
     assert any(n.startswith("normlab/data/") and n.endswith(".jsonl") for n in names)
     # load_recorded reads the gzipped population, normlab.bench.devdata the two JSON files
     shipped = {Path(n).name for n in names if n.startswith("normlab/data/")}
