@@ -11,12 +11,13 @@
 # the variants at the rule's chunks), options (the loss checks, the loss options with the
 # smoothing switch on and off, the population members whose norm plan changed), final (the
 # label CE option checks (bf16 softcap: tanh.approx), the rows of one column, the vocabulary
-# population for the time left).
+# population for the time left), launch (the norms' launch-bound and wide-row cells against
+# launch variants and peers; the host µs of an RMSNorm forward piece by piece).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options or final}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final or launch}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -102,6 +103,11 @@ case $STAGE in
       --cells "$CHANGED_N1"
     step vocab_population 330 python3 benchmarks/vocab_population.py \
       --out "$OUT/vocab_population.jsonl" --max-seconds 270
+    ;;
+  launch)
+    step host_breakdown 90 python3 benchmarks/host_breakdown.py --source
+    step norm_launch_variants 420 python3 benchmarks/norm_launch_variants.py \
+      --out "$OUT/norm_launch_variants.jsonl" --reps 6
     ;;
   verify)
     step gpu_check_verify 70 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_verify.json" \

@@ -1,0 +1,97 @@
+"""Where an RMSNorm forward's host µs go, piece by piece, in launch-bound loops (GPU).
+
+    python3 benchmarks/host_breakdown.py [--rows 4 --cols 1024 --calls 20000]
+
+Each line times one piece alone (the least of five loops of ``--calls`` calls, µs per call):
+torch's own op, normlab's public call, its replayed forward, the allocations, Triton's launcher
+(its Python wrapper and the C function under it) with fixed pointers, and an empty Python call for
+scale. The pieces do not add up exactly (caches warm differently), but they rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import time
+
+import torch
+import torch.nn.functional as F
+
+import normlab
+from normlab import _launch
+from normlab.norms import op as norm_op
+
+
+def _per_call(run, calls: int) -> float:
+    best = float("inf")
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            run()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) * 1e6 / calls)
+    return best
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=4)
+    parser.add_argument("--cols", type=int, default=1024)
+    parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--source", action="store_true", help="print Triton's launcher source")
+    args = parser.parse_args(argv)
+    if min(args.rows, args.cols, args.calls) < 1:
+        parser.error("--rows, --cols and --calls must be >= 1")
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    x = torch.randn(args.rows, args.cols, dtype=torch.bfloat16, device="cuda")
+    w = torch.ones(args.cols, dtype=torch.bfloat16, device="cuda")
+    eps = 1e-6
+    normlab.rms_norm(x, w, eps)
+    fwd_args = (x, None, w, None, eps, 0.0, True, "auto", "auto")
+    norm_op.planned_forward(*fwd_args)
+    replay = next(iter(norm_op._FWD_REPLAYS.values()))
+    _, grid, template, slots, _, entry = replay.steps[0]
+    kernel, tail, _ = entry
+    y, rstd = torch.empty_like(x), torch.empty(args.rows, dtype=torch.float32, device="cuda")
+    tensors = [x, None, w, None, y, rstd]
+    values = template.copy()
+    for pos, i in slots:  # roles (x, None, w, None), then the replay's buffers y and rstd
+        values[pos] = tensors[i].data_ptr()
+    stream = torch._C._cuda_getCurrentRawStream(0)
+    launcher = kernel.run
+    if args.source:
+        print(inspect.getsource(type(launcher)))
+
+    def empty_fn(*a):
+        return None
+
+    pieces = {
+        "F.rms_norm (torch)": lambda: F.rms_norm(x, (args.cols,), w, eps),
+        "normlab.rms_norm": lambda: normlab.rms_norm(x, w, eps),
+        "norms.op.planned_forward (replayed)": lambda: norm_op.planned_forward(*fwd_args),
+        "Replay.__call__": lambda: replay((x, None, w, None), 0),
+        "torch.empty (4x1024 bf16)": lambda: torch.empty((args.rows, args.cols),
+                                                         dtype=torch.bfloat16, device="cuda"),
+        "torch.empty_like(x)": lambda: torch.empty_like(x),
+        "kernel.run (Triton's launcher)": lambda: launcher(
+            grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None,
+            None, None, *values, *tail),
+        "torch._C._cuda_getCurrentRawStream": lambda: torch._C._cuda_getCurrentRawStream(0),
+        "torch.compiler.is_compiling": torch.compiler.is_compiling,
+        "x.data_ptr()": x.data_ptr,
+        "norm_op._tensor_key(x)": lambda: norm_op._tensor_key(x),
+        "_launch.current_device": _launch.current_device,
+        "empty Python call, 9 args": lambda: empty_fn(1, 2, 3, 4, 5, 6, 7, 8, 9),
+    }
+    c_launch = getattr(launcher, "launch", None)
+    if c_launch is not None:
+        print(f"launcher.launch: {c_launch!r}")
+    for name, run in pieces.items():
+        print(f"{name:45s} {_per_call(run, args.calls):8.2f} µs", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
