@@ -1,4 +1,4 @@
-"""The norms' launch-bound and wide-row cells: the planned kernels against launch variants and peers.
+"""The norms' launch-bound and wide-row cells: planned kernels against launch variants, peers.
 
     python3 benchmarks/norm_launch_variants.py --out out/norm_launch_variants.jsonl [--reps 6]
 
