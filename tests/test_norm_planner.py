@@ -492,3 +492,59 @@ def test_pointwise_block_shrinks_to_fill_the_card():
     assert config.pointwise_fwd_config(53711, 132) == (256, 1)  # 210 programs; 512: 105
     assert config.pointwise_fwd_config(1, 132).block == least
     assert config.pointwise_fwd_config(10**6).block == full  # no SM count: no shrink
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize(("m", "n", "kind"), [
+    (7, 1, "block_row"),  # one column: the pointwise forward
+    (5, 13, "block_row"),  # tiny rows
+    (3, 257, "row"),  # one row per program, just past a power of two
+    (SMS + 3, 96, "row_tile"),  # the wide forward's block-row tile (forced below), past decode
+])  # fmt: skip
+def test_inference_forward_stores_no_statistics(monkeypatch, is_rms, m, n, kind):
+    """Without a gradient no backward reads mean/rstd: the forward neither allocates nor writes
+    them, and y still matches fp64. With a gradient the same call stores them (the backward's
+    result is checked against fp64 as well)."""
+    from normlab import _launch
+    from normlab.norms import op
+
+    if kind == "row_tile":
+        tile = config.BlockRowFwdConfig(2, 4, 0)
+        monkeypatch.setattr(config, "norm_fwd_block_row_config", lambda *a, **k: tile)
+    plan = config.plan(is_rms, m, n, "auto", "auto", SMS)
+    assert (plan.layout == "block_row") == (kind == "block_row")
+    assert (plan.fwd_tile is not None) == (kind == "row_tile")
+    allocated = []
+    real_buffer = _launch.buffer
+
+    def counted(shape, dtype, device, **kw):
+        allocated.append((shape if isinstance(shape, int) else shape[0] if len(shape) == 1
+                          else tuple(shape), dtype))  # fmt: skip
+        return real_buffer(shape, dtype, device, **kw)
+
+    from normlab.norms import block_row
+
+    for module in (_launch, row, block_row):
+        monkeypatch.setattr(module, "buffer", counted)
+    g = torch.Generator().manual_seed(m * 1000 + n)
+    x = torch.randn(m, n, generator=g) * 3 + 1
+    w = torch.randn(n, generator=g)
+    b = None if is_rms else torch.randn(n, generator=g)
+    eps = 1e-3  # large enough that a dropped eps shows
+    want = _ref(x, w, b, eps, is_rms, torch.randn(m, n, generator=g))
+    with torch.no_grad():
+        y = normlab.rms_norm(x, w, eps) if is_rms else normlab.layer_norm(x, w, b, eps)
+    assert_close(y, want[0], msg="y")
+    stats = (m, torch.float32)  # a statistics buffer: one fp32 per row
+    assert stats not in allocated and allocated
+    allocated.clear()
+    _, _, mean, rstd = op.planned_forward(x, None, w, b, eps, 0.0, is_rms, "auto", "auto")
+    if plan.store_stats or plan.layout != "block_row":
+        assert rstd is not None and (mean is None) == is_rms
+        assert stats in allocated
+    gy = torch.randn(m, n, generator=g)
+    y, grads = _run(x, w, b, eps, is_rms, gy)
+    want = _ref(x, w, b, eps, is_rms, gy)
+    assert_close(y, want[0], msg="y")
+    for name, got, ref_ in zip(["dx", "dweight", "dbias"], grads, want[1], strict=False):
+        assert_close(got, ref_, reduce_len=m if name != "dx" else n, msg=name)

@@ -46,24 +46,26 @@ _FWD_REPLAYS: dict = {}
 _BWD_REPLAYS: dict = {}
 
 
-def planned_forward(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout):
+def planned_forward(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout,
+                    need_stats=True):  # fmt: skip
     """(y, h | None, mean | None, rstd | None) of x2d (n_rows, n_cols) under the call's plan.
     With a residual, h = x2d + residual (an fp32 sum stored in x's dtype) is written and
-    normalized. The statistics are None where the plan's backward recomputes them.
+    normalized. The statistics are None where the plan's backward recomputes them, and without
+    ``need_stats`` (no backward will run: neither allocated nor stored).
 
     With ``_launch.REPLAY`` a call replays the first call of its signature
     (``normlab._launch.record``)."""
-    args = (x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout)
+    args = (x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout, need_stats)
     if not _launch.REPLAY or not x2d.numel():
         return _forward(*args)
     key = (_launch.current_device(), x2d.shape, _tensor_key(x2d), _tensor_key(residual),
-           _tensor_key(weight), _tensor_key(bias), eps, offset, is_rms, strategy,
-           layout)  # fmt: skip
+           _tensor_key(weight), _tensor_key(bias), eps, offset, is_rms, strategy, layout,
+           need_stats)  # fmt: skip
     return _launch.replayed(_FWD_REPLAYS, key, lambda: _forward(*args),
                             (x2d, residual, weight, bias), x2d.device)  # fmt: skip
 
 
-def _forward(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout):
+def _forward(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout, need_stats=True):
     plan = _plan(x2d, is_rms, strategy, layout)
     h = None if residual is None else _launch.buffer(x2d.shape, x2d.dtype, x2d.device)
     fused = {"offset": offset, "residual": residual, "h_out": h}
@@ -72,14 +74,15 @@ def _forward(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout)
         cfg = config.block_row_fwd_config(n_cols, is_rms, n_rows=n_rows,
                                           sm_count=_runtime.sm_count(x2d.device.index))
         y, mean, rstd = block_row.launch_forward(x2d, weight, bias, eps, is_rms, cfg,
-                                                 store_stats=plan.store_stats, **fused)  # fmt: skip
+                                                 store_stats=plan.store_stats and need_stats,
+                                                 **fused)  # fmt: skip
     elif plan.fwd_split is not None and residual is None:
         # (the split-row kernels take no residual: add-norm calls run one row per program)
         y, mean, rstd = split_row.split_row_forward(x2d, weight, bias, eps, is_rms,
                                                     plan.fwd_split, offset)  # fmt: skip
     else:
         y, mean, rstd = row.norm_forward(x2d, weight, bias, eps, is_rms, tile=plan.fwd_tile,
-                                         **fused)  # fmt: skip
+                                         store_stats=need_stats, **fused)  # fmt: skip
     return y, h, mean, rstd
 
 
@@ -340,8 +343,8 @@ def _norm(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout):
         y, h, _, _ = torch.ops.normlab.norm_fwd(*args)
     elif _needs_grad(x2d, residual, weight, bias):
         return _APPLY(*args)
-    else:
-        y, h, _, _ = planned_forward(*args)
+    else:  # no backward will run: the forward stores no statistics
+        y, h, _, _ = planned_forward(*args, need_stats=False)
     return y if residual is None else (y, h)
 
 

@@ -94,6 +94,7 @@ def _norm_fwd_kernel(
     INT64_ROWS: tl.constexpr,  # row offsets may pass int32
     ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
     EARLY_PARAMS: tl.constexpr = False,  # load w and b with x, before the row's reductions
+    STORE_STATS: tl.constexpr = True,  # write mean/rstd (a backward will read them)
 ):
     """One row per program; fp32 statistics. Rows wider than BLOCK_SIZE loop over chunks.
     EARLY_PARAMS (one block): with few rows nothing hides a second memory round trip."""
@@ -187,9 +188,10 @@ def _norm_fwd_kernel(
             if HAS_BIAS:
                 y = y + load_f32(b_ptr + start + cols, mask, EVEN_COLS, "evict_last")
             store_cast(y_row + start + cols, y, mask, EVEN_COLS)
-    if not IS_RMS:
-        tl.store(mean_ptr + row, mean)
-    tl.store(rstd_ptr + row, rstd)
+    if STORE_STATS:
+        if not IS_RMS:
+            tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
 
 
 def _prune_fwd_configs(configs_, named_args, **kwargs):
@@ -533,18 +535,22 @@ def _norm_bwd_persistent_two_pass_kernel(
 # ============================================================================================
 
 
-def _empty_forward(x2d, is_rms):
-    """Uninitialized (y, mean | None, rstd) for x2d: (n_rows, n_cols); mean/rstd fp32 (n_rows,)."""
+def _empty_forward(x2d, is_rms, store_stats=True):
+    """Uninitialized (y, mean | None, rstd | None) for x2d: (n_rows, n_cols); mean/rstd fp32
+    (n_rows,), None without ``store_stats``."""
     n_rows = x2d.shape[0]
     y = buffer(x2d.shape, x2d.dtype, x2d.device)
+    if not store_stats:
+        return y, None, None
     rstd = buffer(n_rows, torch.float32, x2d.device)
     mean = None if is_rms else buffer(n_rows, torch.float32, x2d.device)
     return y, mean, rstd
 
 
 def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h_out=None,
-                 tile=None, block_size=None, num_warps=None):  # fmt: skip
-    """Forward launcher: x2d (n_rows, n_cols) -> (y, mean | None, rstd), mean/rstd fp32 (n_rows,).
+                 tile=None, block_size=None, num_warps=None, store_stats=True):  # fmt: skip
+    """Forward launcher: x2d (n_rows, n_cols) -> (y, mean | None, rstd), mean/rstd fp32 (n_rows,);
+    both None without ``store_stats`` (no backward will read them: no allocation, no stores).
 
     ``offset``: y = xhat * (offset + weight). ``residual`` with ``h_out`` (x2d's shape and dtype):
     the fused residual add, h = x2d + residual written to h_out and normalized.
@@ -556,25 +562,28 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     residual, h_out = fused_add_buffers(x2d, residual, h_out)
     n_rows, n_cols = x2d.shape
     if x2d.numel() == 0:  # no rows or no columns: empty y, nothing to launch
-        return _empty_forward(x2d, is_rms)
+        return _empty_forward(x2d, is_rms, store_stats)
     if tile is not None and block_size is None and num_warps is None:
         from normlab.norms import block_row
 
-        return block_row.launch_forward(x2d, weight, bias, eps, is_rms, tile, offset=offset,
-                                        residual=residual, h_out=h_out)  # fmt: skip
-    y, mean, rstd = _empty_forward(x2d, is_rms)
+        return block_row.launch_forward(x2d, weight, bias, eps, is_rms, tile, store_stats,
+                                        offset=offset, residual=residual,
+                                        h_out=h_out)  # fmt: skip
+    y, mean, rstd = _empty_forward(x2d, is_rms, store_stats)
     r, h = (residual, h_out) if residual is not None else (x2d, y)  # unread/unwritten dummies
     strides = (x2d.stride(0), r.stride(0), y.stride(0), h.stride(0))
+    stats = rstd if rstd is not None else y  # an unread, unwritten dummy without statistics
     args = (
         x2d, r, y, h,
-        weight if weight is not None else rstd,
-        bias if bias is not None else rstd,
-        mean if mean is not None else rstd,
-        rstd, *strides, n_cols, float(eps), float(offset),
+        weight if weight is not None else stats,
+        bias if bias is not None else stats,
+        mean if mean is not None else stats,
+        stats, *strides, n_cols, float(eps), float(offset),
     )  # fmt: skip
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
              "HAS_RESIDUAL": residual is not None, "INT64_ROWS": _int64_rows(n_rows, *strides),
-             "ROW_ALIGN": config.row_align(math.gcd(*strides), x2d.element_size())}
+             "ROW_ALIGN": config.row_align(math.gcd(*strides), x2d.element_size()),
+             "STORE_STATS": bool(store_stats)}
     if AUTOTUNE and block_size is None and num_warps is None:
         not_replayable()  # the autotuner launches through Triton, unrecorded
         _norm_fwd_kernel_tuned[(n_rows,)](*args, **flags)
