@@ -27,6 +27,7 @@ compare the two paths), ``launch`` is exactly ``kernel[grid](*args, **meta)``. L
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -87,6 +88,37 @@ def _arg_key(v):
     return v if kind is int else float if kind is float else (kind, v)
 
 
+# Triton 3.6's launcher object (CudaLauncher) wraps a C function: its ``__call__`` allocates no
+# scratch memory for kernels that need none, then forwards its arguments with the kernel's
+# cooperative-grid and PDL flags. Calling the C function directly skips that Python frame
+# (about 1 µs a launch). Taken only where ``__call__`` has that exact signature; other Triton
+# releases keep their own wrapper.
+_FORWARDING_CALL = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
+_FORWARDS: dict[type, bool] = {}
+
+
+def _direct_launch(kernel):
+    """(C launch function, cooperative grid, PDL) of a compiled kernel whose launcher only forwards
+    to it (no scratch memory); else None."""
+    run = getattr(kernel, "run", None)
+    c_launch = getattr(run, "launch", None)
+    if c_launch is None or inspect.isfunction(c_launch):  # absent, or wrapped (descriptors)
+        return None
+    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None
+    cls = type(run)
+    forwards = _FORWARDS.get(cls)
+    if forwards is None:
+        try:
+            params = list(inspect.signature(cls.__call__).parameters)
+        except (TypeError, ValueError):
+            params = []
+        forwards = _FORWARDS[cls] = params == _FORWARDING_CALL
+    if not forwards:
+        return None
+    return c_launch, run.launch_cooperative_grid, run.launch_pdl
+
+
 def _compile(site: _Site, grid, args, kwargs, key):
     """A call key's first launch: through ``fn[grid]``, which compiles. Stores the kernel, the
     arguments after the positional ones (constexprs and defaults: fixed by the key) and where
@@ -103,7 +135,7 @@ def _compile(site: _Site, grid, args, kwargs, key):
     names = site.names[len(args):]
     tail = tuple(kwargs[n] if n in kwargs else site.defaults[n] for n in names)
     by_keyword = tuple((i, n) for i, n in enumerate(names) if n in kwargs and n in site.runtime)
-    entry = site.compiled[key] = (kernel, tail, by_keyword)
+    entry = site.compiled[key] = (kernel, tail, by_keyword, _direct_launch(kernel))
     return entry
 
 
@@ -147,7 +179,7 @@ def launch(fn, grid, *args, **kwargs):
         return
     if _recorder is not None:
         _recorder.step(fn, grid, args, kwargs, entry)
-    kernel, tail, by_keyword = entry
+    kernel, tail, by_keyword, direct = entry
     if by_keyword:
         tail = list(tail)
         for i, name in by_keyword:
@@ -163,6 +195,11 @@ def launch(fn, grid, *args, **kwargs):
         enter = leave = meta = None
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
+    if direct is not None and meta is None:
+        c_launch, cooperative, pdl = direct
+        c_launch(grid[0], g1, g2, stream, kernel.function, cooperative, pdl, None, None,
+                 kernel.packed_metadata, None, None, None, *values, *tail)  # fmt: skip
+        return
     kernel.run(grid[0], g1, g2, stream, kernel.function, kernel.packed_metadata, meta, enter,
                leave, *values, *tail)  # fmt: skip
 
@@ -258,8 +295,14 @@ class Replay:
                 continue
             for pos, i in slots:
                 values[pos] = tensors[i].data_ptr()
-            kernel, tail, _ = entry
+            kernel, tail, _, direct = entry
             # no launch metadata, no enter or exit hook (none is active: ``hooked``)
+            if direct is not None:
+                c_launch, cooperative, pdl = direct
+                c_launch(grid[0], grid[1], grid[2], stream, kernel.function, cooperative, pdl,
+                         None, None, kernel.packed_metadata, None, None, None, *values,
+                         *tail)  # fmt: skip
+                continue
             kernel.run(grid[0], grid[1], grid[2], stream, kernel.function,
                        kernel.packed_metadata, None, None, None, *values, *tail)  # fmt: skip
         return tuple(None if i is None else tensors[i] for i in self.outputs)

@@ -43,21 +43,23 @@ def _chunk_columns(num_warps: int) -> int:
     return values_per_thread * 32 * num_warps
 
 
-def _partial_rows(strategy: str, M: int, N: int, n_sm: int) -> int:
+def _partial_rows(strategy: str, M: int, N: int, n_sm: int, n_params: int = 1) -> int:
     cfg = config.norm_bwd_config(strategy, M, N)
     if strategy == "atomic":
         return 0  # every program adds into the one dγ vector
     tiles = -(-M // cfg.block_rows)
     if strategy == "two_stage":
         return -(-tiles // (cfg.rows_per_program // cfg.block_rows))
-    programs = min(tiles, cfg.programs_per_sm * n_sm)
+    # bf16 rows: x, dy read and dx written (6 B a column); n_params partial buffers (RMSNorm: 1)
+    cap = config.norm_bwd_partials_cap(M, 6, n_params)
+    programs = config.norm_bwd_persistent_programs(tiles, cfg.programs_per_sm, n_sm, cap)
     paired = cfg.paired_partials and config.pair_partials(programs, n_sm)
     return -(-programs // 2) if paired else programs
 
 
 def _reduce_read_bytes(strategy: str, M: int, N: int, n_sm: int, is_rms: bool) -> int:
     buffers = 1 if is_rms else 2  # dγ, and dβ for LayerNorm
-    return _partial_rows(strategy, M, N, n_sm) * N * 4 * buffers  # fp32 partials
+    return _partial_rows(strategy, M, N, n_sm, buffers) * N * 4 * buffers  # fp32 partials
 
 
 def _uses_block_row(M: int, N: int) -> bool:
@@ -178,7 +180,13 @@ def _hint_partial_rows(args, got, want):
             return (f"a two_stage program folds {cfg.rows_per_program} rows into its one partial "
                     "row (config.norm_bwd_config(...).rows_per_program)")
         return "ceil(M / rows_per_program) programs, one partial row each"
-    programs = min(-(-M // cfg.block_rows), cfg.programs_per_sm * n_sm)
+    full = min(-(-M // cfg.block_rows), cfg.programs_per_sm * n_sm)
+    programs = config.norm_bwd_persistent_programs(full, cfg.programs_per_sm, n_sm,
+                                                   config.norm_bwd_partials_cap(M, 6, 1))
+    if programs < full and got == full:
+        return (f"{M} rows are few: {full} programs would move more partial-row bytes than "
+                f"config.NORM_BWD_PARTIALS_MAX_SHARE of the rows' own, so the grid stops at "
+                f"{programs} (config.norm_bwd_partials_cap, never under one program per SM)")
     bound = config.NORM_BWD_PARTIALS_PER_SM * n_sm
     if cfg.paired_partials and got == programs and programs > bound:
         return (f"{programs} programs exceed the partial rows' bound (config."

@@ -142,9 +142,8 @@ def test_partial_rows_reference_is_the_workspace_the_backward_allocates(monkeypa
 
     monkeypatch.setattr(row, "reduce_partials", spy)
     torch.manual_seed(0)
-    x = torch.randn(M, N, device=_runtime.DEVICE)
-    w = torch.ones(N, device=_runtime.DEVICE)
-    dy = torch.randn(M, N, device=_runtime.DEVICE)
+    bf16 = {"device": _runtime.DEVICE, "dtype": torch.bfloat16}  # the exercise's rows
+    x, w, dy = torch.randn(M, N, **bf16), torch.ones(N, **bf16), torch.randn(M, N, **bf16)
     _, mean, rstd = row.norm_forward(x, w, None, 1e-6, True)
     row.norm_backward(dy, x, w, None, mean, rstd, True, strategy=strategy)
     expected = exercises.solution("partial_rows")(strategy, M, N, _runtime.sm_count())

@@ -171,3 +171,72 @@ def test_a_replay_hands_the_launcher_what_a_launch_does(lean, monkeypatch):
     direct, replayed = kernel.runs
     assert replayed == direct
     assert replayed[9:] == (y.data_ptr(), 100, 4, False, None)
+
+
+class _ForwardingLauncher:
+    """Triton 3.6's CudaLauncher, as its driver.py reads: ``__call__`` allocates scratch memory
+    (none here) and forwards to the C ``launch`` with the kernel's cooperative-grid and PDL
+    flags and the two scratch pointers."""
+
+    launch_cooperative_grid, launch_pdl = False, True
+
+    def __init__(self, scratch=0, calls=None):
+        self.global_scratch_size, self.profile_scratch_size = scratch, 0
+        self.calls = [] if calls is None else calls
+        self.launch = _CLaunch(self.calls)
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        assert not self.global_scratch_size  # a stand-in: no allocator
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid,
+                    self.launch_pdl, None, None, *args)  # fmt: skip
+
+
+class _CLaunch:
+    """The C launch function's stand-in (not a Python function, as a builtin is not)."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+
+class _WrappedLauncher(_ForwardingLauncher):
+    """Another release's launcher: a different ``__call__`` signature."""
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, *args):
+        raise AssertionError("not taken directly")
+
+
+@pytest.mark.parametrize("replayed", [False, True], ids=["launch", "replay"])
+def test_a_forwarding_launcher_is_called_beneath_its_wrapper(lean, monkeypatch, replayed):
+    """Where Triton's launcher object only forwards (3.6, no scratch memory), the C function
+    receives exactly what the wrapper would pass it; a launcher with scratch memory or another
+    signature is called as before."""
+    x = torch.empty(64)
+
+    def call(t):
+        _launch.launch(lean, (3, 2), t, 100, SCALE=4, num_warps=2)
+        return ()
+
+    _launch.record(lambda: call(x), (x,))  # compiles
+    site = _launch._SITES[id(lean)]
+    (key, entry), = site.compiled.items()
+    kernel = entry[0]
+    for launcher, direct in ((_ForwardingLauncher(), True), (_ForwardingLauncher(scratch=8), False),
+                             (_WrappedLauncher(), False)):  # fmt: skip
+        kernel.run = launcher
+        site.compiled[key] = (*entry[:3], _launch._direct_launch(kernel))
+        assert (site.compiled[key][3] is not None) == direct
+        if not direct:
+            continue
+        y = torch.empty(64)
+        _, replay = _launch.record(lambda y=y: call(y), (y,))
+        if replayed:
+            replay((y,), "cpu")
+        else:
+            call(y)
+        wrapped = []
+        _ForwardingLauncher(calls=wrapped)(3, 2, 1, 7, None, None, None, None, None,
+                                           y.data_ptr(), 100, 4, False, None)  # fmt: skip
+        assert launcher.calls[-1] == wrapped[0]

@@ -453,9 +453,56 @@ def test_partials_pair_only_past_their_bound(monkeypatch, is_rms):
 
     monkeypatch.setattr(row, "reduce_partials", spy)
     monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 128)  # two 64-column rows a program tile
+    monkeypatch.setattr(config, "NORM_BWD_PARTIALS_MAX_SHARE", 1e6)  # the few-row cap aside
     for programs in (bound, bound + 1):  # 4 programs per SM at 64 columns: the grid is the tiles
         _check(2 * programs, 64, torch.float32, is_rms)
     assert seen == [bound, (bound + 2) // 2]
+
+
+def test_partials_cap_follows_its_rule():
+    """The cap keeps the fp32 partial rows' traffic (8 B a column per parameter, written and read
+    back) within NORM_BWD_PARTIALS_MAX_SHARE of the rows' own bytes; the grid never drops under
+    one program per SM for it, and an uncapped grid is the tiles or programs_per_sm per SM."""
+    share = config.NORM_BWD_PARTIALS_MAX_SHARE
+    assert config.norm_bwd_partials_cap(512, 6, 1) == int(share * 512 * 6 / 8)
+    assert config.norm_bwd_partials_cap(512, 6, 2) == int(share * 512 * 6 / 16)
+    assert config.norm_bwd_partials_cap(512, 8, 2) == int(share * 512 * 8 / 16)  # with dh
+    assert config.norm_bwd_partials_cap(512, 6, 0) is None  # no parameters, no partial rows
+    programs = config.norm_bwd_persistent_programs
+    assert programs(512, 4, 132, 192) == 192
+    assert programs(512, 4, 132, 96) == 132  # one program per SM at least
+    assert programs(100, 4, 132, 50) == 100  # but no more programs than tiles
+    assert programs(4096, 4, 132, 1536) == 528
+    assert programs(4096, 4, 132, None) == 528
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_backward_grid_stops_at_the_partials_cap(monkeypatch, is_rms):
+    """With few rows the persistent grid stops at the cap (partial rows counted at the reduce),
+    one row below and above where it binds; dx/dγ/dβ right against fp64."""
+    from normlab.norms import row
+
+    seen = []
+    real = row.reduce_partials
+
+    def spy(dw_partial, db_partial, *args, **kwargs):
+        seen.append((dw_partial if dw_partial is not None else db_partial).shape[0])
+        return real(dw_partial, db_partial, *args, **kwargs)
+
+    monkeypatch.setattr(row, "reduce_partials", spy)
+    monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 64)  # one 64-column row a tile
+    monkeypatch.setattr(config, "NORM_BWD_ONE_PROGRAM_ELEMS", 0)
+    monkeypatch.setattr(config, "NORM_BWD_PARTIALS_PER_SM", 64)  # pairing aside
+    n_params = 1 if is_rms else 2
+    full = 4 * SMS  # programs_per_sm at 64 columns
+    rows = []
+    for m in (SMS - 1, SMS + 1, 2 * SMS + 1, 3 * SMS, full + 5):
+        _check(m, 64, torch.float32, is_rms)
+        cap = config.norm_bwd_partials_cap(m, 3 * 4, n_params)
+        rows.append(min(m, full, max(cap, SMS)))
+    assert seen == rows
+    assert any(r < min(m, full) for r, m in zip(rows, (SMS - 1, SMS + 1, 2 * SMS + 1, 3 * SMS,
+                                                      full + 5), strict=True))  # fmt: skip
 
 
 def test_backward_warps_follow_row_alignment(monkeypatch):

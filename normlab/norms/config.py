@@ -354,6 +354,10 @@ NORM_BWD_UNALIGNED_WARPS = ((2048, 4), (4096, 8), (8192, 16), (1 << 62, 32))
 # Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
 NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
 NORM_BWD_PARTIALS_PER_SM = 2  # the partial rows' bound: past it, two programs share a row
+# The fp32 partial rows are written, then read back by the reduce (8 B a column per parameter):
+# a grid moves at most this share of the rows' own bytes through them (LayerNorm 512 x 2048:
+# 512 programs 9.6 µs, 264 7.8, 132 7.8; torch 8.9).
+NORM_BWD_PARTIALS_MAX_SHARE = 0.5
 NORM_BWD_ONE_PROGRAM_ELEMS = 8192  # up to here one program takes every row: no reduce launch
 NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
 NORM_BWD_ATOMIC_BLOCK_ROWS = 1
@@ -408,6 +412,25 @@ def pair_partials(n_programs: int, sm_count: int) -> bool:
     pairing saves no bound and costs the zero fill, a memset launch per buffer (0.9-1.8 µs of a
     4.7-6.2 µs backward at 14 x 1022 in the population run)."""
     return n_programs > NORM_BWD_PARTIALS_PER_SM * sm_count
+
+
+def norm_bwd_partials_cap(n_rows: int, row_bytes_per_col: int, n_params: int) -> int | None:
+    """Most programs whose partial rows (written and read back, 8 B a column per parameter)
+    move at most NORM_BWD_PARTIALS_MAX_SHARE of the rows' bytes (``row_bytes_per_col``: x and dy
+    read, dx written, and dh with the fused add); None without parameters (no partial rows)."""
+    if not n_params:
+        return None
+    return int(NORM_BWD_PARTIALS_MAX_SHARE * n_rows * row_bytes_per_col // (8 * n_params))
+
+
+def norm_bwd_persistent_programs(n_tiles: int, programs_per_sm: int, sm_count: int,
+                                 partials_cap: int | None = None) -> int:  # fmt: skip
+    """The persistent grid: programs_per_sm per SM, no more than the row tiles, and no more than
+    ``partials_cap`` (``norm_bwd_partials_cap``) but never under one program per SM."""
+    programs = min(n_tiles, programs_per_sm * sm_count)
+    if partials_cap is not None:
+        programs = min(programs, max(partials_cap, sm_count))
+    return max(1, programs)
 
 
 def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = True,

@@ -708,7 +708,11 @@ def norm_backward(
         return dx, dw, db
 
     if strategy == "persistent":
-        n_programs = min(n_tiles, cfg.programs_per_sm * _runtime.sm_count(device.index))
+        # an explicit programs_per_sm is taken as given (sweeps); the rule caps partial traffic
+        cap = None if programs_per_sm is not None else config.norm_bwd_partials_cap(
+            n_rows, x2d.element_size() * (3 + (dh is not None)), has_w + has_b)  # fmt: skip
+        n_programs = config.norm_bwd_persistent_programs(
+            n_tiles, cfg.programs_per_sm, _runtime.sm_count(device.index), cap)  # fmt: skip
         if n_rows * n_cols <= config.NORM_BWD_ONE_PROGRAM_ELEMS:
             n_programs = 1
     else:

@@ -772,6 +772,7 @@ def contention_model(
     two_stage_rows: int | None = None,
     atomic_rows: int | None = None,
     paired_partials: bool = False,
+    partials_cap: int | None = None,
     elem_bytes: int = 2,
     partial_bytes: int = 4,
 ) -> dict[str, dict]:
@@ -784,7 +785,9 @@ def contention_model(
     - persistent: ``n_sm * programs_per_sm`` programs grid-stride the rows and fold them in fp32
       registers, so the workspace and the reduce kernel's read are bounded, independent of M.
       With ``paired_partials`` programs 2k and 2k + 1 add into one zeroed partial row k, when
-      the grid exceeds the bound on partial rows (``norms.config.pair_partials``).
+      the grid exceeds the bound on partial rows (``norms.config.pair_partials``). With
+      ``partials_cap`` (few rows) the grid keeps the partials' traffic a bounded share of the
+      rows' (``norms.config.norm_bwd_persistent_programs``).
 
     ``rows_per_program`` is the persistent kernel's row tile, ``atomic_rows`` the atomic
     kernel's (default: the same), ``two_stage_rows`` the rows each two-stage program folds into
@@ -799,7 +802,8 @@ def contention_model(
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     tiles = -(-n_rows // rows_per_program)
     main_bytes = 3 * n_rows * n_cols * elem_bytes  # read x, dy; write dx
-    persistent = min(n_sm * programs_per_sm, tiles)
+    persistent = norm_config.norm_bwd_persistent_programs(tiles, programs_per_sm, n_sm,
+                                                          partials_cap)  # fmt: skip
     paired = bool(paired_partials) and norm_config.pair_partials(persistent, n_sm)
     persistent_rows = -(-persistent // 2) if paired else persistent
     two_stage = -(-n_rows // two_stage_rows)
@@ -831,13 +835,15 @@ def contention_model(
 def contention_plan(n_rows: int, n_cols: int, *, is_rms: bool = True) -> dict:
     """The keyword arguments of :func:`contention_model` / :func:`contention_figure` that the
     backward's planner (``normlab.norms.config.norm_bwd_config``) picks for this shape: each
-    strategy's row tile, the programs per SM, the two-stage block and the paired partial rows."""
+    strategy's row tile, the programs per SM, the two-stage block, the paired partial rows and
+    the partials' cap (bf16 rows)."""
     cfg = {s: norm_config.norm_bwd_config(s, n_rows, n_cols, is_rms=is_rms) for s in STRATEGIES}
     p = cfg["persistent"]
     return {"programs_per_sm": p.programs_per_sm, "rows_per_program": p.block_rows,
             "atomic_rows": cfg["atomic"].block_rows,
             "two_stage_rows": cfg["two_stage"].rows_per_program,
-            "paired_partials": p.paired_partials}
+            "paired_partials": p.paired_partials,
+            "partials_cap": norm_config.norm_bwd_partials_cap(n_rows, 3 * 2, 1 if is_rms else 2)}
 
 
 def contention_figure(
@@ -850,6 +856,7 @@ def contention_figure(
     two_stage_rows: int | None = None,
     atomic_rows: int | None = None,
     paired_partials: bool = False,
+    partials_cap: int | None = None,
     strategies: Iterable[str] = STRATEGIES,
     title: str | None = None,
 ) -> go.Figure:
@@ -865,7 +872,8 @@ def contention_figure(
         raise ValueError(f"strategies must be a non-empty subset of {STRATEGIES}, got {strategies}")
     model = contention_model(n_rows, n_cols, n_sm=n_sm, programs_per_sm=programs_per_sm,
                              rows_per_program=rows_per_program, two_stage_rows=two_stage_rows,
-                             atomic_rows=atomic_rows, paired_partials=paired_partials)
+                             atomic_rows=atomic_rows, paired_partials=paired_partials,
+                             partials_cap=partials_cap)  # fmt: skip
     n = len(strategies)
     fig = make_subplots(
         rows=2, cols=n, row_heights=[0.58, 0.42], vertical_spacing=0.2, horizontal_spacing=0.06,
