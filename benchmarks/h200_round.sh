@@ -12,12 +12,14 @@
 # smoothing switch on and off, the population members whose norm plan changed), final (the
 # label CE option checks (bf16 softcap: tanh.approx), the rows of one column, the vocabulary
 # population for the time left), launch (the norms' launch-bound and wide-row cells against
-# launch variants and peers; the host µs of an RMSNorm forward piece by piece).
+# launch variants and peers; the host µs of an RMSNorm forward piece by piece), hostpath (the
+# norm GPU checks after the host path changed, its host µs piece by piece, the RMSNorm
+# forwards' assembly), rules (the launch-bound cells again, the members the new rules changed).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final or launch}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath or rules}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -30,6 +32,15 @@ CHANGED_BWD=3366x60028,296x17767,1329x32826,47318x20163,36052x8363,65536x16384,6
 106x18159,482x27361,16384x16384,16384x12288,55536x8495,4096x16384,4096x12288,27492x9693,\
 2048x16384
 CHANGED_N1=8000009x1,1000003x1,5265x1,53711x1,10000000x1
+# The launch-bound cells (forward: the parameters loaded early or late), and the population
+# members whose plan the partials cap, the wide-row chunks or the aligned-rows rule changed.
+SMALL_FWD=rms_norm:fwd:1x768,rms_norm:fwd:8x4096,rms_norm:fwd:14x1022,rms_norm:fwd:261x1110,\
+rms_norm:fwd:512x768,rms_norm:fwd:512x1024,rms_norm:fwd:783x120,rms_norm:fwd:4096x1024,\
+layer_norm:fwd:4096x768:fp16,layer_norm:fwd:4096x1024
+SMALL_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448
+RULE_CELLS=3366x60028,296x17767,1329x32826,47318x20163,482x27361,1990x2326,512x1536,512x2048,\
+512x1024,512x2880,512x768,13x448,14x1022,12x973,261x1110,593x37,783x120,868x136,4096x768,\
+4096x1024,4096x1536,4096x2048,7526x3956
 step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.log
   local name=$1 limit=$2
   shift 2
@@ -108,6 +119,22 @@ case $STAGE in
     step host_breakdown 90 python3 benchmarks/host_breakdown.py --source
     step norm_launch_variants 420 python3 benchmarks/norm_launch_variants.py \
       --out "$OUT/norm_launch_variants.jsonl" --reps 6
+    ;;
+  hostpath)
+    step gpu_check_hostpath 260 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_hostpath.json" --quick --only replay,lean,graphs,norms,norm_options
+    step host_breakdown 100 python3 benchmarks/host_breakdown.py --calls 5000
+    step kernel_asm 40 python3 benchmarks/kernel_asm.py --out "$OUT/asm" --shape 512x768
+    step overhead_norms 60 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
+      --impl normlab,torch --out "$OUT/overhead_norms.json" --no-progress
+    ;;
+  rules)
+    step norm_launch_variants 300 python3 benchmarks/norm_launch_variants.py \
+      --out "$OUT/norm_launch_variants.jsonl" --reps 6 --peers torch,compile,liger --cells \
+      "$SMALL_FWD,$SMALL_BWD"
+    step population_rules 200 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_rules.jsonl" --reps 4 --families random,model,narrow,peers \
+      --cells "$RULE_CELLS"
     ;;
   verify)
     step gpu_check_verify 70 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_verify.json" \

@@ -3,9 +3,10 @@
     python3 benchmarks/host_breakdown.py [--rows 4 --cols 1024 --calls 20000]
 
 Each line times one piece alone (the least of five loops of ``--calls`` calls, µs per call):
-torch's own op, normlab's public call, its replayed forward, the allocations, Triton's launcher
-(its Python wrapper and the C function under it) with fixed pointers, and an empty Python call for
-scale. The pieces do not add up exactly (caches warm differently), but they rank.
+torch's own op, normlab's public call (inference, grad on, forward+backward), its replayed
+forward and backward, the allocations, Triton's launcher (its Python wrapper and the C function
+under it) with fixed pointers, and an empty Python call for scale. The pieces do not add up
+exactly (caches warm differently), but they rank.
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ def main(argv=None) -> int:
     normlab.rms_norm(x, w, eps)
     fwd_args = (x, None, w, None, eps, 0.0, True, "auto", "auto")
     norm_op.planned_forward(*fwd_args)
-    replay = next(iter(norm_op._FWD_REPLAYS.values()))
+    replay = next(r for key, r in norm_op._FWD_REPLAYS.items() if key[-1])  # stats stored
     _, grid, template, slots, _, entry = replay.steps[0]
-    kernel, tail, _ = entry
+    kernel, tail, _, direct = entry
     y, rstd = torch.empty_like(x), torch.empty(args.rows, dtype=torch.float32, device="cuda")
     tensors = [x, None, w, None, y, rstd]
     values = template.copy()
@@ -67,6 +68,14 @@ def main(argv=None) -> int:
     def empty_fn(*a):
         return None
 
+    xg = x.detach().requires_grad_()
+    wg = w.detach().requires_grad_()
+    dy = torch.randn_like(x)
+    _, _, mean, rstd = norm_op.planned_forward(*fwd_args)
+    bwd_args = (dy, None, x, w, None, mean, rstd, eps, 0.0, True, "auto", "auto")
+    norm_op.planned_backward(*bwd_args)
+    device = x.device
+
     pieces = {
         "F.rms_norm (torch)": lambda: F.rms_norm(x, (args.cols,), w, eps),
         "normlab.rms_norm": lambda: normlab.rms_norm(x, w, eps),
@@ -74,7 +83,19 @@ def main(argv=None) -> int:
         "Replay.__call__": lambda: replay((x, None, w, None), 0),
         "torch.empty (4x1024 bf16)": lambda: torch.empty((args.rows, args.cols),
                                                          dtype=torch.bfloat16, device="cuda"),
+        "torch.empty, device=torch.device": lambda: torch.empty(
+            (args.rows, args.cols), dtype=torch.bfloat16, device=device),
+        "x.new_empty((rows,), dtype=float32)": lambda: x.new_empty((args.rows,),
+                                                                   dtype=torch.float32),
+        "x.new_empty(x.shape, dtype=bf16)": lambda: x.new_empty(x.shape, dtype=torch.bfloat16),
         "torch.empty_like(x)": lambda: torch.empty_like(x),
+        "F.rms_norm, grad on (forward)": lambda: F.rms_norm(xg, (args.cols,), wg, eps),
+        "normlab.rms_norm, grad on (forward)": lambda: normlab.rms_norm(xg, wg, eps),
+        "F.rms_norm forward+backward": lambda: torch.autograd.grad(
+            F.rms_norm(xg, (args.cols,), wg, eps), (xg, wg), dy),
+        "normlab.rms_norm forward+backward": lambda: torch.autograd.grad(
+            normlab.rms_norm(xg, wg, eps), (xg, wg), dy),
+        "norms.op.planned_backward (replayed)": lambda: norm_op.planned_backward(*bwd_args),
         "kernel.run (Triton's launcher)": lambda: launcher(
             grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None,
             None, None, *values, *tail),
@@ -85,9 +106,13 @@ def main(argv=None) -> int:
         "_launch.current_device": _launch.current_device,
         "empty Python call, 9 args": lambda: empty_fn(1, 2, 3, 4, 5, 6, 7, 8, 9),
     }
-    c_launch = getattr(launcher, "launch", None)
-    if c_launch is not None:
-        print(f"launcher.launch: {c_launch!r}")
+    if direct is not None:  # Triton's C launch function under its Python wrapper
+        c_launch, cooperative, pdl = direct
+        pieces["the C launch function alone"] = lambda: c_launch(
+            grid[0], grid[1], grid[2], stream, kernel.function, cooperative, pdl, None, None,
+            kernel.packed_metadata, None, None, None, *values, *tail)
+    else:
+        print("no direct launch: this Triton's launcher does not only forward")
     for name, run in pieces.items():
         print(f"{name:45s} {_per_call(run, args.calls):8.2f} µs", flush=True)
     return 0

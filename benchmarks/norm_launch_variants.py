@@ -4,9 +4,10 @@
 
 For each cell (op, direction, M x N, dtype): normlab's planned call ("default"), the same
 launcher with one knob moved, and torch, torch.compile and Liger-Kernel, timed in one process
-(device time, L2 flushed). Forward knobs: one row per program at 1-16 warps (``row wW``), the
-wide-row block-row tile (``tile RxW``), the wide-row chunk (``chunk C wW``) and the split-row
-forward (``split C``). Backward knobs: the persistent grid's programs per SM with and without
+(device time, L2 flushed). Forward knobs: one row per program at 1-16 warps (``row wW``; with
+``early``/``late``, the parameters loaded with x or after the row's sums), the wide-row
+block-row tile (``tile RxW``), the wide-row chunk (``chunk C wW``) and the split-row forward
+(``split C``). Backward knobs: the persistent grid's programs per SM with and without
 paired partial rows (``ppsP paired|unpaired``) and one tile holding every row (``one tile``).
 Every variant's outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
@@ -54,6 +55,11 @@ def _fwd_variants(x, w, b, is_rms, sms):
             if block // (32 * warps) >= 1:
                 out[f"row w{warps}"] = (lambda warps=warps, block=block: row.norm_forward(
                     x, w, b, eps, is_rms, block_size=block, num_warps=warps))  # fmt: skip
+                for early in (False, True):  # w/b loaded with x, or after the row's sums
+                    out[f"row w{warps} {'early' if early else 'late'}"] = (
+                        lambda warps=warps, block=block, early=early: row.norm_forward(
+                            x, w, b, eps, is_rms, block_size=block, num_warps=warps,
+                            early_params=early))  # fmt: skip
         if n >= 512 and m >= 2 * sms:
             for rows, warps in ((2, 4), (2, 8), (4, 4), (4, 8)):
                 tile = config.BlockRowFwdConfig(rows, warps, 0)

@@ -280,9 +280,16 @@ class Replay:
 
     def __call__(self, roles, device):
         tensors = list(roles)
+        # The first role is an input on the call's device (the ops check that every input is):
+        # new_empty parses no device argument.
+        like = roles[0]
         for shape, dtype, zero in self.buffers:
-            tensors.append((torch.zeros if zero else torch.empty)(shape, dtype=dtype,
-                                                                  device=device))  # fmt: skip
+            if like is None:
+                t = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
+            else:
+                t = like.new_zeros(shape, dtype=dtype) if zero else like.new_empty(shape,
+                                                                                 dtype=dtype)
+            tensors.append(t)
         hooked = ENABLED and (_active(knobs.runtime.launch_enter_hook)
                               or _active(knobs.runtime.launch_exit_hook))  # fmt: skip
         stream = _get_stream(_get_device()) if ENABLED else None

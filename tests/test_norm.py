@@ -337,9 +337,9 @@ def _record_forward_launches(monkeypatch, *keys):
 def test_rms_forward_looped_row(monkeypatch, n):
     """RMSNorm at 513-16384 columns runs one row per program looped over chunks narrower than the
     row (configs.NORM_FWD_RMS_LOOPED) where the chunks tile the row exactly, with layout="row",
-    and with "auto" outside the block-row window (513-1024 columns: up to 6144 rows). A ragged
-    width (513, 1000, 1025, 4097, 5000) keeps one register-resident block, read once; 512 keeps
-    the block, and 16385 takes the wide-row chunks."""
+    and with "auto" outside the block-row window (513-1024 columns, aligned rows: up to 6144
+    rows). A ragged width (513, 1000, 1025, 4097, 5000) keeps one register-resident block, read
+    once; 512 keeps the block, and 16385 takes the wide-row chunks."""
     launched = _record_forward_launches(monkeypatch, "BLOCK_SIZE")
     chunk = configs.NORM_FWD_RMS_LOOPED.get(triton.next_power_of_2(n), (None,))[0]
     looped = chunk is not None and n % chunk == 0
@@ -357,8 +357,10 @@ def test_rms_forward_looped_row(monkeypatch, n):
     for layout in ("auto", "row"):
         launched.clear()
         y = _fwd(x, w, None, 1e-5, True, layout=layout)
-        windowed = layout == "auto" and configs.norm_fwd_block_row_config(rows, n, True) is not None
-        assert windowed == (layout == "auto" and 512 < n <= 1024)  # rows: sm_count + 1
+        aligned = n % 8 == 0  # bf16 rows on 16-byte boundaries: the windows' tiles apply
+        windowed = layout == "auto" and configs.norm_fwd_block_row_config(
+            rows, n, True, aligned) is not None  # fmt: skip
+        assert windowed == (layout == "auto" and 512 < n <= 1024 and aligned)  # sm_count + 1 rows
         assert launched == ([] if windowed else [block])
         assert_close(y, _ref_fwd(x, w, None, 1e-5, True))
 

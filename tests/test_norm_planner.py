@@ -372,11 +372,16 @@ def test_small_backward_runs_one_program(monkeypatch, is_rms, m, n, programs):
 
 
 def test_wide_row_chunk_rule():
-    """The widest chunk whose padding stays within NORM_FWD_MAX_PAD_WASTE of the row."""
-    assert config.wide_row_chunk(32768) == 16384  # two whole chunks
-    assert config.wide_row_chunk(17767) == 2048  # 16384 +84%, 8192 +38%, 4096 +15%, 2048 +4%
+    """The widest chunk whose padding stays within NORM_FWD_MAX_PAD_WASTE of the row, its warps
+    by the elements per thread each norm's accumulators leave room for."""
+    assert config.wide_row_chunk(32768) == 4096  # eight whole chunks
+    assert config.wide_row_chunk(16385) == 2048  # 20480: +25%; 18432: +12.49%
+    assert config.wide_row_chunk(17767) == 2048  # 4096: +15%, 2048: +4%
     assert config.wide_row_chunk(20163) == 4096  # 20480: +1.6%
-    assert config.wide_row_chunk(60028) == 16384  # 65536: +9.2%, within the 12.5%
+    assert config.wide_row_chunk(60028) == 4096  # 61440: +2.4%
+    for is_rms, warps in ((True, 8), (False, 16)):
+        assert config.norm_fwd_config(60028, is_rms).num_warps == warps
+        assert config.norm_fwd_config(17767, is_rms).num_warps == warps // 2
     for n in (16385, 17767, 20163, 32826, 60028, 65536):
         chunk = config.wide_row_chunk(n)
         waste = -(-n // chunk) * chunk / n - 1
@@ -595,3 +600,23 @@ def test_inference_forward_stores_no_statistics(monkeypatch, is_rms, m, n, kind)
     assert_close(y, want[0], msg="y")
     for name, got, ref_ in zip(["dx", "dweight", "dbias"], grads, want[1], strict=False):
         assert_close(got, ref_, reduce_len=m if name != "dx" else n, msg=name)
+
+
+def test_block_row_windows_only_on_aligned_rows():
+    """The wide forward's measured block-row tiles apply to 16-byte aligned rows; rows that are
+    not (a width that is not a multiple of 8 bf16 elements) run one row per program, and the
+    launcher's plan says which rows it has."""
+    from normlab.norms import op
+
+    rows = 1500  # inside LayerNorm's 4096-column window
+    tile = config.BlockRowFwdConfig(*config.NORM_FWD_BLOCK_ROW[False][4096][0][2])
+    assert config.norm_fwd_block_row_config(rows, 4096) == tile
+    assert config.norm_fwd_block_row_config(rows, 4096, aligned=False) is None
+    assert config.plan(False, rows, 2326, sm_count=132).fwd_tile == tile
+    assert config.plan(False, rows, 2326, sm_count=132, aligned=False).fwd_tile is None
+    x = torch.empty(rows, 2328, dtype=torch.bfloat16)
+    assert op._plan(x, False, "auto", "auto").fwd_tile == tile
+    assert op._plan(x[:, :2326], False, "auto", "auto").fwd_tile == tile  # stride 2328: aligned
+    assert op._plan(x[:, :2326].contiguous(), False, "auto", "auto").fwd_tile is None
+    assert op._plan(x.float()[:, :2326].contiguous(), False, "auto", "auto").fwd_tile is None
+    assert op._plan(x.float()[:, :2324].contiguous(), False, "auto", "auto").fwd_tile == tile

@@ -34,7 +34,9 @@ def _plan(x2d, is_rms, strategy, layout) -> config.NormPlan:
     # The fused residual add runs the plain norm's plan (not measured apart): its extra streams
     # (the residual read and h written; dh read) are the same bytes per row for every candidate.
     sm_count = _runtime.sm_count(x2d.device.index)
-    return config.plan(is_rms, n_rows, n_cols, strategy, layout, sm_count)
+    size = x2d.element_size()
+    aligned = config.row_align(x2d.stride(0), size) * size == config.VECTOR_BYTES
+    return config.plan(is_rms, n_rows, n_cols, strategy, layout, sm_count, aligned)
 
 
 def _tensor_key(t):

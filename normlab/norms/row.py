@@ -548,15 +548,17 @@ def _empty_forward(x2d, is_rms, store_stats=True):
 
 
 def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h_out=None,
-                 tile=None, block_size=None, num_warps=None, store_stats=True):  # fmt: skip
+                 tile=None, block_size=None, num_warps=None, store_stats=True,
+                 early_params=None):  # fmt: skip
     """Forward launcher: x2d (n_rows, n_cols) -> (y, mean | None, rstd), mean/rstd fp32 (n_rows,);
     both None without ``store_stats`` (no backward will read them: no allocation, no stores).
 
     ``offset``: y = xhat * (offset + weight). ``residual`` with ``h_out`` (x2d's shape and dtype):
     the fused residual add, h = x2d + residual written to h_out and normalized.
     ``tile``: the plan's block-row tile for wide rows (``config.NormPlan.fwd_tile``; None: one
-    row per program). ``block_size``/``num_warps`` override ``config.norm_fwd_config``; with
-    ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the autotuned kernel picks them.
+    row per program). ``block_size``/``num_warps``/``early_params`` override
+    ``config.norm_fwd_config``; with ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the
+    autotuned kernel picks them.
     """
     x2d = unit_col_stride(x2d)
     residual, h_out = fused_add_buffers(x2d, residual, h_out)
@@ -592,7 +594,8 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     block = next_pow2(block_size) if block_size else cfg.block_size
     launch(_norm_fwd_kernel, (n_rows,), *args, **flags, BLOCK_SIZE=block,
            SINGLE_BLOCK=n_cols <= block, EVEN_COLS=n_cols % block == 0,
-           EARLY_PARAMS=cfg.early_params and n_cols <= block,
+           EARLY_PARAMS=(cfg.early_params if early_params is None else early_params)
+           and n_cols <= block,
            num_warps=num_warps or cfg.num_warps)  # fmt: skip
     return y, mean, rstd
 
