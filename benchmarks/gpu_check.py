@@ -337,7 +337,8 @@ def check_lean_launch() -> None:
 def check_replay() -> None:
     """Replayed calls (the third of a signature) give bitwise what the launchers give
     (NORMLAB_REPLAY off), for every plan kind: rows, block rows, tiny rows, split rows, wide-row
-    chunks, decode rows, the one-program backward, the fused residual add."""
+    chunks, decode rows, the one-program backward, the fused residual add; inference calls
+    (no gradient) from their own cache."""
     from normlab.norms import op
 
     cases = [("rms", 64, 4096), ("ln", 64, 4096), ("rms", 20000, 48), ("ln", 20000, 48),
@@ -360,16 +361,26 @@ def check_replay() -> None:
         else:
             outs, leaves = normlab.add_layer_norm(x, r, w, b), (x, r, w, b)
         grads = torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs])
-        return [*outs, *grads]
+        with torch.no_grad():  # an inference call (3-D): its own replay cache
+            x3 = x.detach().view(1, M, N)
+            if kind == "rms":
+                inference = [normlab.rms_norm(x3, w.detach())]
+            elif kind == "ln":
+                inference = [normlab.layer_norm(x3, w.detach(), b.detach())]
+            else:
+                inference = []
+        return [*outs, *grads, *inference]
 
     was = _launch.REPLAY
     for kind, M, N in cases:
         _launch.REPLAY = True
         op._FWD_REPLAYS.clear()
         op._BWD_REPLAYS.clear()
+        op._INFERENCE.clear()
         replayed = [run(kind, M, N, seed) for seed in range(3)][-1]
         n_replays = sum(r is not None for r in (*op._FWD_REPLAYS.values(),
-                                                *op._BWD_REPLAYS.values()))  # fmt: skip
+                                                *op._BWD_REPLAYS.values(),
+                                                *op._INFERENCE.values()))  # fmt: skip
         _launch.REPLAY = False
         plain = run(kind, M, N, 2)
         differ = sum(not torch.equal(a, b) for a, b in zip(replayed, plain, strict=True))

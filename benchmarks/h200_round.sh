@@ -14,7 +14,8 @@
 # population for the time left), launch (the norms' launch-bound and wide-row cells against
 # launch variants and peers; the host µs of an RMSNorm forward piece by piece), hostpath (the
 # norm GPU checks after the host path changed, its host µs piece by piece, the RMSNorm
-# forwards' assembly), rules (the launch-bound cells again, the members the new rules changed).
+# forwards' assembly), rules (the replay checks with inference calls, the host µs again, the
+# launch-bound cells again, the members the new rules changed).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -129,7 +130,11 @@ case $STAGE in
       --impl normlab,torch --out "$OUT/overhead_norms.json" --no-progress
     ;;
   rules)
-    step norm_launch_variants 300 python3 benchmarks/norm_launch_variants.py \
+    step gpu_check_rules 120 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_rules.json" --quick --only replay,lean,graphs
+    step host_breakdown 50 python3 benchmarks/host_breakdown.py --calls 4000
+    step kernel_asm 30 python3 benchmarks/kernel_asm.py --out "$OUT/asm" --shape 512x768
+    step norm_launch_variants 140 python3 benchmarks/norm_launch_variants.py \
       --out "$OUT/norm_launch_variants.jsonl" --reps 6 --peers torch,compile,liger --cells \
       "$SMALL_FWD,$SMALL_BWD"
     step population_rules 200 python3 benchmarks/norm_population.py \

@@ -37,7 +37,8 @@ def _dump(kernel, name: str, out: Path) -> None:
         print(f"{name}: no SASS ({exc!r})")
         return
     (out / f"{name}.sass").write_text(sass)
-    opcode = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
+    # nvdisasm lines: "<control codes>\t[@predicate ]OPCODE operands;"
+    opcode = re.compile(r"^[-\w:]+\t(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
     ops = collections.Counter(m.group(1) for m in opcode.finditer(sass))
     print(f"{name}: {sum(ops.values())} SASS instructions; {dict(ops.most_common(25))}")
 
@@ -56,11 +57,11 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     x = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
     w = torch.ones(n, dtype=torch.bfloat16, device="cuda")
-    normlab.rms_norm(x, w, 1e-6)
-    site = _launch._SITES.get(id(row._norm_fwd_kernel))
-    kernels = [e[0] for e in site.compiled.values()] if site else _compiled(row._norm_fwd_kernel)
-    for i, k in enumerate(kernels):
-        _dump(k, f"normlab_norm_fwd_{m}x{n}_{i}", args.out)
+    normlab.rms_norm(x, w, 1e-6)  # the planned kernel
+    row.norm_forward(x, w, None, 1e-6, True)  # one row per program
+    for site in _launch._SITES.values():
+        for i, entry in enumerate(site.compiled.values()):
+            _dump(entry[0], f"normlab_{site.fn.__name__}_{m}x{n}_{i}", args.out)
     try:
         from liger_kernel.ops import rms_norm as liger
     except ImportError:

@@ -254,10 +254,15 @@ def buffer(shape, dtype, device, *, zero: bool = False) -> torch.Tensor:
     which a replay allocates again."""
     t = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
     if _recorder is not None:
-        _recorder.index[id(t)] = len(_recorder.keep)
-        _recorder.keep.append(t)
-        _recorder.buffers.append((tuple(shape) if not isinstance(shape, int) else (shape,),
-                                  dtype, zero))  # fmt: skip
+        rec = _recorder
+        rec.index[id(t)] = len(rec.keep)
+        rec.keep.append(t)
+        first = rec.keep[0]
+        # an output laid out as the first role (y of x, dx of dy): empty_like copies its sizes
+        # in C++ (about half of new_empty's parsing of a shape)
+        like = (not zero and first is not None and t.dtype == first.dtype
+                and t.shape == first.shape)  # fmt: skip
+        rec.buffers.append((t.shape, dtype, zero, like))
     return t
 
 
@@ -281,14 +286,18 @@ class Replay:
     def __call__(self, roles, device):
         tensors = list(roles)
         # The first role is an input on the call's device (the ops check that every input is):
-        # new_empty parses no device argument.
-        like = roles[0]
-        for shape, dtype, zero in self.buffers:
-            if like is None:
+        # new_empty parses no device argument, empty_like not even a shape. A caller may hand
+        # the first role in another shape of the same elements (an N-D x for its rows): a
+        # buffer laid out like it then comes back in that shape.
+        first = roles[0]
+        for shape, dtype, zero, like in self.buffers:
+            if first is None:
                 t = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
+            elif like:
+                t = torch.empty_like(first, memory_format=torch.contiguous_format)
             else:
-                t = like.new_zeros(shape, dtype=dtype) if zero else like.new_empty(shape,
-                                                                                 dtype=dtype)
+                t = first.new_zeros(shape, dtype=dtype) if zero else first.new_empty(shape,
+                                                                                  dtype=dtype)
             tensors.append(t)
         hooked = ENABLED and (_active(knobs.runtime.launch_enter_hook)
                               or _active(knobs.runtime.launch_exit_hook))  # fmt: skip
@@ -335,17 +344,17 @@ def record(run, roles):
     return out, (Replay(rec, tuple(outputs)) if rec.ok else None)
 
 
-_UNSEEN = object()
-_MAX_REPLAYS = 4096  # per op; past it the cache starts over
+UNSEEN = object()  # a cache's missing entry (None is a key that does not replay)
+MAX_REPLAYS = 4096  # per op; past it the cache starts over
 
 
 def replayed(cache: dict, key, run, roles, device):
     """run(), replayed from ``cache[key]`` after the key's first call (recorded then). A key
     whose first call did not record cleanly runs plainly every time."""
-    replay = cache.get(key, _UNSEEN)
-    if replay is _UNSEEN:
+    replay = cache.get(key, UNSEEN)
+    if replay is UNSEEN:
         out, replay = record(run, roles)
-        if len(cache) >= _MAX_REPLAYS:
+        if len(cache) >= MAX_REPLAYS:
             cache.clear()
         cache[key] = replay
         return out

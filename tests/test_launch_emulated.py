@@ -73,6 +73,29 @@ def test_launches_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, kind, m
     assert bool(op._FWD_REPLAYS) == replay
 
 
+NORM_PLANS = [p for p in PLANS if not p[0].startswith("add")]  # the add-norms return h too
+
+
+@pytest.mark.parametrize(("kind", "m", "n"), NORM_PLANS,
+                         ids=[f"{k}-{m}x{n}" for k, m, n in NORM_PLANS])  # fmt: skip
+def test_inference_calls_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, kind, m, n):
+    """Calls 2 and 3 of an inference signature (3-D input) replay from its own cache, and the
+    third x's pointer reaches the launcher."""
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
+    monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
+    w, b = torch.rand(n), torch.rand(n)
+    xs = []
+    for _ in range(3):
+        x = torch.randn(1, m, n)
+        y = normlab.rms_norm(x, w) if kind == "rms" else normlab.layer_norm(x, w, b)
+        assert y.shape == x.shape
+        xs.append(x.data_ptr())
+    runs = [v for jit in gpu_path.values() for c in jit.compiled for v in c.runs]
+    assert any(xs[2] in values for values in runs)
+    assert [type(r) for r in op._INFERENCE.values()] == [_launch.Replay]
+
+
 LOSSES = ("cross_entropy", "reverse_kl", "soft_cross_entropy", "forward_kl", "jsd")
 
 

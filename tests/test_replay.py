@@ -17,6 +17,7 @@ def replays(monkeypatch):
     monkeypatch.setattr(_launch, "REPLAY", True)
     monkeypatch.setattr(op, "_FWD_REPLAYS", {})
     monkeypatch.setattr(op, "_BWD_REPLAYS", {})
+    monkeypatch.setattr(op, "_INFERENCE", {})
     calls = []
     replay_call = _launch.Replay.__call__
 
@@ -154,7 +155,7 @@ def test_a_changed_signature_records_anew(replays, change):
     else:
         x = base[:7, :32]
     y = normlab.rms_norm(x, ww, eps, offset=offset)
-    assert not replays and len(op._FWD_REPLAYS) == 2
+    assert not replays and len(op._INFERENCE) == 2  # inference calls: their own signatures
     assert_close(y, ref.rms_norm(x.double(), offset + ww.double(), eps), msg=change)
 
 
@@ -191,3 +192,74 @@ def test_strided_parameters_are_read_by_column():
     (dw_ref,) = torch.autograd.grad(y_ref.sum(), (w_base,))
     assert_close(dw_base, dw_ref, reduce_len=5, dtype=torch.float32, msg="dweight")
     assert (dw_base[1::2] == 0).all()
+
+
+# ---- inference calls: checked once per signature, then replayed --------------------------------
+
+
+@pytest.mark.parametrize("kind", ["rms", "ln"])
+@pytest.mark.parametrize(("shape", "affine"), [
+    ((37, 1000), True), ((2, 3, 97), True), ((1, 257), False), ((300, 48), True), ((9, 5), True),
+])  # fmt: skip
+def test_inference_calls_replay_their_checked_signature(replays, kind, shape, affine):
+    """Without a gradient the second and third calls of a signature replay the first (checked,
+    planned and recorded), each on fresh data against fp64, in the input's own shape."""
+    n = shape[-1]
+    w = (0.5 + torch.rand(n)).half() if affine else None
+    b = (0.3 * torch.randn(n)).half() if affine and kind == "ln" else None
+    for i in range(3):
+        x = (torch.randn(shape) * (i + 1) + i).half()
+        y = _norm(kind, x, w, b, None, 1e-5, 0.0)[0]
+        assert y.shape == x.shape
+        assert_close(y, _ref(kind, x.double(), None if w is None else w.double(),
+                             None if b is None else b.double(), None, 1e-5, 0.0)[0],
+                     msg=f"call {i}")  # fmt: skip
+    assert len(replays) == 2 and len(op._INFERENCE) == 1
+    assert not op._FWD_REPLAYS  # the autograd path's cache is untouched
+
+
+@pytest.mark.parametrize("case", ["strided_weight", "column_strided_x", "grad", "no_grad_ctx"])
+def test_inference_calls_that_take_the_full_path(replays, case):
+    """A parameter copied to unit stride, rows copied from a column-strided x, or a call that
+    needs a gradient do not replay from the inference cache; all stay right."""
+    x = torch.randn(6, 40)
+    w = torch.rand(80) + 0.5
+    ww = w[:40]
+    if case == "strided_weight":
+        ww = w[::2]
+    elif case == "column_strided_x":
+        x = torch.randn(40, 6).t()
+    elif case == "grad":
+        x.requires_grad_()
+    for _ in range(2):
+        if case == "no_grad_ctx":  # a leaf that wants a gradient, under no_grad: inference
+            with torch.no_grad():
+                y = normlab.rms_norm(x.requires_grad_(), ww)
+        else:
+            y = normlab.rms_norm(x, ww)
+        assert_close(y, ref.rms_norm(x.detach().double(), ww.double(), 1e-6), msg=case)
+    replayable = case == "no_grad_ctx"
+    if case != "grad":  # (the autograd path replays from its own cache)
+        assert bool(replays) == replayable
+    assert list(op._INFERENCE.values()) == ([] if case == "grad"
+                                            else [replays[0]] if replayable else [None])
+
+
+@pytest.mark.parametrize("bad", ["eps", "bool_eps", "weight_shape", "weight_dtype", "offset"])
+def test_inference_signature_seen_before_still_checks_its_arguments(replays, bad):
+    """A good call caches its signature; the same shapes with a bad argument raise as they would
+    first time (the bad value is part of the key, so it is checked, not replayed)."""
+    x, w = torch.randn(4, 16), torch.rand(16)
+    normlab.rms_norm(x, w, 1)
+    normlab.rms_norm(x, w, 1)
+    with pytest.raises((TypeError, ValueError)):
+        if bad == "eps":
+            normlab.rms_norm(x, w, -1.0)
+        elif bad == "bool_eps":
+            normlab.rms_norm(x, w, True)  # == 1, but a bool
+        elif bad == "weight_shape":
+            normlab.rms_norm(x, torch.rand(17))
+        elif bad == "weight_dtype":
+            normlab.rms_norm(x, w.double())
+        else:
+            normlab.rms_norm(x, None, 1, offset=1.0)

@@ -350,6 +350,47 @@ def _norm(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout):
     return y if residual is None else (y, h)
 
 
+# ---- inference calls on a GPU: checked once per signature, then replayed --------------------
+
+_INFERENCE: dict = {}
+
+
+def _param_key(p):
+    return None if p is None else (p.shape, p.stride(), p.dtype, p.get_device(),
+                                   not p.data_ptr() & 15)  # fmt: skip
+
+
+def _inference_forward(name, x, weight, bias, eps, offset, is_rms, strategy, layout):
+    """y of a call that needs no gradient, or None where the full path must run (autograd, a
+    compiled graph, a tensor subclass, no GPU). The first call of a signature (shapes, strides,
+    dtypes, devices, 16-byte alignment and every other argument) is checked and planned in full
+    and recorded; a later one replays it: its arguments were checked when the signature was."""
+    if (not _launch.REPLAY or type(x) is not torch.Tensor or torch.compiler.is_compiling()
+            or _needs_grad(x, weight, bias)):  # fmt: skip
+        return None
+    try:
+        key = (x.shape, x.stride(), x.dtype, x.get_device(), not x.data_ptr() & 15,
+               _param_key(weight), _param_key(bias), eps, type(eps), offset, type(offset),
+               is_rms, strategy, layout, _launch.current_device())  # fmt: skip
+    except (AttributeError, TypeError):  # not tensors, an unhashable eps: the full path's errors
+        return None
+    replay = _INFERENCE.get(key, _launch.UNSEEN)
+    if replay is _launch.UNSEEN:
+        x2d, w, b = _prepare(name, x, weight, bias, eps, offset, strategy, layout)
+        args = (x2d, None, w, b, float(eps), float(offset), is_rms, strategy, layout, False)
+        y, replay = _launch.record(lambda: _forward(*args)[:1], (x2d, None, w, b))
+        # Replayed only where the rows are x's own memory and the parameters the caller's.
+        same = x2d.data_ptr() == x.data_ptr() and w is weight and b is bias and x2d.numel()
+        if len(_INFERENCE) >= _launch.MAX_REPLAYS:
+            _INFERENCE.clear()
+        _INFERENCE[key] = replay if same else None
+        return _like(y[0], x)
+    if replay is None:
+        return None
+    (y,) = replay((x, None, weight, bias), None)
+    return y if y.dim() == x.dim() else y.view(x.shape)
+
+
 def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, strategy="auto", layout="auto"):
     """RMSNorm over the last dim: ``x / sqrt(mean(x^2) + eps) * (offset + weight)``; fp32
     statistics and arithmetic, output in x's dtype.
@@ -361,6 +402,9 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, strategy="auto", layout="a
     narrow rows (at most 256 columns) per program, "row" runs one row per program forward and
     one row per backward tile, "auto" lets ``norms.config.plan`` decide.
     """
+    y = _inference_forward("rms_norm", x, weight, None, eps, offset, True, strategy, layout)
+    if y is not None:
+        return y
     x2d, weight, _ = _prepare("rms_norm", x, weight, None, eps, offset, strategy, layout)
     y = _norm(x2d, None, weight, None, float(eps), float(offset), True, strategy, layout)
     return _like(y, x)
@@ -371,6 +415,9 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, offset=0.0, strategy="aut
     """LayerNorm over the last dim: ``(x - mean) / sqrt(var + eps) * (offset + weight) + bias``
     (biased variance, fp32 statistics). ``offset``/``strategy``/``layout`` as for
     :func:`rms_norm`."""
+    y = _inference_forward("layer_norm", x, weight, bias, eps, offset, False, strategy, layout)
+    if y is not None:
+        return y
     x2d, weight, bias = _prepare("layer_norm", x, weight, bias, eps, offset, strategy, layout)
     y = _norm(x2d, None, weight, bias, float(eps), float(offset), False, strategy, layout)
     return _like(y, x)
