@@ -15,12 +15,13 @@
 # launch variants and peers; the host µs of an RMSNorm forward piece by piece), hostpath (the
 # norm GPU checks after the host path changed, its host µs piece by piece, the RMSNorm
 # forwards' assembly), rules (the replay checks with inference calls, the host µs again, the
-# launch-bound cells again, the members the new rules changed).
+# launch-bound cells again, the members the new rules changed), wide (host µs per call; rows
+# wider than one block: chunks, warps and one 32768-column block against peers).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath or rules}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules or wide}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -39,6 +40,8 @@ SMALL_FWD=rms_norm:fwd:1x768,rms_norm:fwd:8x4096,rms_norm:fwd:14x1022,rms_norm:f
 rms_norm:fwd:512x768,rms_norm:fwd:512x1024,rms_norm:fwd:783x120,rms_norm:fwd:4096x1024,\
 layer_norm:fwd:4096x768:fp16,layer_norm:fwd:4096x1024
 SMALL_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448
+WIDE_FWD=rms_norm:fwd:47318x20163,layer_norm:fwd:47318x20163,rms_norm:fwd:1329x32826,\
+layer_norm:fwd:1329x32826,rms_norm:fwd:296x17767,rms_norm:fwd:482x27361
 RULE_CELLS=3366x60028,296x17767,1329x32826,47318x20163,482x27361,1990x2326,512x1536,512x2048,\
 512x1024,512x2880,512x768,13x448,14x1022,12x973,261x1110,593x37,783x120,868x136,4096x768,\
 4096x1024,4096x1536,4096x2048,7526x3956
@@ -128,6 +131,16 @@ case $STAGE in
     step kernel_asm 40 python3 benchmarks/kernel_asm.py --out "$OUT/asm" --shape 512x768
     step overhead_norms 60 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
       --impl normlab,torch --out "$OUT/overhead_norms.json" --no-progress
+    ;;
+  wide)
+    step overhead_norms 60 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
+      --impl normlab,torch --out "$OUT/overhead_norms.json" --no-progress
+    step norm_wide_variants 200 python3 benchmarks/norm_launch_variants.py \
+      --out "$OUT/norm_wide_variants.jsonl" --reps 4 --peers torch,compile --cells \
+      "$WIDE_FWD"
+    step population_wide 150 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_wide.jsonl" --reps 4 --families random,model,narrow,peers \
+      --cells 3366x60028,296x17767,1329x32826,47318x20163,482x27361
     ;;
   rules)
     step gpu_check_rules 120 python3 benchmarks/gpu_check.py \

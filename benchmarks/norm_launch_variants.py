@@ -6,8 +6,8 @@ For each cell (op, direction, M x N, dtype): normlab's planned call ("default"),
 launcher with one knob moved, and torch, torch.compile and Liger-Kernel, timed in one process
 (device time, L2 flushed). Forward knobs: one row per program at 1-16 warps (``row wW``; with
 ``early``/``late``, the parameters loaded with x or after the row's sums), the wide-row
-block-row tile (``tile RxW``), the wide-row chunk (``chunk C wW``) and the split-row forward
-(``split C``). Backward knobs: the persistent grid's programs per SM with and without
+block-row tile (``tile RxW``), the wide-row chunk (``chunk C wW``), one 32768-column block
+(``block 32768 wW``) and the split-row forward (``split C``). Backward knobs: the persistent grid's programs per SM with and without
 paired partial rows (``ppsP paired|unpaired``) and one tile holding every row (``one tile``).
 Every variant's outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
@@ -72,6 +72,10 @@ def _fwd_variants(x, w, b, is_rms, sms):
                     out[f"chunk {chunk} w{warps}"] = (
                         lambda chunk=chunk, warps=warps: row.norm_forward(
                             x, w, b, eps, is_rms, block_size=chunk, num_warps=warps))  # fmt: skip
+        if n <= 2 * config.NORM_FWD_MAX_BLOCK:  # the whole row in registers, read once
+            for warps in (16, 32):
+                out[f"block 32768 w{warps}"] = (lambda warps=warps: row.norm_forward(
+                    x, w, b, eps, is_rms, block_size=32768, num_warps=warps))  # fmt: skip
         for cols in (2048, 4096):
             out[f"split {cols}"] = (lambda cols=cols: split_row.split_row_forward(
                 x, w, b, eps, is_rms, config.split_chunk(cols)))  # fmt: skip

@@ -373,15 +373,15 @@ def test_small_backward_runs_one_program(monkeypatch, is_rms, m, n, programs):
 
 def test_wide_row_chunk_rule():
     """The widest chunk whose padding stays within NORM_FWD_MAX_PAD_WASTE of the row, its warps
-    by the elements per thread each norm's accumulators leave room for."""
+    by NORM_FWD_WIDE_ELEMS_PER_THREAD."""
     assert config.wide_row_chunk(32768) == 4096  # eight whole chunks
     assert config.wide_row_chunk(16385) == 2048  # 20480: +25%; 18432: +12.49%
     assert config.wide_row_chunk(17767) == 2048  # 4096: +15%, 2048: +4%
     assert config.wide_row_chunk(20163) == 4096  # 20480: +1.6%
     assert config.wide_row_chunk(60028) == 4096  # 61440: +2.4%
-    for is_rms, warps in ((True, 8), (False, 16)):
-        assert config.norm_fwd_config(60028, is_rms).num_warps == warps
-        assert config.norm_fwd_config(17767, is_rms).num_warps == warps // 2
+    for is_rms in (True, False):
+        assert config.norm_fwd_config(60028, is_rms).num_warps == 8  # 4096 / (32 x 16)
+        assert config.norm_fwd_config(17767, is_rms).num_warps == 4
     for n in (16385, 17767, 20163, 32826, 60028, 65536):
         chunk = config.wide_row_chunk(n)
         waste = -(-n // chunk) * chunk / n - 1
