@@ -7,8 +7,9 @@ launcher with one knob moved, and torch, torch.compile and Liger-Kernel, timed i
 (device time, L2 flushed). Forward knobs: one row per program at 1-16 warps (``row wW``; with
 ``early``/``late``, the parameters loaded with x or after the row's sums), the wide-row
 block-row tile (``tile RxW``), the wide-row chunk (``chunk C wW``), one 32768-column block
-(``block 32768 wW``) and the split-row forward (``split C``). Backward knobs: the persistent grid's programs per SM with and without
-paired partial rows (``ppsP paired|unpaired``) and one tile holding every row (``one tile``).
+(``block 32768 wW``) and the split-row forward (``split C``). Backward knobs: the persistent
+grid's programs per SM with and without paired partial rows (``ppsP paired|unpaired``) and one
+tile holding every row (``one tile``).
 Every variant's outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
 """
