@@ -16,12 +16,13 @@
 # norm GPU checks after the host path changed, its host µs piece by piece, the RMSNorm
 # forwards' assembly), rules (the replay checks with inference calls, the host µs again, the
 # launch-bound cells again, the members the new rules changed), wide (host µs per call; rows
-# wider than one block: chunks, warps and one 32768-column block against peers).
+# wider than one block: chunks, warps and one 32768-column block against peers), block (the
+# norm GPU checks and the wide population members after rows up to 32768 became one block).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules or wide}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide or block}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -140,6 +141,13 @@ case $STAGE in
       "$WIDE_FWD"
     step population_wide 150 python3 benchmarks/norm_population.py \
       --out "$OUT/population_wide.jsonl" --reps 4 --families random,model,narrow,peers \
+      --cells 3366x60028,296x17767,1329x32826,47318x20163,482x27361
+    ;;
+  block)
+    step gpu_check_block 150 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_block.json" --quick --only norms
+    step population_block 170 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_block.jsonl" --reps 4 --families random,model,narrow,peers \
       --cells 3366x60028,296x17767,1329x32826,47318x20163,482x27361
     ;;
   rules)

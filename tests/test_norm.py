@@ -333,21 +333,22 @@ def _record_forward_launches(monkeypatch, *keys):
     return launched
 
 
-@pytest.mark.parametrize("n", [512, 513, 1000, 1024, 1025, 2048, 4097, 5000, 8192, 16384, 16385])
+@pytest.mark.parametrize("n", [512, 513, 1000, 1024, 1025, 2048, 4097, 5000, 8192, 16384, 16385,
+                               32769])  # fmt: skip
 def test_rms_forward_looped_row(monkeypatch, n):
     """RMSNorm at 513-16384 columns runs one row per program looped over chunks narrower than the
     row (configs.NORM_FWD_RMS_LOOPED) where the chunks tile the row exactly, with layout="row",
     and with "auto" outside the block-row window (513-1024 columns, aligned rows: up to 6144
     rows). A ragged width (513, 1000, 1025, 4097, 5000) keeps one register-resident block, read
-    once; 512 keeps the block, and 16385 takes the wide-row chunks."""
+    once; 512 and 16385 keep the block, and 32769 takes the wide-row chunks."""
     launched = _record_forward_launches(monkeypatch, "BLOCK_SIZE")
     chunk = configs.NORM_FWD_RMS_LOOPED.get(triton.next_power_of_2(n), (None,))[0]
     looped = chunk is not None and n % chunk == 0
     block = configs.norm_fwd_config(n, is_rms=True).block_size
     assert looped == (n in (1024, 2048, 8192, 16384))
     assert (block < n) == (looped or n > FWD_MAX)
-    if n > FWD_MAX:  # past one block: the padding rule's chunk (tests/test_norm_planner.py)
-        assert block == configs.wide_row_chunk(n)
+    if n > FWD_MAX:  # past one block: the wide rows' chunk (tests/test_norm_planner.py)
+        assert block == configs.NORM_FWD_WIDE_CHUNK
     if looped:  # past the window's last row (the windows of looped widths all end)
         windows = configs.NORM_FWD_BLOCK_ROW[True].get(triton.next_power_of_2(n), ())
         past_windows = max((hi for _, hi, _ in windows), default=0) + 1

@@ -371,33 +371,28 @@ def test_small_backward_runs_one_program(monkeypatch, is_rms, m, n, programs):
 # ---- rows wider than one block; few rows --------------------------------------------------------
 
 
-def test_wide_row_chunk_rule():
-    """The widest chunk whose padding stays within NORM_FWD_MAX_PAD_WASTE of the row, its warps
-    by NORM_FWD_WIDE_ELEMS_PER_THREAD."""
-    assert config.wide_row_chunk(32768) == 4096  # eight whole chunks
-    assert config.wide_row_chunk(16385) == 2048  # 20480: +25%; 18432: +12.49%
-    assert config.wide_row_chunk(17767) == 2048  # 4096: +15%, 2048: +4%
-    assert config.wide_row_chunk(20163) == 4096  # 20480: +1.6%
-    assert config.wide_row_chunk(60028) == 4096  # 61440: +2.4%
+def test_wide_row_rule():
+    """Up to NORM_FWD_MAX_BLOCK columns a row is one register block (read once); past it,
+    NORM_FWD_WIDE_CHUNK-column chunks at NORM_FWD_WIDE_WARPS warps, whatever the norm."""
+    top = config.NORM_FWD_MAX_BLOCK
     for is_rms in (True, False):
-        assert config.norm_fwd_config(60028, is_rms).num_warps == 8  # 4096 / (32 x 16)
-        assert config.norm_fwd_config(17767, is_rms).num_warps == 4
-    for n in (16385, 17767, 20163, 32826, 60028, 65536):
-        chunk = config.wide_row_chunk(n)
-        waste = -(-n // chunk) * chunk / n - 1
-        assert waste <= config.NORM_FWD_MAX_PAD_WASTE or chunk == config.NORM_FWD_WIDE_CHUNKS[-1]
-        wider = [c for c in config.NORM_FWD_WIDE_CHUNKS if c > chunk]
-        assert all(-(-n // c) * c / n - 1 > config.NORM_FWD_MAX_PAD_WASTE for c in wider)
-        assert config.norm_fwd_config(n, True).block_size == chunk
+        assert config.norm_fwd_config(top, is_rms) == config.NormFwdConfig(top, 16)
+        assert config.norm_fwd_config(16385, is_rms).block_size == top
+        for n in (top + 1, 60028):
+            cfg = config.norm_fwd_config(n, is_rms)
+            assert (cfg.block_size, cfg.num_warps) == (config.NORM_FWD_WIDE_CHUNK,
+                                                       config.NORM_FWD_WIDE_WARPS)  # fmt: skip
 
 
+@pytest.mark.parametrize("n", [17767, 32769])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_wide_row_chunks_match_fp64(is_rms):
-    """A row past one block in the rule's chunks (2048 columns here: a ragged last chunk)."""
+def test_wide_rows_match_fp64(is_rms, n):
+    """A row in one 32768-column block (17767) and past it in the rule's chunks (32769: a last
+    chunk of one column), with a mean far from zero for LayerNorm."""
     from normlab.norms import row
 
-    x = torch.randn(2, 17767) + (0 if is_rms else 3.0)
-    w = 1 + 0.5 * torch.randn(17767)
+    x = torch.randn(2, n) + (0 if is_rms else 3.0)
+    w = 1 + 0.5 * torch.randn(n)
     y, _, _ = row.norm_forward(x, w, None, 1e-5, is_rms)
     expected = (ref.rms_norm(x.double(), w.double(), 1e-5) if is_rms
                 else ref.layer_norm(x.double(), w.double(), None, 1e-5))  # fmt: skip

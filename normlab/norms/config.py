@@ -55,16 +55,17 @@ def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:
 
 # ---- forward: one row per program --------------------------------------------------------------
 
-NORM_FWD_MAX_BLOCK = 16384  # widest register-resident row chunk (64 KB of fp32 per program)
-NORM_FWD_WARPS = ((1024, 2), (2048, 4), (8192, 8), (16384, 16))  # ~16 B per thread per load
-# Chunks of rows wider than one block, walked twice (sums, then normalize from L2): small ones
-# leave registers for several rows in flight per SM (3366 x 60028, µs: RMSNorm 4096-column
-# chunks at 8 warps 404, 16384-column ones 476; LayerNorm 472 against 558; torch 387 and 426).
-NORM_FWD_WIDE_CHUNKS = (4096, 2048)
-# Elements per thread in a wide chunk: two 16-byte bf16 vectors. (LayerNorm at 8, for its two
-# accumulators, ran 47318 x 20163 in 3755 µs against 2867 at 16.)
-NORM_FWD_WIDE_ELEMS_PER_THREAD = 16
-NORM_FWD_MAX_PAD_WASTE = 0.125  # the masked tail a wide row's chunking may add
+# The widest row held in registers and read once: 64 fp32 values a thread at 16 warps (47318 x
+# 20163 RMSNorm: 1725 µs in one 32768-column block, 2019 in 4096-column chunks read twice).
+NORM_FWD_MAX_BLOCK = 32768
+NORM_FWD_WARPS = ((1024, 2), (2048, 4), (8192, 8), (32768, 16))  # ~16 B per thread per load
+# Rows wider than one block are walked twice (sums, then normalize from L2) in small chunks of
+# one 16-byte vector a thread, which leave registers for several rows in flight per SM
+# (LayerNorm 1329 x 32826: 2048 columns at 8 warps 126 µs, 16384 at 16 warps 366; 3366 x 60028:
+# 450 against 558).
+NORM_FWD_WIDE_CHUNK = 2048
+NORM_FWD_WIDE_WARPS = 8
+NORM_FWD_MAX_PAD_WASTE = 0.125  # the masked tail a row's chunks may add (split-row sums)
 NORM_FWD_AUTOTUNE_BLOCKS = (512, 1024, 2048, 4096, 8192)  # the opt-in NORMLAB_AUTOTUNE space
 NORM_FWD_AUTOTUNE_WARPS = (4, 8, 16)
 # RMSNorm reads a wide row twice (the second time from L2) in 16-byte-per-thread chunks: fewer
@@ -80,7 +81,7 @@ NORM_FWD_DECODE_MAX_ROWS_PER_SM = 1
 
 # ---- few wide rows: each row split over several programs (norms/split_row.py) -------------
 
-SPLIT_ROW_FWD_MIN_COLS = 16384  # a row one register block holds: one program, one launch
+SPLIT_ROW_FWD_MIN_COLS = 16384  # up to here a few rows run one program each, one launch
 SPLIT_ROW_BWD_MIN_COLS = 8192  # past the compile-time-width single pass, one program per row tile
 SPLIT_ROW_FWD_COLS = 4096  # forward chunk: 8 KB of bf16 per program, one load per thread-vector
 SPLIT_ROW_BWD_CHUNKS = (2048, 1024, 512, 256, 128)  # the dx kernel's column chunks, widest first
@@ -196,24 +197,12 @@ class NormFwdConfig:
     early_params: bool = False  # few rows: load w/b with x (one memory round trip, not two)
 
 
-def wide_row_chunk(n_cols: int) -> int:
-    """Chunk of a row wider than one block: the widest of NORM_FWD_WIDE_CHUNKS whose last chunk
-    wastes at most NORM_FWD_MAX_PAD_WASTE of the row (each chunk is read twice, masked lanes
-    included); else the narrowest."""
-    for chunk in NORM_FWD_WIDE_CHUNKS:
-        if -(-n_cols // chunk) * chunk <= n_cols * (1 + NORM_FWD_MAX_PAD_WASTE):
-            return chunk
-    return NORM_FWD_WIDE_CHUNKS[-1]
-
-
 def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None,
                     sm_count: int | None = None) -> NormFwdConfig:  # fmt: skip
     """The one-row-per-program forward's chunk and warps (``n_rows``/``sm_count`` left out: the
     row-count rules are ignored)."""
-    if n_cols > NORM_FWD_MAX_BLOCK:
-        chunk = wide_row_chunk(n_cols)
-        warps = chunk // (32 * NORM_FWD_WIDE_ELEMS_PER_THREAD)
-        return NormFwdConfig(block_size=chunk, num_warps=max(1, min(16, warps)))
+    if n_cols > NORM_FWD_MAX_BLOCK:  # (the last chunk's padding is under 2048 / 32768 = 6%)
+        return NormFwdConfig(block_size=NORM_FWD_WIDE_CHUNK, num_warps=NORM_FWD_WIDE_WARPS)
     block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = _ladder(NORM_FWD_WARPS, block)
     few_rows = (n_rows is not None and sm_count
@@ -618,8 +607,7 @@ _MEMOIZED = ("norm_fwd_config", "norm_fwd_block_row_config", "block_row_fwd_conf
              "block_row_bwd_recompute_config", "plan", "row_align",
              "split_row_fwd_chunk", "split_row_bwd_chunk", "split_row_bwd_tile",
              "split_row_bwd_group_rows", "split_row_sums_chunk", "split_row_bwd_plan",
-             "pointwise_fwd_config",
-             "wide_row_chunk")  # fmt: skip
+             "pointwise_fwd_config")  # fmt: skip
 
 
 def memoize() -> None:
