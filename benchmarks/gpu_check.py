@@ -362,13 +362,15 @@ def check_replay() -> None:
             outs, leaves = normlab.add_layer_norm(x, r, w, b), (x, r, w, b)
         grads = torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs])
         with torch.no_grad():  # an inference call (3-D): its own replay cache
-            x3 = x.detach().view(1, M, N)
+            x3, r3 = x.detach().view(1, M, N), r.detach().view(1, M, N)
             if kind == "rms":
                 inference = [normlab.rms_norm(x3, w.detach())]
             elif kind == "ln":
                 inference = [normlab.layer_norm(x3, w.detach(), b.detach())]
+            elif kind == "add_rms":
+                inference = list(normlab.add_rms_norm(x3, r3, w.detach()))
             else:
-                inference = []
+                inference = list(normlab.add_layer_norm(x3, r3, w.detach(), b.detach()))
         return [*outs, *grads, *inference]
 
     was = _launch.REPLAY

@@ -73,11 +73,7 @@ def test_launches_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, kind, m
     assert bool(op._FWD_REPLAYS) == replay
 
 
-NORM_PLANS = [p for p in PLANS if not p[0].startswith("add")]  # the add-norms return h too
-
-
-@pytest.mark.parametrize(("kind", "m", "n"), NORM_PLANS,
-                         ids=[f"{k}-{m}x{n}" for k, m, n in NORM_PLANS])  # fmt: skip
+@pytest.mark.parametrize(("kind", "m", "n"), PLANS, ids=[f"{k}-{m}x{n}" for k, m, n in PLANS])
 def test_inference_calls_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, kind, m, n):
     """Calls 2 and 3 of an inference signature (3-D input) replay from its own cache, and the
     third x's pointer reaches the launcher."""
@@ -87,9 +83,16 @@ def test_inference_calls_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, 
     w, b = torch.rand(n), torch.rand(n)
     xs = []
     for _ in range(3):
-        x = torch.randn(1, m, n)
-        y = normlab.rms_norm(x, w) if kind == "rms" else normlab.layer_norm(x, w, b)
-        assert y.shape == x.shape
+        x, r = torch.randn(1, m, n), torch.randn(1, m, n)
+        if kind == "rms":
+            outs = (normlab.rms_norm(x, w),)
+        elif kind == "ln":
+            outs = (normlab.layer_norm(x, w, b),)
+        elif kind == "add_rms":
+            outs = normlab.add_rms_norm(x, r, w)
+        else:
+            outs = normlab.add_layer_norm(x, r, w, b)
+        assert all(o.shape == x.shape for o in outs)
         xs.append(x.data_ptr())
     runs = [v for jit in gpu_path.values() for c in jit.compiled for v in c.runs]
     assert any(xs[2] in values for values in runs)

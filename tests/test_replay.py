@@ -197,23 +197,28 @@ def test_strided_parameters_are_read_by_column():
 # ---- inference calls: checked once per signature, then replayed --------------------------------
 
 
-@pytest.mark.parametrize("kind", ["rms", "ln"])
+@pytest.mark.parametrize("kind", ["rms", "ln", "add_rms", "add_ln"])
 @pytest.mark.parametrize(("shape", "affine"), [
     ((37, 1000), True), ((2, 3, 97), True), ((1, 257), False), ((300, 48), True), ((9, 5), True),
 ])  # fmt: skip
 def test_inference_calls_replay_their_checked_signature(replays, kind, shape, affine):
     """Without a gradient the second and third calls of a signature replay the first (checked,
-    planned and recorded), each on fresh data against fp64, in the input's own shape."""
+    planned and recorded), each on fresh data against fp64, in the input's own shape; the fused
+    add's h = x + residual too, stored in x's dtype."""
     n = shape[-1]
     w = (0.5 + torch.rand(n)).half() if affine else None
-    b = (0.3 * torch.randn(n)).half() if affine and kind == "ln" else None
+    b = (0.3 * torch.randn(n)).half() if affine and kind.endswith("ln") else None
     for i in range(3):
         x = (torch.randn(shape) * (i + 1) + i).half()
-        y = _norm(kind, x, w, b, None, 1e-5, 0.0)[0]
-        assert y.shape == x.shape
-        assert_close(y, _ref(kind, x.double(), None if w is None else w.double(),
-                             None if b is None else b.double(), None, 1e-5, 0.0)[0],
-                     msg=f"call {i}")  # fmt: skip
+        r = torch.randn(shape).half() if kind.startswith("add") else None
+        outs = _norm(kind, x, w, b, r, 1e-5, 0.0)
+        h = x if r is None else x + r  # the sum the kernel stores, in fp16
+        want = _ref(kind.removeprefix("add_"), h.double(), None if w is None else w.double(),
+                    None if b is None else b.double(), None, 1e-5, 0.0)[0]  # fmt: skip
+        assert all(o.shape == x.shape for o in outs)
+        assert_close(outs[0], want, msg=f"call {i}")
+        if r is not None:
+            assert torch.equal(outs[1], h), f"call {i}: h"
     assert len(replays) == 2 and len(op._INFERENCE) == 1
     assert not op._FWD_REPLAYS  # the autograd path's cache is untouched
 
@@ -245,13 +250,16 @@ def test_inference_calls_that_take_the_full_path(replays, case):
                                             else [replays[0]] if replayable else [None])
 
 
-@pytest.mark.parametrize("bad", ["eps", "bool_eps", "weight_shape", "weight_dtype", "offset"])
+@pytest.mark.parametrize("bad", ["eps", "bool_eps", "weight_shape", "weight_dtype", "offset",
+                                 "residual_shape", "residual_dtype"])
 def test_inference_signature_seen_before_still_checks_its_arguments(replays, bad):
     """A good call caches its signature; the same shapes with a bad argument raise as they would
     first time (the bad value is part of the key, so it is checked, not replayed)."""
     x, w = torch.randn(4, 16), torch.rand(16)
     normlab.rms_norm(x, w, 1)
     normlab.rms_norm(x, w, 1)
+    normlab.add_rms_norm(x, x.clone(), w, 1)
+    normlab.add_rms_norm(x, x.clone(), w, 1)
     with pytest.raises((TypeError, ValueError)):
         if bad == "eps":
             normlab.rms_norm(x, w, -1.0)
@@ -261,5 +269,9 @@ def test_inference_signature_seen_before_still_checks_its_arguments(replays, bad
             normlab.rms_norm(x, torch.rand(17))
         elif bad == "weight_dtype":
             normlab.rms_norm(x, w.double())
+        elif bad == "residual_shape":
+            normlab.add_rms_norm(x, torch.randn(4, 17), w, 1)
+        elif bad == "residual_dtype":
+            normlab.add_rms_norm(x, x.half(), w, 1)
         else:
             normlab.rms_norm(x, None, 1, offset=1.0)

@@ -360,35 +360,43 @@ def _param_key(p):
                                    not p.data_ptr() & 15)  # fmt: skip
 
 
-def _inference_forward(name, x, weight, bias, eps, offset, is_rms, strategy, layout):
-    """y of a call that needs no gradient, or None where the full path must run (autograd, a
-    compiled graph, a tensor subclass, no GPU). The first call of a signature (shapes, strides,
-    dtypes, devices, 16-byte alignment and every other argument) is checked and planned in full
-    and recorded; a later one replays it: its arguments were checked when the signature was."""
+def _inference_forward(name, x, residual, weight, bias, eps, offset, is_rms, strategy, layout):
+    """y (with a residual, (y, h)) of a call that needs no gradient, or None where the full path
+    must run (autograd, a compiled graph, a tensor subclass, no GPU). The first call of a
+    signature (shapes, strides, dtypes, devices, 16-byte alignment and every other argument) is
+    checked and planned in full and recorded; a later one replays it: its arguments were
+    checked when the signature was."""
     if (not _launch.REPLAY or type(x) is not torch.Tensor or torch.compiler.is_compiling()
-            or _needs_grad(x, weight, bias)):  # fmt: skip
+            or _needs_grad(x, residual, weight, bias)):  # fmt: skip
         return None
     try:
         key = (x.shape, x.stride(), x.dtype, x.get_device(), not x.data_ptr() & 15,
-               _param_key(weight), _param_key(bias), eps, type(eps), offset, type(offset),
-               is_rms, strategy, layout, _launch.current_device())  # fmt: skip
+               _param_key(residual), _param_key(weight), _param_key(bias), eps, type(eps),
+               offset, type(offset), is_rms, strategy, layout,
+               _launch.current_device())  # fmt: skip
     except (AttributeError, TypeError):  # not tensors, an unhashable eps: the full path's errors
         return None
     replay = _INFERENCE.get(key, _launch.UNSEEN)
     if replay is _launch.UNSEEN:
         x2d, w, b = _prepare(name, x, weight, bias, eps, offset, strategy, layout)
-        args = (x2d, None, w, b, float(eps), float(offset), is_rms, strategy, layout, False)
-        y, replay = _launch.record(lambda: _forward(*args)[:1], (x2d, None, w, b))
-        # Replayed only where the rows are x's own memory and the parameters the caller's.
-        same = x2d.data_ptr() == x.data_ptr() and w is weight and b is bias and x2d.numel()
+        r2d = None if residual is None else _prepare_residual(name, x, residual)
+        args = (x2d, r2d, w, b, float(eps), float(offset), is_rms, strategy, layout, False)
+        out, replay = _launch.record(lambda: _forward(*args)[:2], (x2d, r2d, w, b))
+        # Replayed only where the rows are the inputs' own memory and the parameters the
+        # caller's (nothing was copied to unit stride).
+        same = (x2d.data_ptr() == x.data_ptr() and w is weight and b is bias and x2d.numel()
+                and (residual is None or r2d.data_ptr() == residual.data_ptr()))  # fmt: skip
         if len(_INFERENCE) >= _launch.MAX_REPLAYS:
             _INFERENCE.clear()
         _INFERENCE[key] = replay if same else None
-        return _like(y[0], x)
-    if replay is None:
+    elif replay is None:
         return None
-    (y,) = replay((x, None, weight, bias), None)
-    return y if y.dim() == x.dim() else y.view(x.shape)
+    else:
+        out = replay((x, residual, weight, bias), None)
+    y, h = out
+    if y.dim() != x.dim():  # rows of an N-D x (a replay lays its outputs out as x already)
+        y, h = y.view(x.shape), None if h is None else h.view(x.shape)
+    return y if residual is None else (y, h)
 
 
 def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, strategy="auto", layout="auto"):
@@ -402,7 +410,7 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, strategy="auto", layout="a
     narrow rows (at most 256 columns) per program, "row" runs one row per program forward and
     one row per backward tile, "auto" lets ``norms.config.plan`` decide.
     """
-    y = _inference_forward("rms_norm", x, weight, None, eps, offset, True, strategy, layout)
+    y = _inference_forward("rms_norm", x, None, weight, None, eps, offset, True, strategy, layout)
     if y is not None:
         return y
     x2d, weight, _ = _prepare("rms_norm", x, weight, None, eps, offset, strategy, layout)
@@ -415,7 +423,8 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, offset=0.0, strategy="aut
     """LayerNorm over the last dim: ``(x - mean) / sqrt(var + eps) * (offset + weight) + bias``
     (biased variance, fp32 statistics). ``offset``/``strategy``/``layout`` as for
     :func:`rms_norm`."""
-    y = _inference_forward("layer_norm", x, weight, bias, eps, offset, False, strategy, layout)
+    y = _inference_forward("layer_norm", x, None, weight, bias, eps, offset, False, strategy,
+                           layout)  # fmt: skip
     if y is not None:
         return y
     x2d, weight, bias = _prepare("layer_norm", x, weight, bias, eps, offset, strategy, layout)
@@ -430,6 +439,10 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
     stored h. One kernel reads x and the residual once and writes y and h; gradients from y and
     h flow into both x and the residual. ``residual`` must match x's shape, dtype and device;
     the other arguments as for :func:`rms_norm`."""
+    out = _inference_forward("add_rms_norm", x, residual, weight, None, eps, offset, True,
+                             strategy, layout)  # fmt: skip
+    if out is not None:
+        return out
     x2d, weight, _ = _prepare("add_rms_norm", x, weight, None, eps, offset, strategy, layout)
     r2d = _prepare_residual("add_rms_norm", x, residual)
     y, h = _norm(x2d, r2d, weight, None, float(eps), float(offset), True, strategy, layout)
@@ -439,6 +452,10 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
 def add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, *, offset=0.0,
                    strategy="auto", layout="auto"):  # fmt: skip
     """:func:`add_rms_norm` with LayerNorm: ``(layer_norm(h), h)`` for ``h = x + residual``."""
+    out = _inference_forward("add_layer_norm", x, residual, weight, bias, eps, offset, False,
+                             strategy, layout)  # fmt: skip
+    if out is not None:
+        return out
     x2d, weight, bias = _prepare("add_layer_norm", x, weight, bias, eps, offset, strategy,
                                  layout)  # fmt: skip
     r2d = _prepare_residual("add_layer_norm", x, residual)
