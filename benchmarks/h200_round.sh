@@ -17,12 +17,14 @@
 # forwards' assembly), rules (the replay checks with inference calls, the host µs again, the
 # launch-bound cells again, the members the new rules changed), wide (host µs per call; rows
 # wider than one block: chunks, warps and one 32768-column block against peers), block (the
-# norm GPU checks and the wide population members after rows up to 32768 became one block).
+# norm GPU checks and the wide population members after rows up to 32768 became one block),
+# tiny (the replay checks with the add-norms' inference path; the tiny backwards' grid of row
+# tiles and a reduce against the one-program rule; host µs per call).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide or block}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block or tiny}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -43,6 +45,8 @@ layer_norm:fwd:4096x768:fp16,layer_norm:fwd:4096x1024
 SMALL_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448
 WIDE_FWD=rms_norm:fwd:47318x20163,layer_norm:fwd:47318x20163,rms_norm:fwd:1329x32826,\
 layer_norm:fwd:1329x32826,rms_norm:fwd:296x17767,rms_norm:fwd:482x27361
+TINY_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448,layer_norm:bwd:14x1022,\
+rms_norm:bwd:14x1022,layer_norm:bwd:12x973,rms_norm:bwd:12x973
 RULE_CELLS=3366x60028,296x17767,1329x32826,47318x20163,482x27361,1990x2326,512x1536,512x2048,\
 512x1024,512x2880,512x768,13x448,14x1022,12x973,261x1110,593x37,783x120,868x136,4096x768,\
 4096x1024,4096x1536,4096x2048,7526x3956
@@ -149,6 +153,14 @@ case $STAGE in
     step population_block 170 python3 benchmarks/norm_population.py \
       --out "$OUT/population_block.jsonl" --reps 4 --families random,model,narrow,peers \
       --cells 3366x60028,296x17767,1329x32826,47318x20163,482x27361
+    ;;
+  tiny)
+    step gpu_check_replay 90 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_replay.json" --quick --only replay,graphs
+    step norm_tiny_variants 200 python3 benchmarks/norm_launch_variants.py \
+      --out "$OUT/norm_tiny_variants.jsonl" --reps 6 --cells "$TINY_BWD"
+    step overhead_norms 60 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
+      --impl normlab,torch --out "$OUT/overhead_norms.json" --no-progress
     ;;
   rules)
     step gpu_check_rules 120 python3 benchmarks/gpu_check.py \

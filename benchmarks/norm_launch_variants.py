@@ -8,8 +8,9 @@ launcher with one knob moved, and torch, torch.compile and Liger-Kernel, timed i
 ``early``/``late``, the parameters loaded with x or after the row's sums), the wide-row
 block-row tile (``tile RxW``), the wide-row chunk (``chunk C wW``), one 32768-column block
 (``block 32768 wW``) and the split-row forward (``split C``). Backward knobs: the persistent
-grid's programs per SM with and without paired partial rows (``ppsP paired|unpaired``) and one
-tile holding every row (``one tile``).
+grid's programs per SM with and without paired partial rows (``ppsP paired|unpaired``), one
+tile holding every row (``one tile``) and, where the rule runs one program, a grid of row tiles
+and a reduce (``grid of R-row tiles + reduce``).
 Every variant's outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
 """
@@ -105,7 +106,25 @@ def _bwd_variants(x, w, b, dy, mean, rstd, is_rms, sms):
             out[f"tiles of {rows} rows"] = (lambda rows=rows: row.norm_backward(
                 dy, x, w, b, mean, rstd, is_rms, block_rows=rows, programs_per_sm=4,
                 paired_partials=False))  # fmt: skip
+    if m * n <= config.NORM_BWD_ONE_PROGRAM_ELEMS:  # one program by rule: a grid and a reduce
+        for rows in (1, 2, 4):
+            out[f"grid of {rows}-row tiles + reduce"] = _many_programs(lambda rows=rows: (
+                row.norm_backward(dy, x, w, b, mean, rstd, is_rms, block_rows=rows,
+                                  programs_per_sm=8, paired_partials=False)))  # fmt: skip
     return out
+
+
+def _many_programs(run):
+    """run() with the one-program rule (NORM_BWD_ONE_PROGRAM_ELEMS) off for its call."""
+
+    def call():
+        saved, config.NORM_BWD_ONE_PROGRAM_ELEMS = config.NORM_BWD_ONE_PROGRAM_ELEMS, 0
+        try:
+            return run()
+        finally:
+            config.NORM_BWD_ONE_PROGRAM_ELEMS = saved
+
+    return call
 
 
 def _close(a, b) -> bool:
