@@ -275,3 +275,24 @@ def test_inference_signature_seen_before_still_checks_its_arguments(replays, bad
             normlab.add_rms_norm(x, x.half(), w, 1)
         else:
             normlab.rms_norm(x, None, 1, offset=1.0)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "autograd"])
+def test_replays_of_row_strided_rows_write_contiguous_outputs(replays, grad):
+    """Rows that are a view of a wider buffer (row stride 40 for 33 columns): replayed outputs
+    laid out like x are allocated contiguous, not with x's strides, and stay right."""
+    w = torch.rand(33) + 0.5
+    for i in range(3):
+        base = torch.randn(6, 40) * (i + 1)
+        x = base[:, 2:35].requires_grad_(grad)
+        y = normlab.rms_norm(x, w, 1e-5)
+        assert y.is_contiguous() and y.shape == (6, 33)
+        assert_close(y, ref.rms_norm(x.detach().double(), w.double(), 1e-5), msg=f"call {i}")
+        if grad:
+            gy = torch.randn(6, 33)
+            (dx,) = torch.autograd.grad(y, (x,), gy)
+            xd = x.detach().double().requires_grad_()
+            (dx_ref,) = torch.autograd.grad(ref.rms_norm(xd, w.double(), 1e-5), (xd,),
+                                            gy.double())  # fmt: skip
+            assert_close(dx, dx_ref, reduce_len=33, dtype=torch.float32, msg=f"dx {i}")
+    assert len(replays) == (4 if grad else 2)
