@@ -19,7 +19,8 @@
 # wider than one block: chunks, warps and one 32768-column block against peers), block (the
 # norm GPU checks and the wide population members after rows up to 32768 became one block),
 # tiny (the replay checks with the add-norms' inference path; the tiny backwards' grid of row
-# tiles and a reduce against the one-program rule; host µs per call).
+# tiles and a reduce against the one-program rule; host µs per call, with the floor of a Python
+# autograd Function).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -161,6 +162,7 @@ case $STAGE in
       --out "$OUT/norm_tiny_variants.jsonl" --reps 6 --cells "$TINY_BWD"
     step overhead_norms 60 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
       --impl normlab,torch --out "$OUT/overhead_norms.json" --no-progress
+    step host_breakdown 60 python3 benchmarks/host_breakdown.py --calls 4000
     ;;
   rules)
     step gpu_check_rules 120 python3 benchmarks/gpu_check.py \

@@ -5,7 +5,8 @@
 Each line times one piece alone (the least of five loops of ``--calls`` calls, µs per call):
 torch's own op, normlab's public call (inference, grad on, forward+backward), its replayed
 forward and backward, the allocations, Triton's launcher (its Python wrapper and the C function
-under it) with fixed pointers, and an empty Python call for scale. The pieces do not add up
+under it) with fixed pointers, an autograd Function that launches nothing (the floor of any
+Python Function's forward+backward) and an empty Python call for scale. The pieces do not add up
 exactly (caches warm differently), but they rank.
 """
 
@@ -21,6 +22,19 @@ import torch.nn.functional as F
 import normlab
 from normlab import _launch
 from normlab.norms import op as norm_op
+
+
+class _Launchless(torch.autograd.Function):
+    """An autograd Function that launches no kernel (an empty output, dy passed through): the
+    floor of any Python Function's forward+backward on this host."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        return x.new_empty(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, None
 
 
 def _per_call(run, calls: int) -> float:
@@ -96,6 +110,8 @@ def main(argv=None) -> int:
         "normlab.rms_norm forward+backward": lambda: torch.autograd.grad(
             normlab.rms_norm(xg, wg, eps), (xg, wg), dy),
         "norms.op.planned_backward (replayed)": lambda: norm_op.planned_backward(*bwd_args),
+        "a launchless Python Function, forward+backward": lambda: torch.autograd.grad(
+            _Launchless.apply(xg, wg), (xg,), dy),
         "kernel.run (Triton's launcher)": lambda: launcher(
             grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None,
             None, None, *values, *tail),
