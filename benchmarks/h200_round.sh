@@ -20,7 +20,7 @@
 # norm GPU checks and the wide population members after rows up to 32768 became one block),
 # tiny (the replay checks with the add-norms' inference path; the tiny backwards' grid of row
 # tiles and a reduce against the one-program rule; host µs per call, with the floor of a Python
-# autograd Function).
+# autograd Function; the launch-bound RMSNorm forward against Liger's, one trait at a time).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -163,6 +163,8 @@ case $STAGE in
     step overhead_norms 60 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
       --impl normlab,torch --out "$OUT/overhead_norms.json" --no-progress
     step host_breakdown 60 python3 benchmarks/host_breakdown.py --calls 4000
+    step norm_fwd_ablation 90 python3 benchmarks/norm_fwd_ablation.py \
+      --out "$OUT/norm_fwd_ablation.jsonl" --reps 8
     ;;
   rules)
     step gpu_check_rules 120 python3 benchmarks/gpu_check.py \
