@@ -3,7 +3,8 @@
     python3 benchmarks/norm_fwd_ablation.py --out out/norm_fwd_ablation.jsonl [--reps 8]
 
 At the same launch (one row per program, a block of next_pow2(N), 4 warps) normlab's forward
-took 2.12-2.51 µs at 512x768 and Liger's 1.76-1.78 (`docs/notes/2026-12-02-...`). The kernel
+took 2.12-2.51 µs at 512x768 and Liger's 1.76-1.78
+(`docs/notes/2026-12-02-launch-rules-and-inference-host-path.md`). The kernel
 below starts as normlab's single-block RMSNorm forward and moves one trait at a time towards
 Liger's: the width as a runtime argument, 64-bit row offsets, the statistic stored before y,
 the weight loaded with x, no alignment hints. Each variant is checked against fp64 before it is
