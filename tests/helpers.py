@@ -1,11 +1,15 @@
 """A verbose ``assert_close`` for the tests, on ``normlab.ref``'s tolerance table (one row per
-dtype, atol scaled by sqrt(reduce_len) for reduced quantities; see ``normlab.ref.tolerance``).
+dtype, atol scaled by sqrt(reduce_len) for reduced quantities; see ``normlab.ref.tolerance``),
+and the loader of the repository's scripts.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -87,3 +91,34 @@ def latin(*axes, keep: int = 1, quick: int | None = None) -> list:
 
 def _param_id(value) -> str:
     return str(value).removeprefix("torch.")
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(relpath: str):
+    """A repository script (``benchmarks/NAME.py``) as a module; its folder is on sys.path while
+    it loads, as when it runs (the benchmarks import their siblings)."""
+    path = REPO / relpath
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+def norm_outputs(kind: str, x, w, b=None, r=None, **options) -> tuple:
+    """The outputs of one public norm call, as a tuple: ``kind`` "rms" or "ln" (y), "add_rms" or
+    "add_ln" (y and h = x + r); ``options`` are the calls' keywords (eps, offset, ...)."""
+    import normlab
+
+    if kind == "rms":
+        return (normlab.rms_norm(x, w, **options),)
+    if kind == "ln":
+        return (normlab.layer_norm(x, w, b, **options),)
+    if kind == "add_rms":
+        return normlab.add_rms_norm(x, r, w, **options)
+    return normlab.add_layer_norm(x, r, w, b, **options)

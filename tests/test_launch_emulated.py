@@ -4,20 +4,15 @@ kernel" checks what Triton's launcher would be handed (9 + one argument per para
 kernels compute nothing here; ``tests/test_replay.py`` checks the replayed values against fp64
 in the interpreter, ``benchmarks/gpu_check.py --only lean,replay`` on a GPU."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from helpers import load_script, norm_outputs
 
 import normlab
 from normlab import _launch
 from normlab.norms import config, op
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "emulated_gpu.py"
-_SPEC = importlib.util.spec_from_file_location("emulated_gpu", _PATH)
-emulated_gpu = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(emulated_gpu)
+emulated_gpu = load_script("benchmarks/emulated_gpu.py")
 
 
 @pytest.fixture
@@ -51,14 +46,7 @@ def test_launches_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, kind, m
         r = torch.randn(m, n, requires_grad=True)
         w = torch.rand(n, requires_grad=True)
         b = torch.rand(n, requires_grad=True)
-        if kind == "rms":
-            outs = (normlab.rms_norm(x, w),)
-        elif kind == "ln":
-            outs = (normlab.layer_norm(x, w, b),)
-        elif kind == "add_rms":
-            outs = normlab.add_rms_norm(x, r, w)
-        else:
-            outs = normlab.add_layer_norm(x, r, w, b)
+        outs = norm_outputs(kind, x, w, b, r)
         torch.autograd.grad(outs, [x, w], [torch.ones_like(o) for o in outs],
                             allow_unused=True)  # fmt: skip
         xs.append(x.data_ptr())
@@ -84,14 +72,7 @@ def test_inference_calls_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, 
     xs = []
     for _ in range(3):
         x, r = torch.randn(1, m, n), torch.randn(1, m, n)
-        if kind == "rms":
-            outs = (normlab.rms_norm(x, w),)
-        elif kind == "ln":
-            outs = (normlab.layer_norm(x, w, b),)
-        elif kind == "add_rms":
-            outs = normlab.add_rms_norm(x, r, w)
-        else:
-            outs = normlab.add_layer_norm(x, r, w, b)
+        outs = norm_outputs(kind, x, w, b, r)
         assert all(o.shape == x.shape for o in outs)
         xs.append(x.data_ptr())
     runs = [v for jit in gpu_path.values() for c in jit.compiled for v in c.runs]

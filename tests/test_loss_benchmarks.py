@@ -1,26 +1,20 @@
 """benchmarks/loss_options.py and benchmarks/vocab_population.py: their CPU smoke runs, their
 verdicts from records, the wall-clock budget and the parallel Triton warm-up they share."""
 
-import importlib.util
 import json
 import math
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 from normlab.bench import budget, population, prewarm, shapes
 from normlab.bench.records import Record
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"benchmarks/{name}.py")
 
 
 @pytest.fixture(scope="module")

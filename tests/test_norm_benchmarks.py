@@ -2,42 +2,24 @@
 compute what the planned calls compute: checked here in the interpreter against fp64, so a GPU
 run times variants that are right."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
-from helpers import assert_close
+from helpers import assert_close, load_script
 
 from normlab import ref
 from normlab.norms import row
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _script(name):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
 def variants():
-    import sys
-
-    sys.path.insert(0, str(BENCH))  # norm_launch_variants imports norm_population
-    try:
-        return _script("norm_launch_variants")
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_script("benchmarks/norm_launch_variants.py")
 
 
 @pytest.mark.parametrize("traits", ["base", "runtime width", "int64 rows", "rstd first",
                                     "w early", "no hints", "all"])  # fmt: skip
 @pytest.mark.parametrize(("m", "n"), [(1, 8), (5, 40), (3, 264)])
 def test_ablation_variants_match_fp64(traits, m, n):
-    ablation = _script("norm_fwd_ablation")
+    ablation = load_script("benchmarks/norm_fwd_ablation.py")
     x, w = torch.randn(m, n) * 2 + 1, 1 + 0.5 * torch.randn(n)
     y, rstd = ablation.ablation_forward(x, w, 1e-3, ablation.VARIANTS[traits])
     assert_close(y, ref.rms_norm(x.double(), w.double(), 1e-3), msg="y")

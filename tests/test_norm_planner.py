@@ -435,15 +435,11 @@ def test_split_rows_weight_offset(is_rms):
 # ---- paired partial rows -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_partials_pair_only_past_their_bound(monkeypatch, is_rms):
-    """Programs share zeroed partial rows only when the grid exceeds NORM_BWD_PARTIALS_PER_SM
-    rows per SM: at the bound each program keeps its own row (no zero fill), one program past
-    it they pair. Both right against fp64."""
+@pytest.fixture
+def partial_rows(monkeypatch):
+    """The partial rows of every reduce the row backward launches, in order."""
     from normlab.norms import row
 
-    bound = config.NORM_BWD_PARTIALS_PER_SM * SMS
-    assert config.pair_partials(bound + 1, SMS) and not config.pair_partials(bound, SMS)
     seen = []
     real = row.reduce_partials
 
@@ -452,11 +448,21 @@ def test_partials_pair_only_past_their_bound(monkeypatch, is_rms):
         return real(dw_partial, db_partial, *args, **kwargs)
 
     monkeypatch.setattr(row, "reduce_partials", spy)
+    return seen
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_partials_pair_only_past_their_bound(monkeypatch, partial_rows, is_rms):
+    """Programs share zeroed partial rows only when the grid exceeds NORM_BWD_PARTIALS_PER_SM
+    rows per SM: at the bound each program keeps its own row (no zero fill), one program past
+    it they pair. Both right against fp64."""
+    bound = config.NORM_BWD_PARTIALS_PER_SM * SMS
+    assert config.pair_partials(bound + 1, SMS) and not config.pair_partials(bound, SMS)
     monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 128)  # two 64-column rows a program tile
     monkeypatch.setattr(config, "NORM_BWD_PARTIALS_MAX_SHARE", 1e6)  # the few-row cap aside
     for programs in (bound, bound + 1):  # 4 programs per SM at 64 columns: the grid is the tiles
         _check(2 * programs, 64, torch.float32, is_rms)
-    assert seen == [bound, (bound + 2) // 2]
+    assert partial_rows == [bound, (bound + 2) // 2]
 
 
 def test_partials_cap_follows_its_rule():
@@ -477,19 +483,9 @@ def test_partials_cap_follows_its_rule():
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_backward_grid_stops_at_the_partials_cap(monkeypatch, is_rms):
+def test_backward_grid_stops_at_the_partials_cap(monkeypatch, partial_rows, is_rms):
     """With few rows the persistent grid stops at the cap (partial rows counted at the reduce),
     one row below and above where it binds; dx/dγ/dβ right against fp64."""
-    from normlab.norms import row
-
-    seen = []
-    real = row.reduce_partials
-
-    def spy(dw_partial, db_partial, *args, **kwargs):
-        seen.append((dw_partial if dw_partial is not None else db_partial).shape[0])
-        return real(dw_partial, db_partial, *args, **kwargs)
-
-    monkeypatch.setattr(row, "reduce_partials", spy)
     monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 64)  # one 64-column row a tile
     monkeypatch.setattr(config, "NORM_BWD_ONE_PROGRAM_ELEMS", 0)
     monkeypatch.setattr(config, "NORM_BWD_PARTIALS_PER_SM", 64)  # pairing aside
@@ -500,7 +496,7 @@ def test_backward_grid_stops_at_the_partials_cap(monkeypatch, is_rms):
         _check(m, 64, torch.float32, is_rms)
         cap = config.norm_bwd_partials_cap(m, 3 * 4, n_params)
         rows.append(min(m, full, max(cap, SMS)))
-    assert seen == rows
+    assert partial_rows == rows
     assert any(r < min(m, full) for r, m in zip(rows, (SMS - 1, SMS + 1, 2 * SMS + 1, 3 * SMS,
                                                       full + 5), strict=True))  # fmt: skip
 

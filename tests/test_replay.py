@@ -8,7 +8,7 @@ import torch
 import normlab
 from normlab import _launch, ref
 from normlab.norms import config, op
-from tests.helpers import assert_close
+from tests.helpers import assert_close, norm_outputs
 
 
 @pytest.fixture
@@ -29,17 +29,6 @@ def replays(monkeypatch):
     return calls
 
 
-def _norm(kind, x, w, b, r, eps, offset):
-    """The output tensors of one public call (y, or y and h)."""
-    if kind == "rms":
-        return (normlab.rms_norm(x, w, eps, offset=offset),)
-    if kind == "ln":
-        return (normlab.layer_norm(x, w, b, eps, offset=offset),)
-    if kind == "add_rms":
-        return normlab.add_rms_norm(x, r, w, eps, offset=offset)
-    return normlab.add_layer_norm(x, r, w, b, eps, offset=offset)
-
-
 def _ref(kind, x, w, b, r, eps, offset):
     h = x if r is None else x + r
     scale = None if w is None else offset + w
@@ -58,7 +47,7 @@ def _call_and_check(kind, m, n, dtype, eps=1e-5, offset=0.0, strategy=None):
     r = torch.randn(m, n).to(dtype).requires_grad_() if has_res else None
     w = (0.5 + torch.rand(n)).to(dtype).requires_grad_()
     b = (0.3 * torch.randn(n)).to(dtype).requires_grad_() if kind.endswith("ln") else None
-    outs = _norm(kind, x, w, b, r, eps, offset)
+    outs = norm_outputs(kind, x, w, b, r, eps=eps, offset=offset)
     leaves = [t for t in (x, r, w, b) if t is not None]
     grads_out = [torch.randn_like(o) for o in outs]
     grads = torch.autograd.grad(outs, leaves, grads_out)
@@ -211,7 +200,7 @@ def test_inference_calls_replay_their_checked_signature(replays, kind, shape, af
     for i in range(3):
         x = (torch.randn(shape) * (i + 1) + i).half()
         r = torch.randn(shape).half() if kind.startswith("add") else None
-        outs = _norm(kind, x, w, b, r, 1e-5, 0.0)
+        outs = norm_outputs(kind, x, w, b, r, eps=1e-5)
         h = x if r is None else x + r  # the sum the kernel stores, in fp16
         want = _ref(kind.removeprefix("add_"), h.double(), None if w is None else w.double(),
                     None if b is None else b.double(), None, 1e-5, 0.0)[0]  # fmt: skip
