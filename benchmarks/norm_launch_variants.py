@@ -9,8 +9,7 @@ launcher with one knob moved, and torch, torch.compile and Liger-Kernel, timed i
 block-row tile (``tile RxW``), the wide-row chunk (``chunk C wW``), one 32768-column block
 (``block 32768 wW``) and the split-row forward (``split C``). Backward knobs: the persistent
 grid's programs per SM with and without paired partial rows (``ppsP paired|unpaired``), one
-tile holding every row (``one tile``) and, where the rule runs one program, a grid of row tiles
-and a reduce (``grid of R-row tiles + reduce``).
+tile holding every row (``one tile``) and tiles of 1, 2 or 4 rows (``tiles of R rows``).
 Every variant's outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
 """
@@ -44,6 +43,7 @@ CELLS = (
     "layer_norm:bwd:4096x2048,rms_norm:bwd:512x2048,layer_norm:bwd:7526x3956:fp16"
 )
 EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+TILE_ROWS_MAX_ELEMS = 8192  # the row-tile variants run up to 4x this many padded elements
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -97,7 +97,7 @@ def _bwd_variants(x, w, b, dy, mean, rstd, is_rms, sms):
                     dy, x, w, b, mean, rstd, is_rms, programs_per_sm=per_sm,
                     paired_partials=paired))  # fmt: skip
     block_cols = config._next_pow2(n)
-    if m * block_cols <= 4 * config.NORM_BWD_ONE_PROGRAM_ELEMS:
+    if m * block_cols <= 4 * TILE_ROWS_MAX_ELEMS:
         rows = config._next_pow2(m)
         for warps in (4, 8, 16):
             out[f"one tile w{warps}"] = (lambda rows=rows, warps=warps: row.norm_backward(
@@ -107,25 +107,7 @@ def _bwd_variants(x, w, b, dy, mean, rstd, is_rms, sms):
             out[f"tiles of {rows} rows"] = (lambda rows=rows: row.norm_backward(
                 dy, x, w, b, mean, rstd, is_rms, block_rows=rows, programs_per_sm=4,
                 paired_partials=False))  # fmt: skip
-    if m * n <= config.NORM_BWD_ONE_PROGRAM_ELEMS:  # one program by rule: a grid and a reduce
-        for rows in (1, 2, 4):
-            out[f"grid of {rows}-row tiles + reduce"] = _many_programs(lambda rows=rows: (
-                row.norm_backward(dy, x, w, b, mean, rstd, is_rms, block_rows=rows,
-                                  programs_per_sm=8, paired_partials=False)))  # fmt: skip
     return out
-
-
-def _many_programs(run):
-    """run() with the one-program rule (NORM_BWD_ONE_PROGRAM_ELEMS) off for its call."""
-
-    def call():
-        saved, config.NORM_BWD_ONE_PROGRAM_ELEMS = config.NORM_BWD_ONE_PROGRAM_ELEMS, 0
-        try:
-            return run()
-        finally:
-            config.NORM_BWD_ONE_PROGRAM_ELEMS = saved
-
-    return call
 
 
 def _parse(cells: str):

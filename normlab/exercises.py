@@ -44,7 +44,7 @@ def _chunk_columns(num_warps: int) -> int:
 
 
 def _partial_rows(strategy: str, M: int, N: int, n_sm: int, n_params: int = 1) -> int:
-    cfg = config.norm_bwd_config(strategy, M, N)
+    cfg = config.norm_bwd_config(strategy, M, N, sm_count=n_sm)
     if strategy == "atomic":
         return 0  # every program adds into the one dγ vector
     tiles = -(-M // cfg.block_rows)
@@ -120,14 +120,14 @@ def _ref_chunk_columns(num_warps):
 def _ref_partial_rows(strategy, M, N, n_sm):
     from normlab.viz import plots
 
-    plan = plots.contention_plan(M, N)
+    plan = plots.contention_plan(M, N, n_sm=n_sm)
     return plots.contention_model(M, N, n_sm=n_sm, **plan)[strategy]["partial_rows"]
 
 
 def _ref_reduce_read_bytes(strategy, M, N, n_sm, is_rms):
     from normlab.viz import plots
 
-    plan = plots.contention_plan(M, N, is_rms=is_rms)
+    plan = plots.contention_plan(M, N, is_rms=is_rms, n_sm=n_sm)
     ws = plots.contention_model(M, N, n_sm=n_sm, **plan)[strategy]["workspace_bytes"]
     return ws * (1 if is_rms else 2)
 
@@ -172,7 +172,7 @@ def _hint_chunk(args, got, want):
 
 def _hint_partial_rows(args, got, want):
     strategy, M, N, n_sm = args
-    cfg = config.norm_bwd_config(strategy, M, N)
+    cfg = config.norm_bwd_config(strategy, M, N, sm_count=n_sm)
     if strategy == "atomic":
         return "atomic writes no partial rows: every program adds into the one dγ vector"
     if strategy == "two_stage":

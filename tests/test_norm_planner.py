@@ -319,24 +319,39 @@ def test_tiny_rows_match_fp64(is_rms, m, n, dtype):
     _check(m, n, dtype, is_rms)
 
 
-# ---- small backward: one program -------------------------------------------------------------
+# ---- small backward: row tiles fill the SMs before rows share one -----------------------------
 
-ONE_PROGRAM = 16384  # config.NORM_BWD_ONE_PROGRAM_ELEMS (tests/conftest.py sets it to 0)
+
+def test_backward_tile_rows_rule():
+    """A tile shares rows only once every SM has one (prev_pow2(M / SMs), at most the element
+    budget's rows); rows that fit one tile stay one tile. At and around each switch."""
+    rows = config.norm_bwd_block_rows
+    budget = config.NORM_BWD_TILE_ELEMS // 512  # 4 rows of 512 columns
+    assert rows(budget, 512, 132) == budget  # one tile: one program
+    assert rows(budget + 1, 512, 132) == 1  # past it, with fewer rows than SMs: one-row tiles
+    assert rows(2 * 132 - 1, 512, 132) == 1
+    assert rows(2 * 132, 512, 132) == 2
+    assert rows(4 * 132 - 1, 512, 132) == 2
+    assert rows(4 * 132, 512, 132) == budget
+    assert rows(10**6, 512, 132) == budget  # never past the element budget
+    assert rows(13, 512, 0) == budget  # no SM count: the budget alone
+    assert rows(10**6, 32, 132) == config.NORM_BWD_MAX_BLOCK_ROWS
+    assert config.norm_bwd_config("persistent", 13, 448, sm_count=132).block_rows == 1
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-@pytest.mark.parametrize(("m", "n", "programs"), [
-    (13, 448, 1),  # 5824 elements
-    (64, 256, 1),  # exactly ONE_PROGRAM
-    (65, 256, None),  # one row past: the persistent grid
+@pytest.mark.parametrize(("m", "n", "one_program"), [
+    (4, 448, True),  # the tile's 4 rows: one program writes dγ/dβ itself
+    (5, 448, False),  # one row past: one-row tiles and the reduce
+    (13, 448, False),  # fewer rows than SMs x the tile's 4: 2-row tiles
+    (17, 100, False),  # prime rows, one past a 16-row tile of 128 columns (100: just past 64)
 ])  # fmt: skip
-def test_small_backward_runs_one_program(monkeypatch, is_rms, m, n, programs):
-    """At most NORM_BWD_ONE_PROGRAM_ELEMS elements: one persistent program takes every row and
-    writes dγ/dβ itself (no workspace, no reduce launch); one element more, the usual grid."""
+def test_small_backward_grid(monkeypatch, is_rms, m, n, one_program):
+    """Rows that fit one tile run one program with no workspace and no reduce launch; one row
+    more, a grid of smaller tiles and the reduce. dx, dγ, dβ against fp64 either way."""
     from normlab import _launch
     from normlab.norms import row
 
-    monkeypatch.setattr(config, "NORM_BWD_ONE_PROGRAM_ELEMS", ONE_PROGRAM)
     grids, reduced = [], []
 
     def launch(fn, grid, *args, **kwargs):
@@ -357,10 +372,11 @@ def test_small_backward_runs_one_program(monkeypatch, is_rms, m, n, programs):
     rstd = torch.rsqrt(var + 1e-5).float()
     dy = torch.randn(m, n)
     dx, dw, db = row.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="persistent")
-    if programs == 1:
-        assert grids == [(1,)] and not reduced
+    tile_rows = config.norm_bwd_block_rows(m, config._next_pow2(n), SMS)
+    if one_program:
+        assert tile_rows >= m and grids == [(1,)] and not reduced
     else:
-        assert grids[0][0] > 1 and reduced
+        assert tile_rows < m and grids[0][0] > 1 and reduced
     _, grads_ref = _ref(x, w, b, 1e-5, is_rms, dy)
     assert_close(dx, grads_ref[0], msg="dx")
     assert_close(dw, grads_ref[1], reduce_len=m, msg="dweight")
@@ -487,7 +503,6 @@ def test_backward_grid_stops_at_the_partials_cap(monkeypatch, partial_rows, is_r
     """With few rows the persistent grid stops at the cap (partial rows counted at the reduce),
     one row below and above where it binds; dx/dγ/dβ right against fp64."""
     monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 64)  # one 64-column row a tile
-    monkeypatch.setattr(config, "NORM_BWD_ONE_PROGRAM_ELEMS", 0)
     monkeypatch.setattr(config, "NORM_BWD_PARTIALS_PER_SM", 64)  # pairing aside
     n_params = 1 if is_rms else 2
     full = 4 * SMS  # programs_per_sm at 64 columns

@@ -104,8 +104,6 @@ PLANS = [
 def test_replays_match_fp64(replays, monkeypatch, kind, m, n, plan):
     if plan == "split":
         _split_small(monkeypatch)
-    if plan == "one_program":
-        monkeypatch.setattr(config, "NORM_BWD_ONE_PROGRAM_ELEMS", m * n)
     _call_and_check(kind, m, n, torch.float16, offset=0.5 if kind == "rms" else 0.0)
     recorded = list(op._FWD_REPLAYS.values()) + list(op._BWD_REPLAYS.values())
     assert len(recorded) == 2 and all(isinstance(r, _launch.Replay) for r in recorded)

@@ -670,6 +670,7 @@ def norm_backward(
         block_cols=block_cols, num_warps=num_warps, programs_per_sm=programs_per_sm,
         loop_stages=loop_stages, prefetch=prefetch, paired_partials=paired_partials,
         aligned=align * x2d.element_size() == config.VECTOR_BYTES,
+        sm_count=_runtime.sm_count(device.index),
     )  # fmt: skip
     dummy = rstd
     common = (
@@ -716,8 +717,6 @@ def norm_backward(
             n_rows, x2d.element_size() * (3 + (dh is not None)), has_w + has_b)  # fmt: skip
         n_programs = config.norm_bwd_persistent_programs(
             n_tiles, cfg.programs_per_sm, _runtime.sm_count(device.index), cap)  # fmt: skip
-        if n_rows * n_cols <= config.NORM_BWD_ONE_PROGRAM_ELEMS:
-            n_programs = 1
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
         n_programs = cdiv(n_tiles, tiles_per_program)

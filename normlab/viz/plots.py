@@ -832,12 +832,13 @@ def contention_model(
     return out
 
 
-def contention_plan(n_rows: int, n_cols: int, *, is_rms: bool = True) -> dict:
+def contention_plan(n_rows: int, n_cols: int, *, is_rms: bool = True, n_sm: int = 0) -> dict:
     """The keyword arguments of :func:`contention_model` / :func:`contention_figure` that the
-    backward's planner (``normlab.norms.config.norm_bwd_config``) picks for this shape: each
-    strategy's row tile, the programs per SM, the two-stage block, the paired partial rows and
-    the partials' cap (bf16 rows)."""
-    cfg = {s: norm_config.norm_bwd_config(s, n_rows, n_cols, is_rms=is_rms) for s in STRATEGIES}
+    backward's planner (``normlab.norms.config.norm_bwd_config``) picks for this shape on
+    ``n_sm`` SMs (0: unknown): each strategy's row tile, the programs per SM, the two-stage
+    block, the paired partial rows and the partials' cap (bf16 rows)."""
+    cfg = {s: norm_config.norm_bwd_config(s, n_rows, n_cols, is_rms=is_rms, sm_count=n_sm)
+           for s in STRATEGIES}  # fmt: skip
     p = cfg["persistent"]
     return {"programs_per_sm": p.programs_per_sm, "rows_per_program": p.block_rows,
             "atomic_rows": cfg["atomic"].block_rows,

@@ -263,7 +263,7 @@ def contention_explorer(n_sm: int | None = None) -> W.VBox:
 
     def draw(_change=None):
         chosen = strategies.value or plots.STRATEGIES
-        plan = plots.contention_plan(M.value, N.value)
+        plan = plots.contention_plan(M.value, N.value, n_sm=n_sm)
         plan["programs_per_sm"] = pps.value
         plan["paired_partials"] = norm_config.norm_bwd_config(
             "persistent", M.value, N.value, programs_per_sm=pps.value).paired_partials

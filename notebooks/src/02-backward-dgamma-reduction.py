@@ -95,7 +95,7 @@ for op in ("rms_norm", "layer_norm"):
 
 # %%
 N_SM = 132 if normlab.INTERPRET else normlab._runtime.sm_count()
-viz.contention_figure(32768, 1024, n_sm=N_SM, **viz.contention_plan(32768, 1024))
+viz.contention_figure(32768, 1024, n_sm=N_SM, **viz.contention_plan(32768, 1024, n_sm=N_SM))
 
 # %% [markdown]
 # ### Exercise: how many partial rows?
@@ -127,7 +127,7 @@ exercises.check("partial_rows", partial_rows)
 # %%
 # NBVAL_CHECK_OUTPUT
 for M in (4096, 32768, 262144):
-    m = viz.contention_model(M, 1024, n_sm=132, **viz.contention_plan(M, 1024))
+    m = viz.contention_model(M, 1024, n_sm=132, **viz.contention_plan(M, 1024, n_sm=132))
     print(f"M={M:>6}: atomic queue depth {m['atomic']['queue_depth']:>6}; "
           f"two_stage partial rows {m['two_stage']['partial_rows']:>5}; "
           f"persistent partial rows {m['persistent']['partial_rows']} "

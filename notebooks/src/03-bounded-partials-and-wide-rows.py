@@ -85,7 +85,7 @@ for two_pass, block_cols in ((False, None), (True, 128)):
 # NBVAL_CHECK_OUTPUT
 print(f"{'M':>7} {'two_stage rows':>15} {'persistent rows':>16} {'MiB read by reduce (two_stage / persistent)':>45}")
 for M in (2048, 8192, 32768, 131072):
-    m = viz.contention_model(M, 1024, n_sm=132, **viz.contention_plan(M, 1024))
+    m = viz.contention_model(M, 1024, n_sm=132, **viz.contention_plan(M, 1024, n_sm=132))
     two, per = m["two_stage"], m["persistent"]
     print(f"{M:>7} {two['partial_rows']:>15} {per['partial_rows']:>16} "
           f"{two['reduce_read_bytes'] / 2**20:>36.2f} / {per['reduce_read_bytes'] / 2**20:.2f}")
