@@ -139,10 +139,11 @@ def test_fewer_rows_than_sms_take_the_chunked_form(loss, monkeypatch):
 
 
 def test_count_falls_back_to_torch_past_the_read_bound(monkeypatch):
-    # 300 rows of 16 fp32 columns: counting 300 int64 labels per program would read more than an
-    # eighth of the row's bytes and more than 2 KiB, so torch counts (two ops); the sum stays in
-    # the kernel.
+    # 300 rows of 16 fp32 columns with a gradient: counting 300 int64 labels per program would
+    # read more than an eighth of the row's bytes and more than 2 KiB, so torch counts (two
+    # ops); the sum stays in the kernel.
     x, labels = _inputs("cross_entropy", (300, 16), torch.float32)
+    x.requires_grad_()
     spec = config.Spec(config.CE, "fused", 16, "mean", -100, None, 0, 16, None)
     assert not config.count_in_kernel(spec, 300, 16, 4, 8)
     assert config.count_in_kernel(spec, 1, 16, 4, 8)  # 8 bytes x 8 <= 64
@@ -152,6 +153,23 @@ def test_count_falls_back_to_torch_past_the_read_bound(monkeypatch):
         normlab.cross_entropy(x, labels, check_labels=False)
     assert launches == ["_entropy_fused_kernel"]
     assert sorted(set(ops.ops) - ALLOCATIONS) == ["aten.ne.Scalar", "aten.sum.default"]
+
+
+def test_forward_without_gradient_counts_in_its_kernel(monkeypatch):
+    # The same 300 x 16 call without a gradient: only the last program counts, so the kernel
+    # does, past the read bound; one launch, no torch op, and the mean over counted rows right.
+    x, labels = _inputs("cross_entropy", (300, 16), torch.float32)
+    labels[::7] = -100
+    spec = config.Spec(config.CE, "fused", 16, "mean", -100, None, 0, 16, None)
+    assert config.count_in_kernel(spec, 300, 16, 4, 8, compute_grad=False)
+    normlab.cross_entropy(x, labels, check_labels=False)
+    launches = _record_launches(monkeypatch)
+    with _TorchOps() as ops:
+        loss = normlab.cross_entropy(x, labels, check_labels=False)
+    assert launches == ["_entropy_fused_kernel"]
+    assert not set(ops.ops) - ALLOCATIONS
+    want = torch.nn.functional.cross_entropy(x.double(), labels)
+    torch.testing.assert_close(loss.double(), want, rtol=1e-5, atol=1e-6)
 
 
 def test_count_in_kernel_reads_a_bounded_share():

@@ -109,14 +109,20 @@ def reduce_in_kernel(n_rows: int, n_cols: int, logit_bytes: int) -> bool:
 # 1 / ENTROPY_COUNT_READ_RATIO of the logits a program reads anyway (a row, or a chunk), or at
 # most ENTROPY_COUNT_MIN_BYTES: 16 L2 lines a program, where torch's count costs three launches
 # (5.4 of label CE's 9.6 us at 100x1049, 043f077). Bounds on the extra traffic, not measured optima.
+# A call without a gradient has only its last program count (at the sum): the labels are read
+# once, so the kernel always counts (label CE forward 383 x 1446: torch's count was two of its
+# three launches).
 ENTROPY_COUNT_READ_RATIO = 8
 ENTROPY_COUNT_MIN_BYTES = 2048
 
 
-def count_in_kernel(spec: Spec, n_rows: int, n_cols: int, logit_bytes: int,
-                    row_bytes: int) -> bool:  # fmt: skip
+def count_in_kernel(spec: Spec, n_rows: int, n_cols: int, logit_bytes: int, row_bytes: int,
+                    compute_grad: bool = True) -> bool:  # fmt: skip
     """Whether a fused or chunked call counts its mean's rows in the kernel (see above):
-    ``row_bytes`` per row of labels and loss_mask, ``logit_bytes`` per logit."""
+    ``row_bytes`` per row of labels and loss_mask, ``logit_bytes`` per logit; without
+    ``compute_grad`` only the last program counts."""
+    if not compute_grad:
+        return True
     cols = n_cols
     if spec.form == "chunked":
         block = tile(n_cols, spec.block_cap)
