@@ -21,11 +21,15 @@
 # tiny (the replay checks with the add-norms' inference path; the tiny backwards' grid of row
 # tiles and a reduce against the one-program rule; host µs per call, with the floor of a Python
 # autograd Function; the launch-bound RMSNorm forward against Liger's, one trait at a time).
+# tiles (the backward's row tiles bounded by the SMs: the norms checked on the GPU, the population
+# members whose plan changed, beside their peers).
+# count (label CE's forward counting in its kernel: the vocabulary members below 0.95x; host µs
+# of each half of normlab's RMSNorm forward+backward).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block or tiny}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles or count}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -48,6 +52,10 @@ WIDE_FWD=rms_norm:fwd:47318x20163,layer_norm:fwd:47318x20163,rms_norm:fwd:1329x3
 layer_norm:fwd:1329x32826,rms_norm:fwd:296x17767,rms_norm:fwd:482x27361
 TINY_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448,layer_norm:bwd:14x1022,\
 rms_norm:bwd:14x1022,layer_norm:bwd:12x973,rms_norm:bwd:12x973
+TILE_CELLS=8x768,8x1024,12x973,13x448,14x1022,115x577,593x37,783x120,868x136,1686x75
+CE_FWD_CELLS=383x1446,95x4723,655x3980,13x4854,4x4311,73x9928,512x50257,251x33166,684x8463,\
+181x45280,63x19320,20x2543,71x1297,201x16772,25x1223,41x10926,2x3111,20x2969,172x12443,2x3395,\
+9x1147,26x1452,100x1049
 RULE_CELLS=3366x60028,296x17767,1329x32826,47318x20163,482x27361,1990x2326,512x1536,512x2048,\
 512x1024,512x2880,512x768,13x448,14x1022,12x973,261x1110,593x37,783x120,868x136,4096x768,\
 4096x1024,4096x1536,4096x2048,7526x3956
@@ -165,6 +173,19 @@ case $STAGE in
     step host_breakdown 60 python3 benchmarks/host_breakdown.py --calls 4000
     step norm_fwd_ablation 90 python3 benchmarks/norm_fwd_ablation.py \
       --out "$OUT/norm_fwd_ablation.jsonl" --reps 8
+    ;;
+  tiles)
+    step gpu_check_tiles 130 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_tiles.json" --quick --only norms
+    step population_tiles 330 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_tiles.jsonl" --reps 4 --families random,model,narrow \
+      --cells "$TILE_CELLS"
+    ;;
+  count)
+    step vocab_ce_fwd 200 python3 benchmarks/vocab_population.py \
+      --out "$OUT/vocab_ce_fwd.jsonl" --ops cross_entropy --directions fwd --reps 6 \
+      --max-seconds 170 --cells "$CE_FWD_CELLS"
+    step host_breakdown 80 python3 benchmarks/host_breakdown.py --calls 4000
     ;;
   rules)
     step gpu_check_rules 120 python3 benchmarks/gpu_check.py \

@@ -6,8 +6,9 @@ Each line times one piece alone (the least of five loops of ``--calls`` calls, Â
 torch's own op, normlab's public call (inference, grad on, forward+backward), its replayed
 forward and backward, the allocations, Triton's launcher (its Python wrapper and the C function
 under it) with fixed pointers, an autograd Function that launches nothing (the floor of any
-Python Function's forward+backward) and an empty Python call for scale. The pieces do not add up
-exactly (caches warm differently), but they rank.
+Python Function's forward+backward; with and without a weight's gradient), each half of
+normlab's forward+backward beside a launchless other half, and an empty Python call for scale.
+The pieces do not add up exactly (caches warm differently), but they rank.
 """
 
 from __future__ import annotations
@@ -35,6 +36,48 @@ class _Launchless(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         return dy, None
+
+
+class _LaunchlessWithWeight(torch.autograd.Function):
+    """As _Launchless, with the weight's gradient too (a tensor made once, ``DW``)."""
+
+    DW = None
+
+    @staticmethod
+    def forward(ctx, x, w):
+        return x.new_empty(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, _LaunchlessWithWeight.DW
+
+
+class _NormlabForwardOnly(norm_op.NormFunction):
+    """normlab's forward; a backward that launches nothing (dy and a made-once dweight)."""
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, None, _LaunchlessWithWeight.DW, None, None, None, None, None, None
+
+
+class _NormlabBackwardOnly(torch.autograd.Function):
+    """A forward that launches nothing (its statistics made once, ``STATS``); normlab's
+    backward (``norms.op.planned_backward``)."""
+
+    STATS = None
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x.new_empty(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        dx, dw, _ = norm_op.planned_backward(dy, None, x, w, None, None,
+                                             _NormlabBackwardOnly.STATS, 1e-6, 0.0, True,
+                                             "auto", "auto")  # fmt: skip
+        return dx, dw
 
 
 def _per_call(run, calls: int) -> float:
@@ -89,6 +132,8 @@ def main(argv=None) -> int:
     bwd_args = (dy, None, x, w, None, mean, rstd, eps, 0.0, True, "auto", "auto")
     norm_op.planned_backward(*bwd_args)
     device = x.device
+    _LaunchlessWithWeight.DW = torch.zeros_like(w)
+    _NormlabBackwardOnly.STATS = rstd
 
     pieces = {
         "F.rms_norm (torch)": lambda: F.rms_norm(x, (args.cols,), w, eps),
@@ -112,6 +157,13 @@ def main(argv=None) -> int:
         "norms.op.planned_backward (replayed)": lambda: norm_op.planned_backward(*bwd_args),
         "a launchless Python Function, forward+backward": lambda: torch.autograd.grad(
             _Launchless.apply(xg, wg), (xg,), dy),
+        "the same with dweight, forward+backward": lambda: torch.autograd.grad(
+            _LaunchlessWithWeight.apply(xg, wg), (xg, wg), dy),
+        "normlab's forward, a launchless backward": lambda: torch.autograd.grad(
+            _NormlabForwardOnly.apply(xg, None, wg, None, eps, 0.0, True, "auto", "auto"),
+            (xg, wg), dy),
+        "a launchless forward, normlab's backward": lambda: torch.autograd.grad(
+            _NormlabBackwardOnly.apply(xg, wg), (xg, wg), dy),
         "kernel.run (Triton's launcher)": lambda: launcher(
             grid[0], grid[1], grid[2], stream, kernel.function, kernel.packed_metadata, None,
             None, None, *values, *tail),
