@@ -25,11 +25,13 @@
 # members whose plan changed, beside their peers).
 # count (label CE's forward counting in its kernel: the vocabulary members below 0.95x; host µs
 # of each half of normlab's RMSNorm forward+backward).
+# fwdrules (the one-wave forwards, up to a few rows per SM, and fp32 rows: planned against one
+# row per program with the parameters early or late, and row tiles, beside torch and Liger).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles or count}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count or fwdrules}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -56,6 +58,11 @@ TILE_CELLS=8x768,8x1024,12x973,13x448,14x1022,115x577,593x37,783x120,868x136,168
 CE_FWD_CELLS=383x1446,95x4723,655x3980,13x4854,4x4311,73x9928,512x50257,251x33166,684x8463,\
 181x45280,63x19320,20x2543,71x1297,201x16772,25x1223,41x10926,2x3111,20x2969,172x12443,2x3395,\
 9x1147,26x1452,100x1049
+FWD_WAVE=rms_norm:fwd:264x1024,rms_norm:fwd:512x768,rms_norm:fwd:512x1024,rms_norm:fwd:512x2048,\
+rms_norm:fwd:512x4096,rms_norm:fwd:512x8192,rms_norm:fwd:1024x1024,rms_norm:fwd:2048x1024,\
+rms_norm:fwd:261x1110,rms_norm:fwd:400x2880,layer_norm:fwd:512x768,layer_norm:fwd:512x1024,\
+layer_norm:fwd:512x2048,layer_norm:fwd:512x4096,layer_norm:fwd:1024x1024,layer_norm:fwd:261x1110,\
+layer_norm:fwd:4096x768:fp32,rms_norm:fwd:4096x768:fp32,layer_norm:fwd:4096x1024:fp32
 RULE_CELLS=3366x60028,296x17767,1329x32826,47318x20163,482x27361,1990x2326,512x1536,512x2048,\
 512x1024,512x2880,512x768,13x448,14x1022,12x973,261x1110,593x37,783x120,868x136,4096x768,\
 4096x1024,4096x1536,4096x2048,7526x3956
@@ -186,6 +193,10 @@ case $STAGE in
       --out "$OUT/vocab_ce_fwd.jsonl" --ops cross_entropy --directions fwd --reps 6 \
       --max-seconds 170 --cells "$CE_FWD_CELLS"
     step host_breakdown 80 python3 benchmarks/host_breakdown.py --calls 4000
+    ;;
+  fwdrules)
+    step norm_fwd_wave 420 python3 benchmarks/norm_launch_variants.py \
+      --out "$OUT/norm_fwd_wave.jsonl" --reps 6 --peers torch,liger --cells "$FWD_WAVE"
     ;;
   rules)
     step gpu_check_rules 120 python3 benchmarks/gpu_check.py \
