@@ -626,3 +626,39 @@ def test_block_row_windows_only_on_aligned_rows():
     assert op._plan(x[:, :2326].contiguous(), False, "auto", "auto").fwd_tile is None
     assert op._plan(x.float()[:, :2326].contiguous(), False, "auto", "auto").fwd_tile is None
     assert op._plan(x.float()[:, :2324].contiguous(), False, "auto", "auto").fwd_tile == tile
+
+
+# ---- the fused residual add: one block where the plain RMSNorm loops ----------------------------
+
+
+def test_fused_add_holds_the_row_in_one_block():
+    """RMSNorm's looped forward reads the row twice (sums, then normalize); with a residual its
+    second pass would read back the h its first one wrote, so the fused add keeps one block."""
+    for n in config.NORM_FWD_RMS_LOOPED:
+        if n > config.NORM_FWD_MAX_BLOCK:
+            continue
+        assert config.norm_fwd_config(n, True, 10**6, 132).block_size < n
+        assert config.norm_fwd_config(n, True, 10**6, 132, fused_add=True).block_size >= n
+        assert config.norm_fwd_config(n, False, 10**6, 132, fused_add=True).block_size >= n
+
+
+def test_fused_add_at_a_looped_width_matches_fp64(monkeypatch):
+    """add_rms_norm at a width the plain RMSNorm loops over, enough rows not to be a decode
+    batch: one block launched, y and h against fp64."""
+    from normlab import _launch
+
+    m, n = 4 * SMS + 3, 1024
+    blocks = []
+
+    def launch(fn, grid, *args, **kwargs):
+        blocks.append(kwargs.get("BLOCK_SIZE"))
+        return _launch.launch(fn, grid, *args, **kwargs)
+
+    monkeypatch.setattr(row, "launch", launch)
+    x, r = torch.randn(m, n), torch.randn(m, n)
+    w = 1 + 0.5 * torch.randn(n)
+    y, h = normlab.add_rms_norm(x, r, w, 1e-6, layout="row")
+    assert blocks == [n]
+    h_ref = x.double() + r.double()
+    assert_close(h, h_ref, msg="h")
+    assert_close(y, ref.rms_norm(h_ref, w.double(), 1e-6), msg="y")

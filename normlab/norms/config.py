@@ -202,16 +202,19 @@ class NormFwdConfig:
 
 
 def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None,
-                    sm_count: int | None = None) -> NormFwdConfig:  # fmt: skip
+                    sm_count: int | None = None,
+                    fused_add: bool = False) -> NormFwdConfig:  # fmt: skip
     """The one-row-per-program forward's chunk and warps (``n_rows``/``sm_count`` left out: the
-    row-count rules are ignored)."""
+    row-count rules are ignored). ``fused_add``: the row is h = x + residual, which a looped
+    forward would write in its first pass and read back in its second, so it stays one block."""
     if n_cols > NORM_FWD_MAX_BLOCK:  # (the last chunk's padding is under 2048 / 32768 = 6%)
         return NormFwdConfig(block_size=NORM_FWD_WIDE_CHUNK, num_warps=NORM_FWD_WIDE_WARPS)
     block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = _ladder(NORM_FWD_WARPS, block)
     few_rows = (n_rows is not None and sm_count
                 and n_rows <= NORM_FWD_DECODE_MAX_ROWS_PER_SM * sm_count)
-    looped = NORM_FWD_RMS_LOOPED.get(_next_pow2(n_cols)) if is_rms and not few_rows else None
+    looped = (NORM_FWD_RMS_LOOPED.get(_next_pow2(n_cols)) if is_rms and not few_rows
+              and not fused_add else None)  # fmt: skip
     if looped is not None and n_cols % looped[0]:
         looped = None  # a ragged last chunk is masked and re-read: one block reads the row once
     if looped is None:

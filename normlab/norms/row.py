@@ -590,7 +590,8 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
         not_replayable()  # the autotuner launches through Triton, unrecorded
         _norm_fwd_kernel_tuned[(n_rows,)](*args, **flags)
         return y, mean, rstd
-    cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(x2d.device.index))
+    cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(x2d.device.index),
+                                 residual is not None)  # fmt: skip
     block = next_pow2(block_size) if block_size else cfg.block_size
     launch(_norm_fwd_kernel, (n_rows,), *args, **flags, BLOCK_SIZE=block,
            SINGLE_BLOCK=n_cols <= block, EVEN_COLS=n_cols % block == 0,
