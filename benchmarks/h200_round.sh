@@ -27,11 +27,13 @@
 # of each half of normlab's RMSNorm forward+backward).
 # fwdrules (the one-wave forwards, up to a few rows per SM, and fp32 rows: planned against one
 # row per program with the parameters early or late, and row tiles, beside torch and Liger).
+# addhost (the loss options and the fused add held in one block; normlab's backward timed from
+# inside the autograd engine).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count or fwdrules}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules or addhost}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -197,6 +199,11 @@ case $STAGE in
   fwdrules)
     step norm_fwd_wave 420 python3 benchmarks/norm_launch_variants.py \
       --out "$OUT/norm_fwd_wave.jsonl" --reps 6 --peers torch,liger --cells "$FWD_WAVE"
+    ;;
+  addhost)
+    step loss_options 100 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
+      --reps 10 --max-seconds 70
+    step host_breakdown 70 python3 benchmarks/host_breakdown.py --calls 2000
     ;;
   rules)
     step gpu_check_rules 120 python3 benchmarks/gpu_check.py \
