@@ -353,7 +353,7 @@ def test_rms_forward_looped_row(monkeypatch, n):
         windows = configs.NORM_FWD_BLOCK_ROW[True].get(triton.next_power_of_2(n), ())
         past_windows = max((hi for _, hi, _ in windows), default=0) + 1
         assert configs.norm_fwd_block_row_config(past_windows, n, is_rms=True) is None
-    rows = _runtime.sm_count() + 1  # past the decode rule (one row per SM)
+    rows = configs.NORM_FWD_DECODE_MAX_ROWS_PER_SM * _runtime.sm_count() + 1  # past decode
     x, w, _ = _inputs(rows, n, torch.bfloat16, True)
     for layout in ("auto", "row"):
         launched.clear()
@@ -367,16 +367,18 @@ def test_rms_forward_looped_row(monkeypatch, n):
 
 
 def test_rms_forward_decode_rule(monkeypatch):
-    """Up to one row per SM (decode batches) a wide row is one register block, read once, with
-    w loaded beside x (EARLY_PARAMS); from one more row on, RMSNorm loops over chunks."""
+    """Up to NORM_FWD_DECODE_MAX_ROWS_PER_SM rows per SM (decode batches) a wide row is one
+    register block, read once, with w loaded beside x (EARLY_PARAMS); from one more row on,
+    RMSNorm loops over chunks."""
     sms = _runtime.sm_count()
-    chunk = configs.NORM_FWD_RMS_LOOPED[8192][0]
-    assert configs.norm_fwd_config(8192, True, sms, sms) == configs.NormFwdConfig(
+    decode = configs.NORM_FWD_DECODE_MAX_ROWS_PER_SM * sms
+    assert configs.norm_fwd_config(8192, True, decode, sms) == configs.NormFwdConfig(
         8192, configs.norm_fwd_config(8192, False).num_warps, early_params=True)
-    assert configs.norm_fwd_config(8192, True, sms + 1, sms).block_size == chunk
-    assert not configs.norm_fwd_config(8192, True, sms + 1, sms).early_params
+    past = configs.norm_fwd_config(8192, True, decode + 1, sms)
+    assert past.block_size < 8192 and not past.early_params
+    chunk = past.block_size
     launched = _record_forward_launches(monkeypatch, "BLOCK_SIZE")
-    for rows, block in ((1, 8192), (sms, 8192), (sms + 1, chunk)):
+    for rows, block in ((1, 8192), (decode, 8192), (decode + 1, chunk)):
         launched.clear()
         x, w, _ = _inputs(rows, 8192, torch.bfloat16, True)
         y = _fwd(x, w, None, 1e-5, True, layout="row")
@@ -394,8 +396,10 @@ def test_rms_forward_one_wave_rule(monkeypatch):
     default = configs.norm_fwd_config(8192, True)
     # a ragged width is one block, whatever the rows
     assert configs.norm_fwd_config(4097, True, lo * sms + 1, sms).block_size == 8192
+    decode = configs.NORM_FWD_DECODE_MAX_ROWS_PER_SM * sms
     for n_cols in (8192,):
-        assert configs.norm_fwd_config(n_cols, True, lo * sms, sms) == default
+        below = configs.norm_fwd_config(n_cols, True, lo * sms, sms)
+        assert below == default or (lo * sms <= decode and below.early_params)
         assert configs.norm_fwd_config(n_cols, True, lo * sms + 1, sms) == wave
         assert configs.norm_fwd_config(n_cols, True, hi * sms, sms) == wave
         assert configs.norm_fwd_config(n_cols, True, hi * sms + 1, sms) == default

@@ -324,11 +324,13 @@ def test_tiny_rows_match_fp64(is_rms, m, n, dtype):
 
 def test_backward_tile_rows_rule():
     """A tile shares rows only once every SM has one (prev_pow2(M / SMs), at most the element
-    budget's rows); rows that fit one tile stay one tile. At and around each switch."""
+    budget's rows); rows that fit one program's NORM_BWD_ONE_PROGRAM_TILES tiles keep the
+    budget's tiles. At and around each switch."""
     rows = config.norm_bwd_block_rows
     budget = config.NORM_BWD_TILE_ELEMS // 512  # 4 rows of 512 columns
-    assert rows(budget, 512, 132) == budget  # one tile: one program
-    assert rows(budget + 1, 512, 132) == 1  # past it, with fewer rows than SMs: one-row tiles
+    one = config.NORM_BWD_ONE_PROGRAM_TILES * budget  # the rows one program takes
+    assert rows(one, 512, 132) == budget
+    assert rows(one + 1, 512, 132) == 1  # past it, with fewer rows than SMs: one-row tiles
     assert rows(2 * 132 - 1, 512, 132) == 1
     assert rows(2 * 132, 512, 132) == 2
     assert rows(4 * 132 - 1, 512, 132) == 2
@@ -337,18 +339,21 @@ def test_backward_tile_rows_rule():
     assert rows(13, 512, 0) == budget  # no SM count: the budget alone
     assert rows(10**6, 32, 132) == config.NORM_BWD_MAX_BLOCK_ROWS
     assert config.norm_bwd_config("persistent", 13, 448, sm_count=132).block_rows == 1
+    assert config.norm_bwd_one_program(config.NORM_BWD_ONE_PROGRAM_TILES)
+    assert not config.norm_bwd_one_program(config.NORM_BWD_ONE_PROGRAM_TILES + 1)
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 @pytest.mark.parametrize(("m", "n", "one_program"), [
-    (4, 448, True),  # the tile's 4 rows: one program writes dγ/dβ itself
-    (5, 448, False),  # one row past: one-row tiles and the reduce
+    (4, 448, True),  # one 4-row tile
+    (8, 448, True),  # two: one program still writes dγ/dβ itself
+    (9, 448, False),  # one row past: smaller tiles, a grid and the reduce
     (13, 448, False),  # fewer rows than SMs x the tile's 4: 2-row tiles
-    (17, 100, False),  # prime rows, one past a 16-row tile of 128 columns (100: just past 64)
+    (33, 100, False),  # prime rows, past two 16-row tiles of 128 columns (100: just past 64)
 ])  # fmt: skip
 def test_small_backward_grid(monkeypatch, is_rms, m, n, one_program):
-    """Rows that fit one tile run one program with no workspace and no reduce launch; one row
-    more, a grid of smaller tiles and the reduce. dx, dγ, dβ against fp64 either way."""
+    """Rows that fit one program's tiles run one program with no workspace and no reduce
+    launch; one row more, a grid of smaller tiles and the reduce. dx, dγ, dβ against fp64."""
     from normlab import _launch
     from normlab.norms import row
 
@@ -373,10 +378,11 @@ def test_small_backward_grid(monkeypatch, is_rms, m, n, one_program):
     dy = torch.randn(m, n)
     dx, dw, db = row.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="persistent")
     tile_rows = config.norm_bwd_block_rows(m, config._next_pow2(n), SMS)
+    one = config.NORM_BWD_ONE_PROGRAM_TILES * tile_rows
     if one_program:
-        assert tile_rows >= m and grids == [(1,)] and not reduced
+        assert one >= m and grids == [(1,)] and not reduced
     else:
-        assert tile_rows < m and grids[0][0] > 1 and reduced
+        assert one < m and grids[0][0] > 1 and reduced
     _, grads_ref = _ref(x, w, b, 1e-5, is_rms, dy)
     assert_close(dx, grads_ref[0], msg="dx")
     assert_close(dw, grads_ref[1], reduce_len=m, msg="dweight")
@@ -416,13 +422,19 @@ def test_wide_rows_match_fp64(is_rms, n):
 
 
 def test_block_row_windows_start_above_the_decode_rows():
-    """The wide-row block-row forward windows (config.NORM_FWD_BLOCK_ROW) apply from one row per
-    SM on; decode batches run one row per program."""
+    """The wide-row block-row forward windows (config.NORM_FWD_BLOCK_ROW) apply above
+    NORM_FWD_DECODE_MAX_ROWS_PER_SM rows per SM; decode batches run one row per program, the
+    whole row in registers with the parameters loaded beside x."""
     sms = 132
+    decode = config.NORM_FWD_DECODE_MAX_ROWS_PER_SM * sms
     lo = config.NORM_FWD_BLOCK_ROW[True][1024][0][0]  # RMSNorm 1024: the window from 1 row
-    assert lo <= sms
-    assert config.plan(True, sms, 1000, sm_count=sms).fwd_tile is None
-    assert config.plan(True, sms + 1, 1000, sm_count=sms).fwd_tile is not None
+    assert lo <= decode
+    assert config.plan(True, decode, 1000, sm_count=sms).fwd_tile is None
+    assert config.plan(True, decode + 1, 1000, sm_count=sms).fwd_tile is not None
+    for n in (1000, 2048, 4096):  # not the looped RMSNorm forward: one block, w early
+        cfg = config.norm_fwd_config(n, True, decode, sms)
+        assert cfg.block_size >= n and cfg.early_params
+        assert not config.norm_fwd_config(n, True, decode + 1, sms).early_params
 
 
 @pytest.mark.usefixtures("small_split")
@@ -557,7 +569,8 @@ def test_pointwise_block_shrinks_to_fill_the_card():
     (7, 1, "block_row"),  # one column: the pointwise forward
     (5, 13, "block_row"),  # tiny rows
     (3, 257, "row"),  # one row per program, just past a power of two
-    (SMS + 3, 96, "row_tile"),  # the wide forward's block-row tile (forced below), past decode
+    (config.NORM_FWD_DECODE_MAX_ROWS_PER_SM * SMS + 3, 96, "row_tile"),  # past decode: the
+    # wide forward's block-row tile (forced below)
 ])  # fmt: skip
 def test_inference_forward_stores_no_statistics(monkeypatch, is_rms, m, n, kind):
     """Without a gradient no backward reads mean/rstd: the forward neither allocates nor writes

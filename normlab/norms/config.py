@@ -78,9 +78,11 @@ NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (
                        16384: (4096, 16)}  # fmt: skip
 # At 8192 columns, grids of 4-8 rows per SM fit one wave of 8-warp programs but not of 16-warp ones.
 NORM_FWD_RMS_ONE_WAVE = {8192: (4, 8, (4096, 8))}
-# Below one row per SM the card is latency-bound: hold the whole row in registers (no second
-# pass over it) with enough warps for one 16-byte load per thread.
-NORM_FWD_DECODE_MAX_ROWS_PER_SM = 1
+# Up to 4 rows per SM (one wave of one-row programs) the card is latency-bound: hold the whole
+# row in registers (no second pass over it), load w/b beside x (one memory round trip, not two)
+# and tile no rows. RMSNorm at 512 rows: 512 x 2048 2.31 µs against 2.54 looped, 512 x 1024 2.33
+# against 2.56 in 2-row tiles; 264 x 1024 2.17 against 2.42 (norm_fwd_wave, 18b691a).
+NORM_FWD_DECODE_MAX_ROWS_PER_SM = 4
 
 
 # ---- few wide rows: each row split over several programs (norms/split_row.py) -------------
@@ -352,8 +354,11 @@ NORM_BWD_TILE_ELEMS = 2048  # elements per single-pass row tile (rows x padded w
 NORM_BWD_MAX_BLOCK_ROWS = 16
 # Rows share a tile only once every SM has one: with fewer rows than that, one-row tiles, one
 # program each (LayerNorm backward 13 x 448: 3.5 µs against 6.0 for one program walking 4-row
-# tiles; 14 x 1022: 4.3 against 4.8). Rows that fit one tile stay one program with no reduce.
+# tiles; 14 x 1022: 4.3 against 4.8). Rows that fit NORM_BWD_ONE_PROGRAM_TILES tiles run one
+# program, which writes dγ/dβ itself: a tile's latency (~1.2 µs, the 13 x 448 walk) against the
+# reduce's launch, workspace and host time (a bound, not swept).
 NORM_BWD_TILES_PER_SM = 1
+NORM_BWD_ONE_PROGRAM_TILES = 2
 NORM_BWD_TWO_PASS_BLOCK_ROWS = 4
 NORM_BWD_TWO_PASS_PROGRAMS_PER_SM = 2
 NORM_BWD_TWO_PASS_BLOCK_COLS = 4096
@@ -406,11 +411,16 @@ def norm_bwd_two_pass(n_cols: int, is_rms: bool, n_rows: int) -> bool:
 def norm_bwd_block_rows(n_rows: int, block_cols: int, sm_count: int = 0) -> int:
     """Rows per single-pass tile: NORM_BWD_TILE_ELEMS elements, unless the rows would then
     leave SMs without a tile (NORM_BWD_TILES_PER_SM; ``sm_count`` 0: no bound). Rows that fit
-    one tile stay one tile."""
+    one program's NORM_BWD_ONE_PROGRAM_TILES tiles keep them (norm_bwd_one_program)."""
     rows = max(1, min(NORM_BWD_TILE_ELEMS // block_cols, NORM_BWD_MAX_BLOCK_ROWS))
-    if sm_count and n_rows > rows:
+    if sm_count and n_rows > NORM_BWD_ONE_PROGRAM_TILES * rows:
         rows = min(rows, _prev_pow2(max(1, n_rows // (NORM_BWD_TILES_PER_SM * sm_count))))
     return rows
+
+
+def norm_bwd_one_program(n_tiles: int) -> bool:
+    """Does one persistent program take every row tile (and write dγ/dβ itself)?"""
+    return n_tiles <= NORM_BWD_ONE_PROGRAM_TILES
 
 
 @dataclass(frozen=True)
