@@ -435,6 +435,10 @@ def test_block_row_windows_start_above_the_decode_rows():
         cfg = config.norm_fwd_config(n, True, decode, sms)
         assert cfg.block_size >= n and cfg.early_params
         assert not config.norm_fwd_config(n, True, decode + 1, sms).early_params
+    top = config.NORM_FWD_MAX_BLOCK  # 64 values a thread: no room for the weight's as well
+    assert config.norm_fwd_config(top, True, 1, sms).num_warps * 32 * 32 < top
+    assert not config.norm_fwd_config(top, True, 1, sms).early_params
+    assert config.norm_fwd_config(top // 2, True, 1, sms).early_params
 
 
 @pytest.mark.usefixtures("small_split")

@@ -83,6 +83,9 @@ NORM_FWD_RMS_ONE_WAVE = {8192: (4, 8, (4096, 8))}
 # and tile no rows. RMSNorm at 512 rows: 512 x 2048 2.31 µs against 2.54 looped, 512 x 1024 2.33
 # against 2.56 in 2-row tiles; 264 x 1024 2.17 against 2.42 (norm_fwd_wave, 18b691a).
 NORM_FWD_DECODE_MAX_ROWS_PER_SM = 4
+# w/b beside x hold a second row in registers: only up to this many row values a thread (the
+# 32768-column block at 16 warps holds 64, which would not leave room for 64 more).
+NORM_FWD_EARLY_MAX_PER_THREAD = 32
 
 
 # ---- few wide rows: each row split over several programs (norms/split_row.py) -------------
@@ -220,7 +223,8 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
     if looped is not None and n_cols % looped[0]:
         looped = None  # a ragged last chunk is masked and re-read: one block reads the row once
     if looped is None:
-        return NormFwdConfig(block_size=block, num_warps=warps, early_params=bool(few_rows))
+        early = few_rows and block <= NORM_FWD_EARLY_MAX_PER_THREAD * 32 * warps
+        return NormFwdConfig(block_size=block, num_warps=warps, early_params=bool(early))
     wave = NORM_FWD_RMS_ONE_WAVE.get(_next_pow2(n_cols))
     if wave and n_rows is not None and sm_count:
         lo, hi, cfg = wave
