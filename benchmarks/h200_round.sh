@@ -29,11 +29,13 @@
 # row per program with the parameters early or late, and row tiles, beside torch and Liger).
 # addhost (the loss options and the fused add held in one block; normlab's backward timed from
 # inside the autograd engine).
+# decode (decode batches up to 4 rows per SM and one backward program for two tiles: the norm
+# and replay checks, the population members whose forward plan changed, host µs).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules or addhost}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost or decode}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -65,6 +67,8 @@ rms_norm:fwd:512x4096,rms_norm:fwd:512x8192,rms_norm:fwd:1024x1024,rms_norm:fwd:
 rms_norm:fwd:261x1110,rms_norm:fwd:400x2880,layer_norm:fwd:512x768,layer_norm:fwd:512x1024,\
 layer_norm:fwd:512x2048,layer_norm:fwd:512x4096,layer_norm:fwd:1024x1024,layer_norm:fwd:261x1110,\
 layer_norm:fwd:4096x768:fp32,rms_norm:fwd:4096x768:fp32,layer_norm:fwd:4096x1024:fp32
+DECODE_CELLS=261x1110,296x17767,482x27361,512x768,512x1024,512x1536,512x2048,512x2560,512x2880,\
+512x3072,512x3584,512x4096,512x5120,512x6144,512x7168,512x8192,512x12288,512x16384
 RULE_CELLS=3366x60028,296x17767,1329x32826,47318x20163,482x27361,1990x2326,512x1536,512x2048,\
 512x1024,512x2880,512x768,13x448,14x1022,12x973,261x1110,593x37,783x120,868x136,4096x768,\
 4096x1024,4096x1536,4096x2048,7526x3956
@@ -203,6 +207,16 @@ case $STAGE in
   addhost)
     step loss_options 100 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
       --reps 10 --max-seconds 70
+    step host_breakdown 70 python3 benchmarks/host_breakdown.py --calls 2000
+    ;;
+  decode)
+    step gpu_check_decode 130 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_decode.json" --quick --only norms,replay
+    step population_decode 260 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_decode.jsonl" --reps 4 --families random,model,narrow \
+      --cells "$DECODE_CELLS"
+    step overhead_norms 60 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
+      --impl normlab,torch --out "$OUT/overhead_norms.json" --no-progress
     step host_breakdown 70 python3 benchmarks/host_breakdown.py --calls 2000
     ;;
   rules)
