@@ -1,0 +1,150 @@
+"""SASS instructions per loop of the fused loss kernel, by option, compiled for sm_90 (no GPU).
+
+    python3 benchmarks/kernel_loops.py [--block 4096 --warps 4] [--out out/kernel_loops.txt]
+
+Compiles ``losses.fused._entropy_fused_kernel`` ahead of time for an H100/H200 (``sm_90``) with
+this machine's Triton and its ``ptxas``, for label cross-entropy with each option on alone and
+all together, and for reverse KL with a temperature; prints registers, local memory (spills) and,
+for each loop of the SASS, its instructions, their count per logit (a tile of ``--block``
+logits over ``32 * --warps`` threads) and the commonest opcodes. An option that costs time in a
+memory-bound kernel costs it in these loops: the row statistics' pass and the gradient's.
+
+The compile needs no GPU, but normlab must define its kernels compiled rather than interpreted:
+this script makes ``torch.cuda.is_available`` answer True before importing normlab, and launches
+nothing. Triton's code generation changes between versions: say which one a figure came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+torch.cuda.is_available = lambda: True  # compiled kernels on a machine without a GPU (above)
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from normlab.losses import config  # noqa: E402
+from normlab.losses.fused import _entropy_fused_kernel  # noqa: E402
+
+POINTERS = {"x_ptr": "*bf16", "t_ptr": "*bf16", "labels_ptr": "*i64", "grad_ptr": "*bf16",
+            "loss_ptr": "*fp32", "n_valid_ptr": "*fp32", "out_ptr": "*fp32",
+            "ticket_ptr": "*i32", "mask_ptr": "*i1"}  # fmt: skip
+SCALARS = {"grad_scale": "fp32", "ignore_index": "i32", "n_cols": "i32", "x_row_stride": "i32",
+           "t_row_stride": "i32", "grad_row_stride": "i32", "xparam": "fp32", "beta": "fp32",
+           "smoothing": "fp32", "uniform_weight": "fp32", "z_loss": "fp32"}  # fmt: skip
+ALIGNED = ("x_ptr", "t_ptr", "labels_ptr", "grad_ptr", "loss_ptr", "n_valid_ptr", "out_ptr",
+           "ticket_ptr", "n_cols", "x_row_stride", "t_row_stride", "grad_row_stride")
+# variant -> (KIND, XFORM, SMOOTH, ZLOSS): the options as config.kernel_args sets them for bf16
+CE, RKL = config.KINDS["cross_entropy"], config.KINDS["reverse_kl"]
+APPROX, TEMPERATURE = config.XFORMS["softcap_approx"], config.XFORMS["temperature"]
+VARIANTS = {
+    "cross_entropy": (CE, 0, False, False),
+    "cross_entropy label_smoothing": (CE, 0, True, False),
+    "cross_entropy z_loss": (CE, 0, False, True),
+    "cross_entropy softcap": (CE, APPROX, False, False),
+    "cross_entropy all three": (CE, APPROX, True, True),
+    "reverse_kl": (RKL, 0, False, False),
+    "reverse_kl T=2": (RKL, TEMPERATURE, False, False),
+}
+_INSTR = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_LABEL = re.compile(r"^\.?(L_x_\d+):")
+_BRANCH = re.compile(r"\bBRA\b.*?`?\(?\.?(L_x_\d+)")
+
+
+def compile_variant(kind, xform, smooth, zloss, block, warps, arch):
+    """The compiled kernel of one variant (forward+backward: COMPUTE_GRAD, a mean over the
+    counted rows, aligned rows)."""
+    constants = {"KIND": kind, "COMPUTE_GRAD": True, "ACCUMULATE": False,
+                 "MEAN_OVER_VALID": True, "COUNT": True, "REDUCE": 0, "BLOCK": block,
+                 "LANE": config.entropy_lane(block), "ALIGN": 1, "FRAME": 1, "XFORM": xform,
+                 "HAS_MASK": False, "SMOOTH": smooth, "ZLOSS": zloss}  # fmt: skip
+    signature = {**POINTERS, **SCALARS, **dict.fromkeys(constants, "constexpr")}
+    names = _entropy_fused_kernel.arg_names
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
+    src = ASTSource(_entropy_fused_kernel, signature, constants, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+
+
+def _tool(name: str) -> str:
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def analyse(kernel) -> tuple[dict, list]:
+    """(resource usage, loops): loops as (instructions, opcode counts), one per backward
+    branch of the SASS."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "k.cubin"
+        cubin.write_bytes(kernel.asm["cubin"])
+        usage = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", str(cubin)],
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+        sass = subprocess.run([_tool("nvdisasm"), "-c", str(cubin)], capture_output=True,
+                              text=True, check=True).stdout  # fmt: skip
+    resources = {k: int(v) for k, v in re.findall(r"\b(REG|LOCAL|SHARED):(\d+)", usage)}
+    instrs, labels, pending = [], {}, []
+    for line in sass.splitlines():
+        label = _LABEL.match(line.strip())
+        if label:
+            pending.append(label.group(1))
+            continue
+        m = _INSTR.match(line)
+        if m:
+            addr = int(m.group(1), 16)
+            for name in pending:
+                labels[name] = addr
+            pending = []
+            instrs.append((addr, re.sub(r"^@!?U?P\w+\s+", "", m.group(2))))
+    loops = []
+    for addr, text in instrs:
+        target = _BRANCH.search(text)
+        if target and labels.get(target.group(1), addr + 1) <= addr:
+            start = labels[target.group(1)]
+            body = [t for a, t in instrs if start <= a <= addr]
+            ops = collections.Counter(t.split()[0].split(".")[0] for t in body)
+            loops.append((len(body), ops))
+    return resources, loops
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--block", type=int, default=4096, help="the column tile (a power of 2)")
+    parser.add_argument("--warps", type=int, default=4)
+    parser.add_argument("--arch", type=int, default=90, help="the SM version (90: H100/H200)")
+    parser.add_argument("--out", type=Path, help="also write the lines here")
+    args = parser.parse_args(argv)
+    if args.block < 16 or args.block & (args.block - 1):
+        parser.error("--block must be a power of two, at least 16")
+    if args.warps not in (1, 2, 4, 8, 16, 32) or args.block < 32 * args.warps:
+        parser.error("--warps must be a power of two up to 32, at most --block / 32")
+    per_thread = args.block // (32 * args.warps)
+    lines = [f"_entropy_fused_kernel, sm_{args.arch}, triton {triton.__version__}, tile "
+             f"{args.block} at {args.warps} warps ({per_thread} logits a thread), bf16, "
+             "forward+backward; loops with 60+ instructions"]
+    for name, variant in VARIANTS.items():
+        kernel = compile_variant(*variant, args.block, args.warps, args.arch)
+        res, loops = analyse(kernel)
+        lines.append(f"{name}: {res.get('REG', 0)} registers, {res.get('LOCAL', 0)} B local")
+        for count, ops in loops:
+            if count >= 60:  # the tile loops, not the label count or the fill
+                top = ", ".join(f"{op} {n}" for op, n in ops.most_common(8))
+                lines.append(f"  loop of {count} instructions, {count / per_thread:.1f} a logit: "
+                             f"{top}")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
