@@ -25,6 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+os.environ["TRITON_INTERPRET"] = "0"  # compiled kernels, even when a caller interprets
+os.environ["NORMLAB_MODE"] = "auto"
+
 import torch
 
 torch.cuda.is_available = lambda: True  # compiled kernels on a machine without a GPU (above)

@@ -362,6 +362,8 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/gpu_check.py", ["--out", "x.json", "--loss-options", "cross_entropy,jsx"],
      "no case starts with 'jsx'"),
     ("benchmarks/gpu_check.py", ["--out", "x.json", "--loss-options", "jsd"], "needs a CUDA GPU"),
+    ("benchmarks/kernel_loops.py", ["--block", "100"], "must be a power of two"),
+    ("benchmarks/kernel_loops.py", ["--warps", "3"], "--warps must be"),
 ])  # fmt: skip
 def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path):
     """Bad arguments (and no GPU here) exit 2 with the reason, before anything is measured."""
@@ -369,3 +371,26 @@ def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path)
     proc = subprocess.run([sys.executable, script, *args], cwd=root, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(root)})
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-500:]
+
+
+def test_kernel_loops_counts_the_options_instructions():
+    """benchmarks/kernel_loops.py compiles the fused loss kernel for sm_90 without a GPU: every
+    variant has its loops, and label smoothing adds instructions to the statistics' loop (its
+    sum of the logits)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--block", "256",
+                           "--warps", "2"], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    per_variant = {}
+    for block in proc.stdout.strip().split("\n")[1:]:
+        if not block.startswith(" "):
+            name = block.split(":")[0]
+            per_variant[name] = []
+        else:
+            per_variant[name].append(int(re.search(r"loop of (\d+)", block).group(1)))
+    assert len(per_variant) == 7 and all(per_variant.values()), proc.stdout
+    # the first loop in the SASS is the statistics' pass
+    assert per_variant["cross_entropy label_smoothing"][0] > per_variant["cross_entropy"][0]
