@@ -353,7 +353,8 @@ def test_rms_forward_looped_row(monkeypatch, n):
         windows = configs.NORM_FWD_BLOCK_ROW[True].get(triton.next_power_of_2(n), ())
         past_windows = max((hi for _, hi, _ in windows), default=0) + 1
         assert configs.norm_fwd_block_row_config(past_windows, n, is_rms=True) is None
-    rows = configs.NORM_FWD_DECODE_MAX_ROWS_PER_SM * _runtime.sm_count() + 1  # past decode
+    rows = 4 * _runtime.sm_count() + 1  # past decode at any width (4 rows a SM at most)
+    assert not configs.decode_rows(rows, n, _runtime.sm_count())
     x, w, _ = _inputs(rows, n, torch.bfloat16, True)
     for layout in ("auto", "row"):
         launched.clear()
@@ -367,11 +368,12 @@ def test_rms_forward_looped_row(monkeypatch, n):
 
 
 def test_rms_forward_decode_rule(monkeypatch):
-    """Up to NORM_FWD_DECODE_MAX_ROWS_PER_SM rows per SM (decode batches) a wide row is one
-    register block, read once, with w loaded beside x (EARLY_PARAMS); from one more row on,
-    RMSNorm loops over chunks."""
+    """Up to one row per SM (a decode batch at this width) a wide row is one register block,
+    read once, with w loaded beside x (EARLY_PARAMS); from one more row on, RMSNorm loops over
+    chunks."""
     sms = _runtime.sm_count()
-    decode = configs.NORM_FWD_DECODE_MAX_ROWS_PER_SM * sms
+    decode = sms
+    assert configs.decode_rows(decode, 8192, sms) and not configs.decode_rows(decode + 1, 8192, sms)
     assert configs.norm_fwd_config(8192, True, decode, sms) == configs.NormFwdConfig(
         8192, configs.norm_fwd_config(8192, False).num_warps, early_params=True)
     past = configs.norm_fwd_config(8192, True, decode + 1, sms)
@@ -396,10 +398,8 @@ def test_rms_forward_one_wave_rule(monkeypatch):
     default = configs.norm_fwd_config(8192, True)
     # a ragged width is one block, whatever the rows
     assert configs.norm_fwd_config(4097, True, lo * sms + 1, sms).block_size == 8192
-    decode = configs.NORM_FWD_DECODE_MAX_ROWS_PER_SM * sms
     for n_cols in (8192,):
-        below = configs.norm_fwd_config(n_cols, True, lo * sms, sms)
-        assert below == default or (lo * sms <= decode and below.early_params)
+        assert configs.norm_fwd_config(n_cols, True, lo * sms, sms) == default
         assert configs.norm_fwd_config(n_cols, True, lo * sms + 1, sms) == wave
         assert configs.norm_fwd_config(n_cols, True, hi * sms, sms) == wave
         assert configs.norm_fwd_config(n_cols, True, hi * sms + 1, sms) == default

@@ -422,19 +422,20 @@ def test_wide_rows_match_fp64(is_rms, n):
 
 
 def test_block_row_windows_start_above_the_decode_rows():
-    """The wide-row block-row forward windows (config.NORM_FWD_BLOCK_ROW) apply above
-    NORM_FWD_DECODE_MAX_ROWS_PER_SM rows per SM; decode batches run one row per program, the
-    whole row in registers with the parameters loaded beside x."""
+    """Decode batches (config.NORM_FWD_DECODE_ROWS_PER_SM: 4 rows a SM up to 2048 columns, 1
+    beyond) run one row per program, the whole row in registers with the parameters loaded
+    beside x; one row more, the looped row or the block-row windows (config.NORM_FWD_BLOCK_ROW)
+    take over. At each switch."""
     sms = 132
-    decode = config.NORM_FWD_DECODE_MAX_ROWS_PER_SM * sms
-    lo = config.NORM_FWD_BLOCK_ROW[True][1024][0][0]  # RMSNorm 1024: the window from 1 row
-    assert lo <= decode
-    assert config.plan(True, decode, 1000, sm_count=sms).fwd_tile is None
-    assert config.plan(True, decode + 1, 1000, sm_count=sms).fwd_tile is not None
-    for n in (1000, 2048, 4096):  # not the looped RMSNorm forward: one block, w early
-        cfg = config.norm_fwd_config(n, True, decode, sms)
+    for n, per_sm in ((1000, 4), (2048, 4), (2049, 1), (8192, 1)):
+        top = per_sm * sms
+        assert config.decode_rows(top, n, sms) and not config.decode_rows(top + 1, n, sms)
+        cfg = config.norm_fwd_config(n, True, top, sms)
         assert cfg.block_size >= n and cfg.early_params
-        assert not config.norm_fwd_config(n, True, decode + 1, sms).early_params
+        assert not config.norm_fwd_config(n, True, top + 1, sms).early_params
+    assert config.NORM_FWD_BLOCK_ROW[True][1024][0][0] <= 4 * sms  # the window from 1 row
+    assert config.plan(True, 4 * sms, 1000, sm_count=sms).fwd_tile is None
+    assert config.plan(True, 4 * sms + 1, 1000, sm_count=sms).fwd_tile is not None
     top = config.NORM_FWD_MAX_BLOCK  # 64 values a thread: no room for the weight's as well
     assert config.norm_fwd_config(top, True, 1, sms).num_warps * 32 * 32 < top
     assert not config.norm_fwd_config(top, True, 1, sms).early_params
@@ -573,8 +574,8 @@ def test_pointwise_block_shrinks_to_fill_the_card():
     (7, 1, "block_row"),  # one column: the pointwise forward
     (5, 13, "block_row"),  # tiny rows
     (3, 257, "row"),  # one row per program, just past a power of two
-    (config.NORM_FWD_DECODE_MAX_ROWS_PER_SM * SMS + 3, 96, "row_tile"),  # past decode: the
-    # wide forward's block-row tile (forced below)
+    (4 * SMS + 3, 96, "row_tile"),  # past decode (4 rows a SM): the wide forward's block-row
+    # tile (forced below)
 ])  # fmt: skip
 def test_inference_forward_stores_no_statistics(monkeypatch, is_rms, m, n, kind):
     """Without a gradient no backward reads mean/rstd: the forward neither allocates nor writes

@@ -78,11 +78,13 @@ NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (
                        16384: (4096, 16)}  # fmt: skip
 # At 8192 columns, grids of 4-8 rows per SM fit one wave of 8-warp programs but not of 16-warp ones.
 NORM_FWD_RMS_ONE_WAVE = {8192: (4, 8, (4096, 8))}
-# Up to 4 rows per SM (one wave of one-row programs) the card is latency-bound: hold the whole
-# row in registers (no second pass over it), load w/b beside x (one memory round trip, not two)
-# and tile no rows. RMSNorm at 512 rows: 512 x 2048 2.31 µs against 2.54 looped, 512 x 1024 2.33
-# against 2.56 in 2-row tiles; 264 x 1024 2.17 against 2.42 (norm_fwd_wave, 18b691a).
-NORM_FWD_DECODE_MAX_ROWS_PER_SM = 4
+# Decode batches: up to these rows per SM (by padded width) the card is latency-bound, so a row
+# is held whole in registers (no second pass over it), w/b load beside x (one memory round trip,
+# not two) and no rows share a tile. Rows up to 2048 columns: 4 a SM (RMSNorm 512 x 1024 1.92 µs
+# against 2.49 in 2-row tiles, 512 x 768 2.26 against 2.40; population_decode, c28c4c6). Wider
+# rows: 1 a SM; at 4 a SM the one block ran 20-35% slower than the looped row or the tile from
+# 7168 columns on (512 x 16384: 12.67 against 9.43).
+NORM_FWD_DECODE_ROWS_PER_SM = ((2048, 4), (1 << 62, 1))
 # w/b beside x hold a second row in registers: only up to this many row values a thread (the
 # 32768-column block at 16 warps holds 64, which would not leave room for 64 more).
 NORM_FWD_EARLY_MAX_PER_THREAD = 32
@@ -206,6 +208,11 @@ class NormFwdConfig:
     early_params: bool = False  # few rows: load w/b with x (one memory round trip, not two)
 
 
+def decode_rows(n_rows: int, n_cols: int, sm_count: int) -> bool:
+    """A decode batch (NORM_FWD_DECODE_ROWS_PER_SM): one block a row, parameters early, no tile."""
+    return n_rows <= _ladder(NORM_FWD_DECODE_ROWS_PER_SM, _next_pow2(n_cols)) * sm_count
+
+
 def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None,
                     sm_count: int | None = None,
                     fused_add: bool = False) -> NormFwdConfig:  # fmt: skip
@@ -216,8 +223,7 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
         return NormFwdConfig(block_size=NORM_FWD_WIDE_CHUNK, num_warps=NORM_FWD_WIDE_WARPS)
     block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = _ladder(NORM_FWD_WARPS, block)
-    few_rows = (n_rows is not None and sm_count
-                and n_rows <= NORM_FWD_DECODE_MAX_ROWS_PER_SM * sm_count)
+    few_rows = n_rows is not None and sm_count and decode_rows(n_rows, n_cols, sm_count)
     looped = (NORM_FWD_RMS_LOOPED.get(_next_pow2(n_cols)) if is_rms and not few_rows
               and not fused_add else None)  # fmt: skip
     if looped is not None and n_cols % looped[0]:
@@ -624,7 +630,7 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
     split_bwd = (auto and strategy == "auto" and n_rows > 0
                  and n_cols > split_row_bwd_min_cols(is_rms, n_rows, sm_count))  # fmt: skip
     # The wide-row block-row windows start above the decode rows: one row per program there.
-    decode = sm_count is not None and n_rows <= NORM_FWD_DECODE_MAX_ROWS_PER_SM * sm_count
+    decode = sm_count is not None and decode_rows(n_rows, n_cols, sm_count)
     tile = (norm_fwd_block_row_config(n_rows, n_cols, is_rms, aligned) if layout == "auto"
             else None)  # fmt: skip
     return NormPlan(
