@@ -31,11 +31,12 @@
 # inside the autograd engine).
 # decode (decode batches up to 4 rows per SM and one backward program for two tiles: the norm
 # and replay checks, the population members whose forward plan changed, host µs).
+# llama (a 1B Llama's training step, eager and compiled: unpatched, normlab.patch, Liger).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost or decode}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode or llama}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -218,6 +219,10 @@ case $STAGE in
     step overhead_norms 60 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
       --impl normlab,torch --out "$OUT/overhead_norms.json" --no-progress
     step host_breakdown 70 python3 benchmarks/host_breakdown.py --calls 2000
+    ;;
+  llama)
+    step llama_step 500 python3 benchmarks/llama_step.py --out "$OUT/llama_step.json" \
+      --steps 20 --warmup 5
     ;;
   rules)
     step gpu_check_rules 120 python3 benchmarks/gpu_check.py \
