@@ -380,7 +380,7 @@ def test_kernel_loops_counts_the_options_instructions():
     import re
 
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--block", "256",
+    proc = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--block", "512",
                            "--warps", "2"], cwd=root, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -394,3 +394,13 @@ def test_kernel_loops_counts_the_options_instructions():
     assert len(per_variant) == 7 and all(per_variant.values()), proc.stdout
     # the first loop in the SASS is the statistics' pass
     assert per_variant["cross_entropy label_smoothing"][0] > per_variant["cross_entropy"][0]
+    # the label's one-hot after the loops: the gradient loop (the last) loses its compare
+    after = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--block", "512",
+                            "--warps", "2", "--label-after"], cwd=root, capture_output=True,
+                           text=True, env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert after.returncode == 0 and "one-hot after the loops" in after.stdout, after.stderr[-2000:]
+    base_lines = proc.stdout.split("cross_entropy label_smoothing:")[0]
+    after_lines = after.stdout.split("cross_entropy label_smoothing:")[0]
+    last = [int(v) for v in re.findall(r"loop of (\d+)", base_lines)][-1]
+    last_after = [int(v) for v in re.findall(r"loop of (\d+)", after_lines)][-1]
+    assert last_after < last

@@ -532,6 +532,32 @@ def test_label_smoothing_one_lane_tiles(form, tile_sum, monkeypatch):
         _check(out, grad, ref_out, ref_grad, torch.float32, 300, f"{form} {kw}")
 
 
+@pytest.mark.parametrize("form", ["fused", "chunked"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_label_after_the_loops(form, dtype, monkeypatch):
+    # online.LABEL_AFTER (the experiment NORMLAB_LOSS_LABEL_AFTER=1): the tiles leave the label's
+    # one-hot out and label_fixup writes the label's column after them. Labels in the first,
+    # an inner, the last whole and the ragged tile, at both ends of the row and at a tile's
+    # edge; an ignored row; V = 301 (bf16 rows off 16-byte boundaries: the aligned frames' edge
+    # tiles); every option; against fp64. grad_accumulate keeps the one-hot in the loops.
+    monkeypatch.setattr(online, "LABEL_AFTER", tl.constexpr(True))
+    n_cols = 301
+    x = (torch.randn(7, n_cols) * 3).to(dtype)
+    labels = torch.tensor([0, 63, 64, 150, 300, -100, 299])
+    for kw in ({}, {"label_smoothing": 0.2},
+               {"label_smoothing": 0.1, "z_loss": 1e-2, "softcap": 4.0}):  # fmt: skip
+        out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=64,
+                          reduction="none", **kw)  # fmt: skip
+        ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, reduction="none", **kw)
+        _check(out, grad, ref_out, ref_grad, dtype, n_cols, f"{form} {kw}")
+    buf = torch.ones(7, n_cols, dtype=dtype)
+    normlab.cross_entropy(x, labels, form=form, block_cap=64, reduction="sum",
+                          grad_accumulate=buf)  # fmt: skip
+    _, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, reduction="sum")
+    _assert_rows_close(buf.float() - 1.0, ref_grad, _row_scale(ref_grad), _grad_rel(dtype),
+                       "grad_accumulate")  # fmt: skip
+
+
 @pytest.mark.parametrize("form", FORMS)
 def test_softcap_far_above_the_logits(form):
     # A cap of 1e3 over logits ~3: tanh's argument sits near 0, where 1 - 2 / (exp(2v) + 1)

@@ -72,6 +72,12 @@ PAIRED_MAXIMA: tl.constexpr = tl.constexpr(not _runtime.INTERPRET)
 # tile, as lanes of a few columns always do (within a thread).
 SMOOTH_TILE_SUM: tl.constexpr = tl.constexpr(
     os.environ.get("NORMLAB_LOSS_SMOOTH_TILE_SUM", "1") != "0")
+# Label CE's one-hot outside the gradient loops: the tiles store p (times scale) with no compare
+# against the label's column, and the label's own gradient is written once after them (an
+# overwrite, so not with ACCUMULATE). An experiment, off by default until measured on a GPU
+# (NORMLAB_LOSS_LABEL_AFTER=1): benchmarks/kernel_loops.py counts 5.4 integer instructions a
+# logit in the gradient loop for the column indices, the compare and the addresses.
+LABEL_AFTER: tl.constexpr = tl.constexpr(os.environ.get("NORMLAB_LOSS_LABEL_AFTER", "0") == "1")
 TWO_LOG2E: tl.constexpr = tl.constexpr(2.8853900817779268)  # 2 / ln 2: exp(2v) = exp2(v 2 log2 e)
 # Elements per step of a launch's row count and final sum (counted_rows, finish_reduction).
 REDUCE_BLOCK: tl.constexpr = tl.constexpr(1024)
@@ -441,9 +447,11 @@ def jsd_loss(r_p, r_q, log_s_x, log_s_t, beta):
 @triton.jit
 def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, xparam,
               beta, smoothing, uniform_weight, z_loss, KIND: tl.constexpr, XFORM: tl.constexpr,
-              SMOOTH: tl.constexpr, ZLOSS: tl.constexpr):  # fmt: skip
+              SMOOTH: tl.constexpr, ZLOSS: tl.constexpr,
+              ONE_HOT: tl.constexpr = True):  # fmt: skip
     """Gradient of one (transformed) tile, times scale, in the max-shifted frame of the row
-    statistics. kl_shift: reverse KL's KL(p || q), JSD's R_p (module docstring).
+    statistics. kl_shift: reverse KL's KL(p || q), JSD's R_p (module docstring). Label CE
+    without ONE_HOT leaves the label's column out (label_fixup writes it).
 
     log p - log q - KL = (x - shift_x) - (t - shift_t) - acc / s_x: no O(|logit|) terms cancel,
     so the result stays exact to fp32 even at |logits| ~ 1e4 (lse + KL would lose ~1e-3). JSD's
@@ -461,7 +469,9 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
     else:
         if ZLOSS:  # d(z lse^2) = 2 z lse p
             p = p * (1.0 + 2.0 * z_loss * (shift_x + log_s_x))
-        if SMOOTH:
+        if not ONE_HOT:
+            g = (p - uniform_weight) if SMOOTH else p
+        elif SMOOTH:
             g = (p - uniform_weight) - tl.where(cols == label, 1.0 - smoothing, 0.0)
         else:
             g = p - tl.where(cols == label, 1.0, 0.0)
@@ -495,8 +505,8 @@ def store_grad(grad_ptrs, g, mask, ACCUMULATE: tl.constexpr, EVICTION: tl.conste
 def store_edge_grad(x_row, t_row, grad_row, offs, g, lo, hi, shift_x, shift_t, log_s_x, log_s_t,
                      kl_shift, label, scale, xparam, beta, smoothing, uniform_weight, z_loss,
                      KIND: tl.constexpr, ACCUMULATE: tl.constexpr, ALIGN: tl.constexpr,
-                     XFORM: tl.constexpr, SMOOTH: tl.constexpr,
-                     ZLOSS: tl.constexpr):  # fmt: skip
+                     XFORM: tl.constexpr, SMOOTH: tl.constexpr, ZLOSS: tl.constexpr,
+                     ONE_HOT: tl.constexpr = True):  # fmt: skip
     """Store the gradient g of an edge tile (columns offs of a frame) to exactly its columns in
     [lo, hi): whole 16-byte vectors from g with one vector store each, the partial vector at
     either end recomputed on ALIGN lanes. (An exact mask over the tile would split every store
@@ -507,19 +517,20 @@ def store_edge_grad(x_row, t_row, grad_row, offs, g, lo, hi, shift_x, shift_t, l
     store_grad(grad_row + offs, g, (offs >= lo_vec) & (offs < hi_vec), ACCUMULATE, "evict_first")
     store_lanes(x_row, t_row, grad_row, lo_vec - ALIGN, lo, tl.minimum(hi, lo_vec), shift_x,
                 shift_t, log_s_x, log_s_t, kl_shift, label, scale, xparam, beta, smoothing,
-                uniform_weight, z_loss, KIND, ACCUMULATE, ALIGN, XFORM, SMOOTH,
-                ZLOSS)  # fmt: skip
+                uniform_weight, z_loss, KIND, ACCUMULATE, ALIGN, XFORM, SMOOTH, ZLOSS,
+                ONE_HOT)  # fmt: skip
     store_lanes(x_row, t_row, grad_row, hi_vec, tl.maximum(lo_vec, hi_vec), hi, shift_x, shift_t,
                  log_s_x, log_s_t, kl_shift, label, scale, xparam, beta, smoothing,
-                 uniform_weight, z_loss, KIND, ACCUMULATE, ALIGN, XFORM, SMOOTH,
-                 ZLOSS)  # fmt: skip
+                 uniform_weight, z_loss, KIND, ACCUMULATE, ALIGN, XFORM, SMOOTH, ZLOSS,
+                 ONE_HOT)  # fmt: skip
 
 
 @triton.jit
 def store_lanes(x_row, t_row, grad_row, start, lo, hi, shift_x, shift_t, log_s_x, log_s_t,
                  kl_shift, label, scale, xparam, beta, smoothing, uniform_weight, z_loss,
                  KIND: tl.constexpr, ACCUMULATE: tl.constexpr, ALIGN: tl.constexpr,
-                 XFORM: tl.constexpr, SMOOTH: tl.constexpr, ZLOSS: tl.constexpr):  # fmt: skip
+                 XFORM: tl.constexpr, SMOOTH: tl.constexpr, ZLOSS: tl.constexpr,
+                 ONE_HOT: tl.constexpr = True):  # fmt: skip
     """Gradient of the columns [lo, hi) of the ALIGN columns from start (one partial vector)."""
     cols = start + tl.arange(0, ALIGN)
     mask = (cols >= lo) & (cols < hi)
@@ -527,8 +538,8 @@ def store_lanes(x_row, t_row, grad_row, start, lo, hi, shift_x, shift_t, log_s_x
     t = x if KIND == CE else transform(tl.load(t_row + cols, mask=mask, other=NEG_INF).to(
         tl.float32), xparam, XFORM)
     g = tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, xparam,
-                  beta, smoothing, uniform_weight, z_loss, KIND, XFORM, SMOOTH,
-                  ZLOSS)  # fmt: skip
+                  beta, smoothing, uniform_weight, z_loss, KIND, XFORM, SMOOTH, ZLOSS,
+                  ONE_HOT)  # fmt: skip
     store_grad(grad_row + cols, g, mask, ACCUMULATE, "evict_first")
 
 
@@ -692,11 +703,13 @@ def grad_pass(
         scale = tl.where(bad, float("nan"), scale)
     if (KIND == RKL) or (KIND == JSD):
         scale = nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift, KIND)
+    # label CE with LABEL_AFTER: the tiles leave the label out, label_fixup writes it last
+    ONE_HOT: tl.constexpr = (KIND != CE) or ACCUMULATE or (not LABEL_AFTER)
     cols = tile_cols(BLOCK, LANE)
     last_cols = n_full * BLOCK + cols
     g = tile_grad(x_last, t_last, last_cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift,
                    label, scale, xparam, beta, smoothing, uniform_weight, z_loss, KIND, XFORM,
-                   SMOOTH, ZLOSS)  # fmt: skip
+                   SMOOTH, ZLOSS, ONE_HOT)  # fmt: skip
     if ALIGN > 1:
         # An inner chunk's last tile is whole (a row's almost never): stored unmasked. The
         # statistics pass loaded it unmasked too. (Measured with the code as it stands: moving
@@ -707,7 +720,7 @@ def grad_pass(
             store_edge_grad(x_row, t_row, grad_row, last_cols, g, tl.maximum(lo, n_full * BLOCK),
                              hi, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
                              xparam, beta, smoothing, uniform_weight, z_loss, KIND, ACCUMULATE,
-                             ALIGN, XFORM, SMOOTH, ZLOSS)  # fmt: skip
+                             ALIGN, XFORM, SMOOTH, ZLOSS, ONE_HOT)  # fmt: skip
     else:
         store_grad(grad_row + last_cols, g, last_cols < hi, ACCUMULATE, "evict_first")
     for j in range(n_full - first):
@@ -721,7 +734,7 @@ def grad_pass(
             t = transform(t, xparam, XFORM)
         g = tile_grad(x, t, offs, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
                        xparam, beta, smoothing, uniform_weight, z_loss, KIND, XFORM, SMOOTH,
-                       ZLOSS)  # fmt: skip
+                       ZLOSS, ONE_HOT)  # fmt: skip
         store_grad(grad_row + offs, g, None, ACCUMULATE, "evict_first")  # unmasked: vectorized
     if ALIGN > 1:  # a constexpr branch, as the kernels were measured
         if first > 0:  # the peeled first tile: lanes before lo are the previous row's
@@ -729,8 +742,26 @@ def grad_pass(
                                   XFORM)  # fmt: skip
             g = tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale,
                            xparam, beta, smoothing, uniform_weight, z_loss, KIND, XFORM, SMOOTH,
-                           ZLOSS)  # fmt: skip
+                           ZLOSS, ONE_HOT)  # fmt: skip
             store_edge_grad(x_row, t_row, grad_row, cols, g, lo, BLOCK, shift_x, shift_t,
                              log_s_x, log_s_t, kl_shift, label, scale, xparam, beta, smoothing,
                              uniform_weight, z_loss, KIND, ACCUMULATE, ALIGN, XFORM, SMOOTH,
-                             ZLOSS)  # fmt: skip
+                             ZLOSS, ONE_HOT)  # fmt: skip
+    if not ONE_HOT:
+        label_fixup(x_row, grad_row, lo, hi, label, shift_x, log_s_x, scale, xparam, smoothing,
+                    uniform_weight, z_loss, XFORM, SMOOTH, ZLOSS)
+
+
+@triton.jit
+def label_fixup(x_row, grad_row, lo, hi, label, shift_x, log_s_x, scale, xparam, smoothing,
+                uniform_weight, z_loss, XFORM: tl.constexpr, SMOOTH: tl.constexpr,
+                ZLOSS: tl.constexpr):  # fmt: skip
+    """Label CE with LABEL_AFTER: the label's column, when it lies in [lo, hi), gets its whole
+    gradient, stored over the tile's p after every thread's tile stores (a barrier). An
+    out-of-range label lies outside the frame; its row's scale is NaN already."""
+    tl.debug_barrier()
+    if (label >= lo) & (label < hi):
+        x = transform(tl.load(x_row + label).to(tl.float32), xparam, XFORM)
+        g = tile_grad(x, x, label, shift_x, 0.0, log_s_x, 0.0, 0.0, label, scale, xparam, 0.5,
+                      smoothing, uniform_weight, z_loss, CE, XFORM, SMOOTH, ZLOSS)  # fmt: skip
+        tl.store(grad_row + label, g.to(grad_row.dtype.element_ty))
