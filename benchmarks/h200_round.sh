@@ -32,11 +32,14 @@
 # decode (decode batches up to 4 rows per SM and one backward program for two tiles: the norm
 # and replay checks, the population members whose forward plan changed, host µs).
 # llama (a 1B Llama's training step, eager and compiled: unpatched, normlab.patch, Liger).
+# labelafter (label CE's one-hot after the gradient loops, NORMLAB_LOSS_LABEL_AFTER=1: the loss
+# checks with it on, the loss options with it off and on, label CE over the vocabulary
+# population with it on).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode or llama}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama or labelafter}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -223,6 +226,18 @@ case $STAGE in
   llama)
     step llama_step 500 python3 benchmarks/llama_step.py --out "$OUT/llama_step.json" \
       --steps 20 --warmup 5
+    ;;
+  labelafter)
+    step gpu_check_label_after 120 env NORMLAB_LOSS_LABEL_AFTER=1 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_label_after.json" --quick --only losses,loss_options,graphs
+    for after in 0 1; do
+      step "loss_options_label_after$after" 80 env NORMLAB_LOSS_LABEL_AFTER=$after python3 \
+        benchmarks/loss_options.py --out "$OUT/loss_options_label_after$after.jsonl" --reps 10 \
+        --max-seconds 60
+    done
+    step vocab_label_after 200 env NORMLAB_LOSS_LABEL_AFTER=1 python3 \
+      benchmarks/vocab_population.py --out "$OUT/vocab_label_after.jsonl" --ops cross_entropy \
+      --reps 6 --max-seconds 170
     ;;
   rules)
     step gpu_check_rules 120 python3 benchmarks/gpu_check.py \
