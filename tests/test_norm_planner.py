@@ -513,6 +513,8 @@ def test_partials_cap_follows_its_rule():
     assert programs(100, 4, 132, 50) == 100  # but no more programs than tiles
     assert programs(4096, 4, 132, 1536) == 528
     assert programs(4096, 4, 132, None) == 528
+    assert programs(config.NORM_BWD_ONE_PROGRAM_TILES, 4, 132, None) == 1  # one program's tiles
+    assert programs(config.NORM_BWD_ONE_PROGRAM_TILES + 1, 4, 132, None) > 1
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])

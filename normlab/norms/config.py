@@ -466,8 +466,11 @@ def norm_bwd_partials_cap(n_rows: int, row_bytes_per_col: int, n_params: int) ->
 
 def norm_bwd_persistent_programs(n_tiles: int, programs_per_sm: int, sm_count: int,
                                  partials_cap: int | None = None) -> int:  # fmt: skip
-    """The persistent grid: programs_per_sm per SM, no more than the row tiles, and no more than
-    ``partials_cap`` (``norm_bwd_partials_cap``) but never under one program per SM."""
+    """The persistent grid: one program for tiles that fit it (``norm_bwd_one_program``); else
+    programs_per_sm per SM, no more than the row tiles, and no more than ``partials_cap``
+    (``norm_bwd_partials_cap``) but never under one program per SM."""
+    if norm_bwd_one_program(n_tiles):
+        return 1
     programs = min(n_tiles, programs_per_sm * sm_count)
     if partials_cap is not None:
         programs = min(programs, max(partials_cap, sm_count))

@@ -716,9 +716,8 @@ def norm_backward(
         # an explicit programs_per_sm is taken as given (sweeps); the rule caps partial traffic
         cap = None if programs_per_sm is not None else config.norm_bwd_partials_cap(
             n_rows, x2d.element_size() * (3 + (dh is not None)), has_w + has_b)  # fmt: skip
-        n_programs = (1 if programs_per_sm is None and config.norm_bwd_one_program(n_tiles)
-                      else config.norm_bwd_persistent_programs(
-                          n_tiles, cfg.programs_per_sm, _runtime.sm_count(device.index), cap))
+        n_programs = config.norm_bwd_persistent_programs(
+            n_tiles, cfg.programs_per_sm, _runtime.sm_count(device.index), cap)  # fmt: skip
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
         n_programs = cdiv(n_tiles, tiles_per_program)
