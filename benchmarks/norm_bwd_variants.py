@@ -23,7 +23,7 @@ from norm_population import _compiled_peer
 from normlab import _runtime
 from normlab.bench import device_info, registry
 from normlab.bench.records import portable_command, write_jsonl
-from normlab.bench.sweep import measure
+from normlab.bench.sweep import measure, parse_shapes
 from normlab.norms import config, row, split_row
 from normlab.norms import op as norm_op
 
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     if args.reps < 1:
         parser.error("--reps must be >= 1")
     try:
-        cells = [tuple(int(v) for v in c.split("x")) for c in args.cells.split(",")]
+        cells = parse_shapes(args.cells)
     except ValueError:
         parser.error("--cells takes MxN,MxN,... (integers)")
     if not torch.cuda.is_available():

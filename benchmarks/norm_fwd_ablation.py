@@ -25,7 +25,7 @@ import triton.language as tl
 from normlab import ref
 from normlab.bench import device_info, registry
 from normlab.bench.records import portable_command, write_jsonl
-from normlab.bench.sweep import measure
+from normlab.bench.sweep import measure, parse_shapes
 from normlab.norms import op as norm_op
 
 CELLS = "1x768,1x8192,8x4096,14x1024,261x1104,512x768,512x1024,783x120,4096x1024"
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     if args.reps < 1:
         parser.error("--reps must be >= 1")
     try:
-        cells = [tuple(int(v) for v in c.split("x")) for c in args.cells.split(",")]
+        cells = parse_shapes(args.cells)
     except ValueError:
         parser.error("--cells takes MxN,MxN,... (integers)")
     if any(m < 1 or n < 8 or n % 8 for m, n in cells):

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from normlab.bench import device_info, population, registry, shapes
 from normlab.bench.records import parse_dtype, portable_command, read_jsonl, write_jsonl
-from normlab.bench.sweep import PEERS, measure
+from normlab.bench.sweep import PEERS, measure, parse_shapes
 
 OPS = ("rms_norm", "layer_norm")
 DIRECTIONS = ("fwd", "bwd")
@@ -78,8 +78,7 @@ def main(argv=None) -> int:
         parser.error("--reps must be >= 1")
     try:
         shard, n_shards = (int(v) for v in args.shard.split("/"))
-        cells = {tuple(int(v) for v in c.split("x")) for c in args.cells.split(",")} \
-            if args.cells else None  # fmt: skip
+        cells = set(parse_shapes(args.cells)) if args.cells else None
     except ValueError:
         parser.error("--shard takes i/n and --cells MxN,MxN,... (integers)")
     if not 1 <= shard <= n_shards:

@@ -43,7 +43,7 @@ from normlab import _runtime
 from normlab.bench import budget, population, prewarm, registry, shapes
 from normlab.bench.device import CPU_LABEL, device_info, git_commit
 from normlab.bench.records import parse_dtype, portable_command, read_records, replace_jsonl
-from normlab.bench.sweep import measure
+from normlab.bench.sweep import measure, parse_shapes
 from normlab.bench.traffic import LABEL_LOSS_OPS, SOFT_LOSS_OPS
 
 SHAPE_SET = population.VOCAB_SET
@@ -220,8 +220,7 @@ def main(argv=None) -> int:
     if "normlab" not in names:
         parser.error("--impls must include normlab (the ratios are peer / normlab)")
     try:
-        cells = ({tuple(int(v) for v in c.split("x")) for c in args.cells.split(",")}
-                 if args.cells else None)  # fmt: skip
+        cells = set(parse_shapes(args.cells)) if args.cells else None
     except ValueError:
         parser.error("--cells takes MxV,MxV,... (integers)")
     if args.quick:
