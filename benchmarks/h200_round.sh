@@ -35,11 +35,13 @@
 # labelafter (label CE's one-hot after the gradient loops, NORMLAB_LOSS_LABEL_AFTER=1: the loss
 # checks with it on, the loss options with it off and on, label CE over the vocabulary
 # population with it on).
+# llamaprof (the 1B Llama step, Hugging Face's and normlab-patched, the loss in the auto and the
+# chunked form, eager and compiled, each with one more step profiled: its top kernels by device time and torch.compile's graph breaks).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama or labelafter}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter or llamaprof}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -226,6 +228,10 @@ case $STAGE in
   llama)
     step llama_step 500 python3 benchmarks/llama_step.py --out "$OUT/llama_step.json" \
       --steps 20 --warmup 5
+    ;;
+  llamaprof)
+    step llama_profile 420 python3 benchmarks/llama_step.py --out "$OUT/llama_profile.json" \
+      --variants hf,normlab,normlab_chunked --steps 10 --warmup 4 --profile 40
     ;;
   labelafter)
     step gpu_check_label_after 120 env NORMLAB_LOSS_LABEL_AFTER=1 python3 benchmarks/gpu_check.py \

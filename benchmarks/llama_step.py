@@ -10,6 +10,9 @@ Variants, each in its own process (Liger patches transformers' classes globally)
 
 * ``hf``: the model as Hugging Face builds it;
 * ``normlab``: ``normlab.patch(model, loss=True)`` (RMSNorm modules and the causal-LM loss);
+* ``normlab_chunked``: as ``normlab``, its loss in the chunked form (the gradient written by
+  the forward), which ``form="auto"`` takes at this vocabulary in eager mode; under
+  torch.compile ``auto`` takes the split form (``normlab.losses.config.entropy_auto``);
 * ``liger``: Liger-Kernel's ``apply_liger_kernel_to_llama`` with the same two swaps (RMSNorm
   and cross-entropy; no RoPE, SwiGLU or fused linear cross-entropy), where importable;
 
@@ -29,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = ("hf", "normlab", "liger")
+VARIANTS = ("hf", "normlab", "normlab_chunked", "liger")
 MODES = ("eager", "compile")
 
 
@@ -47,17 +50,47 @@ def _model(layers: int, seed: int):
     return model, cfg
 
 
+def _profile_step(step, top: int) -> dict:
+    """One more step under torch.profiler: the ``top`` kernels by device time (µs, summed over
+    their launches in the step) and the step's device total."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    rows = [(e.key, e.self_device_time_total, e.count) for e in prof.key_averages()
+            if e.self_device_time_total > 0]  # fmt: skip
+    rows.sort(key=lambda r: -r[1])
+    return {"device_us": sum(r[1] for r in rows),
+            "top": [{"kernel": k[:160], "us": us, "launches": n} for k, us, n in rows[:top]]}
+
+
+def _dynamo_graphs() -> dict:
+    """How many graphs torch.compile made and why it broke them (empty in eager mode)."""
+    from torch._dynamo.utils import counters
+
+    return {"unique_graphs": counters["stats"].get("unique_graphs", 0),
+            "graph_breaks": dict(counters["graph_break"])}
+
+
 def run_one(variant: str, mode: str, layers: int, steps: int, warmup: int, batch: int,
-            seq: int, seed: int) -> dict:  # fmt: skip
+            seq: int, seed: int, profile_top: int = 0) -> dict:  # fmt: skip
     import torch
 
     model, cfg = _model(layers, seed)
     patched = []
-    if variant == "normlab":
+    if variant in ("normlab", "normlab_chunked"):
         import normlab
 
         report = normlab.patch(model, loss=True)
         patched = report.replaced + (["loss"] if report.loss else [])
+        if variant == "normlab_chunked":
+            import functools
+
+            from normlab.patching import causal_lm_loss
+
+            model.loss_function = functools.partial(causal_lm_loss, form="chunked")
     elif variant == "liger":
         from liger_kernel.transformers import apply_liger_kernel_to_llama
 
@@ -71,24 +104,32 @@ def run_one(variant: str, mode: str, layers: int, steps: int, warmup: int, batch
     gen = torch.Generator(device="cuda").manual_seed(seed + 1)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda", generator=gen)
     losses, times = [], []
-    torch.cuda.reset_peak_memory_stats()
-    for _ in range(steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+
+    def step():
         loss = step_model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return loss
+
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
     step_s = statistics.median(times[warmup:])
+    extra = {}
+    if profile_top:  # after the timed steps, so the timing is not the profiler's
+        extra = {"profile": _profile_step(step, profile_top), "dynamo": _dynamo_graphs()}
     return {
         "variant": variant, "mode": mode, "patched": patched, "layers": layers, "batch": batch,
         "seq": seq, "params": sum(p.numel() for p in model.parameters()),
         "step_ms": step_s * 1e3, "tokens_per_s": batch * seq / step_s,
         "first_step_s": times[0], "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-        "losses": losses,
+        "losses": losses, **extra,
     }
 
 
@@ -101,10 +142,15 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default="hf,normlab,liger")
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--profile", type=int, default=0, metavar="TOP",
+                        help="after the timed steps, profile one step and record its TOP kernels "
+                             "by device time, and torch.compile's graph count and breaks")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # "variant:mode", in a child process
     args = parser.parse_args(argv)
+    if args.profile < 0:
+        parser.error("--profile must be >= 0")
     for name in ("layers", "steps", "batch", "seq"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1")
@@ -121,7 +167,7 @@ def main(argv=None) -> int:
 
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (a 1B-parameter model at sequence 2048)")
-    common = (args.layers, args.steps, args.warmup, args.batch, args.seq, args.seed)
+    common = (args.layers, args.steps, args.warmup, args.batch, args.seq, args.seed, args.profile)
     if args.one:
         variant, mode = args.one.split(":")
         print(json.dumps(run_one(variant, mode, *common)))
@@ -147,7 +193,7 @@ def main(argv=None) -> int:
         for mode in modes:
             cmd = [sys.executable, __file__, "--one", f"{variant}:{mode}",
                    *(f"--{k}={getattr(args, k)}" for k in ("layers", "steps", "warmup", "batch",
-                                                           "seq", "seed"))]  # fmt: skip
+                                                           "seq", "seed", "profile"))]  # fmt: skip
             proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
             if proc.returncode != 0:
                 tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
@@ -164,6 +210,10 @@ def main(argv=None) -> int:
                   f"{res['tokens_per_s']:9.0f} tok/s  peak {res['peak_gib']:.1f} GiB  "
                   f"first step {res['first_step_s']:.1f} s  loss[-1] {res['losses'][-1]:.4f}",
                   flush=True)
+            for row in res.get("profile", {}).get("top", [])[:12]:
+                print(f"    {row['us']:10.0f} us {row['launches']:5d}x  {row['kernel'][:90]}")
+            if res.get("dynamo", {}).get("graph_breaks"):
+                print(f"    graph breaks: {res['dynamo']['graph_breaks']}")
     base = {r["mode"]: r for r in results if r.get("variant") == "hf" and "losses" in r}
     for r in results:
         ref = base.get(r.get("mode"))

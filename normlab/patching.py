@@ -114,12 +114,13 @@ def _looks_like_norm(module) -> bool:
 
 def causal_lm_loss(logits, labels, vocab_size: int, num_items_in_batch=None,
                    ignore_index: int = -100, shift_labels=None, *, label_smoothing: float = 0.0,
-                   z_loss: float = 0.0, softcap: float | None = None, **kwargs):  # fmt: skip
+                   z_loss: float = 0.0, softcap: float | None = None, form: str = "auto",
+                   **kwargs):  # fmt: skip
     """Hugging Face's ``ForCausalLMLoss`` over :func:`normlab.cross_entropy`: labels shifted
     left by one, mean over non-ignored tokens (or a sum over ``num_items_in_batch``). The logits
-    stay in their dtype; the kernel reduces in fp32. ``label_smoothing``, ``z_loss`` and
-    ``softcap`` go to cross_entropy (bind them with functools.partial before assigning the
-    function as a model's loss_function; Hugging Face's own call passes none)."""
+    stay in their dtype; the kernel reduces in fp32. ``label_smoothing``, ``z_loss``,
+    ``softcap`` and ``form`` go to cross_entropy (bind them with functools.partial before
+    assigning the function as a model's loss_function; Hugging Face's own call passes none)."""
     from normlab.losses import cross_entropy
 
     if shift_labels is None:
@@ -128,7 +129,7 @@ def causal_lm_loss(logits, labels, vocab_size: int, num_items_in_batch=None,
     logits = logits.reshape(-1, vocab_size)
     shift_labels = shift_labels.reshape(-1).to(logits.device)
     options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing,
-               "z_loss": z_loss, "softcap": softcap}  # fmt: skip
+               "z_loss": z_loss, "softcap": softcap, "form": form}  # fmt: skip
     if num_items_in_batch is None:
         return cross_entropy(logits, shift_labels, reduction="mean", **options)
     loss = cross_entropy(logits, shift_labels, reduction="sum", **options)

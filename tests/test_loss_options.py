@@ -455,6 +455,17 @@ def test_causal_lm_loss_passes_options():
     expect = ref.cross_entropy_ref(logits.double().reshape(-1, 30), shifted.reshape(-1),
                                    label_smoothing=0.1, z_loss=1e-2)  # fmt: skip
     assert_close(out, expect, dtype=torch.float32, reduce_len=30)
+    with pytest.raises(ValueError, match="form must be one of"):  # form reaches cross_entropy
+        causal_lm_loss(logits, labels, 30, form="rowwise")
+    for form in ("fused", "chunked", "split"):
+        leaf = logits.clone().requires_grad_()
+        out = causal_lm_loss(leaf, labels, 30, form=form)
+        (grad,) = torch.autograd.grad(out, leaf)
+        ref_leaf = logits.double().requires_grad_()
+        expect = ref.cross_entropy_ref(ref_leaf.reshape(-1, 30), shifted.reshape(-1))
+        (ref_grad,) = torch.autograd.grad(expect, ref_leaf)
+        assert_close(out, expect, dtype=torch.float32, reduce_len=30)
+        assert_close(grad, ref_grad, dtype=torch.float32, reduce_len=30)
 
 
 def test_registry_and_bytes_models():
