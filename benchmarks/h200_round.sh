@@ -35,13 +35,18 @@
 # labelafter (label CE's one-hot after the gradient loops, NORMLAB_LOSS_LABEL_AFTER=1: the loss
 # checks with it on, the loss options with it off and on, label CE over the vocabulary
 # population with it on).
+# compileloss (label CE's options checked with the one-hot after the loops, now the default, and
+# the compiled-loss checks; the fused loss kernel's sm_90 loops under this Triton, the one-hot
+# after and in the loop; the Llama step of llamaprof).
+# countrule (label CE over the vocabulary population with the per-SM count bound and the one-hot
+# after the loops; the loss options).
 # llamaprof (the 1B Llama step, Hugging Face's and normlab-patched, the loss in the auto and the
 # chunked form, eager and compiled, each with one more step profiled: its top kernels by device time and torch.compile's graph breaks).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter or llamaprof}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss or countrule}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -228,6 +233,21 @@ case $STAGE in
   llama)
     step llama_step 500 python3 benchmarks/llama_step.py --out "$OUT/llama_step.json" \
       --steps 20 --warmup 5
+    ;;
+  compileloss)
+    step gpu_check_ce_options 150 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_ce.json" \
+      --quick --only loss_options,compile,graphs --loss-options cross_entropy
+    step kernel_loops 60 python3 benchmarks/kernel_loops.py --out "$OUT/kernel_loops.txt"
+    step kernel_loops_in_loop 60 python3 benchmarks/kernel_loops.py --one-hot-in-loop \
+      --out "$OUT/kernel_loops_in_loop.txt"
+    step llama_profile 330 python3 benchmarks/llama_step.py --out "$OUT/llama_profile.json" \
+      --variants hf,normlab,normlab_chunked --steps 10 --warmup 4 --profile 40
+    ;;
+  countrule)
+    step vocab_count 200 python3 benchmarks/vocab_population.py --out "$OUT/vocab_count.jsonl" \
+      --ops cross_entropy --reps 6 --max-seconds 170
+    step loss_options 80 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
+      --reps 10 --max-seconds 60
     ;;
   llamaprof)
     step llama_profile 420 python3 benchmarks/llama_step.py --out "$OUT/llama_profile.json" \

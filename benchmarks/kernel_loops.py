@@ -1,6 +1,6 @@
 """SASS instructions per loop of the fused loss kernel, by option, compiled for sm_90 (no GPU).
 
-    python3 benchmarks/kernel_loops.py [--block 4096 --warps 4] [--label-after] [--out FILE]
+    python3 benchmarks/kernel_loops.py [--block 4096 --warps 4] [--one-hot-in-loop] [--out FILE]
 
 Compiles ``losses.fused._entropy_fused_kernel`` ahead of time for an H100/H200 (``sm_90``) with
 this machine's Triton and its ``ptxas``, for label cross-entropy with each option on alone and
@@ -27,8 +27,8 @@ from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "0"  # compiled kernels, even when a caller interprets
 os.environ["NORMLAB_MODE"] = "auto"
-if "--label-after" in sys.argv:  # read by normlab.losses.online at import
-    os.environ["NORMLAB_LOSS_LABEL_AFTER"] = "1"
+if "--one-hot-in-loop" in sys.argv:  # read by normlab.losses.online at import
+    os.environ["NORMLAB_LOSS_LABEL_AFTER"] = "0"
 
 import torch
 
@@ -125,8 +125,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warps", type=int, default=4)
     parser.add_argument("--arch", type=int, default=90, help="the SM version (90: H100/H200)")
     parser.add_argument("--out", type=Path, help="also write the lines here")
-    parser.add_argument("--label-after", action="store_true",
-                        help="label CE's one-hot after the loops (NORMLAB_LOSS_LABEL_AFTER=1)")
+    parser.add_argument("--one-hot-in-loop", action="store_true",
+                        help="label CE's one-hot compare in the gradient loop, not after it "
+                             "(NORMLAB_LOSS_LABEL_AFTER=0)")
     args = parser.parse_args(argv)
     if args.block < 16 or args.block & (args.block - 1):
         parser.error("--block must be a power of two, at least 16")
@@ -136,7 +137,8 @@ def main(argv=None) -> int:
     lines = [f"_entropy_fused_kernel, sm_{args.arch}, triton {triton.__version__}, tile "
              f"{args.block} at {args.warps} warps ({per_thread} logits a thread), bf16, "
              "forward+backward; loops with 60+ instructions"
-             + ("; label CE's one-hot after the loops" if args.label_after else "")]
+             + ("; label CE's one-hot in the gradient loop" if args.one_hot_in_loop
+                else "; label CE's one-hot after the loops")]
     for name, variant in VARIANTS.items():
         kernel = compile_variant(*variant, args.block, args.warps, args.arch)
         res, loops = analyse(kernel)

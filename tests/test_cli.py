@@ -394,13 +394,16 @@ def test_kernel_loops_counts_the_options_instructions():
     assert len(per_variant) == 7 and all(per_variant.values()), proc.stdout
     # the first loop in the SASS is the statistics' pass
     assert per_variant["cross_entropy label_smoothing"][0] > per_variant["cross_entropy"][0]
-    # the label's one-hot after the loops: the gradient loop (the last) loses its compare
-    after = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--block", "512",
-                            "--warps", "2", "--label-after"], cwd=root, capture_output=True,
-                           text=True, env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
-    assert after.returncode == 0 and "one-hot after the loops" in after.stdout, after.stderr[-2000:]
-    base_lines = proc.stdout.split("cross_entropy label_smoothing:")[0]
-    after_lines = after.stdout.split("cross_entropy label_smoothing:")[0]
-    last = [int(v) for v in re.findall(r"loop of (\d+)", base_lines)][-1]
+    # the label's one-hot after the loops (the default): the gradient loop (the last) has no
+    # compare; with it in the loop, that loop is longer
+    assert "one-hot after the loops" in proc.stdout
+    in_loop = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--block", "512",
+                              "--warps", "2", "--one-hot-in-loop"], cwd=root, capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert in_loop.returncode == 0 and "one-hot in the gradient loop" in in_loop.stdout, \
+        in_loop.stderr[-2000:]  # fmt: skip
+    after_lines = proc.stdout.split("cross_entropy label_smoothing:")[0]
+    in_loop_lines = in_loop.stdout.split("cross_entropy label_smoothing:")[0]
     last_after = [int(v) for v in re.findall(r"loop of (\d+)", after_lines)][-1]
-    assert last_after < last
+    last_in_loop = [int(v) for v in re.findall(r"loop of (\d+)", in_loop_lines)][-1]
+    assert last_after < last_in_loop

@@ -189,6 +189,26 @@ def test_count_in_kernel_reads_a_bounded_share():
     assert not config.count_in_kernel(narrow, 257, 16, 4, 8)
 
 
+def test_count_in_kernel_bounds_the_reads_per_sm():
+    # Past the share above, the kernel still counts while one SM's programs read at most
+    # ENTROPY_COUNT_SM_BYTES of labels in all: ceil(rows / SMs) programs x rows x 8 bytes. At
+    # 132 SMs and a 1446-column bf16 row that holds up to 682 rows (6 x 5456 bytes), not 683.
+    assert config.ENTROPY_COUNT_SM_BYTES == 32 * 1024
+    spec = config.Spec(config.CE, "fused", 2048, "mean", -100, None, 0, 1446, None)
+    assert not config.count_in_kernel(spec, 383, 1446, 2, 8)  # SMs unknown: the share rule
+    assert config.count_in_kernel(spec, 383, 1446, 2, 8, sm_count=132)
+    assert config.count_in_kernel(spec, 682, 1446, 2, 8, sm_count=132)
+    assert not config.count_in_kernel(spec, 683, 1446, 2, 8, sm_count=132)
+    assert not config.count_in_kernel(spec, 682, 1446, 2, 9, sm_count=132)  # with a loss_mask
+    # The chunked form's programs are rows x chunks (16384 columns a chunk here): 513 rows of
+    # 16384 are 513 programs, 4 a SM (16416 bytes); one column more makes two chunks a row,
+    # 1026 programs, 8 a SM (32832 bytes).
+    chunk = spec._replace(form="chunked", block_cap=4096)
+    assert config.entropy_chunk_tiles(4096) * 4096 == 16384
+    assert config.count_in_kernel(chunk, 513, 16384, 2, 8, sm_count=132)
+    assert not config.count_in_kernel(chunk, 513, 16385, 2, 8, sm_count=132)
+
+
 @pytest.mark.parametrize("form", ["fused", "chunked"])
 @pytest.mark.parametrize("count", ["kernel", "torch", "torch-reduce"])
 @pytest.mark.parametrize("loss,reduction,masked", [

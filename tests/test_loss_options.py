@@ -543,15 +543,17 @@ def test_label_smoothing_one_lane_tiles(form, tile_sum, monkeypatch):
         _check(out, grad, ref_out, ref_grad, torch.float32, 300, f"{form} {kw}")
 
 
+@pytest.mark.parametrize("label_after", [True, False])
 @pytest.mark.parametrize("form", ["fused", "chunked"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_label_after_the_loops(form, dtype, monkeypatch):
-    # online.LABEL_AFTER (the experiment NORMLAB_LOSS_LABEL_AFTER=1): the tiles leave the label's
-    # one-hot out and label_fixup writes the label's column after them. Labels in the first,
-    # an inner, the last whole and the ragged tile, at both ends of the row and at a tile's
-    # edge; an ignored row; V = 301 (bf16 rows off 16-byte boundaries: the aligned frames' edge
-    # tiles); every option; against fp64. grad_accumulate keeps the one-hot in the loops.
-    monkeypatch.setattr(online, "LABEL_AFTER", tl.constexpr(True))
+def test_label_after_the_loops(form, dtype, label_after, monkeypatch):
+    # online.LABEL_AFTER (the default; NORMLAB_LOSS_LABEL_AFTER=0 turns it off): the tiles leave
+    # the label's one-hot out and label_fixup writes the label's column after them. Both ways:
+    # labels in the first, an inner, the last whole and the ragged tile, at both ends of the row
+    # and at a tile's edge; an ignored row; V = 301 (bf16 rows off 16-byte boundaries: the
+    # aligned frames' edge tiles); every option; against fp64. grad_accumulate keeps the one-hot
+    # in the loops.
+    monkeypatch.setattr(online, "LABEL_AFTER", tl.constexpr(label_after))
     n_cols = 301
     x = (torch.randn(7, n_cols) * 3).to(dtype)
     labels = torch.tensor([0, 63, 64, 150, 300, -100, 299])

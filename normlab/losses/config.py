@@ -109,18 +109,24 @@ def reduce_in_kernel(n_rows: int, n_cols: int, logit_bytes: int) -> bool:
 # 1 / ENTROPY_COUNT_READ_RATIO of the logits a program reads anyway (a row, or a chunk), or at
 # most ENTROPY_COUNT_MIN_BYTES: 16 L2 lines a program, where torch's count costs three launches
 # (5.4 of label CE's 9.6 us at 100x1049, 043f077). Bounds on the extra traffic, not measured optima.
+# Or while the labels all of one SM's programs read add up to at most ENTROPY_COUNT_SM_BYTES:
+# a call of a few hundred rows has a few programs per SM, so its L2 reads stay small however
+# wide the labels are against the row (label CE 383 x 1446 with a gradient: torch's count took
+# 5.7 of its 11.3 us, vocab_label_after_c5334a9).
 # A call without a gradient has only its last program count (at the sum): the labels are read
 # once, so the kernel always counts (label CE forward 383 x 1446: torch's count was two of its
 # three launches).
 ENTROPY_COUNT_READ_RATIO = 8
 ENTROPY_COUNT_MIN_BYTES = 2048
+ENTROPY_COUNT_SM_BYTES = 32 * 1024
 
 
 def count_in_kernel(spec: Spec, n_rows: int, n_cols: int, logit_bytes: int, row_bytes: int,
-                    compute_grad: bool = True) -> bool:  # fmt: skip
+                    compute_grad: bool = True, sm_count: int = 0) -> bool:  # fmt: skip
     """Whether a fused or chunked call counts its mean's rows in the kernel (see above):
     ``row_bytes`` per row of labels and loss_mask, ``logit_bytes`` per logit; without
-    ``compute_grad`` only the last program counts."""
+    ``compute_grad`` only the last program counts. ``sm_count`` 0: the per-SM bound is not
+    applied."""
     if not compute_grad:
         return True
     cols = n_cols
@@ -128,6 +134,10 @@ def count_in_kernel(spec: Spec, n_rows: int, n_cols: int, logit_bytes: int, row_
         block = tile(n_cols, spec.block_cap)
         cols = min(n_cols, entropy_chunk_tiles(block) * block)
     label_bytes = n_rows * row_bytes
+    if sm_count:
+        programs = n_rows * _cdiv(n_cols, cols) if cols else n_rows
+        if _cdiv(programs, sm_count) * label_bytes <= ENTROPY_COUNT_SM_BYTES:
+            return True
     return (label_bytes <= ENTROPY_COUNT_MIN_BYTES
             or label_bytes * ENTROPY_COUNT_READ_RATIO <= cols * logit_bytes)  # fmt: skip
 

@@ -106,8 +106,10 @@ def _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, accumulate):
     in_kernel = config.reduce_in_kernel(n_rows, n_cols, x.element_size())
     if config.counts_valid(spec.kind, spec.reduction, mask is not None):
         row_bytes = (labels.element_size() if spec.kind == CE else 0) + (mask is not None)
+        sm_count = _runtime.sm_count(x.device.index)
         if not (in_kernel and config.count_in_kernel(spec, n_rows, n_cols, x.element_size(),
-                                                     row_bytes, compute_grad)):  # fmt: skip
+                                                     row_bytes, compute_grad,
+                                                     sm_count)):  # fmt: skip
             n_valid = _n_valid(spec, labels, mask)
     run = launch_fused if spec.form == "fused" else launch_chunked
     if spec.reduction == "none" or not in_kernel:
