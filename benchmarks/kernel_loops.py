@@ -1,12 +1,14 @@
-"""SASS instructions per loop of the fused loss kernel, by option, compiled for sm_90 (no GPU).
+"""SASS instructions per loop of the loss kernels, by option, compiled for sm_90 (no GPU).
 
-    python3 benchmarks/kernel_loops.py [--block 4096 --warps 4] [--one-hot-in-loop] [--out FILE]
+    python3 benchmarks/kernel_loops.py [--form fused|chunked] [--block 4096 --warps 4]
+        [--one-hot-in-loop] [--out FILE]
 
-Compiles ``losses.fused._entropy_fused_kernel`` ahead of time for an H100/H200 (``sm_90``) with
-this machine's Triton and its ``ptxas``, for label cross-entropy with each option on alone and
-all together, and for reverse KL with a temperature; prints registers, local memory (spills) and,
-for each loop of the SASS, its instructions, their count per logit (a tile of ``--block``
-logits over ``32 * --warps`` threads) and the commonest opcodes. An option that costs time in a
+Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
+label CE's form at V >= 65536) ahead of time for an H100/H200 (``sm_90``) with this machine's
+Triton and its ``ptxas``, for label cross-entropy with each option on alone and all together,
+and for reverse KL with a temperature; prints registers, local memory (spills) and, for each
+loop of the SASS, its instructions, their count per logit (a tile of ``--block`` logits over
+``32 * --warps`` threads) and the commonest opcodes. An option that costs time in a
 memory-bound kernel costs it in these loops: the row statistics' pass and the gradient's.
 
 The compile needs no GPU, but normlab must define its kernels compiled rather than interpreted:
@@ -39,6 +41,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from normlab.losses import config  # noqa: E402
+from normlab.losses.chunked import _entropy_chunked_kernel  # noqa: E402
 from normlab.losses.fused import _entropy_fused_kernel  # noqa: E402
 
 POINTERS = {"x_ptr": "*bf16", "t_ptr": "*bf16", "labels_ptr": "*i64", "grad_ptr": "*bf16",
@@ -66,17 +69,30 @@ _LABEL = re.compile(r"^\.?(L_x_\d+):")
 _BRANCH = re.compile(r"\bBRA\b.*?`?\(?\.?(L_x_\d+)")
 
 
-def compile_variant(kind, xform, smooth, zloss, block, warps, arch):
+# The chunked form's own arguments (a row of 131072 in 8 chunks: config.entropy_chunk_tiles).
+CHUNKED_POINTERS = {"stats_ptr": "*fp32", "sync_ptr": "*i32"}
+CHUNKED_SCALARS = {"n_rows": "i32", "n_chunks": "i32", "chunk_tiles": "i32", "n_long": "i32"}
+CHUNKED_CONSTANTS = {"PHASE": 3, "CHUNKS_POW2": 8}
+
+
+def compile_variant(kind, xform, smooth, zloss, block, warps, arch, form="fused"):
     """The compiled kernel of one variant (forward+backward: COMPUTE_GRAD, a mean over the
-    counted rows, aligned rows)."""
+    counted rows, aligned rows) in ``form`` (fused or chunked)."""
     constants = {"KIND": kind, "COMPUTE_GRAD": True, "ACCUMULATE": False,
                  "MEAN_OVER_VALID": True, "COUNT": True, "REDUCE": 0, "BLOCK": block,
                  "LANE": config.entropy_lane(block), "ALIGN": 1, "FRAME": 1, "XFORM": xform,
                  "HAS_MASK": False, "SMOOTH": smooth, "ZLOSS": zloss}  # fmt: skip
-    signature = {**POINTERS, **SCALARS, **dict.fromkeys(constants, "constexpr")}
-    names = _entropy_fused_kernel.arg_names
+    kernel = _entropy_fused_kernel
+    types = {**POINTERS, **SCALARS}
+    if form == "chunked":
+        kernel = _entropy_chunked_kernel
+        types = {**types, **CHUNKED_POINTERS, **CHUNKED_SCALARS}
+        constants = {**constants, **CHUNKED_CONSTANTS}
+    names = kernel.arg_names
+    signature = {n: types[n] if n in types else "constexpr" for n in names if n in types
+                 or n in constants}  # fmt: skip
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
-    src = ASTSource(_entropy_fused_kernel, signature, constants, attrs)
+    src = ASTSource(kernel, signature, constants, attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
 
 
@@ -125,6 +141,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warps", type=int, default=4)
     parser.add_argument("--arch", type=int, default=90, help="the SM version (90: H100/H200)")
     parser.add_argument("--out", type=Path, help="also write the lines here")
+    parser.add_argument("--form", choices=("fused", "chunked"), default="fused",
+                        help="the kernel: fused (a row a program) or chunked (label CE's form "
+                             "at V >= 65536)")
     parser.add_argument("--one-hot-in-loop", action="store_true",
                         help="label CE's one-hot compare in the gradient loop, not after it "
                              "(NORMLAB_LOSS_LABEL_AFTER=0)")
@@ -134,13 +153,13 @@ def main(argv=None) -> int:
     if args.warps not in (1, 2, 4, 8, 16, 32) or args.block < 32 * args.warps:
         parser.error("--warps must be a power of two up to 32, at most --block / 32")
     per_thread = args.block // (32 * args.warps)
-    lines = [f"_entropy_fused_kernel, sm_{args.arch}, triton {triton.__version__}, tile "
+    lines = [f"_entropy_{args.form}_kernel, sm_{args.arch}, triton {triton.__version__}, tile "
              f"{args.block} at {args.warps} warps ({per_thread} logits a thread), bf16, "
              "forward+backward; loops with 60+ instructions"
              + ("; label CE's one-hot in the gradient loop" if args.one_hot_in_loop
                 else "; label CE's one-hot after the loops")]
     for name, variant in VARIANTS.items():
-        kernel = compile_variant(*variant, args.block, args.warps, args.arch)
+        kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form)
         res, loops = analyse(kernel)
         lines.append(f"{name}: {res.get('REG', 0)} registers, {res.get('LOCAL', 0)} B local")
         for count, ops in loops:

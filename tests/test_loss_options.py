@@ -521,8 +521,9 @@ def test_bad_options(match, call):
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("tile_sum", [True, False])
 def test_label_smoothing_one_lane_tiles(form, tile_sum, monkeypatch):
-    # Tiles of one lane (as 4096 and wider on a GPU): the smoothed logit sum is a tile-shaped
-    # accumulator (online.SMOOTH_TILE_SUM) reduced once a row or chunk, or one sum per tile.
+    # Tiles of one lane (as 4096 and wider on a GPU): the smoothed logit sum is kept in partial
+    # sums of online.SMOOTH_PART logits (SMOOTH_TILE_SUM) reduced once a row or chunk, or one
+    # sum per tile.
     # V = 300 at tile 64: four whole tiles and a ragged one. Row 2 is shifted by 50 (a wrong or
     # double-counted tile would show); with a cap, row 0 holds -inf logits, capped to -4.
     monkeypatch.setattr(config, "ENTROPY_LANE_MAX_BLOCK", 32)

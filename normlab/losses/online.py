@@ -66,12 +66,16 @@ SOFTCAP_APPROX: tl.constexpr = tl.constexpr(3)  # the same with tanh.approx.f32 
 # tests/test_entropy.py runs the paired path too.
 PAIRED_MAXIMA: tl.constexpr = tl.constexpr(not _runtime.INTERPRET)
 # Label smoothing's sum of the logits over a one-lane tile (LANE == BLOCK, tiles above
-# config.ENTROPY_LANE_MAX_BLOCK): kept element by element in a tile-shaped fp32 accumulator and
-# reduced once a row, so a tile adds one add per element and no cross-warp reduction (a third
-# one beside the max and the sum-exp otherwise). NORMLAB_LOSS_SMOOTH_TILE_SUM=0: one tl.sum per
-# tile, as lanes of a few columns always do (within a thread).
+# config.ENTROPY_LANE_MAX_BLOCK): each SMOOTH_PART logits a thread holds are summed in registers
+# into BLOCK / SMOOTH_PART fp32 accumulators (in any order: only their total is used), reduced
+# once a row, so a tile adds no cross-warp reduction (a third one beside the max and the
+# sum-exp otherwise). A tile-shaped accumulator held 32 more registers a thread at tile 4096 and
+# 4 warps: label CE's chunked kernel with smoothing took 109 registers, with these parts 71
+# (kernel_loops.py --form chunked, sm_90, Triton 3.9). NORMLAB_LOSS_SMOOTH_TILE_SUM=0: one
+# tl.sum per tile, as lanes of a few columns always do (within a thread).
 SMOOTH_TILE_SUM: tl.constexpr = tl.constexpr(
     os.environ.get("NORMLAB_LOSS_SMOOTH_TILE_SUM", "1") != "0")
+SMOOTH_PART: tl.constexpr = tl.constexpr(8)  # one 16-byte bf16 vector a thread
 # Label CE's one-hot outside the gradient loops: the tiles store p (times scale) with no compare
 # against the label's column, and the label's own gradient is written once after them (an
 # overwrite, so not with ACCUMULATE). The compare cost 5.4 integer instructions a logit in the
@@ -155,8 +159,8 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.co
       forward KL  sum e_t ((t - m_t) - (x - m_x))   ->  L = acc / s_t - log s_t + log s_x
     JSD keeps no acc here (see jsd_sums). Label CE with SMOOTH keeps s_t = sum x, unshifted, a
     -inf logit counted 0 (a masked lane, or a masked vocab: torch's smoothed loss is inf there);
-    on a ONE_LANE tile (LANE == BLOCK) with SMOOTH_TILE_SUM, s_t is a tile, x added element by
-    element (row_statistics reduces it once a row).
+    on a ONE_LANE tile (LANE == BLOCK) with SMOOTH_TILE_SUM, s_t is (1, BLOCK / SMOOTH_PART)
+    partial sums, each tile adding its parts (row_statistics reduces them once a row).
     Both tile maxima come from one two-operand reduction (PAIRED_MAXIMA; two tl.max under the
     interpreter). The three sums stay separate tl.sum calls: the Triton interpreter folds a
     multi-operand reduction sequentially in fp32, which the CPU tests can tell apart.
@@ -172,7 +176,10 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.co
         s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=1)
         if SMOOTH:
             if SMOOTH_TILE_SUM and ONE_LANE:
-                s_t = s_t + tl.where(x == NEG_INF, 0.0, x)
+                x0 = tl.where(x == NEG_INF, 0.0, x)
+                parts = tl.reshape(x0, (1, x.shape[1] // SMOOTH_PART, SMOOTH_PART),
+                                   can_reorder=True)  # fmt: skip
+                s_t = s_t + tl.sum(parts, axis=2)
             else:
                 s_t = s_t + tl.sum(tl.where(x == NEG_INF, 0.0, x), axis=1)
     else:
@@ -268,14 +275,14 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     evict_last so the row stays in L2 for the fused kernel's gradient pass, whose own loads and
     stores are evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us without the
     hints; benchmarks/data/dev/sweep_launch_configs_h200.json, "entropy"). Label smoothing's
-    logit sum over one-lane tiles is a tile-shaped accumulator (SMOOTH_TILE_SUM), reduced here.
+    logit sum over one-lane tiles is kept in partial sums (SMOOTH_TILE_SUM), reduced here.
     """
     cols = tile_cols(BLOCK, LANE)
     m_x = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
     s_x = tl.zeros([BLOCK // LANE], tl.float32)
     m_t = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
     if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):  # see online_tile
-        s_t = tl.zeros([BLOCK // LANE, LANE], tl.float32)
+        s_t = tl.zeros([1, BLOCK // SMOOTH_PART], tl.float32)
     else:
         s_t = tl.zeros([BLOCK // LANE], tl.float32)
     acc = tl.zeros([BLOCK // LANE], tl.float32)
