@@ -364,6 +364,9 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/gpu_check.py", ["--out", "x.json", "--loss-options", "jsd"], "needs a CUDA GPU"),
     ("benchmarks/kernel_loops.py", ["--block", "100"], "must be a power of two"),
     ("benchmarks/kernel_loops.py", ["--warps", "3"], "--warps must be"),
+    ("benchmarks/kernel_loops.py", ["--form", "split"], "invalid choice"),
+    ("benchmarks/llama_step.py", ["--profile", "-1"], "--profile must be >= 0"),
+    ("benchmarks/llama_step.py", ["--variants", "hf,nl"], "is not one of"),
 ])  # fmt: skip
 def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path):
     """Bad arguments (and no GPU here) exit 2 with the reason, before anything is measured."""
@@ -407,3 +410,10 @@ def test_kernel_loops_counts_the_options_instructions():
     last_after = [int(v) for v in re.findall(r"loop of (\d+)", after_lines)][-1]
     last_in_loop = [int(v) for v in re.findall(r"loop of (\d+)", in_loop_lines)][-1]
     assert last_after < last_in_loop
+    # the chunked form's kernel (label CE's at V >= 65536): every variant compiles, with loops
+    chunked = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--block", "512",
+                              "--warps", "2", "--form", "chunked"], cwd=root, capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert chunked.returncode == 0, chunked.stderr[-2000:]
+    assert chunked.stdout.startswith("_entropy_chunked_kernel, sm_90")
+    assert chunked.stdout.count("registers") == 7 and "loop of" in chunked.stdout
