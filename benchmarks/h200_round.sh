@@ -41,7 +41,7 @@
 # countrule (label CE over the vocabulary population with the per-SM count bound and the one-hot
 # after the loops; the loss options).
 # llamaprof (the 1B Llama step, Hugging Face's and normlab-patched, the loss in the auto and the
-# chunked form, eager and compiled, each with one more step profiled: its top kernels by device time and torch.compile's graph breaks).
+# split form, eager and compiled, each with one more step profiled: its top kernels by device time and torch.compile's graph breaks).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -241,7 +241,7 @@ case $STAGE in
     step kernel_loops_in_loop 60 python3 benchmarks/kernel_loops.py --one-hot-in-loop \
       --out "$OUT/kernel_loops_in_loop.txt"
     step llama_profile 330 python3 benchmarks/llama_step.py --out "$OUT/llama_profile.json" \
-      --variants hf,normlab,normlab_chunked --steps 10 --warmup 4 --profile 40
+      --variants hf,normlab,normlab_split --steps 10 --warmup 4 --profile 40
     ;;
   countrule)
     step vocab_count 200 python3 benchmarks/vocab_population.py --out "$OUT/vocab_count.jsonl" \
@@ -251,7 +251,7 @@ case $STAGE in
     ;;
   llamaprof)
     step llama_profile 420 python3 benchmarks/llama_step.py --out "$OUT/llama_profile.json" \
-      --variants hf,normlab,normlab_chunked --steps 10 --warmup 4 --profile 40
+      --variants hf,normlab,normlab_split --steps 10 --warmup 4 --profile 40
     ;;
   labelafter)
     step gpu_check_label_after 120 env NORMLAB_LOSS_LABEL_AFTER=1 python3 benchmarks/gpu_check.py \

@@ -10,9 +10,9 @@ Variants, each in its own process (Liger patches transformers' classes globally)
 
 * ``hf``: the model as Hugging Face builds it;
 * ``normlab``: ``normlab.patch(model, loss=True)`` (RMSNorm modules and the causal-LM loss);
-* ``normlab_chunked``: as ``normlab``, its loss in the chunked form (the gradient written by
-  the forward), which ``form="auto"`` takes at this vocabulary in eager mode; under
-  torch.compile ``auto`` takes the split form (``normlab.losses.config.entropy_auto``);
+* ``normlab_split``: as ``normlab``, its loss in the split form (statistics forward, the
+  gradient written by the backward) where ``form="auto"`` takes the chunked form at this
+  vocabulary (the gradient written by the forward);
 * ``liger``: Liger-Kernel's ``apply_liger_kernel_to_llama`` with the same two swaps (RMSNorm
   and cross-entropy; no RoPE, SwiGLU or fused linear cross-entropy), where importable;
 
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = ("hf", "normlab", "normlab_chunked", "liger")
+VARIANTS = ("hf", "normlab", "normlab_split", "liger")
 MODES = ("eager", "compile")
 
 
@@ -80,17 +80,17 @@ def run_one(variant: str, mode: str, layers: int, steps: int, warmup: int, batch
 
     model, cfg = _model(layers, seed)
     patched = []
-    if variant in ("normlab", "normlab_chunked"):
+    if variant in ("normlab", "normlab_split"):
         import normlab
 
         report = normlab.patch(model, loss=True)
         patched = report.replaced + (["loss"] if report.loss else [])
-        if variant == "normlab_chunked":
+        if variant == "normlab_split":
             import functools
 
             from normlab.patching import causal_lm_loss
 
-            model.loss_function = functools.partial(causal_lm_loss, form="chunked")
+            model.loss_function = functools.partial(causal_lm_loss, form="split")
     elif variant == "liger":
         from liger_kernel.transformers import apply_liger_kernel_to_llama
 

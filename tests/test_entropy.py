@@ -686,48 +686,6 @@ def test_auto_form_spreads_few_rows_over_the_sms():
     assert config.entropy_auto("reverse_kl", 32768, False) == ("fused", 2048)  # rows unknown
 
 
-def test_auto_form_traced_with_a_gradient_is_split():
-    # Under torch.compile a backward rescales a saved gradient out of place: every loss, every
-    # vocabulary class and row count takes the split form then (its cap the table's).
-    for loss in LOSSES:
-        for n_cols in (1000, 32768, 50257, 131072):
-            for n_rows in (None, 1, 4096):
-                _, cap = config.entropy_auto(loss, n_cols, False, n_rows, 132)
-                traced = config.entropy_auto(loss, n_cols, False, n_rows, 132, traced_grad=True)
-                assert traced == ("split", cap)
-
-
-def _traced_ops(graphs) -> set:
-    return {str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"}
-
-
-@pytest.mark.parametrize("needs_grad", [True, False])
-def test_compiled_auto_form_traces_split_only_with_a_gradient(needs_grad):
-    # The rule above, as torch.compile runs it: with a gradient the backward graph holds the
-    # split form's backward op (and no rescale of a saved gradient); without one, the forward
-    # is the fused kernel alone. Values against the fp64 reference.
-    from torch._dynamo.testing import AotEagerAndRecordGraphs
-
-    x, labels = _inputs("cross_entropy", (5, 70), torch.float32)
-    backend = AotEagerAndRecordGraphs()
-    torch._dynamo.reset()
-    compiled = torch.compile(lambda a, b: normlab.cross_entropy(a, b, block_cap=16),
-                             fullgraph=True, backend=backend)  # fmt: skip
-    xc = x.clone().requires_grad_(needs_grad)
-    loss = compiled(xc, labels)
-    ref_loss, ref_grad = _ref("cross_entropy", x, labels)
-    assert_close(loss, ref_loss, dtype=torch.float32, reduce_len=70)
-    if needs_grad:
-        (grad,) = torch.autograd.grad(loss, xc)
-        assert_close(grad, ref_grad, dtype=torch.float32, reduce_len=70)
-        assert "normlab.entropy_split_bwd.default" in _traced_ops(backend.bw_graphs)
-    forward_ops = _traced_ops(backend.fw_graphs)
-    assert "normlab.entropy_fwd.default" in forward_ops
-    args = [n.args for g in backend.fw_graphs for n in g.graph.nodes
-            if str(n.target) == "normlab.entropy_fwd.default"]  # fmt: skip
-    assert [a[3] for a in args] == ["split" if needs_grad else "fused"]
-
-
 def test_chunk_layout_fills_the_sms_with_few_rows():
     sms = 132
     # Many rows: the measured chunks (4 tiles); the row count changes nothing.

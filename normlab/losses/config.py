@@ -356,18 +356,12 @@ ENTROPY_FUSED_MIN_ROWS_PER_SM = 1
 
 
 def entropy_auto(loss: str, n_cols: int, distributed: bool, n_rows: int | None = None,
-                 sm_count: int = 0, traced_grad: bool = False) -> tuple[str, int]:  # fmt: skip
+                 sm_count: int = 0) -> tuple[str, int]:  # fmt: skip
     """form="auto": (form, block_cap) for ``loss`` over ``n_cols`` local vocabulary columns (the
     split form under tensor parallel: the row statistics are all-reduced between its kernels);
-    ``n_rows`` (None: many) of them on ``sm_count`` SMs. ``traced_grad``: torch.compile traces
-    the call with a gradient to come (the split form, below)."""
+    ``n_rows`` (None: many) of them on ``sm_count`` SMs."""
     form, cap = ENTROPY_AUTO[loss][ENTROPY_AUTO_CLASSES.index(entropy_vocab_class(n_cols))]
     if distributed:
-        return "split", cap
-    # A traced backward scales the forward's saved gradient by grad_output out of place (it can
-    # neither skip a grad_output of 1 nor write a saved tensor): 4 passes over M x V in all. The
-    # split form folds grad_output into its one gradient pass: 3 (read, then read and write).
-    if traced_grad:
         return "split", cap
     few_rows = n_rows is not None and 0 < n_rows < ENTROPY_FUSED_MIN_ROWS_PER_SM * sm_count
     if form == "fused" and few_rows and n_cols > tile(n_cols, cap):

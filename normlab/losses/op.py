@@ -415,13 +415,10 @@ def _check_common(name, logits, form, block_cap, reduction, group):
     return block_cap
 
 
-def _resolve(name, logits, n_cols, form, block_cap, group, grad_accumulate):
+def _resolve(name, logits, n_cols, form, block_cap, group):
     n_rows = logits.numel() // n_cols if n_cols else 0
-    traced_grad = (grad_accumulate is None and torch.compiler.is_compiling()
-                   and logits.requires_grad and torch.is_grad_enabled())  # fmt: skip
     auto_form, auto_cap = config.entropy_auto(name, n_cols, group is not None, n_rows,
-                                              _runtime.sm_count(logits.device.index),
-                                              traced_grad)  # fmt: skip
+                                              _runtime.sm_count(logits.device.index))  # fmt: skip
     return (auto_form if form == "auto" else form), (auto_cap if block_cap is None else block_cap)
 
 
@@ -633,7 +630,7 @@ def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, 
     if temperature != 1.0 or loss_mask is not None or beta is not None:
         options = _distribution_options(name, temperature, beta, loss_mask, logits)
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
-    form, cap = _resolve(name, logits, n_cols, form, block_cap, group, grad_accumulate)
+    form, cap = _resolve(name, logits, n_cols, form, block_cap, group)
     spec = config.Spec(KINDS[name], form, cap, reduction, 0, group, 0, n_cols, options)
     return _run(name, _contiguous_rows(logits), _contiguous_rows(target_logits), loss_mask, spec,
                 grad_accumulate)  # fmt: skip
@@ -650,9 +647,7 @@ _DISTRIBUTION_ARGS = """
         form: "fused" (one kernel writes loss and gradient; backward only rescales), "chunked"
             (as fused, with each row shared by several programs that meet at a per-row
             counter), "split" (a stats kernel, then a backward kernel from the stored row
-            statistics) or "auto" (``config.ENTROPY_AUTO``, from measurements; "split" when
-            torch.compile traces a call with a gradient, whose backward graph could only
-            rescale a saved gradient out of place).
+            statistics) or "auto" (``config.ENTROPY_AUTO``, from measurements).
         block_cap: column tile cap, one of 4096, 8192, 16384, 32768 (any power of two in
             [16, 65536] is accepted for experiments); None takes the auto table's.
         reduction: "mean" over rows (the batchmean convention), "sum", or "none" (shape (...)).
@@ -783,7 +778,7 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
                 f"{name}: label {first} outside [0, {vocab_size}) "
                 f"and != ignore_index={ignore_index}"
             )
-    form, cap = _resolve(name, logits, n_cols, form, block_cap, group, grad_accumulate)
+    form, cap = _resolve(name, logits, n_cols, form, block_cap, group)
     spec = config.Spec(KINDS[name], form, cap, reduction, ignore_index, group, vocab_start,
                        vocab_size, options)  # fmt: skip
     return _run(name, _contiguous_rows(logits), labels.contiguous(), loss_mask, spec,
