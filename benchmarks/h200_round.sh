@@ -40,13 +40,15 @@
 # after and in the loop; the Llama step of llamaprof).
 # countrule (label CE over the vocabulary population with the per-SM count bound and the one-hot
 # after the loops; the loss options).
+# fewrows (label CE with fewer rows than SMs in the fused and chunked forms beside torch.compile;
+# the loss options with label smoothing's partial sums).
 # llamaprof (the 1B Llama step, Hugging Face's and normlab-patched, the loss in the auto and the
 # split form, eager and compiled, each with one more step profiled: its top kernels by device time and torch.compile's graph breaks).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss or countrule}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule or fewrows}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -70,6 +72,7 @@ layer_norm:fwd:1329x32826,rms_norm:fwd:296x17767,rms_norm:fwd:482x27361
 TINY_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448,layer_norm:bwd:14x1022,\
 rms_norm:bwd:14x1022,layer_norm:bwd:12x973,rms_norm:bwd:12x973
 TILE_CELLS=8x768,8x1024,12x973,13x448,14x1022,115x577,593x37,783x120,868x136,1686x75
+CE_FEW_ROWS=95x4723,4x4311,13x4854,73x9928,1x13474,2x3111,20x2543,2x1851,63x19320,1x50257
 CE_FWD_CELLS=383x1446,95x4723,655x3980,13x4854,4x4311,73x9928,512x50257,251x33166,684x8463,\
 181x45280,63x19320,20x2543,71x1297,201x16772,25x1223,41x10926,2x3111,20x2969,172x12443,2x3395,\
 9x1147,26x1452,100x1049
@@ -242,6 +245,13 @@ case $STAGE in
       --out "$OUT/kernel_loops_in_loop.txt"
     step llama_profile 330 python3 benchmarks/llama_step.py --out "$OUT/llama_profile.json" \
       --variants hf,normlab,normlab_split --steps 10 --warmup 4 --profile 40
+    ;;
+  fewrows)
+    step ce_forms 240 python3 -m normlab bench --no-progress --op cross_entropy \
+      --impl normlab,compile --form auto,fused,chunked --shapes "$CE_FEW_ROWS" \
+      --direction fwd,fwd+bwd --reps 10 --out "$OUT/ce_forms.jsonl"
+    step loss_options 100 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
+      --reps 10 --max-seconds 60
     ;;
   countrule)
     step vocab_count 200 python3 benchmarks/vocab_population.py --out "$OUT/vocab_count.jsonl" \
