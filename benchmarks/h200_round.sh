@@ -42,13 +42,14 @@
 # after the loops; the loss options).
 # fewrows (label CE with fewer rows than SMs in the fused and chunked forms beside torch.compile;
 # the loss options with label smoothing's partial sums).
+# fewrule (the vocabulary members whose form the few-rows byte bound changed, beside peers).
 # llamaprof (the 1B Llama step, Hugging Face's and normlab-patched, the loss in the auto and the
 # split form, eager and compiled, each with one more step profiled: its top kernels by device time and torch.compile's graph breaks).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule or fewrows}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows or fewrule}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -73,6 +74,8 @@ TINY_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448,layer_norm:bwd:14x1022,\
 rms_norm:bwd:14x1022,layer_norm:bwd:12x973,rms_norm:bwd:12x973
 TILE_CELLS=8x768,8x1024,12x973,13x448,14x1022,115x577,593x37,783x120,868x136,1686x75
 CE_FEW_ROWS=95x4723,4x4311,13x4854,73x9928,1x13474,2x3111,20x2543,2x1851,63x19320,1x50257
+FEW_RULE_CE=4x4311,13x4854,41x10926,73x9928,95x4723
+FEW_RULE_DIST=2x2320,2x3111,2x3395,20x2543,20x2969
 CE_FWD_CELLS=383x1446,95x4723,655x3980,13x4854,4x4311,73x9928,512x50257,251x33166,684x8463,\
 181x45280,63x19320,20x2543,71x1297,201x16772,25x1223,41x10926,2x3111,20x2969,172x12443,2x3395,\
 9x1147,26x1452,100x1049
@@ -252,6 +255,13 @@ case $STAGE in
       --direction fwd,fwd+bwd --reps 10 --out "$OUT/ce_forms.jsonl"
     step loss_options 100 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
       --reps 10 --max-seconds 60
+    ;;
+  fewrule)
+    step vocab_few_ce 150 python3 benchmarks/vocab_population.py --out "$OUT/vocab_few_ce.jsonl" \
+      --ops cross_entropy --reps 6 --max-seconds 120 --cells "$FEW_RULE_CE"
+    step vocab_few_dist 150 python3 benchmarks/vocab_population.py \
+      --out "$OUT/vocab_few_dist.jsonl" --ops reverse_kl,soft_cross_entropy --reps 6 \
+      --max-seconds 120 --cells "$FEW_RULE_DIST"
     ;;
   countrule)
     step vocab_count 200 python3 benchmarks/vocab_population.py --out "$OUT/vocab_count.jsonl" \

@@ -117,20 +117,29 @@ def test_reduction_moves_to_torch_past_the_byte_bound(loss, monkeypatch):
 
 @pytest.mark.parametrize("loss", ["cross_entropy", "reverse_kl"])
 def test_fewer_rows_than_sms_take_the_chunked_form(loss, monkeypatch):
-    # The interpreter stands in for 4 SMs. 300 columns at a cap of 64 are 5 tiles: 3 rows take
-    # the chunked form (2 chunks a row, not the measured 1: 6 programs for the 4 SMs), 4 rows the
-    # fused one; both against the fp64 reference. One tile (a cap of 512) stays fused.
+    # The interpreter stands in for 4 SMs. 300 fp32 columns at a cap of 64 are 5 tiles, and a
+    # row's program reads 1200 bytes of logits (2400 with reverse KL's target). With the bound
+    # just below that, 3 rows take the chunked form (2 chunks a row, not the measured 1: 6
+    # programs for the 4 SMs) and 4 rows the fused one; at the bound, 3 rows stay fused. All
+    # against the fp64 reference. One tile (a cap of 512) stays fused.
     monkeypatch.setattr(config, "ENTROPY_AUTO", {**config.ENTROPY_AUTO,
                                                  loss: (("fused", 64),) * 4})  # fmt: skip
-    assert config.entropy_auto(loss, 300, False, 3, 4) == ("chunked", 64)
+    row_bytes = 300 * 4 * (1 if loss == "cross_entropy" else 2)
+    assert config.entropy_auto(loss, 300, False, 3, 4, row_bytes) == ("fused", 64)  # 24 KiB
+    monkeypatch.setattr(config, "ENTROPY_FEW_ROWS_CHUNK_BYTES", row_bytes - 1)
+    assert config.entropy_auto(loss, 300, False, 3, 4, row_bytes) == ("chunked", 64)
     assert config.chunk_layout(300, 64, 4, 4) == (5, 0, 1)
     assert config.chunk_layout(300, 64, 4, 4, 3) == (3, 0, 2)
     kw = {"check_labels": False} if loss == "cross_entropy" else {}
-    for n_rows, kernel in ((3, "_entropy_chunked_kernel"), (4, "_entropy_fused_kernel")):
+    cases = ((row_bytes - 1, 3, "_entropy_chunked_kernel"),
+             (row_bytes - 1, 4, "_entropy_fused_kernel"),
+             (row_bytes, 3, "_entropy_fused_kernel"))  # fmt: skip
+    for bound, n_rows, kernel in cases:
+        monkeypatch.setattr(config, "ENTROPY_FEW_ROWS_CHUNK_BYTES", bound)
         x, other = _loss_inputs(loss, (n_rows, 300))
         launches = _record_launches(monkeypatch)
         out, grad = _run(loss, x, other, **kw)
-        assert launches[0] == kernel, launches
+        assert launches[0] == kernel, (bound, n_rows, launches)
         ref_out, ref_grad = _ref(loss, x, other)
         _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300)
     monkeypatch.setattr(config, "ENTROPY_AUTO", {**config.ENTROPY_AUTO,

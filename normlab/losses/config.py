@@ -351,20 +351,29 @@ def entropy_vocab_class(n_cols: int) -> str:
 # Fewer rows than SMs: the fused form runs one program per row and leaves SMs idle, each
 # program's tiles waiting on DRAM latency one after another (one row of 50257: 17.4 us fused,
 # 11.2 us chunked at 65536, the vocabulary population's worst cells). Such a call takes the
-# chunked form, whose chunks spread a row over the SMs (chunk_layout shortens them).
+# chunked form, whose chunks spread a row over the SMs (chunk_layout shortens them), once a
+# row's program would read more than ENTROPY_FEW_ROWS_CHUNK_BYTES (logits and target): below
+# that, the chunks' meeting (a zeroed counter per row, a release and an acquire through L2)
+# costs more than the tiles one program walks. Label CE, bf16, forward (ce_forms_29ecf3a):
+# 95 x 4723 6.2 us fused against 8.3 chunked, 73 x 9928 7.3 against 8.4; 1 x 13474 8.4 against
+# 6.6, 63 x 19320 10.4 against 9.9. The bound sits between 19.9 and 27 KB; not swept finer.
 ENTROPY_FUSED_MIN_ROWS_PER_SM = 1
+ENTROPY_FEW_ROWS_CHUNK_BYTES = 24 * 1024
 
 
 def entropy_auto(loss: str, n_cols: int, distributed: bool, n_rows: int | None = None,
-                 sm_count: int = 0) -> tuple[str, int]:  # fmt: skip
+                 sm_count: int = 0, row_bytes: int | None = None) -> tuple[str, int]:  # fmt: skip
     """form="auto": (form, block_cap) for ``loss`` over ``n_cols`` local vocabulary columns (the
     split form under tensor parallel: the row statistics are all-reduced between its kernels);
-    ``n_rows`` (None: many) of them on ``sm_count`` SMs."""
+    ``n_rows`` (None: many) of them on ``sm_count`` SMs; ``row_bytes``: what a row's program
+    reads (logits and target; None: 2-byte logits alone)."""
     form, cap = ENTROPY_AUTO[loss][ENTROPY_AUTO_CLASSES.index(entropy_vocab_class(n_cols))]
     if distributed:
         return "split", cap
     few_rows = n_rows is not None and 0 < n_rows < ENTROPY_FUSED_MIN_ROWS_PER_SM * sm_count
-    if form == "fused" and few_rows and n_cols > tile(n_cols, cap):
+    row_bytes = 2 * n_cols if row_bytes is None else row_bytes
+    if form == "fused" and few_rows and n_cols > tile(n_cols, cap) \
+            and row_bytes > ENTROPY_FEW_ROWS_CHUNK_BYTES:  # fmt: skip
         form = "chunked"
     return form, cap
 

@@ -415,10 +415,12 @@ def _check_common(name, logits, form, block_cap, reduction, group):
     return block_cap
 
 
-def _resolve(name, logits, n_cols, form, block_cap, group):
+def _resolve(name, logits, n_cols, form, block_cap, group, target=None):
     n_rows = logits.numel() // n_cols if n_cols else 0
+    row_bytes = n_cols * (logits.element_size() + (0 if target is None else target.element_size()))
     auto_form, auto_cap = config.entropy_auto(name, n_cols, group is not None, n_rows,
-                                              _runtime.sm_count(logits.device.index))  # fmt: skip
+                                              _runtime.sm_count(logits.device.index),
+                                              row_bytes)  # fmt: skip
     return (auto_form if form == "auto" else form), (auto_cap if block_cap is None else block_cap)
 
 
@@ -630,7 +632,7 @@ def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, 
     if temperature != 1.0 or loss_mask is not None or beta is not None:
         options = _distribution_options(name, temperature, beta, loss_mask, logits)
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
-    form, cap = _resolve(name, logits, n_cols, form, block_cap, group)
+    form, cap = _resolve(name, logits, n_cols, form, block_cap, group, target_logits)
     spec = config.Spec(KINDS[name], form, cap, reduction, 0, group, 0, n_cols, options)
     return _run(name, _contiguous_rows(logits), _contiguous_rows(target_logits), loss_mask, spec,
                 grad_accumulate)  # fmt: skip
