@@ -681,24 +681,20 @@ def test_auto_form_spreads_few_rows_over_the_sms():
     assert config.entropy_auto("cross_entropy", 50257, False, 1, sms) == ("chunked", 2048)
     assert config.entropy_auto("cross_entropy", 50257, False, sms - 1, sms) == ("chunked", 2048)
     assert config.entropy_auto("cross_entropy", 50257, False, sms, sms) == ("fused", 2048)
-    # the bound, bf16 label CE: 12288 columns read 24 KiB (fused, the row one tile), 12289 one
-    # more element (chunked at the table's cap)
+    # the bound, bf16 label CE: 12288 columns read 24 KiB (fused), 12289 one more element
     assert config.entropy_auto("cross_entropy", 12289, False, 4, sms, 2 * 12289) == (
         "chunked", 2048)
     assert config.entropy_auto("cross_entropy", 12288, False, 4, sms, 2 * 12288) == (
-        "fused", 16384)
+        "fused", 4096)
     assert config.entropy_auto("cross_entropy", 12287, False, 4, sms, 2 * 12287) == (
-        "fused", 16384)
-    assert config.entropy_auto("cross_entropy", 4723, False, 95, sms, 2 * 4723) == ("fused", 8192)
-    assert config.entropy_auto("cross_entropy", 4723, False, sms, sms, 2 * 4723) == (
-        "fused", 2048)  # one row per SM: the table's tiles
+        "fused", 2048)
+    assert config.entropy_auto("cross_entropy", 4723, False, 95, sms, 2 * 4723) == ("fused", 2048)
     # fp32 logits read twice the bytes: 6145 columns pass the bound
     assert config.entropy_auto("cross_entropy", 6145, False, 4, sms, 4 * 6145)[0] == "chunked"
-    assert config.entropy_auto("cross_entropy", 6144, False, 4, sms, 4 * 6144) == ("fused", 8192)
     # reverse KL reads the target too: 32768 bf16 columns are 128 KiB
     assert config.entropy_auto("reverse_kl", 32768, False, 8, sms, 4 * 32768) == ("chunked", 2048)
     assert config.entropy_auto("reverse_kl", 2048, False, 1, sms) == ("fused", 2048)  # one tile
-    assert config.entropy_auto("reverse_kl", 2049, False, 1, sms, 4 * 2049) == ("fused", 4096)
+    assert config.entropy_auto("reverse_kl", 2049, False, 1, sms, 4 * 2049) == ("fused", 2048)
     assert config.entropy_auto("reverse_kl", 32768, True, 1, sms) == ("split", 2048)
     assert config.entropy_auto("reverse_kl", 32768, False, 0, sms) == ("fused", 2048)  # empty
     assert config.entropy_auto("reverse_kl", 32768, False) == ("fused", 2048)  # rows unknown

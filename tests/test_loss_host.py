@@ -120,12 +120,12 @@ def test_fewer_rows_than_sms_take_the_chunked_form(loss, monkeypatch):
     # The interpreter stands in for 4 SMs. 300 fp32 columns at a cap of 64 are 5 tiles, and a
     # row's program reads 1200 bytes of logits (2400 with reverse KL's target). With the bound
     # just below that, 3 rows take the chunked form (2 chunks a row, not the measured 1: 6
-    # programs for the 4 SMs) and 4 rows the fused one; at the bound, 3 rows stay fused with the
-    # row in one tile of 512. All against the fp64 reference. One tile (a cap of 512) stays fused.
+    # programs for the 4 SMs) and 4 rows the fused one; at the bound, 3 rows stay fused. All
+    # against the fp64 reference. One tile (a cap of 512) stays fused.
     monkeypatch.setattr(config, "ENTROPY_AUTO", {**config.ENTROPY_AUTO,
                                                  loss: (("fused", 64),) * 4})  # fmt: skip
     row_bytes = 300 * 4 * (1 if loss == "cross_entropy" else 2)
-    assert config.entropy_auto(loss, 300, False, 3, 4, row_bytes) == ("fused", 512)  # 24 KiB
+    assert config.entropy_auto(loss, 300, False, 3, 4, row_bytes) == ("fused", 64)  # 24 KiB
     monkeypatch.setattr(config, "ENTROPY_FEW_ROWS_CHUNK_BYTES", row_bytes - 1)
     assert config.entropy_auto(loss, 300, False, 3, 4, row_bytes) == ("chunked", 64)
     assert config.chunk_layout(300, 64, 4, 4) == (5, 0, 1)

@@ -357,8 +357,6 @@ def entropy_vocab_class(n_cols: int) -> str:
 # costs more than the tiles one program walks. Label CE, bf16, forward (ce_forms_29ecf3a):
 # 95 x 4723 6.2 us fused against 8.3 chunked, 73 x 9928 7.3 against 8.4; 1 x 13474 8.4 against
 # 6.6, 63 x 19320 10.4 against 9.9. The bound sits between 19.9 and 27 KB; not swept finer.
-# Up to the bound the row is one tile (at most 16384 columns), loaded in one round trip rather
-# than walked tile by tile: each program is latency-bound, and the SMs are not all busy anyway.
 ENTROPY_FUSED_MIN_ROWS_PER_SM = 1
 ENTROPY_FEW_ROWS_CHUNK_BYTES = 24 * 1024
 
@@ -374,10 +372,8 @@ def entropy_auto(loss: str, n_cols: int, distributed: bool, n_rows: int | None =
         return "split", cap
     few_rows = n_rows is not None and 0 < n_rows < ENTROPY_FUSED_MIN_ROWS_PER_SM * sm_count
     row_bytes = 2 * n_cols if row_bytes is None else row_bytes
-    if form == "fused" and few_rows and n_cols > tile(n_cols, cap):
-        if row_bytes > ENTROPY_FEW_ROWS_CHUNK_BYTES:
-            form = "chunked"
-        else:
-            cap = _next_pow2(n_cols)
+    if form == "fused" and few_rows and n_cols > tile(n_cols, cap) \
+            and row_bytes > ENTROPY_FEW_ROWS_CHUNK_BYTES:  # fmt: skip
+        form = "chunked"
     return form, cap
 
