@@ -900,6 +900,25 @@ def test_split_backward_op_opcheck(loss, reduction, per_row):
     _check(loss, torch.zeros(()), grad, torch.zeros(()), ref_grad, torch.float32, 50)
 
 
+def test_torch_compile_traces_no_cached_helper(monkeypatch):
+    # The plan reads the SM count through a functools.cache; Dynamo warns when it traces into one
+    # (silent incorrectness "a potential risk"). The losses hand it over as a constant instead.
+    import warnings
+
+    from torch._dynamo import utils as dynamo_utils
+
+    monkeypatch.setattr(dynamo_utils, "warn_once_cache", set())  # warn as if for the first time
+    x, labels = _inputs("cross_entropy", (4, 30), torch.float32)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b: normlab.cross_entropy(a, b), fullgraph=True,
+                             backend="aot_eager")  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loss = compiled(x, labels)
+    assert not [w for w in caught if "lru_cache" in str(w.message)], caught
+    assert_close(loss, _ref("cross_entropy", x, labels)[0], dtype=torch.float32, reduce_len=30)
+
+
 def test_check_labels_refused_inside_torch_compile():
     x, labels = _inputs("cross_entropy", (4, 30), torch.float32)
     compiled = torch.compile(lambda a, b: normlab.cross_entropy(a, b, check_labels=True),

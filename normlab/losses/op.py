@@ -415,11 +415,18 @@ def _check_common(name, logits, form, block_cap, reduction, group):
     return block_cap
 
 
+@torch.compiler.assume_constant_result
+def _sm_count(index) -> int:
+    """_runtime.sm_count, which Dynamo runs once and keeps as a constant (it warns when it
+    traces into a functools.cache wrapper)."""
+    return _runtime.sm_count(index)
+
+
 def _resolve(name, logits, n_cols, form, block_cap, group, target=None):
     n_rows = logits.numel() // n_cols if n_cols else 0
     row_bytes = n_cols * (logits.element_size() + (0 if target is None else target.element_size()))
     auto_form, auto_cap = config.entropy_auto(name, n_cols, group is not None, n_rows,
-                                              _runtime.sm_count(logits.device.index),
+                                              _sm_count(logits.device.index),
                                               row_bytes)  # fmt: skip
     return (auto_form if form == "auto" else form), (auto_cap if block_cap is None else block_cap)
 
