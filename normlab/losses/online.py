@@ -81,8 +81,9 @@ SMOOTH_PART: tl.constexpr = tl.constexpr(8)  # one 16-byte bf16 vector a thread
 # overwrite, so not with ACCUMULATE). The compare cost 5.4 integer instructions a logit in the
 # gradient loop (benchmarks/kernel_loops.py, sm_90) and twice the registers. On an H200
 # (loss_options_label_after, c5334a9; 4096 x 131072 bf16 forward+backward): label CE 762 ->
-# 705 us, softcap 983 -> 756, z-loss 786 -> 712, all three 1484 -> 1300, but label smoothing
-# alone 1011 -> 1141 (not explained). NORMLAB_LOSS_LABEL_AFTER=0 keeps the compare in the loop.
+# 705 us, softcap 983 -> 756, z-loss 786 -> 712, all three 1484 -> 1300; label smoothing
+# 1011 -> 1141 in that run, 809 in the two after it (d837519, 29ecf3a; the 1141 not explained).
+# NORMLAB_LOSS_LABEL_AFTER=0 keeps the compare in the loop.
 LABEL_AFTER: tl.constexpr = tl.constexpr(os.environ.get("NORMLAB_LOSS_LABEL_AFTER", "1") != "0")
 TWO_LOG2E: tl.constexpr = tl.constexpr(2.8853900817779268)  # 2 / ln 2: exp(2v) = exp2(v 2 log2 e)
 # Elements per step of a launch's row count and final sum (counted_rows, finish_reduction).
