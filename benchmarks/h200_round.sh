@@ -43,13 +43,15 @@
 # fewrows (label CE with fewer rows than SMs in the fused and chunked forms beside torch.compile;
 # the loss options with label smoothing's partial sums).
 # fewrule (the vocabulary members whose form the few-rows byte bound changed, beside peers).
+# fastexp (the losses' exp as one ex2.approx.ftz, NORMLAB_LOSS_FAST_EXP=1: the loss checks, then
+# the loss options' times).
 # llamaprof (the 1B Llama step, Hugging Face's and normlab-patched, the loss in the auto and the
 # split form, eager and compiled, each with one more step profiled: its top kernels by device time and torch.compile's graph breaks).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows or fewrule}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule or fastexp}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -262,6 +264,12 @@ case $STAGE in
     step vocab_few_dist 150 python3 benchmarks/vocab_population.py \
       --out "$OUT/vocab_few_dist.jsonl" --ops reverse_kl,soft_cross_entropy --reps 6 \
       --max-seconds 120 --cells "$FEW_RULE_DIST"
+    ;;
+  fastexp)
+    step gpu_check_fast_exp 75 env NORMLAB_LOSS_FAST_EXP=1 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_fast_exp.json" --quick --only losses
+    step loss_options_fast_exp 100 env NORMLAB_LOSS_FAST_EXP=1 python3 benchmarks/loss_options.py \
+      --out "$OUT/loss_options_fast_exp.jsonl" --reps 6 --max-seconds 40
     ;;
   countrule)
     step vocab_count 200 python3 benchmarks/vocab_population.py --out "$OUT/vocab_count.jsonl" \

@@ -85,9 +85,26 @@ SMOOTH_PART: tl.constexpr = tl.constexpr(8)  # one 16-byte bf16 vector a thread
 # 1011 -> 1141 in that run, 809 in the two after it (d837519, 29ecf3a; the 1141 not explained).
 # NORMLAB_LOSS_LABEL_AFTER=0 keeps the compare in the loop.
 LABEL_AFTER: tl.constexpr = tl.constexpr(os.environ.get("NORMLAB_LOSS_LABEL_AFTER", "1") != "0")
+# e^v as one MUFU.EX2 of v log2(e) with denormal results flushed to zero (ex2.approx.ftz.f32):
+# plain exp's ex2.approx.f32 adds a range test and two multiplies for denormal results, 3 of the
+# ~11 instructions a logit of label CE's statistics loop. A result below 2^-126 (an argument
+# below -87.3) becomes 0 instead of a denormal: after the max shift, a term that adds nothing to
+# an fp32 sum holding a 1. GPU only; NORMLAB_LOSS_FAST_EXP=1 (off by default, not yet measured).
+FAST_EXP: tl.constexpr = tl.constexpr(
+    not _runtime.INTERPRET and os.environ.get("NORMLAB_LOSS_FAST_EXP", "0") == "1")
+LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 TWO_LOG2E: tl.constexpr = tl.constexpr(2.8853900817779268)  # 2 / ln 2: exp(2v) = exp2(v 2 log2 e)
 # Elements per step of a launch's row count and final sum (counted_rows, finish_reduction).
 REDUCE_BLOCK: tl.constexpr = tl.constexpr(1024)
+
+
+@triton.jit
+def fast_exp(v):
+    """e^v: tl.exp, or with FAST_EXP one ex2.approx.ftz.f32 (above)."""
+    if FAST_EXP:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [v * LOG2E],
+                                         dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
+    return tl.exp(v)
 
 
 @triton.jit
@@ -173,7 +190,7 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.co
     if KIND == CE:
         m_x = tl.maximum(m_x, tl.max(x, axis=1))
         new_x = safe_max(m_x)
-        e_x = tl.exp(x - new_x[:, None])
+        e_x = fast_exp(x - new_x[:, None])
         s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=1)
         if SMOOTH:
             if SMOOTH_TILE_SUM and ONE_LANE:
@@ -199,8 +216,8 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.co
         alpha_t = tl.exp(raw_t - new_t)
         xs = x - new_x[:, None]
         ts = t - new_t[:, None]
-        e_x = tl.exp(xs)
-        e_t = tl.exp(ts)
+        e_x = fast_exp(xs)
+        e_t = fast_exp(ts)
         # p_j = 0 terms are skipped (x = -inf would give 0 * inf).
         if KIND == RKL:
             term = tl.where(e_x > 0, e_x * (xs - ts), 0.0)
@@ -468,11 +485,11 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
     (1 - beta) and a temperature's 1 / T are in scale (the host's).
     """
     xs = x - shift_x
-    p = tl.exp(xs - log_s_x)
+    p = fast_exp(xs - log_s_x)
     if KIND == RKL:
         g = tl.where(p > 0, p * ((xs - (t - shift_t)) - kl_shift), 0.0)
     elif (KIND == SCE) or (KIND == FKL):
-        g = p - tl.exp((t - shift_t) - log_s_t)
+        g = p - fast_exp((t - shift_t) - log_s_t)
     elif KIND == JSD:
         z = jsd_log_ratio(xs - log_s_x, (t - shift_t) - log_s_t, beta)
         g = tl.where(p > 0, p * (kl_shift - softplus(z)), 0.0)
