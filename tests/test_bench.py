@@ -639,6 +639,13 @@ def test_records_name_the_host_switches_that_are_on(monkeypatch):
 
     monkeypatch.setattr(online, "SMOOTH_TILE_SUM", False)
     assert device_mod.host_switches() == ["NORMLAB_LOSS_SMOOTH_TILE_SUM=0"]
+    monkeypatch.setattr(online, "SMOOTH_TILE_SUM", True)
+    monkeypatch.setattr(online, "LABEL_AFTER", False)
+    monkeypatch.setattr(online, "FAST_EXP", True)
+    assert device_mod.host_switches() == ["NORMLAB_LOSS_LABEL_AFTER=0", "NORMLAB_LOSS_FAST_EXP=1"]
+    rec = measure(lambda: x * 2, "copy", "torch", 8, 16, torch.float32, "fwd", device=device,
+                  reps=1, warmup=0)  # fmt: skip
+    assert rec.note.endswith("; NORMLAB_LOSS_LABEL_AFTER=0; NORMLAB_LOSS_FAST_EXP=1"), rec.note
 
 
 def test_sweep_reports_cases_that_cannot_run(monkeypatch):

@@ -175,7 +175,8 @@ def device_info(measure_copy: bool = True, copy_bytes: int | None = None) -> Dev
 def host_switches() -> list[str]:
     """The switches that differ from this mode's default (records note them: they change which
     launches a call makes, or what a kernel does): the replay, the losses' in-kernel sum, the
-    lean launch, label smoothing's per-element logit sum."""
+    lean launch, label smoothing's partial logit sums, label CE's one-hot after the gradient
+    loops, the losses' one-instruction exp."""
     from normlab.losses import online  # a kernel module: imported only where asked
 
     out = []
@@ -188,4 +189,8 @@ def host_switches() -> list[str]:
             out.append("NORMLAB_LEAN_LAUNCH=0")
     if not online.SMOOTH_TILE_SUM:
         out.append("NORMLAB_LOSS_SMOOTH_TILE_SUM=0")
+    if not online.LABEL_AFTER:
+        out.append("NORMLAB_LOSS_LABEL_AFTER=0")
+    if online.FAST_EXP:  # GPU only: never on under the interpreter
+        out.append("NORMLAB_LOSS_FAST_EXP=1")
     return out
