@@ -53,7 +53,7 @@ def _fwd_variants(x, w, b, is_rms, sms):
     out = {"default": lambda: norm_op._forward(x, None, w, b, eps, 0.0, is_rms, "auto",
                                                "auto")[:1]}  # fmt: skip
     if n <= config.NORM_FWD_MAX_BLOCK:
-        block = config._next_pow2(n)
+        block = config.next_pow2(n)
         for warps in (1, 2, 4, 8, 16):
             if block // (32 * warps) >= 1:
                 out[f"row w{warps}"] = (lambda warps=warps, block=block: row.norm_forward(
@@ -96,9 +96,9 @@ def _bwd_variants(x, w, b, dy, mean, rstd, is_rms, sms):
                 lambda per_sm=per_sm, paired=paired: row.norm_backward(
                     dy, x, w, b, mean, rstd, is_rms, programs_per_sm=per_sm,
                     paired_partials=paired))  # fmt: skip
-    block_cols = config._next_pow2(n)
+    block_cols = config.next_pow2(n)
     if m * block_cols <= 4 * TILE_ROWS_MAX_ELEMS:
-        rows = config._next_pow2(m)
+        rows = config.next_pow2(m)
         for warps in (4, 8, 16):
             out[f"one tile w{warps}"] = (lambda rows=rows, warps=warps: row.norm_backward(
                 dy, x, w, b, mean, rstd, is_rms, block_rows=rows, num_warps=warps,

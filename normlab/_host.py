@@ -14,7 +14,12 @@ def cdiv(a: int, b: int) -> int:
 
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1); ``triton.next_power_of_2`` for the host."""
-    return 1 << (n - 1).bit_length() if n > 1 else 1
+    return 1 << (int(n) - 1).bit_length() if n > 1 else 1
+
+
+def prev_pow2(n: int) -> int:
+    """The largest power of two <= n (1 for n <= 1)."""
+    return 1 << (int(n).bit_length() - 1) if n > 1 else 1
 
 
 # The dtypes the Triton kernels take (fp64 and integers raise: use normlab.ref for fp64).

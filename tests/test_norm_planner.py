@@ -377,7 +377,7 @@ def test_small_backward_grid(monkeypatch, is_rms, m, n, one_program):
     rstd = torch.rsqrt(var + 1e-5).float()
     dy = torch.randn(m, n)
     dx, dw, db = row.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="persistent")
-    tile_rows = config.norm_bwd_block_rows(m, config._next_pow2(n), SMS)
+    tile_rows = config.norm_bwd_block_rows(m, config.next_pow2(n), SMS)
     one = config.NORM_BWD_ONE_PROGRAM_TILES * tile_rows
     if one_program:
         assert one >= m and grids == [(1,)] and not reduced

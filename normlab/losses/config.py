@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from normlab import _runtime
+from normlab._host import cdiv, next_pow2
 
 # ---- the calls -----------------------------------------------------------------------------------
 
@@ -135,8 +136,8 @@ def count_in_kernel(spec: Spec, n_rows: int, n_cols: int, logit_bytes: int, row_
         cols = min(n_cols, entropy_chunk_tiles(block) * block)
     label_bytes = n_rows * row_bytes
     if sm_count:
-        programs = n_rows * _cdiv(n_cols, cols) if cols else n_rows
-        if _cdiv(programs, sm_count) * label_bytes <= ENTROPY_COUNT_SM_BYTES:
+        programs = n_rows * cdiv(n_cols, cols) if cols else n_rows
+        if cdiv(programs, sm_count) * label_bytes <= ENTROPY_COUNT_SM_BYTES:
             return True
     return (label_bytes <= ENTROPY_COUNT_MIN_BYTES
             or label_bytes * ENTROPY_COUNT_READ_RATIO <= cols * logit_bytes)  # fmt: skip
@@ -191,17 +192,9 @@ ENTROPY_MIN_BLOCK = 16  # smaller caps exist for the CPU tests' multi-tile paths
 ENTROPY_MAX_BLOCK = 65536
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def tile(n_cols: int, cap: int) -> int:
     """Column tile: the row's next power of two up to ``cap``, at least one lane wide."""
-    return max(min(_next_pow2(n_cols), cap), ENTROPY_MIN_BLOCK)
+    return max(min(next_pow2(n_cols), cap), ENTROPY_MIN_BLOCK)
 
 
 # Fused kernel warps per tile: 4 at 4096 (cheaper cross-warp reductions), 16 at 8192-16384, 32
@@ -309,13 +302,13 @@ def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int,
     With the call's ``n_rows`` (0: unknown), a grid of fewer programs than SMs takes shorter
     chunks instead, down to one tile: idle SMs cost more than a shorter chunk's extra statistics
     (a row's tiles then load side by side, not one after another)."""
-    n_tiles = _cdiv(n_cols, block)
+    n_tiles = cdiv(n_cols, block)
     tiles = min((tiles_per_chunk, tiles_per_chunk + 1), key=lambda k: (-n_tiles % k, k))
     n_chunks = max(1, round(n_tiles / tiles))
     if 0 < n_rows and n_rows * n_chunks < sm_count:  # SMs idle
-        n_chunks = _cdiv(n_tiles, max(1, n_tiles * n_rows // sm_count))
-    chunk_tiles = _cdiv(n_tiles, min(n_chunks, sm_count))
-    return ChunkLayout(chunk_tiles, 0, _cdiv(n_tiles, chunk_tiles))
+        n_chunks = cdiv(n_tiles, max(1, n_tiles * n_rows // sm_count))
+    chunk_tiles = cdiv(n_tiles, min(n_chunks, sm_count))
+    return ChunkLayout(chunk_tiles, 0, cdiv(n_tiles, chunk_tiles))
 
 
 # ---- form="auto" ---------------------------------------------------------------------------------

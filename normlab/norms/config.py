@@ -20,14 +20,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from normlab import _runtime
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def _prev_pow2(n: int) -> int:
-    return 1 << max(int(n), 1).bit_length() - 1
+from normlab._host import next_pow2, prev_pow2
 
 
 def _ladder(table, key: int):
@@ -119,7 +112,7 @@ def split_row(n_rows: int, n_cols: int, sm_count: int, min_cols: int) -> bool:
 
 def split_row_fwd_chunk(n_cols: int) -> SplitRowChunk:
     """The forward's chunk: a fixed width, so the grid grows with the row."""
-    return split_chunk(min(SPLIT_ROW_FWD_COLS, _next_pow2(n_cols)))
+    return split_chunk(min(SPLIT_ROW_FWD_COLS, next_pow2(n_cols)))
 
 
 # A (column chunk, row group) grid: enough programs for every SM, each group's fp32 partial row
@@ -196,7 +189,7 @@ class SplitRowBwdTile(NamedTuple):
 def split_row_bwd_tile(n_rows: int, chunk_cols: int) -> SplitRowBwdTile:
     """The dx kernel steps NORM_BWD_TILE_ELEMS elements at a time (rows x chunk), so several
     rows' loads are in flight; 8 elements per thread."""
-    rows = min(_next_pow2(n_rows), max(1, NORM_BWD_TILE_ELEMS // chunk_cols))
+    rows = min(next_pow2(n_rows), max(1, NORM_BWD_TILE_ELEMS // chunk_cols))
     warps = rows * chunk_cols // (32 * SPLIT_ROW_ELEMS_PER_THREAD)
     return SplitRowBwdTile(rows, max(1, min(16, warps)))
 
@@ -210,7 +203,7 @@ class NormFwdConfig:
 
 def decode_rows(n_rows: int, n_cols: int, sm_count: int) -> bool:
     """A decode batch (NORM_FWD_DECODE_ROWS_PER_SM): one block a row, parameters early, no tile."""
-    return n_rows <= _ladder(NORM_FWD_DECODE_ROWS_PER_SM, _next_pow2(n_cols)) * sm_count
+    return n_rows <= _ladder(NORM_FWD_DECODE_ROWS_PER_SM, next_pow2(n_cols)) * sm_count
 
 
 def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None,
@@ -221,17 +214,17 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
     forward would write in its first pass and read back in its second, so it stays one block."""
     if n_cols > NORM_FWD_MAX_BLOCK:  # (the last chunk's padding is under 2048 / 32768 = 6%)
         return NormFwdConfig(block_size=NORM_FWD_WIDE_CHUNK, num_warps=NORM_FWD_WIDE_WARPS)
-    block = min(_next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
+    block = min(next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = _ladder(NORM_FWD_WARPS, block)
     few_rows = n_rows is not None and sm_count and decode_rows(n_rows, n_cols, sm_count)
-    looped = (NORM_FWD_RMS_LOOPED.get(_next_pow2(n_cols)) if is_rms and not few_rows
+    looped = (NORM_FWD_RMS_LOOPED.get(next_pow2(n_cols)) if is_rms and not few_rows
               and not fused_add else None)  # fmt: skip
     if looped is not None and n_cols % looped[0]:
         looped = None  # a ragged last chunk is masked and re-read: one block reads the row once
     if looped is None:
         early = few_rows and block <= NORM_FWD_EARLY_MAX_PER_THREAD * 32 * warps
         return NormFwdConfig(block_size=block, num_warps=warps, early_params=bool(early))
-    wave = NORM_FWD_RMS_ONE_WAVE.get(_next_pow2(n_cols))
+    wave = NORM_FWD_RMS_ONE_WAVE.get(next_pow2(n_cols))
     if wave and n_rows is not None and sm_count:
         lo, hi, cfg = wave
         if lo * sm_count < n_rows <= hi * sm_count:
@@ -316,7 +309,7 @@ def norm_fwd_block_row_config(n_rows: int, n_cols: int, is_rms: bool = False,
     per program)."""
     if not aligned:
         return None
-    for lo, hi, tile in NORM_FWD_BLOCK_ROW[bool(is_rms)].get(_next_pow2(n_cols), ()):
+    for lo, hi, tile in NORM_FWD_BLOCK_ROW[bool(is_rms)].get(next_pow2(n_cols), ()):
         if lo <= n_rows and (hi is None or n_rows <= hi):
             return BlockRowFwdConfig(*tile)
     return None
@@ -330,11 +323,11 @@ def block_row_fwd_config(n_cols: int, is_rms: bool, *, tile_elems: int | None = 
     (overrides given, or a width with no measured tile). ``n_rows``/``sm_count``: tiny-width
     tiles shrink until the grid fills one wave. One column: also the pointwise kernel's config
     (``POINTWISE_FWD_*``), which the launcher takes where the rows are contiguous."""
-    block_cols = _next_pow2(n_cols)
+    block_cols = next_pow2(n_cols)
     if n_cols < BLOCK_ROW_TINY_COLS and tile_elems is None and max_rows is None:
         rows = BLOCK_ROW_TINY_TILE_ELEMS // block_cols
         if n_rows is not None and sm_count:
-            rows = min(rows, max(1, _next_pow2(n_rows // sm_count + 1) // 2))
+            rows = min(rows, max(1, next_pow2(n_rows // sm_count + 1) // 2))
         # a row of one column is its own reduction: vector loads across rows, no row tile
         pointwise = pointwise_fwd_config(n_rows, sm_count) if n_cols == 1 else None
         return BlockRowFwdConfig(rows, BLOCK_ROW_MIN_WARPS if num_warps is None else num_warps,
@@ -424,7 +417,7 @@ def norm_bwd_block_rows(n_rows: int, block_cols: int, sm_count: int = 0) -> int:
     one program's NORM_BWD_ONE_PROGRAM_TILES tiles keep them (norm_bwd_one_program)."""
     rows = max(1, min(NORM_BWD_TILE_ELEMS // block_cols, NORM_BWD_MAX_BLOCK_ROWS))
     if sm_count and n_rows > NORM_BWD_ONE_PROGRAM_TILES * rows:
-        rows = min(rows, _prev_pow2(max(1, n_rows // (NORM_BWD_TILES_PER_SM * sm_count))))
+        rows = min(rows, prev_pow2(max(1, n_rows // (NORM_BWD_TILES_PER_SM * sm_count))))
     return rows
 
 
@@ -489,8 +482,8 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
     if two_pass is None:
         two_pass = norm_bwd_two_pass(n_cols, is_rms, n_rows)
     if block_cols is None:
-        block_cols = NORM_BWD_TWO_PASS_BLOCK_COLS if two_pass else _next_pow2(n_cols)
-        block_cols = min(block_cols, _next_pow2(n_cols))
+        block_cols = NORM_BWD_TWO_PASS_BLOCK_COLS if two_pass else next_pow2(n_cols)
+        block_cols = min(block_cols, next_pow2(n_cols))
     elif not two_pass and block_cols < n_cols:
         raise ValueError(
             f"single-pass backward needs block_cols >= n_cols ({block_cols} < {n_cols})"
@@ -501,8 +494,8 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
         elif two_pass:
             block_rows = NORM_BWD_TWO_PASS_BLOCK_ROWS
         else:
-            block_rows = norm_bwd_block_rows(n_rows, _next_pow2(block_cols), sm_count)
-    block_rows, block_cols = _next_pow2(block_rows), _next_pow2(block_cols)
+            block_rows = norm_bwd_block_rows(n_rows, next_pow2(block_cols), sm_count)
+    block_rows, block_cols = next_pow2(block_rows), next_pow2(block_cols)
     if num_warps is None:
         num_warps = (NORM_BWD_TWO_PASS_WARPS if two_pass and strategy == "persistent"
                      else _ladder(NORM_BWD_WARPS if aligned else NORM_BWD_UNALIGNED_WARPS,
@@ -564,7 +557,7 @@ def block_row_bwd_config(n_cols: int, *, tile_elems: int | None = None,
     if max_rows is None:  # tiny widths: the tile's rows are per-row scalars, not registers
         max_rows = BLOCK_ROW_MAX_ROWS if n_cols >= BLOCK_ROW_TINY_COLS else tile_elems
     return BlockRowBwdConfig(
-        block_rows=max(1, min(max_rows, tile_elems // _next_pow2(n_cols))),
+        block_rows=max(1, min(max_rows, tile_elems // next_pow2(n_cols))),
         num_warps=BLOCK_ROW_BWD_WARPS if num_warps is None else num_warps,
         programs_per_sm=(BLOCK_ROW_BWD_PROGRAMS_PER_SM if programs_per_sm is None
                          else programs_per_sm),  # fmt: skip
@@ -575,7 +568,7 @@ def block_row_bwd_config(n_cols: int, *, tile_elems: int | None = None,
 
 def block_row_bwd_recompute_config(n_cols: int, is_rms: bool) -> BlockRowBwdConfig:
     """The block-row backward's config when it recomputes mean/rstd from x."""
-    overrides = {} if is_rms else BLOCK_ROW_BWD_RECOMPUTE_TILES.get(max(16, _next_pow2(n_cols)), {})
+    overrides = {} if is_rms else BLOCK_ROW_BWD_RECOMPUTE_TILES.get(max(16, next_pow2(n_cols)), {})
     return block_row_bwd_config(n_cols, **overrides)
 
 
