@@ -666,12 +666,13 @@ def norm_backward(
     strides = (x2d.stride(0), dy2d.stride(0), dx.stride(0),
                dh.stride(0) if dh is not None else dx.stride(0))  # fmt: skip
     align = config.row_align(math.gcd(*strides), x2d.element_size())
+    sm_count = _runtime.sm_count(device.index)
     cfg = config.norm_bwd_config(
         strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass, block_rows=block_rows,
         block_cols=block_cols, num_warps=num_warps, programs_per_sm=programs_per_sm,
         loop_stages=loop_stages, prefetch=prefetch, paired_partials=paired_partials,
         aligned=align * x2d.element_size() == config.VECTOR_BYTES,
-        sm_count=_runtime.sm_count(device.index),
+        sm_count=sm_count,
     )  # fmt: skip
     dummy = rstd
     common = (
@@ -717,7 +718,7 @@ def norm_backward(
         cap = None if programs_per_sm is not None else config.norm_bwd_partials_cap(
             n_rows, x2d.element_size() * (3 + (dh is not None)), has_w + has_b)  # fmt: skip
         n_programs = config.norm_bwd_persistent_programs(
-            n_tiles, cfg.programs_per_sm, _runtime.sm_count(device.index), cap)  # fmt: skip
+            n_tiles, cfg.programs_per_sm, sm_count, cap)  # fmt: skip
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
         n_programs = cdiv(n_tiles, tiles_per_program)
@@ -727,7 +728,7 @@ def norm_backward(
               and grad_bias is None)  # fmt: skip
     # Pairs where the grid exceeds the partial rows' bound (a paired_partials= keyword forces it).
     may_pair = (cfg.paired_partials if paired_partials is not None else cfg.paired_partials
-                and config.pair_partials(n_programs, _runtime.sm_count(device.index)))  # fmt: skip
+                and config.pair_partials(n_programs, sm_count))  # fmt: skip
     paired = may_pair and strategy == "persistent" and not cfg.two_pass and not direct
     n_partials = cdiv(n_programs, 2) if paired else n_programs
     if direct:
