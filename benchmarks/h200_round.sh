@@ -47,11 +47,17 @@
 # the loss options' times).
 # llamaprof (the 1B Llama step, Hugging Face's and normlab-patched, the loss in the auto and the
 # split form, eager and compiled, each with one more step profiled: its top kernels by device time and torch.compile's graph breaks).
+# expcap (the losses' one-instruction exp checked on every loss and option; the loss options with
+# it off and on, and with the chunked form's 64-register cap at tile 4096 as well as 2048).
+# smallreps (the population members whose calls take under 5 µs, with reps raised to about 100
+# µs of timed device time each).
+# llamaloss (the 1B Llama step compiled: Hugging Face's, normlab's loss alone, normlab's norms
+# and loss).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule or fastexp}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps or llamaloss}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -91,6 +97,15 @@ DECODE_CELLS=261x1110,296x17767,482x27361,512x768,512x1024,512x1536,512x2048,512
 RULE_CELLS=3366x60028,296x17767,1329x32826,47318x20163,482x27361,1990x2326,512x1536,512x2048,\
 512x1024,512x2880,512x768,13x448,14x1022,12x973,261x1110,593x37,783x120,868x136,4096x768,\
 4096x1024,4096x1536,4096x2048,7526x3956
+# The population members whose calls take under 5 µs (normlab or its best peer, any op,
+# direction or dtype, in the shipped population at 2026-12-01).
+SMALL_CELLS=1x768,1x1024,1x1536,1x2048,1x2560,1x2880,1x3072,1x3584,1x4096,1x5120,1x6144,1x7168,\
+1x8192,1x12288,1x16384,1x53991,1x60954,3x29755,5x3149,8x768,8x1024,8x1536,8x2048,8x2560,8x2880,\
+8x3072,8x3584,8x4096,8x5120,8x6144,8x7168,8x8192,8x12288,8x16384,10x11415,12x973,13x448,14x1022,\
+33x9383,75x3310,110x2640,115x577,261x1110,512x768,512x1024,512x1536,512x2048,512x2560,512x2880,\
+512x3072,512x3584,512x4096,512x5120,512x6144,512x8192,593x37,627x2479,783x120,868x136,1031x14,\
+1184x4,1234x4,1655x400,1686x75,1763x9,2479x17,2982x26,3946x10,4096x768,5265x1,10428x5,53711x1,\
+128421x2,1000003x1,1000003x2
 step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.log
   local name=$1 limit=$2
   shift 2
@@ -270,6 +285,25 @@ case $STAGE in
       --out "$OUT/gpu_check_fast_exp.json" --quick --only losses
     step loss_options_fast_exp 100 env NORMLAB_LOSS_FAST_EXP=1 python3 benchmarks/loss_options.py \
       --out "$OUT/loss_options_fast_exp.jsonl" --reps 6 --max-seconds 40
+    ;;
+  expcap)
+    step gpu_check_fast_exp 230 env NORMLAB_LOSS_FAST_EXP=1 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_fast_exp.json" --quick --only losses,loss_options
+    for variant in "0 2048:64" "1 2048:64" "1 2048:64,4096:64" "0 2048:64,4096:64"; do
+      set -- $variant
+      step "loss_options_exp$1_cap${2//[:,]/_}" 75 env NORMLAB_LOSS_FAST_EXP=$1 python3 \
+        benchmarks/loss_options.py --out "$OUT/loss_options_exp$1_cap${2//[:,]/_}.jsonl" \
+        --reps 6 --max-seconds 50 --chunked-maxnreg "$2"
+    done
+    ;;
+  smallreps)
+    step population_small 570 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_small.jsonl" --reps 4 --timed-us 100 --families random,model,narrow \
+      --cells "$SMALL_CELLS"
+    ;;
+  llamaloss)
+    step llama_loss 400 python3 benchmarks/llama_step.py --out "$OUT/llama_loss.json" \
+      --variants hf,normlab_loss,normlab --modes compile --steps 12 --warmup 4
     ;;
   countrule)
     step vocab_count 200 python3 benchmarks/vocab_population.py --out "$OUT/vocab_count.jsonl" \

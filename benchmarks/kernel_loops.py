@@ -1,7 +1,7 @@
 """SASS instructions per loop of the loss kernels, by option, compiled for sm_90 (no GPU).
 
     python3 benchmarks/kernel_loops.py [--form fused|chunked] [--block 4096 --warps 4]
-        [--one-hot-in-loop] [--out FILE]
+        [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--out FILE]
 
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
 label CE's form at V >= 65536) ahead of time for an H100/H200 (``sm_90``) with this machine's
@@ -75,15 +75,17 @@ CHUNKED_SCALARS = {"n_rows": "i32", "n_chunks": "i32", "chunk_tiles": "i32", "n_
 CHUNKED_CONSTANTS = {"PHASE": 3, "CHUNKS_POW2": 8}
 
 
-def compile_variant(kind, xform, smooth, zloss, block, warps, arch, form="fused"):
+def compile_variant(kind, xform, smooth, zloss, block, warps, arch, form="fused", maxnreg=None,
+                    target="bf16"):  # fmt: skip
     """The compiled kernel of one variant (forward+backward: COMPUTE_GRAD, a mean over the
-    counted rows, aligned rows) in ``form`` (fused or chunked)."""
+    counted rows, aligned rows) in ``form`` (fused or chunked), its registers capped at
+    ``maxnreg`` (None: no cap), the target logits in ``target`` ("bf16" or "fp32")."""
     constants = {"KIND": kind, "COMPUTE_GRAD": True, "ACCUMULATE": False,
                  "MEAN_OVER_VALID": True, "COUNT": True, "REDUCE": 0, "BLOCK": block,
                  "LANE": config.entropy_lane(block), "ALIGN": 1, "FRAME": 1, "XFORM": xform,
                  "HAS_MASK": False, "SMOOTH": smooth, "ZLOSS": zloss}  # fmt: skip
     kernel = _entropy_fused_kernel
-    types = {**POINTERS, **SCALARS}
+    types = {**POINTERS, **SCALARS, "t_ptr": f"*{target}"}
     if form == "chunked":
         kernel = _entropy_chunked_kernel
         types = {**types, **CHUNKED_POINTERS, **CHUNKED_SCALARS}
@@ -93,7 +95,8 @@ def compile_variant(kind, xform, smooth, zloss, block, warps, arch, form="fused"
                  or n in constants}  # fmt: skip
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
     src = ASTSource(kernel, signature, constants, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+    options = {"num_warps": warps} if maxnreg is None else {"num_warps": warps, "maxnreg": maxnreg}
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def _tool(name: str) -> str:
@@ -147,7 +150,13 @@ def main(argv=None) -> int:
     parser.add_argument("--one-hot-in-loop", action="store_true",
                         help="label CE's one-hot compare in the gradient loop, not after it "
                              "(NORMLAB_LOSS_LABEL_AFTER=0)")
+    parser.add_argument("--maxnreg", type=int, help="cap the registers per thread (as the chunked "
+                        "form's launch does at some tiles)")
+    parser.add_argument("--target", choices=("bf16", "fp32"), default="bf16",
+                        help="the target logits' dtype (reverse KL's teacher)")
     args = parser.parse_args(argv)
+    if args.maxnreg is not None and not 24 <= args.maxnreg <= 255:
+        parser.error("--maxnreg must be in [24, 255]")
     if args.block < 16 or args.block & (args.block - 1):
         parser.error("--block must be a power of two, at least 16")
     if args.warps not in (1, 2, 4, 8, 16, 32) or args.block < 32 * args.warps:
@@ -155,11 +164,14 @@ def main(argv=None) -> int:
     per_thread = args.block // (32 * args.warps)
     lines = [f"_entropy_{args.form}_kernel, sm_{args.arch}, triton {triton.__version__}, tile "
              f"{args.block} at {args.warps} warps ({per_thread} logits a thread), bf16, "
-             "forward+backward; loops with 60+ instructions"
+             f"forward+backward, {args.target} target"
+             + (f", at most {args.maxnreg} registers" if args.maxnreg else "")
+             + "; loops with 60+ instructions"
              + ("; label CE's one-hot in the gradient loop" if args.one_hot_in_loop
                 else "; label CE's one-hot after the loops")]
     for name, variant in VARIANTS.items():
-        kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form)
+        kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form,
+                                 args.maxnreg, args.target)  # fmt: skip
         res, loops = analyse(kernel)
         lines.append(f"{name}: {res.get('REG', 0)} registers, {res.get('LOCAL', 0)} B local")
         for count, ops in loops:

@@ -13,6 +13,9 @@ Variants, each in its own process (Liger patches transformers' classes globally)
 * ``normlab_split``: as ``normlab``, its loss in the split form (statistics forward, the
   gradient written by the backward) where ``form="auto"`` takes the chunked form at this
   vocabulary (the gradient written by the forward);
+* ``normlab_loss``: ``normlab.patch(model, norms=False, loss=True)``: the loss alone, the
+  norms left to Hugging Face (and, compiled, to Inductor, which fuses them with the residual
+  adds);
 * ``liger``: Liger-Kernel's ``apply_liger_kernel_to_llama`` with the same two swaps (RMSNorm
   and cross-entropy; no RoPE, SwiGLU or fused linear cross-entropy), where importable;
 
@@ -32,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = ("hf", "normlab", "normlab_split", "liger")
+VARIANTS = ("hf", "normlab", "normlab_split", "normlab_loss", "liger")
 MODES = ("eager", "compile")
 
 
@@ -80,10 +83,10 @@ def run_one(variant: str, mode: str, layers: int, steps: int, warmup: int, batch
 
     model, cfg = _model(layers, seed)
     patched = []
-    if variant in ("normlab", "normlab_split"):
+    if variant in ("normlab", "normlab_split", "normlab_loss"):
         import normlab
 
-        report = normlab.patch(model, loss=True)
+        report = normlab.patch(model, norms=variant != "normlab_loss", loss=True)
         patched = report.replaced + (["loss"] if report.loss else [])
         if variant == "normlab_split":
             import functools

@@ -35,6 +35,23 @@ from normlab.bench.device import git_commit
 from normlab.bench.records import portable_command, read_records, replace_jsonl
 from normlab.bench.sweep import CPU_LABEL, measure
 from normlab.bench.traffic import element_size
+from normlab.losses import config as loss_config
+
+
+def _register_caps(text: str) -> dict[int, int]:
+    """'2048:64,4096:64' -> {2048: 64, 4096: 64}; 'none' -> {}."""
+    if text.strip() == "none":
+        return {}
+    caps = {}
+    for item in text.split(","):
+        tile, sep, regs = item.partition(":")
+        if not sep or not tile.strip().isdigit() or not regs.strip().isdigit():
+            raise ValueError(f"{item!r} is not TILE:REGS")
+        if not 24 <= int(regs) <= 255:
+            raise ValueError(f"{item!r}: registers must be in [24, 255]")
+        caps[int(tile)] = int(regs)
+    return caps
+
 
 OPTION_COST_TARGET = 1.05  # an option's forward+backward over its base op's
 # variant -> (its base variant or None, the op of its bytes model)
@@ -237,9 +254,21 @@ def main(argv=None) -> int:
     parser.add_argument("--N", type=int, default=4096, help="the fused add's hidden size")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 reps (CPU smoke)")
+    parser.add_argument("--chunked-maxnreg", metavar="TILE:REGS,...",
+                        help="replace the chunked form's register caps "
+                             "(config.ENTROPY_CHUNKED_MAXNREG; 'none': no cap)")
     prewarm.add_arguments(parser, 60.0)
     budget.add_arguments(parser)
     args = parser.parse_args(argv)
+    maxnreg_note = ""
+    if args.chunked_maxnreg is not None:
+        try:
+            caps = _register_caps(args.chunked_maxnreg)
+        except ValueError as exc:
+            parser.error(f"--chunked-maxnreg: {exc}")
+        loss_config.ENTROPY_CHUNKED_MAXNREG.clear()
+        loss_config.ENTROPY_CHUNKED_MAXNREG.update(caps)
+        maxnreg_note = f"; chunked register caps {caps or 'none'}"
     if args.summary:
         print(summary([r for path in args.summary for r in read_records(path)]))
         return 0
@@ -285,7 +314,7 @@ def main(argv=None) -> int:
             continue
         finally:
             last_s = time.time() - t0
-        rec = dataclasses.replace(rec, note=f"{rec.note}; variant {name}",
+        rec = dataclasses.replace(rec, note=f"{rec.note}; variant {name}{maxnreg_note}",
                                   strategy="separate add" if name == SEPARATE_ADD else None)
         records.append(rec)
         replace_jsonl(records, args.out)

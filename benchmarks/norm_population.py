@@ -9,12 +9,18 @@ calls it) and Liger-Kernel where importable, shape by shape. Records carry
 best peer µs / normlab µs, the count below 0.9 and the ten worst cells, against the targets
 (every shape >= 0.90x, geomean >= 1.15x); ``--summary FILE.jsonl`` prints that for recorded
 runs.
+
+``--timed-us T`` raises a member's reps until its timed calls add up to about T µs of device
+time (at most ``MAX_REPS``), estimated from its bytes at the copy roofline plus
+``LAUNCH_FLOOR_US``: a 1.5 µs call at 4 reps has a run-to-run spread of about ±0.3 µs, a fifth of
+its time. Every implementation of a member gets the same reps.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 from pathlib import Path
@@ -22,10 +28,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from normlab.bench import device_info, population, registry, shapes
+from normlab.bench import device_info, population, registry, shapes, traffic
 from normlab.bench.records import parse_dtype, portable_command, read_jsonl, write_jsonl
 from normlab.bench.sweep import PEERS, measure, parse_shapes
 
+MAX_REPS = 64
+LAUNCH_FLOOR_US = 1.5  # the shortest kernel the profiler times on an H200 (a one-program store)
 OPS = ("rms_norm", "layer_norm")
 DIRECTIONS = ("fwd", "bwd")
 
@@ -56,6 +64,15 @@ def _impls(op):
     return out
 
 
+def member_reps(reps: int, timed_us: float, n_bytes: int, roofline_gbps: float | None) -> int:
+    """Reps for a call moving ``n_bytes``: at least ``reps``, more while the estimated time of
+    the timed calls is under ``timed_us`` (at most MAX_REPS; no roofline: ``reps``)."""
+    if not timed_us or not roofline_gbps:
+        return reps
+    estimate_us = n_bytes / (roofline_gbps * 1e3) + LAUNCH_FLOOR_US
+    return max(reps, min(MAX_REPS, math.ceil(timed_us / estimate_us)))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
@@ -68,6 +85,9 @@ def main(argv=None) -> int:
     parser.add_argument("--shard", default="1/1", help="i/n: every n-th member from the i-th")
     parser.add_argument("--cells", help="MxN[,MxN...]: only these members (of any dtype)")
     parser.add_argument("--impls", help="a comma list of normlab,torch,compile,liger")
+    parser.add_argument("--timed-us", type=float, default=0.0,
+                        help="more reps for short calls, up to this much timed device time a "
+                             "member (0: --reps for every member)")
     args = parser.parse_args(argv)
     if args.summary:
         print(summary([r for path in args.summary for r in read_jsonl(path)]))
@@ -76,6 +96,8 @@ def main(argv=None) -> int:
         parser.error("--out is required (or --summary FILE.jsonl)")
     if args.reps < 1:
         parser.error("--reps must be >= 1")
+    if not 0 <= args.timed_us <= 1e6:
+        parser.error("--timed-us must be in [0, 1e6]")
     try:
         shard, n_shards = (int(v) for v in args.shard.split("/"))
         cells = set(parse_shapes(args.cells)) if args.cells else None
@@ -100,11 +122,13 @@ def main(argv=None) -> int:
     for i, case in enumerate(cases):
         for op in OPS:
             for direction in DIRECTIONS:
+                reps = member_reps(args.reps, args.timed_us, traffic.bytes_moved(
+                    op, direction, case.M, case.N, case.dtype), dev.roofline_gbps)
                 for name, build in impls[op].items():
                     try:
                         run = build(case.M, case.N, parse_dtype(case.dtype), direction)
                         rec = measure(run, op, name, case.M, case.N, case.dtype, direction,
-                                      device=dev, reps=args.reps, command=command)
+                                      device=dev, reps=reps, command=command)
                     except Exception as exc:  # a peer that cannot run a shape is a result too
                         print(f"skip {op} {direction} {name} {case}: {exc!r}"[:300], flush=True)
                         continue

@@ -339,3 +339,25 @@ def test_replace_jsonl_leaves_a_complete_file(tmp_path):
     replace_jsonl([_rec("liger", 3.0)], path)  # replaces, does not append
     assert [(r.impl, r.device_us) for r in read_jsonl(path)] == [("liger", 3.0)]
     assert [p.name for p in path.parent.iterdir()] == ["r.jsonl"]  # no temporary file left
+
+
+def test_loss_options_register_caps_parse_and_reject(options, tmp_path, capsys):
+    assert options._register_caps("2048:64,4096:64") == {2048: 64, 4096: 64}
+    assert options._register_caps("none") == {}
+    for bad in ("2048", "2048:x", "2048:8", "a:64"):
+        with pytest.raises(ValueError):
+            options._register_caps(bad)
+    with pytest.raises(SystemExit):
+        options.main(["--out", str(tmp_path / "lo.jsonl"), "--quick", "--chunked-maxnreg", "64"])
+    assert "--chunked-maxnreg: '64' is not TILE:REGS" in capsys.readouterr().err
+
+
+def test_norm_population_reps_grow_for_short_calls():
+    pop = _script("norm_population")
+    roofline = 4000.0  # GB/s: 4 MB a µs
+    assert pop.member_reps(4, 0.0, 10**6, roofline) == 4  # off
+    assert pop.member_reps(4, 100.0, 10**6, None) == 4  # no roofline measured
+    # 4 MB: 1 µs of bytes + the 1.5 µs floor = 2.5 µs a call, 40 calls for 100 µs
+    assert pop.member_reps(4, 100.0, 4 * 10**6, roofline) == 40
+    assert pop.member_reps(4, 1000.0, 4 * 10**6, roofline) == pop.MAX_REPS  # capped
+    assert pop.member_reps(10, 100.0, 4 * 10**9, roofline) == 10  # a long call keeps --reps
