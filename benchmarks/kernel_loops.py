@@ -1,7 +1,7 @@
 """SASS instructions per loop of the loss kernels, by option, compiled for sm_90 (no GPU).
 
     python3 benchmarks/kernel_loops.py [--form fused|chunked] [--block 4096 --warps 4]
-        [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--out FILE]
+        [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--plain-exp] [--out FILE]
 
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
 label CE's form at V >= 65536) ahead of time for an H100/H200 (``sm_90``) with this machine's
@@ -31,6 +31,8 @@ os.environ["TRITON_INTERPRET"] = "0"  # compiled kernels, even when a caller int
 os.environ["NORMLAB_MODE"] = "auto"
 if "--one-hot-in-loop" in sys.argv:  # read by normlab.losses.online at import
     os.environ["NORMLAB_LOSS_LABEL_AFTER"] = "0"
+if "--plain-exp" in sys.argv:  # likewise
+    os.environ["NORMLAB_LOSS_FAST_EXP"] = "0"
 
 import torch
 
@@ -150,6 +152,8 @@ def main(argv=None) -> int:
     parser.add_argument("--one-hot-in-loop", action="store_true",
                         help="label CE's one-hot compare in the gradient loop, not after it "
                              "(NORMLAB_LOSS_LABEL_AFTER=0)")
+    parser.add_argument("--plain-exp", action="store_true",
+                        help="tl.exp, not the one-instruction exp (NORMLAB_LOSS_FAST_EXP=0)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers per thread (as the chunked "
                         "form's launch does at some tiles)")
     parser.add_argument("--target", choices=("bf16", "fp32"), default="bf16",
@@ -168,7 +172,8 @@ def main(argv=None) -> int:
              + (f", at most {args.maxnreg} registers" if args.maxnreg else "")
              + "; loops with 60+ instructions"
              + ("; label CE's one-hot in the gradient loop" if args.one_hot_in_loop
-                else "; label CE's one-hot after the loops")]
+                else "; label CE's one-hot after the loops")
+             + ("; tl.exp" if args.plain_exp else "; exp as one ex2.approx.ftz")]
     for name, variant in VARIANTS.items():
         kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form,
                                  args.maxnreg, args.target)  # fmt: skip

@@ -641,11 +641,19 @@ def test_records_name_the_host_switches_that_are_on(monkeypatch):
     assert device_mod.host_switches() == ["NORMLAB_LOSS_SMOOTH_TILE_SUM=0"]
     monkeypatch.setattr(online, "SMOOTH_TILE_SUM", True)
     monkeypatch.setattr(online, "LABEL_AFTER", False)
+    assert device_mod.host_switches() == ["NORMLAB_LOSS_LABEL_AFTER=0"]
+    # On a GPU the one-instruction exp is on by default: a record says when it was off.
+    monkeypatch.setattr(device_mod._runtime, "INTERPRET", False)
+    monkeypatch.setattr(_launch, "REPLAY", True)
+    monkeypatch.setattr(_launch, "ENABLED", True)
+    monkeypatch.setattr(device_mod.loss_config, "REDUCE_IN_KERNEL", True)
     monkeypatch.setattr(online, "FAST_EXP", True)
-    assert device_mod.host_switches() == ["NORMLAB_LOSS_LABEL_AFTER=0", "NORMLAB_LOSS_FAST_EXP=1"]
+    assert device_mod.host_switches() == ["NORMLAB_LOSS_LABEL_AFTER=0"]
+    monkeypatch.setattr(online, "FAST_EXP", False)
+    assert device_mod.host_switches() == ["NORMLAB_LOSS_LABEL_AFTER=0", "NORMLAB_LOSS_FAST_EXP=0"]
     rec = measure(lambda: x * 2, "copy", "torch", 8, 16, torch.float32, "fwd", device=device,
                   reps=1, warmup=0)  # fmt: skip
-    assert rec.note.endswith("; NORMLAB_LOSS_LABEL_AFTER=0; NORMLAB_LOSS_FAST_EXP=1"), rec.note
+    assert rec.note.endswith("; NORMLAB_LOSS_LABEL_AFTER=0; NORMLAB_LOSS_FAST_EXP=0"), rec.note
 
 
 def test_sweep_reports_cases_that_cannot_run(monkeypatch):

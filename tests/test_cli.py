@@ -365,6 +365,8 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/kernel_loops.py", ["--block", "100"], "must be a power of two"),
     ("benchmarks/kernel_loops.py", ["--warps", "3"], "--warps must be"),
     ("benchmarks/kernel_loops.py", ["--form", "split"], "invalid choice"),
+    ("benchmarks/kernel_loops.py", ["--maxnreg", "8"], "--maxnreg must be in"),
+    ("benchmarks/norm_population.py", ["--out", "x", "--timed-us", "-1"], "--timed-us must be"),
     ("benchmarks/llama_step.py", ["--profile", "-1"], "--profile must be >= 0"),
     ("benchmarks/llama_step.py", ["--variants", "hf,nl"], "is not one of"),
 ])  # fmt: skip

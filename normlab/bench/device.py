@@ -191,6 +191,6 @@ def host_switches() -> list[str]:
         out.append("NORMLAB_LOSS_SMOOTH_TILE_SUM=0")
     if not online.LABEL_AFTER:
         out.append("NORMLAB_LOSS_LABEL_AFTER=0")
-    if online.FAST_EXP:  # GPU only: never on under the interpreter
-        out.append("NORMLAB_LOSS_FAST_EXP=1")
+    if not _runtime.INTERPRET and not online.FAST_EXP:  # on by default on a GPU
+        out.append("NORMLAB_LOSS_FAST_EXP=0")
     return out

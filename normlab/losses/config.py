@@ -268,12 +268,14 @@ def frames(x, t, grad, block: int) -> Mapping[str, int]:
 # ---- the chunked form ----------------------------------------------------------------------------
 
 # 4 tiles per chunk (1 / 2 / 4 / 8 / 16 at 131072: 1914 / 1513 / 1327 / 1334 / 1385 us), 6 at tile
-# 1024; 4 warps; registers capped at 64 at tile 2048 (8 programs per SM, no spills). The loss
-# note, "The chunked form" and "Lanes at unaligned vocabularies".
+# 1024; 4 warps; registers capped at 64 at tiles 2048 and 4096: 8 programs of 4 warps per SM, no
+# spills (label CE with all three options at 4096: 96 registers uncapped, 894 -> 853 us). The
+# loss note, "The chunked form" and "Lanes at unaligned vocabularies";
+# docs/notes/2026-12-02-one-instruction-exp-and-short-calls.md.
 ENTROPY_CHUNKED_TILES = 4
 ENTROPY_CHUNKED_TILES_BY_BLOCK = {1024: 6}
 ENTROPY_CHUNKED_WARPS = 4
-ENTROPY_CHUNKED_MAXNREG = {2048: 64}
+ENTROPY_CHUNKED_MAXNREG = {2048: 64, 4096: 64}
 
 
 def entropy_chunk_tiles(block: int) -> int:

@@ -89,12 +89,12 @@ LABEL_AFTER: tl.constexpr = tl.constexpr(os.environ.get("NORMLAB_LOSS_LABEL_AFTE
 # plain exp's ex2.approx.f32 adds a range test and two multiplies for denormal results, 3 of the
 # ~11 instructions a logit of label CE's statistics loop. A result below 2^-126 (an argument
 # below -87.3) becomes 0 instead of a denormal: after the max shift, a term that adds nothing to
-# an fp32 sum holding a 1. GPU only; NORMLAB_LOSS_FAST_EXP=1, off by default: on an H200
-# (loss_options_fast_exp_a00f037) reverse KL 1169 -> 1077 us and soft CE 1168 -> 1036 at
-# 4096 x 131072, but label CE with all three options 839 -> 900 (96 registers against 64), and
-# its GPU checks stopped short of label CE's options.
+# an fp32 sum holding a 1. GPU only (the interpreter has no PTX); NORMLAB_LOSS_FAST_EXP=0 turns
+# it off. On an H200 at 4096 x 131072 forward+backward (loss_options_exp*_b0c3d68, off -> on):
+# reverse KL 1169 -> 1074 us, soft CE 1168 -> 1030, forward KL 1201 -> 1044, label smoothing
+# 811 -> 724; slower: reverse KL with an fp32 teacher 1375 -> 1482 (cause not found).
 FAST_EXP: tl.constexpr = tl.constexpr(
-    not _runtime.INTERPRET and os.environ.get("NORMLAB_LOSS_FAST_EXP", "0") == "1")
+    not _runtime.INTERPRET and os.environ.get("NORMLAB_LOSS_FAST_EXP", "1") != "0")
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 TWO_LOG2E: tl.constexpr = tl.constexpr(2.8853900817779268)  # 2 / ln 2: exp(2v) = exp2(v 2 log2 e)
 # Elements per step of a launch's row count and final sum (counted_rows, finish_reduction).
