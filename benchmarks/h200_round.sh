@@ -51,8 +51,8 @@
 # it off and on, and with the chunked form's 64-register cap at tile 4096 as well as 2048).
 # smallreps (the population members whose calls take under 5 µs, with reps raised to about 100
 # µs of timed device time each).
-# llamaloss (the 1B Llama step compiled: Hugging Face's, normlab's loss alone, normlab's norms
-# and loss).
+# llamaloss (label CE's options, CUDA graphs and torch.compile checked at the new defaults; the 1B
+# Llama step compiled: Hugging Face's, normlab's loss alone, normlab's norms and loss).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -302,6 +302,8 @@ case $STAGE in
       --cells "$SMALL_CELLS"
     ;;
   llamaloss)
+    step gpu_check_defaults 100 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_defaults.json" \
+      --quick --only loss_options,graphs,compile --loss-options cross_entropy
     step llama_loss 400 python3 benchmarks/llama_step.py --out "$OUT/llama_loss.json" \
       --variants hf,normlab_loss,normlab --modes compile --steps 12 --warmup 4
     ;;
