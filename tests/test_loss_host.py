@@ -306,6 +306,38 @@ def test_reduction_buffers_per_thread_and_grown():
     assert other[0][0] is not ticket
 
 
+def test_reduction_buffers_kept_for_the_default_stream_only(monkeypatch):
+    # On a GPU only the default stream (handle 0) keeps a pair between calls. Any other stream,
+    # e.g. the one torch.compile's CUDA graph trees warm up on with allocations going to the
+    # graphs' pool, gets a fresh zeroed ticket each call and leaves nothing behind. CPU tensors
+    # stand in for the CUDA ones; the stream handle and capture state are faked.
+    stream = {"handle": 0}
+    monkeypatch.setattr(op, "_current_raw_stream", lambda index: stream["handle"])
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    made = []
+
+    def on_cpu(make):
+        def make_on_cpu(*args, device=None, **kwargs):
+            made.append(make(*args, **kwargs))
+            return made[-1]
+        return make_on_cpu
+
+    monkeypatch.setattr(torch, "zeros", on_cpu(torch.zeros))
+    monkeypatch.setattr(torch, "empty", on_cpu(torch.empty))
+    monkeypatch.setattr(op, "_REDUCTION_BUFFERS", {})
+    cuda = torch.device("cuda", 0)
+    kept = op._reduction_buffers(cuda, 5)
+    assert op._reduction_buffers(cuda, 3) == kept and list(op._REDUCTION_BUFFERS) == [0]
+    stream["handle"] = 0x7F00
+    fresh = [op._reduction_buffers(cuda, 5) for _ in range(2)]
+    assert fresh[0][0] is not fresh[1][0] and all(f[0] is not kept[0] for f in fresh)
+    assert all(f[0].item() == 0 and f[1].shape[0] >= 5 for f in fresh)
+    assert list(op._REDUCTION_BUFFERS) == [0]  # nothing kept for the side stream
+    stream["handle"] = 0
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert op._reduction_buffers(cuda, 3)[0] is not kept[0]  # a capture: its own, zeroed
+
+
 @pytest.mark.skipif(normlab.INTERPRET, reason="CUDA graphs need a GPU (benchmarks/h200_round.sh)")
 def test_cuda_graph_has_its_own_ticket(monkeypatch):
     # A captured call gets its own ticket (zeroed inside the graph): replays and eager calls

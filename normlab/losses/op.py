@@ -73,18 +73,25 @@ def _n_valid(spec, labels, mask):
 _REDUCTION_BUFFERS: dict = {}
 
 
+def _current_raw_stream(index):
+    """The current CUDA stream's handle on device ``index``: 0 for the default stream."""
+    return torch._C._cuda_getCurrentRawStream(index)
+
+
 def _reduction_buffers(device, n_rows):
     """(ticket, rows) of a loss reduced in the kernel (online.finish_reduction): a (1,) int32
     ticket counter, 0 between launches (each launch's last program resets it), and an fp32
-    buffer of at least n_rows for the loss rows on their way to the sum. One pair per stream
-    (launches on a stream run in order; under the interpreter, per thread), kept between calls;
-    a CUDA graph being captured gets its own, zeroed inside the graph, never the eager pair that
-    a replay could race with."""
+    buffer of at least n_rows for the loss rows on their way to the sum. On a GPU one pair is
+    kept for the default stream (its launches run in order; under the interpreter, one per
+    thread). A call on any other stream gets a fresh pair: a CUDA graph being captured (zeroed
+    inside the graph, never the pair a replay could race with), or the side stream that
+    torch.compile's CUDA graph trees warm up on, whose allocations go to the graphs' pool and
+    must not outlive the call (a kept pair failed their check of live allocations)."""
     if device.type == "cuda":
-        if torch.cuda.is_current_stream_capturing():
+        if _current_raw_stream(device.index) != 0 or torch.cuda.is_current_stream_capturing():
             return (torch.zeros(1, dtype=torch.int32, device=device),
                     torch.empty(n_rows, dtype=_F32, device=device))  # fmt: skip
-        key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+        key = device.index
     else:
         key = (device, threading.get_ident())
     buffers = _REDUCTION_BUFFERS.get(key)
