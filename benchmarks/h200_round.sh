@@ -53,11 +53,14 @@
 # µs of timed device time each).
 # llamaloss (label CE's options, CUDA graphs and torch.compile checked at the new defaults; the 1B
 # Llama step compiled: Hugging Face's, normlab's loss alone, normlab's norms and loss).
+# defaults (after the reduction buffers' stream rule: the loss checks, CUDA graphs and
+# torch.compile, reduce-overhead included, at the new defaults; then the vocabulary population
+# with the one-instruction exp on).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps or llamaloss}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss or defaults}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -306,6 +309,12 @@ case $STAGE in
       --quick --only loss_options,graphs,compile --loss-options cross_entropy
     step llama_loss 400 python3 benchmarks/llama_step.py --out "$OUT/llama_loss.json" \
       --variants hf,normlab_loss,normlab --modes compile --steps 12 --warmup 4
+    ;;
+  defaults)
+    step gpu_check_defaults 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_defaults.json" \
+      --quick --only losses,graphs,compile,replay
+    step vocab_population 340 python3 benchmarks/vocab_population.py \
+      --out "$OUT/vocab_population.jsonl" --max-seconds 290
     ;;
   countrule)
     step vocab_count 200 python3 benchmarks/vocab_population.py --out "$OUT/vocab_count.jsonl" \
