@@ -56,11 +56,13 @@
 # defaults (after the reduction buffers' stream rule: the loss checks, CUDA graphs and
 # torch.compile, reduce-overhead included, at the new defaults; then the vocabulary population
 # with the one-instruction exp on).
+# fusedcap (label CE's options in the fused form, at 4096 x 32768, with and without a 64-register
+# cap at tile 4096).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss or defaults}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults or fusedcap}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | fusedcap) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -315,6 +317,13 @@ case $STAGE in
       --quick --only losses,graphs,compile,replay
     step vocab_population 340 python3 benchmarks/vocab_population.py \
       --out "$OUT/vocab_population.jsonl" --max-seconds 290
+    ;;
+  fusedcap)
+    for caps in none 4096:64; do
+      step "loss_options_v32768_fused_${caps//:/_}" 100 python3 benchmarks/loss_options.py \
+        --out "$OUT/loss_options_v32768_fused_${caps//:/_}.jsonl" --V 32768 --reps 10 \
+        --max-seconds 70 --fused-maxnreg "$caps"
+    done
     ;;
   countrule)
     step vocab_count 200 python3 benchmarks/vocab_population.py --out "$OUT/vocab_count.jsonl" \

@@ -254,21 +254,26 @@ def main(argv=None) -> int:
     parser.add_argument("--N", type=int, default=4096, help="the fused add's hidden size")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 reps (CPU smoke)")
-    parser.add_argument("--chunked-maxnreg", metavar="TILE:REGS,...",
-                        help="replace the chunked form's register caps "
-                             "(config.ENTROPY_CHUNKED_MAXNREG; 'none': no cap)")
+    for form in ("chunked", "fused"):
+        parser.add_argument(f"--{form}-maxnreg", metavar="TILE:REGS,...",
+                            help=f"replace the {form} form's register caps (config."
+                                 f"ENTROPY_{form.upper()}_MAXNREG; 'none': no cap)")
     prewarm.add_arguments(parser, 60.0)
     budget.add_arguments(parser)
     args = parser.parse_args(argv)
     maxnreg_note = ""
-    if args.chunked_maxnreg is not None:
+    for form in ("chunked", "fused"):
+        text = getattr(args, f"{form}_maxnreg")
+        if text is None:
+            continue
         try:
-            caps = _register_caps(args.chunked_maxnreg)
+            caps = _register_caps(text)
         except ValueError as exc:
-            parser.error(f"--chunked-maxnreg: {exc}")
-        loss_config.ENTROPY_CHUNKED_MAXNREG.clear()
-        loss_config.ENTROPY_CHUNKED_MAXNREG.update(caps)
-        maxnreg_note = f"; chunked register caps {caps or 'none'}"
+            parser.error(f"--{form}-maxnreg: {exc}")
+        table = getattr(loss_config, f"ENTROPY_{form.upper()}_MAXNREG")
+        table.clear()
+        table.update(caps)
+        maxnreg_note += f"; {form} register caps {caps or 'none'}"
     if args.summary:
         print(summary([r for path in args.summary for r in read_records(path)]))
         return 0

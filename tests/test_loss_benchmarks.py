@@ -350,6 +350,9 @@ def test_loss_options_register_caps_parse_and_reject(options, tmp_path, capsys):
     with pytest.raises(SystemExit):
         options.main(["--out", str(tmp_path / "lo.jsonl"), "--quick", "--chunked-maxnreg", "64"])
     assert "--chunked-maxnreg: '64' is not TILE:REGS" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        options.main(["--out", str(tmp_path / "lo.jsonl"), "--quick", "--fused-maxnreg", "4096:8"])
+    assert "--fused-maxnreg: '4096:8': registers must be in" in capsys.readouterr().err
 
 
 def test_norm_population_reps_grow_for_short_calls():

@@ -201,6 +201,10 @@ def tile(n_cols: int, cap: int) -> int:
 # at 32768 (the occupancy cliff); the loss note, "The cap".
 ENTROPY_FUSED_WARPS = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
 ENTROPY_FUSED_WARPS_LABEL = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}  # label CE, same
+# Register caps per thread by tile: none yet. Label CE's options at tile 4096 compile to 80-120
+# registers (4-6 programs of 4 warps a SM), and to 64 with no spills when capped (Triton 3.6,
+# sm_90); not measured (benchmarks/loss_options.py --fused-maxnreg).
+ENTROPY_FUSED_MAXNREG: dict[int, int] = {}
 # Split form: stats 2048 / 4 warps and backward 4096 / 8 (the backward tile barely matters).
 ENTROPY_STATS_BLOCK = 2048
 ENTROPY_STATS_WARPS = 4

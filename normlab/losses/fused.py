@@ -177,6 +177,10 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
     is_ce = spec.kind == config.CE
     table = config.ENTROPY_FUSED_WARPS_LABEL if is_ce else config.ENTROPY_FUSED_WARPS
     reduce = 0 if out is None else config.REDUCE_CODES[spec.reduction]
+    options = {"num_warps": config.entropy_num_warps(block, table)}
+    maxnreg = config.ENTROPY_FUSED_MAXNREG.get(block)
+    if maxnreg is not None:  # a register cap per thread (none by default: config)
+        options["maxnreg"] = maxnreg
     launch(_entropy_fused_kernel, (n_rows,),
            x, t, labels, grad if grad is not None else x, loss_rows,
            n_valid if n_valid is not None else loss_rows, out if out is not None else loss_rows,
@@ -185,8 +189,7 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
            KIND=spec.kind, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
            MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None, REDUCE=reduce,
            BLOCK=block, LANE=config.entropy_lane(block), **config.frames(x, t, grad, block),
-           **config.kernel_args(spec, mask, x.element_size()),
-           num_warps=config.entropy_num_warps(block, table))  # fmt: skip
+           **config.kernel_args(spec, mask, x.element_size()), **options)  # fmt: skip
 
 
 def launch_rescale(grad, grad_out):
