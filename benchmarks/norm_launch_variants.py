@@ -25,6 +25,7 @@ from norm_bwd_variants import _close
 from norm_population import _compiled_peer
 
 from normlab import _runtime
+from normlab._host import next_pow2
 from normlab.bench import device_info, registry
 from normlab.bench.records import portable_command, write_jsonl
 from normlab.bench.sweep import measure
@@ -53,7 +54,7 @@ def _fwd_variants(x, w, b, is_rms, sms):
     out = {"default": lambda: norm_op._forward(x, None, w, b, eps, 0.0, is_rms, "auto",
                                                "auto")[:1]}  # fmt: skip
     if n <= config.NORM_FWD_MAX_BLOCK:
-        block = config.next_pow2(n)
+        block = next_pow2(n)
         for warps in (1, 2, 4, 8, 16):
             if block // (32 * warps) >= 1:
                 out[f"row w{warps}"] = (lambda warps=warps, block=block: row.norm_forward(
@@ -96,9 +97,9 @@ def _bwd_variants(x, w, b, dy, mean, rstd, is_rms, sms):
                 lambda per_sm=per_sm, paired=paired: row.norm_backward(
                     dy, x, w, b, mean, rstd, is_rms, programs_per_sm=per_sm,
                     paired_partials=paired))  # fmt: skip
-    block_cols = config.next_pow2(n)
+    block_cols = next_pow2(n)
     if m * block_cols <= 4 * TILE_ROWS_MAX_ELEMS:
-        rows = config.next_pow2(m)
+        rows = next_pow2(m)
         for warps in (4, 8, 16):
             out[f"one tile w{warps}"] = (lambda rows=rows, warps=warps: row.norm_backward(
                 dy, x, w, b, mean, rstd, is_rms, block_rows=rows, num_warps=warps,

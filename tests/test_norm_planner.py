@@ -15,6 +15,7 @@ from helpers import assert_close
 
 import normlab
 from normlab import _runtime, ref
+from normlab._host import next_pow2
 from normlab.norms import config, row, split_row
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -377,7 +378,7 @@ def test_small_backward_grid(monkeypatch, is_rms, m, n, one_program):
     rstd = torch.rsqrt(var + 1e-5).float()
     dy = torch.randn(m, n)
     dx, dw, db = row.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="persistent")
-    tile_rows = config.norm_bwd_block_rows(m, config.next_pow2(n), SMS)
+    tile_rows = config.norm_bwd_block_rows(m, next_pow2(n), SMS)
     one = config.NORM_BWD_ONE_PROGRAM_TILES * tile_rows
     if one_program:
         assert one >= m and grids == [(1,)] and not reduced
