@@ -62,7 +62,7 @@
 set -uo pipefail
 OUT=${OUT:-out}
 STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults or fusedcap}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | fusedcap) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | fusedcap | narrow) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -81,6 +81,12 @@ SMALL_FWD=rms_norm:fwd:1x768,rms_norm:fwd:8x4096,rms_norm:fwd:14x1022,rms_norm:f
 rms_norm:fwd:512x768,rms_norm:fwd:512x1024,rms_norm:fwd:783x120,rms_norm:fwd:4096x1024,\
 layer_norm:fwd:4096x768:fp16,layer_norm:fwd:4096x1024
 SMALL_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448
+# Narrow rows (16-256 columns) between the decode rows and the block-row layout: the population's
+# members and shapes beside them, forward (the tiles shrunk to the SMs against one row a program).
+NARROW_CELLS=593x37,783x120,868x136,1686x75,2479x17,2982x26,5596x214,6872x80,9673x23
+NARROW_FWD=$(for c in ${NARROW_CELLS//,/ } 2982x26:fp16 300x128 1000x64 3001x200 12000x48 15000x250 4000x100:fp16; do
+  printf 'rms_norm:fwd:%s,layer_norm:fwd:%s,' "$c" "$c"; done)
+NARROW_FWD=${NARROW_FWD%,}
 WIDE_FWD=rms_norm:fwd:47318x20163,layer_norm:fwd:47318x20163,rms_norm:fwd:1329x32826,\
 layer_norm:fwd:1329x32826,rms_norm:fwd:296x17767,rms_norm:fwd:482x27361
 TINY_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448,layer_norm:bwd:14x1022,\
@@ -317,6 +323,15 @@ case $STAGE in
       --quick --only losses,graphs,compile,replay
     step vocab_population 340 python3 benchmarks/vocab_population.py \
       --out "$OUT/vocab_population.jsonl" --max-seconds 290
+    ;;
+  narrow)
+    step gpu_check_narrow 150 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_narrow.json" \
+      --quick --only norms
+    step norm_narrow_variants 240 python3 benchmarks/norm_launch_variants.py \
+      --out "$OUT/norm_narrow_variants.jsonl" --reps 20 --cells "$NARROW_FWD"
+    step population_narrow 200 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_narrow.jsonl" --reps 4 --timed-us 100 --families random,model,narrow \
+      --cells "$NARROW_CELLS"
     ;;
   fusedcap)
     for caps in none 4096:64; do

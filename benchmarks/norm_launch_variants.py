@@ -5,9 +5,10 @@
 For each cell (op, direction, M x N, dtype): normlab's planned call ("default"), the same
 launcher with one knob moved, and torch, torch.compile and Liger-Kernel, timed in one process
 (device time, L2 flushed). Forward knobs: one row per program at 1-16 warps (``row wW``; with
-``early``/``late``, the parameters loaded with x or after the row's sums), the wide-row
-block-row tile (``tile RxW``), the wide-row chunk (``chunk C wW``), one 32768-column block
-(``block 32768 wW``) and the split-row forward (``split C``). Backward knobs: the persistent
+``early``/``late``, the parameters loaded with x or after the row's sums), the block-row tile
+(``tile RxW``: rows by warps, for narrow rows of up to 256 columns and for wide ones), the
+wide-row chunk (``chunk C wW``), one 32768-column block (``block 32768 wW``) and the split-row
+forward (``split C``). Backward knobs: the persistent
 grid's programs per SM with and without paired partial rows (``ppsP paired|unpaired``), one
 tile holding every row (``one tile``) and tiles of 1, 2 or 4 rows (``tiles of R rows``).
 Every variant's outputs are checked against the planned call's before it is timed. Records
@@ -64,6 +65,13 @@ def _fwd_variants(x, w, b, is_rms, sms):
                         lambda warps=warps, block=block, early=early: row.norm_forward(
                             x, w, b, eps, is_rms, block_size=block, num_warps=warps,
                             early_params=early))  # fmt: skip
+        if n <= config.BLOCK_ROW_MAX_COLS and m >= 2 * sms:  # narrow rows' forward tiles
+            for rows in (2, 4, 8, 16, 32, 64):
+                for warps in (1, 2, 4, 8):
+                    if rows * block <= config.BLOCK_ROW_TILE_ELEMS and rows * block >= 32 * warps:
+                        tile = config.BlockRowFwdConfig(rows, warps, 0)
+                        out[f"tile {rows}x{warps}"] = (lambda tile=tile: row.norm_forward(
+                            x, w, b, eps, is_rms, tile=tile))  # fmt: skip
         if n >= 512 and m >= 2 * sms:
             for rows, warps in ((2, 4), (2, 8), (4, 4), (4, 8)):
                 tile = config.BlockRowFwdConfig(rows, warps, 0)

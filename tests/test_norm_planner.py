@@ -320,6 +320,50 @@ def test_tiny_rows_match_fp64(is_rms, m, n, dtype):
     _check(m, n, dtype, is_rms)
 
 
+# ---- narrow rows between the decode rows and the block-row layout ------------------------------
+
+
+def test_narrow_forward_tile_rule():
+    """Narrow rows too few for the block-row layout: above the decode rows the forward takes the
+    measured block-row tile, shrunk to prev_pow2(M / SMs) rows; the backward stays the row
+    layout's. One row a program at the decode bound, past BLOCK_ROW_MAX_COLS, with
+    layout="row" and without an SM count. At and around each switch."""
+    sms = 132
+    decode = config._ladder(config.NORM_FWD_DECODE_ROWS_PER_SM, 32) * sms
+    top = config.BLOCK_ROW_MIN_ROWS
+    for is_rms in (True, False):
+        measured = config.BLOCK_ROW_FWD_TILES[is_rms][32]
+
+        def tile(m, n=26, is_rms=is_rms, **kw):
+            plan = config.plan(is_rms, m, n, **({"sm_count": sms} | kw))
+            assert plan.layout == "row" and plan.strategy == "persistent" and plan.store_stats
+            return plan.fwd_tile
+
+        assert tile(decode) is None
+        assert tile(decode + 1) == config.BlockRowFwdConfig(4, measured[1])  # 529 // 132 = 4
+        assert tile(8 * sms - 1).block_rows == 4
+        assert tile(8 * sms).block_rows == 8
+        assert tile(top - 1).block_rows == min(measured[0], 64)  # 124 rows a SM: the cap
+        assert config.plan(is_rms, top, 26, sm_count=sms).layout == "block_row"
+        assert tile(top - 1, 256).block_rows == config.BLOCK_ROW_FWD_TILES[is_rms][256][0]
+        assert tile(5000, config.BLOCK_ROW_MAX_COLS + 1) is None
+        assert tile(5000, layout="row") is None
+        assert tile(5000, sm_count=None) is None
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize(("m", "n", "dtype"), [
+    (17, 26, torch.bfloat16),  # 4 SMs under the interpreter: 4-row tiles, a last tile of one
+    (1031, 37, torch.float32),  # prime rows: the measured tile, ragged
+    (263, 255, torch.float16),  # just under the widest narrow row
+    (97, 129, torch.bfloat16),  # just past a power of two
+])  # fmt: skip
+def test_narrow_forward_tiles_match_fp64(is_rms, m, n, dtype):
+    plan = config.plan(is_rms, m, n, sm_count=4)
+    assert plan.layout == "row" and plan.fwd_tile is not None
+    _check(m, n, dtype, is_rms)
+
+
 # ---- small backward: row tiles fill the SMs before rows share one -----------------------------
 
 
