@@ -62,7 +62,7 @@
 set -uo pipefail
 OUT=${OUT:-out}
 STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults or fusedcap}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | fusedcap | narrow) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | fusedcap | narrow | narrowrule) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -87,6 +87,7 @@ NARROW_CELLS=593x37,783x120,868x136,1686x75,2479x17,2982x26,5596x214,6872x80,967
 NARROW_FWD=$(for c in ${NARROW_CELLS//,/ } 2982x26:fp16 300x128 1000x64 3001x200 12000x48 15000x250 4000x100:fp16; do
   printf 'rms_norm:fwd:%s,layer_norm:fwd:%s,' "$c" "$c"; done)
 NARROW_FWD=${NARROW_FWD%,}
+NARROW_TILED=1686x75,2479x17,2982x26,5596x214,6872x80,9673x23  # the members the rule tiles
 WIDE_FWD=rms_norm:fwd:47318x20163,layer_norm:fwd:47318x20163,rms_norm:fwd:1329x32826,\
 layer_norm:fwd:1329x32826,rms_norm:fwd:296x17767,rms_norm:fwd:482x27361
 TINY_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448,layer_norm:bwd:14x1022,\
@@ -332,6 +333,18 @@ case $STAGE in
     step population_narrow 200 python3 benchmarks/norm_population.py \
       --out "$OUT/population_narrow.jsonl" --reps 4 --timed-us 100 --families random,model,narrow \
       --cells "$NARROW_CELLS"
+    ;;
+  narrowrule)  # the narrow forward's tile rule as it ships; then the fused form's register cap
+    step gpu_check_narrowrule 120 python3 benchmarks/gpu_check.py \
+      --out /tmp/gpu_check_narrowrule.json --quick --only norms  # the log has every line
+    step population_narrowrule 150 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_narrowrule.jsonl" --reps 4 --timed-us 100 \
+      --families random,model,narrow --cells "$NARROW_TILED"
+    for caps in none 4096:64; do
+      step "loss_options_v32768_fused_${caps//:/_}" 100 python3 benchmarks/loss_options.py \
+        --out "$OUT/loss_options_v32768_fused_${caps//:/_}.jsonl" --V 32768 --reps 10 \
+        --max-seconds 70 --fused-maxnreg "$caps"
+    done
     ;;
   fusedcap)
     for caps in none 4096:64; do

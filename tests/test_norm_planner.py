@@ -324,39 +324,44 @@ def test_tiny_rows_match_fp64(is_rms, m, n, dtype):
 
 
 def test_narrow_forward_tile_rule():
-    """Narrow rows too few for the block-row layout: above the decode rows the forward takes the
-    measured block-row tile, shrunk to prev_pow2(M / SMs) rows; the backward stays the row
-    layout's. One row a program at the decode bound, past BLOCK_ROW_MAX_COLS, with
-    layout="row" and without an SM count. At and around each switch."""
-    sms = 132
-    decode = config._ladder(config.NORM_FWD_DECODE_ROWS_PER_SM, 32) * sms
-    top = config.BLOCK_ROW_MIN_ROWS
+    """Narrow rows too few for the block-row layout: the forward takes tiles of
+    prev_pow2(M / (NARROW_FWD_PROGRAMS_PER_SM SMs)) rows, at most NARROW_FWD_TILE_ELEMS padded
+    elements, from two rows a tile; the backward stays the row layout's. One row a program below
+    that, past BLOCK_ROW_MAX_COLS, with layout="row" and without an SM count. At and around each
+    switch."""
+    sms, per_sm = 132, config.NARROW_FWD_PROGRAMS_PER_SM
+    elems, top = config.NARROW_FWD_TILE_ELEMS, config.BLOCK_ROW_MIN_ROWS
     for is_rms in (True, False):
-        measured = config.BLOCK_ROW_FWD_TILES[is_rms][32]
 
         def tile(m, n=26, is_rms=is_rms, **kw):
             plan = config.plan(is_rms, m, n, **({"sm_count": sms} | kw))
             assert plan.layout == "row" and plan.strategy == "persistent" and plan.store_stats
             return plan.fwd_tile
 
-        assert tile(decode) is None
-        assert tile(decode + 1) == config.BlockRowFwdConfig(4, measured[1])  # 529 // 132 = 4
-        assert tile(8 * sms - 1).block_rows == 4
-        assert tile(8 * sms).block_rows == 8
-        assert tile(top - 1).block_rows == min(measured[0], 64)  # 124 rows a SM: the cap
+        two = 2 * per_sm * sms  # the first row count with two rows a tile
+        assert tile(two - 1) is None
+        assert tile(two).block_rows == 2
+        assert tile(2 * two - 1).block_rows == 2
+        assert tile(2 * two).block_rows == 4
+        assert tile(top - 1).block_rows == 16  # 31 rows a program, under 1024 / 32 = 32
+        assert tile(top - 1, 64).block_rows == 16  # the element cap binds: 1024 / 64
+        assert tile(top - 1, 256).block_rows == elems // 256
+        assert tile(5000, 255) == tile(5000, 256)  # padded to the same 256 columns
         assert config.plan(is_rms, top, 26, sm_count=sms).layout == "block_row"
-        assert tile(top - 1, 256).block_rows == config.BLOCK_ROW_FWD_TILES[is_rms][256][0]
-        assert tile(5000, config.BLOCK_ROW_MAX_COLS + 1) is None
+        assert tile(top - 1, config.BLOCK_ROW_MAX_COLS + 1) is None
         assert tile(5000, layout="row") is None
         assert tile(5000, sm_count=None) is None
+        # the measured block-row tile's warps, at most one thread an element
+        assert tile(5000, 100).num_warps == config.BLOCK_ROW_FWD_TILES[is_rms][128][1]
+        assert tile(two, 16).num_warps == 1  # 2 rows x 16 columns
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 @pytest.mark.parametrize(("m", "n", "dtype"), [
-    (17, 26, torch.bfloat16),  # 4 SMs under the interpreter: 4-row tiles, a last tile of one
-    (1031, 37, torch.float32),  # prime rows: the measured tile, ragged
-    (263, 255, torch.float16),  # just under the widest narrow row
-    (97, 129, torch.bfloat16),  # just past a power of two
+    (33, 26, torch.bfloat16),  # 4 SMs under the interpreter: 2-row tiles, a last tile of one
+    (1031, 37, torch.float32),  # prime rows: 16-row tiles (the element cap 1024 / 64), ragged
+    (263, 255, torch.float16),  # just under the widest narrow row: 4-row tiles
+    (97, 129, torch.bfloat16),  # just past a power of two: 4-row tiles
 ])  # fmt: skip
 def test_narrow_forward_tiles_match_fp64(is_rms, m, n, dtype):
     plan = config.plan(is_rms, m, n, sm_count=4)

@@ -334,10 +334,7 @@ def block_row_fwd_config(n_cols: int, is_rms: bool, *, tile_elems: int | None = 
                                  0, pointwise)  # fmt: skip
     tile = BLOCK_ROW_FWD_TILES[bool(is_rms)].get(max(block_cols, 16))
     if tile is not None and tile_elems is None and max_rows is None:
-        rows = tile[0]
-        if n_rows is not None and sm_count:  # at most prev_pow2(M / SMs): a program per SM
-            rows = min(rows, max(1, next_pow2(n_rows // sm_count + 1) // 2))
-        return BlockRowFwdConfig(rows, tile[1] if num_warps is None else num_warps)
+        return BlockRowFwdConfig(tile[0], tile[1] if num_warps is None else num_warps)
     tile_elems = BLOCK_ROW_TILE_ELEMS if tile_elems is None else tile_elems
     max_rows = BLOCK_ROW_MAX_ROWS if max_rows is None else max_rows
     block_rows = max(1, min(max_rows, tile_elems // block_cols))
@@ -603,18 +600,32 @@ class NormPlan:
     bwd_split: SplitRowBwdPlan | None = None
 
 
-# Narrow rows below BLOCK_ROW_MIN_ROWS keep the row layout's backward, but above the decode rows
-# their forward shares the block-row tiles: a one-row program moves a few hundred bytes, so
-# program launches, not DRAM, set its time (9673 x 23: 7.3 µs for 0.9 MB). The tile shrinks to
-# prev_pow2(M / SMs) rows, so the grid keeps a program per SM.
+# Narrow rows below BLOCK_ROW_MIN_ROWS keep the row layout's backward, but their forward shares
+# row tiles: a one-row program moves a few hundred bytes, so the programs' launches, not DRAM,
+# set its time (about 0.6 ns a row over 132 SMs: 9673 x 23 took 7.3 µs for 0.9 MB). A tile holds
+# at most NARROW_FWD_TILE_ELEMS padded elements, and the grid keeps NARROW_FWD_PROGRAMS_PER_SM
+# programs a SM: bigger tiles leave too few in flight to hide a tile's latency (9673 x 23: 64-row
+# tiles 4.5 µs, 16-row 2.3; 5596 x 214: 8-row 4.2, 4-row 3.8). Below two rows a tile (about
+# 1000 rows on an H200) one row a program is faster (868 x 136: 2.0 µs, 4-row tiles 2.3-2.5).
+# From norm_narrow_variants_e914041: at 21 cells of 1686-15000 rows the rule's tile took at most
+# 1.11x the fastest of 20-30 tiles timed beside it, and 0.28-1.04x the fastest one-row program.
+NARROW_FWD_PROGRAMS_PER_SM = 4
+NARROW_FWD_TILE_ELEMS = 1024
+
+
 def narrow_fwd_tile(n_rows: int, n_cols: int, is_rms: bool,
                     sm_count: int) -> BlockRowFwdConfig | None:  # fmt: skip
-    """The forward's row tile for narrow rows too few for the block-row layout (above); None
-    past BLOCK_ROW_MAX_COLS or at one row a tile."""
+    """The forward's row tile for narrow rows too few for the block-row layout (above), with the
+    measured block-row tile's warps; None past BLOCK_ROW_MAX_COLS or at one row a tile."""
     if n_cols > BLOCK_ROW_MAX_COLS:
         return None
-    tile = block_row_fwd_config(n_cols, is_rms, n_rows=n_rows, sm_count=sm_count)
-    return tile if tile.block_rows > 1 else None
+    block_cols = next_pow2(n_cols)
+    per_sm = n_rows // (NARROW_FWD_PROGRAMS_PER_SM * sm_count)
+    rows = min(next_pow2(per_sm + 1) // 2, NARROW_FWD_TILE_ELEMS // block_cols)
+    if rows < 2:
+        return None
+    warps = BLOCK_ROW_FWD_TILES[bool(is_rms)][max(block_cols, 16)][1]
+    return BlockRowFwdConfig(rows, min(warps, rows * block_cols // 32))
 
 
 def use_block_row(n_rows: int, n_cols: int) -> bool:
