@@ -201,9 +201,12 @@ def tile(n_cols: int, cap: int) -> int:
 # at 32768 (the issue's occupancy cliff); the loss note, "The cap".
 ENTROPY_FUSED_WARPS = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
 ENTROPY_FUSED_WARPS_LABEL = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}  # label CE, same
-# Register caps per thread by tile: none yet. Label CE's options at tile 4096 compile to 80-120
+# Register caps per thread by tile: none. Label CE's options at tile 4096 compile to 80-120
 # registers (4-6 programs of 4 warps a SM), and to 64 with no spills when capped (Triton 3.6,
-# sm_90); not measured (benchmarks/loss_options.py --fused-maxnreg).
+# sm_90), but capped they ran slower at 4096 x 32768 forward+backward (loss_options_v32768_fused_*
+# _da5a67d): all three options 211.6 -> 238.0 us, softcap 195.0 -> 200.7, smoothing 198.6 ->
+# 199.4 (label CE alone, 64 registers either way: 189.4 and 184.9, the runs' spread).
+# benchmarks/loss_options.py --fused-maxnreg tries other caps.
 ENTROPY_FUSED_MAXNREG: dict[int, int] = {}
 # Split form: stats 2048 / 4 warps and backward 4096 / 8 (the backward tile barely matters).
 ENTROPY_STATS_BLOCK = 2048
