@@ -8,9 +8,9 @@ launcher with one knob moved, and torch, torch.compile and Liger-Kernel, timed i
 ``early``/``late``, the parameters loaded with x or after the row's sums), the block-row tile
 (``tile RxW``: rows by warps, for narrow rows of up to 256 columns and for wide ones), the
 wide-row chunk (``chunk C wW``), one 32768-column block (``block 32768 wW``) and the split-row
-forward (``split C``). Backward knobs: the persistent
-grid's programs per SM with and without paired partial rows (``ppsP paired|unpaired``), one
-tile holding every row (``one tile``) and tiles of 1, 2 or 4 rows (``tiles of R rows``).
+forward (``split C``). Backward knobs: the persistent grid's programs per SM with and without
+paired partial rows (``ppsP paired|unpaired``), one tile holding every row (``one tile``) and
+tiles of 1, 2 or 4 rows (``tiles of R rows``).
 Every variant's outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
 """

@@ -343,7 +343,7 @@ def test_narrow_forward_tile_rule():
         assert tile(two).block_rows == 2
         assert tile(2 * two - 1).block_rows == 2
         assert tile(2 * two).block_rows == 4
-        assert tile(top - 1).block_rows == 16  # 31 rows a program, under 1024 / 32 = 32
+        assert tile(top - 1).block_rows == 16  # 16383 // 528 = 31; under 1024 / 32 = 32
         assert tile(top - 1, 64).block_rows == 16  # the element cap binds: 1024 / 64
         assert tile(top - 1, 256).block_rows == elems // 256
         assert tile(5000, 255) == tile(5000, 256)  # padded to the same 256 columns

@@ -584,7 +584,8 @@ class NormPlan:
     """How one norm call runs, forward and backward.
 
     ``layout``: "block_row" (narrow rows, many per tile, both directions) or "row".
-    ``fwd_tile``: the wide-row forward's block-row tile (None: one row per program).
+    ``fwd_tile``: the forward's row tile, of wide rows (``norm_fwd_block_row_config``) or narrow
+    ones (``narrow_fwd_tile``); None: one row per program.
     ``store_stats``: whether the forward writes mean/rstd (the block-row backward can recompute
     them from x). ``strategy``: the backward's dγ/dβ reduction. ``fwd_split``: the forward's
     column chunk for a few wide rows; ``bwd_split``: the split-row backward's chunks and row
@@ -653,7 +654,7 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
     split_fwd = auto and split_row(n_rows, n_cols, sm_count, SPLIT_ROW_FWD_MIN_COLS)
     split_bwd = (auto and strategy == "auto" and n_rows > 0
                  and n_cols > split_row_bwd_min_cols(is_rms, n_rows, sm_count))  # fmt: skip
-    # The wide-row block-row windows start above the decode rows: one row per program there.
+    # Row tiles (the wide rows' windows, the narrow rows' tiles) start above the decode rows.
     decode = sm_count is not None and decode_rows(n_rows, n_cols, sm_count)
     tile = None
     if layout == "auto":

@@ -555,7 +555,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
 
     ``offset``: y = xhat * (offset + weight). ``residual`` with ``h_out`` (x2d's shape and dtype):
     the fused residual add, h = x2d + residual written to h_out and normalized.
-    ``tile``: the plan's block-row tile for wide rows (``config.NormPlan.fwd_tile``; None: one
+    ``tile``: the plan's row tile (``config.NormPlan.fwd_tile``, wide or narrow rows; None: one
     row per program). ``block_size``/``num_warps``/``early_params`` override
     ``config.norm_fwd_config``; with ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the
     autotuned kernel picks them.
