@@ -42,7 +42,10 @@ print(viz.recorded_summary(recorded))
 # `layout="block_row"` packs `BLOCK_ROWS × next_pow2(N)` elements per tile (up to
 # `configs.BLOCK_ROW_MAX_COLS` = 256 columns; it refuses wider rows), and its backward runs a
 # persistent grid. `layout="auto"` (the default) takes it when the rows are narrow *and* there are
-# enough of them to fill the card with tiles (`configs.use_block_row`).
+# enough of them to fill the card with tiles (`configs.use_block_row`). With fewer rows the
+# backward runs one row a tile, while the forward still shares row tiles once each holds two rows
+# and the grid keeps four programs a SM (`configs.narrow_fwd_tile`): one program a row would pay a
+# program's launch for a few hundred bytes.
 #
 # ### Exercise: predict the planner
 #
@@ -84,6 +87,32 @@ for N in (16, 32, 64, 128, 256):
 short = configs.norm_fwd_block_row_config(ROWS, 512, is_rms=False)
 print(f"  512: above BLOCK_ROW_MAX_COLS; layout='auto' runs tiles of {short.block_rows} rows, "
       f"{short.num_warps} warps: {-(-ROWS // short.block_rows):,} programs")
+
+# %% [markdown]
+# ### Fewer rows: the forward still tiles
+#
+# Below 16384 rows the layout is `row`, but one program a row still costs a launch for a few
+# hundred bytes: on the H200 about 0.6 ns a row over the card, so 12000 rows of 48 columns took
+# 8.6 µs to move 2.3 MB. The planner's forward tile keeps four programs a SM and at most 1024
+# padded elements a tile, and starts at two rows a tile (a decode batch of a few rows a SM runs
+# one row a program). Rows per tile at a few row counts, on an H200's 132 SMs:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"{'M':>6} " + " ".join(f"{f'N={N}':>6}" for N in (26, 80, 214)))
+for M in (868, 1056, 2982, 6872, 16383):
+    tiles = [configs.plan(True, M, N, sm_count=132).fwd_tile for N in (26, 80, 214)]
+    print(f"{M:>6} " + " ".join(f"{t.block_rows if t else 1:>6}" for t in tiles))
+
+# %% [markdown]
+# Recorded: the population's members of 16–256 columns below the block-row layout, RMSNorm
+# forward. Torch and Liger-Kernel run one row a program; normlab tiles from 1056 rows.
+
+# %%
+members = viz.select(recorded, shape_set="population", op="rms_norm", direction="fwd", dtype="bf16")
+few_rows = [r for r in members if r["N"] <= 256 and r["M"] < configs.BLOCK_ROW_MIN_ROWS]
+viz.gbps_vs_shape(few_rows, source="recorded",
+                  title="RMSNorm forward, 16-256 columns, fewer than 16384 rows")
 
 # %% [markdown]
 # ## Save or recompute the row statistics
