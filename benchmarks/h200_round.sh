@@ -61,8 +61,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, fusedcap, narrow or narrowrule}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | fusedcap | narrow | narrowrule) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, fusedcap, narrow, narrowrule or fp32rows}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | fusedcap | narrow | narrowrule | fp32rows) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -88,6 +88,9 @@ NARROW_FWD=$(for c in ${NARROW_CELLS//,/ } 2982x26:fp16 300x128 1000x64 3001x200
   printf 'rms_norm:fwd:%s,layer_norm:fwd:%s,' "$c" "$c"; done)
 NARROW_FWD=${NARROW_FWD%,}
 NARROW_TILED=1686x75,2479x17,2982x26,5596x214,6872x80,9673x23  # the members the rule tiles
+FP32_FWD=$(for n in 768 1024 2048 2560 3584 7168 8192; do
+  printf 'rms_norm:fwd:4096x%s:fp32,layer_norm:fwd:4096x%s:fp32,' "$n" "$n"; done)
+FP32_FWD=${FP32_FWD%,}
 WIDE_FWD=rms_norm:fwd:47318x20163,layer_norm:fwd:47318x20163,rms_norm:fwd:1329x32826,\
 layer_norm:fwd:1329x32826,rms_norm:fwd:296x17767,rms_norm:fwd:482x27361
 TINY_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448,layer_norm:bwd:14x1022,\
@@ -345,6 +348,10 @@ case $STAGE in
         --out "$OUT/loss_options_v32768_fused_${caps//:/_}.jsonl" --V 32768 --reps 10 \
         --max-seconds 70 --fused-maxnreg "$caps"
     done
+    ;;
+  fp32rows)  # fp32 forwards at model widths (0.88-0.97x Liger): warps keyed by elements, not bytes
+    step norm_fp32_variants 300 python3 benchmarks/norm_launch_variants.py \
+      --out "$OUT/norm_fp32_variants.jsonl" --reps 10 --cells "$FP32_FWD"
     ;;
   fusedcap)
     for caps in none 4096:64; do
