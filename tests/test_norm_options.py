@@ -125,6 +125,17 @@ def test_offset_and_add_at_every_path(m, n, layout, strategy, is_rms, fused):
 
 @pytest.mark.parametrize("fused", [False, True], ids=["norm", "add-norm"])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("m,n", [(37, 26), (67, 129)], ids=str)
+def test_offset_and_add_in_narrow_forward_tiles(m, n, is_rms, fused):
+    """layout="auto" below the block-row layout: the forward's narrow row tiles (2 and 4 rows at
+    the interpreter's 4 SMs, ragged last tiles) with the fused add and an offset; the row
+    layout's backward."""
+    assert configs.plan(is_rms, m, n, sm_count=4).fwd_tile.block_rows == (2 if n < 64 else 4)
+    _check(m, n, torch.bfloat16, is_rms, fused=fused, offset=1.0)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["norm", "add-norm"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 @pytest.mark.parametrize("layout,strategy", PATHS, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_offset_and_add_per_dtype(dtype, layout, strategy, is_rms, fused):
