@@ -110,7 +110,7 @@ for M in (868, 1056, 2982, 6872, 16383):
 
 # %%
 members = viz.select(recorded, shape_set="population", op="rms_norm", direction="fwd", dtype="bf16")
-few_rows = [r for r in members if r["N"] <= 256 and r["M"] < configs.BLOCK_ROW_MIN_ROWS]
+few_rows = [r for r in members if 16 <= r["N"] <= 256 and r["M"] < configs.BLOCK_ROW_MIN_ROWS]
 viz.gbps_vs_shape(few_rows, source="recorded",
                   title="RMSNorm forward, 16-256 columns, fewer than 16384 rows")
 
