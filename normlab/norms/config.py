@@ -327,7 +327,7 @@ def block_row_fwd_config(n_cols: int, is_rms: bool, *, tile_elems: int | None = 
     if n_cols < BLOCK_ROW_TINY_COLS and tile_elems is None and max_rows is None:
         rows = BLOCK_ROW_TINY_TILE_ELEMS // block_cols
         if n_rows is not None and sm_count:
-            rows = min(rows, max(1, next_pow2(n_rows // sm_count + 1) // 2))
+            rows = min(rows, prev_pow2(n_rows // sm_count))
         # a row of one column is its own reduction: vector loads across rows, no row tile
         pointwise = pointwise_fwd_config(n_rows, sm_count) if n_cols == 1 else None
         return BlockRowFwdConfig(rows, BLOCK_ROW_MIN_WARPS if num_warps is None else num_warps,
@@ -622,7 +622,7 @@ def narrow_fwd_tile(n_rows: int, n_cols: int, is_rms: bool,
         return None
     block_cols = next_pow2(n_cols)
     per_sm = n_rows // (NARROW_FWD_PROGRAMS_PER_SM * sm_count)
-    rows = min(next_pow2(per_sm + 1) // 2, NARROW_FWD_TILE_ELEMS // block_cols)
+    rows = min(prev_pow2(per_sm), NARROW_FWD_TILE_ELEMS // block_cols)
     if rows < 2:
         return None
     warps = BLOCK_ROW_FWD_TILES[bool(is_rms)][max(block_cols, 16)][1]
