@@ -60,14 +60,12 @@
 # tiles, the population's members); narrowrule (the narrow tiles as they ship: checks, the members
 # they tile; then label CE's options in the fused form at 4096 x 32768 with and without a
 # 64-register cap at tile 4096); fp32rows (fp32 forwards at model widths against their launch
-# variants); lazytemper (fp32 forwards at 1024 and 16384 rows against their launch variants;
-# the loss checks of a temperature, and the loss options with the temperature applied at the
-# load and lazily).
+# variants).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows or lazytemper}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | lazytemper) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule or fp32rows}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -96,9 +94,6 @@ NARROW_TILED=1686x75,2479x17,2982x26,5596x214,6872x80,9673x23  # the members the
 FP32_FWD=$(for n in 768 1024 2048 2560 3584 7168 8192; do
   printf 'rms_norm:fwd:4096x%s:fp32,layer_norm:fwd:4096x%s:fp32,' "$n" "$n"; done)
 FP32_FWD=${FP32_FWD%,}
-FP32_ROWS=$(for m in 1024 16384; do for n in 768 1024 2048 4096 8192; do
-  printf 'rms_norm:fwd:%sx%s:fp32,layer_norm:fwd:%sx%s:fp32,' "$m" "$n" "$m" "$n"; done; done)
-FP32_ROWS=${FP32_ROWS%,}
 WIDE_FWD=rms_norm:fwd:47318x20163,layer_norm:fwd:47318x20163,rms_norm:fwd:1329x32826,\
 layer_norm:fwd:1329x32826,rms_norm:fwd:296x17767,rms_norm:fwd:482x27361
 TINY_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448,layer_norm:bwd:14x1022,\
@@ -360,17 +355,6 @@ case $STAGE in
   fp32rows)  # fp32 forwards at model widths (0.88-0.97x Liger): warps keyed by elements, not bytes
     step norm_fp32_variants 300 python3 benchmarks/norm_launch_variants.py \
       --out "$OUT/norm_fp32_variants.jsonl" --reps 10 --cells "$FP32_FWD"
-    ;;
-  lazytemper)  # fp32 forwards at 1024 and 16384 rows; the temperature applied lazily, off and on
-    step norm_fp32_rows 200 python3 benchmarks/norm_launch_variants.py \
-      --out "$OUT/norm_fp32_rows.jsonl" --reps 6 --cells "$FP32_ROWS"
-    step gpu_check_lazy 100 python3 benchmarks/gpu_check.py --out /tmp/gpu_check_lazy.json \
-      --quick --only loss_options --loss-options "reverse_kl T=2,soft_cross_entropy T=0.5"
-    for lazy in 0 1; do
-      step "loss_options_lazy$lazy" 90 env NORMLAB_LOSS_LAZY_TEMPER=$lazy python3 \
-        benchmarks/loss_options.py --out "$OUT/loss_options_lazy$lazy.jsonl" --reps 10 \
-        --max-seconds 60
-    done
     ;;
   countrule)
     step vocab_count 200 python3 benchmarks/vocab_population.py --out "$OUT/vocab_count.jsonl" \

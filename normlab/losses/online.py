@@ -97,14 +97,6 @@ FAST_EXP: tl.constexpr = tl.constexpr(
     not _runtime.INTERPRET and os.environ.get("NORMLAB_LOSS_FAST_EXP", "1") != "0")
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 TWO_LOG2E: tl.constexpr = tl.constexpr(2.8853900817779268)  # 2 / ln 2: exp(2v) = exp2(v 2 log2 e)
-# A temperature applied where the statistics loop uses a logit, not where it loads it: the tile's
-# max is taken over the raw logits and scaled once (a positive scale commutes with max, to the
-# bit), and each shifted logit is one fused multiply-add, x / T - max. Applied at the load, the
-# scale was a multiply per logit of x and t on top of the shift's subtract (reverse KL's
-# statistics loop: 24.7 instructions a logit at T = 2 against 22.7 at T = 1; kernel_loops.py
-# --form chunked --block 2048 --maxnreg 64, sm_90, Triton 3.6). NORMLAB_LOSS_LAZY_TEMPER=0:
-# scaled at the load.
-LAZY_TEMPER: tl.constexpr = tl.constexpr(os.environ.get("NORMLAB_LOSS_LAZY_TEMPER", "1") != "0")
 # Elements per step of a launch's row count and final sum (counted_rows, finish_reduction).
 REDUCE_BLOCK: tl.constexpr = tl.constexpr(1024)
 
@@ -177,7 +169,7 @@ def tile_cols(BLOCK: tl.constexpr, LANE: tl.constexpr):
 
 @triton.jit
 def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.constexpr,
-                ONE_LANE: tl.constexpr, xparam=1.0, RAW: tl.constexpr = False):  # fmt: skip
+                ONE_LANE: tl.constexpr):  # fmt: skip
     """Fold one fp32 tile (a tile_cols grid, -inf on masked lanes) into running statistics kept
     per lane (per grid row: vectors of BLOCK // LANE). Lanes of a few columns reduce within a
     thread, so a tile costs no cross-warp round trip; fold_stats folds the lanes once a row.
@@ -193,8 +185,6 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.co
     Both tile maxima come from one two-operand reduction (PAIRED_MAXIMA; two tl.max under the
     interpreter). The three sums stay separate tl.sum calls: the Triton interpreter folds a
     multi-operand reduction sequentially in fp32, which the CPU tests can tell apart.
-    RAW: x and t are the loaded logits, and the temperature's scale xparam is applied here
-    (LAZY_TEMPER; not label CE, whose options take no temperature).
     """
     # The rescale factors use the raw old max: exp(-inf - new) = 0 while nothing was summed yet
     # (the safe 0 would give exp(0 - new) = inf for a row whose logits all sit below -88).
@@ -221,21 +211,14 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.co
         else:
             tile_max_x = tl.max(x, axis=1)
             tile_max_t = tl.max(t, axis=1)
-        if RAW:  # max(x) / T is max(x / T) to the bit: rounding keeps the order
-            tile_max_x = tile_max_x * xparam
-            tile_max_t = tile_max_t * xparam
         m_x = tl.maximum(m_x, tile_max_x)
         m_t = tl.maximum(m_t, tile_max_t)
         new_x = safe_max(m_x)
         new_t = safe_max(m_t)
         alpha_x = tl.exp(raw_x - new_x)
         alpha_t = tl.exp(raw_t - new_t)
-        if RAW:
-            xs = x * xparam - new_x[:, None]
-            ts = t * xparam - new_t[:, None]
-        else:
-            xs = x - new_x[:, None]
-            ts = t - new_t[:, None]
+        xs = x - new_x[:, None]
+        ts = t - new_t[:, None]
         e_x = fast_exp(xs)
         e_t = fast_exp(ts)
         # p_j = 0 terms are skipped (x = -inf would give 0 * inf).
@@ -331,19 +314,16 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
                                   XFORM)  # fmt: skip
             m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH,
                                               LANE == BLOCK)  # fmt: skip
-    raw: tl.constexpr = LAZY_TEMPER and (XFORM == TEMPER) and (KIND != CE)
     for i in range(first, n_full):
         x = tl.load(x_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
-        if not raw:
-            x = transform(x, xparam, XFORM)
+        x = transform(x, xparam, XFORM)
         if KIND == CE:
             t = x
         else:
             t = tl.load(t_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
-            if not raw:
-                t = transform(t, xparam, XFORM)
+            t = transform(t, xparam, XFORM)
         m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH,
-                                              LANE == BLOCK, xparam, raw)  # fmt: skip
+                                              LANE == BLOCK)  # fmt: skip
     if ALIGN > 1:
         if (hi == (n_full + 1) * BLOCK) & (lo <= n_full * BLOCK):  # whole (an inner chunk's)
             x_last = tl.load(x_row + n_full * BLOCK + cols,
