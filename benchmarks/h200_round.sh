@@ -60,12 +60,13 @@
 # tiles, the population's members); narrowrule (the narrow tiles as they ship: checks, the members
 # they tile; then label CE's options in the fused form at 4096 x 32768 with and without a
 # 64-register cap at tile 4096); fp32rows (fp32 forwards at model widths against their launch
-# variants).
+# variants); launchpath (a one-row LayerNorm forward, normlab's kernel and Liger-Kernel's, each
+# through kernel[grid] and normlab's launch path).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule or fp32rows}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows or launchpath}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -355,6 +356,10 @@ case $STAGE in
   fp32rows)  # fp32 forwards at model widths (0.88-0.97x Liger): warps keyed by elements, not bytes
     step norm_fp32_variants 300 python3 benchmarks/norm_launch_variants.py \
       --out "$OUT/norm_fp32_variants.jsonl" --reps 10 --cells "$FP32_FWD"
+    ;;
+  launchpath)  # a one-row LayerNorm forward against Liger's kernel, each through both launch paths
+    step norm_fwd_launch_path 150 python3 benchmarks/norm_fwd_launch_path.py \
+      --out "$OUT/norm_fwd_launch_path.jsonl" --reps 10
     ;;
   countrule)
     step vocab_count 200 python3 benchmarks/vocab_population.py --out "$OUT/vocab_count.jsonl" \
