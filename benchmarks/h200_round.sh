@@ -61,12 +61,14 @@
 # they tile; then label CE's options in the fused form at 4096 x 32768 with and without a
 # 64-register cap at tile 4096); fp32rows (fp32 forwards at model widths against their launch
 # variants); launchpath (a one-row LayerNorm forward, normlab's kernel and Liger-Kernel's, each
-# through kernel[grid] and normlab's launch path).
+# through kernel[grid] and normlab's launch path); fp32rule (fp32 rows in LayerNorm's windows
+# without the persistent grid, the fused add's backward prefetching dh: the add-norm checks in
+# every dtype, the loss options and fused add, the window members of the population).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows or launchpath}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath or fp32rule}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -95,6 +97,8 @@ NARROW_TILED=1686x75,2479x17,2982x26,5596x214,6872x80,9673x23  # the members the
 FP32_FWD=$(for n in 768 1024 2048 2560 3584 7168 8192; do
   printf 'rms_norm:fwd:4096x%s:fp32,layer_norm:fwd:4096x%s:fp32,' "$n" "$n"; done)
 FP32_FWD=${FP32_FWD%,}
+# The population's members in LayerNorm's persistent windows (4096 rows, 768-8192 columns).
+FP32_WINDOWS=4096x768,4096x1024,4096x1536,4096x2048,4096x5120,4096x6144,4096x7168,4096x8192
 WIDE_FWD=rms_norm:fwd:47318x20163,layer_norm:fwd:47318x20163,rms_norm:fwd:1329x32826,\
 layer_norm:fwd:1329x32826,rms_norm:fwd:296x17767,rms_norm:fwd:482x27361
 TINY_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448,layer_norm:bwd:14x1022,\
@@ -360,6 +364,15 @@ case $STAGE in
   launchpath)  # a one-row LayerNorm forward against Liger's kernel, each through both launch paths
     step norm_fwd_launch_path 150 python3 benchmarks/norm_fwd_launch_path.py \
       --out "$OUT/norm_fwd_launch_path.jsonl" --reps 10
+    ;;
+  fp32rule)  # fp32 rows take the windows' tiles without the grid; the fused add's dh prefetched
+    step gpu_check_fp32rule 120 python3 benchmarks/gpu_check.py \
+      --out /tmp/gpu_check_fp32rule.json --only norm_options  # the log has every line
+    step loss_options 100 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
+      --reps 10 --max-seconds 60
+    step population_fp32rule 240 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_fp32rule.jsonl" --reps 4 --timed-us 100 \
+      --families random,model,narrow,peers --cells "$FP32_WINDOWS"
     ;;
   countrule)
     step vocab_count 200 python3 benchmarks/vocab_population.py --out "$OUT/vocab_count.jsonl" \

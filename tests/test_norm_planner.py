@@ -695,7 +695,40 @@ def test_block_row_windows_only_on_aligned_rows():
     assert op._plan(x[:, :2326], False, "auto", "auto").fwd_tile == tile  # stride 2328: aligned
     assert op._plan(x[:, :2326].contiguous(), False, "auto", "auto").fwd_tile is None
     assert op._plan(x.float()[:, :2326].contiguous(), False, "auto", "auto").fwd_tile is None
-    assert op._plan(x.float()[:, :2324].contiguous(), False, "auto", "auto").fwd_tile == tile
+    fp32_tile = tile._replace(programs_per_sm=0)  # fp32 rows: the tile without its grid
+    assert op._plan(x.float()[:, :2324].contiguous(), False, "auto", "auto").fwd_tile == fp32_tile
+
+
+def test_persistent_windows_keep_to_two_byte_rows():
+    """The wide forward's persistent windows were measured on 2-byte rows: a 4-byte row gets
+    the same tile without the persistent grid (programs_per_sm 0), at every window, and the
+    launcher reads the element size from x."""
+    from normlab.norms import op
+
+    for is_rms, table in config.NORM_FWD_BLOCK_ROW.items():
+        for width, windows in table.items():
+            for lo, _, (rows, warps, per_sm) in windows:
+                for size in (1, 2, 4, 8):
+                    got = config.norm_fwd_block_row_config(lo, width, is_rms, elem_size=size)
+                    keep = size <= config.NORM_FWD_PERSISTENT_MAX_ELEM_BYTES
+                    want = config.BlockRowFwdConfig(rows, warps, per_sm if keep else 0)
+                    assert got == want, (is_rms, width, size)
+    rows = 1500  # LayerNorm's 4096-column window: a persistent grid of 1-row tiles
+    assert config.NORM_FWD_BLOCK_ROW[False][4096][0][2][2] > 0
+    for dtype, per_sm in ((torch.bfloat16, 4), (torch.float16, 4), (torch.float32, 0)):
+        plan = op._plan(torch.empty(rows, 4000, dtype=dtype), False, "auto", "auto")
+        assert plan.fwd_tile.programs_per_sm == (per_sm and config.NORM_FWD_BLOCK_ROW[False]
+                                                 [4096][0][2][2]), dtype  # fmt: skip
+
+
+@pytest.mark.parametrize(("m", "n"), [(2053, 1000), (263, 8190)])  # prime rows, past 2^k - 2
+def test_fp32_rows_in_a_window_match_fp64(m, n):
+    """fp32 rows in a LayerNorm window run its tile without the persistent grid: against fp64,
+    the rows of a last partial tile included."""
+    lo, hi, _ = config.NORM_FWD_BLOCK_ROW[False][next_pow2(n)][0]
+    assert lo <= m and (hi is None or m <= hi)
+    assert config.plan(False, m, n, sm_count=SMS, elem_size=4).fwd_tile.programs_per_sm == 0
+    _check(m, n, torch.float32, False)
 
 
 # ---- the fused residual add: one block where the plain RMSNorm loops ----------------------------

@@ -251,6 +251,11 @@ BLOCK_ROW_FWD_TILES = {
 # Where the wider forward's row tiles and a persistent, prefetching grid measured faster than
 # one row per program: (padded width) -> ((min rows, max rows | None, (rows, warps, per SM)),).
 # LayerNorm at 1024-16384 columns when the rows fill only a few waves; 512-column short tiles.
+# Measured on 2-byte rows. The persistent grid holds its next tile in registers as loaded, so a
+# 4-byte row's prefetch takes twice the registers: fp32 rows take the tile without the grid
+# (LayerNorm fp32, norm_fp32_*_h200: 4096 x 1024 10.88 -> 10.31 µs, 4096 x 8192 74.2 -> 68.2,
+# 1024 x 4096 14.2 -> 12.3; 4096 x 2048 18.9 -> 19.3).
+NORM_FWD_PERSISTENT_MAX_ELEM_BYTES = 2
 NORM_FWD_BLOCK_ROW = {
     False: {  # LayerNorm
         512: ((65536, None, (8, 4, 0)),),
@@ -302,16 +307,21 @@ class BlockRowFwdConfig(NamedTuple):
 
 
 def norm_fwd_block_row_config(n_rows: int, n_cols: int, is_rms: bool = False,
-                              aligned: bool = True) -> BlockRowFwdConfig | None:  # fmt: skip
+                              aligned: bool = True,
+                              elem_size: int = 2) -> BlockRowFwdConfig | None:  # fmt: skip
     """The wide-row block-row forward's tile where it measured faster than one row per program.
     The tiles were measured on 16-byte aligned rows (vector loads); rows that are not run one
     row per program (LayerNorm 1990 x 2326: 20.6 µs in the persistent 4096 tile, 12.1 one row
-    per program)."""
+    per program). Rows of ``elem_size`` bytes above NORM_FWD_PERSISTENT_MAX_ELEM_BYTES take the
+    tile without its persistent grid."""
     if not aligned:
         return None
     for lo, hi, tile in NORM_FWD_BLOCK_ROW[bool(is_rms)].get(next_pow2(n_cols), ()):
         if lo <= n_rows and (hi is None or n_rows <= hi):
-            return BlockRowFwdConfig(*tile)
+            rows, warps, per_sm = tile[:3]
+            if elem_size > NORM_FWD_PERSISTENT_MAX_ELEM_BYTES:
+                per_sm = 0
+            return BlockRowFwdConfig(rows, warps, per_sm)
     return None
 
 
@@ -639,10 +649,11 @@ def use_block_row(n_rows: int, n_cols: int) -> bool:
 
 
 def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
-         layout: str = "auto", sm_count: int | None = None,
-         aligned: bool = True) -> NormPlan:  # fmt: skip
+         layout: str = "auto", sm_count: int | None = None, aligned: bool = True,
+         elem_size: int = 2) -> NormPlan:  # fmt: skip
     """The plan of one call (arguments already validated; without ``sm_count`` no split-row
-    kernels are planned). ``aligned``: every row starts on a 16-byte boundary (``row_align``)."""
+    kernels are planned). ``aligned``: every row starts on a 16-byte boundary (``row_align``);
+    ``elem_size``: bytes per element of x."""
     if layout == "auto":
         block_row = strategy in BLOCK_ROW_STRATEGIES and use_block_row(n_rows, n_cols)
     else:
@@ -658,7 +669,7 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
     decode = sm_count is not None and decode_rows(n_rows, n_cols, sm_count)
     tile = None
     if layout == "auto":
-        tile = norm_fwd_block_row_config(n_rows, n_cols, is_rms, aligned)
+        tile = norm_fwd_block_row_config(n_rows, n_cols, is_rms, aligned, elem_size)
         if tile is None and sm_count:
             tile = narrow_fwd_tile(n_rows, n_cols, is_rms, sm_count)
     return NormPlan(

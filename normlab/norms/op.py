@@ -36,7 +36,7 @@ def _plan(x2d, is_rms, strategy, layout) -> config.NormPlan:
     sm_count = _runtime.sm_count(x2d.device.index)
     size = x2d.element_size()
     aligned = config.row_align(x2d.stride(0), size) * size == config.VECTOR_BYTES
-    return config.plan(is_rms, n_rows, n_cols, strategy, layout, sm_count, aligned)
+    return config.plan(is_rms, n_rows, n_cols, strategy, layout, sm_count, aligned, size)
 
 
 def _tensor_key(t):

@@ -378,17 +378,20 @@ def _persistent_single_pass(
     db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
     if PREFETCH:
-        x_next, dy_next = load_tile(x_ptr, dy_ptr, pid, n_rows, n_cols, x_row_stride,
-                                     dy_row_stride, BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
+        x_next, dy_next, dh_next = load_tile(x_ptr, dy_ptr, dh_ptr, pid, n_rows, n_cols,
+                                             x_row_stride, dy_row_stride, dh_row_stride,
+                                             BLOCK_ROWS, BLOCK_COLS, HAS_DH)  # fmt: skip
         for tile in tl.range(pid, n_tiles, n_programs):
-            x_cur, dy_cur = x_next, dy_next
+            x_cur, dy_cur, dh_cur = x_next, dy_next, dh_next
             # Past the last tile the mask is all false: nothing is read.
-            x_next, dy_next = load_tile(x_ptr, dy_ptr, tile + n_programs, n_rows, n_cols,
-                                         x_row_stride, dy_row_stride, BLOCK_ROWS, BLOCK_COLS)
+            x_next, dy_next, dh_next = load_tile(x_ptr, dy_ptr, dh_ptr, tile + n_programs,
+                                                 n_rows, n_cols, x_row_stride, dy_row_stride,
+                                                 dh_row_stride, BLOCK_ROWS, BLOCK_COLS,
+                                                 HAS_DH)  # fmt: skip
             dw, db = bwd_tile_single_pass(
                 tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
                 x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT,
-                HAS_DH, BLOCK_ROWS, BLOCK_COLS, x_cur, dy_cur, True, PAIR_SUMS,
+                HAS_DH, BLOCK_ROWS, BLOCK_COLS, x_cur, dy_cur, True, PAIR_SUMS, dh_cur,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db

@@ -58,9 +58,8 @@ def load_xhat_wdy(
 @triton.jit
 def load_x_dy(x_ptr, dy_ptr, rows64, cols, mask, x_row_stride, dy_row_stride):
     """x and dy of a [rows, cols] tile in their own dtype; masked entries are 0 (and not read)."""
-    x = tl.load(x_ptr + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
-    dy = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)
-    return x, dy
+    return (load_rows(x_ptr, rows64, cols, mask, x_row_stride),
+            load_rows(dy_ptr, rows64, cols, mask, dy_row_stride))  # fmt: skip
 
 
 @triton.jit
@@ -96,26 +95,42 @@ def store_dx(
     dh_row_stride,
     IS_RMS: tl.constexpr,
     HAS_DH: tl.constexpr,
+    dh=None,
+    DH_LOADED: tl.constexpr = False,
 ):
+    """dx of a tile from its row constants; HAS_DH adds dh (loaded here, or with DH_LOADED the
+    tile's dh as the caller loaded it)."""
     if IS_RMS:
         dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
     else:
         dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
     if HAS_DH:
-        dh_ptrs = dh_ptr + rows64[:, None] * dh_row_stride + cols[None, :]
-        dx += tl.load(dh_ptrs, mask=mask, other=0.0).to(tl.float32)
+        if not DH_LOADED:
+            dh = load_rows(dh_ptr, rows64, cols, mask, dh_row_stride)
+        dx += dh.to(tl.float32)
     dx_ptrs = dx_ptr + rows64[:, None] * dx_row_stride + cols[None, :]
     tl.store(dx_ptrs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def load_tile(x_ptr, dy_ptr, tile, n_rows, n_cols, x_row_stride, dy_row_stride,
-               BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):  # fmt: skip
-    """x and dy of row tile ``tile`` (their own dtype; 0 outside the matrix)."""
+def load_rows(ptr, rows64, cols, mask, row_stride):
+    """A [rows, cols] tile in its own dtype; masked entries are 0 (and not read)."""
+    return tl.load(ptr + rows64[:, None] * row_stride + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def load_tile(x_ptr, dy_ptr, dh_ptr, tile, n_rows, n_cols, x_row_stride, dy_row_stride,
+              dh_row_stride, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+              HAS_DH: tl.constexpr):  # fmt: skip
+    """x, dy and (HAS_DH; else x again, unread) dh of row tile ``tile`` (their own dtype; 0
+    outside the matrix)."""
     rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-    return load_x_dy(x_ptr, dy_ptr, rows.to(tl.int64), cols, mask, x_row_stride, dy_row_stride)
+    rows64 = rows.to(tl.int64)
+    x, dy = load_x_dy(x_ptr, dy_ptr, rows64, cols, mask, x_row_stride, dy_row_stride)
+    dh = load_rows(dh_ptr, rows64, cols, mask, dh_row_stride) if HAS_DH else x
+    return x, dy, dh
 
 
 @triton.jit
@@ -148,17 +163,23 @@ def bwd_tile_single_pass(
     dy_pre=None,
     PRELOADED: tl.constexpr = False,
     PAIR_SUMS: tl.constexpr = False,
+    dh_pre=None,
 ):
     """dx of one BLOCK_ROWS tile whose rows fit in BLOCK_COLS (w: fp32 offset + weight
     [BLOCK_COLS], loaded once per program; HAS_DH adds dh into dx); returns the fp32 tile
     contributions (dy * xhat, dy) to dw and db.
-    With PRELOADED, x_pre / dy_pre are this tile's x and dy, already loaded (load_tile).
+    With PRELOADED, x_pre / dy_pre (and with HAS_DH dh_pre) are this tile's x and dy (and dh),
+    already loaded (load_tile). Otherwise dh is loaded with the tile, before its row sums, so
+    its memory round trip overlaps them instead of following them.
     PAIR_SUMS: LayerNorm's two row sums in one reduction (one cross-warp exchange, not two)."""
     rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
     mask = row_mask[:, None] & (cols < n_cols)[None, :]
     rows64 = rows.to(tl.int64)
+    dh = dh_pre
+    if HAS_DH and not PRELOADED:
+        dh = load_rows(dh_ptr, rows64, cols, mask, dh_row_stride)
     mean, rstd = load_row_stats(mean_ptr, rstd_ptr, rows, row_mask, IS_RMS)
     if PRELOADED:
         xhat, dy, wdy = xhat_wdy(x_pre, dy_pre, w, mask, mean, rstd, IS_RMS, HAS_WEIGHT)
@@ -178,7 +199,7 @@ def bwd_tile_single_pass(
         c1 = tl.sum(xhat * wdy, axis=1) / n_cols
         c2 = tl.sum(wdy, axis=1) / n_cols
     store_dx(dx_ptr, dh_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride,
-             dh_row_stride, IS_RMS, HAS_DH)  # fmt: skip
+             dh_row_stride, IS_RMS, HAS_DH, dh, True)  # fmt: skip
     return dy * xhat, dy
 
 
