@@ -63,12 +63,13 @@
 # variants); launchpath (a one-row LayerNorm forward, normlab's kernel and Liger-Kernel's, each
 # through kernel[grid] and normlab's launch path); fp32rule (fp32 rows in LayerNorm's windows
 # without the persistent grid, the fused add's backward prefetching dh: the add-norm checks in
-# every dtype, the loss options and fused add, the window members of the population).
+# every dtype, the loss options and fused add, the window members of the population);
+# aroundcompile (normlab's and Liger's LayerNorm forwards timed before and after torch.compile's).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath or fp32rule}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule or aroundcompile}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -364,6 +365,11 @@ case $STAGE in
   launchpath)  # a one-row LayerNorm forward against Liger's kernel, each through both launch paths
     step norm_fwd_launch_path 150 python3 benchmarks/norm_fwd_launch_path.py \
       --out "$OUT/norm_fwd_launch_path.jsonl" --reps 10
+    ;;
+  aroundcompile)  # normlab's and Liger's LayerNorm forwards before and after torch.compile's
+    step norm_fwd_around_compile 200 python3 benchmarks/norm_fwd_launch_path.py \
+      --out "$OUT/norm_fwd_around_compile.jsonl" --reps 10 --around-compile \
+      --cells 4096x1024:bf16,4096x1024:fp32,8192x1024:bf16,4096x768:bf16
     ;;
   fp32rule)  # fp32 rows take the windows' tiles without the grid; the fused add's dh prefetched
     step gpu_check_fp32rule 120 python3 benchmarks/gpu_check.py \

@@ -10,6 +10,7 @@ launched through ``kernel[grid]`` and through ``normlab._launch.launch``; normla
 (parameters early) through both. The same kernel through two launch paths tells the launch
 apart from the code. Then Liger's and normlab's calls as the population times them, each on
 its own inputs (which require grad). Outputs on the shared inputs are checked against Liger's.
+``--around-compile`` times normlab's and Liger's calls before and after torch.compile's.
 Records carry ``shape_set="norm_fwd_launch_path"`` and the variant in ``impl``.
 """
 
@@ -96,11 +97,41 @@ def _variants(x, w, b):
     }  # fmt: skip
 
 
+def _around_compile(cells, reps, dev, command, records, out):
+    """Does a torch.compile'd peer timed in the same process move the other calls' times? (The
+    population times torch.compile's peer before Liger's in every cell.)"""
+    from norm_population import _compiled_peer
+
+    compiled = _compiled_peer("layer_norm")
+    for m, n, dtype_name in cells:
+        dtype = DTYPES[dtype_name]
+        line = [f"layer_norm fwd {m}x{n} {dtype_name}:"]
+        calls = {impl: registry.get("layer_norm", impl).build(m, n, dtype, "fwd", "cuda")
+                 for impl in ("normlab", "liger")}  # fmt: skip
+        steps = [*calls.items(), *calls.items(),
+                 ("compile", registry.norm_case(compiled, "layer_norm", m, n, dtype, "fwd",
+                                                "cuda")),
+                 *calls.items(), *calls.items()]  # fmt: skip
+        for i, (impl, run) in enumerate(steps):
+            when = "before" if i < 4 else "" if i == 4 else "after"
+            rec = measure(run, "layer_norm", f"{impl} {when}".strip(), m, n, dtype_name, "fwd",
+                          device=dev, reps=reps, command=command,
+                          shape_set="norm_fwd_launch_path")  # fmt: skip
+            records.append(rec)
+            line.append(f"{rec.impl} {rec.device_us:.2f}")
+        print(" | ".join(line), flush=True)
+        write_jsonl(records, out)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--cells", default=CELLS, help="MxN:dtype,... (dtype bf16 or fp32)")
+    parser.add_argument("--around-compile", action="store_true",
+                        help="per cell: normlab's and Liger's calls on their own inputs, then "
+                             "torch.compile's F.layer_norm timed (compiled on its first call), "
+                             "then the two calls again")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
@@ -118,6 +149,9 @@ def main(argv=None) -> int:
     command = portable_command(["python3", "benchmarks/norm_fwd_launch_path.py",
                                 *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
     records = []
+    if args.around_compile:
+        _around_compile(cells, args.reps, dev, command, records, args.out)
+        return 0
     for m, n, dtype_name in cells:
         dtype = DTYPES[dtype_name]
         x = torch.randn(m, n, dtype=dtype, device="cuda")
