@@ -251,10 +251,11 @@ BLOCK_ROW_FWD_TILES = {
 # Where the wider forward's row tiles and a persistent, prefetching grid measured faster than
 # one row per program: (padded width) -> ((min rows, max rows | None, (rows, warps, per SM)),).
 # LayerNorm at 1024-16384 columns when the rows fill only a few waves; 512-column short tiles.
-# Measured on 2-byte rows. The persistent grid holds its next tile in registers as loaded, so a
-# 4-byte row's prefetch takes twice the registers: fp32 rows take the tile without the grid
-# (LayerNorm fp32, norm_fp32_*_h200: 4096 x 1024 10.88 -> 10.31 µs, 4096 x 8192 74.2 -> 68.2,
-# 1024 x 4096 14.2 -> 12.3; 4096 x 2048 18.9 -> 19.3).
+# Measured on 2-byte rows, whose prefetched next tile the grid holds in registers as loaded;
+# an fp32 tile holds twice the registers. fp32 rows take the tile without the grid: LayerNorm
+# fp32 at 4096 rows (population_fp32rule_53f1b26) 768 columns 8.59 -> 8.06 µs, 1024 10.78 ->
+# 10.23, 5120-8192 7-15% faster (8192: 73.4 -> 67.7); slower at the 2048 window's 1536 and
+# 2048 columns (14.16 -> 15.39, 18.66 -> 19.35). Not swept per window.
 NORM_FWD_PERSISTENT_MAX_ELEM_BYTES = 2
 NORM_FWD_BLOCK_ROW = {
     False: {  # LayerNorm
