@@ -26,7 +26,8 @@ from normlab import _launch, ref
 
 NORM_SHAPES = [(1, 8192), (7, 1), (33, 200), (257, 2880), (1000, 24), (4096, 12288),
                (1000003, 200), (3, 65536), (131, 5120), (65536, 257), (2048, 16385),
-               (557, 8209), (100003, 1), (5596, 214), (9673, 23)]  # fmt: skip
+               (557, 8209), (100003, 1), (5596, 214), (9673, 23),
+               (2053, 1000), (263, 8190)]  # fmt: skip  (the last two: LayerNorm's windows)
 LOSS_SHAPES = [(1, 32000), (37, 50257), (256, 131072), (64, 151936), (5, 1000)]
 LOSS_FORMS = ("fused", "chunked", "split")
 REL_TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
@@ -412,6 +413,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="bf16 only, no fp32/fp16 pass")
+    parser.add_argument("--dtypes", help="a comma list of bf16 and fp32: the passes to run "
+                                         "(default both; bf16 with --quick)")
     parser.add_argument("--only", default=",".join(PARTS),
                         help=f"comma list of parts to run (default all: {','.join(PARTS)})")
     parser.add_argument("--loss-options", default="",
@@ -426,10 +429,16 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"--loss-options: no case starts with {', '.join(map(repr, unknown))} "
                      f"(cases: {', '.join(LOSS_OPTION_CASES)})")
+    names = {"bf16": torch.bfloat16, "fp32": torch.float32}
+    if args.dtypes is not None:
+        if args.quick or not args.dtypes or any(d not in names for d in args.dtypes.split(",")):
+            parser.error("--dtypes: a comma list of bf16 and fp32 (not with --quick)")
+        dtypes = tuple(names[d] for d in args.dtypes.split(","))
+    else:
+        dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float32)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     torch.manual_seed(0)
-    dtypes = (torch.bfloat16,) if args.quick else (torch.bfloat16, torch.float32)
     for part in parts:
         if part == "norms":
             for dtype in dtypes:

@@ -64,12 +64,13 @@
 # through kernel[grid] and normlab's launch path); fp32rule (fp32 rows in LayerNorm's windows
 # without the persistent grid, the fused add's backward prefetching dh: the add-norm checks in
 # every dtype, the loss options and fused add, the window members of the population);
-# aroundcompile (normlab's and Liger's LayerNorm forwards timed before and after torch.compile's).
+# aroundcompile (normlab's and Liger's LayerNorm forwards timed before and after torch.compile's);
+# fp32check (the norms' GPU checks in fp32, LayerNorm's windows included).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule or aroundcompile}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile or fp32check}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -370,6 +371,10 @@ case $STAGE in
     step norm_fwd_around_compile 200 python3 benchmarks/norm_fwd_launch_path.py \
       --out "$OUT/norm_fwd_around_compile.jsonl" --reps 10 --around-compile \
       --cells 4096x1024:bf16,4096x1024:fp32,8192x1024:bf16,4096x768:bf16
+    ;;
+  fp32check)  # the norms on the GPU in fp32 (LayerNorm's windows included) against fp64
+    step gpu_check_fp32 280 python3 benchmarks/gpu_check.py --out /tmp/gpu_check_fp32.json \
+      --only norms --dtypes fp32  # the log has every line
     ;;
   fp32rule)  # fp32 rows take the windows' tiles without the grid; the fused add's dh prefetched
     step gpu_check_fp32rule 120 python3 benchmarks/gpu_check.py \
