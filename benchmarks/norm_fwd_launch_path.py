@@ -2,14 +2,16 @@
 
     python3 benchmarks/norm_fwd_launch_path.py --out out/norm_fwd_launch_path.jsonl [--reps 10]
 
-At 1024 x 4096 fp32 normlab's one-row forward (8 warps, parameters loaded with x) took 11.4 µs
-and Liger-Kernel's 9.3 (``norm_fp32_rows_342f1ea``), though both compile to the same loads,
-reductions and stores (sm_90 SASS from this repository's CPU machine). Each cell times, at
-Liger's block and warps (one row a program): Liger's ``layer_norm_forward``; Liger's kernel
-launched through ``kernel[grid]`` and through ``normlab._launch.launch``; normlab's kernel
-(parameters early) through both. The same kernel through two launch paths tells the launch
-apart from the code. Then Liger's and normlab's calls as the population times them, each on
-its own inputs (which require grad). Outputs on the shared inputs are checked against Liger's.
+In one run, at 1024 x 4096 fp32, normlab's one-row forward (8 warps, parameters loaded with x)
+took 11.4 µs and Liger-Kernel's 9.3 (``norm_fp32_rows_342f1ea``), though both compile to the
+same loads, reductions and stores (sm_90 SASS from this repository's CPU machine).
+
+Each cell times, at Liger's block and warps (one row a program): Liger's
+``layer_norm_forward``; Liger's kernel launched through ``kernel[grid]`` and through
+``normlab._launch.launch``; normlab's kernel (parameters early) through both. The same kernel
+through two launch paths tells the launch apart from the code. Then Liger's and normlab's calls
+as the population times them, each on its own inputs (which require grad). Outputs on the
+shared inputs are checked against Liger's.
 ``--around-compile`` times normlab's and Liger's calls before and after torch.compile's.
 Records carry ``shape_set="norm_fwd_launch_path"`` and the variant in ``impl``.
 """

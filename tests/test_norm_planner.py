@@ -714,14 +714,14 @@ def test_persistent_windows_keep_to_two_byte_rows():
                     want = config.BlockRowFwdConfig(rows, warps, per_sm if keep else 0)
                     assert got == want, (is_rms, width, size)
     rows = 1500  # LayerNorm's 4096-column window: a persistent grid of 1-row tiles
-    assert config.NORM_FWD_BLOCK_ROW[False][4096][0][2][2] > 0
-    for dtype, per_sm in ((torch.bfloat16, 4), (torch.float16, 4), (torch.float32, 0)):
+    window_per_sm = config.NORM_FWD_BLOCK_ROW[False][4096][0][2][2]
+    assert window_per_sm > 0
+    for dtype, keep in ((torch.bfloat16, True), (torch.float16, True), (torch.float32, False)):
         plan = op._plan(torch.empty(rows, 4000, dtype=dtype), False, "auto", "auto")
-        assert plan.fwd_tile.programs_per_sm == (per_sm and config.NORM_FWD_BLOCK_ROW[False]
-                                                 [4096][0][2][2]), dtype  # fmt: skip
+        assert plan.fwd_tile.programs_per_sm == (window_per_sm if keep else 0), dtype
 
 
-@pytest.mark.parametrize(("m", "n"), [(2053, 1000), (263, 8190)])  # prime rows, past 2^k - 2
+@pytest.mark.parametrize(("m", "n"), [(2053, 1000), (263, 8190)])  # prime rows, masked tails
 def test_fp32_rows_in_a_window_match_fp64(m, n):
     """fp32 rows in a LayerNorm window run its tile without the persistent grid: against fp64,
     the rows of a last partial tile included."""
