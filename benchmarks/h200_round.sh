@@ -65,12 +65,13 @@
 # without the persistent grid, the fused add's backward prefetching dh: the add-norm checks in
 # every dtype, the loss options and fused add, the window members of the population);
 # aroundcompile (normlab's and Liger's LayerNorm forwards timed before and after torch.compile's);
-# fp32check (the norms' GPU checks in fp32, LayerNorm's windows included).
+# fp32check (the norms' GPU checks in fp32, LayerNorm's windows included); pointwise (rows of one
+# column: the pointwise forward's block and warps against its peers).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile or fp32check}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check or pointwise}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -371,6 +372,12 @@ case $STAGE in
     step norm_fwd_around_compile 200 python3 benchmarks/norm_fwd_launch_path.py \
       --out "$OUT/norm_fwd_around_compile.jsonl" --reps 10 --around-compile \
       --cells 4096x1024:bf16,4096x1024:fp32,8192x1024:bf16,4096x768:bf16
+    ;;
+  pointwise)  # rows of one column: the pointwise forward's block and warps against peers
+    step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \
+      --out "$OUT/norm_pointwise_variants.jsonl" --reps 20 --cells \
+      "$(for c in 5265x1 53711x1 100003x1 1000003x1; do
+        printf 'rms_norm:fwd:%s,layer_norm:fwd:%s,' "$c" "$c"; done | sed 's/,$//')"
     ;;
   fp32check)  # the norms on the GPU in fp32 (LayerNorm's windows included) against fp64
     step gpu_check_fp32 280 python3 benchmarks/gpu_check.py --out /tmp/gpu_check_fp32.json \

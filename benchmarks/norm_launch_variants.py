@@ -4,7 +4,8 @@
 
 For each cell (op, direction, M x N, dtype): normlab's planned call ("default"), the same
 launcher with one knob moved, and torch, torch.compile and Liger-Kernel, timed in one process
-(device time, L2 flushed). Forward knobs: one row per program at 1-16 warps (``row wW``; with
+(device time, L2 flushed). Forward knobs: the pointwise forward's block and warps for rows of
+one column (``pointwise BxW``), one row per program at 1-16 warps (``row wW``; with
 ``early``/``late``, the parameters loaded with x or after the row's sums), the block-row tile
 (``tile RxW``: rows by warps, for narrow rows of up to 256 columns and for wide ones), the
 wide-row chunk (``chunk C wW``), one 32768-column block (``block 32768 wW``) and the split-row
@@ -65,6 +66,14 @@ def _fwd_variants(x, w, b, is_rms, sms):
                         lambda warps=warps, block=block, early=early: row.norm_forward(
                             x, w, b, eps, is_rms, block_size=block, num_warps=warps,
                             early_params=early))  # fmt: skip
+        if n == 1:  # rows of one column: the pointwise forward's block and warps
+            for block in (64, 128, 256, 512, 1024, 2048):
+                for warps in (1, 2, 4):
+                    if block >= 32 * warps:
+                        tile = config.BlockRowFwdConfig(
+                            1, warps, 0, config.PointwiseFwdConfig(block, warps))
+                        out[f"pointwise {block}x{warps}"] = (lambda tile=tile: row.norm_forward(
+                            x, w, b, eps, is_rms, tile=tile))  # fmt: skip
         if n <= config.BLOCK_ROW_MAX_COLS and m >= 2 * sms:  # narrow rows' forward tiles
             for rows in (2, 4, 8, 16, 32, 64):
                 for warps in (1, 2, 4, 8):
