@@ -100,6 +100,9 @@ NARROW_TILED=1686x75,2479x17,2982x26,5596x214,6872x80,9673x23  # the members the
 FP32_FWD=$(for n in 768 1024 2048 2560 3584 7168 8192; do
   printf 'rms_norm:fwd:4096x%s:fp32,layer_norm:fwd:4096x%s:fp32,' "$n" "$n"; done)
 FP32_FWD=${FP32_FWD%,}
+POINTWISE_FWD=$(for c in 5265x1 53711x1 100003x1 1000003x1; do  # rows of one column
+  printf 'rms_norm:fwd:%s,layer_norm:fwd:%s,' "$c" "$c"; done)
+POINTWISE_FWD=${POINTWISE_FWD%,}
 # The population's members in LayerNorm's persistent windows (4096 rows, 768-8192 columns).
 FP32_WINDOWS=4096x768,4096x1024,4096x1536,4096x2048,4096x5120,4096x6144,4096x7168,4096x8192
 WIDE_FWD=rms_norm:fwd:47318x20163,layer_norm:fwd:47318x20163,rms_norm:fwd:1329x32826,\
@@ -375,9 +378,7 @@ case $STAGE in
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \
-      --out "$OUT/norm_pointwise_variants.jsonl" --reps 20 --cells \
-      "$(for c in 5265x1 53711x1 100003x1 1000003x1; do
-        printf 'rms_norm:fwd:%s,layer_norm:fwd:%s,' "$c" "$c"; done | sed 's/,$//')"
+      --out "$OUT/norm_pointwise_variants.jsonl" --reps 20 --cells "$POINTWISE_FWD"
     ;;
   fp32check)  # the norms on the GPU in fp32 (LayerNorm's windows included) against fp64
     step gpu_check_fp32 280 python3 benchmarks/gpu_check.py --out /tmp/gpu_check_fp32.json \

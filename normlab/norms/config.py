@@ -319,10 +319,10 @@ def norm_fwd_block_row_config(n_rows: int, n_cols: int, is_rms: bool = False,
         return None
     for lo, hi, tile in NORM_FWD_BLOCK_ROW[bool(is_rms)].get(next_pow2(n_cols), ()):
         if lo <= n_rows and (hi is None or n_rows <= hi):
-            rows, warps, per_sm = tile[:3]
+            cfg = BlockRowFwdConfig(*tile)
             if elem_size > NORM_FWD_PERSISTENT_MAX_ELEM_BYTES:
-                per_sm = 0
-            return BlockRowFwdConfig(rows, warps, per_sm)
+                cfg = cfg._replace(programs_per_sm=0)
+            return cfg
     return None
 
 
