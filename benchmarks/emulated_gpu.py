@@ -82,7 +82,8 @@ def emulate(replay: bool = True, keep_runs: bool = True):
     Yields {kernel name: Jit}; restores everything on exit."""
     saved = [(_launch, n, getattr(_launch, n))
              for n in ("ENABLED", "REPLAY", "_get_device", "_get_stream", "_SITES")]
-    saved += [(op, n, getattr(op, n)) for n in ("_FWD_REPLAYS", "_BWD_REPLAYS", "_INFERENCE")]
+    saved += [(op, n, getattr(op, n)) for n in ("_FWD_REPLAYS", "_BWD_REPLAYS", "_INFERENCE",
+                                                "_GRAD")]
     jits: dict[str, Jit] = {}
     for module in MODULES:
         for name in dir(module):
@@ -94,6 +95,7 @@ def emulate(replay: bool = True, keep_runs: bool = True):
     _launch.ENABLED, _launch.REPLAY = True, replay
     _launch._get_device, _launch._get_stream = (lambda: 0), (lambda device: 1)
     _launch._SITES, op._FWD_REPLAYS, op._BWD_REPLAYS, op._INFERENCE = {}, {}, {}, {}
+    op._GRAD = {}
     try:
         yield jits
     finally:

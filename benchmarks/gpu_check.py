@@ -381,10 +381,12 @@ def check_replay() -> None:
         op._FWD_REPLAYS.clear()
         op._BWD_REPLAYS.clear()
         op._INFERENCE.clear()
+        op._GRAD.clear()
         replayed = [run(kind, M, N, seed) for seed in range(3)][-1]
-        n_replays = sum(r is not None for r in (*op._FWD_REPLAYS.values(),
-                                                *op._BWD_REPLAYS.values(),
-                                                *op._INFERENCE.values()))  # fmt: skip
+        grad = [r for sig in op._GRAD.values() if sig
+                for r in (sig.forward, *sig.backwards.values())]  # fmt: skip
+        n_replays = sum(bool(r) for r in (*op._FWD_REPLAYS.values(), *op._BWD_REPLAYS.values(),
+                                          *op._INFERENCE.values(), *grad))  # fmt: skip
         _launch.REPLAY = False
         plain = run(kind, M, N, 2)
         differ = sum(not torch.equal(a, b) for a, b in zip(replayed, plain, strict=True))

@@ -18,6 +18,7 @@ def replays(monkeypatch):
     monkeypatch.setattr(op, "_FWD_REPLAYS", {})
     monkeypatch.setattr(op, "_BWD_REPLAYS", {})
     monkeypatch.setattr(op, "_INFERENCE", {})
+    monkeypatch.setattr(op, "_GRAD", {})
     calls = []
     replay_call = _launch.Replay.__call__
 
@@ -76,6 +77,11 @@ def _call_and_check(kind, m, n, dtype, eps=1e-5, offset=0.0, strategy=None):
         assert_close(g, g_ref, reduce_len=reduce_len, dtype=dtype, msg=f"{kind} grad")
 
 
+def _grad_recordings():
+    """The recorded forwards and backwards of the calls that needed a gradient."""
+    return [r for sig in op._GRAD.values() for r in (sig.forward, *sig.backwards.values())]
+
+
 def _split_small(monkeypatch):
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
@@ -105,7 +111,7 @@ def test_replays_match_fp64(replays, monkeypatch, kind, m, n, plan):
     if plan == "split":
         _split_small(monkeypatch)
     _call_and_check(kind, m, n, torch.float16, offset=0.5 if kind == "rms" else 0.0)
-    recorded = list(op._FWD_REPLAYS.values()) + list(op._BWD_REPLAYS.values())
+    recorded = _grad_recordings()
     assert len(recorded) == 2 and all(isinstance(r, _launch.Replay) for r in recorded)
     assert not replays
     for _ in range(2):  # fresh data each time: stale pointers or buffers would show
@@ -159,7 +165,8 @@ def test_atomic_and_empty_calls_are_not_replayed(replays):
         dx_ref, dw_ref = torch.autograd.grad(y_ref, (xd, wd), torch.ones_like(y_ref))
         assert_close(dw, dw_ref, reduce_len=10, dtype=torch.float32, msg="dw")
         assert_close(dx, dx_ref, reduce_len=64, dtype=torch.float32, msg="dx")
-    assert list(op._BWD_REPLAYS.values()) == [None]
+    [sig] = op._GRAD.values()
+    assert list(sig.backwards.values()) == [None]
     assert len(replays) == 1  # the forward replays; the backward runs its launcher
     empty = normlab.rms_norm(torch.randn(0, 8), torch.ones(8))
     assert empty.shape == (0, 8)
@@ -207,7 +214,7 @@ def test_inference_calls_replay_their_checked_signature(replays, kind, shape, af
         if r is not None:
             assert torch.equal(outs[1], h), f"call {i}: h"
     assert len(replays) == 2 and len(op._INFERENCE) == 1
-    assert not op._FWD_REPLAYS  # the autograd path's cache is untouched
+    assert not op._GRAD  # the autograd path's cache is untouched
 
 
 @pytest.mark.parametrize("case", ["strided_weight", "column_strided_x", "grad", "no_grad_ctx"])
@@ -283,3 +290,145 @@ def test_replays_of_row_strided_rows_write_contiguous_outputs(replays, grad):
                                             gy.double())  # fmt: skip
             assert_close(dx, dx_ref, reduce_len=33, dtype=torch.float32, msg=f"dx {i}")
     assert len(replays) == (4 if grad else 2)
+
+
+# ---- calls that need a gradient: the signature's entry carries the forward and backward ------
+
+
+def _grad_call(kind, x, r, w, b, out_grads=None):
+    """Outputs and gradients of one call; ``out_grads`` per output (None: that output unused)."""
+    outs = norm_outputs(kind, x, w, b, r, eps=1e-5)
+    leaves = [t for t in (x, r, w, b) if t is not None]
+    if out_grads is None:
+        out_grads = [torch.randn_like(o) for o in outs]
+    used = [(o, g) for o, g in zip(outs, out_grads, strict=True) if g is not None]
+    grads = torch.autograd.grad([o for o, _ in used], leaves, [g for _, g in used],
+                                allow_unused=True)  # fmt: skip
+    return outs, leaves, grads
+
+
+def _grad_reference(kind, x, r, w, b, out_grads):
+    """fp64 outputs and gradients (h = x + r rounded to x's dtype, as the kernel stores it)."""
+    leaves = [t.detach().double().requires_grad_() for t in (x, r, w, b) if t is not None]
+    xd, rest = leaves[0], leaves[1:]
+    rd = rest.pop(0) if r is not None else None
+    wd, bd = rest[0], rest[1] if b is not None else None
+    if rd is None:
+        y = _ref(kind, xd, wd, bd, None, 1e-5, 0.0)[0]
+        outs_ref = (y,)
+    else:  # y of the rounded sum; h's gradient path through the unrounded one
+        rounded = (x.detach() + r.detach()).double()
+        hd = xd + rd
+        y = _ref(kind.removeprefix("add_"), hd + (rounded - hd).detach(), wd, bd, None, 1e-5,
+                 0.0)[0]  # fmt: skip
+        outs_ref = (y, hd)
+    used = [(o, g) for o, g in zip(outs_ref, out_grads, strict=True) if g is not None]
+    grads = torch.autograd.grad([o for o, _ in used], leaves, [g.double() for _, g in used],
+                                allow_unused=True)  # fmt: skip
+    return outs_ref, grads
+
+
+def _check_grads(kind, x, r, w, b, outs, grads, out_grads, msg):
+    outs_ref, grads_ref = _grad_reference(kind, x, r, w, b, out_grads)
+    for o, o_ref, g in zip(outs, outs_ref, out_grads, strict=True):
+        assert o.shape == x.shape, msg
+        if g is not None or o is outs[0]:
+            assert_close(o, o_ref, msg=f"{msg}: output")
+    leaves = [t for t in (x, r, w, b) if t is not None]
+    for g, g_ref, leaf in zip(grads, grads_ref, leaves, strict=True):
+        reduce_len = x.numel() // x.shape[-1] if leaf.dim() == 1 else x.shape[-1]
+        if g_ref is None:
+            assert g is None or not g.any(), msg
+        else:
+            assert_close(g, g_ref, reduce_len=reduce_len, dtype=torch.float32,
+                         msg=f"{msg}: grad")  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["rms", "ln", "add_rms", "add_ln"])
+@pytest.mark.parametrize("shape", [(2, 3, 97), (5, 48), (1, 257), (3, 1, 5)])
+def test_grad_calls_replay_forward_and_backward_in_the_inputs_shape(replays, kind, shape):
+    """A signature's second and third calls that need a gradient (N-D inputs) replay its forward
+    and its backward, on fresh data each time, against fp64; outputs and dx keep x's shape."""
+    n = shape[-1]
+    w = (0.5 + torch.rand(n)).requires_grad_()
+    b = (0.3 * torch.randn(n)).requires_grad_() if kind.endswith("ln") else None
+    for i in range(3):
+        x = (torch.randn(shape) * (i + 1) + i).requires_grad_()
+        r = torch.randn(shape).requires_grad_() if kind.startswith("add") else None
+        out_grads = [torch.randn(shape) for _ in range(1 if r is None else 2)]
+        outs, _, grads = _grad_call(kind, x, r, w, b, out_grads)
+        assert grads[0].shape == x.shape
+        _check_grads(kind, x, r, w, b, outs, grads, out_grads, f"call {i}")
+    recorded = _grad_recordings()
+    assert len(recorded) == 2 and all(isinstance(r, _launch.Replay) for r in recorded)
+    assert len(replays) == 4  # forward and backward, calls 2 and 3
+    assert not op._FWD_REPLAYS and not op._BWD_REPLAYS
+
+
+@pytest.mark.parametrize("used", ["y", "h"])
+def test_grad_calls_with_one_output_unused(replays, used):
+    """The fused add's y or h alone carries a gradient: autograd hands None for the other, and
+    the replayed signature still returns the right gradients (dx = dh when y is unused)."""
+    n = 40
+    w = (0.5 + torch.rand(n)).requires_grad_()
+    for i in range(3):
+        x, r = torch.randn(6, n).requires_grad_(), torch.randn(6, n).requires_grad_()
+        out_grads = [torch.randn(6, n), None] if used == "y" else [None, torch.randn(6, n)]
+        outs, _, grads = _grad_call("add_rms", x, r, w, None, out_grads)
+        _check_grads("add_rms", x, r, w, None, outs, grads, out_grads, f"{used} call {i}")
+
+
+@pytest.mark.parametrize("layout", ["expanded", "column_strided", "row_strided"])
+def test_grad_calls_take_each_output_gradient_layout(replays, layout):
+    """Output gradients in another layout than y's: a broadcast one (``y.sum()``), a transposed
+    one (its rows copied every call, not replayed) and rows of a wider buffer (recorded as their
+    own layout). A contiguous gradient after them still replays its own recording."""
+    n = 24
+    w = (0.5 + torch.rand(n)).requires_grad_()
+    for i in range(3):
+        x = torch.randn(5, n).requires_grad_()
+        if layout == "expanded":
+            gy = torch.full((1, 1), 0.5 + i).expand(5, n)
+        elif layout == "column_strided":
+            gy = torch.randn(n, 5).t()
+        else:
+            gy = torch.randn(5, n + 8)[:, 3:n + 3]
+        outs, _, grads = _grad_call("rms", x, None, w, None, [gy])
+        _check_grads("rms", x, None, w, None, outs, grads, [gy], f"{layout} call {i}")
+        gy = torch.randn(5, n)
+        outs, _, grads = _grad_call("rms", x, None, w, None, [gy])
+        _check_grads("rms", x, None, w, None, outs, grads, [gy], f"contiguous call {i}")
+    [sig] = op._GRAD.values()
+    kinds = sorted(type(r).__name__ for r in sig.backwards.values())
+    assert kinds == (["NoneType", "Replay"] if layout != "row_strided" else ["Replay", "Replay"])
+
+
+@pytest.mark.parametrize("case", ["strided_weight", "column_strided_x"])
+def test_grad_calls_that_take_the_full_path(replays, case):
+    """A weight copied to unit stride or rows copied from a column-strided x: the signature is
+    not replayed (None), and the full path's gradients reach the caller's tensors."""
+    w_base = (0.5 + torch.rand(80)).requires_grad_()
+    w = w_base[::2] if case == "strided_weight" else w_base[:40]
+    for i in range(2):
+        x = (torch.randn(40, 6).t() if case == "column_strided_x"
+             else torch.randn(6, 40)).requires_grad_()  # fmt: skip
+        gy = torch.randn(6, 40)
+        y = normlab.rms_norm(x, w, 1e-5)
+        dx, dw_base = torch.autograd.grad(y, (x, w_base), gy)
+        xd, wd = x.detach().double().requires_grad_(), w_base.detach().double().requires_grad_()
+        wv = wd[::2] if case == "strided_weight" else wd[:40]
+        dx_ref, dw_ref = torch.autograd.grad(ref.rms_norm(xd, wv, 1e-5), (xd, wd), gy.double())
+        assert_close(dx, dx_ref, reduce_len=40, dtype=torch.float32, msg=f"{case} dx {i}")
+        assert_close(dw_base, dw_ref, reduce_len=6, dtype=torch.float32, msg=f"{case} dw {i}")
+    assert list(op._GRAD.values()) == [None]
+
+
+def test_grad_signature_refuses_a_second_derivative(replays):
+    """create_graph=True through a replayed signature raises, as the full path does."""
+    w = torch.rand(16).requires_grad_()
+    for _ in range(2):
+        x = torch.randn(3, 16).requires_grad_()
+        y = normlab.rms_norm(x, w)
+        with pytest.raises(RuntimeError, match="second derivative"):
+            torch.autograd.grad(y.sum(), (x,), create_graph=True)
+    assert len(op._GRAD) == 1

@@ -137,6 +137,13 @@ def _backward(dy, dh, normed, weight, bias, mean, rstd, args, run_backward):
 # ---- eager: an autograd Function -----------------------------------------------------------------
 
 
+def _no_double_backward():
+    return RuntimeError(
+        "normlab's norms cannot differentiate their gradient (create_graph=True): their "
+        "backward is a Triton kernel, and its second derivative would be missing, not computed"
+    )
+
+
 class NormFunction(torch.autograd.Function):
     """y = norm(x2d); with a residual, (y, h) = (norm(h), h) for h = x2d + residual."""
 
@@ -154,11 +161,7 @@ class NormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, dh=None):
         if torch.is_grad_enabled():  # create_graph=True: the kernels are not differentiable
-            raise RuntimeError(
-                "normlab's norms cannot differentiate their gradient (create_graph=True): their "
-                "backward is a Triton kernel, and its second derivative would be missing, not "
-                "computed"
-            )
+            raise _no_double_backward()
         dx, dw, db = _backward(dy, dh, *ctx.saved_tensors, ctx.args, planned_backward)
         # x and the residual get the same gradient, one tensor returned twice as Liger-Kernel's
         # fused add RMSNorm does (src/liger_kernel/ops/fused_add_rms_norm.py in
@@ -350,9 +353,17 @@ def _norm(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout):
     return y if residual is None else (y, h)
 
 
-# ---- inference calls on a GPU: checked once per signature, then replayed --------------------
+# ---- calls on a GPU: checked once per signature, then replayed -----------------------------------
+#
+# The first call of a signature (shapes, strides, dtypes, devices, 16-byte alignment and every
+# other argument) is checked and planned in full; a later one skips both. A call without a
+# gradient replays its recorded launches (``_INFERENCE``). A call that needs one runs
+# ``ReplayedNormFunction`` with the signature's entry (``_GRAD``): its forward replays the
+# recorded forward, and its backward the recorded backward of the output gradients' layout, so
+# neither side builds a key per tensor.
 
 _INFERENCE: dict = {}
+_GRAD: dict = {}
 
 
 def _param_key(p):
@@ -360,15 +371,100 @@ def _param_key(p):
                                    not p.data_ptr() & 15)  # fmt: skip
 
 
-def _inference_forward(name, x, residual, weight, bias, eps, offset, is_rms, strategy, layout):
-    """y (with a residual, (y, h)) of a call that needs no gradient, or None where the full path
-    must run (autograd, a compiled graph, a tensor subclass, no GPU). The first call of a
-    signature (shapes, strides, dtypes, devices, 16-byte alignment and every other argument) is
-    checked and planned in full and recorded; a later one replays it: its arguments were
-    checked when the signature was."""
-    if (not _launch.REPLAY or type(x) is not torch.Tensor or torch.compiler.is_compiling()
-            or _needs_grad(x, residual, weight, bias)):  # fmt: skip
+def _grad_key(g):
+    """What a backward replay depends on in an output gradient (its shape is the output's)."""
+    return None if g is None else (g.stride(), g.dtype, not g.data_ptr() & 15)
+
+
+def _rows_view(t):
+    """t's rows as a (n_rows, n_cols) view of its own memory, or None (a copy would be needed)."""
+    if t is None:
         return None
+    rows = t.reshape(1, t.shape[-1]) if t.dim() == 1 else t.flatten(0, -2)
+    return rows if rows.data_ptr() == t.data_ptr() else None
+
+
+class _Signature:
+    """A checked signature of a call that needs a gradient: its recorded forward (None before
+    the first call, False where it could not be recorded) and its recorded backwards by the
+    output gradients' layout."""
+
+    __slots__ = ("args", "backwards", "forward")
+
+    def __init__(self, args):
+        self.args = args  # (eps, offset, is_rms, strategy, layout)
+        self.forward = None
+        self.backwards: dict = {}
+
+    def run_forward(self, x, residual, weight, bias):
+        """(y, h | None, mean, rstd), y and h in x's shape."""
+        if self.forward:
+            return self.forward((x, residual, weight, bias), None)
+        x2d, r2d = _rows_view(x), _rows_view(residual)
+        args = (x2d, r2d, weight, bias, *self.args)
+        (y, h, mean, rstd), self.forward = _launch.record(lambda: _forward(*args),
+                                                          (x2d, r2d, weight, bias))  # fmt: skip
+        self.forward = self.forward or False
+        return _like(y, x), None if h is None else _like(h, x), mean, rstd
+
+    def run_backward(self, dy, dh, normed, weight, bias, mean, rstd):
+        """(dx in x's shape, dweight, dbias) for an output gradient dy (not None)."""
+        key = (_grad_key(dy), _grad_key(dh))
+        replay = self.backwards.get(key, _launch.UNSEEN)
+        if replay is not None and replay is not _launch.UNSEEN:
+            dx, dw, db = replay((dy, dh, normed, weight, bias, mean, rstd), None)
+        else:
+            rows = (_rows_view(dy), _rows_view(dh), _rows_view(normed))
+            if replay is _launch.UNSEEN and rows[0] is not None and (rows[1] is not None
+                                                                   or dh is None):  # fmt: skip
+                roles = (*rows, weight, bias, mean, rstd)
+                (dx, dw, db), replay = _launch.record(
+                    lambda: _backward_launch(*roles, *self.args), roles)
+                if len(self.backwards) >= _launch.MAX_REPLAYS:
+                    self.backwards.clear()
+                self.backwards[key] = replay
+            else:  # copied rows (a column-strided gradient): the full backward every call
+                dx, dw, db = _backward_launch(_as_rows(dy), None if dh is None else _as_rows(dh),
+                                              _as_rows(normed), weight, bias, mean, rstd,
+                                              *self.args)  # fmt: skip
+        return (dx if dx.dim() == dy.dim() else dx.view(dy.shape)), dw, db
+
+
+class ReplayedNormFunction(torch.autograd.Function):
+    """``NormFunction`` for a checked signature: x, the residual and h in the caller's shape,
+    the launches replayed from the signature's entry after its first call."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, sig):
+        y, h, mean, rstd = sig.run_forward(x, residual, weight, bias)
+        ctx.save_for_backward(x if h is None else h, weight, bias, mean, rstd)
+        ctx.sig = sig
+        if h is None:
+            return y
+        ctx.set_materialize_grads(False)
+        return y, h
+
+    @staticmethod
+    def backward(ctx, dy, dh=None):
+        if torch.is_grad_enabled():
+            raise _no_double_backward()
+        if dy is None:
+            dx, dw, db = dh, None, None
+        else:
+            dx, dw, db = ctx.sig.run_backward(dy, dh, *ctx.saved_tensors)
+        return dx, dx if ctx.needs_input_grad[1] else None, dw, db, None
+
+
+_REPLAYED_APPLY = function_apply(ReplayedNormFunction)
+
+
+def _replayed_call(name, x, residual, weight, bias, eps, offset, is_rms, strategy, layout):
+    """y (with a residual, (y, h)) of a call whose signature was checked before (the first call
+    of one is checked here), or None where the full path must run (a compiled graph, a tensor
+    subclass, no GPU, rows or parameters that would be copied)."""
+    if not _launch.REPLAY or type(x) is not torch.Tensor or torch.compiler.is_compiling():
+        return None
+    grad = _needs_grad(x, residual, weight, bias)
     try:
         key = (x.shape, x.stride(), x.dtype, x.get_device(), not x.data_ptr() & 15,
                _param_key(residual), _param_key(weight), _param_key(bias), eps, type(eps),
@@ -376,25 +472,39 @@ def _inference_forward(name, x, residual, weight, bias, eps, offset, is_rms, str
                _launch.current_device())  # fmt: skip
     except (AttributeError, TypeError):  # not tensors, an unhashable eps: the full path's errors
         return None
-    replay = _INFERENCE.get(key, _launch.UNSEEN)
-    if replay is _launch.UNSEEN:
+    cache = _GRAD if grad else _INFERENCE
+    entry = cache.get(key, _launch.UNSEEN)
+    if entry is _launch.UNSEEN:
         x2d, w, b = _prepare(name, x, weight, bias, eps, offset, strategy, layout)
         r2d = None if residual is None else _prepare_residual(name, x, residual)
-        args = (x2d, r2d, w, b, float(eps), float(offset), is_rms, strategy, layout, False)
-        out, replay = _launch.record(lambda: _forward(*args)[:2], (x2d, r2d, w, b))
         # Replayed only where the rows are the inputs' own memory and the parameters the
         # caller's (nothing was copied to unit stride).
         same = (x2d.data_ptr() == x.data_ptr() and w is weight and b is bias and x2d.numel()
                 and (residual is None or r2d.data_ptr() == residual.data_ptr()))  # fmt: skip
-        if len(_INFERENCE) >= _launch.MAX_REPLAYS:
-            _INFERENCE.clear()
-        _INFERENCE[key] = replay if same else None
-    elif replay is None:
+        if len(cache) >= _launch.MAX_REPLAYS:
+            cache.clear()
+        args = (float(eps), float(offset), is_rms, strategy, layout)
+        if grad:
+            entry = cache[key] = _Signature(args) if same else None
+        else:
+            out, replay = _launch.record(lambda: _forward(x2d, r2d, w, b, *args, False)[:2],
+                                         (x2d, r2d, w, b))  # fmt: skip
+            cache[key] = replay if same else None
+            return _shaped(out, x, residual)
+    if entry is None:
         return None
-    else:
-        out = replay((x, residual, weight, bias), None)
+    if not grad:
+        return _shaped(entry((x, residual, weight, bias), None), x, residual)
+    if entry.forward is False:  # its forward could not be recorded: the full path from now on
+        cache[key] = None
+        return None
+    return _REPLAYED_APPLY(x, residual, weight, bias, entry)
+
+
+def _shaped(out, x, residual):
+    """y, or (y, h) with a residual, in x's shape (a replay lays its outputs out as x already)."""
     y, h = out
-    if y.dim() != x.dim():  # rows of an N-D x (a replay lays its outputs out as x already)
+    if y.dim() != x.dim():
         y, h = y.view(x.shape), None if h is None else h.view(x.shape)
     return y if residual is None else (y, h)
 
@@ -410,7 +520,7 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, strategy="auto", layout="a
     narrow rows (at most 256 columns) per program, "row" runs one row per program forward and
     one row per backward tile, "auto" lets ``norms.config.plan`` decide.
     """
-    y = _inference_forward("rms_norm", x, None, weight, None, eps, offset, True, strategy, layout)
+    y = _replayed_call("rms_norm", x, None, weight, None, eps, offset, True, strategy, layout)
     if y is not None:
         return y
     x2d, weight, _ = _prepare("rms_norm", x, weight, None, eps, offset, strategy, layout)
@@ -423,7 +533,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, offset=0.0, strategy="aut
     """LayerNorm over the last dim: ``(x - mean) / sqrt(var + eps) * (offset + weight) + bias``
     (biased variance, fp32 statistics). ``offset``/``strategy``/``layout`` as for
     :func:`rms_norm`."""
-    y = _inference_forward("layer_norm", x, None, weight, bias, eps, offset, False, strategy,
+    y = _replayed_call("layer_norm", x, None, weight, bias, eps, offset, False, strategy,
                            layout)  # fmt: skip
     if y is not None:
         return y
@@ -439,7 +549,7 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
     stored h. One kernel reads x and the residual once and writes y and h; gradients from y and
     h flow into both x and the residual. ``residual`` must match x's shape, dtype and device;
     the other arguments as for :func:`rms_norm`."""
-    out = _inference_forward("add_rms_norm", x, residual, weight, None, eps, offset, True,
+    out = _replayed_call("add_rms_norm", x, residual, weight, None, eps, offset, True,
                              strategy, layout)  # fmt: skip
     if out is not None:
         return out
@@ -452,7 +562,7 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
 def add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, *, offset=0.0,
                    strategy="auto", layout="auto"):  # fmt: skip
     """:func:`add_rms_norm` with LayerNorm: ``(layer_norm(h), h)`` for ``h = x + residual``."""
-    out = _inference_forward("add_layer_norm", x, residual, weight, bias, eps, offset, False,
+    out = _replayed_call("add_layer_norm", x, residual, weight, bias, eps, offset, False,
                              strategy, layout)  # fmt: skip
     if out is not None:
         return out
