@@ -66,12 +66,14 @@
 # every dtype, the loss options and fused add, the window members of the population);
 # aroundcompile (normlab's and Liger's LayerNorm forwards timed before and after torch.compile's);
 # fp32check (the norms' GPU checks in fp32, LayerNorm's windows included); pointwise (rows of one
-# column: the pointwise forward's block and warps against its peers).
+# column: the pointwise forward's block and warps against its peers); gradsig (calls that need a
+# gradient replay their checked signature: the replay, lean-launch, graph and norm checks; host µs
+# of each half and per call beside torch, torch.compile and Liger).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check or pointwise}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise or gradsig}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -375,6 +377,14 @@ case $STAGE in
     step norm_fwd_around_compile 200 python3 benchmarks/norm_fwd_launch_path.py \
       --out "$OUT/norm_fwd_around_compile.jsonl" --reps 10 --around-compile \
       --cells 4096x1024:bf16,4096x1024:fp32,8192x1024:bf16,4096x768:bf16
+    ;;
+  gradsig)  # calls that need a gradient replay their checked signature's forward and backward
+    step gpu_check_gradsig 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_gradsig.json" \
+      --quick --only replay,lean,graphs,norms,norm_options
+    step host_breakdown 80 python3 benchmarks/host_breakdown.py --calls 4000
+    step overhead_norms 150 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
+      --impl normlab,torch,compile,normlab+compile,liger --out "$OUT/overhead_norms.json" \
+      --no-progress
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \
