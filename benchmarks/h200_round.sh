@@ -383,8 +383,7 @@ case $STAGE in
       --quick --only replay,lean,graphs,norms,norm_options
     step host_breakdown 80 python3 benchmarks/host_breakdown.py --calls 4000
     step overhead_norms 150 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
-      --impl normlab,torch,compile,normlab+compile,liger --out "$OUT/overhead_norms.json" \
-      --no-progress
+      --out "$OUT/overhead_norms.json" --no-progress
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \

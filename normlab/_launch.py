@@ -299,20 +299,27 @@ class Replay:
                 t = first.new_zeros(shape, dtype=dtype) if zero else first.new_empty(shape,
                                                                                   dtype=dtype)
             tensors.append(t)
-        hooked = ENABLED and (_active(knobs.runtime.launch_enter_hook)
-                              or _active(knobs.runtime.launch_exit_hook))  # fmt: skip
-        stream = _get_stream(_get_device()) if ENABLED else None
+        if not ENABLED or _active(knobs.runtime.launch_enter_hook) or _active(
+                knobs.runtime.launch_exit_hook):  # interpreter, lean launch off, or hooks
+            for fn, grid, template, slots, kwargs, _ in self.steps:
+                values = template.copy()
+                for pos, i in slots:
+                    values[pos] = tensors[i]
+                launch(fn, grid, *values, **kwargs)
+            return tuple(None if i is None else tensors[i] for i in self.outputs)
+        stream = _get_stream(_get_device())
+        ptrs = [None if t is None else t.data_ptr() for t in tensors]  # once per tensor
         for fn, grid, template, slots, kwargs, entry in self.steps:
             values = template.copy()
-            if entry is None or hooked or not ENABLED:  # interpreter, wrapper, hooks, lean off
+            if entry is None:  # a wrapped kernel (Triton's own dispatch)
                 for pos, i in slots:
                     values[pos] = tensors[i]
                 launch(fn, grid, *values, **kwargs)
                 continue
             for pos, i in slots:
-                values[pos] = tensors[i].data_ptr()
+                values[pos] = ptrs[i]
             kernel, tail, _, direct = entry
-            # no launch metadata, no enter or exit hook (none is active: ``hooked``)
+            # no launch metadata, no enter or exit hook (none is active)
             if direct is not None:
                 c_launch, cooperative, pdl = direct
                 c_launch(grid[0], grid[1], grid[2], stream, kernel.function, cooperative, pdl,
