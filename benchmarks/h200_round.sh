@@ -68,7 +68,7 @@
 # fp32check (the norms' GPU checks in fp32, LayerNorm's windows included); pointwise (rows of one
 # column: the pointwise forward's block and warps against its peers); gradsig (calls that need a
 # gradient replay their checked signature: the replay, lean-launch, graph and norm checks; host µs
-# of each half and per call beside torch, torch.compile and Liger).
+# of each half and per call of every op beside torch, torch.compile and Liger).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -384,6 +384,9 @@ case $STAGE in
     step host_breakdown 80 python3 benchmarks/host_breakdown.py --calls 4000
     step overhead_norms 150 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
       --out "$OUT/overhead_norms.json" --no-progress
+    step overhead_losses 150 python3 -m normlab bench --overhead \
+      --op cross_entropy,reverse_kl,soft_cross_entropy --out "$OUT/overhead_losses.json" \
+      --no-progress
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \
