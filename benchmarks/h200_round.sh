@@ -68,12 +68,13 @@
 # fp32check (the norms' GPU checks in fp32, LayerNorm's windows included); pointwise (rows of one
 # column: the pointwise forward's block and warps against its peers); gradsig (calls that need a
 # gradient replay their checked signature: the replay, lean-launch, graph and norm checks; host µs
-# of each half and per call of every op beside torch, torch.compile and Liger).
+# of each half and per call of every op beside torch, torch.compile and Liger); hostrepeat (host µs
+# per call of every op beside torch, three times in one call: the host's drift between runs).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise or gradsig}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig or hostrepeat}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -387,6 +388,12 @@ case $STAGE in
     step overhead_losses 150 python3 -m normlab bench --overhead \
       --op cross_entropy,reverse_kl,soft_cross_entropy --out "$OUT/overhead_losses.json" \
       --no-progress
+    ;;
+  hostrepeat)  # host µs per call, normlab and torch, three runs in one device call
+    for run in 1 2 3; do
+      step "overhead_repeat$run" 150 python3 -m normlab bench --overhead --impl normlab,torch \
+        --out "$OUT/overhead_repeat$run.json" --no-progress
+    done
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \
