@@ -19,6 +19,7 @@ import triton
 
 from normlab import _launch
 from normlab.losses import chunked, fused, split
+from normlab.losses import op as loss_op
 from normlab.norms import block_row, op, reduce, row, split_row
 
 MODULES = (row, block_row, split_row, reduce, fused, chunked, split)
@@ -96,6 +97,8 @@ def emulate(replay: bool = True, keep_runs: bool = True):
     _launch._get_device, _launch._get_stream = (lambda: 0), (lambda device: 1)
     _launch._SITES, op._FWD_REPLAYS, op._BWD_REPLAYS, op._INFERENCE = {}, {}, {}, {}
     op._GRAD = {}
+    saved.append((loss_op, "_SIGNATURES", loss_op._SIGNATURES))
+    loss_op._SIGNATURES = {}
     try:
         yield jits
     finally:

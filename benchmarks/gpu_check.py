@@ -395,6 +395,57 @@ def check_replay() -> None:
     _launch.REPLAY = was
 
 
+def check_loss_replay() -> None:
+    """Replayed loss calls (the third of a signature: its forward, and the backward's rescale
+    where grad_output is not 1) give bitwise what the launchers give (NORMLAB_REPLAY off), and
+    match fp64: every loss, the fused and chunked forms, each reduction, 3-D logits."""
+    from normlab.losses import op as loss_op
+
+    fns = {"cross_entropy": (normlab.cross_entropy, ref.cross_entropy_ref),
+           "reverse_kl": (normlab.reverse_kl, ref.reverse_kl_ref),
+           "soft_cross_entropy": (normlab.soft_cross_entropy, ref.soft_cross_entropy_ref),
+           "forward_kl": (normlab.forward_kl, ref.forward_kl_ref),
+           "jsd": (normlab.jsd, ref.jsd_ref)}  # fmt: skip
+
+    def run(loss, form, reduction, seed, shape=(4, 256, 32000)):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = (3 * torch.randn(shape, device="cuda", generator=g)).bfloat16().requires_grad_()
+        if loss == "cross_entropy":
+            other = torch.randint(0, shape[-1], shape[:-1], device="cuda", generator=g)
+        else:
+            other = (3 * torch.randn(shape, device="cuda", generator=g)).bfloat16()
+        out = fns[loss][0](x, other, form=form, reduction=reduction)
+        weight = torch.rand(out.shape, device="cuda", generator=g) + 0.5
+        (grad,) = torch.autograd.grad(out, (x,), weight)
+        return x, other, weight, out, grad
+
+    was = _launch.REPLAY
+    for loss in fns:
+        for form in ("fused", "chunked"):
+            for reduction in ("mean", "none"):
+                _launch.REPLAY = True
+                loss_op._SIGNATURES.clear()
+                x, other, weight, out, grad = [run(loss, form, reduction, seed)
+                                               for seed in range(3)][-1]  # fmt: skip
+                sig = next(iter(loss_op._SIGNATURES.values()), None)
+                replayed = bool(sig and sig.replayable and sig.forwards and sig.rescales)
+                _launch.REPLAY = False
+                _, _, _, plain_out, plain_grad = run(loss, form, reduction, 2)
+                xd = x.detach().double().requires_grad_()
+                o = other.double() if other.is_floating_point() else other
+                want = fns[loss][1](xd, o, reduction=reduction)
+                (want_grad,) = torch.autograd.grad(want, (xd,), weight.double())
+                differ = float(not torch.equal(out, plain_out)) + float(
+                    not torch.equal(grad, plain_grad))  # fmt: skip
+                record(f"loss replay: {loss} {form} {reduction}",
+                       {"differing": differ, "not_replayed": float(not replayed),
+                        "loss": _rel(out.detach(), want.detach()),
+                        "grad": _rel(grad, want_grad)},
+                       {"differing": 0.0, "not_replayed": 0.0, "loss": 1e-4,
+                        "grad": 1e-2})  # fmt: skip
+    _launch.REPLAY = was
+
+
 def check_autotune() -> None:
     code = ("import torch, normlab; from normlab import ref; x = torch.randn(64, 3000, "
             "device='cuda'); w = torch.randn(3000, device='cuda'); "
@@ -409,7 +460,7 @@ def check_autotune() -> None:
 
 
 PARTS = ("norms", "norm_options", "losses", "loss_options", "graphs", "compile", "lean",
-         "replay", "autotune")
+         "replay", "loss_replay", "autotune")
 
 
 def main(argv=None) -> int:
@@ -457,7 +508,8 @@ def main(argv=None) -> int:
                 check_loss_options(dtype, prefixes)
         else:
             {"graphs": check_graphs, "compile": check_compile, "lean": check_lean_launch,
-             "replay": check_replay, "autotune": check_autotune}[part]()  # fmt: skip
+             "replay": check_replay, "loss_replay": check_loss_replay,
+             "autotune": check_autotune}[part]()  # fmt: skip
     failed = [r for r in results if not r["ok"]]
     meta = {"card": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "checks": len(results),

@@ -69,12 +69,14 @@
 # column: the pointwise forward's block and warps against its peers); gradsig (calls that need a
 # gradient replay their checked signature: the replay, lean-launch, graph and norm checks; host µs
 # of each half and per call of every op beside torch, torch.compile and Liger); hostrepeat (host µs
-# per call of every op beside torch, three times in one call: the host's drift between runs).
+# per call of every op beside torch, three times in one call: the host's drift between runs);
+# lossreplay (the losses replay their checked signatures: the loss replay, loss, graph, compile
+# and lean-launch checks, the GPU-only ticket test; host µs per call of every op, twice).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig or hostrepeat}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat or lossreplay}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -393,6 +395,17 @@ case $STAGE in
     for run in 1 2 3; do
       step "overhead_repeat$run" 150 python3 -m normlab bench --overhead --impl normlab,torch \
         --out "$OUT/overhead_repeat$run.json" --no-progress
+    done
+    ;;
+  lossreplay)  # the losses replay their checked signature's forward and the backward's rescale
+    step gpu_check_lossreplay 300 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_lossreplay.json" --quick \
+      --only loss_replay,replay,losses,loss_options,graphs,compile,lean
+    step loss_graph_ticket 90 python3 -m pytest -q -p no:cacheprovider tests/test_loss_host.py \
+      -k cuda_graph
+    for run in 1 2; do
+      step "overhead_lossreplay$run" 150 python3 -m normlab bench --overhead --impl normlab,torch \
+        --out "$OUT/overhead_lossreplay$run.json" --no-progress
     done
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers

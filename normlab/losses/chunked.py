@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from normlab import _runtime
+from normlab import _launch, _runtime
 from normlab._host import next_pow2
 from normlab._launch import launch
 from normlab.losses import config
@@ -285,9 +285,10 @@ def launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, a
     if phases == 1 and _runtime.INTERPRET:
         raise ValueError("chunked form: the interpreter cannot run the one-launch version")
     scale, over_valid = config.grad_scale(spec, n_rows)
-    stats = x.new_empty((n_stats, n_rows * n_chunks), dtype=torch.float32)
+    stats = _launch.buffer((n_stats, n_rows * n_chunks), torch.float32, x.device)
     # The tickets and per-row counters start at 0 (one memset); two launches need none.
-    sync = torch.zeros(1 + n_rows, dtype=torch.int32, device=x.device) if phases == 1 else stats
+    sync = (_launch.buffer((1 + n_rows,), torch.int32, x.device, zero=True) if phases == 1
+            else stats)  # fmt: skip
     maxnreg = config.ENTROPY_CHUNKED_MAXNREG.get(block)
     options = {"num_warps": config.ENTROPY_CHUNKED_WARPS}
     if maxnreg is not None:  # a register cap per thread: more programs resident per SM

@@ -26,7 +26,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from normlab import _runtime
+from normlab import _launch, _runtime
 from normlab._host import FLOAT_DTYPES, function_apply, next_pow2
 from normlab.losses import config, sharded
 from normlab.losses.chunked import launch_chunked
@@ -36,6 +36,7 @@ from normlab.losses.split import launch_backward, launch_stats
 
 FORMS = config.FORMS
 _F32 = torch.float32
+_CPU = torch.device("cpu")
 
 
 # ---- one call's forward and backward -------------------------------------------------------------
@@ -103,11 +104,12 @@ def _reduction_buffers(device, n_rows):
     return buffers
 
 
-def _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, accumulate):
+def _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, accumulate, buffers=None):
     """The fused or chunked form: the loss rows ("none"), else the reduced loss, summed in the
     kernel (config.reduce_in_kernel; else by torch); the gradient (compute_grad) into grad. One
     launch (two or three of the chunked form under the interpreter), plus a torch count for a
-    mean over counted rows where config.count_in_kernel says the kernel should not count."""
+    mean over counted rows where config.count_in_kernel says the kernel should not count.
+    ``buffers``: the (ticket, rows) pair it reduces through (default: _reduction_buffers')."""
     n_rows, n_cols = x.shape
     n_valid = None
     in_kernel = config.reduce_in_kernel(n_rows, n_cols, x.element_size())
@@ -120,11 +122,11 @@ def _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, accumulate):
             n_valid = _n_valid(spec, labels, mask)
     run = launch_fused if spec.form == "fused" else launch_chunked
     if spec.reduction == "none" or not in_kernel:
-        loss_rows = torch.empty(n_rows, dtype=_F32, device=x.device)
+        loss_rows = _launch.buffer((n_rows,), _F32, x.device)
         run(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate, mask)
         return loss_rows if spec.reduction == "none" else _reduce(spec, loss_rows, n_valid, ())
-    out = torch.empty((), dtype=_F32, device=x.device)
-    ticket, loss_rows = _reduction_buffers(x.device, n_rows)
+    out = _launch.buffer((), _F32, x.device)
+    ticket, loss_rows = buffers or _reduction_buffers(x.device, n_rows)
     try:
         run(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate, mask, out,
             ticket)  # fmt: skip
@@ -153,14 +155,15 @@ def _reduce(spec, loss_rows, n_valid, lead_shape):
     return total / n_valid  # the mean over counted rows (NaN when none is)
 
 
-def _loss_forward(spec, logits, other, mask, compute_grad):
+def _loss_forward(spec, logits, other, mask, compute_grad, grad=None, buffers=None):
     """(loss, grad | None, row_stats | None, n_valid | None): the reduced loss; the gradient for
-    grad_output = 1 (fused and chunked forms); the split form's (6, M) row statistics and the
-    count of a mean over counted rows."""
+    grad_output = 1 (fused and chunked forms; into ``grad`` where given); the split form's (6, M)
+    row statistics and the count of a mean over counted rows. ``buffers`` as _grad_in_forward's."""
     x, t, labels, mask = _rows(spec, logits, other, mask)
     if spec.form in GRAD_IN_FORWARD:
-        grad = torch.empty_like(x) if compute_grad else None
-        loss = _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, False)
+        if compute_grad and grad is None:
+            grad = torch.empty_like(x)
+        loss = _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, False, buffers)
         if spec.reduction == "none" and logits.dim() != 2:
             loss = loss.reshape(logits.shape[:-1])
         return loss, grad, None, None
@@ -247,6 +250,166 @@ class LossFunction(torch.autograd.Function):
 
 
 _APPLY = function_apply(LossFunction)  # LossFunction.apply less its Python wrapper
+
+
+# ---- calls on a GPU: checked once per signature, then replayed -----------------------------------
+#
+# The first call of a signature (shapes, strides, dtypes, devices, alignment and every other
+# argument) is checked and resolved in full and its launches recorded (``_launch.record``); a
+# later one allocates the gradient and outputs and relaunches them with its own pointers. Calls
+# that pass options to the kernels by keyword, count rows in torch or reduce in torch, the split
+# form, ``group=`` and ``grad_accumulate=`` take the full path every time.
+
+_SIGNATURES: dict = {}
+
+
+def _input_key(t):
+    """What a replay depends on in an input: layout, dtype, device, and its start's alignment to
+    16 bytes and to the kernels' frames (config.frames)."""
+    if t is None:
+        return None
+    ptr = t.data_ptr()
+    return (t.shape, t.stride(), t.dtype, t.get_device(), not ptr & 15,
+            not ptr % config.ENTROPY_FRAME_BYTES)  # fmt: skip
+
+
+class _Signature:
+    """A checked loss signature: its spec and recorded forwards, by the gradient's alignment to
+    the kernels' frames (config.frames reads it; a CUDA allocation is 512-byte aligned, so on a
+    GPU there is one). ``replayable`` turns False where a call could not be recorded."""
+
+    __slots__ = ("compute_grad", "forwards", "n_rows", "reduce_in_kernel", "replayable",
+                 "rescales", "spec")
+
+    def __init__(self, spec, n_rows, n_cols, esize, compute_grad):
+        self.spec, self.n_rows, self.compute_grad = spec, n_rows, compute_grad
+        self.reduce_in_kernel = (spec.reduction != "none"
+                                 and config.reduce_in_kernel(n_rows, n_cols, esize))  # fmt: skip
+        self.forwards: dict = {}
+        self.rescales: dict = {}  # the backward's in-place rescale, by grad_output's dims
+        self.replayable = True
+
+    def run(self, logits, other, mask):
+        """(loss, gradient as (M, V) rows or None) of one call."""
+        n_rows, device = self.n_rows, logits.device
+        grad = (logits.new_empty((n_rows, logits.shape[-1])) if self.compute_grad
+                else None)  # fmt: skip
+        ticket, rows = (_reduction_buffers(device, n_rows) if self.reduce_in_kernel
+                        else (None, None))  # fmt: skip
+        frame = None if grad is None else not grad.data_ptr() % config.ENTROPY_FRAME_BYTES
+        replay = self.forwards.get(frame)
+        if replay is not None:
+            (loss,) = replay((logits, other, mask, grad, ticket, rows), None)
+        else:
+            roles = (_rows_of(logits), _rows_of(other, self.spec.kind == CE), _rows_of(mask, True),
+                     grad, ticket, rows)  # fmt: skip
+            buffers = None if ticket is None else (ticket, rows)
+            (loss,), replay = _launch.record(
+                lambda: _loss_forward(self.spec, *roles[:3], self.compute_grad, grad,
+                                      buffers)[:1], roles)  # fmt: skip
+            self.forwards[frame] = replay
+            self.replayable = replay is not None
+        if self.spec.reduction == "none" and logits.dim() != 2:
+            loss = loss.view(logits.shape[:-1])
+        return loss, grad
+
+    def rescale(self, grad, g_out):
+        """grad *= g_out in place (fused.launch_rescale), replayed after its first call."""
+        replay = self.rescales.get(g_out.dim(), _launch.UNSEEN)
+        if replay is _launch.UNSEEN:
+            _, self.rescales[g_out.dim()] = _launch.record(
+                lambda: (launch_rescale(grad, g_out), grad)[1:], (grad, g_out))
+        elif replay is None:
+            launch_rescale(grad, g_out)
+        else:
+            replay((grad, g_out), None)
+        return grad
+
+
+def _rows_of(t, flat=False):
+    """A (M, V) view of t (flat: a (M,) view), the same memory (the signature checked that)."""
+    if t is None:
+        return None
+    if flat:
+        return t if t.dim() == 1 else t.reshape(-1)
+    return t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
+
+
+class ReplayedLossFunction(torch.autograd.Function):
+    """``LossFunction`` of the fused and chunked forms for a checked signature."""
+
+    @staticmethod
+    def forward(ctx, logits, other, mask, sig):
+        loss, grad = sig.run(logits, other, mask)
+        ctx.save_for_backward(grad)
+        ctx.sig = sig
+        ctx.shape = None if logits.dim() == 2 else logits.shape
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        if torch.is_grad_enabled():
+            raise RuntimeError(DOUBLE_BACKWARD)
+        (grad,) = ctx.saved_tensors
+        g_out = _grad_output(grad_loss)
+        # in place where nothing reads the saved gradient again (as LossFunction's backward)
+        grad = _scaled(grad, g_out, False) if _graph_kept() else ctx.sig.rescale(grad, g_out)
+        return (grad if ctx.shape is None else grad.view(ctx.shape)), None, None, None
+
+
+_REPLAYED_APPLY = function_apply(ReplayedLossFunction)
+
+
+def _signature_key(name, logits, other, mask, options):
+    """A call's signature, or None where it is never replayed (replay off, a compiled graph, a
+    tensor subclass, an unhashable argument)."""
+    if not _launch.REPLAY or type(logits) is not torch.Tensor or torch.compiler.is_compiling():
+        return None
+    try:
+        key = (name, _input_key(logits), _input_key(other), _input_key(mask), options,
+               logits.requires_grad and torch.is_grad_enabled(), _launch.current_device())
+        hash(key)
+    except (AttributeError, TypeError):  # not tensors, unhashable options: the full path's errors
+        return None
+    return key
+
+
+def _replayed(key, logits, other, mask):
+    """The loss of a call whose signature was checked before, or None (first seen, or not
+    replayable: the full path runs)."""
+    sig = _SIGNATURES.get(key)
+    if sig is None or not sig.replayable:
+        return None
+    if sig.compute_grad:
+        return _REPLAYED_APPLY(logits, other, mask, sig)
+    return sig.run(logits, other, mask)[0]
+
+
+def _first_call(key, name, inputs, rows, spec, grad_accumulate):
+    """A checked call: the caller's (logits, other, mask) and the rows ``_run`` takes of them
+    (copies where columns were strided). Recorded as its signature's first where a replay can
+    hand the kernels the caller's own tensors; else run by ``_run``."""
+    if len(_SIGNATURES) >= _launch.MAX_REPLAYS:
+        _SIGNATURES.clear()
+    logits, other, mask = inputs
+    views = (_rows_of(logits), _rows_of(other, spec.kind == CE), _rows_of(mask, True))
+    replayable = (
+        spec.form in GRAD_IN_FORWARD and spec.group is None and grad_accumulate is None
+        and logits.numel() and rows[0] is logits and rows[1] is other
+        and all(v is None or v.data_ptr() == t.data_ptr()
+                for v, t in zip(views, inputs, strict=True))
+        and (mask is None or views[2].stride(0) == 1)
+    )  # fmt: skip
+    if not replayable:
+        _SIGNATURES[key] = None
+        return _run(name, *rows, spec, grad_accumulate)
+    n_cols = logits.shape[-1]
+    compute_grad = logits.requires_grad and torch.is_grad_enabled()
+    sig = _SIGNATURES[key] = _Signature(spec, logits.numel() // n_cols, n_cols,
+                                        logits.element_size(), compute_grad)  # fmt: skip
+    if compute_grad:
+        return _REPLAYED_APPLY(logits, other, mask, sig)
+    return sig.run(logits, other, mask)[0]
 
 
 # ---- torch.compile: custom ops -------------------------------------------------------------------
@@ -618,6 +781,16 @@ def _empty_loss(spec, logits, other, mask, with_graph):
 
 def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, group,
                        grad_accumulate, temperature=1.0, loss_mask=None, beta=None):  # fmt: skip
+    key = None
+    if group is None and grad_accumulate is None:
+        key = _signature_key(name, logits, target_logits, loss_mask,
+                             (form, block_cap, type(block_cap), reduction, temperature,
+                              type(temperature), beta, type(beta),
+                              getattr(target_logits, "requires_grad", None)))  # fmt: skip
+        loss = None if key is None else _replayed(key, logits, target_logits, loss_mask)
+        if loss is not None:
+            return loss
+    inputs = (logits, target_logits, loss_mask)
     block_cap = _check_common(name, logits, form, block_cap, reduction, group)
     if not isinstance(target_logits, torch.Tensor):
         raise TypeError(
@@ -648,8 +821,10 @@ def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, 
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
     form, cap = _resolve(name, logits, n_cols, form, block_cap, group, target_logits)
     spec = config.Spec(KINDS[name], form, cap, reduction, 0, group, 0, n_cols, options)
-    return _run(name, _contiguous_rows(logits), _contiguous_rows(target_logits), loss_mask, spec,
-                grad_accumulate)  # fmt: skip
+    rows = (_contiguous_rows(logits), _contiguous_rows(target_logits), loss_mask)
+    if key is not None and key not in _SIGNATURES:
+        return _first_call(key, name, inputs, rows, spec, grad_accumulate)
+    return _run(name, *rows, spec, grad_accumulate)
 
 
 _DISTRIBUTION_ARGS = """
@@ -766,6 +941,19 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
     :func:`reverse_kl`.
     """
     name = "cross_entropy"
+    key = None
+    # (a label check syncs with the host every call: such calls are not replayed)
+    if group is None and grad_accumulate is None and (check_labels is False or (
+            check_labels is None and getattr(logits, "device", None) != _CPU)):
+        key = _signature_key(name, logits, labels, loss_mask,
+                             (ignore_index, type(ignore_index), reduction, label_smoothing,
+                              type(label_smoothing), z_loss, type(z_loss), softcap,
+                              type(softcap), form, block_cap, type(block_cap),
+                              check_labels))  # fmt: skip
+        loss = None if key is None else _replayed(key, logits, labels, loss_mask)
+        if loss is not None:
+            return loss
+    inputs = (logits, labels, loss_mask)
     block_cap = _check_common(name, logits, form, block_cap, reduction, group)
     _check_per_row(name, "labels", labels, logits, (torch.int64, torch.int32))
     ignore_index = _ignore_index(name, ignore_index)
@@ -797,5 +985,7 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
     form, cap = _resolve(name, logits, n_cols, form, block_cap, group)
     spec = config.Spec(KINDS[name], form, cap, reduction, ignore_index, group, vocab_start,
                        vocab_size, options)  # fmt: skip
-    return _run(name, _contiguous_rows(logits), labels.contiguous(), loss_mask, spec,
-                grad_accumulate)  # fmt: skip
+    rows = (_contiguous_rows(logits), labels.contiguous(), loss_mask)
+    if key is not None and key not in _SIGNATURES:
+        return _first_call(key, name, inputs, rows, spec, grad_accumulate)
+    return _run(name, *rows, spec, grad_accumulate)
