@@ -398,7 +398,9 @@ def check_replay() -> None:
 def check_loss_replay() -> None:
     """Replayed loss calls (the third of a signature: its forward, and the backward's rescale
     where grad_output is not 1) give bitwise what the launchers give (NORMLAB_REPLAY off), and
-    match fp64: every loss, the fused and chunked forms, each reduction, 3-D logits."""
+    match fp64: every loss, the fused and chunked forms, each reduction, 3-D logits. A launch-
+    bound shape: larger calls sum their loss in torch (config.reduce_in_kernel), which is not
+    replayed; nor is JSD, whose beta the kernels take by keyword."""
     from normlab.losses import op as loss_op
 
     fns = {"cross_entropy": (normlab.cross_entropy, ref.cross_entropy_ref),
@@ -407,7 +409,7 @@ def check_loss_replay() -> None:
            "forward_kl": (normlab.forward_kl, ref.forward_kl_ref),
            "jsd": (normlab.jsd, ref.jsd_ref)}  # fmt: skip
 
-    def run(loss, form, reduction, seed, shape=(4, 256, 32000)):
+    def run(loss, form, reduction, seed, shape=(2, 8, 32000)):
         g = torch.Generator(device="cuda").manual_seed(seed)
         x = (3 * torch.randn(shape, device="cuda", generator=g)).bfloat16().requires_grad_()
         if loss == "cross_entropy":
@@ -429,6 +431,7 @@ def check_loss_replay() -> None:
                                                for seed in range(3)][-1]  # fmt: skip
                 sig = next(iter(loss_op._SIGNATURES.values()), None)
                 replayed = bool(sig and sig.replayable and sig.forwards and sig.rescales)
+                wrong_replay = float(replayed != (loss != "jsd"))
                 _launch.REPLAY = False
                 _, _, _, plain_out, plain_grad = run(loss, form, reduction, 2)
                 xd = x.detach().double().requires_grad_()
@@ -438,10 +441,10 @@ def check_loss_replay() -> None:
                 differ = float(not torch.equal(out, plain_out)) + float(
                     not torch.equal(grad, plain_grad))  # fmt: skip
                 record(f"loss replay: {loss} {form} {reduction}",
-                       {"differing": differ, "not_replayed": float(not replayed),
+                       {"differing": differ, "replayed_as_not_expected": wrong_replay,
                         "loss": _rel(out.detach(), want.detach()),
                         "grad": _rel(grad, want_grad)},
-                       {"differing": 0.0, "not_replayed": 0.0, "loss": 1e-4,
+                       {"differing": 0.0, "replayed_as_not_expected": 0.0, "loss": 1e-4,
                         "grad": 1e-2})  # fmt: skip
     _launch.REPLAY = was
 
