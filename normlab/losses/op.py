@@ -2,10 +2,12 @@
 
 An eager call costs the CPU little: the arguments are checked once, ``config`` picks the form
 and tiles, and a ``torch.autograd.Function`` (or, when no gradient is needed, the launchers
-alone) runs the kernels through ``normlab._launch``. The fused and chunked forms reduce the loss
-in the kernel (and count a mean's rows there while cheap), so a default call is one launch
-forward and one backward, no torch kernel beside them. Under ``torch.compile`` the same forward and
-backward run inside the custom ops ``normlab::entropy_fwd`` and ``normlab::entropy_split_bwd``,
+alone) runs the kernels through ``normlab._launch``; on a GPU a later call of a signature seen
+before replays its first call's launches (``_Signature``). The fused and chunked forms reduce
+the loss in the kernel (and count a mean's rows there while cheap), so a default call is one
+launch forward and one backward, no torch kernel beside them. Under ``torch.compile`` the same
+forward and backward run inside the custom ops ``normlab::entropy_fwd`` and
+``normlab::entropy_split_bwd``,
 which Inductor keeps as opaque calls (their dispatch costs tens of µs, so eager calls do not
 take them). The vocab-sharded loss (``group=``) is the Function in every mode (a process group
 is no custom-op argument).
