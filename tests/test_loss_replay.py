@@ -141,8 +141,12 @@ def test_a_bad_argument_after_a_good_signature_still_raises(replays):
     t = torch.randn(4, 64)
     for _ in range(2):
         normlab.reverse_kl(x, t)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="reverse_kl: temperature"):
         normlab.reverse_kl(x, t, temperature=-1.0)
+    with pytest.raises(ValueError, match="reverse_kl: temperature"):
+        normlab.reverse_kl(x, t, temperature=[2.0])  # unhashable: not keyed, checked
+    with pytest.raises(TypeError, match="reverse_kl: target_logits"):
+        normlab.reverse_kl(x, t.tolist())
     with pytest.raises(ValueError):
         normlab.reverse_kl(x.requires_grad_(), t.requires_grad_())
 

@@ -244,19 +244,28 @@ def test_inference_calls_that_take_the_full_path(replays, case):
                                             else [replays[0]] if replayable else [None])
 
 
-@pytest.mark.parametrize("bad", ["eps", "bool_eps", "weight_shape", "weight_dtype", "offset",
-                                 "residual_shape", "residual_dtype"])
-def test_inference_signature_seen_before_still_checks_its_arguments(replays, bad):
-    """A good call caches its signature; the same shapes with a bad argument raise as they would
-    first time (the bad value is part of the key, so it is checked, not replayed)."""
-    x, w = torch.randn(4, 16), torch.rand(16)
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "autograd"])
+@pytest.mark.parametrize("bad", ["eps", "bool_eps", "list_eps", "weight_shape", "weight_dtype",
+                                 "weight_list", "residual_list", "offset", "residual_shape",
+                                 "residual_dtype"])  # fmt: skip
+def test_signature_seen_before_still_checks_its_arguments(replays, bad, grad):
+    """A good call caches its signature; the same shapes with a bad argument raise the checks'
+    own error, as they would first time (the bad value is part of the key, or cannot be keyed,
+    so it is checked, not replayed)."""
+    x, w = torch.randn(4, 16).requires_grad_(grad), torch.rand(16)
     normlab.rms_norm(x, w, 1)
     normlab.rms_norm(x, w, 1)
-    normlab.add_rms_norm(x, x.clone(), w, 1)
-    normlab.add_rms_norm(x, x.clone(), w, 1)
-    with pytest.raises((TypeError, ValueError)):
+    normlab.add_rms_norm(x, x.detach().clone(), w, 1)
+    normlab.add_rms_norm(x, x.detach().clone(), w, 1)
+    with pytest.raises((TypeError, ValueError), match="rms_norm: "):
         if bad == "eps":
             normlab.rms_norm(x, w, -1.0)
+        elif bad == "list_eps":
+            normlab.rms_norm(x, w, [1e-6])
+        elif bad == "weight_list":
+            normlab.rms_norm(x, [1.0] * 16)
+        elif bad == "residual_list":
+            normlab.add_rms_norm(x, [[1.0] * 16] * 4, w)
         elif bad == "bool_eps":
             normlab.rms_norm(x, w, True)  # == 1, but a bool
         elif bad == "weight_shape":
