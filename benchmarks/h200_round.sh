@@ -71,12 +71,14 @@
 # of each half and per call of every op beside torch, torch.compile and Liger); hostrepeat (host µs
 # per call of every op beside torch, three times in one call: the host's drift between runs);
 # lossreplay (the losses replay their checked signatures: the loss replay, loss, graph, compile
-# and lean-launch checks, the GPU-only ticket test; host µs per call of every op, twice).
+# and lean-launch checks, the GPU-only ticket test; host µs per call of every op, twice);
+# unrolled (a replay runs as one generated function: the replay, loss replay, lean-launch, graph,
+# compile and norm checks; host µs per call of every op, three times).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat or lossreplay}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay or unrolled}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -406,6 +408,15 @@ case $STAGE in
     for run in 1 2; do
       step "overhead_lossreplay$run" 150 python3 -m normlab bench --overhead --impl normlab,torch \
         --out "$OUT/overhead_lossreplay$run.json" --no-progress
+    done
+    ;;
+  unrolled)  # each replay unrolled into one generated function
+    step gpu_check_unrolled 260 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_unrolled.json" --quick \
+      --only replay,loss_replay,lean,graphs,compile,norms
+    for run in 1 2 3; do
+      step "overhead_unrolled$run" 100 python3 -m normlab bench --overhead --impl normlab,torch \
+        --out "$OUT/overhead_unrolled$run.json" --no-progress
     done
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 
 import torch
 from triton import knobs
@@ -216,11 +217,12 @@ def launch(fn, grid, *args, **kwargs):
 
 
 class _Recorder:
-    __slots__ = ("buffers", "index", "keep", "ok", "steps")
+    __slots__ = ("buffers", "index", "keep", "n_roles", "ok", "steps")
 
     def __init__(self, roles):
         self.index = {id(t): i for i, t in enumerate(roles) if t is not None}
         self.keep = list(roles)  # the ids above stay valid while recording
+        self.n_roles = len(self.keep)
         self.buffers: list = []
         self.steps: list = []
         self.ok = True
@@ -274,16 +276,26 @@ def not_replayable() -> None:
 
 class Replay:
     """A recorded call: ``replay(roles, device)`` allocates its buffers, launches its kernels with
-    the roles' and buffers' pointers and returns its outputs."""
+    the roles' and buffers' pointers and returns its outputs. Where every step has a compiled
+    kernel and the first role is a tensor, that runs as one generated function (``source``):
+    the same allocations and launcher calls, unrolled."""
 
-    __slots__ = ("buffers", "outputs", "steps")
+    __slots__ = ("buffers", "fast", "outputs", "source", "steps")
 
     def __init__(self, rec: _Recorder, outputs):
         self.buffers = rec.buffers
         self.steps = rec.steps
         self.outputs = outputs
+        self.source = self.fast = None
+        if rec.keep[0] is not None and all(step[5] is not None for step in self.steps):
+            self.source, self.fast = _unrolled(self, rec.n_roles)
 
     def __call__(self, roles, device):
+        if self.fast is not None:
+            return self.fast(roles, device)
+        return self.generic(roles, device)
+
+    def generic(self, roles, device):
         tensors = list(roles)
         # The first role is an input on the call's device (the ops check that every input is):
         # new_empty parses no device argument, empty_like not even a shape. A caller may hand
@@ -329,6 +341,60 @@ class Replay:
             kernel.run(grid[0], grid[1], grid[2], stream, kernel.function,
                        kernel.packed_metadata, None, None, None, *values, *tail)  # fmt: skip
         return tuple(None if i is None else tensors[i] for i in self.outputs)
+
+
+def _unrolled(replay: Replay, n_roles: int):
+    """(source, function) of ``replay``'s call unrolled: each buffer allocated and each launcher
+    called with its arguments spelled out, each pointer read once. It falls back to
+    ``replay.generic`` where that takes Triton's own dispatch (lean launch off, launch hooks)."""
+    names = {}  # constants, kernels and launchers, by the name the source gives them
+
+    def const(value, name):
+        names[name] = value
+        return name
+
+    n = n_roles + len(replay.buffers)
+    roles = ", ".join(f"t{i}" for i in range(n_roles)) + ("," if n_roles == 1 else "")
+    src = ["def replay(roles, device):",
+           "    if not _L.ENABLED or _active(_knobs.runtime.launch_enter_hook) or _active(",
+           "            _knobs.runtime.launch_exit_hook):",
+           "        return _generic(roles, device)",
+           f"    {roles} = roles"]  # fmt: skip
+    for j, (shape, dtype, zero, like) in enumerate(replay.buffers):
+        i = n_roles + j
+        if like:
+            src.append(f"    t{i} = _empty_like(t0, memory_format=_contiguous)")
+        else:
+            alloc = "new_zeros" if zero else "new_empty"
+            src.append(f"    t{i} = t0.{alloc}({const(shape, f'_shape{i}')}, "
+                       f"dtype={const(dtype, f'_dtype{i}')})")  # fmt: skip
+    used = sorted({i for step in replay.steps for _, i in step[3]})
+    src += [f"    p{i} = t{i}.data_ptr()" for i in used]
+    src.append("    stream = _L._get_stream(_L._get_device())")
+    for k, (_, grid, template, slots, _, entry) in enumerate(replay.steps):
+        kernel, tail, _, direct = entry
+        by_pos = dict(slots)
+        args = ", ".join(f"p{by_pos[pos]}" if pos in by_pos else const(v, f"_c{k}_{pos}")
+                         for pos, v in enumerate(template))  # fmt: skip
+        k_name, tail_name = const(kernel, f"_kernel{k}"), const(tail, f"_tail{k}")
+        g = ", ".join(str(v) for v in grid)
+        if direct is not None:
+            c_launch, cooperative, pdl = direct
+            src.append(f"    {const(c_launch, f'_launch{k}')}({g}, stream, {k_name}.function, "
+                       f"{cooperative!r}, {pdl!r}, None, None, {k_name}.packed_metadata, None, "
+                       f"None, None, {args}, *{tail_name})")  # fmt: skip
+        else:
+            src.append(f"    {k_name}.run({g}, stream, {k_name}.function, "
+                       f"{k_name}.packed_metadata, None, None, None, {args}, *{tail_name})")
+    outs = ", ".join("None" if i is None else f"t{i}" for i in replay.outputs)
+    src.append(f"    return ({outs}{',' if len(replay.outputs) == 1 else ''})")
+    assert all(i is None or i < n for i in replay.outputs)
+    source = "\n".join(src) + "\n"
+    names.update(_L=sys.modules[__name__], _active=_active, _knobs=knobs,
+                 _generic=replay.generic, _empty_like=torch.empty_like,
+                 _contiguous=torch.contiguous_format)  # fmt: skip
+    exec(compile(source, "<normlab._launch replay>", "exec"), names)
+    return source, names["replay"]
 
 
 def record(run, roles):

@@ -128,3 +128,54 @@ def test_loss_options_by_keyword_reach_the_launcher(gpu_path, form):
     assert seen == [p for p in calls for _ in range(per_call)]
     assert all(r[names.index("beta")] == 0.3 and r[names.index("xparam")] == 0.5
                for r in first.launches)  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "m", "n"), PLANS, ids=[f"{k}-{m}x{n}" for k, m, n in PLANS])
+def test_unrolled_replays_launch_as_the_generic_one(gpu_path, monkeypatch, kind, m, n):
+    """Every recorded call (forward and backward) runs as its unrolled function, which hands the
+    launcher what the generic replay hands it: the same constants and role pointers, buffers of
+    the same shapes and dtypes in the same places, and the same outputs' layout."""
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
+    monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
+    x, r = torch.randn(m, n, requires_grad=True), torch.randn(m, n, requires_grad=True)
+    w, b = torch.rand(n, requires_grad=True), torch.rand(n, requires_grad=True)
+    outs = norm_outputs(kind, x, w, b, r)
+    grads = [torch.ones_like(o) for o in outs]
+    torch.autograd.grad(outs, [x, w], grads, allow_unused=True)
+    [sig] = op._GRAD.values()
+    [backward] = sig.backwards.values()
+    has_res = kind.startswith("add")
+    fwd_roles = (x, r if has_res else None, w, b if kind.endswith("ln") else None)
+    _, _, mean, rstd = sig.run_forward(*fwd_roles)
+    normed = x if not has_res else torch.randn(m, n)
+    bwd_roles = (grads[0], grads[1] if has_res else None, normed, fwd_roles[2], fwd_roles[3],
+                 mean, rstd)  # fmt: skip
+    for replay, roles in ((sig.forward, fwd_roles), (backward, bwd_roles)):
+        assert replay.fast is not None and "def replay(roles, device):" in replay.source
+        kernels = list(dict.fromkeys(step[5][0] for step in replay.steps))  # Compiled stand-ins
+        runs = []
+        for call in (replay.fast, replay.generic):
+            before = {id(c): len(c.runs) for c in kernels}
+            out = call(roles, None)
+            new = {id(c): iter(c.runs[before[id(c)]:]) for c in kernels}
+            launched = [next(new[id(step[5][0])]) for step in replay.steps]
+            assert all(next(it, None) is None for it in new.values())  # no other launch
+            runs.append((out, launched))
+        (fast_out, fast_runs), (gen_out, gen_runs) = runs
+        assert [None if t is None else (t.shape, t.dtype, t.stride()) for t in fast_out] == [
+            None if t is None else (t.shape, t.dtype, t.stride()) for t in gen_out]
+        n_roles = len(roles)
+        for step, a, g in zip(replay.steps, fast_runs, gen_runs, strict=True):
+            assert len(a) == len(g)
+            slots = dict(step[3])  # argument position -> role or buffer index
+            for pos, (va, vg) in enumerate(zip(a, g, strict=True)):
+                i = slots.get(pos)
+                if i is None:  # a constant
+                    assert va == vg, (pos, va, vg)
+                elif i < n_roles:  # a role's own pointer
+                    assert va == vg == roles[i].data_ptr(), (pos, i)
+                else:  # a fresh buffer each call
+                    assert isinstance(va, int) and isinstance(vg, int) and va > 0 and vg > 0
