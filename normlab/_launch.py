@@ -280,19 +280,19 @@ class Replay:
     kernel and the first role is a tensor, that runs as one generated function (``source``):
     the same allocations and launcher calls, unrolled."""
 
-    __slots__ = ("buffers", "fast", "outputs", "source", "steps")
+    __slots__ = ("buffers", "outputs", "source", "steps", "unrolled")
 
     def __init__(self, rec: _Recorder, outputs):
         self.buffers = rec.buffers
         self.steps = rec.steps
         self.outputs = outputs
-        self.source = self.fast = None
+        self.source = self.unrolled = None
         if rec.keep[0] is not None and all(step[5] is not None for step in self.steps):
-            self.source, self.fast = _unrolled(self, rec.n_roles)
+            self.source, self.unrolled = _unrolled(self, rec.n_roles)
 
     def __call__(self, roles, device):
-        if self.fast is not None:
-            return self.fast(roles, device)
+        if self.unrolled is not None:
+            return self.unrolled(roles, device)
         return self.generic(roles, device)
 
     def generic(self, roles, device):
@@ -353,7 +353,6 @@ def _unrolled(replay: Replay, n_roles: int):
         names[name] = value
         return name
 
-    n = n_roles + len(replay.buffers)
     roles = ", ".join(f"t{i}" for i in range(n_roles)) + ("," if n_roles == 1 else "")
     src = ["def replay(roles, device):",
            "    if not _L.ENABLED or _active(_knobs.runtime.launch_enter_hook) or _active(",
@@ -381,14 +380,14 @@ def _unrolled(replay: Replay, n_roles: int):
         if direct is not None:
             c_launch, cooperative, pdl = direct
             src.append(f"    {const(c_launch, f'_launch{k}')}({g}, stream, {k_name}.function, "
-                       f"{cooperative!r}, {pdl!r}, None, None, {k_name}.packed_metadata, None, "
-                       f"None, None, {args}, *{tail_name})")  # fmt: skip
+                       f"{const(cooperative, f'_cooperative{k}')}, {const(pdl, f'_pdl{k}')}, "
+                       f"None, None, {k_name}.packed_metadata, None, None, None, {args}, "
+                       f"*{tail_name})")  # fmt: skip
         else:
             src.append(f"    {k_name}.run({g}, stream, {k_name}.function, "
                        f"{k_name}.packed_metadata, None, None, None, {args}, *{tail_name})")
     outs = ", ".join("None" if i is None else f"t{i}" for i in replay.outputs)
     src.append(f"    return ({outs}{',' if len(replay.outputs) == 1 else ''})")
-    assert all(i is None or i < n for i in replay.outputs)
     source = "\n".join(src) + "\n"
     names.update(_L=sys.modules[__name__], _active=_active, _knobs=knobs,
                  _generic=replay.generic, _empty_like=torch.empty_like,

@@ -154,21 +154,21 @@ def test_unrolled_replays_launch_as_the_generic_one(gpu_path, monkeypatch, kind,
     bwd_roles = (grads[0], grads[1] if has_res else None, normed, fwd_roles[2], fwd_roles[3],
                  mean, rstd)  # fmt: skip
     for replay, roles in ((sig.forward, fwd_roles), (backward, bwd_roles)):
-        assert replay.fast is not None and "def replay(roles, device):" in replay.source
+        assert replay.unrolled is not None and "def replay(roles, device):" in replay.source
         kernels = list(dict.fromkeys(step[5][0] for step in replay.steps))  # Compiled stand-ins
         runs = []
-        for call in (replay.fast, replay.generic):
+        for call in (replay.unrolled, replay.generic):
             before = {id(c): len(c.runs) for c in kernels}
             out = call(roles, None)
             new = {id(c): iter(c.runs[before[id(c)]:]) for c in kernels}
             launched = [next(new[id(step[5][0])]) for step in replay.steps]
             assert all(next(it, None) is None for it in new.values())  # no other launch
             runs.append((out, launched))
-        (fast_out, fast_runs), (gen_out, gen_runs) = runs
-        assert [None if t is None else (t.shape, t.dtype, t.stride()) for t in fast_out] == [
+        (unrolled_out, unrolled_runs), (gen_out, gen_runs) = runs
+        assert [None if t is None else (t.shape, t.dtype, t.stride()) for t in unrolled_out] == [
             None if t is None else (t.shape, t.dtype, t.stride()) for t in gen_out]
         n_roles = len(roles)
-        for step, a, g in zip(replay.steps, fast_runs, gen_runs, strict=True):
+        for step, a, g in zip(replay.steps, unrolled_runs, gen_runs, strict=True):
             assert len(a) == len(g)
             slots = dict(step[3])  # argument position -> role or buffer index
             for pos, (va, vg) in enumerate(zip(a, g, strict=True)):
