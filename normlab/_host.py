@@ -65,6 +65,16 @@ def is_valid_eps(eps) -> bool:
     return _real(eps) and 0.0 <= eps < float("inf")
 
 
+def plain_tensor(t) -> bool:
+    """A torch.Tensor itself, outside any functorch transform: its pointer is its own memory,
+    which a replayed call may key and hand to a launcher (a subclass or a transform's wrapper
+    takes the full path)."""
+    return type(t) is torch.Tensor and not _transforms_active()
+
+
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
 def function_apply(cls):
     """``cls.apply`` (a ``torch.autograd.Function``) less its Python wrapper, about 2 µs a call:
     the C++ apply that ``Function.apply`` itself ends in when no functorch transform is active,

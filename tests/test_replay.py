@@ -441,3 +441,15 @@ def test_grad_signature_refuses_a_second_derivative(replays):
         with pytest.raises(RuntimeError, match="second derivative"):
             torch.autograd.grad(y.sum(), (x,), create_graph=True)
     assert len(op._GRAD) == 1
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "autograd"])
+def test_functorch_transforms_take_the_full_path(replays, grad):
+    """Under a functorch transform (torch.func.grad) a call is not keyed or replayed (its
+    tensors are the transform's wrappers, with no pointer of their own): it raises what the full
+    path raises, the autograd Function's own message, not a pointer error."""
+    x, w = torch.randn(4, 16).requires_grad_(grad), torch.rand(16)
+    normlab.rms_norm(x, w)
+    normlab.rms_norm(x, w)  # a replayed signature of the same layout
+    with pytest.raises(RuntimeError, match="functorch transforms"):
+        torch.func.grad(lambda t: normlab.rms_norm(t, w).sum())(x.detach())

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from normlab import _launch, _runtime
-from normlab._host import FLOAT_DTYPES, function_apply, next_pow2
+from normlab._host import FLOAT_DTYPES, function_apply, next_pow2, plain_tensor
 from normlab.losses import config, sharded
 from normlab.losses.chunked import launch_chunked
 from normlab.losses.config import CE, GRAD_IN_FORWARD, KINDS, REDUCTIONS
@@ -364,7 +364,7 @@ _REPLAYED_APPLY = function_apply(ReplayedLossFunction)
 def _signature_key(name, logits, other, mask, options):
     """A call's signature, or None where it is never replayed (replay off, a compiled graph, a
     tensor subclass, an unhashable argument)."""
-    if not _launch.REPLAY or type(logits) is not torch.Tensor or torch.compiler.is_compiling():
+    if not _launch.REPLAY or not plain_tensor(logits) or torch.compiler.is_compiling():
         return None
     try:
         key = (name, _input_key(logits), _input_key(other), _input_key(mask), options,

@@ -21,6 +21,7 @@ from normlab._host import (
     function_apply,
     is_finite_real,
     is_valid_eps,
+    plain_tensor,
     unit_col_stride,
 )
 from normlab.norms import block_row, config, row, split_row
@@ -466,7 +467,7 @@ def _replayed_call(name, x, residual, weight, bias, eps, offset, is_rms, strateg
     """y (with a residual, (y, h)) of a call whose signature was checked before (the first call
     of one is checked here), or None where the full path must run (a compiled graph, a tensor
     subclass, no GPU, rows or parameters that would be copied)."""
-    if not _launch.REPLAY or type(x) is not torch.Tensor or torch.compiler.is_compiling():
+    if not _launch.REPLAY or not plain_tensor(x) or torch.compiler.is_compiling():
         return None
     try:
         grad = _needs_grad(x, residual, weight, bias)
