@@ -32,8 +32,8 @@ def replays(monkeypatch):
 
 
 def _kw(loss):
-    # a label check syncs with the host every call, so checked calls are not replayed (CPU's
-    # default checks)
+    # labels unchecked: a check syncs with the host every call, so a checked call (the CPU's
+    # default) is not replayed
     return {"check_labels": False} if loss == "cross_entropy" else {}
 
 
@@ -63,10 +63,9 @@ def test_replayed_calls_without_a_gradient(replays, loss):
         x, other = _inputs(loss, (7, 300), torch.float32)
         with torch.no_grad():
             out = FNS[loss][0](x, other, form="fused", block_cap=64, **_kw(loss))
-        assert_out = FNS[loss][1](x.double(), other.double() if other.is_floating_point()
-                                  else other)  # fmt: skip
-        torch.testing.assert_close(out.double(), assert_out, rtol=1e-5, atol=1e-6,
-                                   msg=f"call {i}")  # fmt: skip
+        want = FNS[loss][1](x.double(), other.double() if other.is_floating_point()
+                            else other)  # fmt: skip
+        torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-6, msg=f"call {i}")
     [sig] = op._SIGNATURES.values()
     assert not sig.compute_grad and len(replays) == 2
 
