@@ -65,6 +65,18 @@ def is_valid_eps(eps) -> bool:
     return _real(eps) and 0.0 <= eps < float("inf")
 
 
+def rows_view(t, flat: bool = False):
+    """t's rows as a (n_rows, n_cols) view of its own memory (``flat``: a (n,) view), or None
+    when that would take a copy (or t is None): what a replayed call hands its launches."""
+    if t is None:
+        return None
+    if flat:
+        rows = t if t.dim() == 1 else t.flatten()
+    else:  # (not reshape(-1, n_cols): -1 is ambiguous when n_cols is 0)
+        rows = t if t.dim() == 2 else t.reshape(1, -1) if t.dim() == 1 else t.flatten(0, -2)
+    return rows if rows.data_ptr() == t.data_ptr() else None
+
+
 def plain_tensor(t) -> bool:
     """A torch.Tensor itself, outside any functorch transform: its pointer is its own memory,
     which a replayed call may key and hand to a launcher (a subclass or a transform's wrapper

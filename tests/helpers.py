@@ -122,3 +122,20 @@ def norm_outputs(kind: str, x, w, b=None, r=None, **options) -> tuple:
     if kind == "add_rms":
         return normlab.add_rms_norm(x, r, w, **options)
     return normlab.add_layer_norm(x, r, w, b, **options)
+
+
+def replays_on(monkeypatch) -> list:
+    """Turn the replay on (the interpreter runs it off by default) for one test; returns the
+    list each replayed call (``normlab._launch.Replay``) appends itself to."""
+    from normlab import _launch
+
+    monkeypatch.setattr(_launch, "REPLAY", True)
+    calls = []
+    replay_call = _launch.Replay.__call__
+
+    def counted(self, roles, device):
+        calls.append(self)
+        return replay_call(self, roles, device)
+
+    monkeypatch.setattr(_launch.Replay, "__call__", counted)
+    return calls

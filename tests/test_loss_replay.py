@@ -5,30 +5,22 @@ replay are checked to take the full path and stay right."""
 
 import pytest
 import torch
+from helpers import replays_on
 from test_entropy import FNS, _check, _inputs, _ref, _run
 
 import normlab
-from normlab import _launch, ref
+from normlab import ref
 from normlab.losses import config, op
 
 
 @pytest.fixture
 def replays(monkeypatch):
-    """Replay on (the interpreter runs it off by default); counts the replayed launches. Frames
-    of 16 bytes: every CPU allocation starts on one, so a signature's calls share one key here
+    """Replay on, the signatures empty; the replayed calls, in order. Frames of 16 bytes: every
+    CPU allocation starts on one, so a signature's calls share one key here
     (test_frame_alignment_is_part_of_the_signature keeps 128)."""
-    monkeypatch.setattr(_launch, "REPLAY", True)
     monkeypatch.setattr(config, "ENTROPY_FRAME_BYTES", 16)
     monkeypatch.setattr(op, "_SIGNATURES", {})
-    calls = []
-    replay_call = _launch.Replay.__call__
-
-    def counted(self, roles, device):
-        calls.append(self)
-        return replay_call(self, roles, device)
-
-    monkeypatch.setattr(_launch.Replay, "__call__", counted)
-    return calls
+    return replays_on(monkeypatch)
 
 
 def _kw(loss):
@@ -184,3 +176,17 @@ def test_functorch_transforms_take_the_full_path(replays):
         normlab.reverse_kl(x, t)
     with pytest.raises(RuntimeError, match="functorch transforms"):
         torch.func.grad(lambda v: normlab.reverse_kl(v, t))(x.detach())
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "reverse_kl"])
+def test_zero_width_rows_take_the_full_path(replays, loss):
+    """N-D logits with V = 0 (a zero-width vocab shard's shape): no replay, torch's values."""
+    for _ in range(2):
+        x = torch.zeros(2, 3, 0, requires_grad=True)
+        if loss == "cross_entropy":
+            out = normlab.cross_entropy(x, torch.full((2, 3), -100), check_labels=False)
+        else:
+            out = normlab.reverse_kl(x, torch.zeros(2, 3, 0))
+        want = torch.tensor(float("nan") if loss == "cross_entropy" else 0.0)
+        torch.testing.assert_close(out.detach(), want, equal_nan=True)
+    assert not replays

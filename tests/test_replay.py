@@ -8,26 +8,15 @@ import torch
 import normlab
 from normlab import _launch, ref
 from normlab.norms import config, op
-from tests.helpers import assert_close, norm_outputs
+from tests.helpers import assert_close, norm_outputs, replays_on
 
 
 @pytest.fixture
 def replays(monkeypatch):
-    """Replay on (the interpreter runs it off by default); counts the replayed calls."""
-    monkeypatch.setattr(_launch, "REPLAY", True)
-    monkeypatch.setattr(op, "_FWD_REPLAYS", {})
-    monkeypatch.setattr(op, "_BWD_REPLAYS", {})
-    monkeypatch.setattr(op, "_INFERENCE", {})
-    monkeypatch.setattr(op, "_GRAD", {})
-    calls = []
-    replay_call = _launch.Replay.__call__
-
-    def counted(self, roles, device):
-        calls.append(self)
-        return replay_call(self, roles, device)
-
-    monkeypatch.setattr(_launch.Replay, "__call__", counted)
-    return calls
+    """Replay on, the caches empty; the replayed calls, in order."""
+    for cache in ("_FWD_REPLAYS", "_BWD_REPLAYS", "_INFERENCE", "_GRAD"):
+        monkeypatch.setattr(op, cache, {})
+    return replays_on(monkeypatch)
 
 
 def _ref(kind, x, w, b, r, eps, offset):

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from normlab import _launch, _runtime
-from normlab._host import FLOAT_DTYPES, function_apply, next_pow2, plain_tensor
+from normlab._host import FLOAT_DTYPES, function_apply, next_pow2, plain_tensor, rows_view
 from normlab.losses import config, sharded
 from normlab.losses.chunked import launch_chunked
 from normlab.losses.config import CE, GRAD_IN_FORWARD, KINDS, REDUCTIONS
@@ -302,8 +302,9 @@ class _Signature:
         if replay is not None:
             (loss,) = replay((logits, other, mask, grad, ticket, rows), None)
         else:
-            roles = (_rows_of(logits), _rows_of(other, self.spec.kind == CE), _rows_of(mask, True),
-                     grad, ticket, rows)  # fmt: skip
+            # (views of the caller's memory: the signature's first call checked that)
+            roles = (rows_view(logits), rows_view(other, self.spec.kind == CE),
+                     rows_view(mask, True), grad, ticket, rows)  # fmt: skip
             buffers = None if ticket is None else (ticket, rows)
             (loss,), replay = _launch.record(
                 lambda: _loss_forward(self.spec, *roles[:3], self.compute_grad, grad,
@@ -325,15 +326,6 @@ class _Signature:
         else:
             replay((grad, g_out), None)
         return grad
-
-
-def _rows_of(t, flat=False):
-    """A (M, V) view of t (flat: a (M,) view), the same memory (the signature checked that)."""
-    if t is None:
-        return None
-    if flat:
-        return t if t.dim() == 1 else t.reshape(-1)
-    return t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
 
 
 class ReplayedLossFunction(torch.autograd.Function):
@@ -393,12 +385,11 @@ def _first_call(key, name, inputs, rows, spec, grad_accumulate):
     if len(_SIGNATURES) >= _launch.MAX_REPLAYS:
         _SIGNATURES.clear()
     logits, other, mask = inputs
-    views = (_rows_of(logits), _rows_of(other, spec.kind == CE), _rows_of(mask, True))
+    views = (rows_view(logits), rows_view(other, spec.kind == CE), rows_view(mask, True))
     replayable = (
         spec.form in GRAD_IN_FORWARD and spec.group is None and grad_accumulate is None
         and logits.numel() and rows[0] is logits and rows[1] is other
-        and all(v is None or v.data_ptr() == t.data_ptr()
-                for v, t in zip(views, inputs, strict=True))
+        and all((v is None) == (t is None) for v, t in zip(views, inputs, strict=True))
         and (mask is None or views[2].stride(0) == 1)
     )  # fmt: skip
     if not replayable:

@@ -22,6 +22,7 @@ from normlab._host import (
     is_finite_real,
     is_valid_eps,
     plain_tensor,
+    rows_view,
     unit_col_stride,
 )
 from normlab.norms import block_row, config, row, split_row
@@ -376,19 +377,6 @@ def _param_key(p):
                                    not p.data_ptr() & 15)  # fmt: skip
 
 
-def _grad_key(g):
-    """What a backward replay depends on in an output gradient (its shape is the output's)."""
-    return None if g is None else (g.stride(), g.dtype, not g.data_ptr() & 15)
-
-
-def _rows_view(t):
-    """t's rows as a (n_rows, n_cols) view of its own memory, or None (a copy would be needed)."""
-    if t is None:
-        return None
-    rows = t.reshape(1, t.shape[-1]) if t.dim() == 1 else t.flatten(0, -2)
-    return rows if rows.data_ptr() == t.data_ptr() else None
-
-
 class _Signature:
     """A checked signature of a call that needs a gradient: its recorded forward (None before
     the first call, False where it could not be recorded) and its recorded backwards by the
@@ -405,7 +393,7 @@ class _Signature:
         """(y, h | None, mean, rstd), y and h in x's shape."""
         if self.forward:
             return self.forward((x, residual, weight, bias), None)
-        x2d, r2d = _rows_view(x), _rows_view(residual)
+        x2d, r2d = rows_view(x), rows_view(residual)
         args = (x2d, r2d, weight, bias, *self.args)
         (y, h, mean, rstd), self.forward = _launch.record(lambda: _forward(*args),
                                                           (x2d, r2d, weight, bias))  # fmt: skip
@@ -414,12 +402,12 @@ class _Signature:
 
     def run_backward(self, dy, dh, normed, weight, bias, mean, rstd):
         """(dx in x's shape, dweight, dbias) for an output gradient dy (not None)."""
-        key = (_grad_key(dy), _grad_key(dh))
+        key = (_tensor_key(dy), _tensor_key(dh))  # (their shape is the output's)
         replay = self.backwards.get(key, _launch.UNSEEN)
         if replay is not None and replay is not _launch.UNSEEN:
             dx, dw, db = replay((dy, dh, normed, weight, bias, mean, rstd), None)
         else:
-            rows = (_rows_view(dy), _rows_view(dh), _rows_view(normed))
+            rows = (rows_view(dy), rows_view(dh), rows_view(normed))
             if replay is _launch.UNSEEN and rows[0] is not None and (rows[1] is not None
                                                                    or dh is None):  # fmt: skip
                 roles = (*rows, weight, bias, mean, rstd)
@@ -539,7 +527,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, offset=0.0, strategy="aut
     (biased variance, fp32 statistics). ``offset``/``strategy``/``layout`` as for
     :func:`rms_norm`."""
     y = _replayed_call("layer_norm", x, None, weight, bias, eps, offset, False, strategy,
-                           layout)  # fmt: skip
+                       layout)  # fmt: skip
     if y is not None:
         return y
     x2d, weight, bias = _prepare("layer_norm", x, weight, bias, eps, offset, strategy, layout)
@@ -555,7 +543,7 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
     h flow into both x and the residual. ``residual`` must match x's shape, dtype and device;
     the other arguments as for :func:`rms_norm`."""
     out = _replayed_call("add_rms_norm", x, residual, weight, None, eps, offset, True,
-                             strategy, layout)  # fmt: skip
+                         strategy, layout)  # fmt: skip
     if out is not None:
         return out
     x2d, weight, _ = _prepare("add_rms_norm", x, weight, None, eps, offset, strategy, layout)
@@ -568,7 +556,7 @@ def add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, *, offset=0.0,
                    strategy="auto", layout="auto"):  # fmt: skip
     """:func:`add_rms_norm` with LayerNorm: ``(layer_norm(h), h)`` for ``h = x + residual``."""
     out = _replayed_call("add_layer_norm", x, residual, weight, bias, eps, offset, False,
-                             strategy, layout)  # fmt: skip
+                         strategy, layout)  # fmt: skip
     if out is not None:
         return out
     x2d, weight, bias = _prepare("add_layer_norm", x, weight, bias, eps, offset, strategy,
