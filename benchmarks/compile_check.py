@@ -1,61 +1,120 @@
 """normlab's norms and losses inside torch.compile(fullgraph=True) with the default (inductor)
 backend on a GPU: forward and gradients equal the eager calls. Prints one line per case; exits
-1 if any case fails. (At 5d1df6e the losses failed: Inductor re-emitted their Triton kernels and
-wrote the -inf constant as an undefined name;
-benchmarks/data/dev/gpu_checks/compile_check_5d1df6e.log. They are custom ops since.)"""
+1 if any case fails.
+
+The norms are Triton ops: with static shapes Inductor launches their kernels from its own code
+(the line says "kernels traced"), with symbolic shapes (a recompile after a shape change) the
+graph calls the opaque planned ops ("opaque"). Each norm case checks which it got. (At 5d1df6e
+the losses failed when Inductor re-emitted their Triton kernels: it wrote the -inf constant as
+an undefined name; benchmarks/data/dev/gpu_checks/compile_check_5d1df6e.log. They are opaque
+custom ops since.)"""
 
 import sys
 from pathlib import Path
 
 import torch
+from torch._inductor.utils import run_and_get_code
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import normlab
 
 
-def check(name, fn, *inputs):
+def check(name, fn, *inputs, traced=None, again=None):
+    """Compiled fn against eager on inputs (then on ``again``, a second set of inputs of other
+    shapes: a recompile). ``traced``: whether the norms' kernels must be traced (True), opaque
+    (False) or either (None), in the last compile."""
     try:
-        return _check(name, fn, *inputs)
+        return _check(name, fn, inputs, traced, again)
     except Exception as exc:  # report every case, then fail
         print(f"{name}: FAIL, {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
         return False
 
 
-def _check(name, fn, *inputs):
+def _outputs(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _run(fn, inputs):
+    outs = _outputs(fn(*inputs))
+    total = sum(o.float().square().mean() for o in outs)
+    return outs, torch.autograd.grad(total, [t for t in inputs if t.requires_grad])
+
+
+def _err(got, want):
+    return max((g.float() - w.float()).abs().max().item() for g, w in zip(got, want, strict=True))
+
+
+def _check(name, fn, inputs, traced, again):
     torch._dynamo.reset()  # every case compiles anew: no recompile limit across cases
-    eager_out = fn(*inputs)
-    eager_grads = torch.autograd.grad(eager_out.float().sum(),
-                                      [t for t in inputs if t.requires_grad])
-    compiled = torch.compile(fn, fullgraph=True, dynamic=False)
-    out = compiled(*inputs)
-    grads = torch.autograd.grad(out.float().sum(), [t for t in inputs if t.requires_grad])
-    err = max([(out.float() - eager_out.float()).abs().max().item()]
-              + [(g.float() - e.float()).abs().max().item()
-                 for g, e in zip(grads, eager_grads, strict=True)])
-    ok = err <= 1e-2
-    print(f"{name}: torch.compile(fullgraph=True) vs eager max |diff| {err:.2e} "
+    compiled = torch.compile(fn, fullgraph=True)
+    err, code = 0.0, []
+    for args in (inputs,) if again is None else (inputs, again):
+        eager_out, eager_grads = _run(fn, args)
+        (out, grads), code = run_and_get_code(lambda args=args: _run(compiled, args))
+        err = max(err, _err(out, eager_out), _err(grads, eager_grads))
+    opaque = any("normlab.norm_" in c for c in code)
+    kind = "" if traced is None else ", opaque" if opaque else ", kernels traced"
+    ok = err <= 1e-2 and (traced is None or traced != opaque)
+    print(f"{name}: torch.compile(fullgraph=True) vs eager max |diff| {err:.2e}{kind} "
           f"{'OK' if ok else 'FAIL'}")
+    return ok
+
+
+def _norm_inputs(n_rows, n_cols, dtype, bias=True):
+    dev = "cuda"
+    x = torch.randn(n_rows, n_cols, device=dev, dtype=dtype, requires_grad=True)
+    w = (1 + 0.1 * torch.randn(n_cols, device=dev)).to(dtype).requires_grad_()
+    b = (0.1 * torch.randn(n_cols, device=dev)).to(dtype).requires_grad_() if bias else None
+    return x, w, b
+
+
+def check_norms() -> bool:
+    bf = torch.bfloat16
+    x, w, b = _norm_inputs(4096, 2048, bf)
+    ok = check("rms_norm", lambda x, w: normlab.rms_norm(x, w), x, w, traced=True)
+    ok &= check("layer_norm", lambda x, w, b: normlab.layer_norm(x, w, b), x, w, b, traced=True)
+    ok &= check("RMSNorm module", normlab.RMSNorm(2048, device="cuda", dtype=bf), x, traced=True)
+    r = torch.randn_like(x, requires_grad=True)
+    ok &= check("add_rms_norm", lambda x, r, w: normlab.add_rms_norm(x, r, w), x, r, w,
+                traced=True)  # fmt: skip
+    ok &= check("add_layer_norm", lambda x, r, w, b: normlab.add_layer_norm(x, r, w, b), x, r, w,
+                b, traced=True)  # fmt: skip
+    ok &= check("rms_norm offset=1", lambda x, w: normlab.rms_norm(x, w, offset=1.0), x, w,
+                traced=True)  # fmt: skip
+    # block-row rows (layout="auto" from 16384 rows): no stored statistics, the backward
+    # recomputes them (configs.block_row_recompute_stats)
+    xn, wn, bn = _norm_inputs(65536, 64, bf)
+    ok &= check("rms_norm block-row", lambda x, w: normlab.rms_norm(x, w), xn, wn, traced=True)
+    ok &= check("layer_norm block-row", lambda x, w, b: normlab.layer_norm(x, w, b), xn, wn, bn,
+                traced=True)  # fmt: skip
+    # each backward strategy, at a width just past a power of two
+    xs, ws, bs = _norm_inputs(1000, 4099, bf)
+    for strategy in ("atomic", "two_stage", "persistent"):
+        ok &= check(f"layer_norm {strategy} 1000x4099",
+                    lambda x, w, b, s=strategy: normlab.layer_norm(x, w, b, strategy=s), xs, ws,
+                    bs, traced=True)  # fmt: skip
+    # few wide rows (the split-row kernels), one row, other dtypes
+    for (n_rows, n_cols), dtype in (((2, 60028), bf), ((1, 16411), bf), ((1, 4096), bf),
+                                    ((37, 1000), torch.float16), ((3, 4099), torch.float32)):
+        xc, wc, bc = _norm_inputs(n_rows, n_cols, dtype)
+        shape = f"{n_rows}x{n_cols} {str(dtype).removeprefix('torch.')}"
+        ok &= check(f"rms_norm {shape}", lambda x, w: normlab.rms_norm(x, w), xc, wc, traced=True)
+        ok &= check(f"layer_norm {shape}", lambda x, w, b: normlab.layer_norm(x, w, b), xc, wc,
+                    bc, traced=True)  # fmt: skip
+    # a second shape recompiles with symbolic rows: the opaque planned ops
+    x1, w1, _ = _norm_inputs(512, 2048, bf)
+    x2 = torch.randn(640, 2048, device="cuda", dtype=bf, requires_grad=True)
+    ok &= check("rms_norm 512 then 640 rows", lambda x, w: normlab.rms_norm(x, w), x1, w1,
+                again=(x2, w1), traced=False)  # fmt: skip
     return ok
 
 
 def main() -> int:
     torch.manual_seed(0)
     dev, bf = "cuda", torch.bfloat16
-    x = torch.randn(4096, 2048, device=dev, dtype=bf, requires_grad=True)
-    w = (1 + 0.1 * torch.randn(2048, device=dev)).to(bf).requires_grad_()
-    b = (0.1 * torch.randn(2048, device=dev)).to(bf).requires_grad_()
-    logits = torch.randn(256, 32768, device=dev, dtype=bf, requires_grad=True)
-    target = torch.randn(256, 32768, device=dev, dtype=bf)
-    ok = check("rms_norm", lambda x, w: normlab.rms_norm(x, w), x, w)
-    ok &= check("layer_norm", lambda x, w, b: normlab.layer_norm(x, w, b), x, w, b)
-    ok &= check("RMSNorm module", normlab.RMSNorm(2048, device=dev, dtype=bf), x)
-    # block-row rows (layout="auto" from 16384 rows): no stored statistics, the backward
-    # recomputes them (configs.block_row_recompute_stats)
-    xn = torch.randn(65536, 64, device=dev, dtype=bf, requires_grad=True)
-    wn = (1 + 0.1 * torch.randn(64, device=dev)).to(bf).requires_grad_()
-    bn = (0.1 * torch.randn(64, device=dev)).to(bf).requires_grad_()
-    ok &= check("rms_norm block-row", lambda x, w: normlab.rms_norm(x, w), xn, wn)
-    ok &= check("layer_norm block-row", lambda x, w, b: normlab.layer_norm(x, w, b), xn, wn, bn)
+    ok = check_norms()
+    if "--norms" in sys.argv[1:]:
+        return 0 if ok else 1
     # The losses are custom ops (normlab::entropy_fwd, normlab::entropy_split_bwd): every form,
     # at an aligned and an unaligned vocabulary, mean and per-row reductions.
     for n_cols in (32768, 50257):

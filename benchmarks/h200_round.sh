@@ -74,11 +74,14 @@
 # and lean-launch checks, the GPU-only ticket test; host µs per call of every op, twice);
 # unrolled (a replay runs as one generated function: the replay, loss replay, lean-launch, graph,
 # compile and norm checks; host µs per call of every op, three times).
+# tritonop (the norms as Triton ops under torch.compile: the compiled norms against eager, which
+# kernels Inductor launched; the GPU checks; host µs per call beside torch.compile, twice);
+# tritonllama (the 1B Llama step compiled: Hugging Face's, normlab's loss alone, norms and loss).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay or unrolled}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop or tritonllama}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -418,6 +421,20 @@ case $STAGE in
       step "overhead_unrolled$run" 100 python3 -m normlab bench --overhead --impl normlab,torch \
         --out "$OUT/overhead_unrolled$run.json" --no-progress
     done
+    ;;
+  tritonop)  # the norms as Triton ops: Inductor launches their kernels where shapes are static
+    step compile_check_norms 240 python3 benchmarks/compile_check.py --norms
+    step gpu_check_tritonop 200 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_tritonop.json" --quick --only compile,graphs,replay,norms
+    for run in 1 2; do
+      step "overhead_tritonop$run" 70 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
+        --impl normlab,torch,compile,normlab+compile --out "$OUT/overhead_tritonop$run.json" \
+        --no-progress
+    done
+    ;;
+  tritonllama)  # the 1B Llama step compiled, the norms' kernels launched by Inductor
+    step llama_tritonop 540 python3 benchmarks/llama_step.py --out "$OUT/llama_tritonop.json" \
+      --variants hf,normlab_loss,normlab --modes compile --steps 12 --warmup 4
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \

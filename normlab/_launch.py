@@ -23,16 +23,25 @@ Under the interpreter, for wrapped kernels (heuristics, autotune), or with
 ``NORMLAB_LEAN_LAUNCH=0`` (in-process: ``ENABLED = False``, as ``benchmarks/gpu_check.py`` does to
 compare the two paths), ``launch`` is exactly ``kernel[grid](*args, **meta)``. Launch hooks
 (profilers such as Proton) are called as Triton calls them.
+
+Inside an op body that torch.compile traces (``traced``), ``launch`` is
+``torch.library.wrap_triton(fn)[grid](...)``: the launch enters the graph, and Inductor launches
+the kernel from its own generated code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
 from triton import knobs
+from triton.runtime.autotuner import Autotuner
+from triton.runtime.jit import JITFunction
 
 from normlab import _runtime
 
@@ -140,11 +149,48 @@ def _compile(site: _Site, grid, args, kwargs, key):
     return entry
 
 
+# ---- traced launches: a Triton op's body under torch.compile -------------------------------------
+
+_TRACING = False  # set by ``traced`` while an op body runs on torch.compile's traced tensors
+
+
+def is_traced(t) -> bool:
+    """Is t one of torch.compile's tracing tensors (fake, or functionalized), not memory?"""
+    return isinstance(t, (FakeTensor, FunctionalTensor))
+
+
+@contextlib.contextmanager
+def traced():
+    """Launches inside become graph nodes (``wrap_triton``) instead of kernel launches."""
+    global _TRACING
+    before, _TRACING = _TRACING, True
+    try:
+        yield
+    finally:
+        _TRACING = before
+
+
+def _traced_launch(fn, grid, args, kwargs):
+    if isinstance(fn, (JITFunction, Autotuner)):
+        torch.library.wrap_triton(fn)[grid](*args, **kwargs)
+        return
+    # The interpreter's kernels cannot enter a graph. Fake tensors carry shapes only, which the
+    # launcher's outputs already have; functionalized ones would need the kernel's values.
+    if any(isinstance(a, FunctionalTensor) for a in (*args, *kwargs.values())):
+        raise RuntimeError(
+            f"{getattr(fn, '__name__', 'kernel')}: an interpreted kernel cannot be traced into a "
+            "torch.compile graph (normlab keeps its ops opaque under the interpreter)"
+        )
+
+
 def launch(fn, grid, *args, **kwargs):
     """``fn[grid](*args, **kwargs)``, through the compiled kernel's launcher when it is known.
 
     ``grid`` is a tuple of ints. Keyword arguments are the kernel's remaining parameters (by name)
     and the launch options (``num_warps``, ``num_stages``, ...)."""
+    if _TRACING:
+        _traced_launch(fn, grid, args, kwargs)
+        return
     if not ENABLED or not hasattr(fn, "params"):  # off, or a wrapper (heuristics, autotune)
         fn[grid](*args, **kwargs)
         if _recorder is not None:

@@ -401,21 +401,26 @@ def test_add_norm_torch_compile_fullgraph(is_rms, layout, dynamic):
 @pytest.mark.parametrize("residual", [False, True], ids=["norm", "add-norm"])
 @pytest.mark.parametrize("layout", ["row", "block_row"])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_norm_custom_ops_opcheck(is_rms, layout, residual):
-    """Schema, fake shapes, autograd registration and AOT dispatch of normlab::norm_fwd (with
-    the residual and offset arguments) and normlab::norm_bwd (with dh)."""
+@pytest.mark.parametrize("ops", ["triton", "planned"])
+def test_norm_custom_ops_opcheck(is_rms, layout, residual, ops):
+    """Schema, fake shapes, autograd registration and AOT dispatch of the Triton ops
+    normlab::norm_fwd (with the residual and offset arguments) and normlab::norm_bwd (with dh),
+    and of the opaque ops they call for symbolic shapes (norm_fwd_planned, norm_bwd_planned)."""
+    fwd_op, bwd_op = ((torch.ops.normlab.norm_fwd, torch.ops.normlab.norm_bwd) if ops == "triton"
+                      else (torch.ops.normlab.norm_fwd_planned,
+                            torch.ops.normlab.norm_bwd_planned))  # fmt: skip
     x, r, w, b = _inputs(5, 24, torch.float32, is_rms)
     r = r if residual else None
-    w.requires_grad_(True)
+    w.requires_grad_(ops == "triton")  # (the planned ops have no autograd: they run below it)
     fwd = (x, r, w, b, EPS[is_rms], 1.0, is_rms, "auto", layout)
-    torch.library.opcheck(torch.ops.normlab.norm_fwd.default, fwd)
+    torch.library.opcheck(fwd_op.default, fwd)
     with torch.no_grad():
-        _, h, mean, rstd = torch.ops.normlab.norm_fwd(*fwd)
+        _, h, mean, rstd = fwd_op(*fwd)
     normed = h if residual else x
     dh = torch.randn(5, 24) if residual else None
     bwd = (torch.randn(5, 24), dh, normed, w.detach(), b, mean, rstd, EPS[is_rms], 1.0, is_rms,
            "auto", layout)  # fmt: skip
-    torch.library.opcheck(torch.ops.normlab.norm_bwd.default, bwd)
+    torch.library.opcheck(bwd_op.default, bwd)
 
 
 # ---- bad inputs ----------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ little: the arguments are checked once, ``config.plan`` picks the kernels, and a
 ``torch.autograd.Function`` (or, when no gradient is needed, the launcher alone) runs them
 through ``normlab._launch``; on a GPU a call of a signature seen before replays that call's
 launches (``_launch.record``). Under ``torch.compile`` the same two functions run inside the
-custom ops ``normlab::norm_fwd`` and ``normlab::norm_bwd``, which Inductor keeps as opaque calls
-(their dispatch costs tens of µs, so eager calls do not take them).
+Triton ops ``normlab::norm_fwd`` and ``normlab::norm_bwd``: with static shapes Inductor launches
+their kernels from its own code; with symbolic ones they are opaque calls.
 """
 
 from __future__ import annotations
@@ -175,26 +175,63 @@ class NormFunction(torch.autograd.Function):
 _APPLY = function_apply(NormFunction)  # NormFunction.apply less its Python wrapper
 
 
-# ---- torch.compile: custom ops -------------------------------------------------------------------
+# ---- torch.compile: Triton ops -------------------------------------------------------------------
+#
+# A compiled call runs ``normlab::norm_fwd``, and its backward ``normlab::norm_bwd``: Triton ops.
+# torch.compile traces their bodies (the plan and the launchers) where the shapes are static, each
+# launch a ``wrap_triton`` node that Inductor launches from its own generated code. Where they are
+# symbolic (``dynamic=True``, or a recompile after a shape change) the plan cannot be made at
+# trace time, and the body is one call of ``normlab::norm_fwd_planned`` (``norm_bwd_planned``):
+# an opaque custom op that plans on the real shape per call, at tens of µs of dispatch a call.
+# Under the interpreter the bodies always take the opaque op: an interpreted kernel cannot enter
+# a graph.
+
+TRACEABLE = not _runtime.INTERPRET
+
+
+def _traced_launches(tensors, eps, offset) -> bool:
+    """Can the body trace its launches: kernels that can enter a graph, static shapes (no
+    torch.SymInt among the sizes and strides) and constant eps and offset?"""
+    return (TRACEABLE and type(eps) is float and type(offset) is float
+            and all(type(n) is int for t in tensors if t is not None
+                    for n in (*t.shape, *t.stride())))  # fmt: skip
 
 
 def _or_empty(t, like):
     return t if t is not None else like.new_empty((0,), dtype=torch.float32)
 
 
-@torch.library.custom_op("normlab::norm_fwd", mutates_args=())
-def _norm_fwd_op(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None,
-                 bias: torch.Tensor | None, eps: float, offset: float, is_rms: bool,
-                 strategy: str, layout: str
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+_FwdOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # (y, h, mean, rstd)
+
+
+def _fwd_outputs(y, h, mean, rstd, x):
     """(y, h, mean, rstd); h (without a residual) and absent statistics are empty tensors
     (custom ops return no None)."""
-    y, h, mean, rstd = planned_forward(x, residual, weight, bias, eps, offset, is_rms, strategy,
-                                       layout)  # fmt: skip
     return y, _or_empty(h, x), _or_empty(mean, x), _or_empty(rstd, x)
 
 
-@_norm_fwd_op.register_fake
+def _bwd_args(dy, dh, x, weight, bias, mean, rstd, *args):
+    """The backward's arguments with the ops' empty statistics as None."""
+    return (dy, dh, x, weight, bias, mean if mean.numel() else None,
+            rstd if rstd.numel() else None, *args)  # fmt: skip
+
+
+def _bwd_outputs(dx, dw, db, x):
+    """(dx, dweight, dbias): custom-op outputs may not alias each other, so one fresh empty
+    tensor per absent gradient."""
+    return dx, _or_empty(dw, x), _or_empty(db, x)
+
+
+@torch.library.custom_op("normlab::norm_fwd_planned", mutates_args=())
+def _norm_fwd_planned_op(x: torch.Tensor, residual: torch.Tensor | None,
+                         weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+                         offset: float, is_rms: bool, strategy: str, layout: str
+                         ) -> _FwdOutputs:  # fmt: skip
+    args = (x, residual, weight, bias, eps, offset, is_rms, strategy, layout)
+    return _fwd_outputs(*planned_forward(*args), x)
+
+
+@_norm_fwd_planned_op.register_fake
 def _(x, residual, weight, bias, eps, offset, is_rms, strategy, layout):
     plan = _plan(x, is_rms, strategy, layout)
     n_stats = x.shape[0] if plan.store_stats or plan.layout != "block_row" else 0
@@ -204,24 +241,50 @@ def _(x, residual, weight, bias, eps, offset, is_rms, strategy, layout):
     return x.new_empty(x.shape), h, mean, rstd
 
 
-@torch.library.custom_op("normlab::norm_bwd", mutates_args=())
-def _norm_bwd_op(dy: torch.Tensor, dh: torch.Tensor | None, x: torch.Tensor,
-                 weight: torch.Tensor | None, bias: torch.Tensor | None, mean: torch.Tensor,
-                 rstd: torch.Tensor, eps: float, offset: float, is_rms: bool, strategy: str,
-                 layout: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(dx, dweight, dbias); absent parameter gradients are empty tensors."""
-    dx, dw, db = planned_backward(dy, dh, x, weight, bias, mean if mean.numel() else None,
-                                  rstd if rstd.numel() else None, eps, offset, is_rms, strategy,
-                                  layout)  # fmt: skip
-    # Custom-op outputs may not alias each other: one fresh empty tensor per absent gradient.
-    return dx, _or_empty(dw, x), _or_empty(db, x)
+@torch.library.custom_op("normlab::norm_bwd_planned", mutates_args=())
+def _norm_bwd_planned_op(dy: torch.Tensor, dh: torch.Tensor | None, x: torch.Tensor,
+                         weight: torch.Tensor | None, bias: torch.Tensor | None,
+                         mean: torch.Tensor, rstd: torch.Tensor, eps: float, offset: float,
+                         is_rms: bool, strategy: str, layout: str
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    args = (dy, dh, x, weight, bias, mean, rstd, eps, offset, is_rms, strategy, layout)
+    return _bwd_outputs(*planned_backward(*_bwd_args(*args)), x)
 
 
-@_norm_bwd_op.register_fake
+@_norm_bwd_planned_op.register_fake
 def _(dy, dh, x, weight, bias, mean, rstd, eps, offset, is_rms, strategy, layout):
     dw = weight.new_empty(weight.shape) if weight is not None else rstd.new_empty((0,))
     db = bias.new_empty(bias.shape) if bias is not None else rstd.new_empty((0,))
     return x.new_empty(x.shape), dw, db
+
+
+@torch.library.triton_op("normlab::norm_fwd", mutates_args=())
+def _norm_fwd_op(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None,
+                 bias: torch.Tensor | None, eps: float, offset: float, is_rms: bool,
+                 strategy: str, layout: str) -> _FwdOutputs:  # fmt: skip
+    """(y, h, mean, rstd) as ``planned_forward``'s, absent ones empty. Also the fake kernel."""
+    args = (x, residual, weight, bias, eps, offset, is_rms, strategy, layout)
+    if not _launch.is_traced(x):  # called eagerly: as any eager call
+        return _fwd_outputs(*planned_forward(*args), x)
+    if not _traced_launches((x, residual), eps, offset):
+        return torch.ops.normlab.norm_fwd_planned(*args)
+    with _launch.traced():
+        return _fwd_outputs(*_forward(*args), x)
+
+
+@torch.library.triton_op("normlab::norm_bwd", mutates_args=())
+def _norm_bwd_op(dy: torch.Tensor, dh: torch.Tensor | None, x: torch.Tensor,
+                 weight: torch.Tensor | None, bias: torch.Tensor | None, mean: torch.Tensor,
+                 rstd: torch.Tensor, eps: float, offset: float, is_rms: bool, strategy: str,
+                 layout: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(dx, dweight, dbias) as ``planned_backward``'s, absent ones empty."""
+    args = (dy, dh, x, weight, bias, mean, rstd, eps, offset, is_rms, strategy, layout)
+    if not _launch.is_traced(x):
+        return _bwd_outputs(*planned_backward(*_bwd_args(*args)), x)
+    if not _traced_launches((dy, dh, x), eps, offset):
+        return torch.ops.normlab.norm_bwd_planned(*args)
+    with _launch.traced():
+        return _bwd_outputs(*_backward_launch(*_bwd_args(*args)), x)
 
 
 def _setup_context(ctx, inputs, output):

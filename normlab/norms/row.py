@@ -591,7 +591,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
              "STORE_STATS": bool(store_stats)}
     if AUTOTUNE and block_size is None and num_warps is None:
         not_replayable()  # the autotuner launches through Triton, unrecorded
-        _norm_fwd_kernel_tuned[(n_rows,)](*args, **flags)
+        launch(_norm_fwd_kernel_tuned, (n_rows,), *args, **flags)
         return y, mean, rstd
     cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(x2d.device.index),
                                  residual is not None)  # fmt: skip
@@ -700,11 +700,9 @@ def norm_backward(
             return torch.zeros(n_cols, dtype=torch.float32, device=device)
 
         acc_w, acc_b = accumulator(grad_weight, has_w), accumulator(grad_bias, has_b)
-        not_replayable()  # launched through Triton, and host-side ops follow
-        _norm_bwd_atomic_kernel[(n_tiles,)](
-            *common, acc_w, acc_b, n_rows, n_cols, *strides, float(offset), **flags,
-            TWO_PASS=cfg.two_pass, **tile,
-        )  # fmt: skip
+        not_replayable()  # host-side ops (the zeroed accumulators, their copy) around it
+        launch(_norm_bwd_atomic_kernel, (n_tiles,), *common, acc_w, acc_b, n_rows, n_cols,
+               *strides, float(offset), **flags, TWO_PASS=cfg.two_pass, **tile)  # fmt: skip
         for out, buf, acc, present in (
             (dw, grad_weight, acc_w, has_w),
             (db, grad_bias, acc_b, has_b),

@@ -1,0 +1,151 @@
+"""The norms' Triton ops as torch.compile traces them, on CPU.
+
+With static shapes the body of ``normlab::norm_fwd`` / ``normlab::norm_bwd`` runs on fake tensors
+and each launch becomes a ``wrap_triton`` node. The interpreter's kernels cannot become nodes, so
+these tests record the traced launches instead and check them against the launches of an eager
+call of the same signature: the same kernels, grids, argument layouts and meta-parameters. With
+symbolic shapes the body is one call of the opaque ``norm_*_planned`` op, which runs here.
+(On a GPU, ``benchmarks/compile_check.py`` and ``gpu_check.py --only compile`` run the traced
+kernels under Inductor against eager.)
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import assert_close
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import normlab
+from normlab import _launch, ref
+from normlab.norms import block_row, op, reduce, row, split_row
+
+EPS = {True: 1e-6, False: 1e-5}
+
+
+def _signature(v):
+    if isinstance(v, torch.Tensor):
+        return (v.dtype, tuple(v.shape), v.stride())
+    return v
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Every launch the norms' launchers make, as (kernel, grid, arguments' signatures,
+    keywords); traced launches are recorded and not run."""
+    seen = []
+    real = _launch.launch
+
+    def spy(fn, grid, *args, **kwargs):
+        name = getattr(getattr(fn, "fn", fn), "__name__", repr(fn))
+        seen.append((name, tuple(grid), tuple(map(_signature, args)),
+                     {k: _signature(v) for k, v in kwargs.items()}))  # fmt: skip
+        return real(fn, grid, *args, **kwargs)
+
+    for module in (row, block_row, split_row, reduce):
+        monkeypatch.setattr(module, "launch", spy)
+    monkeypatch.setattr(_launch, "_traced_launch", lambda fn, grid, args, kwargs: None)
+    monkeypatch.setattr(op, "TRACEABLE", True)  # as on a GPU
+    return seen
+
+
+# (n_rows, n_cols, layout, strategy): a plan kind each, at awkward sizes.
+CASES = [
+    (7, 1000, "auto", "auto"),  # one row per program, persistent backward
+    (1, 4099, "auto", "auto"),  # one row, a width just past a power of two
+    (37, 64, "auto", "auto"),  # narrow rows: block-row tiles
+    (5, 131, "row", "two_stage"),
+    (3, 97, "row", "atomic"),
+    (2, 16411, "auto", "auto"),  # few wide rows: the split-row kernels
+]
+
+
+def _args(n_rows, n_cols, is_rms, residual):
+    x = torch.randn(n_rows, n_cols)
+    r = torch.randn(n_rows, n_cols) if residual else None
+    w = torch.randn(n_cols)
+    b = None if is_rms else torch.randn(n_cols)
+    return x, r, w, b
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["norm", "add-norm"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}-{c[2]}-{c[3]}")
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_traced_body_launches_what_an_eager_call_launches(launches, is_rms, case, residual):
+    n_rows, n_cols, layout, strategy = case
+    x, r, w, b = _args(n_rows, n_cols, is_rms, residual)
+    options = (EPS[is_rms], 0.0, is_rms, strategy, layout)
+    y, h, mean, rstd = torch.ops.normlab.norm_fwd(x, r, w, b, *options)
+    dy, dh = torch.randn_like(x), (torch.randn_like(x) if residual else None)
+    normed = h if residual else x
+    torch.ops.normlab.norm_bwd(dy, dh, normed, w, b, mean, rstd, *options)
+    eager = list(launches)
+    assert eager, "the eager call launched nothing"
+    launches.clear()
+
+    with FakeTensorMode() as mode:
+        fake = [None if t is None else mode.from_tensor(t)
+                for t in (x, r, w, b, dy, dh, mean, rstd, normed)]  # fmt: skip
+        fx, fr, fw, fb, fdy, fdh, fmean, frstd, fnormed = fake
+        out = torch.ops.normlab.norm_fwd(fx, fr, fw, fb, *options)
+        grads = torch.ops.normlab.norm_bwd(fdy, fdh, fnormed, fw, fb, fmean, frstd, *options)
+    assert launches == eager
+    for traced, real in zip((*out, *grads), (y, h, mean, rstd), strict=False):
+        assert (traced.shape, traced.dtype) == (real.shape, real.dtype)
+    assert grads[0].shape == x.shape and grads[1].shape == w.shape
+
+
+def test_traced_body_needs_traceable_kernels(launches, monkeypatch):
+    """Under the interpreter (TRACEABLE off) a traced body launches nothing: it calls the
+    opaque op."""
+    monkeypatch.setattr(op, "TRACEABLE", False)
+    x, _, w, _ = _args(4, 40, True, False)
+    with FakeTensorMode() as mode:
+        y, *_ = torch.ops.normlab.norm_fwd(mode.from_tensor(x), None, mode.from_tensor(w), None,
+                                          1e-6, 0.0, True, "auto", "auto")  # fmt: skip
+    assert launches == [] and y.shape == x.shape
+
+
+@pytest.mark.slow  # seconds each (compile): out of make test-quick
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_symbolic_shapes_take_the_planned_op(launches, monkeypatch, is_rms):
+    """dynamic=True: the compiled graphs call the opaque planned ops (no traced launch), which
+    plan on the real shape; forward and gradients against fp64."""
+
+    def no_traced_launch(fn, grid, args, kwargs):
+        raise AssertionError("a launch was traced with symbolic shapes")
+
+    monkeypatch.setattr(_launch, "_traced_launch", no_traced_launch)
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    graphs = []
+
+    def keep(gm, _inputs):
+        graphs.append(gm.code)
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(fw_compiler=keep, bw_compiler=keep)
+    x, r, w, b = _args(6, 21, is_rms, True)
+
+    def loss(x, r, w, b):
+        fn = normlab.add_rms_norm if is_rms else normlab.add_layer_norm
+        y, h = fn(x, r, w, eps=EPS[is_rms]) if is_rms else fn(x, r, w, b, eps=EPS[is_rms])
+        return (y * torch.arange(21.0)).sum() + h.sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, fullgraph=True, backend=backend, dynamic=True)
+    leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
+    grads = torch.autograd.grad(compiled(*leaves, b), leaves)
+    assert len(graphs) == 2
+    assert "normlab.norm_fwd_planned" in graphs[0] and "normlab.norm_bwd_planned" in graphs[1]
+    assert launches  # the planned ops launched on the real tensors
+
+    xd, rd, wd = (t.double().requires_grad_(True) for t in (x, r, w))
+    hd = xd + rd
+    yd = ref.rms_norm(hd, wd, EPS[True]) if is_rms else ref.layer_norm(hd, wd, b.double(),
+                                                                       EPS[False])  # fmt: skip
+    want = torch.autograd.grad((yd * torch.arange(21.0).double()).sum() + hd.sum(), (xd, rd, wd))
+    assert_close(grads[0], want[0], msg="dx")
+    assert_close(grads[1], want[1], msg="dresidual")
+    assert_close(grads[2], want[2], reduce_len=6, msg="dweight")
