@@ -11,9 +11,10 @@ custom ops since.)"""
 
 import sys
 from pathlib import Path
+from unittest import mock
 
 import torch
-from torch._inductor.utils import run_and_get_code
+from torch._inductor.graph import GraphLowering
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import normlab
@@ -40,6 +41,14 @@ def _run(fn, inputs):
     return outs, torch.autograd.grad(total, [t for t in inputs if t.requires_grad])
 
 
+def _run_and_get_code(fn):
+    """fn()'s result and the Inductor code compiled while it ran (as torch._inductor.utils'
+    run_and_get_code, less its dynamo reset: a recompile must see the earlier compile)."""
+    code = []
+    with mock.patch.object(GraphLowering, "save_output_code", code.append):
+        return fn(), code
+
+
 def _err(got, want):
     return max((g.float() - w.float()).abs().max().item() for g, w in zip(got, want, strict=True))
 
@@ -50,7 +59,7 @@ def _check(name, fn, inputs, traced, again):
     err, code = 0.0, []
     for args in (inputs,) if again is None else (inputs, again):
         eager_out, eager_grads = _run(fn, args)
-        (out, grads), code = run_and_get_code(lambda args=args: _run(compiled, args))
+        (out, grads), code = _run_and_get_code(lambda args=args: _run(compiled, args))
         err = max(err, _err(out, eager_out), _err(grads, eager_grads))
     opaque = any("normlab.norm_" in c for c in code)
     kind = "" if traced is None else ", opaque" if opaque else ", kernels traced"

@@ -14,6 +14,14 @@ import triton.language as tl
 
 
 @triton.jit
+def aligned_stride(stride, ROW_ALIGN: tl.constexpr):
+    """A row stride declared a multiple of ROW_ALIGN elements (vector loads). ``to_tensor``:
+    torch.compile's mutation analysis (torch 2.11) passes ints as constants, which multiple_of
+    rejects; on a scalar argument it is the identity."""
+    return tl.multiple_of(tl.to_tensor(stride), ROW_ALIGN)
+
+
+@triton.jit
 def load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr):  # w_ptr: (n_cols,)
     """fp32 (offset + weight) chunk, or a scalar 1 placeholder when there is no weight (the op
     refuses an offset without one)."""
