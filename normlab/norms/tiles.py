@@ -15,10 +15,11 @@ import triton.language as tl
 
 @triton.jit
 def aligned_stride(stride, ROW_ALIGN: tl.constexpr):
-    """A row stride declared a multiple of ROW_ALIGN elements (vector loads). ``to_tensor``:
+    """A row stride known to be a multiple of ROW_ALIGN elements (vector loads). The product
+    carries the divisibility a ``tl.multiple_of`` hint would, and also takes a constexpr stride:
     torch.compile's mutation analysis (torch 2.11) passes ints as constants, which multiple_of
-    rejects; on a scalar argument it is the identity."""
-    return tl.multiple_of(tl.to_tensor(stride), ROW_ALIGN)
+    rejects."""
+    return stride // ROW_ALIGN * ROW_ALIGN
 
 
 @triton.jit
