@@ -18,7 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import normlab
 from normlab import _launch, ref
-from normlab.norms import block_row, op, reduce, row, split_row
+from normlab.norms import block_row, config, op, reduce, row, split_row
 
 EPS = {True: 1e-6, False: 1e-5}
 
@@ -110,12 +110,16 @@ def test_traced_body_needs_traceable_kernels(launches, monkeypatch):
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_symbolic_shapes_take_the_planned_op(launches, monkeypatch, is_rms):
     """dynamic=True: the compiled graphs call the opaque planned ops (no traced launch), which
-    plan on the real shape; forward and gradients against fp64."""
+    plan on the real shape; forward and gradients against fp64. With the plans memoized, as on a
+    GPU: the fake kernels must not hash symbolic sizes."""
 
     def no_traced_launch(fn, grid, args, kwargs):
         raise AssertionError("a launch was traced with symbolic shapes")
 
     monkeypatch.setattr(_launch, "_traced_launch", no_traced_launch)
+    for name in config._MEMOIZED:  # memoized as on a GPU (restored after the test)
+        monkeypatch.setattr(config, name, getattr(config, name))
+    config.memoize()
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
 

@@ -649,17 +649,21 @@ def use_block_row(n_rows: int, n_cols: int) -> bool:
     return n_rows >= BLOCK_ROW_MIN_ROWS or n_cols < BLOCK_ROW_TINY_COLS
 
 
+def uses_block_row(n_rows: int, n_cols: int, strategy: str, layout: str) -> bool:
+    """Does the call run the block-row kernels? Not memoized: torch.compile's fake kernels
+    call it with symbolic sizes."""
+    if layout == "auto":
+        return strategy in BLOCK_ROW_STRATEGIES and use_block_row(n_rows, n_cols)
+    return layout == "block_row"
+
+
 def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
          layout: str = "auto", sm_count: int | None = None, aligned: bool = True,
          elem_size: int = 2) -> NormPlan:  # fmt: skip
     """The plan of one call (arguments already validated; without ``sm_count`` no split-row
     kernels are planned). ``aligned``: every row starts on a 16-byte boundary (``row_align``);
     ``elem_size``: bytes per element of x."""
-    if layout == "auto":
-        block_row = strategy in BLOCK_ROW_STRATEGIES and use_block_row(n_rows, n_cols)
-    else:
-        block_row = layout == "block_row"
-    if block_row:
+    if uses_block_row(n_rows, n_cols, strategy, layout):
         return NormPlan("block_row", None, not block_row_recompute_stats(n_cols, is_rms),
                         "persistent")  # fmt: skip
     auto = layout == "auto" and sm_count is not None

@@ -233,8 +233,11 @@ def _norm_fwd_planned_op(x: torch.Tensor, residual: torch.Tensor | None,
 
 @_norm_fwd_planned_op.register_fake
 def _(x, residual, weight, bias, eps, offset, is_rms, strategy, layout):
-    plan = _plan(x, is_rms, strategy, layout)
-    n_stats = x.shape[0] if plan.store_stats or plan.layout != "block_row" else 0
+    # (not config.plan: it is memoized on a GPU, and the sizes here may be symbolic)
+    n_rows, n_cols = x.shape
+    block_row = config.uses_block_row(n_rows, n_cols, strategy, layout)
+    stored = not block_row or not config.block_row_recompute_stats(n_cols, is_rms)
+    n_stats = n_rows if stored else 0
     rstd = x.new_empty((n_stats,), dtype=torch.float32)
     mean = x.new_empty((0 if is_rms else n_stats,), dtype=torch.float32)
     h = x.new_empty(x.shape) if residual is not None else rstd.new_empty((0,))
