@@ -75,9 +75,9 @@
 # unrolled (a replay runs as one generated function: the replay, loss replay, lean-launch, graph,
 # compile and norm checks; host µs per call of every op, three times).
 # tritonop (the norms as Triton ops under torch.compile: the compiled norms against eager, which
-# kernels Inductor launched; the GPU checks; host µs per call beside torch.compile);
-# tritonllama (the 1B Llama step compiled: Hugging Face's, normlab's loss alone, norms and loss;
-# host µs per call again).
+# kernels Inductor launched; the GPU checks); tritonllama (host µs per call of the norms beside
+# torch, torch.compile and Liger; the 1B Llama step compiled: Hugging Face's, normlab's loss
+# alone, norms and loss).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -427,16 +427,13 @@ case $STAGE in
     step compile_check_norms 150 python3 benchmarks/compile_check.py --norms
     step gpu_check_tritonop 200 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_tritonop.json" --quick --only compile,graphs,replay,norms
-    step overhead_tritonop1 120 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
-      --impl normlab,torch,compile,normlab+compile --out "$OUT/overhead_tritonop1.json" \
-      --no-progress
     ;;
-  tritonllama)  # the 1B Llama step compiled, the norms' kernels launched by Inductor
+  tritonllama)  # host µs with torch.compile; the 1B Llama step compiled
+    step overhead_tritonop1 150 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
+      --impl normlab,torch,compile,normlab+compile,liger --out "$OUT/overhead_tritonop1.json" \
+      --no-progress
     step llama_tritonop 420 python3 benchmarks/llama_step.py --out "$OUT/llama_tritonop.json" \
       --variants hf,normlab_loss,normlab --modes compile --steps 12 --warmup 4
-    step overhead_tritonop2 120 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
-      --impl normlab,torch,compile,normlab+compile --out "$OUT/overhead_tritonop2.json" \
-      --no-progress
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \

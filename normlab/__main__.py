@@ -178,10 +178,11 @@ def _build_parser() -> _Parser:
     )
     bench.add_argument(
         "--impl",
-        type=_choices("impl", IMPLS),
+        type=_choices("impl", IMPLS, extra=("normlab+compile",)),
         default=None,
         help="comma list of impls (default: all of each op's, where available): "
-        "eager, torch, compile, normlab, liger, quack",
+        "eager, torch, compile, normlab, liger, quack; with --overhead also normlab+compile "
+        "(normlab inside torch.compile)",
     )
     bench.add_argument(
         "--strategy",

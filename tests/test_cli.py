@@ -148,6 +148,7 @@ def test_help_via_subprocess():
         (["bench", "--overhead", "--out", "o.jsonl"], "--overhead", "writes FILE.json"),
         (["bench", "--out", "r.json"], "--out FILE.json", "is for --overhead"),
         (["bench", "--overhead", "--op", "copy"], "--overhead", "--op named none"),
+        (["bench", "--impl", "normlab+compile"], "--impl", "normlab+compile implements none"),
         (["info", "--copy-mib", "0"], "--copy-mib", "0 is below 1"),
         (["info", "--copy-mib", "-5"], "--copy-mib", "-5 is below 1"),
         (["info", "--copy-mib", "1.5"], "--copy-mib", "'1.5' is not an integer"),
@@ -184,6 +185,18 @@ def test_bench_overhead_writes_host_costs(tmp_path, capsys):
     assert "normlab ÷ torch" in text
     if normlab.INTERPRET:
         assert "Interpreter figures" in text and data["costs"][0]["mode"] == "interpret"
+
+
+def test_bench_overhead_takes_normlab_inside_compile(tmp_path, capsys):
+    """--impl normlab+compile is an --overhead impl (left out on CPU, where a compile per case
+    teaches nothing)."""
+    import json
+
+    out = tmp_path / "overhead.json"
+    assert cli.main(["bench", "--overhead", "--op", "rms_norm", "--impl", "torch,normlab+compile",
+                     "--no-progress", "--out", str(out)]) == 0  # fmt: skip
+    impls = {c["impl"] for c in json.loads(out.read_text())["costs"]}
+    assert impls == ({"torch"} if normlab.INTERPRET else {"torch", "normlab+compile"})
 
 
 @pytest.mark.parametrize(
