@@ -37,8 +37,11 @@ def _outputs(out):
 
 def _run(fn, inputs):
     outs = _outputs(fn(*inputs))
+    leaves = [t for t in inputs if t.requires_grad]
+    if not leaves:  # an inference call
+        return outs, ()
     total = sum(o.float().square().mean() for o in outs)
-    return outs, torch.autograd.grad(total, [t for t in inputs if t.requires_grad])
+    return outs, torch.autograd.grad(total, leaves)
 
 
 def _run_and_get_code(fn):
@@ -89,6 +92,10 @@ def check_norms() -> bool:
     ok &= check("add_layer_norm", lambda x, r, w, b: normlab.add_layer_norm(x, r, w, b), x, r, w,
                 b, traced=True)  # fmt: skip
     ok &= check("rms_norm offset=1", lambda x, w: normlab.rms_norm(x, w, offset=1.0), x, w,
+                traced=True)  # fmt: skip
+    xi, wi, bi = (t.detach() for t in (x, w, b))  # no gradient: no statistics stored
+    ok &= check("rms_norm inference", lambda x, w: normlab.rms_norm(x, w), xi, wi, traced=True)
+    ok &= check("layer_norm inference", lambda x, w, b: normlab.layer_norm(x, w, b), xi, wi, bi,
                 traced=True)  # fmt: skip
     # block-row rows (layout="auto" from 16384 rows): no stored statistics, the backward
     # recomputes them (configs.block_row_recompute_stats)

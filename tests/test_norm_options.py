@@ -414,6 +414,8 @@ def test_norm_custom_ops_opcheck(is_rms, layout, residual, ops):
     w.requires_grad_(ops == "triton")  # (the planned ops have no autograd: they run below it)
     fwd = (x, r, w, b, EPS[is_rms], 1.0, is_rms, "auto", layout)
     torch.library.opcheck(fwd_op.default, fwd)
+    with torch.no_grad():  # without statistics (no backward will run)
+        torch.library.opcheck(fwd_op.default, (*fwd, False))
     with torch.no_grad():
         _, h, mean, rstd = fwd_op(*fwd)
     normed = h if residual else x

@@ -95,6 +95,27 @@ def test_traced_body_launches_what_an_eager_call_launches(launches, is_rms, case
     assert grads[0].shape == x.shape and grads[1].shape == w.shape
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}-{c[2]}-{c[3]}")
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_forward_without_statistics(launches, is_rms, case):
+    """need_stats=False (a compiled call that needs no gradient): empty statistics, eager and
+    traced alike, the same launches, and y against fp64."""
+    n_rows, n_cols, layout, strategy = case
+    x, _, w, b = _args(n_rows, n_cols, is_rms, False)
+    options = (EPS[is_rms], 0.0, is_rms, strategy, layout, False)
+    y, _, mean, rstd = torch.ops.normlab.norm_fwd(x, None, w, b, *options)
+    assert mean.numel() == rstd.numel() == 0
+    want = (ref.rms_norm(x.double(), w.double(), EPS[True]) if is_rms
+            else ref.layer_norm(x.double(), w.double(), b.double(), EPS[False]))  # fmt: skip
+    assert_close(y, want)
+    eager = list(launches)
+    launches.clear()
+    with FakeTensorMode() as mode:
+        fake = [None if t is None else mode.from_tensor(t) for t in (x, w, b)]
+        _, _, fmean, frstd = torch.ops.normlab.norm_fwd(fake[0], None, *fake[1:], *options)
+    assert launches == eager and fmean.numel() == frstd.numel() == 0
+
+
 def test_traced_body_needs_traceable_kernels(launches, monkeypatch):
     """Under the interpreter (TRACEABLE off) a traced body launches nothing: it calls the
     opaque op."""

@@ -204,9 +204,11 @@ def _or_empty(t, like):
 _FwdOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # (y, h, mean, rstd)
 
 
-def _fwd_outputs(y, h, mean, rstd, x):
+def _fwd_outputs(y, h, mean, rstd, x, need_stats):
     """(y, h, mean, rstd); h (without a residual) and absent statistics are empty tensors
-    (custom ops return no None)."""
+    (custom ops return no None), and so are the statistics without ``need_stats``."""
+    if not need_stats:
+        mean = rstd = None
     return y, _or_empty(h, x), _or_empty(mean, x), _or_empty(rstd, x)
 
 
@@ -225,18 +227,18 @@ def _bwd_outputs(dx, dw, db, x):
 @torch.library.custom_op("normlab::norm_fwd_planned", mutates_args=())
 def _norm_fwd_planned_op(x: torch.Tensor, residual: torch.Tensor | None,
                          weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
-                         offset: float, is_rms: bool, strategy: str, layout: str
-                         ) -> _FwdOutputs:  # fmt: skip
-    args = (x, residual, weight, bias, eps, offset, is_rms, strategy, layout)
-    return _fwd_outputs(*planned_forward(*args), x)
+                         offset: float, is_rms: bool, strategy: str, layout: str,
+                         need_stats: bool = True) -> _FwdOutputs:  # fmt: skip
+    args = (x, residual, weight, bias, eps, offset, is_rms, strategy, layout, need_stats)
+    return _fwd_outputs(*planned_forward(*args), x, need_stats)
 
 
 @_norm_fwd_planned_op.register_fake
-def _(x, residual, weight, bias, eps, offset, is_rms, strategy, layout):
+def _(x, residual, weight, bias, eps, offset, is_rms, strategy, layout, need_stats=True):
     # (not config.plan: it is memoized on a GPU, and the sizes here may be symbolic)
     n_rows, n_cols = x.shape
     block_row = config.uses_block_row(n_rows, n_cols, strategy, layout)
-    stored = not block_row or not config.block_row_recompute_stats(n_cols, is_rms)
+    stored = need_stats and not (block_row and config.block_row_recompute_stats(n_cols, is_rms))
     n_stats = n_rows if stored else 0
     rstd = x.new_empty((n_stats,), dtype=torch.float32)
     mean = x.new_empty((0 if is_rms else n_stats,), dtype=torch.float32)
@@ -264,15 +266,16 @@ def _(dy, dh, x, weight, bias, mean, rstd, eps, offset, is_rms, strategy, layout
 @torch.library.triton_op("normlab::norm_fwd", mutates_args=())
 def _norm_fwd_op(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None,
                  bias: torch.Tensor | None, eps: float, offset: float, is_rms: bool,
-                 strategy: str, layout: str) -> _FwdOutputs:  # fmt: skip
-    """(y, h, mean, rstd) as ``planned_forward``'s, absent ones empty. Also the fake kernel."""
-    args = (x, residual, weight, bias, eps, offset, is_rms, strategy, layout)
+                 strategy: str, layout: str, need_stats: bool = True) -> _FwdOutputs:  # fmt: skip
+    """(y, h, mean, rstd) as ``planned_forward``'s, absent ones empty (the statistics without
+    ``need_stats``: no backward will run). Also the fake kernel."""
+    args = (x, residual, weight, bias, eps, offset, is_rms, strategy, layout, need_stats)
     if not _launch.is_traced(x):  # called eagerly: as any eager call
-        return _fwd_outputs(*planned_forward(*args), x)
+        return _fwd_outputs(*planned_forward(*args), x, need_stats)
     if not _traced_launches((x, residual), eps, offset):
         return torch.ops.normlab.norm_fwd_planned(*args)
     with _launch.traced():
-        return _fwd_outputs(*_forward(*args), x)
+        return _fwd_outputs(*_forward(*args), x, need_stats)
 
 
 @torch.library.triton_op("normlab::norm_bwd", mutates_args=())
@@ -291,7 +294,7 @@ def _norm_bwd_op(dy: torch.Tensor, dh: torch.Tensor | None, x: torch.Tensor,
 
 
 def _setup_context(ctx, inputs, output):
-    x, residual, weight, bias, eps, offset, is_rms, strategy, layout = inputs
+    x, residual, weight, bias, eps, offset, is_rms, strategy, layout, _need_stats = inputs
     _, h, mean, rstd = output
     ctx.save_for_backward(x if residual is None else h, weight, bias, mean, rstd)
     ctx.args = (eps, offset, is_rms, strategy, layout)
@@ -311,7 +314,7 @@ def _custom_op_backward(ctx, dy, dh, _dmean, _drstd):
         dh = None
     dx, dw, db = _backward(dy, dh, *ctx.saved_tensors, ctx.args, _run_bwd_op)
     # x and the residual get the same gradient.
-    return dx, dx if ctx.has_residual else None, dw, db, None, None, None, None, None
+    return dx, dx if ctx.has_residual else None, dw, db, None, None, None, None, None, None
 
 
 _norm_fwd_op.register_autograd(_custom_op_backward, setup_context=_setup_context)
@@ -417,7 +420,8 @@ def _norm(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout):
     """y, or (y, h) with a residual: the compiled, autograd or inference path."""
     args = (x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout)
     if torch.compiler.is_compiling():
-        y, h, _, _ = torch.ops.normlab.norm_fwd(*args)
+        need_stats = _needs_grad(x2d, residual, weight, bias)
+        y, h, _, _ = torch.ops.normlab.norm_fwd(*args, need_stats)
     elif _needs_grad(x2d, residual, weight, bias):
         return _APPLY(*args)
     else:  # no backward will run: the forward stores no statistics
