@@ -77,12 +77,13 @@
 # tritonop (the norms as Triton ops under torch.compile: the compiled norms against eager, which
 # kernels Inductor launched; the GPU checks); tritonllama (host µs per call of the norms beside
 # torch, torch.compile and Liger; the 1B Llama step compiled: Hugging Face's, normlab's loss
-# alone, norms and loss).
+# alone, norms and loss); tritonstats (compiled calls without a gradient store no statistics: the
+# compiled norms against eager; host µs per call beside torch.compile, twice).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop or tritonllama}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama or tritonstats}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -434,6 +435,14 @@ case $STAGE in
       --no-progress
     step llama_tritonop 420 python3 benchmarks/llama_step.py --out "$OUT/llama_tritonop.json" \
       --variants hf,normlab_loss,normlab --modes compile --steps 12 --warmup 4
+    ;;
+  tritonstats)  # compiled calls without a gradient store no statistics
+    step compile_check_stats 150 python3 benchmarks/compile_check.py --norms
+    for run in 1 2; do
+      step "overhead_tritonstats$run" 120 python3 -m normlab bench --overhead \
+        --op rms_norm,layer_norm --impl normlab,torch,compile,normlab+compile,liger \
+        --out "$OUT/overhead_tritonstats$run.json" --no-progress
+    done
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \
