@@ -78,7 +78,8 @@
 # kernels Inductor launched; the GPU checks); tritonllama (host µs per call of the norms beside
 # torch, torch.compile and Liger; the 1B Llama step compiled: Hugging Face's, normlab's loss
 # alone, norms and loss); tritonstats (compiled calls without a gradient store no statistics: the
-# compiled norms against eager; host µs per call beside torch.compile, twice).
+# compiled norms against eager; the stride hint as a product at population members whose rows take
+# it; host µs per call beside torch.compile, twice).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -438,6 +439,10 @@ case $STAGE in
     ;;
   tritonstats)  # compiled calls without a gradient store no statistics
     step compile_check_stats 150 python3 benchmarks/compile_check.py --norms
+    # the stride hint as a product (aligned_stride): population members whose rows take it
+    step aligned_stride 90 python3 -m normlab bench --no-progress --op rms_norm,layer_norm \
+      --impl normlab,torch --shapes 15080x1464,10885x408 --direction fwd,bwd --reps 10 \
+      --out "$OUT/aligned_stride.jsonl"
     for run in 1 2; do
       step "overhead_tritonstats$run" 120 python3 -m normlab bench --overhead \
         --op rms_norm,layer_norm --impl normlab,torch,compile,normlab+compile,liger \
