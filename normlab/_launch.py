@@ -171,6 +171,11 @@ def traced():
 
 
 def _traced_launch(fn, grid, args, kwargs):
+    if kwargs.get("ROW_ALIGN", 1) > 1:
+        # No row-stride hint: Inductor's mutation analysis (torch 2.11) builds the kernel with
+        # its int arguments as constants, and tl.multiple_of rejects a constant. Failing, it
+        # takes every input as written and clones the placeholder arguments apart.
+        kwargs = {**kwargs, "ROW_ALIGN": 1}
     if isinstance(fn, (JITFunction, Autotuner)):
         torch.library.wrap_triton(fn)[grid](*args, **kwargs)
         return

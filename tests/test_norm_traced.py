@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton.language as tl
 from helpers import assert_close
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -114,6 +115,32 @@ def test_forward_without_statistics(launches, is_rms, case):
         fake = [None if t is None else mode.from_tensor(t) for t in (x, w, b)]
         _, _, fmean, frstd = torch.ops.normlab.norm_fwd(fake[0], None, *fake[1:], *options)
     assert launches == eager and fmean.numel() == frstd.numel() == 0
+
+
+def _kernel(x_ptr, x_row_stride, ROW_ALIGN: tl.constexpr):  # a signature: never compiled here
+    pass
+
+
+def test_traced_launch_drops_the_row_stride_hint(monkeypatch):
+    """A traced launch is a wrap_triton call with ROW_ALIGN 1 (Inductor's mutation analysis
+    cannot build tl.multiple_of on the constant it makes of an int), the rest as given."""
+    from triton.runtime.jit import JITFunction
+
+    kernel, seen = JITFunction(_kernel), []
+
+    class WrapTriton:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: seen.append((self.fn, grid, args, kwargs))
+
+    monkeypatch.setattr(torch.library, "wrap_triton", WrapTriton)
+    with _launch.traced():
+        _launch.launch(kernel, (3,), "x", 1000, ROW_ALIGN=8, num_warps=4)
+        _launch.launch(kernel, (2,), "x", 1001, ROW_ALIGN=1, num_warps=2)
+    assert seen == [(kernel, (3,), ("x", 1000), {"ROW_ALIGN": 1, "num_warps": 4}),
+                    (kernel, (2,), ("x", 1001), {"ROW_ALIGN": 1, "num_warps": 2})]  # fmt: skip
 
 
 def test_traced_body_needs_traceable_kernels(launches, monkeypatch):

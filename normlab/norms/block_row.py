@@ -34,7 +34,7 @@ from normlab._host import (
 from normlab._launch import buffer, launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
-from normlab.norms.tiles import aligned_stride, load_f32, store_cast, store_sum
+from normlab.norms.tiles import load_f32, store_cast, store_sum
 
 STRATEGIES = config.BLOCK_ROW_STRATEGIES
 
@@ -149,11 +149,11 @@ def _block_row_fwd_kernel(
     flight while it stores (the persistent backward's prefetch)."""
     pid = tl.program_id(0)
     if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
-        x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-        y_row_stride = aligned_stride(y_row_stride, ROW_ALIGN)
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
         if HAS_RESIDUAL:
-            r_row_stride = aligned_stride(r_row_stride, ROW_ALIGN)
-            h_row_stride = aligned_stride(h_row_stride, ROW_ALIGN)
+            r_row_stride = tl.multiple_of(r_row_stride, ROW_ALIGN)
+            h_row_stride = tl.multiple_of(h_row_stride, ROW_ALIGN)
     col_mask = tl.arange(0, BLOCK_COLS) < n_cols
     eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
     offset = tl.cast(offset, tl.float32)
@@ -307,10 +307,10 @@ def _block_row_bwd_kernel(
     """
     pid = tl.program_id(0)
     if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
-        x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-        dy_row_stride = aligned_stride(dy_row_stride, ROW_ALIGN)
-        dx_row_stride = aligned_stride(dx_row_stride, ROW_ALIGN)
-        dh_row_stride = aligned_stride(dh_row_stride, ROW_ALIGN)
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
+        dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+        dh_row_stride = tl.multiple_of(dh_row_stride, ROW_ALIGN)
     n_programs = tl.num_programs(0)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
     inv_n = 1.0 / n_cols

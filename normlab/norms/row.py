@@ -45,7 +45,6 @@ from normlab._launch import buffer, launch, not_replayable
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
 from normlab.norms.tiles import (
-    aligned_stride,
     bwd_tile_single_pass,
     bwd_tile_two_pass,
     load_f32,
@@ -103,11 +102,11 @@ def _norm_fwd_kernel(
     if INT64_ROWS:
         row = row.to(tl.int64)
     if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
-        x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-        y_row_stride = aligned_stride(y_row_stride, ROW_ALIGN)
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
         if HAS_RESIDUAL:
-            r_row_stride = aligned_stride(r_row_stride, ROW_ALIGN)
-            h_row_stride = aligned_stride(h_row_stride, ROW_ALIGN)
+            r_row_stride = tl.multiple_of(r_row_stride, ROW_ALIGN)
+            h_row_stride = tl.multiple_of(h_row_stride, ROW_ALIGN)
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * y_row_stride
     r_row = r_ptr + row * r_row_stride
@@ -367,10 +366,10 @@ def _persistent_single_pass(
     PREFETCH issues the loads of the program's next tile before working on the current one
     (registers, not shared memory), so two tiles' loads are in flight per program."""
     if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
-        x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-        dy_row_stride = aligned_stride(dy_row_stride, ROW_ALIGN)
-        dx_row_stride = aligned_stride(dx_row_stride, ROW_ALIGN)
-        dh_row_stride = aligned_stride(dh_row_stride, ROW_ALIGN)
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
+        dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+        dh_row_stride = tl.multiple_of(dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_COLS)
@@ -518,10 +517,10 @@ def _norm_bwd_persistent_two_pass_kernel(
     row tile is walked twice in BLOCK_COLS chunks (c1/c2, then dx + partials); the re-read of
     the tile is mostly served by L2."""
     if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
-        x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-        dy_row_stride = aligned_stride(dy_row_stride, ROW_ALIGN)
-        dx_row_stride = aligned_stride(dx_row_stride, ROW_ALIGN)
-        dh_row_stride = aligned_stride(dh_row_stride, ROW_ALIGN)
+        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
+        dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
+        dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
+        dh_row_stride = tl.multiple_of(dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
     db_out = db_partial_ptr + pid.to(tl.int64) * n_cols

@@ -14,15 +14,6 @@ import triton.language as tl
 
 
 @triton.jit
-def aligned_stride(stride, ROW_ALIGN: tl.constexpr):
-    """A row stride known to be a multiple of ROW_ALIGN elements (vector loads). The product
-    carries the divisibility a ``tl.multiple_of`` hint would, and also takes a constexpr stride:
-    torch.compile's mutation analysis (torch 2.11) passes ints as constants, which multiple_of
-    rejects."""
-    return stride // ROW_ALIGN * ROW_ALIGN
-
-
-@triton.jit
 def load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr):  # w_ptr: (n_cols,)
     """fp32 (offset + weight) chunk, or a scalar 1 placeholder when there is no weight (the op
     refuses an offset without one)."""
