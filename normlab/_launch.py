@@ -40,8 +40,6 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor
 from triton import knobs
-from triton.runtime.autotuner import Autotuner
-from triton.runtime.jit import JITFunction
 
 from normlab import _runtime
 
@@ -176,16 +174,7 @@ def _traced_launch(fn, grid, args, kwargs):
         # its int arguments as constants, and tl.multiple_of rejects a constant. Failing, it
         # takes every input as written and clones the placeholder arguments apart.
         kwargs = {**kwargs, "ROW_ALIGN": 1}
-    if isinstance(fn, (JITFunction, Autotuner)):
-        torch.library.wrap_triton(fn)[grid](*args, **kwargs)
-        return
-    # The interpreter's kernels cannot enter a graph. Fake tensors carry shapes only, which the
-    # launcher's outputs already have; functionalized ones would need the kernel's values.
-    if any(isinstance(a, FunctionalTensor) for a in (*args, *kwargs.values())):
-        raise RuntimeError(
-            f"{getattr(fn, '__name__', 'kernel')}: an interpreted kernel cannot be traced into a "
-            "torch.compile graph (normlab keeps its ops opaque under the interpreter)"
-        )
+    torch.library.wrap_triton(fn)[grid](*args, **kwargs)  # (ops trace only JIT kernels)
 
 
 def launch(fn, grid, *args, **kwargs):
