@@ -73,11 +73,11 @@ def _check(name, fn, inputs, traced, again):
     return ok
 
 
-def _norm_inputs(n_rows, n_cols, dtype, bias=True):
+def _norm_inputs(n_rows, n_cols, dtype):
     dev = "cuda"
     x = torch.randn(n_rows, n_cols, device=dev, dtype=dtype, requires_grad=True)
     w = (1 + 0.1 * torch.randn(n_cols, device=dev)).to(dtype).requires_grad_()
-    b = (0.1 * torch.randn(n_cols, device=dev)).to(dtype).requires_grad_() if bias else None
+    b = (0.1 * torch.randn(n_cols, device=dev)).to(dtype).requires_grad_()
     return x, w, b
 
 
