@@ -79,12 +79,14 @@
 # torch, torch.compile and Liger; the 1B Llama step compiled: Hugging Face's, normlab's loss
 # alone, norms and loss); tritonstats (compiled calls without a gradient store no statistics: the
 # compiled norms against eager; the stride hint as a product at population members whose rows take
-# it; host µs per call beside torch.compile, twice).
+# it; host µs per call beside torch.compile, twice); fusedllama (the 1B Llama step compiled, with
+# patch(fused_add=True) beside the plain patch and Hugging Face's, profiled); compiledhost (where a
+# compiled norm forward's host time goes, against torch's op).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama or tritonstats}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama or compiledhost}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -448,6 +450,13 @@ case $STAGE in
         --op rms_norm,layer_norm --impl normlab,torch,compile,normlab+compile,liger \
         --out "$OUT/overhead_tritonstats$run.json" --no-progress
     done
+    ;;
+  fusedllama)  # the decoder layers' mid-block residual add inside add_rms_norm, compiled
+    step llama_fused 560 python3 benchmarks/llama_step.py --out "$OUT/llama_fused.json" \
+      --variants hf,normlab,normlab_fused --modes compile --steps 12 --warmup 4 --profile 30
+    ;;
+  compiledhost)  # a compiled norm forward's host time: cProfile and Inductor's wrapper code
+    step compiled_host_profile 150 python3 benchmarks/compiled_host_profile.py
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \

@@ -13,6 +13,8 @@ Variants, each in its own process (Liger patches transformers' classes globally)
 * ``normlab_split``: as ``normlab``, its loss in the split form (statistics forward, the
   gradient written by the backward) where ``form="auto"`` takes the chunked form at this
   vocabulary (the gradient written by the forward);
+* ``normlab_fused``: ``normlab.patch(model, loss=True, fused_add=True)``: as ``normlab``, each
+  decoder layer's mid-block residual add inside its post-attention norm (``add_rms_norm``);
 * ``normlab_loss``: ``normlab.patch(model, norms=False, loss=True)``: the loss alone, the
   norms left to Hugging Face (and, compiled, to Inductor, which fuses them with the residual
   adds);
@@ -35,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = ("hf", "normlab", "normlab_split", "normlab_loss", "liger")
+VARIANTS = ("hf", "normlab", "normlab_fused", "normlab_split", "normlab_loss", "liger")
 MODES = ("eager", "compile")
 
 
@@ -83,11 +85,13 @@ def run_one(variant: str, mode: str, layers: int, steps: int, warmup: int, batch
 
     model, cfg = _model(layers, seed)
     patched = []
-    if variant in ("normlab", "normlab_split", "normlab_loss"):
+    if variant in ("normlab", "normlab_fused", "normlab_split", "normlab_loss"):
         import normlab
 
-        report = normlab.patch(model, norms=variant != "normlab_loss", loss=True)
-        patched = report.replaced + (["loss"] if report.loss else [])
+        report = normlab.patch(model, norms=variant != "normlab_loss", loss=True,
+                               fused_add=variant == "normlab_fused")  # fmt: skip
+        patched = (report.replaced + (["loss"] if report.loss else [])
+                   + [f"{name} (fused add)" for name in report.fused_add])  # fmt: skip
         if variant == "normlab_split":
             import functools
 

@@ -6,6 +6,8 @@ Hugging Face classes in ``RMS_NORM_CLASSES``), Gemma's zero-centred ``(1 + weigh
 (``ZERO_CENTERED_RMS_NORM_CLASSES``, normlab's RMSNorm with ``offset=1``) or torch.nn.LayerNorm
 becomes normlab's module over the *same* parameters, so optimizers, state_dict keys and tied
 weights are unchanged. Norms of another form are left alone and listed in the returned report.
+With ``fused_add=True`` the Llama-style decoder layers also move their mid-block residual add into
+the post-attention norm's kernel (``add_rms_norm``), as Inductor fuses it into its own norms.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import torch
 
 from normlab import nn as _nn
+from normlab.norms import add_rms_norm
 
 # Hugging Face RMSNorm classes whose forward is Llama's: fp32 statistics, weight * x_hat.
 RMS_NORM_CLASSES = frozenset({
@@ -34,11 +37,13 @@ ZERO_CENTERED_RMS_NORM_CLASSES = frozenset({
 @dataclasses.dataclass
 class PatchReport:
     """What ``patch`` did: the names of the swapped modules, the norms it left alone (with their
-    class), and whether the loss was swapped."""
+    class), whether the loss was swapped, and the decoder layers whose residual add moved into a
+    norm's kernel."""
 
     replaced: list[str] = dataclasses.field(default_factory=list)
     skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     loss: bool = False
+    fused_add: list[str] = dataclasses.field(default_factory=list)
 
 
 # Hugging Face RMSNorm classes whose output takes the weight's dtype (T5: x_hat is cast to a
@@ -54,7 +59,10 @@ class HFRMSNorm(_nn.RMSNorm):
     out_dtype = "promote"
 
     def forward(self, x):
-        y = super().forward(x)
+        return self.cast_out(super().forward(x))
+
+    def cast_out(self, y):
+        """y in the output dtype of the Hugging Face class this module replaced."""
         if self.weight is None or self.weight.dtype == y.dtype:
             return y
         if self.out_dtype == "weight":
@@ -112,6 +120,60 @@ def _looks_like_norm(module) -> bool:
     return is_norm and not isinstance(module, (_nn.RMSNorm, _nn.LayerNorm))
 
 
+# Hugging Face decoder layers whose forward (transformers 5) is Llama's pre-norm block:
+#   h = x + self_attn(input_layernorm(x)); return h + mlp(post_attention_layernorm(h)).
+FUSED_ADD_DECODER_CLASSES = frozenset({
+    "LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer",
+    "GemmaDecoderLayer",
+})  # fmt: skip
+
+
+def _fused_add_forward(self, hidden_states, **kwargs):
+    """A Llama-style decoder layer whose mid-block residual add runs inside
+    post_attention_layernorm's kernel (:func:`normlab.add_rms_norm`). The arguments go to
+    self_attn by keyword, as the layer's own forward passes them; the layer's output, and so the
+    next layer's input norm, is unchanged."""
+    attn_out, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kwargs)
+    norm = self.post_attention_layernorm
+    eps = norm.eps if norm.eps is not None else torch.finfo(torch.float32).eps
+    y, h = add_rms_norm(attn_out, hidden_states, norm.weight, eps, offset=norm.offset,
+                        strategy=norm.strategy, layout=norm.layout)  # fmt: skip
+    if isinstance(norm, HFRMSNorm):
+        y = norm.cast_out(y)
+    return h + self.mlp(y)
+
+
+_FUSED_ADD_CLASSES: dict[type, type] = {}
+
+
+def _fused_add_class(cls: type) -> type:
+    """``cls`` with :func:`_fused_add_forward`, under the same name (model code that matches layer
+    classes by name, as ``_no_split_modules`` does, still matches). A subclass, not a forward set
+    on the instance: transformers wraps each subclass's forward for gradient checkpointing."""
+    if cls not in _FUSED_ADD_CLASSES:
+        attrs = {"forward": _fused_add_forward, "__qualname__": cls.__qualname__,
+                 "__doc__": cls.__doc__, "_normlab_fused_add": True}  # fmt: skip
+        _FUSED_ADD_CLASSES[cls] = type(cls.__name__, (cls,), attrs)
+    return _FUSED_ADD_CLASSES[cls]
+
+
+def _fusable_decoder(layer) -> bool:
+    """A layer of FUSED_ADD_DECODER_CLASSES, not yet fused and with no forward of its own on the
+    instance, whose post-attention norm is normlab's RMSNorm over the last dimension."""
+    if (type(layer).__name__ not in FUSED_ADD_DECODER_CLASSES or "forward" in vars(layer)
+            or getattr(type(layer), "_normlab_fused_add", False)):  # fmt: skip
+        return False
+    norm = getattr(layer, "post_attention_layernorm", None)
+    return (isinstance(norm, _nn.RMSNorm) and len(norm.normalized_shape) == 1
+            and all(hasattr(layer, a) for a in ("self_attn", "mlp", "input_layernorm")))  # fmt: skip
+
+
+def _transformers_major() -> int:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
+
+
 def causal_lm_loss(logits, labels, vocab_size: int, num_items_in_batch=None,
                    ignore_index: int = -100, shift_labels=None, *, label_smoothing: float = 0.0,
                    z_loss: float = 0.0, softcap: float | None = None, form: str = "auto",
@@ -139,9 +201,19 @@ def causal_lm_loss(logits, labels, vocab_size: int, num_items_in_batch=None,
 
 
 def patch(model: torch.nn.Module, *, norms: bool = True, loss: bool = False,
-          strategy: str = "auto", layout: str = "auto") -> PatchReport:  # fmt: skip
+          fused_add: bool = False, strategy: str = "auto",
+          layout: str = "auto") -> PatchReport:  # fmt: skip
     """Swap ``model``'s norms for normlab's modules (same parameters) and, with ``loss=True``,
-    a Hugging Face causal LM's loss for :func:`causal_lm_loss`. Returns what it did."""
+    a Hugging Face causal LM's loss for :func:`causal_lm_loss`. With ``fused_add=True`` (needs
+    ``norms`` and transformers 5), each Llama-style decoder layer (``FUSED_ADD_DECODER_CLASSES``)
+    computes its mid-block residual add and post-attention norm in one kernel,
+    :func:`normlab.add_rms_norm`. Returns what it did."""
+    if fused_add and not norms:
+        raise ValueError("patch(fused_add=True) moves residual adds into normlab's norms; it "
+                         "needs norms=True")  # fmt: skip
+    if fused_add and _transformers_major() < 5:
+        raise ValueError("patch(fused_add=True) rewrites transformers 5's decoder layers, "
+                         "which return a tensor; this transformers is older")  # fmt: skip
     report = PatchReport()
     if norms:
         for parent_name, parent in list(model.named_modules()):
@@ -154,6 +226,11 @@ def patch(model: torch.nn.Module, *, norms: bool = True, loss: bool = False,
                     report.replaced.append(full)
                 elif _looks_like_norm(child):
                     report.skipped.append((full, type(child).__name__))
+    if fused_add:
+        for name, layer in model.named_modules():
+            if _fusable_decoder(layer):
+                layer.__class__ = _fused_add_class(type(layer))
+                report.fused_add.append(name)
     if loss:
         if not isinstance(getattr(type(model), "loss_function", None), property):
             raise TypeError(

@@ -389,6 +389,9 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/norm_population.py", ["--out", "x", "--timed-us", "-1"], "--timed-us must be"),
     ("benchmarks/llama_step.py", ["--profile", "-1"], "--profile must be >= 0"),
     ("benchmarks/llama_step.py", ["--variants", "hf,nl"], "is not one of"),
+    ("benchmarks/compiled_host_profile.py", ["--calls", "0"], "--calls must be >= 1"),
+    ("benchmarks/compiled_host_profile.py", ["--shape", "4by8"], "is not MxN"),
+    ("benchmarks/compiled_host_profile.py", [], "needs a CUDA GPU"),
 ])  # fmt: skip
 def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path):
     """Bad arguments (and no GPU here) exit 2 with the reason, before anything is measured."""

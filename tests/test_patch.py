@@ -74,3 +74,79 @@ def test_patch_leaves_other_norm_forms_alone():
 def test_patch_loss_needs_a_hugging_face_model():
     with pytest.raises(TypeError, match="loss_function"):
         patch(torch.nn.Linear(2, 2), loss=True)
+
+
+def _set_norm_weights(*models):
+    """Non-trivial norm weights, the same in each model, so a dropped weight would show."""
+    with torch.no_grad():
+        for m in models:
+            gen = torch.Generator().manual_seed(1)
+            for name, p in m.named_parameters():
+                if "norm" in name:
+                    p.copy_(1 + 0.3 * torch.randn(p.shape, generator=gen))
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_patch_fused_add_matches_unpatched(monkeypatch, checkpointing):
+    ref_model, model = _tiny_llama(), _tiny_llama()
+    _set_norm_weights(ref_model, model)
+    calls = []
+    fused = normlab.patching.add_rms_norm
+
+    def counted(x, residual, *args, **kwargs):
+        calls.append(x.shape)
+        return fused(x, residual, *args, **kwargs)
+
+    monkeypatch.setattr(normlab.patching, "add_rms_norm", counted)
+    report = patch(model, loss=True, fused_add=True)
+    assert report.fused_add == ["model.layers.0", "model.layers.1"]
+    if checkpointing:  # the layer's forward runs again in the backward
+        for m in (ref_model, model):
+            m.gradient_checkpointing_enable()
+            m.train()
+    ids = torch.randint(0, 203, (2, 17))
+    labels = ids.clone()
+    labels[1, -4:] = -100
+    loss_ref, logits_ref, grads_ref = _step(ref_model, ids, labels)
+    loss, logits, grads = _step(model, ids, labels)
+    assert len(calls) == (4 if checkpointing else 2) and calls[0] == (2, 17, 48)
+    torch.testing.assert_close(logits, logits_ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == grads_ref.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_ref[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_patch_fused_add_gemma_offset():
+    """Gemma's zero-centred norm: the fused add scales by (1 + weight), as the unfused one."""
+    torch.manual_seed(0)
+    config = transformers.GemmaConfig(
+        vocab_size=101, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=32,
+    )
+    ref_model = transformers.GemmaForCausalLM(config).float()
+    model = transformers.GemmaForCausalLM(config).float()
+    model.load_state_dict(ref_model.state_dict())
+    _set_norm_weights(ref_model, model)
+    report = patch(model, fused_add=True)
+    assert report.fused_add == ["model.layers.0"]
+    assert model.model.layers[0].post_attention_layernorm.offset == 1.0
+    ids = torch.randint(0, 101, (1, 9))
+    torch.testing.assert_close(model(input_ids=ids).logits, ref_model(input_ids=ids).logits,
+                               rtol=1e-4, atol=1e-4)  # fmt: skip
+
+
+def test_patch_fused_add_needs_the_norms():
+    with pytest.raises(ValueError, match="norms=True"):
+        patch(_tiny_llama(), norms=False, fused_add=True)
+    model = torch.nn.Sequential(torch.nn.RMSNorm(8))  # no decoder layer: nothing to fuse
+    assert patch(model, fused_add=True).fused_add == []
+
+
+def test_patch_fused_add_keeps_the_class_name_and_fuses_once():
+    model = _tiny_llama()
+    patch(model, fused_add=True)
+    layer = model.model.layers[0]
+    assert type(layer).__name__ == "LlamaDecoderLayer"
+    assert isinstance(layer, transformers.models.llama.modeling_llama.LlamaDecoderLayer)
+    assert patch(model, fused_add=True).fused_add == []  # already fused
