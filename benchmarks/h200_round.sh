@@ -81,12 +81,14 @@
 # compiled norms against eager; the stride hint as a product at population members whose rows take
 # it; host µs per call beside torch.compile, twice); fusedllama (the 1B Llama step compiled, with
 # patch(fused_add=True) beside the plain patch and Hugging Face's, profiled); compiledhost (where a
-# compiled norm forward's host time goes, against torch's op).
+# compiled norm forward's host time goes, against torch's op); staticlaunch (host µs with and
+# without torch's opt-in static launch of user-defined Triton kernels, the compiled norms under
+# it against eager; the 1B Llama step eager with the fused-add patch).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama or compiledhost}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost or staticlaunch}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -457,6 +459,18 @@ case $STAGE in
     ;;
   compiledhost)  # a compiled norm forward's host time: cProfile and Inductor's wrapper code
     step compiled_host_profile 150 python3 benchmarks/compiled_host_profile.py
+    ;;
+  staticlaunch)  # Inductor's static launcher for normlab's kernels (torch's opt-in config)
+    for launch in 0 1; do
+      TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=$launch step \
+        "overhead_static$launch" 120 python3 -m normlab bench --overhead --op rms_norm,layer_norm \
+        --impl normlab+compile,compile,torch --out "$OUT/overhead_static$launch.json" --no-progress
+    done
+    TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS=1 step compile_check_static 150 \
+      python3 benchmarks/compile_check.py --norms
+    step llama_fused_eager 300 python3 benchmarks/llama_step.py \
+      --out "$OUT/llama_fused_eager.json" --variants hf,normlab,normlab_fused --modes eager \
+      --steps 12 --warmup 4
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \

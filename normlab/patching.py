@@ -165,7 +165,7 @@ def _fusable_decoder(layer) -> bool:
         return False
     norm = getattr(layer, "post_attention_layernorm", None)
     return (isinstance(norm, _nn.RMSNorm) and len(norm.normalized_shape) == 1
-            and all(hasattr(layer, a) for a in ("self_attn", "mlp", "input_layernorm")))  # fmt: skip
+            and all(hasattr(layer, a) for a in ("self_attn", "mlp", "input_layernorm")))
 
 
 def _transformers_major() -> int:
