@@ -37,3 +37,30 @@ def test_graph_replay_needs_a_gpu():
         assert result is None
     else:
         assert result is not None and all(us > 0 for us in result)
+
+
+def test_rounds_take_the_implementations_in_turn(monkeypatch):
+    """Each round measures every implementation once, each round in another order, and the
+    recorded host µs is the median over the rounds."""
+    order, slow = [], {"normlab": [0.0, 0.009, 0.001], "torch": [0.002, 0.002, 0.002]}
+
+    def fake_case(op, impl, direction, dtype, device):
+        def run():
+            round_index = order.count(impl) // 3  # 3 calls a round: warmup, loop, isolated
+            order.append(impl)
+            time.sleep(slow[impl][round_index])
+
+        return 4, 8, run
+
+    monkeypatch.setattr(overhead, "host_case", fake_case)
+    monkeypatch.setitem(overhead.ROUNDS, "cpu", 3)
+    monkeypatch.setitem(overhead.LOOP_CALLS, "cpu", 1)
+    monkeypatch.setitem(overhead.ISOLATED_CALLS, "cpu", 1)
+    costs = overhead.measure_overhead(ops=("rms_norm",), impls=("normlab", "torch"),
+                                      directions=("fwd",))  # fmt: skip
+    # 3 calls a round per implementation (1 warmup, 1 loop, 1 isolated); the order rotates
+    firsts = [order[i] for i in range(0, len(order), 3)]
+    assert firsts == ["normlab", "torch", "torch", "normlab", "normlab", "torch"]
+    by = {c.impl: c for c in costs}
+    # normlab's rounds slept 0, 9 and 1 ms in its loop: the median is 1 ms, not the mean
+    assert 1000 <= by["normlab"].host_us < 2500 and 2000 <= by["torch"].host_us < 3500

@@ -9,6 +9,11 @@ autograd bookkeeping, the Triton launcher, allocations. Two numbers per call:
 * ``wall_us``: one isolated call, from an idle GPU to its last kernel's end (synchronize,
   call, synchronize; the median over ``ISOLATED_CALLS``). It is what a lone call costs a step.
 
+A shared host's speed drifts within a run, by 2× at times, so one loop per implementation can
+compare a fast moment with a slow one. Each (op, direction) is measured in ``ROUNDS`` rounds that
+take every implementation in turn (each round in another order), and each number is the median
+over the rounds: peers sample the same moments.
+
 Peers run the same op on the same input in the same process: torch's own op
 (``F.rms_norm``, ``F.layer_norm``, ``F.cross_entropy``; reverse KL and soft cross-entropy as
 ``F.kl_div`` / a sum over ``log_softmax``), ``torch.compile`` of it, and Liger-Kernel where it is
@@ -29,8 +34,9 @@ import torch.nn.functional as F
 from normlab import _runtime
 from normlab.bench.records import dtype_name, parse_dtype
 
-LOOP_CALLS = {"gpu": 2000, "cpu": 3}
-ISOLATED_CALLS = {"gpu": 200, "cpu": 3}
+LOOP_CALLS = {"gpu": 400, "cpu": 3}  # per round
+ISOLATED_CALLS = {"gpu": 40, "cpu": 3}  # per round
+ROUNDS = {"gpu": 5, "cpu": 1}
 WARMUP_CALLS = 20
 TINY = {"norm": (4, 1024), "loss": (4, 4096)}  # a few rows: the GPU is never the bottleneck
 DIRECTIONS = ("fwd", "fwd+bwd")
@@ -141,6 +147,12 @@ def host_cost(run: Callable[[], object], *, loop_calls: int, isolated_calls: int
               warmup: int = WARMUP_CALLS) -> tuple[float, float]:  # fmt: skip
     """(host_us, wall_us) of ``run()``: a launch-bound loop's µs per call, and the median µs of
     an isolated call (synchronized before and after)."""
+    host, walls = _host_round(run, loop_calls, isolated_calls, warmup)
+    return host, statistics.median(walls)
+
+
+def _host_round(run, loop_calls: int, isolated_calls: int, warmup: int):
+    """One round: (the loop's µs per call, each isolated call's µs)."""
     for _ in range(warmup):
         run()
     _sync()
@@ -156,7 +168,7 @@ def host_cost(run: Callable[[], object], *, loop_calls: int, isolated_calls: int
         run()
         _sync()
         walls.append((time.perf_counter() - t0) * 1e6)
-    return host, statistics.median(walls)
+    return host, walls
 
 
 def measure_overhead(ops=OPS, impls=IMPLS, directions=DIRECTIONS, dtype="bf16",
@@ -170,20 +182,29 @@ def measure_overhead(ops=OPS, impls=IMPLS, directions=DIRECTIONS, dtype="bf16",
     out = []
     for op in ops:
         for direction in directions:
+            cases = {}
             for impl in impls:
                 if impl.endswith("compile") and device != "cuda":
                     continue  # a C++ compile per case on CPU, and nothing to learn from it
                 case = host_case(op, impl, direction, torch_dtype, device)
-                if case is None:
-                    continue
-                M, N, run = case
-                if progress:
-                    progress(f"{op} {direction} {impl}")
-                host, wall = host_cost(run, loop_calls=LOOP_CALLS[kind],
-                                       isolated_calls=ISOLATED_CALLS[kind],
-                                       warmup=WARMUP_CALLS if kind == "gpu" else 1)  # fmt: skip
+                if case is not None:
+                    cases[impl] = case
+            hosts = {impl: [] for impl in cases}
+            walls = {impl: [] for impl in cases}
+            names = list(cases)
+            for r in range(ROUNDS[kind]):
+                for impl in names[r % len(names):] + names[:r % len(names)]:
+                    if progress:
+                        progress(f"{op} {direction} {impl} (round {r + 1} of {ROUNDS[kind]})")
+                    host, wall = _host_round(cases[impl][2], LOOP_CALLS[kind],
+                                             ISOLATED_CALLS[kind],
+                                             WARMUP_CALLS if kind == "gpu" else 1)  # fmt: skip
+                    hosts[impl].append(host)
+                    walls[impl].extend(wall)
+            for impl, (M, N, _) in cases.items():
                 out.append(HostCost(op, impl, direction, M, N, dtype_name(torch_dtype),
-                                    round(host, 2), round(wall, 2), mode))  # fmt: skip
+                                    round(statistics.median(hosts[impl]), 2),
+                                    round(statistics.median(walls[impl]), 2), mode))  # fmt: skip
     return out
 
 
@@ -249,13 +270,15 @@ def write_overhead(costs: list[HostCost], path, *, command: str = "", note: str 
     from normlab.bench.device import git_commit
 
     card = torch.cuda.get_device_name() if _runtime.DEVICE == "cuda" else "cpu (interpreter)"
-    loop = LOOP_CALLS["gpu" if _runtime.DEVICE == "cuda" else "cpu"]
+    kind = "gpu" if _runtime.DEVICE == "cuda" else "cpu"
+    loop, rounds = LOOP_CALLS[kind], ROUNDS[kind]
     meta = {
         "card": card, "torch": torch.__version__, "triton": triton.__version__,
         "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": git_commit(),
         "command": command,
-        "note": note or (f"host_us: CPU µs per call in a loop of {loop} calls on a tiny input; "
-                         "wall_us: median of isolated calls"),
+        "note": note or (f"host_us: CPU µs per call in a loop of {loop} calls on a tiny input, "
+                         f"the median over {rounds} rounds that take the implementations in "
+                         "turn; wall_us: median of isolated calls"),
     }  # fmt: skip
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

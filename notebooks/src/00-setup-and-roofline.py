@@ -126,7 +126,7 @@ print(f"(RMSNorm forward, {r['card']}, commit {r['commit']})")
 # %% [markdown]
 # Those wall times were recorded before normlab's host path was trimmed. The host overhead is
 # measured on its own (`benchmarks/host_profile.py`): a tiny input (4×1024), so the GPU is never
-# the bottleneck; `host` is CPU µs per call in a loop of 2000 calls, `wall` the median isolated
+# the bottleneck; `host` is CPU µs per call in a launch-bound loop, `wall` the median isolated
 # call. The same measurement runs live here on this machine's tiny input, in the interpreter (it
 # measures how slow the interpreter is, nothing about a GPU's host path):
 
