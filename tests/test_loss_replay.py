@@ -190,3 +190,36 @@ def test_zero_width_rows_take_the_full_path(replays, loss):
         want = torch.tensor(float("nan") if loss == "cross_entropy" else 0.0)
         torch.testing.assert_close(out.detach(), want, equal_nan=True)
     assert not replays
+
+
+@pytest.mark.parametrize(("loss", "form", "reduction"), [
+    ("cross_entropy", "chunked", "mean"), ("reverse_kl", "fused", "none"),
+    ("soft_cross_entropy", "chunked", "sum"), ("cross_entropy", "split", "mean")])  # fmt: skip
+def test_compiled_calls_replay_inside_the_op(replays, loss, form, reduction):
+    """Under torch.compile the loss is the custom op ``normlab::entropy_fwd``, whose body runs per
+    call: a signature's calls 2 and 3 replay the first's launches (the split form, whose backward
+    is an op of its own, takes the full path each time), each on fresh data against fp64."""
+    torch._dynamo.reset()
+    shape = (2, 3, 300)
+    weight = torch.rand(shape[:-1]) + 0.5 if reduction == "none" else torch.tensor(1.5)
+
+    def step(x, other):
+        out = FNS[loss][0](x, other, form=form, block_cap=64, reduction=reduction, **_kw(loss))
+        return (out * weight).sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for i in range(3):
+        x, other = _inputs(loss, shape, torch.float32)
+        xc = x.clone().requires_grad_()
+        value = compiled(xc, other)
+        (grad,) = torch.autograd.grad(value, xc)
+        ref_out, ref_grad = _ref(loss, x, other, reduction=reduction, weight=weight)
+        torch.testing.assert_close(value.double(), (ref_out * weight.double()).sum(),
+                                   rtol=1e-5, atol=1e-6, msg=f"call {i}")  # fmt: skip
+        torch.testing.assert_close(grad.double(), ref_grad, rtol=1e-5, atol=1e-6, msg=f"call {i}")
+    keys = [k for k in op._SIGNATURES if k[0] == "entropy_fwd"]
+    assert len(keys) == 1
+    if form == "split":
+        assert op._SIGNATURES[keys[0]] is None and not replays
+    else:
+        assert op._SIGNATURES[keys[0]].replayable and len(replays) == 2

@@ -438,15 +438,47 @@ def _entropy_fwd_op(
     softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, grad, row_stats, n_valid) of one unsharded call (see _loss_forward); absent ones
-    are empty tensors (custom ops return no None). ``other``: target logits, or the labels."""
-    spec = _local_spec(kind, form, block_cap, reduction, ignore_index, logits.shape[-1], loss_mask,
-                       temperature, beta, label_smoothing, z_loss, softcap)  # fmt: skip
+    are empty tensors (custom ops return no None). ``other``: target logits, or the labels.
+    A compiled graph calls this body per step: a signature's later calls replay its first."""
+    args = (kind, form, block_cap, reduction, ignore_index, compute_grad, temperature, beta,
+            label_smoothing, z_loss, softcap)  # fmt: skip
+    key = _signature_key("entropy_fwd", logits, other, loss_mask, args)
+    sig = _SIGNATURES.get(key) if key is not None else None
+    if sig is None:
+        spec = _local_spec(kind, form, block_cap, reduction, ignore_index, logits.shape[-1],
+                           loss_mask, temperature, beta, label_smoothing, z_loss,
+                           softcap)  # fmt: skip
+        if key is not None and key not in _SIGNATURES:
+            sig = _op_signature(key, spec, logits, other, loss_mask, compute_grad)
+    if sig is not None and sig.replayable:
+        loss, grad = sig.run(logits, other, loss_mask)
+        return (loss, grad if grad is not None else logits.new_empty((0,)),
+                logits.new_empty((0,), dtype=_F32), logits.new_empty((0,), dtype=_F32))  # fmt: skip
+    if sig is not None:
+        spec = sig.spec
     loss, grad, row_stats, n_valid = _loss_forward(spec, logits, other, loss_mask, compute_grad)
     if row_stats is not None and reduction == "none":
         loss = loss.clone()  # outputs may not alias: the per-row losses are a row of row_stats
     return (loss, grad if grad is not None else logits.new_empty((0,)),
             row_stats if row_stats is not None else logits.new_empty((0,), dtype=_F32),
             n_valid if n_valid is not None else logits.new_empty((0,), dtype=_F32))  # fmt: skip
+
+
+def _op_signature(key, spec, logits, other, mask, compute_grad):
+    """The custom op's first call of ``key``: a signature to replay where the form writes the
+    gradient in the forward and the kernels can take the op's own tensors as rows, else None
+    (kept, so the check runs once)."""
+    if len(_SIGNATURES) >= _launch.MAX_REPLAYS:
+        _SIGNATURES.clear()
+    views = (rows_view(logits), rows_view(other, spec.kind == CE), rows_view(mask, True))
+    replayable = (spec.form in GRAD_IN_FORWARD and logits.numel() and views[0] is not None
+                  and views[1] is not None and (mask is None) == (views[2] is None)
+                  and (mask is None or views[2].stride(0) == 1))  # fmt: skip
+    n_cols = logits.shape[-1]
+    sig = _Signature(spec, logits.numel() // n_cols, n_cols, logits.element_size(),
+                     compute_grad) if replayable else None  # fmt: skip
+    _SIGNATURES[key] = sig
+    return sig
 
 
 @_entropy_fwd_op.register_fake
