@@ -84,12 +84,14 @@
 # compiled norm forward's host time goes, against torch's op); staticlaunch (host µs with and
 # without torch's opt-in static launch of user-defined Triton kernels, the compiled norms under
 # it against eager; the 1B Llama step eager with the fused-add patch); hostrounds (host µs of every
-# op and peer in interleaved rounds; the norms again with the static launch on).
+# op and peer in interleaved rounds; the norms again with the static launch on); lossop (the losses'
+# custom op replays inside compiled graphs: every form compiled against eager, each case called
+# twice; the GPU checks; host µs in rounds).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch or hostrounds}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds or lossop}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -481,6 +483,14 @@ case $STAGE in
       python3 -m normlab bench --overhead --op rms_norm,layer_norm \
       --impl normlab,torch,compile,normlab+compile --out "$OUT/overhead_rounds_static.json" \
       --no-progress
+    ;;
+  lossop)  # the losses' custom op replays a signature's first call inside compiled graphs
+    step compile_check_lossop 200 python3 benchmarks/compile_check.py
+    step gpu_check_lossop 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_lossop.json" \
+      --quick --only compile,graphs,replay,losses
+    step overhead_lossop 200 python3 -m normlab bench --overhead \
+      --op cross_entropy,reverse_kl,soft_cross_entropy --impl normlab,torch,compile,normlab+compile \
+      --out "$OUT/overhead_lossop.json" --no-progress
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \
