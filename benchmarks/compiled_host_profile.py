@@ -1,8 +1,10 @@
-"""Where the host time of a compiled norm forward goes (GPU): normlab's op against torch's.
+"""Where the host time of a compiled forward goes (GPU): normlab's op against torch's.
 
     python3 benchmarks/compiled_host_profile.py [--calls 2000] [--shape 4x1024]
+        [--op rms_norm,layer_norm,cross_entropy]
 
-For RMSNorm and LayerNorm forwards (no gradient), each under ``torch.compile(fullgraph=True)``,
+For the RMSNorm, LayerNorm and label cross-entropy forwards (no gradient; the loss at 4 times
+the width), each under ``torch.compile(fullgraph=True)``,
 prints the host µs per call in a launch-bound loop, the Python functions that run per call
 (cProfile over ``--calls`` calls, by own time), and the wrapper code Inductor generated: what it
 allocates and how it launches each kernel.
@@ -25,6 +27,9 @@ def _fns(op: str):
     if op == "rms_norm":
         return {"normlab": lambda x, w, b: normlab.rms_norm(x, w, 1e-6),
                 "torch": lambda x, w, b: F.rms_norm(x, (x.shape[-1],), w, 1e-6)}  # fmt: skip
+    if op == "cross_entropy":  # w: the logits, b: the labels
+        return {"normlab": lambda x, w, b: normlab.cross_entropy(w, b),
+                "torch": lambda x, w, b: F.cross_entropy(w, b)}  # fmt: skip
     return {"normlab": lambda x, w, b: normlab.layer_norm(x, w, b, 1e-5),
             "torch": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)}  # fmt: skip
 
@@ -47,6 +52,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--shape", default="4x1024")
+    parser.add_argument("--op", default="rms_norm,layer_norm,cross_entropy")
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error("--calls must be >= 1")
@@ -54,6 +60,10 @@ def main(argv=None) -> int:
         M, N = (int(v) for v in args.shape.split("x"))
     except ValueError:
         parser.error(f"--shape: {args.shape!r} is not MxN")
+    ops = args.op.split(",")
+    for op in ops:
+        if op not in ("rms_norm", "layer_norm", "cross_entropy"):
+            parser.error(f"--op: {op!r} is not rms_norm, layer_norm or cross_entropy")
     import torch
     from torch._inductor.utils import run_and_get_code
 
@@ -62,20 +72,23 @@ def main(argv=None) -> int:
     x = torch.randn(M, N, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(N, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(N, dtype=torch.bfloat16, device="cuda")
-    for op in ("rms_norm", "layer_norm"):
+    logits = torch.randn(M, 4 * N, dtype=torch.bfloat16, device="cuda")
+    labels = torch.randint(0, 4 * N, (M,), device="cuda")
+    for op in ops:
+        inputs = (x, logits, labels) if op == "cross_entropy" else (x, w, b)
         for impl, fn in _fns(op).items():
             compiled = torch.compile(fn, fullgraph=True)
-            _, code = run_and_get_code(compiled, x, w, b)
-            host = [_host_us(compiled, (x, w, b), args.calls) for _ in range(3)]
+            _, code = run_and_get_code(compiled, *inputs)
+            host = [_host_us(compiled, inputs, args.calls) for _ in range(3)]
             print(f"\n=== {op} {impl}: host µs per call {', '.join(f'{h:.1f}' for h in host)}")
             prof = cProfile.Profile()
             prof.enable()
             for _ in range(args.calls):
-                compiled(x, w, b)
+                compiled(*inputs)
             prof.disable()
             torch.cuda.synchronize()
             out = io.StringIO()
-            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(14)
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(24)
             print(out.getvalue().split("Ordered by:")[-1])
             src = code[-1]
             start = src.find("def call(")

@@ -391,6 +391,7 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/llama_step.py", ["--variants", "hf,nl"], "is not one of"),
     ("benchmarks/compiled_host_profile.py", ["--calls", "0"], "--calls must be >= 1"),
     ("benchmarks/compiled_host_profile.py", ["--shape", "4by8"], "is not MxN"),
+    ("benchmarks/compiled_host_profile.py", ["--op", "kl"], "is not rms_norm, layer_norm"),
     ("benchmarks/compiled_host_profile.py", [], "needs a CUDA GPU"),
 ])  # fmt: skip
 def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path):
