@@ -158,10 +158,12 @@ def _fused_add_class(cls: type) -> type:
 
 
 def _fusable_decoder(layer) -> bool:
-    """A layer of FUSED_ADD_DECODER_CLASSES, not yet fused and with no forward of its own on the
-    instance, whose post-attention norm is normlab's RMSNorm over the last dimension."""
-    if (type(layer).__name__ not in FUSED_ADD_DECODER_CLASSES or "forward" in vars(layer)
-            or getattr(type(layer), "_normlab_fused_add", False)):  # fmt: skip
+    """A transformers layer of FUSED_ADD_DECODER_CLASSES, not yet fused and with no forward of its
+    own on the instance, whose post-attention norm is normlab's RMSNorm over the last dimension."""
+    cls = type(layer)
+    if (cls.__name__ not in FUSED_ADD_DECODER_CLASSES or "forward" in vars(layer)
+            or not cls.__module__.startswith("transformers.")
+            or getattr(cls, "_normlab_fused_add", False)):  # fmt: skip
         return False
     norm = getattr(layer, "post_attention_layernorm", None)
     return (isinstance(norm, _nn.RMSNorm) and len(norm.normalized_shape) == 1
@@ -211,9 +213,6 @@ def patch(model: torch.nn.Module, *, norms: bool = True, loss: bool = False,
     if fused_add and not norms:
         raise ValueError("patch(fused_add=True) moves residual adds into normlab's norms; it "
                          "needs norms=True")  # fmt: skip
-    if fused_add and _transformers_major() < 5:
-        raise ValueError("patch(fused_add=True) rewrites transformers 5's decoder layers, "
-                         "which return a tensor; this transformers is older")  # fmt: skip
     report = PatchReport()
     if norms:
         for parent_name, parent in list(model.named_modules()):
@@ -227,10 +226,13 @@ def patch(model: torch.nn.Module, *, norms: bool = True, loss: bool = False,
                 elif _looks_like_norm(child):
                     report.skipped.append((full, type(child).__name__))
     if fused_add:
-        for name, layer in model.named_modules():
-            if _fusable_decoder(layer):
-                layer.__class__ = _fused_add_class(type(layer))
-                report.fused_add.append(name)
+        layers = [(name, layer) for name, layer in model.named_modules() if _fusable_decoder(layer)]
+        if layers and _transformers_major() < 5:
+            raise ValueError("patch(fused_add=True) rewrites transformers 5's decoder layers, "
+                             "which return a tensor; this transformers is older")  # fmt: skip
+        for name, layer in layers:
+            layer.__class__ = _fused_add_class(type(layer))
+            report.fused_add.append(name)
     if loss:
         if not isinstance(getattr(type(model), "loss_function", None), property):
             raise TypeError(

@@ -150,3 +150,25 @@ def test_patch_fused_add_keeps_the_class_name_and_fuses_once():
     assert type(layer).__name__ == "LlamaDecoderLayer"
     assert isinstance(layer, transformers.models.llama.modeling_llama.LlamaDecoderLayer)
     assert patch(model, fused_add=True).fused_add == []  # already fused
+
+
+def test_patch_fused_add_refuses_transformers_4(monkeypatch):
+    """transformers 4's decoder layers return tuples: the fused forward would break the model."""
+    monkeypatch.setattr(normlab.patching, "_transformers_major", lambda: 4)
+    model = _tiny_llama()
+    with pytest.raises(ValueError, match="transformers 5"):
+        patch(model, fused_add=True)
+    assert type(model.model.layers[0]) is transformers.models.llama.modeling_llama.LlamaDecoderLayer
+
+
+def test_patch_fused_add_leaves_a_lookalike_class_alone():
+    """Only transformers' own classes: a user's layer of the same name may compute another form."""
+
+    class LlamaDecoderLayer(torch.nn.Module):  # same name, not transformers' forward
+        def __init__(self):
+            super().__init__()
+            self.post_attention_layernorm = torch.nn.RMSNorm(8)
+
+    model = torch.nn.Sequential(LlamaDecoderLayer())
+    report = patch(model, fused_add=True)
+    assert report.replaced == ["0.post_attention_layernorm"] and report.fused_add == []
