@@ -140,6 +140,26 @@ def run_one(variant: str, mode: str, layers: int, steps: int, warmup: int, batch
     }
 
 
+def summary_lines(results: list[dict]) -> list[str]:
+    """Each variant against Hugging Face's in the same mode: tokens/s, the largest relative loss
+    difference over the steps, and (profiled) the device time of one step's kernels, which is
+    steadier than a median of wall times."""
+    base = {r["mode"]: r for r in results if r.get("variant") == "hf" and "losses" in r}
+    lines = []
+    for r in results:
+        ref = base.get(r.get("mode"))
+        if ref and "losses" in r and r is not ref:
+            pairs = zip(r["losses"], ref["losses"], strict=True)
+            diff = max(abs(a - b) / abs(b) for a, b in pairs)
+            speed = r["tokens_per_s"] / ref["tokens_per_s"]
+            device = (f"; profiled step's device time {r['profile']['device_us'] / 1e3:.2f} ms "
+                      f"against {ref['profile']['device_us'] / 1e3:.2f}"
+                      if "profile" in r and "profile" in ref else "")  # fmt: skip
+            lines.append(f"{r['variant']} {r['mode']}: tokens/s {speed:.3f}x hf's; max relative "
+                         f"loss difference over {len(r['losses'])} steps {diff:.2e}{device}")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
@@ -221,15 +241,8 @@ def main(argv=None) -> int:
                 print(f"    {row['us']:10.0f} us {row['launches']:5d}x  {row['kernel'][:90]}")
             if res.get("dynamo", {}).get("graph_breaks"):
                 print(f"    graph breaks: {res['dynamo']['graph_breaks']}")
-    base = {r["mode"]: r for r in results if r.get("variant") == "hf" and "losses" in r}
-    for r in results:
-        ref = base.get(r.get("mode"))
-        if ref and "losses" in r and r is not ref:
-            pairs = zip(r["losses"], ref["losses"], strict=True)
-            diff = max(abs(a - b) / abs(b) for a, b in pairs)
-            speed = r["tokens_per_s"] / ref["tokens_per_s"]
-            print(f"{r['variant']} {r['mode']}: tokens/s {speed:.3f}x hf's; max relative loss "
-                  f"difference over {len(r['losses'])} steps {diff:.2e}")
+    for line in summary_lines(results):
+        print(line)
     return 0
 
 

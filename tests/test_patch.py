@@ -172,3 +172,25 @@ def test_patch_fused_add_leaves_a_lookalike_class_alone():
     model = torch.nn.Sequential(LlamaDecoderLayer())
     report = patch(model, fused_add=True)
     assert report.replaced == ["0.post_attention_layernorm"] and report.fused_add == []
+
+
+def test_llama_step_summary_against_hugging_face():
+    """benchmarks/llama_step.py's closing lines: each variant over Hugging Face's in its mode,
+    with the profiled step's device time where both were profiled."""
+    from helpers import load_script
+
+    llama_step = load_script("benchmarks/llama_step.py")
+
+    def run(variant, mode, tok_s, losses, device_us=None):
+        r = {"variant": variant, "mode": mode, "tokens_per_s": tok_s, "losses": losses}
+        return r | ({"profile": {"device_us": device_us}} if device_us else {})
+
+    results = [run("hf", "compile", 100.0, [2.0, 1.0], 130740.0),
+               run("normlab", "compile", 101.0, [2.0, 1.05], 131870.0),
+               run("hf", "eager", 80.0, [2.0, 1.0]), run("normlab", "eager", 100.0, [1.9, 1.0]),
+               {"variant": "liger", "mode": "eager", "error": ["ImportError"]}]
+    assert llama_step.summary_lines(results) == [
+        "normlab compile: tokens/s 1.010x hf's; max relative loss difference over 2 steps "
+        "5.00e-02; profiled step's device time 131.87 ms against 130.74",
+        "normlab eager: tokens/s 1.250x hf's; max relative loss difference over 2 steps 5.00e-02",
+    ]
