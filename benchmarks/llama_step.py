@@ -142,8 +142,8 @@ def run_one(variant: str, mode: str, layers: int, steps: int, warmup: int, batch
 
 def summary_lines(results: list[dict]) -> list[str]:
     """Each variant against Hugging Face's in the same mode: tokens/s, the largest relative loss
-    difference over the steps, and (profiled) the device time of one step's kernels, which is
-    steadier than a median of wall times."""
+    difference over the steps, and (profiled) the device time of one step's kernels, which the
+    host's noise does not move."""
     base = {r["mode"]: r for r in results if r.get("variant") == "hf" and "losses" in r}
     lines = []
     for r in results:
