@@ -101,8 +101,8 @@ def test_patch_fused_add_matches_unpatched(monkeypatch, checkpointing):
     report = patch(model, loss=True, fused_add=True)
     assert report.fused_add == ["model.layers.0", "model.layers.1"]
     if checkpointing:  # the layer's forward runs again in the backward
-        for m in (ref_model, model):
-            m.gradient_checkpointing_enable()
+        for m in (ref_model, model):  # the newer name where transformers has it
+            getattr(m, "activation_checkpointing_enable", m.gradient_checkpointing_enable)()
             m.train()
     ids = torch.randint(0, 203, (2, 17))
     labels = ids.clone()
