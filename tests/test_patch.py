@@ -26,15 +26,30 @@ def _step(model, ids, labels):
     return out.loss.detach(), out.logits.detach(), grads
 
 
-def test_patch_llama_matches_unpatched():
-    ref_model, model = _tiny_llama(), _tiny_llama()
-    # Non-trivial norm weights, so a dropped weight would show.
+def _assert_steps_match(model, ref_model, ids, labels):
+    """One training step of each: logits, loss and every parameter's gradient agree."""
+    loss_ref, logits_ref, grads_ref = _step(ref_model, ids, labels)
+    loss, logits, grads = _step(model, ids, labels)
+    torch.testing.assert_close(logits, logits_ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == grads_ref.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_ref[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def _set_norm_weights(*models):
+    """Non-trivial norm weights, the same in each model, so a dropped weight would show."""
     with torch.no_grad():
-        for m in (ref_model, model):
-            torch.manual_seed(1)
+        for m in models:
+            gen = torch.Generator().manual_seed(1)
             for name, p in m.named_parameters():
                 if "norm" in name:
-                    p.copy_(1 + 0.3 * torch.randn_like(p))
+                    p.copy_(1 + 0.3 * torch.randn(p.shape, generator=gen))
+
+
+def test_patch_llama_matches_unpatched():
+    ref_model, model = _tiny_llama(), _tiny_llama()
+    _set_norm_weights(ref_model, model)
     norm_params = {n: p for n, p in model.named_parameters() if "norm" in n}
     report = patch(model, loss=True)
     assert len(report.replaced) == 2 * 2 + 1 and report.loss and not report.skipped
@@ -46,13 +61,7 @@ def test_patch_llama_matches_unpatched():
     ids = torch.randint(0, 203, (2, 17))
     labels = ids.clone()
     labels[0, :5] = -100  # ignored tokens, as a padded batch has
-    loss_ref, logits_ref, grads_ref = _step(ref_model, ids, labels)
-    loss, logits, grads = _step(model, ids, labels)
-    torch.testing.assert_close(logits, logits_ref, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-5)
-    assert grads.keys() == grads_ref.keys()
-    for name in grads:
-        torch.testing.assert_close(grads[name], grads_ref[name], rtol=1e-4, atol=1e-5, msg=name)
+    _assert_steps_match(model, ref_model, ids, labels)
 
 
 def test_patch_leaves_other_norm_forms_alone():
@@ -76,16 +85,6 @@ def test_patch_loss_needs_a_hugging_face_model():
         patch(torch.nn.Linear(2, 2), loss=True)
 
 
-def _set_norm_weights(*models):
-    """Non-trivial norm weights, the same in each model, so a dropped weight would show."""
-    with torch.no_grad():
-        for m in models:
-            gen = torch.Generator().manual_seed(1)
-            for name, p in m.named_parameters():
-                if "norm" in name:
-                    p.copy_(1 + 0.3 * torch.randn(p.shape, generator=gen))
-
-
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_patch_fused_add_matches_unpatched(monkeypatch, checkpointing):
     ref_model, model = _tiny_llama(), _tiny_llama()
@@ -107,14 +106,8 @@ def test_patch_fused_add_matches_unpatched(monkeypatch, checkpointing):
     ids = torch.randint(0, 203, (2, 17))
     labels = ids.clone()
     labels[1, -4:] = -100
-    loss_ref, logits_ref, grads_ref = _step(ref_model, ids, labels)
-    loss, logits, grads = _step(model, ids, labels)
+    _assert_steps_match(model, ref_model, ids, labels)
     assert len(calls) == (4 if checkpointing else 2) and calls[0] == (2, 17, 48)
-    torch.testing.assert_close(logits, logits_ref, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-5)
-    assert grads.keys() == grads_ref.keys()
-    for name in grads:
-        torch.testing.assert_close(grads[name], grads_ref[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_patch_fused_add_gemma_offset():
