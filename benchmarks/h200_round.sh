@@ -91,7 +91,7 @@
 set -uo pipefail
 OUT=${OUT:-out}
 STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds or lossop}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -491,6 +491,18 @@ case $STAGE in
     step overhead_lossop 200 python3 -m normlab bench --overhead \
       --op cross_entropy,reverse_kl,soft_cross_entropy --impl normlab,torch,compile,normlab+compile \
       --out "$OUT/overhead_lossop.json" --no-progress
+    ;;
+  compiledsplit)  # a compiled loss with a gradient takes the split form (ENTROPY_COMPILED_GRAD_FORM)
+    step compile_check_split 240 python3 benchmarks/compile_check.py --losses
+    step compiled_loss 420 python3 -m normlab bench --no-progress --op cross_entropy,reverse_kl \
+      --shapes 256x131072,4096x32768,4096x131072 --direction fwd+bwd \
+      --impl compile,normlab,normlab+compile --form auto,fused,chunked --reps 20 \
+      --out "$OUT/compiled_loss.jsonl"
+    step compiled_loss_llama 200 python3 -m normlab bench --no-progress --op cross_entropy \
+      --shapes 8192x128256 --direction fwd+bwd --impl compile,normlab,normlab+compile \
+      --form auto,chunked --reps 20 --out "$OUT/compiled_loss_llama.jsonl"
+    step llama_split 560 python3 benchmarks/llama_step.py --out "$OUT/llama_split.json" \
+      --variants hf,normlab --modes compile --steps 12 --warmup 4 --profile 30
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \

@@ -181,8 +181,8 @@ def _build_parser() -> _Parser:
         type=_choices("impl", IMPLS, extra=("normlab+compile",)),
         default=None,
         help="comma list of impls (default: all of each op's, where available): "
-        "eager, torch, compile, normlab, liger, quack; with --overhead also normlab+compile "
-        "(normlab inside torch.compile)",
+        "eager, torch, compile, normlab, liger, quack; named only: normlab+compile (normlab "
+        "inside torch.compile: the losses, and every op with --overhead)",
     )
     bench.add_argument(
         "--strategy",

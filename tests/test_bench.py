@@ -5,6 +5,7 @@ profiler events)."""
 import io
 import itertools
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from normlab.bench.sweep import (
     CPU_LABEL,
     CPU_SECONDS,
     SHAPES,
+    best_baseline_us,
     case_cpu_seconds,
     estimate_cpu,
     format_table,
@@ -374,6 +376,25 @@ def test_registry_lists_and_rejects():
         registry.get("reverse_kl", "eager").build(4, 4, torch.float32, "bwd", "cpu")
     if normlab.INTERPRET:
         assert "torch.compile" in registry.get("rms_norm", "compile").unavailable()
+
+
+def test_compiled_normlab_loss_is_measured_only_when_named():
+    # normlab inside torch.compile (a compile per shape) is no default impl and no peer.
+    for op in ("cross_entropy", "reverse_kl", "soft_cross_entropy", "forward_kl", "jsd"):
+        impl = registry.get(op, "normlab+compile")
+        assert impl.baseline is False and impl.by_default is False
+        assert impl.options == registry.LOSS_OPTIONS
+        assert "normlab+compile" not in {i.name for i in registry.implementations(op)}
+        assert [i.name for i in registry.implementations(op, ["normlab+compile"])] == [
+            "normlab+compile"]
+    with pytest.raises(ValueError, match="has no impl"):
+        registry.get("rms_norm", "normlab+compile")
+    rec = {"op": "cross_entropy", "M": 4, "N": 8, "dtype": "bf16", "direction": "fwd+bwd",
+           "valid": True}
+    records = [SimpleNamespace(impl="normlab+compile", device_us=1.0, **rec),
+               SimpleNamespace(impl="normlab", device_us=2.0, **rec),
+               SimpleNamespace(impl="compile", device_us=3.0, **rec)]  # fmt: skip
+    assert best_baseline_us(records) == {("cross_entropy", 4, 8, "bf16", "fwd+bwd"): 3.0}
 
 
 # --------------------------------------------------------------------------------------------

@@ -700,6 +700,48 @@ def test_auto_form_spreads_few_rows_over_the_sms():
     assert config.entropy_auto("reverse_kl", 32768, False) == ("fused", 2048)  # rows unknown
 
 
+def test_auto_form_inside_torch_compile_with_a_gradient_is_split():
+    # A compiled backward rescales a saved gradient out of place, so a compiled call that needs
+    # the gradient takes the split form; not with fewer rows than SMs (one stats program a row),
+    # not without a gradient, not for an explicit form (below, the public call).
+    sms = 132
+    assert config.ENTROPY_COMPILED_GRAD_FORM == "split"
+    for loss, n_cols in (("cross_entropy", 131072), ("reverse_kl", 32768),
+                         ("soft_cross_entropy", 50257), ("cross_entropy", 1000)):  # fmt: skip
+        eager_form, cap = config.entropy_auto(loss, n_cols, False, sms, sms)
+        assert eager_form in ("fused", "chunked")
+        assert config.entropy_auto(loss, n_cols, False, sms, sms, None, True) == ("split", cap)
+        assert config.entropy_auto(loss, n_cols, False, None, sms, None, True) == ("split", cap)
+        few = config.entropy_auto(loss, n_cols, False, sms - 1, sms, 2 * n_cols, True)
+        assert few == config.entropy_auto(loss, n_cols, False, sms - 1, sms, 2 * n_cols)
+        assert few[0] != "split"
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_torch_compile_auto_form_with_a_gradient_runs_split(loss, monkeypatch):
+    # 5 rows on the interpreter's 4 SMs: the compiled call's backward is the split form's
+    # kernel (counted), its loss and gradient the fp64 reference's; with 3 rows (fewer than the
+    # SMs) the form is the eager one, which writes its gradient in the forward.
+    from normlab.losses import op as loss_op
+
+    calls = []
+    split_grad = loss_op._split_grad
+    monkeypatch.setattr(loss_op, "_split_grad", lambda *a: calls.append(1) or split_grad(*a))
+    for rows, split in ((5, True), (3, False)):
+        calls.clear()
+        x, other = _inputs(loss, (rows, 70), torch.float32)
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda a, b: FNS[loss][0](a, b, block_cap=16), fullgraph=True,
+                                 backend="aot_eager")  # fmt: skip
+        xc = x.clone().requires_grad_()
+        value = compiled(xc, other)
+        (grad,) = torch.autograd.grad(value * 1.5, xc)
+        ref_out, ref_grad = _ref(loss, x, other, weight=torch.tensor(1.5))
+        assert len(calls) == (1 if split else 0), (rows, calls)
+        assert_close(value, ref_out, dtype=torch.float32, reduce_len=70)
+        assert_close(grad, ref_grad, dtype=torch.float32, reduce_len=70)
+
+
 def test_chunk_layout_fills_the_sms_with_few_rows():
     sms = 132
     # Many rows: the measured chunks (4 tiles); the row count changes nothing.

@@ -66,6 +66,7 @@ class Impl:
     baseline: bool = True
     options: tuple[str, ...] = ()
     unavailable: Callable[[], str | None] = field(default=lambda: None)
+    by_default: bool = True  # measured when no impl is named (False: only when named)
 
 
 REGISTRY: dict[str, dict[str, Impl]] = {}
@@ -87,11 +88,12 @@ def get(op: str, name: str) -> Impl:
 
 
 def implementations(op: str, names: list[str] | None = None) -> list[Impl]:
-    """The named impls of ``op`` (all registered ones by default), in registry order."""
+    """The named impls of ``op`` (by default the registered ones marked ``by_default``), in
+    registry order."""
     if op not in REGISTRY:
         raise ValueError(f"unknown op {op!r}: expected one of {', '.join(REGISTRY)}")
     if names is None:
-        return list(REGISTRY[op].values())
+        return [impl for impl in REGISTRY[op].values() if impl.by_default]
     return [get(op, name) for name in names]
 
 
@@ -463,6 +465,16 @@ def _normlab_loss(op: str):
     return make
 
 
+def _compiled_normlab_loss(op: str):
+    """normlab's loss inside torch.compile: its form and tile as a compiled training step gets
+    them (form="auto" there is config.ENTROPY_COMPILED_GRAD_FORM where a gradient is needed)."""
+
+    def make(form: str = "auto", block_cap: int | None = None):
+        return _compiled(_normlab_loss(op)(form, block_cap))
+
+    return make
+
+
 def _liger_ce():
     from liger_kernel.transformers.functional import liger_cross_entropy
 
@@ -535,6 +547,19 @@ for _op in SOFT_LOSS_OPS + LABEL_LOSS_OPS:
             f"normlab.{_op}(form=, block_cap=)",
             baseline=False,
             options=LOSS_OPTIONS,
+        )
+    )
+    register(
+        Impl(
+            _op,
+            "normlab+compile",
+            _loss_builder(_compiled_normlab_loss(_op), _op),
+            LOSS_DIRECTIONS,
+            f"torch.compile(normlab.{_op}(form=, block_cap=), dynamic=False)",
+            baseline=False,
+            options=LOSS_OPTIONS,
+            unavailable=_compile_available,
+            by_default=False,  # a compile per shape: measured when named
         )
     )
 register(

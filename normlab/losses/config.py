@@ -363,16 +363,30 @@ ENTROPY_FUSED_MIN_ROWS_PER_SM = 1
 ENTROPY_FEW_ROWS_CHUNK_BYTES = 24 * 1024
 
 
+# Inside torch.compile a backward cannot rescale the gradient that the fused and chunked forms
+# saved in their forward: it rescales out of place (the graph may run its backward again, as
+# retain_graph=True does), one more read and write of (M, V). Four passes over the logits' size
+# against the split form's three (its forward reads the logits; its backward reads them and
+# writes the gradient), so a compiled call with a gradient takes the split form. Not with fewer
+# rows than SMs: the split form's statistics kernel runs one program per row, and the rescale of
+# so few rows costs little.
+ENTROPY_COMPILED_GRAD_FORM = "split"
+
+
 def entropy_auto(loss: str, n_cols: int, distributed: bool, n_rows: int | None = None,
-                 sm_count: int = 0, row_bytes: int | None = None) -> tuple[str, int]:  # fmt: skip
+                 sm_count: int = 0, row_bytes: int | None = None,
+                 compiled_grad: bool = False) -> tuple[str, int]:  # fmt: skip
     """form="auto": (form, block_cap) for ``loss`` over ``n_cols`` local vocabulary columns (the
     split form under tensor parallel: the row statistics are all-reduced between its kernels);
     ``n_rows`` (None: many) of them on ``sm_count`` SMs; ``row_bytes``: what a row's program
-    reads (logits and target; None: 2-byte logits alone)."""
+    reads (logits and target; None: 2-byte logits alone); ``compiled_grad``: a call traced by
+    torch.compile that needs the gradient (ENTROPY_COMPILED_GRAD_FORM)."""
     form, cap = ENTROPY_AUTO[loss][ENTROPY_AUTO_CLASSES.index(entropy_vocab_class(n_cols))]
     if distributed:
         return "split", cap
     few_rows = n_rows is not None and 0 < n_rows < ENTROPY_FUSED_MIN_ROWS_PER_SM * sm_count
+    if compiled_grad and not few_rows:
+        return ENTROPY_COMPILED_GRAD_FORM, cap
     row_bytes = 2 * n_cols if row_bytes is None else row_bytes
     if form == "fused" and few_rows and n_cols > tile(n_cols, cap) \
             and row_bytes > ENTROPY_FEW_ROWS_CHUNK_BYTES:  # fmt: skip

@@ -15,6 +15,8 @@ The fused and chunked forms write the gradient (for grad_output = 1) in the forw
 it; the backward scales it by grad_output: in place in an eager backward that frees the graph
 (``fused.launch_rescale``, a device-side no-op for grad_output == 1), out of place with
 retain_graph=True or in a compiled backward, so any sequence of backwards gives torch's result.
+That out-of-place pass reads and writes the gradient once more, so a compiled call that needs the
+gradient takes the split form where form="auto" (``config.ENTROPY_COMPILED_GRAD_FORM``).
 """
 
 from __future__ import annotations
@@ -619,9 +621,11 @@ def _sm_count(index) -> int:
 def _resolve(name, logits, n_cols, form, block_cap, group, target=None):
     n_rows = logits.numel() // n_cols if n_cols else 0
     row_bytes = n_cols * (logits.element_size() + (0 if target is None else target.element_size()))
+    compiled_grad = (torch.compiler.is_compiling() and logits.requires_grad
+                     and torch.is_grad_enabled())  # fmt: skip
     auto_form, auto_cap = config.entropy_auto(name, n_cols, group is not None, n_rows,
-                                              _sm_count(logits.device.index),
-                                              row_bytes)  # fmt: skip
+                                              _sm_count(logits.device.index), row_bytes,
+                                              compiled_grad)  # fmt: skip
     return (auto_form if form == "auto" else form), (auto_cap if block_cap is None else block_cap)
 
 
