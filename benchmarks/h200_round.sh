@@ -494,15 +494,20 @@ case $STAGE in
     ;;
   compiledsplit)  # a compiled loss with a gradient takes the split form (ENTROPY_COMPILED_GRAD_FORM)
     step compile_check_split 240 python3 benchmarks/compile_check.py --losses
+    step compiled_loss_llama 200 python3 -m normlab bench --no-progress --op cross_entropy \
+      --shapes 8192x128256 --direction fwd+bwd --impl compile,normlab,normlab+compile \
+      --form auto,chunked --reps 20 --out "$OUT/compiled_loss_llama.jsonl"
     step compiled_loss 420 python3 -m normlab bench --no-progress --op cross_entropy,reverse_kl \
       --shapes 256x131072,4096x32768,4096x131072 --direction fwd+bwd \
       --impl compile,normlab,normlab+compile --form auto,fused,chunked --reps 20 \
       --out "$OUT/compiled_loss.jsonl"
-    step compiled_loss_llama 200 python3 -m normlab bench --no-progress --op cross_entropy \
-      --shapes 8192x128256 --direction fwd+bwd --impl compile,normlab,normlab+compile \
-      --form auto,chunked --reps 20 --out "$OUT/compiled_loss_llama.jsonl"
-    step llama_split 560 python3 benchmarks/llama_step.py --out "$OUT/llama_split.json" \
-      --variants hf,normlab --modes compile --steps 12 --warmup 4 --profile 30
+    step compiled_loss_rows 300 python3 -m normlab bench --no-progress \
+      --op cross_entropy,reverse_kl --shapes 132x131072,528x131072,1056x131072,528x32768 \
+      --direction fwd+bwd --impl normlab,normlab+compile --form split,fused,chunked --reps 20 \
+      --out "$OUT/compiled_loss_rows.jsonl"
+    step llama_chunked_vs_split 560 python3 benchmarks/llama_step.py \
+      --out "$OUT/llama_chunked_vs_split.json" --variants hf,normlab,normlab_chunked \
+      --modes compile --steps 12 --warmup 4 --profile 30
     ;;
   pointwise)  # rows of one column: the pointwise forward's block and warps against peers
     step norm_pointwise_variants 150 python3 benchmarks/norm_launch_variants.py \

@@ -11,8 +11,10 @@ Variants, each in its own process (Liger patches transformers' classes globally)
 * ``hf``: the model as Hugging Face builds it;
 * ``normlab``: ``normlab.patch(model, loss=True)`` (RMSNorm modules and the causal-LM loss);
 * ``normlab_split``: as ``normlab``, its loss in the split form (statistics forward, the
-  gradient written by the backward) where ``form="auto"`` takes the chunked form at this
-  vocabulary (the gradient written by the forward);
+  gradient written by the backward), which ``form="auto"`` takes inside torch.compile; eager,
+  it takes the chunked form at this vocabulary (the gradient written by the forward);
+* ``normlab_chunked``: as ``normlab``, its loss in the chunked form, compiled too (where a
+  compiled backward rescales the saved gradient out of place);
 * ``normlab_fused``: ``normlab.patch(model, loss=True, fused_add=True)``: as ``normlab``, each
   decoder layer's mid-block residual add inside its post-attention norm (``add_rms_norm``);
 * ``normlab_loss``: ``normlab.patch(model, norms=False, loss=True)``: the loss alone, the
@@ -37,7 +39,8 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = ("hf", "normlab", "normlab_fused", "normlab_split", "normlab_loss", "liger")
+VARIANTS = ("hf", "normlab", "normlab_fused", "normlab_split", "normlab_chunked", "normlab_loss",
+            "liger")
 MODES = ("eager", "compile")
 
 
@@ -85,19 +88,20 @@ def run_one(variant: str, mode: str, layers: int, steps: int, warmup: int, batch
 
     model, cfg = _model(layers, seed)
     patched = []
-    if variant in ("normlab", "normlab_fused", "normlab_split", "normlab_loss"):
+    if variant in ("normlab", "normlab_fused", "normlab_split", "normlab_chunked", "normlab_loss"):
         import normlab
 
         report = normlab.patch(model, norms=variant != "normlab_loss", loss=True,
                                fused_add=variant == "normlab_fused")  # fmt: skip
         patched = (report.replaced + (["loss"] if report.loss else [])
                    + [f"{name} (fused add)" for name in report.fused_add])  # fmt: skip
-        if variant == "normlab_split":
+        if variant in ("normlab_split", "normlab_chunked"):
             import functools
 
             from normlab.patching import causal_lm_loss
 
-            model.loss_function = functools.partial(causal_lm_loss, form="split")
+            form = variant.removeprefix("normlab_")
+            model.loss_function = functools.partial(causal_lm_loss, form=form)
     elif variant == "liger":
         from liger_kernel.transformers import apply_liger_kernel_to_llama
 

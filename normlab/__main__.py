@@ -347,8 +347,9 @@ def _bench_jobs(args, parser) -> list[tuple[str, list[str] | None, str, list[str
     for flags, family in ((("strategy", "layout"), NORM_OPS + ADD_NORM_OPS),
                           (("form", "block_cap"), LOSS_OPS)):  # fmt: skip
         runs_normlab = any(
-            op in family and (impls is None or "normlab" in impls) for op, impls, _, _ in jobs
-        )
+            op in family and (impls is None or "normlab" in impls or "normlab+compile" in impls)
+            for op, impls, _, _ in jobs
+        )  # fmt: skip
         for flag in flags:
             if getattr(args, flag) is not None and not runs_normlab:
                 parser.error(

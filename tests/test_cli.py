@@ -168,6 +168,16 @@ def test_bad_arguments_exit_nonzero_with_one_line(args, flag, message, capsys):
     assert "copy roofline" not in captured.out  # refused before any measurement
 
 
+def test_bench_form_reaches_the_compiled_loss(capsys):
+    # --form applies to normlab inside torch.compile too (skipped on CPU, with its reason).
+    args = ["bench", "--op", "cross_entropy", "--shapes", "4x64", "--impl", "normlab+compile",
+            "--form", "split", "--no-progress"]  # fmt: skip
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    if normlab.INTERPRET:
+        assert "skipped: cross_entropy normlab+compile: skipped on CPU" in out
+
+
 def test_bench_overhead_writes_host_costs(tmp_path, capsys):
     """bench --overhead: host µs and wall µs per (op, impl, direction) in a table and a JSON
     file; on CPU the table says they are interpreter figures."""

@@ -702,44 +702,51 @@ def test_auto_form_spreads_few_rows_over_the_sms():
 
 def test_auto_form_inside_torch_compile_with_a_gradient_is_split():
     # A compiled backward rescales a saved gradient out of place, so a compiled call that needs
-    # the gradient takes the split form; not with fewer rows than SMs (one stats program a row),
-    # not without a gradient, not for an explicit form (below, the public call).
+    # the gradient takes the split form from ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM rows an SM
+    # (its statistics kernel runs one program per row); below, or without a gradient, the eager
+    # choice. An explicit form is kept (the public call, below).
     sms = 132
-    assert config.ENTROPY_COMPILED_GRAD_FORM == "split"
+    per_sm = config.ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM
+    assert config.ENTROPY_COMPILED_GRAD_FORM == "split" and per_sm == 4
     for loss, n_cols in (("cross_entropy", 131072), ("reverse_kl", 32768),
                          ("soft_cross_entropy", 50257), ("cross_entropy", 1000)):  # fmt: skip
-        eager_form, cap = config.entropy_auto(loss, n_cols, False, sms, sms)
-        assert eager_form in ("fused", "chunked")
-        assert config.entropy_auto(loss, n_cols, False, sms, sms, None, True) == ("split", cap)
-        assert config.entropy_auto(loss, n_cols, False, None, sms, None, True) == ("split", cap)
-        few = config.entropy_auto(loss, n_cols, False, sms - 1, sms, 2 * n_cols, True)
-        assert few == config.entropy_auto(loss, n_cols, False, sms - 1, sms, 2 * n_cols)
-        assert few[0] != "split"
+        for rows in (per_sm * sms, per_sm * sms + 1, 8192, None):
+            eager_form, cap = config.entropy_auto(loss, n_cols, False, rows, sms, 2 * n_cols)
+            assert eager_form in ("fused", "chunked")
+            assert config.entropy_auto(loss, n_cols, False, rows, sms, 2 * n_cols, True) == (
+                "split", cap)
+        for rows in (per_sm * sms - 1, sms, sms - 1, 1):
+            eager = config.entropy_auto(loss, n_cols, False, rows, sms, 2 * n_cols)
+            assert config.entropy_auto(loss, n_cols, False, rows, sms, 2 * n_cols, True) == eager
+            assert eager[0] != "split"
 
 
 @pytest.mark.parametrize("loss", LOSSES)
 def test_torch_compile_auto_form_with_a_gradient_runs_split(loss, monkeypatch):
-    # 5 rows on the interpreter's 4 SMs: the compiled call's backward is the split form's
-    # kernel (counted), its loss and gradient the fp64 reference's; with 3 rows (fewer than the
-    # SMs) the form is the eager one, which writes its gradient in the forward.
+    # The interpreter's 4 SMs: from 16 rows the compiled call's backward is the split form's
+    # kernel (counted), its loss and gradient the fp64 reference's; at 15 rows the form is the
+    # eager one, which writes its gradient in the forward; an explicit form is kept.
     from normlab.losses import op as loss_op
 
     calls = []
     split_grad = loss_op._split_grad
     monkeypatch.setattr(loss_op, "_split_grad", lambda *a: calls.append(1) or split_grad(*a))
-    for rows, split in ((5, True), (3, False)):
+    rows_split = config.ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM * 4
+    for rows, form, split in ((rows_split, "auto", True), (rows_split - 1, "auto", False),
+                              (rows_split, "fused", False)):  # fmt: skip
         calls.clear()
-        x, other = _inputs(loss, (rows, 70), torch.float32)
+        x, other = _inputs(loss, (rows, 40), torch.float32)
         torch._dynamo.reset()
-        compiled = torch.compile(lambda a, b: FNS[loss][0](a, b, block_cap=16), fullgraph=True,
-                                 backend="aot_eager")  # fmt: skip
+        compiled = torch.compile(lambda a, b, form=form: FNS[loss][0](a, b, form=form,
+                                                                      block_cap=16),
+                                 fullgraph=True, backend="aot_eager")  # fmt: skip
         xc = x.clone().requires_grad_()
         value = compiled(xc, other)
         (grad,) = torch.autograd.grad(value * 1.5, xc)
         ref_out, ref_grad = _ref(loss, x, other, weight=torch.tensor(1.5))
-        assert len(calls) == (1 if split else 0), (rows, calls)
-        assert_close(value, ref_out, dtype=torch.float32, reduce_len=70)
-        assert_close(grad, ref_grad, dtype=torch.float32, reduce_len=70)
+        assert len(calls) == (1 if split else 0), (rows, form, calls)
+        assert_close(value, ref_out, dtype=torch.float32, reduce_len=40)
+        assert_close(grad, ref_grad, dtype=torch.float32, reduce_len=40)
 
 
 def test_chunk_layout_fills_the_sms_with_few_rows():

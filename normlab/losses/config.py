@@ -367,10 +367,17 @@ ENTROPY_FEW_ROWS_CHUNK_BYTES = 24 * 1024
 # saved in their forward: it rescales out of place (the graph may run its backward again, as
 # retain_graph=True does), one more read and write of (M, V). Four passes over the logits' size
 # against the split form's three (its forward reads the logits; its backward reads them and
-# writes the gradient), so a compiled call with a gradient takes the split form. Not with fewer
-# rows than SMs: the split form's statistics kernel runs one program per row, and the rescale of
-# so few rows costs little.
+# writes the gradient), so a compiled call with a gradient takes the split form, from
+# ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM rows an SM: the split form's statistics kernel runs one
+# program per row, and fewer rows leave the SMs waiting on DRAM where the chunked form spreads
+# a row. Compiled, bf16, forward+backward, µs, split against the form eager "auto" takes
+# (compiled_loss_rows_253c181, compiled_loss_253c181): label CE 131072 columns at 132 / 256 /
+# 528 / 1056 / 4096 rows 67.9 / 87.4 / 131.7 / 225.9 / 848.5 against 63.0 / 90.5 / 169.7 /
+# 320.3 / 1157.6; reverse KL 109.1 / 135.4 / 203.0 / 353.3 / 1353.4 against 76.1 / 117.3 /
+# 226.5 / 424.9 / 1567.3. The split form saves the logits, not the gradient: its backward holds
+# both (the 1B Llama step's peak, 23.2 GiB against 21.4; torch.compile's own loss: 23.2).
 ENTROPY_COMPILED_GRAD_FORM = "split"
+ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM = 4
 
 
 def entropy_auto(loss: str, n_cols: int, distributed: bool, n_rows: int | None = None,
@@ -384,9 +391,10 @@ def entropy_auto(loss: str, n_cols: int, distributed: bool, n_rows: int | None =
     form, cap = ENTROPY_AUTO[loss][ENTROPY_AUTO_CLASSES.index(entropy_vocab_class(n_cols))]
     if distributed:
         return "split", cap
-    few_rows = n_rows is not None and 0 < n_rows < ENTROPY_FUSED_MIN_ROWS_PER_SM * sm_count
-    if compiled_grad and not few_rows:
+    if compiled_grad and (n_rows is None
+                          or n_rows >= ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM * sm_count):
         return ENTROPY_COMPILED_GRAD_FORM, cap
+    few_rows = n_rows is not None and 0 < n_rows < ENTROPY_FUSED_MIN_ROWS_PER_SM * sm_count
     row_bytes = 2 * n_cols if row_bytes is None else row_bytes
     if form == "fused" and few_rows and n_cols > tile(n_cols, cap) \
             and row_bytes > ENTROPY_FEW_ROWS_CHUNK_BYTES:  # fmt: skip
