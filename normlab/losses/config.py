@@ -375,7 +375,7 @@ ENTROPY_FEW_ROWS_CHUNK_BYTES = 24 * 1024
 # 528 / 1056 / 4096 rows 67.9 / 87.4 / 131.7 / 225.9 / 848.5 against 63.0 / 90.5 / 169.7 /
 # 320.3 / 1157.6; reverse KL 109.1 / 135.4 / 203.0 / 353.3 / 1353.4 against 76.1 / 117.3 /
 # 226.5 / 424.9 / 1567.3. The split form saves the logits, not the gradient: its backward holds
-# both (the 1B Llama step's peak, 23.2 GiB against 21.4; torch.compile's own loss: 23.2).
+# both (the 1B Llama step's compiled peak, 23.2 GiB against 21.4; Hugging Face's: 23.2).
 ENTROPY_COMPILED_GRAD_FORM = "split"
 ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM = 4
 
