@@ -68,6 +68,26 @@ for V in (32768, 50256, 50257, 65536, 131072, 151936):
     print(f"V = {V:>6} ({config.entropy_vocab_class(V):>9}): form {form:<8} tile {cap}")
 
 # %% [markdown]
+# Inside `torch.compile` the answer changes. The fused and chunked forms save the gradient their
+# forward wrote, and an eager backward scales it in place (a no-op for `loss.backward()`). A
+# compiled backward cannot: the graph may run it again, so it scales out of place, reading and
+# writing the whole gradient once more. That is four passes over the logits' size against the
+# split form's three (statistics; then read and write), so a compiled call that needs the
+# gradient takes the split form. The exception is fewer than 4 rows an SM, where the split
+# form's one program per row leaves SMs idle. On the H200 the 1B Llama's loss (8192 × 128256)
+# went from 2244 µs to 1574 µs compiled
+# ([the note](../docs/notes/2026-12-03-compiled-losses-take-the-split-form.md)).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+SMS = 132  # an H200's SMs: the rule's rows are counted per SM
+for rows in (132, 527, 528, 8192):
+    eager_form, _ = config.entropy_auto("reverse_kl", 131072, False, rows, SMS, 4 * 131072)
+    compiled_form, _ = config.entropy_auto("reverse_kl", 131072, False, rows, SMS, 4 * 131072,
+                                           compiled_grad=True)
+    print(f"{rows:>5} rows x 131072: eager {eager_form:<8} compiled with a gradient {compiled_form}")
+
+# %% [markdown]
 # ## Correctness: every form, several tile caps, loss and gradient
 #
 # V = 1000 with caps of 256 and 1024 gives several tiles per row, and one.
