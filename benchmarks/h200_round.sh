@@ -87,11 +87,14 @@
 # op and peer in interleaved rounds; the norms again with the static launch on); lossop (the losses'
 # custom op replays inside compiled graphs: every form compiled against eager, each case called
 # twice; the GPU checks; host µs in rounds).
+# rowalign (the row-stride hint that works, tiles.aligned_stride: the norm checks, then the
+# population members whose row strides are even but not a multiple of 16 elements, normlab alone
+# with the hint off and on); rowalignpop (those members with the hint, beside their peers).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop or compiledsplit}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign or rowalignpop}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -155,6 +158,8 @@ SMALL_CELLS=1x768,1x1024,1x1536,1x2048,1x2560,1x2880,1x3072,1x3584,1x4096,1x5120
 512x3072,512x3584,512x4096,512x5120,512x6144,512x8192,593x37,627x2479,783x120,868x136,1031x14,\
 1184x4,1234x4,1655x400,1686x75,1763x9,2479x17,2982x26,3946x10,4096x768,5265x1,10428x5,53711x1,\
 128421x2,1000003x1,1000003x2
+# Population members whose row strides are even but not a multiple of 16 elements (the hint's).
+ROW_ALIGN_CELLS=1184x4,1234x4,14x1022,1031x14,3946x10,1x60954,2982x26,783x120,868x136,75x3310,128421x2,261x1110,5596x214,52873x28,77352x24,1000003x2,250431x10,1687x1718,5158x666,10885x408,188442x24,1990x2326,3079x2526,1000003x8,8000009x2,15080x1464,1000003x24,7526x3956,10000000x4,1329x32826,6062x7412,10000000x6,8000009x8,307891x220,1000003x100,74711x1906,8000009x24,1000003x200,3366x60028,10000000x36,34292x14486,1000003x500,10000000x62,10000000x70,8000009x100,245086x5924,8000009x200,8000009x500
 step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.log
   local name=$1 limit=$2
   shift 2
@@ -491,6 +496,18 @@ case $STAGE in
     step overhead_lossop 200 python3 -m normlab bench --overhead \
       --op cross_entropy,reverse_kl,soft_cross_entropy --impl normlab,torch,compile,normlab+compile \
       --out "$OUT/overhead_lossop.json" --no-progress
+    ;;
+  rowalign)  # the row-stride hint: checks, then the members it reaches with it off and on
+    step gpu_check_rowalign 240 python3 benchmarks/gpu_check.py --quick \
+      --out "$OUT/gpu_check_rowalign.json" --only norms,norm_options
+    step rowalign_off 150 env NORMLAB_NORM_ROW_ALIGN=0 python3 benchmarks/norm_population.py \
+      --impls normlab --reps 4 --cells "$ROW_ALIGN_CELLS" --out "$OUT/rowalign_off.jsonl"
+    step rowalign_on 150 python3 benchmarks/norm_population.py \
+      --impls normlab --reps 4 --cells "$ROW_ALIGN_CELLS" --out "$OUT/rowalign_on.jsonl"
+    ;;
+  rowalignpop)  # the members the hint reaches, with it, beside their peers
+    step population_rowalign 540 python3 benchmarks/norm_population.py --reps 4 \
+      --cells "$ROW_ALIGN_CELLS" --out "$OUT/population_rowalign.jsonl"
     ;;
   compiledsplit)  # a compiled loss with a gradient takes the split form (ENTROPY_COMPILED_GRAD_FORM)
     step compile_check_split 240 python3 benchmarks/compile_check.py --losses

@@ -16,6 +16,7 @@ memoized (a training loop repeats a few shapes; ``memoize``).
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -43,6 +44,16 @@ def row_align(row_stride: int, element_size: int) -> int:
     while align < vector and row_stride % (2 * align) == 0:
         align *= 2
     return align
+
+
+# The kernels take the row-alignment hint (tiles.aligned_stride). NORMLAB_NORM_ROW_ALIGN=0
+# launches them without it, as they ran before it worked (an A/B switch; plans do not change).
+ROW_ALIGN_HINT = os.environ.get("NORMLAB_NORM_ROW_ALIGN", "1") != "0"
+
+
+def kernel_row_align(row_stride: int, element_size: int) -> int:
+    """The ROW_ALIGN a kernel is launched with: row_align, or 1 with the hint off."""
+    return row_align(row_stride, element_size) if ROW_ALIGN_HINT else 1
 
 
 def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:

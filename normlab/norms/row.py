@@ -45,6 +45,7 @@ from normlab._launch import buffer, launch, not_replayable
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
 from normlab.norms.tiles import (
+    aligned_stride,
     bwd_tile_single_pass,
     bwd_tile_two_pass,
     load_f32,
@@ -101,12 +102,11 @@ def _norm_fwd_kernel(
     row = tl.program_id(0)
     if INT64_ROWS:
         row = row.to(tl.int64)
-    if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
-        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
-        y_row_stride = tl.multiple_of(y_row_stride, ROW_ALIGN)
-        if HAS_RESIDUAL:
-            r_row_stride = tl.multiple_of(r_row_stride, ROW_ALIGN)
-            h_row_stride = tl.multiple_of(h_row_stride, ROW_ALIGN)
+    x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
+    y_row_stride = aligned_stride(y_row_stride, ROW_ALIGN)
+    if HAS_RESIDUAL:
+        r_row_stride = aligned_stride(r_row_stride, ROW_ALIGN)
+        h_row_stride = aligned_stride(h_row_stride, ROW_ALIGN)
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * y_row_stride
     r_row = r_ptr + row * r_row_stride
@@ -365,11 +365,10 @@ def _persistent_single_pass(
     programs 2k and 2k + 1 add into partial row k).
     PREFETCH issues the loads of the program's next tile before working on the current one
     (registers, not shared memory), so two tiles' loads are in flight per program."""
-    if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
-        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
-        dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
-        dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
-        dh_row_stride = tl.multiple_of(dh_row_stride, ROW_ALIGN)
+    x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
+    dy_row_stride = aligned_stride(dy_row_stride, ROW_ALIGN)
+    dx_row_stride = aligned_stride(dx_row_stride, ROW_ALIGN)
+    dh_row_stride = aligned_stride(dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_COLS)
@@ -516,11 +515,10 @@ def _norm_bwd_persistent_two_pass_kernel(
     """The persistent backward, two pass, for rows wider than one register tile: each grid-strided
     row tile is walked twice in BLOCK_COLS chunks (c1/c2, then dx + partials); the re-read of
     the tile is mostly served by L2."""
-    if ROW_ALIGN > 1:  # a stride of 1 is a constexpr, with nothing to hint
-        x_row_stride = tl.multiple_of(x_row_stride, ROW_ALIGN)
-        dy_row_stride = tl.multiple_of(dy_row_stride, ROW_ALIGN)
-        dx_row_stride = tl.multiple_of(dx_row_stride, ROW_ALIGN)
-        dh_row_stride = tl.multiple_of(dh_row_stride, ROW_ALIGN)
+    x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
+    dy_row_stride = aligned_stride(dy_row_stride, ROW_ALIGN)
+    dx_row_stride = aligned_stride(dx_row_stride, ROW_ALIGN)
+    dh_row_stride = aligned_stride(dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
     db_out = db_partial_ptr + pid.to(tl.int64) * n_cols
@@ -587,7 +585,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     )  # fmt: skip
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
              "HAS_RESIDUAL": residual is not None, "INT64_ROWS": _int64_rows(n_rows, *strides),
-             "ROW_ALIGN": config.row_align(math.gcd(*strides), x2d.element_size()),
+             "ROW_ALIGN": config.kernel_row_align(math.gcd(*strides), x2d.element_size()),
              "STORE_STATS": bool(store_stats)}
     if AUTOTUNE and block_size is None and num_warps is None:
         not_replayable()  # the autotuner launches through Triton, unrecorded
@@ -668,7 +666,7 @@ def norm_backward(
         return dx, dw, db
     strides = (x2d.stride(0), dy2d.stride(0), dx.stride(0),
                dh.stride(0) if dh is not None else dx.stride(0))  # fmt: skip
-    align = config.row_align(math.gcd(*strides), x2d.element_size())
+    align = config.kernel_row_align(math.gcd(*strides), x2d.element_size())
     sm_count = _runtime.sm_count(device.index)
     cfg = config.norm_bwd_config(
         strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass, block_rows=block_rows,

@@ -14,6 +14,18 @@ import triton.language as tl
 
 
 @triton.jit
+def aligned_stride(row_stride, ROW_ALIGN: tl.constexpr):
+    """row_stride, as a value Triton knows is a multiple of ROW_ALIGN (the host checked it is),
+    so that row * row_stride + cols loads whole vectors. Not tl.multiple_of: Triton puts that
+    hint on the op defining its value, and a kernel argument has none, so the hint is dropped
+    (2-byte loads and stores for every row stride that is not a multiple of 16 elements). The
+    product's divisibility is derived, and a constant (Inductor's) folds through it."""
+    if ROW_ALIGN > 1:
+        row_stride = row_stride // ROW_ALIGN * ROW_ALIGN
+    return row_stride
+
+
+@triton.jit
 def load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr):  # w_ptr: (n_cols,)
     """fp32 (offset + weight) chunk, or a scalar 1 placeholder when there is no weight (the op
     refuses an offset without one)."""
