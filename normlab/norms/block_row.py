@@ -34,7 +34,7 @@ from normlab._host import (
 from normlab._launch import buffer, launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
-from normlab.norms.tiles import aligned_stride, load_f32, store_cast, store_sum
+from normlab.norms.tiles import known_multiple, load_f32, store_cast, store_sum
 
 STRATEGIES = config.BLOCK_ROW_STRATEGIES
 
@@ -148,11 +148,12 @@ def _block_row_fwd_kernel(
     loading its next tile before it normalizes and stores the current one, so its loads stay in
     flight while it stores (the persistent backward's prefetch)."""
     pid = tl.program_id(0)
-    x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-    y_row_stride = aligned_stride(y_row_stride, ROW_ALIGN)
+    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
+    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
+    y_row_stride = known_multiple(y_row_stride, ROW_ALIGN)
     if HAS_RESIDUAL:
-        r_row_stride = aligned_stride(r_row_stride, ROW_ALIGN)
-        h_row_stride = aligned_stride(h_row_stride, ROW_ALIGN)
+        r_row_stride = known_multiple(r_row_stride, ROW_ALIGN)
+        h_row_stride = known_multiple(h_row_stride, ROW_ALIGN)
     col_mask = tl.arange(0, BLOCK_COLS) < n_cols
     eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
     offset = tl.cast(offset, tl.float32)
@@ -305,10 +306,11 @@ def _block_row_bwd_kernel(
     tile before working on the current one, so DRAM latency overlaps the math and the stores.
     """
     pid = tl.program_id(0)
-    x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-    dy_row_stride = aligned_stride(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = aligned_stride(dx_row_stride, ROW_ALIGN)
-    dh_row_stride = aligned_stride(dh_row_stride, ROW_ALIGN)
+    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
+    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
+    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
+    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
+    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
     n_programs = tl.num_programs(0)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
     inv_n = 1.0 / n_cols
@@ -493,7 +495,7 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
         BLOCK_ROWS=cfg.block_rows,
         BLOCK_COLS=next_pow2(n_cols),
         PERSISTENT=n_programs < n_tiles,
-        ROW_ALIGN=config.kernel_row_align(math.gcd(*strides), x.element_size()),
+        ROW_ALIGN=config.kernel_row_align(math.gcd(*strides, n_cols), x.element_size()),
         num_warps=cfg.num_warps,
     )
     return y, mean, rstd
@@ -550,7 +552,7 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         ACC_TILE=cfg.acc_tile,
         PREFETCH=cfg.prefetch,
         RECOMPUTE_STATS=recompute,
-        ROW_ALIGN=config.kernel_row_align(math.gcd(*strides), x.element_size()),
+        ROW_ALIGN=config.kernel_row_align(math.gcd(*strides, n_cols), x.element_size()),
         num_warps=cfg.num_warps,
     )
     dw = grad_weight if grad_weight is not None else (

@@ -45,9 +45,9 @@ from normlab._launch import buffer, launch, not_replayable
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
 from normlab.norms.tiles import (
-    aligned_stride,
     bwd_tile_single_pass,
     bwd_tile_two_pass,
+    known_multiple,
     load_f32,
     load_tile,
     load_weight,
@@ -102,11 +102,11 @@ def _norm_fwd_kernel(
     row = tl.program_id(0)
     if INT64_ROWS:
         row = row.to(tl.int64)
-    x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-    y_row_stride = aligned_stride(y_row_stride, ROW_ALIGN)
+    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
+    y_row_stride = known_multiple(y_row_stride, ROW_ALIGN)
     if HAS_RESIDUAL:
-        r_row_stride = aligned_stride(r_row_stride, ROW_ALIGN)
-        h_row_stride = aligned_stride(h_row_stride, ROW_ALIGN)
+        r_row_stride = known_multiple(r_row_stride, ROW_ALIGN)
+        h_row_stride = known_multiple(h_row_stride, ROW_ALIGN)
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * y_row_stride
     r_row = r_ptr + row * r_row_stride
@@ -365,10 +365,11 @@ def _persistent_single_pass(
     programs 2k and 2k + 1 add into partial row k).
     PREFETCH issues the loads of the program's next tile before working on the current one
     (registers, not shared memory), so two tiles' loads are in flight per program."""
-    x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-    dy_row_stride = aligned_stride(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = aligned_stride(dx_row_stride, ROW_ALIGN)
-    dh_row_stride = aligned_stride(dh_row_stride, ROW_ALIGN)
+    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
+    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
+    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
+    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
+    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_COLS)
@@ -515,10 +516,11 @@ def _norm_bwd_persistent_two_pass_kernel(
     """The persistent backward, two pass, for rows wider than one register tile: each grid-strided
     row tile is walked twice in BLOCK_COLS chunks (c1/c2, then dx + partials); the re-read of
     the tile is mostly served by L2."""
-    x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-    dy_row_stride = aligned_stride(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = aligned_stride(dx_row_stride, ROW_ALIGN)
-    dh_row_stride = aligned_stride(dh_row_stride, ROW_ALIGN)
+    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
+    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
+    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
+    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
+    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
     db_out = db_partial_ptr + pid.to(tl.int64) * n_cols
@@ -666,7 +668,8 @@ def norm_backward(
         return dx, dw, db
     strides = (x2d.stride(0), dy2d.stride(0), dx.stride(0),
                dh.stride(0) if dh is not None else dx.stride(0))  # fmt: skip
-    align = config.kernel_row_align(math.gcd(*strides), x2d.element_size())
+    # the width too: the backward kernels take n_cols at run time and hint it (known_multiple)
+    align = config.kernel_row_align(math.gcd(*strides, n_cols), x2d.element_size())
     sm_count = _runtime.sm_count(device.index)
     cfg = config.norm_bwd_config(
         strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass, block_rows=block_rows,

@@ -35,7 +35,7 @@ from normlab._host import cdiv, next_pow2
 from normlab._launch import buffer, launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
-from normlab.norms.tiles import aligned_stride, load_weight
+from normlab.norms.tiles import known_multiple, load_weight
 
 
 @triton.jit
@@ -57,8 +57,9 @@ def _split_row_sums_kernel(
     ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
 ):
     """Two fp32 partial sums of one (row, chunk): see the module docstring."""
-    x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-    dy_row_stride = aligned_stride(dy_row_stride, ROW_ALIGN)
+    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
+    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
+    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
@@ -119,8 +120,9 @@ def _split_row_fwd_kernel(
     ROW_ALIGN: tl.constexpr,
 ):
     """y of one (row, chunk) from the row's summed partials."""
-    x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-    y_row_stride = aligned_stride(y_row_stride, ROW_ALIGN)
+    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
+    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
+    y_row_stride = known_multiple(y_row_stride, ROW_ALIGN)
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
@@ -183,10 +185,11 @@ def _split_row_bwd_kernel(
 ):
     """dx of one group of rows in one column chunk (grid: chunks x row groups), BLOCK_ROWS rows
     a step; that chunk's dγ/dβ summed over the group's rows."""
-    x_row_stride = aligned_stride(x_row_stride, ROW_ALIGN)
-    dy_row_stride = aligned_stride(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = aligned_stride(dx_row_stride, ROW_ALIGN)
-    dh_row_stride = aligned_stride(dh_row_stride, ROW_ALIGN)
+    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
+    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
+    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
+    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
+    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
     chunk = tl.program_id(0)
     group = tl.program_id(1)
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
@@ -236,7 +239,8 @@ def _split_row_bwd_kernel(
 
 
 def _align(*tensors) -> int:
-    stride = math.gcd(*(t.stride(0) for t in tensors))
+    """ROW_ALIGN: of the row strides and the width, which the kernels hint (known_multiple)."""
+    stride = math.gcd(tensors[0].shape[1], *(t.stride(0) for t in tensors))
     return config.kernel_row_align(stride, tensors[0].element_size())
 
 

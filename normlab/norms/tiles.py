@@ -14,16 +14,16 @@ import triton.language as tl
 
 
 @triton.jit
-def aligned_stride(row_stride, ROW_ALIGN: tl.constexpr):
-    """row_stride, as a value Triton knows is a multiple of ROW_ALIGN (the host checked it is),
-    so that row * row_stride + cols loads whole vectors. Not tl.multiple_of: Triton puts that
-    hint on the op defining its value, and a kernel argument has none, so the hint is dropped
-    (2-byte loads and stores for every row stride that is not a multiple of 16 elements). The
-    product's divisibility is derived, and a constant (Inductor's) folds through it."""
+def known_multiple(value, ROW_ALIGN: tl.constexpr):
+    """value (a row stride, or the row width), as one Triton knows is a multiple of ROW_ALIGN
+    (the host checked it is), so that row * stride + cols loads whole vectors and cols < n_cols
+    masks whole vectors. Not tl.multiple_of: Triton puts that hint on the op defining its value,
+    and a kernel argument has none, so the hint is dropped. The product's divisibility is
+    derived, and a constant (Inductor's) folds through it. A hinted stride under an unhinted
+    runtime width is worse than none: vector-shaped tiles, loaded element by element."""
     if ROW_ALIGN > 1:
-        row_stride = row_stride // ROW_ALIGN * ROW_ALIGN
-    return row_stride
-
+        value = value // ROW_ALIGN * ROW_ALIGN
+    return value
 
 @triton.jit
 def load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr):  # w_ptr: (n_cols,)
