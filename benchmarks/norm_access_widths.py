@@ -1,0 +1,120 @@
+"""The widths of the norm kernels' global loads and stores, by row alignment, for sm_90 (no GPU).
+
+    python3 benchmarks/norm_access_widths.py [--out FILE]
+
+Compiles three norm kernels ahead of time for an H100/H200 (``sm_90``) with this machine's
+Triton and its ``ptxas``, in bf16, at each ``ROW_ALIGN`` a launch can take (1, 2, 4, 8 elements:
+the row strides' and width's common power of two, up to one 16-byte vector), and counts the
+SASS global loads (LDG) and stores (STG) by width. The row strides and the width are plain
+ints, not multiples of 16: the case where Triton's own specialization knows nothing and only
+the kernels' hint (``tiles.known_multiple``) can make the accesses vectors. An access of
+2 * ROW_ALIGN bytes is what a row of that alignment allows.
+
+- the forward, one row per program (its width a constexpr);
+- the block-row forward (narrow rows, the width a runtime int);
+- the persistent single-pass backward at a runtime width.
+
+Like ``kernel_loops.py``, normlab must define its kernels compiled rather than interpreted: this
+script makes ``torch.cuda.is_available`` answer True before importing normlab, and launches
+nothing. Triton's code generation changes between versions: say which one a figure came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "0"  # compiled kernels, even when a caller interprets
+os.environ["NORMLAB_MODE"] = "auto"
+
+import torch
+
+torch.cuda.is_available = lambda: True  # compiled kernels on a machine without a GPU (above)
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from normlab.norms.block_row import _block_row_fwd_kernel  # noqa: E402
+from normlab.norms.row import _norm_bwd_persistent_kernel, _norm_fwd_kernel  # noqa: E402
+
+ALIGNS = (1, 2, 4, 8)
+FP32_POINTERS = ("mean_ptr", "rstd_ptr", "dw_partial_ptr", "db_partial_ptr")
+FLOATS = ("eps", "offset")
+# kernel -> (its constexprs, warps): 8 elements a thread, one vector. n_cols 200 where the width
+# is a constexpr (a multiple of 8; else it is the int the launch passes).
+KERNELS = {
+    "forward, one row a program": (_norm_fwd_kernel, dict(
+        n_cols=200, IS_RMS=True, HAS_WEIGHT=True, HAS_BIAS=False, HAS_RESIDUAL=False,
+        BLOCK_SIZE=256, SINGLE_BLOCK=True, EVEN_COLS=False, INT64_ROWS=False,
+        EARLY_PARAMS=False, STORE_STATS=True), 1),
+    "block-row forward": (_block_row_fwd_kernel, dict(
+        IS_RMS=True, HAS_WEIGHT=True, HAS_BIAS=False, HAS_RESIDUAL=False, BLOCK_ROWS=8,
+        BLOCK_COLS=256, PERSISTENT=False, STORE_STATS=False), 4),
+    "persistent backward": (_norm_bwd_persistent_kernel, dict(
+        IS_RMS=True, HAS_WEIGHT=True, HAS_BIAS=False, HAS_DH=False, BLOCK_ROWS=8,
+        BLOCK_COLS=256, LOOP_STAGES=1, PREFETCH=True, PAIRED=False), 4),
+}  # fmt: skip
+WIDTH_BYTES = {"U16": 2, "": 4, "64": 8, "128": 16}  # the SASS suffix of LDG.E / STG.E
+
+
+def compile_kernel(kernel, constants: dict, row_align: int, warps: int, arch: int = 90):
+    """The kernel compiled for sm_<arch>: bf16 row tensors and weight, fp32 statistics, 16-byte
+    aligned pointers, int arguments with no divisibility known."""
+    names = kernel.arg_names
+    constants = {**constants, "ROW_ALIGN": row_align}
+    signature = {}
+    for name in names:
+        if name in constants:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = "*fp32" if name in FP32_POINTERS else "*bf16"
+        else:
+            signature[name] = "fp32" if name in FLOATS else "i32"
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr")}
+    src = ASTSource(kernel, signature, constants, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+
+
+def access_widths(compiled) -> dict[str, collections.Counter]:
+    """{"load": Counter(bytes -> instructions), "store": ...} of the global accesses."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "k.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                                "nvdisasm")  # fmt: skip
+        sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+    widths = {"load": collections.Counter(), "store": collections.Counter()}
+    for op, suffix in re.findall(r"\b(LDG|STG)\.E(?:\.(U16|64|128))?\b", sass):
+        widths["load" if op == "LDG" else "store"][WIDTH_BYTES[suffix]] += 1
+    return widths
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="also write the lines here")
+    args = parser.parse_args(argv)
+    lines = [f"triton {triton.__version__}, sm_90, bf16: global accesses per thread, "
+             "bytes x instructions"]  # fmt: skip
+    for name, (kernel, constants, warps) in KERNELS.items():
+        for align in ALIGNS:
+            widths = access_widths(compile_kernel(kernel, constants, align, warps))
+            cells = "; ".join(f"{kind} " + ", ".join(f"{b} B x {n}" for b, n in
+                                                    sorted(widths[kind].items()))
+                              for kind in ("load", "store"))  # fmt: skip
+            lines.append(f"{name}, ROW_ALIGN {align}: {cells}")
+    print("\n".join(lines))
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

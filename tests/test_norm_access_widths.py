@@ -1,0 +1,32 @@
+"""The norm kernels' row hint reaches the loads: compiled for sm_90 on this CPU machine
+(benchmarks/norm_access_widths.py), at row strides and widths Triton knows nothing of."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_row_alignment_sets_the_access_width():
+    """A row of ROW_ALIGN elements' alignment (2 ROW_ALIGN bytes) takes accesses that wide: no
+    2-byte access once ROW_ALIGN >= 2, 16-byte loads and stores at 8. ROW_ALIGN 1 is the
+    control: 2-byte accesses (what every unhinted row stride got while the hint was a
+    tl.multiple_of on the argument, which Triton drops)."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "benchmarks/norm_access_widths.py"], cwd=root,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = re.findall(r"^(.+), ROW_ALIGN (\d): load (.*); store (.*)$", proc.stdout, re.M)
+    assert len(rows) == 12, proc.stdout
+    for kernel, align, load, store in rows:
+        loads = {int(b): int(n) for b, n in re.findall(r"(\d+) B x (\d+)", load)}
+        stores = {int(b): int(n) for b, n in re.findall(r"(\d+) B x (\d+)", store)}
+        where = f"{kernel} at ROW_ALIGN {align}: {load}; {store}"
+        if align == "1":
+            assert 2 in loads and 2 in stores, where
+        else:
+            assert 2 not in loads and 2 not in stores, where
+        if align == "8":
+            assert 16 in loads and 16 in stores, where
