@@ -246,10 +246,16 @@ def _norm_bwd_atomic_kernel(
     TWO_PASS: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,  # the row strides' and n_cols' common multiple (elements)
 ):
     """One row tile per program; its dw/db column sums go straight into one shared fp32 vector
     with tl.atomic_add: every program hits the same n_cols addresses (the fused-RMSNorm
     write-up's first design)."""
+    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
+    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
+    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
+    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
+    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
     tile = tl.program_id(0)
     if TWO_PASS:
         bwd_tile_two_pass(
@@ -298,9 +304,15 @@ def _norm_bwd_partials_kernel(
     TWO_PASS: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,  # the row strides' and n_cols' common multiple (elements)
 ):
     """two_stage: program p takes the contiguous row tiles [p * tiles_per_program, ...) and
     writes one fp32 partial row p; the workspace grows with n_rows."""
+    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
+    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
+    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
+    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
+    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     first_tile = pid * tiles_per_program
     last_tile = tl.minimum(first_tile + tiles_per_program, tl.cdiv(n_rows, BLOCK_ROWS))
@@ -703,7 +715,8 @@ def norm_backward(
         acc_w, acc_b = accumulator(grad_weight, has_w), accumulator(grad_bias, has_b)
         not_replayable()  # host-side ops (the zeroed accumulators, their copy) around it
         launch(_norm_bwd_atomic_kernel, (n_tiles,), *common, acc_w, acc_b, n_rows, n_cols,
-               *strides, float(offset), **flags, TWO_PASS=cfg.two_pass, **tile)  # fmt: skip
+               *strides, float(offset), **flags, TWO_PASS=cfg.two_pass, **tile,
+               ROW_ALIGN=align)  # fmt: skip
         for out, buf, acc, present in (
             (dw, grad_weight, acc_w, has_w),
             (db, grad_bias, acc_b, has_b),
@@ -744,7 +757,7 @@ def norm_backward(
     if strategy == "two_stage":
         launch(_norm_bwd_partials_kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols,
                *strides, float(offset), tiles_per_program, **flags, TWO_PASS=cfg.two_pass,
-               **tile)  # fmt: skip
+               **tile, ROW_ALIGN=align)  # fmt: skip
     elif cfg.two_pass:
         launch(_norm_bwd_persistent_two_pass_kernel, grid, *common, dw_partial, db_partial,
                n_rows, n_cols, *strides, float(offset), **flags, **tile,
