@@ -89,12 +89,13 @@
 # twice; the GPU checks; host µs in rounds).
 # rowalign (the row-stride hint that works, tiles.aligned_stride: the norm checks, then the
 # population members whose row strides are even but not a multiple of 16 elements, normlab alone
-# with the hint off and on); rowalignpop (those members with the hint, beside their peers).
+# with the hint off and on); rowalignpop (those members with the hint, beside their peers);
+# rowalignfp (the norm checks in fp32 and fp16 with the hint).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign or rowalignpop}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop or rowalignfp}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -504,6 +505,10 @@ case $STAGE in
       --impls normlab --reps 4 --cells "$ROW_ALIGN_CELLS" --out "$OUT/rowalign_off.jsonl"
     step rowalign_on 150 python3 benchmarks/norm_population.py \
       --impls normlab --reps 4 --cells "$ROW_ALIGN_CELLS" --out "$OUT/rowalign_on.jsonl"
+    ;;
+  rowalignfp)  # the row-stride hint: the norm checks in fp32 and fp16
+    step gpu_check_rowalign_fp 500 python3 benchmarks/gpu_check.py --dtypes fp32,fp16 \
+      --out "$OUT/gpu_check_rowalign_fp.json" --only norms,norm_options
     ;;
   rowalignpop)  # the members the hint reaches, with it, beside their peers
     step population_rowalign 540 python3 benchmarks/norm_population.py --reps 4 \
