@@ -90,7 +90,7 @@
 # rowalign (the row-stride hint that works, tiles.aligned_stride: the norm checks, then the
 # population members whose row strides are even but not a multiple of 16 elements, normlab alone
 # with the hint off and on); rowalignpop (those members with the hint, beside their peers);
-# rowalignfp (the norm checks in fp32 and fp16 with the hint).
+# rowalignfp (the norm checks in fp32 with the hint).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -506,8 +506,8 @@ case $STAGE in
     step rowalign_on 150 python3 benchmarks/norm_population.py \
       --impls normlab --reps 4 --cells "$ROW_ALIGN_CELLS" --out "$OUT/rowalign_on.jsonl"
     ;;
-  rowalignfp)  # the row-stride hint: the norm checks in fp32 and fp16
-    step gpu_check_rowalign_fp 500 python3 benchmarks/gpu_check.py --dtypes fp32,fp16 \
+  rowalignfp)  # the row-stride hint: the norm checks in fp32
+    step gpu_check_rowalign_fp 500 python3 benchmarks/gpu_check.py --dtypes fp32 \
       --out "$OUT/gpu_check_rowalign_fp.json" --only norms,norm_options
     ;;
   rowalignpop)  # the members the hint reaches, with it, beside their peers
