@@ -90,7 +90,8 @@
 # rowalign (the row-stride hint that works, tiles.aligned_stride: the norm checks, then the
 # population members whose row strides are even but not a multiple of 16 elements, normlab alone
 # with the hint off and on); rowalignpop (those members with the hint, beside their peers);
-# rowalignfp (the norm checks in fp32 with the hint).
+# rowalignfp (the norm checks in fp32 with the hint; the members among them whose calls take
+# under 5 µs, reps raised to about 100 µs of timed device time, as smallreps).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -161,6 +162,8 @@ SMALL_CELLS=1x768,1x1024,1x1536,1x2048,1x2560,1x2880,1x3072,1x3584,1x4096,1x5120
 128421x2,1000003x1,1000003x2
 # Population members whose row strides are even but not a multiple of 16 elements (the hint's).
 ROW_ALIGN_CELLS=1184x4,1234x4,14x1022,1031x14,3946x10,1x60954,2982x26,783x120,868x136,75x3310,128421x2,261x1110,5596x214,52873x28,77352x24,1000003x2,250431x10,1687x1718,5158x666,10885x408,188442x24,1990x2326,3079x2526,1000003x8,8000009x2,15080x1464,1000003x24,7526x3956,10000000x4,1329x32826,6062x7412,10000000x6,8000009x8,307891x220,1000003x100,74711x1906,8000009x24,1000003x200,3366x60028,10000000x36,34292x14486,1000003x500,10000000x62,10000000x70,8000009x100,245086x5924,8000009x200,8000009x500
+# Those whose calls took under 5 µs at 9282889 (normlab or a peer, any op, direction or dtype).
+ROW_ALIGN_SMALL_CELLS=1x60954,14x1022,75x3310,261x1110,783x120,868x136,1031x14,1184x4,1234x4,2982x26,3946x10,5596x214,52873x28,77352x24,128421x2,1000003x2
 step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.log
   local name=$1 limit=$2
   shift 2
@@ -509,6 +512,8 @@ case $STAGE in
   rowalignfp)  # the row-stride hint: the norm checks in fp32
     step gpu_check_rowalign_fp 500 python3 benchmarks/gpu_check.py --dtypes fp32 \
       --out "$OUT/gpu_check_rowalign_fp.json" --only norms,norm_options
+    step population_rowalign_small 300 python3 benchmarks/norm_population.py --reps 4 \
+      --timed-us 100 --cells "$ROW_ALIGN_SMALL_CELLS" --out "$OUT/population_rowalign_small.jsonl"
     ;;
   rowalignpop)  # the members the hint reaches, with it, beside their peers
     step population_rowalign 540 python3 benchmarks/norm_population.py --reps 4 \
