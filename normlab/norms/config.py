@@ -38,7 +38,8 @@ def row_align(row_stride: int, element_size: int) -> int:
     """Elements every row start is known to be a multiple of, up to one 16-byte vector.
 
     Triton only learns "divisible by 16" of an int argument, so a row stride of 200 bf16
-    elements (400 bytes, every row 16-byte aligned) would otherwise give 2-byte loads."""
+    elements (400 bytes, every row 16-byte aligned) would otherwise give 2-byte loads. The
+    kernels take it with the width (the gcd of both) and hint both (tiles.known_multiple)."""
     vector = VECTOR_BYTES // element_size
     align = 1
     while align < vector and row_stride % (2 * align) == 0:
@@ -389,8 +390,9 @@ NORM_BWD_TWO_PASS_PROGRAMS_PER_SM = 2
 NORM_BWD_TWO_PASS_BLOCK_COLS = 4096
 NORM_BWD_TWO_PASS_WARPS = 16
 # By tile elements: 16 per thread, at most 16 warps (aligned 16384-column tiles ran 7-14% faster
-# at 16 than at 32). Rows not 16-byte aligned load element by element: their 16384-element tiles
-# keep 32 warps (at 16 they spilled: RMSNorm 36052 x 8363 took 18.3 ms against 1.2).
+# at 16 than at 32). Rows not 16-byte aligned load narrower vectors (odd widths element by
+# element): their 16384-element tiles keep 32 warps (at 16 they spilled: RMSNorm 36052 x 8363
+# took 18.3 ms against 1.2).
 NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))
 NORM_BWD_UNALIGNED_WARPS = ((2048, 4), (4096, 8), (8192, 16), (1 << 62, 32))
 # Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
