@@ -162,6 +162,47 @@ population = viz.select(recorded, shape_set="population")
 viz.cliff_map(population, op="rms_norm", direction="fwd", dtype="bf16", source="recorded")
 
 # %% [markdown]
+# ## Widths that are not multiples of 16: a hint Triton dropped
+#
+# Row r of a bf16 tensor with N columns starts 2·N·r bytes in. A 16-byte load needs a multiple of
+# 16 there. Triton learns only one fact about an int argument: whether it divides by 16. At
+# N = 200, every row is 16-byte aligned (400 bytes), but Triton cannot tell. So the launcher
+# computes how aligned the rows are (`config.row_align` of the row strides and the width), and
+# the kernels are told.
+#
+# Until 2026-12-03 they were told with `tl.multiple_of(x_row_stride, ...)`. Triton attaches that
+# hint to the op that defines a value, and a kernel argument has none, so it was dropped without
+# a word. Every row stride that was not a multiple of 16 elements was loaded 2 bytes at a time.
+# The fix writes the hint as a product, `stride // a * a`: the same value, whose divisibility
+# Triton derives. On the H200 that made the 52 population members it reaches 1.30–1.49× faster
+# in geomean ([the note](../docs/notes/2026-12-03-the-row-hint-reaches-the-loads.md)). What the
+# rows allow, per width:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for n in (4096, 200, 3956, 3958, 4097):
+    align = configs.row_align(n, 2)  # elements, up to one 16-byte vector of bf16
+    print(f"N = {n:>5}: every row starts on a multiple of {2 * align:>2} bytes: "
+          f"loads of {2 * align} bytes at most")
+
+# %% [markdown]
+# This is checked without a GPU: `benchmarks/norm_access_widths.py` compiles three norm kernels for
+# an H100/H200 (`sm_90`) with this machine's Triton and counts their global loads and stores by
+# width, at each alignment a launch can take. With the old hint, every line below had 2-byte
+# accesses; odd widths (alignment 1) still do.
+
+# %%
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+root = Path(normlab.__file__).resolve().parents[1]
+widths = subprocess.run([sys.executable, str(root / "benchmarks" / "norm_access_widths.py")],
+                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+print(widths.stdout or widths.stderr[-800:])
+
+# %% [markdown]
 # ## Live measurement: eager ops vs `F.rms_norm` vs `torch.compile` vs fused
 #
 # On a CPU `torch.compile` is skipped (the sweep says why), and the timings are interpreter
