@@ -50,16 +50,16 @@ FLOATS = ("eps", "offset")
 # kernel -> (its constexprs, warps): 8 elements a thread, one vector. n_cols 200 where the width
 # is a constexpr (a multiple of 8; else it is the int the launch passes).
 KERNELS = {
-    "forward, one row a program": (_norm_fwd_kernel, dict(
-        n_cols=200, IS_RMS=True, HAS_WEIGHT=True, HAS_BIAS=False, HAS_RESIDUAL=False,
-        BLOCK_SIZE=256, SINGLE_BLOCK=True, EVEN_COLS=False, INT64_ROWS=False,
-        EARLY_PARAMS=False, STORE_STATS=True), 1),
-    "block-row forward": (_block_row_fwd_kernel, dict(
-        IS_RMS=True, HAS_WEIGHT=True, HAS_BIAS=False, HAS_RESIDUAL=False, BLOCK_ROWS=8,
-        BLOCK_COLS=256, PERSISTENT=False, STORE_STATS=False), 4),
-    "persistent backward": (_norm_bwd_persistent_kernel, dict(
-        IS_RMS=True, HAS_WEIGHT=True, HAS_BIAS=False, HAS_DH=False, BLOCK_ROWS=8,
-        BLOCK_COLS=256, LOOP_STAGES=1, PREFETCH=True, PAIRED=False), 4),
+    "forward, one row a program": (_norm_fwd_kernel, {
+        "n_cols": 200, "IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False,
+        "HAS_RESIDUAL": False, "BLOCK_SIZE": 256, "SINGLE_BLOCK": True, "EVEN_COLS": False,
+        "INT64_ROWS": False, "EARLY_PARAMS": False, "STORE_STATS": True}, 1),
+    "block-row forward": (_block_row_fwd_kernel, {
+        "IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_RESIDUAL": False,
+        "BLOCK_ROWS": 8, "BLOCK_COLS": 256, "PERSISTENT": False, "STORE_STATS": False}, 4),
+    "persistent backward": (_norm_bwd_persistent_kernel, {
+        "IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_DH": False, "BLOCK_ROWS": 8,
+        "BLOCK_COLS": 256, "LOOP_STAGES": 1, "PREFETCH": True, "PAIRED": False}, 4),
 }  # fmt: skip
 WIDTH_BYTES = {"U16": 2, "": 4, "64": 8, "128": 16}  # the SASS suffix of LDG.E / STG.E
 
