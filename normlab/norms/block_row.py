@@ -139,7 +139,7 @@ def _block_row_fwd_kernel(
     BLOCK_COLS: tl.constexpr,
     PERSISTENT: tl.constexpr,
     STORE_STATS: tl.constexpr,
-    ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
+    ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
 ):
     """y = (x - mean) * rstd * w + b, rstd = rsqrt(var + eps), w = offset + weight; RMSNorm:
     mean = 0 and no b. HAS_RESIDUAL: x is h = x + residual, also written.
@@ -292,7 +292,7 @@ def _block_row_bwd_kernel(
     ACC_TILE: tl.constexpr,
     PREFETCH: tl.constexpr,
     RECOMPUTE_STATS: tl.constexpr,
-    ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
+    ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
 ):
     """xhat = (x - mean) * rstd, g = dy * (offset + weight):
     dx = rstd * (g - xhat * mean(g * xhat) - mean(g)) (RMSNorm drops the mean(g) term), plus dh

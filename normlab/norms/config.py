@@ -47,7 +47,7 @@ def row_align(row_stride: int, element_size: int) -> int:
     return align
 
 
-# The kernels take the row-alignment hint (tiles.aligned_stride). NORMLAB_NORM_ROW_ALIGN=0
+# The kernels take the row-alignment hint (tiles.known_multiple). NORMLAB_NORM_ROW_ALIGN=0
 # launches them without it, as they ran before it worked (an A/B switch; plans do not change).
 ROW_ALIGN_HINT = os.environ.get("NORMLAB_NORM_ROW_ALIGN", "1") != "0"
 

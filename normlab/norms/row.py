@@ -93,7 +93,7 @@ def _norm_fwd_kernel(
     SINGLE_BLOCK: tl.constexpr,  # n_cols <= BLOCK_SIZE: the row in registers, read once
     EVEN_COLS: tl.constexpr,  # n_cols a multiple of BLOCK_SIZE: no predicates
     INT64_ROWS: tl.constexpr,  # row offsets may pass int32
-    ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
+    ROW_ALIGN: tl.constexpr,  # the row strides are multiples of this (elements): vector loads
     EARLY_PARAMS: tl.constexpr = False,  # load w and b with x, before the row's reductions
     STORE_STATS: tl.constexpr = True,  # write mean/rstd (a backward will read them)
 ):
@@ -246,7 +246,7 @@ def _norm_bwd_atomic_kernel(
     TWO_PASS: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
-    ROW_ALIGN: tl.constexpr,  # the row strides' and n_cols' common multiple (elements)
+    ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
 ):
     """One row tile per program; its dw/db column sums go straight into one shared fp32 vector
     with tl.atomic_add: every program hits the same n_cols addresses (the fused-RMSNorm
@@ -304,7 +304,7 @@ def _norm_bwd_partials_kernel(
     TWO_PASS: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
-    ROW_ALIGN: tl.constexpr,  # the row strides' and n_cols' common multiple (elements)
+    ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
 ):
     """two_stage: program p takes the contiguous row tiles [p * tiles_per_program, ...) and
     writes one fp32 partial row p; the workspace grows with n_rows."""
@@ -370,7 +370,7 @@ def _persistent_single_pass(
     PREFETCH: tl.constexpr,
     PAIRED: tl.constexpr,
     PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
-    ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
+    ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
 ):
     """The persistent backward, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
     tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:

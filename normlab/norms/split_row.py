@@ -54,7 +54,7 @@ def _split_row_sums_kernel(
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     CHUNK: tl.constexpr,
-    ROW_ALIGN: tl.constexpr,  # every row stride is a multiple of this (elements): vector loads
+    ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
 ):
     """Two fp32 partial sums of one (row, chunk): see the module docstring."""
     n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN

@@ -25,6 +25,7 @@ def known_multiple(value, ROW_ALIGN: tl.constexpr):
         value = value // ROW_ALIGN * ROW_ALIGN
     return value
 
+
 @triton.jit
 def load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr):  # w_ptr: (n_cols,)
     """fp32 (offset + weight) chunk, or a scalar 1 placeholder when there is no weight (the op
