@@ -171,8 +171,10 @@ def traced():
 def _traced_launch(fn, grid, args, kwargs):
     if kwargs.get("ROW_ALIGN", 1) > 1:
         # No row-stride hint: Inductor's mutation analysis (torch 2.11) builds the kernel with
-        # its int arguments as constants, and tl.multiple_of rejects a constant. Failing, it
-        # takes every input as written and clones the placeholder arguments apart.
+        # its int arguments as constants, and the hint's first form, tl.multiple_of, rejected a
+        # constant (failing, the analysis takes every input as written and clones the
+        # placeholder arguments apart). Its product form (tiles.known_multiple) folds a
+        # constant; compiled calls with it were not checked on a GPU, so they keep ROW_ALIGN 1.
         kwargs = {**kwargs, "ROW_ALIGN": 1}
     torch.library.wrap_triton(fn)[grid](*args, **kwargs)  # (ops trace only JIT kernels)
 

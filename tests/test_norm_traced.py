@@ -122,8 +122,9 @@ def _kernel(x_ptr, x_row_stride, ROW_ALIGN: tl.constexpr):  # a signature: never
 
 
 def test_traced_launch_drops_the_row_stride_hint(monkeypatch):
-    """A traced launch is a wrap_triton call with ROW_ALIGN 1 (Inductor's mutation analysis
-    cannot build tl.multiple_of on the constant it makes of an int), the rest as given."""
+    """A traced launch is a wrap_triton call with ROW_ALIGN 1 (the hint under Inductor's
+    mutation analysis, which makes constants of ints, is unchecked on a GPU: _traced_launch),
+    the rest as given."""
     from triton.runtime.jit import JITFunction
 
     kernel, seen = JITFunction(_kernel), []
