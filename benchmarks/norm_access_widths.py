@@ -25,9 +25,7 @@ import argparse
 import collections
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "0"  # compiled kernels, even when a caller interprets
@@ -83,16 +81,10 @@ def compile_kernel(kernel, constants: dict, row_align: int, warps: int, arch: in
 
 
 def access_widths(compiled) -> dict[str, collections.Counter]:
-    """{"load": Counter(bytes -> instructions), "store": ...} of the global accesses."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "k.cubin"
-        cubin.write_bytes(compiled.asm["cubin"])
-        nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
-                                "nvdisasm")  # fmt: skip
-        sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True,
-                              check=True).stdout  # fmt: skip
+    """{"load": Counter(bytes -> instructions), "store": ...} of the global accesses in the
+    kernel's SASS (Triton disassembles its cubin with its own nvdisasm)."""
     widths = {"load": collections.Counter(), "store": collections.Counter()}
-    for op, suffix in re.findall(r"\b(LDG|STG)\.E(?:\.(U16|64|128))?\b", sass):
+    for op, suffix in re.findall(r"\b(LDG|STG)\.E(?:\.(U16|64|128))?\b", compiled.asm["sass"]):
         widths["load" if op == "LDG" else "store"][WIDTH_BYTES[suffix]] += 1
     return widths
 
