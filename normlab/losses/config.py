@@ -370,12 +370,9 @@ ENTROPY_FEW_ROWS_CHUNK_BYTES = 24 * 1024
 # writes the gradient), so a compiled call with a gradient takes the split form, from
 # ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM rows an SM: the split form's statistics kernel runs one
 # program per row, and fewer rows leave the SMs waiting on DRAM where the chunked form spreads
-# a row. Compiled, bf16, forward+backward, µs, split against the form eager "auto" takes
-# (compiled_loss_rows_253c181, compiled_loss_253c181): label CE 131072 columns at 132 / 256 /
-# 528 / 1056 / 4096 rows 67.9 / 87.4 / 131.7 / 225.9 / 848.5 against 63.0 / 90.5 / 169.7 /
-# 320.3 / 1157.6; reverse KL 109.1 / 135.4 / 203.0 / 353.3 / 1353.4 against 76.1 / 117.3 /
-# 226.5 / 424.9 / 1567.3. The split form saves the logits, not the gradient: its backward holds
-# both (the 1B Llama step's compiled peak, 23.2 GiB against 21.4; Hugging Face's: 23.2).
+# a row (at 4096 x 131072, label CE 848.5 against 1157.6 µs; at 256 rows, reverse KL 135.4
+# against 117.3: docs/notes/2026-12-03-compiled-losses-take-the-split-form.md). The split form
+# saves the logits, not the gradient: its backward holds both (a higher compiled peak).
 ENTROPY_COMPILED_GRAD_FORM = "split"
 ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM = 4
 
