@@ -34,7 +34,7 @@ from normlab._host import (
 from normlab._launch import buffer, launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
-from normlab.norms.tiles import known_multiple, load_f32, store_cast, store_sum
+from normlab.norms.tiles import known_bwd_layout, known_multiple, load_f32, store_cast, store_sum
 
 STRATEGIES = config.BLOCK_ROW_STRATEGIES
 
@@ -306,11 +306,8 @@ def _block_row_bwd_kernel(
     tile before working on the current one, so DRAM latency overlaps the math and the stores.
     """
     pid = tl.program_id(0)
-    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
-    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
-    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
-    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
+    n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
+        n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, ROW_ALIGN)
     n_programs = tl.num_programs(0)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
     inv_n = 1.0 / n_cols

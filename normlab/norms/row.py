@@ -47,6 +47,7 @@ from normlab.norms.reduce import reduce_partials
 from normlab.norms.tiles import (
     bwd_tile_single_pass,
     bwd_tile_two_pass,
+    known_bwd_layout,
     known_multiple,
     load_f32,
     load_tile,
@@ -251,11 +252,8 @@ def _norm_bwd_atomic_kernel(
     """One row tile per program; its dw/db column sums go straight into one shared fp32 vector
     with tl.atomic_add: every program hits the same n_cols addresses (the fused-RMSNorm
     write-up's first design)."""
-    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
-    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
-    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
-    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
+    n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
+        n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, ROW_ALIGN)
     tile = tl.program_id(0)
     if TWO_PASS:
         bwd_tile_two_pass(
@@ -308,11 +306,8 @@ def _norm_bwd_partials_kernel(
 ):
     """two_stage: program p takes the contiguous row tiles [p * tiles_per_program, ...) and
     writes one fp32 partial row p; the workspace grows with n_rows."""
-    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
-    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
-    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
-    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
+    n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
+        n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     first_tile = pid * tiles_per_program
     last_tile = tl.minimum(first_tile + tiles_per_program, tl.cdiv(n_rows, BLOCK_ROWS))
@@ -377,11 +372,8 @@ def _persistent_single_pass(
     programs 2k and 2k + 1 add into partial row k).
     PREFETCH issues the loads of the program's next tile before working on the current one
     (registers, not shared memory), so two tiles' loads are in flight per program."""
-    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
-    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
-    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
-    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
+    n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
+        n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_COLS)
@@ -528,11 +520,8 @@ def _norm_bwd_persistent_two_pass_kernel(
     """The persistent backward, two pass, for rows wider than one register tile: each grid-strided
     row tile is walked twice in BLOCK_COLS chunks (c1/c2, then dx + partials); the re-read of
     the tile is mostly served by L2."""
-    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
-    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
-    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
-    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
+    n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
+        n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
     dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
     db_out = db_partial_ptr + pid.to(tl.int64) * n_cols

@@ -35,7 +35,7 @@ from normlab._host import cdiv, next_pow2
 from normlab._launch import buffer, launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
-from normlab.norms.tiles import known_multiple, load_weight
+from normlab.norms.tiles import known_bwd_layout, known_multiple, load_weight
 
 
 @triton.jit
@@ -185,11 +185,8 @@ def _split_row_bwd_kernel(
 ):
     """dx of one group of rows in one column chunk (grid: chunks x row groups), BLOCK_ROWS rows
     a step; that chunk's dγ/dβ summed over the group's rows."""
-    n_cols = known_multiple(n_cols, ROW_ALIGN)  # the host took n_cols into ROW_ALIGN
-    x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
-    dy_row_stride = known_multiple(dy_row_stride, ROW_ALIGN)
-    dx_row_stride = known_multiple(dx_row_stride, ROW_ALIGN)
-    dh_row_stride = known_multiple(dh_row_stride, ROW_ALIGN)
+    n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
+        n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, ROW_ALIGN)
     chunk = tl.program_id(0)
     group = tl.program_id(1)
     cols = chunk * CHUNK + tl.arange(0, CHUNK)

@@ -26,6 +26,16 @@ def known_multiple(value, ROW_ALIGN: tl.constexpr):
     return value
 
 
+
+@triton.jit
+def known_bwd_layout(n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride,
+                     ROW_ALIGN: tl.constexpr):  # fmt: skip
+    """The backward kernels' width and row strides, each a known multiple of ROW_ALIGN (the host
+    took the width into it: a hinted stride under an unhinted width is worse than none)."""
+    return (known_multiple(n_cols, ROW_ALIGN), known_multiple(x_row_stride, ROW_ALIGN),
+            known_multiple(dy_row_stride, ROW_ALIGN), known_multiple(dx_row_stride, ROW_ALIGN),
+            known_multiple(dh_row_stride, ROW_ALIGN))
+
 @triton.jit
 def load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr):  # w_ptr: (n_cols,)
     """fp32 (offset + weight) chunk, or a scalar 1 placeholder when there is no weight (the op
