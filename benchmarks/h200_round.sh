@@ -92,11 +92,13 @@
 # with the hint off and on); rowalignpop (those members with the hint, beside their peers);
 # rowalignfp (the norm checks in fp32 with the hint; the members among them whose calls take
 # under 5 µs, reps raised to about 100 µs of timed device time, as smallreps).
+# peerkernel (normlab's one-row forward against Liger-Kernel's kernel at the same grid and warps,
+# one difference at a time; then ncu's counters of both at two cells).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop or rowalignfp}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp or peerkernel}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -605,5 +607,18 @@ case $STAGE in
         --overhead --op cross_entropy --impl normlab,torch \
         --out "$OUT/overhead_ce_reduce$reduce.json" --no-progress
     done
+    ;;
+  peerkernel)
+    step norm_fwd_peer_kernel 240 python3 benchmarks/norm_fwd_peer_kernel.py --reps 6 \
+      --out "$OUT/norm_fwd_peer_kernel.jsonl"
+    step ncu_peer_kernel 240 ncu --clock-control none -k "regex:_norm_fwd_kernel|_forward_kernel" \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,\
+sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,\
+launch__shared_mem_per_block_dynamic,launch__shared_mem_per_block_static,\
+launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,launch__occupancy_limit_warps,\
+launch__occupancy_limit_blocks,sm__cycles_elapsed.avg.per_second,lts__t_sectors_srcunit_tex_op_read.sum,\
+smsp__inst_executed.sum \
+      python3 benchmarks/norm_fwd_peer_kernel.py --once --out /tmp/once.jsonl \
+      --cells layer_norm:4096x1024,rms_norm:512x2880
     ;;
 esac
