@@ -94,12 +94,14 @@
 # under 5 µs, reps raised to about 100 µs of timed device time, as smallreps).
 # peerkernel (normlab's one-row forward against Liger-Kernel's kernel at the same grid and warps,
 # one difference at a time; then ncu's counters of both at two cells); flushstate (short forwards
-# timed after the write flush, a read of another buffer, an idle GPU, and both).
+# timed after the write flush, a read of another buffer, an idle GPU, and both); rerun (the
+# population members and peer shapes whose forward was below 0.90x or 0.98x, run again beside
+# their peers: how far a ratio moves between runs).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel or flushstate}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate or rerun}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -131,6 +133,8 @@ FP32_FWD=${FP32_FWD%,}
 POINTWISE_FWD=$(for c in 5265x1 53711x1 100003x1 1000003x1; do  # rows of one column
   printf 'rms_norm:fwd:%s,layer_norm:fwd:%s,' "$c" "$c"; done)
 POINTWISE_FWD=${POINTWISE_FWD%,}
+RERUN_CELLS=4096x1024,5265x1,53711x1,14x1022,512x2880,512x3072,4096x768,783x120,8192x1024,\
+4096x4096,4096x2560
 # The population's members in LayerNorm's persistent windows (4096 rows, 768-8192 columns).
 FP32_WINDOWS=4096x768,4096x1024,4096x1536,4096x2048,4096x5120,4096x6144,4096x7168,4096x8192
 WIDE_FWD=rms_norm:fwd:47318x20163,layer_norm:fwd:47318x20163,rms_norm:fwd:1329x32826,\
@@ -621,6 +625,10 @@ launch__occupancy_limit_blocks,sm__cycles_elapsed.avg.per_second,lts__t_sectors_
 smsp__inst_executed.sum \
       python3 benchmarks/norm_fwd_peer_kernel.py --once --out /tmp/once.jsonl \
       --cells layer_norm:4096x1024,rms_norm:512x2880
+    ;;
+  rerun)  # the forward's worst members and peer shapes, run again beside their peers
+    step population_rerun 420 python3 benchmarks/norm_population.py --reps 4 --timed-us 100 \
+      --families random,model,narrow,peers --cells "$RERUN_CELLS" --out "$OUT/population_rerun.jsonl"
     ;;
   flushstate)
     step l2_flush_state 300 python3 benchmarks/l2_flush_state.py --reps 20 \
