@@ -93,7 +93,7 @@
 # rowalignfp (the norm checks in fp32 with the hint; the members among them whose calls take
 # under 5 µs, reps raised to about 100 µs of timed device time, as smallreps).
 # peerkernel (normlab's one-row forward against Liger-Kernel's kernel at the same grid and warps,
-# one difference at a time; then ncu's counters of both at two cells); flushstate (short forwards
+# one difference at a time); flushstate (short forwards
 # timed after the write flush, a read of another buffer, an idle GPU, and both); rerun (the
 # population members and peer shapes whose forward was below 0.90x or 0.98x, run again beside
 # their peers: how far a ratio moves between runs).
@@ -616,15 +616,6 @@ case $STAGE in
   peerkernel)
     step norm_fwd_peer_kernel 240 python3 benchmarks/norm_fwd_peer_kernel.py --reps 6 \
       --out "$OUT/norm_fwd_peer_kernel.jsonl"
-    step ncu_peer_kernel 240 ncu --clock-control none -k "regex:_norm_fwd_kernel|_forward_kernel" \
-      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,\
-sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,\
-launch__shared_mem_per_block_dynamic,launch__shared_mem_per_block_static,\
-launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,launch__occupancy_limit_warps,\
-launch__occupancy_limit_blocks,sm__cycles_elapsed.avg.per_second,lts__t_sectors_srcunit_tex_op_read.sum,\
-smsp__inst_executed.sum \
-      python3 benchmarks/norm_fwd_peer_kernel.py --once --out /tmp/once.jsonl \
-      --cells layer_norm:4096x1024,rms_norm:512x2880
     ;;
   rerun)  # the forward's worst members and peer shapes, run again beside their peers
     step population_rerun 420 python3 benchmarks/norm_population.py --reps 4 --timed-us 100 \

@@ -1,6 +1,6 @@
 """normlab's one-row forward against Liger-Kernel's kernel at the same launch: where the time goes.
 
-    python3 benchmarks/norm_fwd_peer_kernel.py --out FILE [--reps 6] [--cells ...] [--once]
+    python3 benchmarks/norm_fwd_peer_kernel.py --out FILE [--reps 6] [--cells ...]
 
 At the same grid (one row a program) and warps, Liger-Kernel's LayerNorm/RMSNorm forward kernel
 measured faster than normlab's (LayerNorm 4096 x 1024 bf16: 5.78 µs against 7.26 at 4 warps,
@@ -8,8 +8,7 @@ measured faster than normlab's (LayerNorm 4096 x 1024 bf16: 5.78 µs against 7.2
 registers, one 16-byte load a thread). This times, per cell and in one process: Liger's
 module call and its forward function, and normlab's row kernel at Liger's warps, each through
 normlab's lean launcher and through Triton's own ``kernel[grid]``, with the parameters loaded
-early, without the statistics stores, and on the very tensors Liger's function is given.
-``--once`` runs each variant once after a warm-up, for ``ncu`` to profile.
+early, and without the statistics stores, all on the tensors Liger's function is given.
 """
 
 from __future__ import annotations
@@ -79,7 +78,6 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--cells", default=CELLS, help="op:MxN,... (bf16)")
-    parser.add_argument("--once", action="store_true", help="one call each, for ncu")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
@@ -95,7 +93,7 @@ def main(argv=None) -> int:
         cells.append((op, m, n))
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
-    dev = None if args.once else device_info()  # (its copy bandwidth run would meet ncu)
+    dev = device_info()
     command = portable_command(["python3", "benchmarks/norm_fwd_peer_kernel.py",
                                 *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
     records = []
@@ -111,21 +109,15 @@ def main(argv=None) -> int:
             if not torch.allclose(got.float(), want.float(), atol=2e-2, rtol=2e-2):
                 line.append(f"{name} MISMATCH")
                 continue
-            if args.once:  # the check's call compiled it; ncu profiles this one
-                run()
-                torch.cuda.synchronize()
-                line.append(f"{name} ran")
-                continue
             rec = measure(run, op, name, m, n, "bf16", "fwd", device=dev, reps=args.reps,
                           command=command, shape_set="norm_fwd_peer_kernel")  # fmt: skip
             records.append(rec)
             line.append(f"{name} {rec.device_us:.2f}")
         peer = registry.get(op, "liger").build(m, n, torch.bfloat16, "fwd", "cuda")
-        if not args.once:
-            rec = measure(peer, op, "liger", m, n, "bf16", "fwd", device=dev, reps=args.reps,
-                          command=command, shape_set="norm_fwd_peer_kernel")  # fmt: skip
-            records.append(rec)
-            line.append(f"liger {rec.device_us:.2f}")
+        rec = measure(peer, op, "liger", m, n, "bf16", "fwd", device=dev, reps=args.reps,
+                      command=command, shape_set="norm_fwd_peer_kernel")  # fmt: skip
+        records.append(rec)
+        line.append(f"liger {rec.device_us:.2f}")
         print(" | ".join(line), flush=True)
         write_jsonl(records, args.out)
     print(f"{_runtime.sm_count()} SMs")
