@@ -96,7 +96,8 @@
 # one difference at a time); flushstate (short forwards
 # timed after the write flush, a read of another buffer, an idle GPU, and both); rerun (the
 # population members and peer shapes whose forward was below 0.90x or 0.98x, run again beside
-# their peers: how far a ratio moves between runs).
+# their peers: how far a ratio moves between runs; then Liger's and normlab's short forwards
+# before and after a torch.compile peer ran).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -620,6 +621,9 @@ case $STAGE in
   rerun)  # the forward's worst members and peer shapes, run again beside their peers
     step population_rerun 420 python3 benchmarks/norm_population.py --reps 4 --timed-us 100 \
       --families random,model,narrow,peers --cells "$RERUN_CELLS" --out "$OUT/population_rerun.jsonl"
+    step norm_fwd_peer_kernel_compile 180 python3 benchmarks/norm_fwd_peer_kernel.py --reps 6 \
+      --compile-between --cells layer_norm:4096x1024,rms_norm:4096x1024,layer_norm:8192x1024 \
+      --out "$OUT/norm_fwd_peer_kernel_compile.jsonl"
     ;;
   flushstate)
     step l2_flush_state 300 python3 benchmarks/l2_flush_state.py --reps 20 \

@@ -9,6 +9,8 @@ registers, one 16-byte load a thread). This times, per cell and in one process: 
 module call and its forward function, and normlab's row kernel at Liger's warps, each through
 normlab's lean launcher and through Triton's own ``kernel[grid]``, with the parameters loaded
 early, and without the statistics stores, all on the tensors Liger's function is given.
+``--compile-between``: then torch.compile's forward (as the population runs it, before Liger),
+and normlab's default and Liger's again, to see whether what ran before moves them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 from pathlib import Path
 
 import torch
+from norm_population import _compiled_peer
 
 from normlab import _launch, _runtime
 from normlab.bench import device_info, registry
@@ -78,6 +81,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--cells", default=CELLS, help="op:MxN,... (bf16)")
+    parser.add_argument("--compile-between", action="store_true",
+                        help="time torch.compile's forward, then normlab and Liger again")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
@@ -118,6 +123,17 @@ def main(argv=None) -> int:
                       command=command, shape_set="norm_fwd_peer_kernel")  # fmt: skip
         records.append(rec)
         line.append(f"liger {rec.device_us:.2f}")
+        if args.compile_between:
+            compiled = registry.norm_case(_compiled_peer(op), op, m, n, torch.bfloat16, "fwd",
+                                          "cuda")  # fmt: skip
+            again = {"compile": compiled, "normlab default after compile": runs["normlab default"],
+                     "liger function after compile": runs["liger function"],
+                     "liger after compile": peer}  # fmt: skip
+            for name, run in again.items():
+                rec = measure(run, op, name, m, n, "bf16", "fwd", device=dev, reps=args.reps,
+                              command=command, shape_set="norm_fwd_peer_kernel")  # fmt: skip
+                records.append(rec)
+                line.append(f"{name} {rec.device_us:.2f}")
         print(" | ".join(line), flush=True)
         write_jsonl(records, args.out)
     print(f"{_runtime.sm_count()} SMs")
