@@ -52,7 +52,20 @@ def _compiled_peer(op):
     return f
 
 
-def _impls(op):
+def _static_compiled_peer(op):
+    """torch.compile with dynamic=False: one static graph per member, as a model of fixed shapes
+    gets (the default peer above turns dynamic after its first recompile, over every member)."""
+    torch._functorch.config.donated_buffer = False
+    torch._dynamo.config.recompile_limit = 4096
+    torch._dynamo.config.accumulated_recompile_limit = 4096
+    if op == "rms_norm":
+        return torch.compile(lambda x, w, b, eps: F.rms_norm(x, (x.shape[-1],), w, eps),
+                             dynamic=False)  # fmt: skip
+    return torch.compile(lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps),
+                         dynamic=False)  # fmt: skip
+
+
+def _impls(op, static_compile: bool = False):
     out = {
         "normlab": lambda M, N, dt, d: registry.get(op, "normlab").build(M, N, dt, d, "cuda"),
         "torch": lambda M, N, dt, d: registry.get(op, "torch").build(M, N, dt, d, "cuda"),
@@ -61,6 +74,10 @@ def _impls(op):
     out["compile"] = lambda M, N, dt, d: registry.norm_case(compiled, op, M, N, dt, d, "cuda")
     if registry.get(op, "liger").unavailable() is None:
         out["liger"] = lambda M, N, dt, d: registry.get(op, "liger").build(M, N, dt, d, "cuda")
+    if static_compile:  # a compile per member: named in --impls only
+        static = _static_compiled_peer(op)
+        out["compile-static"] = lambda M, N, dt, d: registry.norm_case(static, op, M, N, dt, d,
+                                                                       "cuda")  # fmt: skip
     return out
 
 
@@ -84,7 +101,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="bf16,fp16,fp32")
     parser.add_argument("--shard", default="1/1", help="i/n: every n-th member from the i-th")
     parser.add_argument("--cells", help="MxN[,MxN...]: only these members (of any dtype)")
-    parser.add_argument("--impls", help="a comma list of normlab,torch,compile,liger")
+    parser.add_argument("--impls", help="a comma list of normlab,torch,compile,liger and "
+                        "compile-static (torch.compile, dynamic=False: a compile per member)")
     parser.add_argument("--timed-us", type=float, default=0.0,
                         help="more reps for short calls, up to this much timed device time a "
                              "member (0: --reps for every member)")
@@ -114,7 +132,8 @@ def main(argv=None) -> int:
     dev = device_info()
     command = portable_command(["python3", "benchmarks/norm_population.py",
                                 *(argv if argv is not None else sys.argv[1:])])
-    impls = {op: _impls(op) for op in OPS}
+    static = bool(args.impls) and "compile-static" in args.impls.split(",")
+    impls = {op: _impls(op, static) for op in OPS}
     if args.impls:
         keep = args.impls.split(",")
         impls = {op: {k: v for k, v in d.items() if k in keep} for op, d in impls.items()}
