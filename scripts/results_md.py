@@ -40,6 +40,8 @@ DATA_GLOB = "normlab/data/*.jsonl"
 POPULATION_GLOB = "normlab/data/*-population.jsonl.gz"
 # The vocabulary population is read here only, so it lives with the development records.
 VOCAB_GLOB = "benchmarks/data/vocab_population_*.jsonl.gz"
+# An eighth of the population beside torch.compile compiled per member (dynamic=False).
+STATIC_COMPILE_GLOB = "benchmarks/data/population_static_compile_*.jsonl.gz"
 OUTPUT = REPO / "docs" / "results.md"
 COMMAND = "python scripts/results_md.py"
 
@@ -379,7 +381,7 @@ def render(paths: list[Path]) -> str:
         "kernel of its own (inputs come from HBM, as in training), averaged over the timed calls. "
         "The flush writes, so a call starts with the L2 full of dirty lines, as after a "
         "training step's previous kernel, and pays their write-back; every implementation "
-        "alike (`docs/notes/2026-12-03-the-flush-leaves-dirty-lines.md` measures it). "
+        "alike (`docs/notes/2026-12-03-measuring-the-peers.md` measures it). "
         "A backward is timed alone, after an untimed forward.\n"
         "- **Wall µs** (in parentheses): CUDA events around the call after the flush and a "
         "synchronize, median over the calls: it includes the host's launch overhead, which is "
@@ -401,6 +403,7 @@ def render(paths: list[Path]) -> str:
     )
     out.append("## Summary\n\n" + summary_table(records))
     out.append(population_section(sorted(REPO.glob(POPULATION_GLOB))))
+    out.append(static_compile_section(sorted(REPO.glob(STATIC_COMPILE_GLOB))))
     out.append(vocab_section(sorted(REPO.glob(VOCAB_GLOB))))
     out.append("## Runs\n\n" + runs_table(records))
     for key, group in _groups(records):
@@ -460,6 +463,30 @@ def population_section(paths: list[Path]) -> str:
         f"{population.TARGET_GEOMEAN}×. `python3 benchmarks/norm_population.py --summary FILE` "
         "prints the same for any run; the cliff maps are in notebook 06 and the HTML report.\n\n"
         + verdict_table(population.verdicts(members)) + peers_text
+    )
+
+
+def static_compile_section(paths: list[Path]) -> str:
+    """The same verdicts over a subset run that also timed torch.compile compiled per member
+    (impl ``compile-static``): without that peer, then with it."""
+    records = [r for p in paths for r in read_records(p)]
+    members = population.without_peers(records)
+    if not any(r.impl == "compile-static" for r in members):
+        return ""
+    default_peers = [r for r in members if r.impl != "compile-static"]
+    return (
+        "### Against torch.compile compiled per shape\n\n"
+        "The population's torch.compile peer is one compiled function called over every member: "
+        "after its first recompile it turns dynamic, and a dynamic kernel is slower than the "
+        "static one a model of fixed shapes gets. A run over an eighth of the bf16 members "
+        f"({', '.join(f'`{relative(p)}`' for p in paths)}, {_commits(members)}) also timed "
+        "`torch.compile(..., dynamic=False)`, compiled per member (`compile-static`). Against "
+        "the population's peers (torch, torch.compile, Liger-Kernel) on those members:\n\n"
+        + verdict_table(population.verdicts(default_peers))
+        + "\nWith `compile-static` among the peers, on the same members:\n\n"
+        + verdict_table(population.verdicts(members))
+        + "\nThe verdicts of the whole population above are against the weaker peer; "
+        "`docs/notes/2026-12-03-measuring-the-peers.md` says what this changes.\n"
     )
 
 
