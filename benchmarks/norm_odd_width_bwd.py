@@ -1,0 +1,141 @@
+"""The norms' backward at odd widths: planned kernel against tile variants and compiled peers.
+
+    python3 benchmarks/norm_odd_width_bwd.py --out FILE [--reps 4] [--cells op:MxN,...]
+
+An odd width leaves every row start unaligned (ROW_ALIGN 1), so the backward loads element by
+element. In the population's block-row members that ran at about a third of copy (1000003 x 127:
+0.31-0.32 against 0.89-0.93 at 128), and torch.compile compiled for the one shape
+(``dynamic=False``) was 1.8-2.3x faster at 8000009 x 255 and 1492488 x 825
+(``population_static_compile_9b7df9c``). Per cell: the planned backward, the same kernel with
+bigger row tiles, other warps, more programs per SM and the prefetch flipped, and torch and
+torch.compile (``dynamic=False``, compiled for the cell), one process, device time, L2 flushed.
+An aligned width beside each odd one is the control. Each variant's dx is checked first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from normlab.bench import device_info
+from normlab.bench.records import portable_command, write_jsonl
+from normlab.bench.sweep import measure
+from normlab.norms import block_row, config, row
+from normlab.norms import op as norm_op
+
+CELLS = ("rms_norm:1000003x127,rms_norm:1000003x128,layer_norm:1000003x127,"
+         "layer_norm:1000003x128,layer_norm:1492488x825,layer_norm:1492488x832")  # fmt: skip
+EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+
+
+def variants(op, x, w, b, dy, mean, rstd):
+    is_rms, eps = op == "rms_norm", EPS[op]
+    m, n = x.shape
+    block = config.use_block_row(m, n)
+    stats = ((None, None) if block and config.block_row_recompute_stats(n, is_rms)
+             else (mean, rstd))  # fmt: skip
+    out = {"default": lambda: norm_op._backward_launch(dy, None, x, w, b, *stats, eps, 0.0,
+                                                       is_rms, "auto", "auto")[0]}  # fmt: skip
+    if block:
+        planned = (config.block_row_bwd_recompute_config(n, is_rms) if stats[1] is None
+                   else config.block_row_bwd_config(n))  # fmt: skip
+        grid = [planned._replace(prefetch=not planned.prefetch)]
+        for tile_elems in (2048, 4096, 8192):
+            rows = max(1, min(config.BLOCK_ROW_MAX_ROWS, tile_elems // config.next_pow2(n)))
+            for warps in (4, 8):
+                for pps in (4, 8):
+                    grid.append(planned._replace(block_rows=rows, num_warps=warps,
+                                                 programs_per_sm=pps))  # fmt: skip
+        for cfg in dict.fromkeys(grid):
+            out[f"block-row {cfg.block_rows}x{cfg.num_warps} pps{cfg.programs_per_sm}"
+                f"{' prefetch' if cfg.prefetch else ''}"] = (
+                lambda cfg=cfg: block_row.launch_backward(dy, x, w, b, *stats, is_rms, cfg,
+                                                          eps=eps)[0])  # fmt: skip
+    else:
+        for rows in (1, 2, 4):
+            for warps in (4, 8):
+                for pps in (2, 4):
+                    out[f"row tiles {rows}x{warps} pps{pps}"] = (
+                        lambda rows=rows, warps=warps, pps=pps: row.norm_backward(
+                            dy, x, w, b, mean, rstd, is_rms, block_rows=rows, num_warps=warps,
+                            programs_per_sm=pps)[0])  # fmt: skip
+    return out
+
+
+def peers(op, x, w, b, dy):
+    n, eps = x.shape[1], EPS[op]
+    fn = ((lambda x, w, b: F.rms_norm(x, (n,), w, eps)) if op == "rms_norm"
+          else (lambda x, w, b: F.layer_norm(x, (n,), w, b, eps)))  # fmt: skip
+    out = {}
+    for name, f in (("torch", fn), ("compile-static", torch.compile(fn, dynamic=False))):
+        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+        bg = None if b is None else b.detach().requires_grad_()
+        y = f(xg, wg, bg)
+        out[name] = (lambda y=y, xg=xg: torch.autograd.grad(y, xg, dy, retain_graph=True)[0])
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--reps", type=int, default=4)
+    parser.add_argument("--cells", default=CELLS, help="op:MxN,... (bf16)")
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error("--reps must be >= 1")
+    cells = []
+    for cell in args.cells.split(","):
+        op, _, shape = cell.partition(":")
+        try:
+            m, n = (int(v) for v in shape.split("x"))
+        except ValueError:
+            parser.error(f"--cells takes op:MxN,... (bad: {cell})")
+        if op not in EPS or m < 1 or n < 1:
+            parser.error(f"--cells takes op:MxN,... (bad: {cell})")
+        cells.append((op, m, n))
+    on_gpu = torch.cuda.is_available()
+    device = "cuda" if on_gpu else "cpu"
+    dev = device_info()
+    command = portable_command(["python3", "benchmarks/norm_odd_width_bwd.py",
+                                *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
+    torch._dynamo.config.recompile_limit = 64
+    records = []
+    for op, m, n in cells:
+        is_rms = op == "rms_norm"
+        x = torch.randn(m, n, dtype=torch.bfloat16, device=device)
+        dy = torch.randn(m, n, dtype=torch.bfloat16, device=device)
+        w = (1 + 0.1 * torch.randn(n, device=device)).to(torch.bfloat16)
+        b = None if is_rms else (0.1 * torch.randn(n, device=device)).to(torch.bfloat16)
+        _, mean, rstd = row.norm_forward(x, w, b, EPS[op], is_rms)
+        runs = variants(op, x, w, b, dy, mean, rstd)
+        want = runs["default"]().float()
+        line = [f"{op} bwd {m}x{n} bf16:"]
+        if on_gpu:
+            runs.update(peers(op, x, w, b, dy))
+        for name, run in runs.items():
+            got = run().float()
+            if not torch.allclose(got, want, atol=6e-2, rtol=3e-2):
+                line.append(f"{name} MISMATCH {(got - want).abs().max().item():.3g}")
+                continue
+            if not on_gpu:
+                line.append(f"{name} ok")
+                continue
+            impl = name if name in ("torch", "compile-static") else f"normlab {name}"
+            rec = measure(run, op, impl, m, n, "bf16", "bwd", device=dev, reps=args.reps,
+                          command=command, shape_set="norm_odd_width_bwd")  # fmt: skip
+            records.append(rec)
+            line.append(f"{name} {rec.device_us:.1f}")
+        print(" | ".join(line), flush=True)
+        runs = x = dy = w = b = mean = rstd = None
+        if on_gpu:
+            torch.cuda.empty_cache()
+            write_jsonl(records, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
