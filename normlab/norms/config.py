@@ -57,6 +57,12 @@ def kernel_row_align(row_stride: int, element_size: int) -> int:
     return row_align(row_stride, element_size) if ROW_ALIGN_HINT else 1
 
 
+def params_apart(row_align: int, element_size: int) -> bool:
+    """Load w/b of a one-row forward in a layout of their own (tiles.load_param_f32): rows that
+    are not vector aligned, whose loads w's alignment would otherwise split into strided ones."""
+    return row_align < VECTOR_BYTES // element_size
+
+
 def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:
     """How many times the grid fills the card (below 1, SMs idle)."""
     return n_programs / max(1, programs_per_sm * sm_count)

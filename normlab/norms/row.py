@@ -50,6 +50,7 @@ from normlab.norms.tiles import (
     known_bwd_layout,
     known_multiple,
     load_f32,
+    load_param_f32,
     load_tile,
     load_weight,
     store_cast,
@@ -97,6 +98,7 @@ def _norm_fwd_kernel(
     ROW_ALIGN: tl.constexpr,  # the row strides are multiples of this (elements): vector loads
     EARLY_PARAMS: tl.constexpr = False,  # load w and b with x, before the row's reductions
     STORE_STATS: tl.constexpr = True,  # write mean/rstd (a backward will read them)
+    PARAMS_APART: tl.constexpr = False,  # w/b in a layout of their own (tiles.load_param_f32)
 ):
     """One row per program; fp32 statistics. Rows wider than BLOCK_SIZE loop over chunks.
     EARLY_PARAMS (one block): with few rows nothing hides a second memory round trip."""
@@ -120,8 +122,9 @@ def _norm_fwd_kernel(
         mask = cols < n_cols
         x = load_f32(x_row + cols, mask, EVEN_COLS, "")
         if EARLY_PARAMS:
-            w = load_f32(w_ptr + cols, mask, EVEN_COLS, "") + offset if HAS_WEIGHT else 1.0
-            b = load_f32(b_ptr + cols, mask, EVEN_COLS, "") if HAS_BIAS else 0.0
+            w = (load_param_f32(w_ptr + cols, mask, EVEN_COLS, "", PARAMS_APART) + offset
+                 if HAS_WEIGHT else 1.0)  # fmt: skip
+            b = load_param_f32(b_ptr + cols, mask, EVEN_COLS, "", PARAMS_APART) if HAS_BIAS else 0.0
         if HAS_RESIDUAL:
             x = store_sum(x, load_f32(r_row + cols, mask, EVEN_COLS, ""), h_row + cols, mask,
                           EVEN_COLS)  # fmt: skip
@@ -139,9 +142,9 @@ def _norm_fwd_kernel(
             y = y * w + b
         else:
             if HAS_WEIGHT:
-                y = y * (load_f32(w_ptr + cols, mask, EVEN_COLS, "") + offset)
+                y = y * (load_param_f32(w_ptr + cols, mask, EVEN_COLS, "", PARAMS_APART) + offset)
             if HAS_BIAS:
-                y = y + load_f32(b_ptr + cols, mask, EVEN_COLS, "")
+                y = y + load_param_f32(b_ptr + cols, mask, EVEN_COLS, "", PARAMS_APART)
         store_cast(y_row + cols, y, mask, EVEN_COLS)
     else:
         # Pass 1: sums over chunks. LayerNorm sums d = x - x[0] so that var = E[d^2] - E[d]^2
@@ -184,10 +187,12 @@ def _norm_fwd_kernel(
             mask = start + cols < n_cols
             y = (load_f32(src_row + start + cols, mask, EVEN_COLS, "evict_first") - mean) * rstd
             if HAS_WEIGHT:
-                w = load_f32(w_ptr + start + cols, mask, EVEN_COLS, "evict_last")
+                w = load_param_f32(w_ptr + start + cols, mask, EVEN_COLS, "evict_last",
+                                   PARAMS_APART)  # fmt: skip
                 y = y * (w + offset)
             if HAS_BIAS:
-                y = y + load_f32(b_ptr + start + cols, mask, EVEN_COLS, "evict_last")
+                y = y + load_param_f32(b_ptr + start + cols, mask, EVEN_COLS, "evict_last",
+                                       PARAMS_APART)  # fmt: skip
             store_cast(y_row + start + cols, y, mask, EVEN_COLS)
     if STORE_STATS:
         if not IS_RMS:
@@ -553,7 +558,7 @@ def _empty_forward(x2d, is_rms, store_stats=True):
 
 def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h_out=None,
                  tile=None, block_size=None, num_warps=None, store_stats=True,
-                 early_params=None):  # fmt: skip
+                 early_params=None, params_apart=None):  # fmt: skip
     """Forward launcher: x2d (n_rows, n_cols) -> (y, mean | None, rstd), mean/rstd fp32 (n_rows,);
     both None without ``store_stats`` (no backward will read them: no allocation, no stores).
 
@@ -561,8 +566,8 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     the fused residual add, h = x2d + residual written to h_out and normalized.
     ``tile``: the plan's row tile (``config.NormPlan.fwd_tile``, wide or narrow rows; None: one
     row per program). ``block_size``/``num_warps``/``early_params`` override
-    ``config.norm_fwd_config``; with ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the
-    autotuned kernel picks them.
+    ``config.norm_fwd_config`` and ``params_apart`` ``config.params_apart``; with
+    ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the autotuned kernel picks them.
     """
     x2d = unit_col_stride(x2d)
     residual, h_out = fused_add_buffers(x2d, residual, h_out)
@@ -586,10 +591,13 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
         mean if mean is not None else stats,
         stats, *strides, n_cols, float(eps), float(offset),
     )  # fmt: skip
+    row_align = config.kernel_row_align(math.gcd(*strides), x2d.element_size())
+    if params_apart is None:
+        params_apart = config.params_apart(row_align, x2d.element_size())
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
              "HAS_RESIDUAL": residual is not None, "INT64_ROWS": _int64_rows(n_rows, *strides),
-             "ROW_ALIGN": config.kernel_row_align(math.gcd(*strides), x2d.element_size()),
-             "STORE_STATS": bool(store_stats)}
+             "ROW_ALIGN": row_align, "STORE_STATS": bool(store_stats),
+             "PARAMS_APART": bool(params_apart)}
     if AUTOTUNE and block_size is None and num_warps is None:
         not_replayable()  # the autotuner launches through Triton, unrecorded
         launch(_norm_fwd_kernel_tuned, (n_rows,), *args, **flags)

@@ -347,6 +347,19 @@ def load_f32(ptrs, mask, EVEN: tl.constexpr, EVICTION: tl.constexpr):
 
 
 @triton.jit
+def load_param_f32(ptrs, mask, EVEN: tl.constexpr, EVICTION: tl.constexpr, APART: tl.constexpr):
+    """A row of w or b in fp32, loaded beside a row of x. Triton gives the loads of one shape that
+    feed each other the widest vector any of them allows, so an aligned w would split an
+    unaligned x row into strided element loads. APART (rows not vector aligned) loads it as
+    [1, BLOCK], a shape of its own: x's loads then take their own width, consecutive elements
+    to consecutive threads."""
+    if APART:
+        v = load_f32(ptrs[None, :], mask[None, :], EVEN, EVICTION)
+        return tl.reshape(v, [ptrs.shape[0]])
+    return load_f32(ptrs, mask, EVEN, EVICTION)
+
+
+@triton.jit
 def store_cast(ptrs, values, mask, EVEN: tl.constexpr):
     """values in the pointers' dtype; no predicate under EVEN."""
     if EVEN:

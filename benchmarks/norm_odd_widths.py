@@ -1,6 +1,6 @@
-"""The norms' backward at odd widths: planned kernel against tile variants and compiled peers.
+"""The norms at odd widths: planned kernels against variants and compiled peers.
 
-    python3 benchmarks/norm_odd_width_bwd.py --out FILE [--reps 4] [--cells op:MxN,...]
+    python3 benchmarks/norm_odd_widths.py --out FILE [--reps 4] [--cells op:MxN,...]
 
 An odd width leaves every row start unaligned (ROW_ALIGN 1), so the backward loads element by
 element. In the population's block-row members that ran at about a third of copy (1000003 x 127:
@@ -10,6 +10,10 @@ element. In the population's block-row members that ran at about a third of copy
 bigger row tiles, other warps, more programs per SM and the prefetch flipped, and torch and
 torch.compile (``dynamic=False``, compiled for the cell), one process, device time, L2 flushed.
 An aligned width beside each odd one is the control. Each variant's dx is checked first.
+
+The forward of the row cells (wider than the block-row layout): the planned one-row kernel,
+whose unaligned rows load w/b in a layout of their own (``config.params_apart``), against the
+same kernel with w/b in x's layout (``params together``, as before), and the peers.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from normlab.norms import block_row, config, row
 from normlab.norms import op as norm_op
 
 CELLS = ("rms_norm:1000003x127,rms_norm:1000003x128,layer_norm:1000003x127,"
-         "layer_norm:1000003x128,layer_norm:1492488x825,layer_norm:1492488x832")  # fmt: skip
+         "layer_norm:1000003x128,layer_norm:1492488x825,layer_norm:1492488x832,"
+         "rms_norm:1492488x825,rms_norm:1492488x832")  # fmt: skip
 EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
 
 
@@ -66,6 +71,22 @@ def variants(op, x, w, b, dy, mean, rstd):
     return out
 
 
+def fwd_variants(op, x, w, b):
+    is_rms, eps = op == "rms_norm", EPS[op]
+    return {"default": lambda: norm_op._forward(x, None, w, b, eps, 0.0, is_rms, "auto",
+                                                "auto")[0],  # fmt: skip
+            "params together": lambda: row.norm_forward(x, w, b, eps, is_rms,
+                                                        params_apart=False)[0]}  # fmt: skip
+
+
+def fwd_peers(op, x, w, b):
+    n, eps = x.shape[1], EPS[op]
+    fn = ((lambda x, w, b: F.rms_norm(x, (n,), w, eps)) if op == "rms_norm"
+          else (lambda x, w, b: F.layer_norm(x, (n,), w, b, eps)))  # fmt: skip
+    compiled = torch.compile(fn, dynamic=False)
+    return {"torch": lambda: fn(x, w, b), "compile-static": lambda: compiled(x, w, b)}
+
+
 def peers(op, x, w, b, dy):
     n, eps = x.shape[1], EPS[op]
     fn = ((lambda x, w, b: F.rms_norm(x, (n,), w, eps)) if op == "rms_norm"
@@ -100,7 +121,7 @@ def main(argv=None) -> int:
     on_gpu = torch.cuda.is_available()
     device = "cuda" if on_gpu else "cpu"
     dev = device_info()
-    command = portable_command(["python3", "benchmarks/norm_odd_width_bwd.py",
+    command = portable_command(["python3", "benchmarks/norm_odd_widths.py",
                                 *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
     torch._dynamo.config.recompile_limit = 64
     records = []
@@ -126,10 +147,30 @@ def main(argv=None) -> int:
                 continue
             impl = name if name in ("torch", "compile-static") else f"normlab {name}"
             rec = measure(run, op, impl, m, n, "bf16", "bwd", device=dev, reps=args.reps,
-                          command=command, shape_set="norm_odd_width_bwd")  # fmt: skip
+                          command=command, shape_set="norm_odd_widths")  # fmt: skip
             records.append(rec)
             line.append(f"{name} {rec.device_us:.1f}")
         print(" | ".join(line), flush=True)
+        if n > config.BLOCK_ROW_MAX_COLS:  # the one-row forward
+            runs = fwd_variants(op, x, w, b)
+            want = runs["default"]().float()
+            line = [f"{op} fwd {m}x{n} bf16:"]
+            if on_gpu:
+                runs.update(fwd_peers(op, x, w, b))
+            for name, run in runs.items():
+                got = run().float()
+                if not torch.allclose(got, want, atol=6e-2, rtol=3e-2):
+                    line.append(f"{name} MISMATCH {(got - want).abs().max().item():.3g}")
+                    continue
+                if not on_gpu:
+                    line.append(f"{name} ok")
+                    continue
+                impl = name if name in ("torch", "compile-static") else f"normlab {name}"
+                rec = measure(run, op, impl, m, n, "bf16", "fwd", device=dev, reps=args.reps,
+                              command=command, shape_set="norm_odd_widths")  # fmt: skip
+                records.append(rec)
+                line.append(f"{name} {rec.device_us:.1f}")
+            print(" | ".join(line), flush=True)
         runs = x = dy = w = b = mean = rstd = None
         if on_gpu:
             torch.cuda.empty_cache()
