@@ -14,6 +14,10 @@ the kernels' hint (``tiles.known_multiple``) can make the accesses vectors. An a
 - the block-row forward (narrow rows, the width a runtime int);
 - the persistent single-pass backward at a runtime width.
 
+Then, for the one-row forward, how many consecutive elements of x a thread takes per load: the
+row's own alignment, which w/b loaded in x's layout would raise to 8 (strided element loads;
+``config.params_apart``).
+
 Like ``kernel_loops.py``, normlab must define its kernels compiled rather than interpreted: this
 script makes ``torch.cuda.is_available`` answer True before importing normlab, and launches
 nothing. Triton's code generation changes between versions: say which one a figure came from.
@@ -89,6 +93,15 @@ def access_widths(compiled) -> dict[str, collections.Counter]:
     return widths
 
 
+def row_load_elements(compiled, block: int) -> int:
+    """Consecutive elements a thread takes per load of the kernel's first 1-D row load (x in the
+    one-row forward): its layout's sizePerThread, from Triton's TTGIR."""
+    ttgir = compiled.asm["ttgir"]
+    layout = re.search(rf"tt\.load [^\n]*: tensor<{block}x!tt\.ptr<bf16>, #(\w+)>", ttgir)
+    size = re.search(rf"#{layout.group(1)} = #ttg\.blocked<{{sizePerThread = \[(\d+)\]", ttgir)
+    return int(size.group(1))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="also write the lines here")
@@ -102,6 +115,12 @@ def main(argv=None) -> int:
                                                     sorted(widths[kind].items()))
                               for kind in ("load", "store"))  # fmt: skip
             lines.append(f"{name}, ROW_ALIGN {align}: {cells}")
+    kernel, constants, warps = KERNELS["forward, one row a program"]
+    for align in ALIGNS:  # w/b beside x would give x its 16-byte layout (config.params_apart)
+        compiled = compile_kernel(kernel, {**constants, "PARAMS_APART": align < 8}, align, warps)
+        lines.append(f"forward x row, ROW_ALIGN {align}: "
+                     f"{row_load_elements(compiled, constants['BLOCK_SIZE'])} consecutive "
+                     "elements a thread a load")  # fmt: skip
     print("\n".join(lines))
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")

@@ -71,6 +71,29 @@ def test_forward_matches_fp64(dtype, is_rms, shape):
     assert_close(y, _ref_fwd(x, w, b, 1e-5, is_rms))
 
 
+def test_params_apart_rule():
+    """w/b take a layout of their own exactly where the rows are not one vector aligned."""
+    assert configs.params_apart(1, 2) and configs.params_apart(4, 2)
+    assert not configs.params_apart(8, 2)
+    assert configs.params_apart(2, 4) and not configs.params_apart(4, 4)
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["params-together", "params-apart"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("n,block", [(825, None), (1000, None), (1283, 512)], ids=str)
+def test_forward_params_layout_matches_fp64(apart, is_rms, n, block):
+    """The one-row forward with w/b in x's layout or in one of their own (config.params_apart),
+    one block or looped chunks (block 512), odd and aligned widths, offset and bias in play."""
+    x, w, b = _inputs(5, n, torch.bfloat16, is_rms)
+    y, _, rstd = K.norm_forward(x, w, b, 1e-5, is_rms, offset=0.5, block_size=block,
+                                params_apart=apart)  # fmt: skip
+    want = (ref.rms_norm(_d(x), _d(w) + 0.5, 1e-5) if is_rms
+            else ref.layer_norm(_d(x), _d(w) + 0.5, _d(b), 1e-5))  # fmt: skip
+    assert_close(y, want)
+    centred = _d(x) if is_rms else _d(x) - _d(x).mean(-1, keepdim=True)
+    assert_close(rstd, (centred.pow(2).mean(-1) + 1e-5).rsqrt().float())
+
+
 @pytest.mark.parametrize("n", [37, 48], ids=["ragged-chunks", "even-chunks"])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_forward_chunked_statistics(is_rms, n):

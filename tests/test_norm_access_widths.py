@@ -30,3 +30,9 @@ def test_row_alignment_sets_the_access_width():
             assert 2 not in loads and 2 not in stores, where
         if align == "8":
             assert 16 in loads and 16 in stores, where
+
+    # w/b apart from x (config.params_apart): x's layout takes the row's own alignment, so its
+    # element loads are consecutive across a warp, not 16 bytes apart.
+    elems = dict(re.findall(r"^forward x row, ROW_ALIGN (\d): (\d+) consecutive", proc.stdout,
+                            re.M))  # fmt: skip
+    assert elems == {"1": "1", "2": "2", "4": "4", "8": "8"}, proc.stdout
