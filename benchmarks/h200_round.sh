@@ -635,7 +635,8 @@ case $STAGE in
       --out "$OUT/population_static_compile.jsonl"
     ;;
   oddwidths)  # odd widths: planned kernels, variants, torch, a per-cell compile
-    step norm_odd_widths 300 python3 benchmarks/norm_odd_widths.py --reps 4 \
+    step norm_odd_widths 165 python3 benchmarks/norm_odd_widths.py --reps 3 --cells \
+      layer_norm:1492488x825,rms_norm:1492488x825,rms_norm:1000003x127,rms_norm:1000003x128 \
       --out "$OUT/norm_odd_widths.jsonl"
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
