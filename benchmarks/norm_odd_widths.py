@@ -11,9 +11,9 @@ bigger row tiles, other warps, more programs per SM and the prefetch flipped, an
 torch.compile (``dynamic=False``, compiled for the cell), one process, device time, L2 flushed.
 An aligned width beside each odd one is the control. Each variant's dx is checked first.
 
-The forward of the row cells (wider than the block-row layout): the planned one-row kernel,
-whose unaligned rows load w/b in a layout of their own (``config.params_apart``), against the
-same kernel with w/b in x's layout (``params together``, as before), and the peers.
+The forward of the row cells (wider than the block-row layout): the planned one-row kernel
+against the same kernel with w/b in a layout of their own (``params apart``: x's element loads
+coalesced, ``config.params_apart``; off by default until this measures it), and the peers.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def fwd_variants(op, x, w, b):
     is_rms, eps = op == "rms_norm", EPS[op]
     return {"default": lambda: norm_op._forward(x, None, w, b, eps, 0.0, is_rms, "auto",
                                                 "auto")[0],  # fmt: skip
-            "params together": lambda: row.norm_forward(x, w, b, eps, is_rms,
-                                                        params_apart=False)[0]}  # fmt: skip
+            "params apart": lambda: row.norm_forward(x, w, b, eps, is_rms,
+                                                     params_apart=True)[0]}  # fmt: skip
 
 
 def fwd_peers(op, x, w, b):

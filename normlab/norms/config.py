@@ -63,6 +63,12 @@ def params_apart(row_align: int, element_size: int) -> bool:
     return row_align < VECTOR_BYTES // element_size
 
 
+# The one-row forward takes params_apart only with NORMLAB_NORM_PARAMS_APART=1: compiled for
+# sm_90 it gives x coalesced element loads, but it has not been timed on a GPU
+# (benchmarks/norm_odd_widths.py times it).
+PARAMS_APART = os.environ.get("NORMLAB_NORM_PARAMS_APART", "0") == "1"
+
+
 def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:
     """How many times the grid fills the card (below 1, SMs idle)."""
     return n_programs / max(1, programs_per_sm * sm_count)

@@ -566,7 +566,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     the fused residual add, h = x2d + residual written to h_out and normalized.
     ``tile``: the plan's row tile (``config.NormPlan.fwd_tile``, wide or narrow rows; None: one
     row per program). ``block_size``/``num_warps``/``early_params`` override
-    ``config.norm_fwd_config`` and ``params_apart`` ``config.params_apart``; with
+    ``config.norm_fwd_config`` and ``params_apart`` the rule (``config.PARAMS_APART``); with
     ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the autotuned kernel picks them.
     """
     x2d = unit_col_stride(x2d)
@@ -593,7 +593,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     )  # fmt: skip
     row_align = config.kernel_row_align(math.gcd(*strides), x2d.element_size())
     if params_apart is None:
-        params_apart = config.params_apart(row_align, x2d.element_size())
+        params_apart = config.PARAMS_APART and config.params_apart(row_align, x2d.element_size())
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
              "HAS_RESIDUAL": residual is not None, "INT64_ROWS": _int64_rows(n_rows, *strides),
              "ROW_ALIGN": row_align, "STORE_STATS": bool(store_stats),
