@@ -3,9 +3,11 @@
     python3 benchmarks/norm_population.py --out out/norm_population.jsonl [--reps 10]
 
 For each population member (``normlab.bench.shapes.norm_population``): RMSNorm and LayerNorm,
-forward and backward, normlab's default against torch, torch.compile (default mode, as a user
-calls it) and Liger-Kernel where importable, shape by shape. Records carry
-``shape_set="population"``. Prints, per op and direction, the geometric mean of
+forward and backward, normlab's default against torch, torch.compile (default mode: one
+compiled function over every member, dynamic after its first recompile), torch.compile with
+``dynamic=False`` compiled per member (``compile-static``, as a model of fixed shapes gets it;
+runs before 2026-12-03 did not time it) and Liger-Kernel where importable, shape by shape.
+Records carry ``shape_set="population"``. Prints, per op and direction, the geometric mean of
 best peer µs / normlab µs, the count below 0.9 and the ten worst cells, against the targets
 (every shape >= 0.90x, geomean >= 1.15x); ``--summary FILE.jsonl`` prints that for recorded
 runs.
@@ -74,7 +76,7 @@ def _impls(op, static_compile: bool = False):
     out["compile"] = lambda M, N, dt, d: registry.norm_case(compiled, op, M, N, dt, d, "cuda")
     if registry.get(op, "liger").unavailable() is None:
         out["liger"] = lambda M, N, dt, d: registry.get(op, "liger").build(M, N, dt, d, "cuda")
-    if static_compile:  # a compile per member: named in --impls only
+    if static_compile:  # a compile per member
         static = _static_compiled_peer(op)
         out["compile-static"] = lambda M, N, dt, d: registry.norm_case(static, op, M, N, dt, d,
                                                                        "cuda")  # fmt: skip
@@ -101,8 +103,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="bf16,fp16,fp32")
     parser.add_argument("--shard", default="1/1", help="i/n: every n-th member from the i-th")
     parser.add_argument("--cells", help="MxN[,MxN...]: only these members (of any dtype)")
-    parser.add_argument("--impls", help="a comma list of normlab,torch,compile,liger and "
-                        "compile-static (torch.compile, dynamic=False: a compile per member)")
+    parser.add_argument("--impls", help="a comma list of normlab,torch,compile,liger,"
+                        "compile-static (torch.compile, dynamic=False: a compile per member); "
+                        "all by default")
     parser.add_argument("--timed-us", type=float, default=0.0,
                         help="more reps for short calls, up to this much timed device time a "
                              "member (0: --reps for every member)")
@@ -132,7 +135,7 @@ def main(argv=None) -> int:
     dev = device_info()
     command = portable_command(["python3", "benchmarks/norm_population.py",
                                 *(argv if argv is not None else sys.argv[1:])])
-    static = bool(args.impls) and "compile-static" in args.impls.split(",")
+    static = not args.impls or "compile-static" in args.impls.split(",")
     impls = {op: _impls(op, static) for op in OPS}
     if args.impls:
         keep = args.impls.split(",")
