@@ -80,13 +80,15 @@ def test_params_apart_rule():
 
 @pytest.mark.parametrize("apart", [False, True], ids=["params-together", "params-apart"])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-@pytest.mark.parametrize("n,block", [(825, None), (1000, None), (1283, 512)], ids=str)
-def test_forward_params_layout_matches_fp64(apart, is_rms, n, block):
-    """The one-row forward with w/b in x's layout or in one of their own (config.params_apart),
-    one block or looped chunks (block 512), odd and aligned widths, offset and bias in play."""
+@pytest.mark.parametrize("n,block,early", [(825, None, False), (825, None, True),
+                                           (1000, None, False), (1283, 512, False)], ids=str)
+def test_forward_params_layout_matches_fp64(apart, is_rms, n, block, early):
+    """The one-row forward with w/b in x's layout or in one of their own (config.params_apart):
+    one block with w/b loaded after the sums or early, or looped chunks (block 512); odd and
+    aligned widths, offset and bias in play."""
     x, w, b = _inputs(5, n, torch.bfloat16, is_rms)
     y, _, rstd = K.norm_forward(x, w, b, 1e-5, is_rms, offset=0.5, block_size=block,
-                                params_apart=apart)  # fmt: skip
+                                early_params=early, params_apart=apart)  # fmt: skip
     want = (ref.rms_norm(_d(x), _d(w) + 0.5, 1e-5) if is_rms
             else ref.layer_norm(_d(x), _d(w) + 0.5, _d(b), 1e-5))  # fmt: skip
     assert_close(y, want)
