@@ -93,15 +93,17 @@
 # rowalignfp (the norm checks in fp32 with the hint; the members among them whose calls take
 # under 5 µs, reps raised to about 100 µs of timed device time, as smallreps).
 # peerkernel (normlab's one-row forward against Liger-Kernel's kernel at the same grid and warps,
-# one difference at a time); flushstate (short forwards
-# timed after the write flush, a read of another buffer, an idle GPU, and both); rerun (the
-# population members and peer shapes whose forward was below 0.90x or 0.98x, run again beside
-# their peers: how far a ratio moves between runs; then Liger's and normlab's short forwards
-# before and after a torch.compile peer ran); staticcompile (an eighth of the bf16 population
-# beside torch.compile with dynamic=False, compiled per member, as well as the default peer that
-# turns dynamic over the members); oddwidths (odd widths and an aligned width beside each: the
-# backward's tile variants, the forward's w/b layout, torch, torch.compile per cell); notebooks (every notebook executed on the GPU, the
-# copies in docs/h200-notebooks/).
+# one difference at a time); flushstate (short forwards timed after the write flush, a read of
+# another buffer, an idle GPU, and both); rerun (the population members and peer shapes whose
+# forward was below 0.90x or 0.98x, run again beside their peers: how far a ratio moves between
+# runs; then Liger's and normlab's short forwards before and after a torch.compile peer ran);
+# staticcompile (an eighth of the bf16 population beside torch.compile with dynamic=False,
+# compiled per member, as well as the default peer that turns dynamic over the members);
+# oddwidths (odd widths and an aligned width beside each: the backward's tile variants, the
+# forward's w/b layout, torch, torch.compile per cell; not yet run); notebooks (every notebook
+# executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
+# ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
+# manylinux_2_17_x86_64 --platform any -d .whl/nb`, less what the machine has).
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
