@@ -110,8 +110,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
-    if not torch.cuda.is_available():
-        parser.error("needs a CUDA GPU")
     cells = []
     for cell in args.cells.split(","):
         op, _, shape = cell.partition(":")
@@ -122,6 +120,8 @@ def main(argv=None) -> int:
         if op not in ("rms_norm", "layer_norm") or m < 1 or n < 1:
             parser.error(f"--cells takes op:MxN,... (bad: {cell})")
         cells.append((op, m, n))
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
     tools = timing._tools()
     read_buf = torch.ones(2 * _runtime.l2_bytes() // 4, dtype=torch.int32, device="cuda")
     sink = torch.zeros(1, dtype=torch.int32, device="cuda")

@@ -126,6 +126,9 @@ def main(argv=None) -> int:
         parser.error("--shard takes i/n and --cells MxN,MxN,... (integers)")
     if not 1 <= shard <= n_shards:
         parser.error("--shard i/n needs 1 <= i <= n")
+    known = ("normlab", "torch", "compile", "liger", "compile-static")
+    if args.impls and not set(args.impls.split(",")) <= set(known):
+        parser.error(f"--impls takes a comma list of {', '.join(known)}")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (the population's largest members hold 4 GiB tensors)")
     families, dtypes = set(args.families.split(",")), set(args.dtypes.split(","))
