@@ -33,6 +33,7 @@ from torch.profiler import ProfilerActivity, profile
 from normlab import _runtime
 from normlab.bench import timing
 from normlab.bench.records import portable_command
+from normlab.bench.sweep import parse_op_shapes
 from normlab.norms import op as norm_op
 
 CELLS = "layer_norm:4096x1024,rms_norm:4096x1024,layer_norm:8192x1024,rms_norm:512x2880"
@@ -110,16 +111,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
-    cells = []
-    for cell in args.cells.split(","):
-        op, _, shape = cell.partition(":")
-        try:
-            m, n = (int(v) for v in shape.split("x"))
-        except ValueError:
-            parser.error(f"--cells takes op:MxN,... (bad: {cell})")
-        if op not in ("rms_norm", "layer_norm") or m < 1 or n < 1:
-            parser.error(f"--cells takes op:MxN,... (bad: {cell})")
-        cells.append((op, m, n))
+    try:
+        cells = parse_op_shapes(args.cells, ("rms_norm", "layer_norm"))
+    except ValueError as exc:
+        parser.error(f"--cells takes op:MxN,... ({exc})")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     tools = timing._tools()

@@ -25,7 +25,7 @@ from norm_population import _compiled_peer
 from normlab import _launch, _runtime
 from normlab.bench import device_info, registry
 from normlab.bench.records import portable_command, write_jsonl
-from normlab.bench.sweep import measure
+from normlab.bench.sweep import measure, parse_op_shapes
 from normlab.norms import op as norm_op
 from normlab.norms import row
 
@@ -86,16 +86,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
-    cells = []
-    for cell in args.cells.split(","):
-        op, _, shape = cell.partition(":")
-        try:
-            m, n = (int(v) for v in shape.split("x"))
-        except ValueError:
-            parser.error(f"--cells takes op:MxN,... (bad: {cell})")
-        if op not in EPS or m < 1 or n < 1:
-            parser.error(f"--cells takes op:MxN,... (bad: {cell})")
-        cells.append((op, m, n))
+    try:
+        cells = parse_op_shapes(args.cells, EPS)
+    except ValueError as exc:
+        parser.error(f"--cells takes op:MxN,... ({exc})")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     dev = device_info()

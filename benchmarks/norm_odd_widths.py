@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from normlab.bench import device_info
 from normlab.bench.records import portable_command, write_jsonl
-from normlab.bench.sweep import measure
+from normlab.bench.sweep import measure, parse_op_shapes
 from normlab.norms import block_row, config, row
 from normlab.norms import op as norm_op
 
@@ -108,16 +108,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
-    cells = []
-    for cell in args.cells.split(","):
-        op, _, shape = cell.partition(":")
-        try:
-            m, n = (int(v) for v in shape.split("x"))
-        except ValueError:
-            parser.error(f"--cells takes op:MxN,... (bad: {cell})")
-        if op not in EPS or m < 1 or n < 1:
-            parser.error(f"--cells takes op:MxN,... (bad: {cell})")
-        cells.append((op, m, n))
+    try:
+        cells = parse_op_shapes(args.cells, EPS)
+    except ValueError as exc:
+        parser.error(f"--cells takes op:MxN,... ({exc})")
     on_gpu = torch.cuda.is_available()
     device = "cuda" if on_gpu else "cpu"
     dev = device_info()
@@ -125,6 +119,26 @@ def main(argv=None) -> int:
                                 *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
     torch._dynamo.config.recompile_limit = 64
     records = []
+
+    def timed(runs, direction, op, m, n) -> str:
+        """Check each run against runs["default"], then time it (on a GPU): one printed line."""
+        want = runs["default"]().float()
+        line = []
+        for name, run in runs.items():
+            got = run().float()
+            if not torch.allclose(got, want, atol=6e-2, rtol=3e-2):
+                line.append(f"{name} MISMATCH {(got - want).abs().max().item():.3g}")
+            elif not on_gpu:
+                line.append(f"{name} ok")
+            else:
+                impl = name if name in ("torch", "compile-static") else f"normlab {name}"
+                rec = measure(run, op, impl, m, n, "bf16", direction, device=dev,
+                              reps=args.reps, command=command,
+                              shape_set="norm_odd_widths")  # fmt: skip
+                records.append(rec)
+                line.append(f"{name} {rec.device_us:.1f}")
+        return " | ".join(line)
+
     for op, m, n in cells:
         is_rms = op == "rms_norm"
         x = torch.randn(m, n, dtype=torch.bfloat16, device=device)
@@ -133,44 +147,14 @@ def main(argv=None) -> int:
         b = None if is_rms else (0.1 * torch.randn(n, device=device)).to(torch.bfloat16)
         _, mean, rstd = row.norm_forward(x, w, b, EPS[op], is_rms)
         runs = variants(op, x, w, b, dy, mean, rstd)
-        want = runs["default"]().float()
-        line = [f"{op} bwd {m}x{n} bf16:"]
         if on_gpu:
             runs.update(peers(op, x, w, b, dy))
-        for name, run in runs.items():
-            got = run().float()
-            if not torch.allclose(got, want, atol=6e-2, rtol=3e-2):
-                line.append(f"{name} MISMATCH {(got - want).abs().max().item():.3g}")
-                continue
-            if not on_gpu:
-                line.append(f"{name} ok")
-                continue
-            impl = name if name in ("torch", "compile-static") else f"normlab {name}"
-            rec = measure(run, op, impl, m, n, "bf16", "bwd", device=dev, reps=args.reps,
-                          command=command, shape_set="norm_odd_widths")  # fmt: skip
-            records.append(rec)
-            line.append(f"{name} {rec.device_us:.1f}")
-        print(" | ".join(line), flush=True)
+        print(f"{op} bwd {m}x{n} bf16: " + timed(runs, "bwd", op, m, n), flush=True)
         if n > config.BLOCK_ROW_MAX_COLS:  # the one-row forward
             runs = fwd_variants(op, x, w, b)
-            want = runs["default"]().float()
-            line = [f"{op} fwd {m}x{n} bf16:"]
             if on_gpu:
                 runs.update(fwd_peers(op, x, w, b))
-            for name, run in runs.items():
-                got = run().float()
-                if not torch.allclose(got, want, atol=6e-2, rtol=3e-2):
-                    line.append(f"{name} MISMATCH {(got - want).abs().max().item():.3g}")
-                    continue
-                if not on_gpu:
-                    line.append(f"{name} ok")
-                    continue
-                impl = name if name in ("torch", "compile-static") else f"normlab {name}"
-                rec = measure(run, op, impl, m, n, "bf16", "fwd", device=dev, reps=args.reps,
-                              command=command, shape_set="norm_odd_widths")  # fmt: skip
-                records.append(rec)
-                line.append(f"{name} {rec.device_us:.1f}")
-            print(" | ".join(line), flush=True)
+            print(f"{op} fwd {m}x{n} bf16: " + timed(runs, "fwd", op, m, n), flush=True)
         runs = x = dy = w = b = mean = rstd = None
         if on_gpu:
             torch.cuda.empty_cache()

@@ -3,6 +3,8 @@
 import importlib
 import math
 
+import pytest
+
 from normlab.bench import shapes
 
 
@@ -52,3 +54,14 @@ def test_populations_are_bench_shape_sets(monkeypatch):
     out = sweep.sweep("rms_norm", ["torch"], shapes="3x8", directions=["fwd"], reps=1,
                       warmup=0, roofline=100.0)  # fmt: skip
     assert [r.shape_set for r in out] == [None]
+
+
+def test_parse_op_shapes_takes_op_cells_and_refuses_the_rest():
+    from normlab.bench.sweep import parse_op_shapes
+
+    ops = ("rms_norm", "layer_norm")
+    assert parse_op_shapes("rms_norm:4096x1024, layer_norm:1x7", ops) == [
+        ("rms_norm", 4096, 1024), ("layer_norm", 1, 7)]
+    for bad in ("softmax:4x8", "rms_norm:0x8", "rms_norm:4by8", "rms_norm", ""):
+        with pytest.raises(ValueError):
+            parse_op_shapes(bad, ops)

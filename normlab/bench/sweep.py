@@ -81,6 +81,21 @@ def parse_shapes(spec: str | Iterable) -> list[tuple[int, int]]:
     return shapes
 
 
+def parse_op_shapes(spec: str, ops) -> list[tuple[str, int, int]]:
+    """``op:MxN`` items, comma-separated, each op one of ``ops`` -> [(op, M, N)]."""
+    cells = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        op, _, shape = item.partition(":")
+        match = re.fullmatch(r"(\d+)x(\d+)", shape)
+        if op not in ops or not match or int(match[1]) < 1 or int(match[2]) < 1:
+            raise ValueError(f"bad cell {item!r}: expected op:MxN, op one of {', '.join(ops)}, "
+                             "M and N >= 1")  # fmt: skip
+        cells.append((op, int(match[1]), int(match[2])))
+    if not cells:
+        raise ValueError(f"no cells in {spec!r}")
+    return cells
+
+
 def _axes(op: str, shapes, dtypes, directions) -> tuple[list, list, list[str]]:
     shape_list = parse_shapes(shapes)
     dtype_list = [parse_dtype(d) for d in dtypes]
