@@ -26,7 +26,6 @@ def known_multiple(value, ROW_ALIGN: tl.constexpr):
     return value
 
 
-
 @triton.jit
 def known_bwd_layout(n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride,
                      ROW_ALIGN: tl.constexpr):  # fmt: skip
@@ -35,6 +34,7 @@ def known_bwd_layout(n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_
     return (known_multiple(n_cols, ROW_ALIGN), known_multiple(x_row_stride, ROW_ALIGN),
             known_multiple(dy_row_stride, ROW_ALIGN), known_multiple(dx_row_stride, ROW_ALIGN),
             known_multiple(dh_row_stride, ROW_ALIGN))
+
 
 @triton.jit
 def load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr):  # w_ptr: (n_cols,)
