@@ -6,10 +6,14 @@ An odd width leaves every row start unaligned (ROW_ALIGN 1), so the backward loa
 element. In the population's block-row members that ran at about a third of copy (1000003 x 127:
 0.31-0.32 against 0.89-0.93 at 128), and torch.compile compiled for the one shape
 (``dynamic=False``) was 1.8-2.3x faster at 8000009 x 255 and 1492488 x 825
-(``population_static_compile_9b7df9c``). Per cell: the planned backward, the same kernel with
-bigger row tiles, other warps, more programs per SM and the prefetch flipped, and torch and
-torch.compile (``dynamic=False``, compiled for the cell), one process, device time, L2 flushed.
-An aligned width beside each odd one is the control. Each variant's dx is checked first.
+(``population_static_compile_9b7df9c``). At ROW_ALIGN 1 Triton lays a 128-column tile one
+element a thread, 32 threads a warp, so 4 of 8 warps share each row and every row sum crosses
+warps through shared memory with barriers (sm_90 SASS, triton 3.6); one warp a program keeps
+a row in its warp. Per cell, both directions: the planned kernel, the same kernel at tiles of
+512-8192 elements, 1-8 warps and (backward) persistent grids of 32 or 64 resident warps per
+SM, the backward's prefetch flipped, and torch and torch.compile (``dynamic=False``, compiled
+for the cell), one process, device time, L2 flushed. An aligned width beside each odd one is
+the control. Each variant is checked against the planned one first.
 
 The forward of the row cells (wider than the block-row layout): the planned one-row kernel
 against the same kernel with w/b in a layout of their own (``params apart``: x's element loads
@@ -37,6 +41,26 @@ CELLS = ("rms_norm:1000003x127,rms_norm:1000003x128,layer_norm:1000003x127,"
 EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
 
 
+WARPS = (1, 2, 4, 8)  # 1: a row never leaves its warp at ROW_ALIGN 1 (no cross-warp sums)
+RESIDENT_WARPS = (32, 64)  # warps per SM a persistent grid keeps resident (of 64)
+
+
+def programs_per_sm(warps: int) -> list[int]:
+    """Persistent programs per SM that keep 32 or 64 warps resident (at most 32 programs)."""
+    return [min(32, resident // warps) for resident in RESIDENT_WARPS]
+
+
+def tile_grid(n: int):
+    """(rows, warps, programs per SM) of the block-row variants: tiles of 512-8192 elements at
+    8-64 elements a thread."""
+    for tile_elems in (512, 1024, 2048, 4096, 8192):
+        rows = max(1, min(config.BLOCK_ROW_MAX_ROWS, tile_elems // config.next_pow2(n)))
+        for warps in WARPS:
+            if 8 <= rows * config.next_pow2(n) // (32 * warps) <= 64:
+                for pps in programs_per_sm(warps):
+                    yield rows, warps, pps
+
+
 def variants(op, x, w, b, dy, mean, rstd):
     is_rms, eps = op == "rms_norm", EPS[op]
     m, n = x.shape
@@ -49,12 +73,8 @@ def variants(op, x, w, b, dy, mean, rstd):
         planned = (config.block_row_bwd_recompute_config(n, is_rms) if stats[1] is None
                    else config.block_row_bwd_config(n))  # fmt: skip
         grid = [planned._replace(prefetch=not planned.prefetch)]
-        for tile_elems in (2048, 4096, 8192):
-            rows = max(1, min(config.BLOCK_ROW_MAX_ROWS, tile_elems // config.next_pow2(n)))
-            for warps in (4, 8):
-                for pps in (4, 8):
-                    grid.append(planned._replace(block_rows=rows, num_warps=warps,
-                                                 programs_per_sm=pps))  # fmt: skip
+        for rows, warps, pps in tile_grid(n):
+            grid.append(planned._replace(block_rows=rows, num_warps=warps, programs_per_sm=pps))
         for cfg in dict.fromkeys(grid):
             out[f"block-row {cfg.block_rows}x{cfg.num_warps} pps{cfg.programs_per_sm}"
                 f"{' prefetch' if cfg.prefetch else ''}"] = (
@@ -62,8 +82,8 @@ def variants(op, x, w, b, dy, mean, rstd):
                                                           eps=eps)[0])  # fmt: skip
     else:
         for rows in (1, 2, 4):
-            for warps in (4, 8):
-                for pps in (2, 4):
+            for warps in WARPS:
+                for pps in programs_per_sm(warps):
                     out[f"row tiles {rows}x{warps} pps{pps}"] = (
                         lambda rows=rows, warps=warps, pps=pps: row.norm_backward(
                             dy, x, w, b, mean, rstd, is_rms, block_rows=rows, num_warps=warps,
@@ -73,11 +93,19 @@ def variants(op, x, w, b, dy, mean, rstd):
 
 def fwd_variants(op, x, w, b):
     is_rms, eps = op == "rms_norm", EPS[op]
-    return {"default": lambda: norm_op._forward(x, None, w, b, eps, 0.0, is_rms, "auto",
-                                                "auto")[0],  # fmt: skip
-            "params apart": lambda: row.norm_forward(x, w, b, eps, is_rms,
-                                                     params_apart=True)[0]}  # fmt: skip
-
+    m, n = x.shape
+    out = {"default": lambda: norm_op._forward(x, None, w, b, eps, 0.0, is_rms, "auto",
+                                               "auto")[0]}  # fmt: skip
+    if config.use_block_row(m, n):  # the block-row tile at other rows and warps, one a tile
+        store = not config.block_row_recompute_stats(n, is_rms)
+        for rows, warps, _ in tile_grid(n):
+            cfg = config.BlockRowFwdConfig(rows, warps)
+            out[f"block-row {rows}x{warps}"] = (
+                lambda cfg=cfg: block_row.launch_forward(x, w, b, eps, is_rms, cfg, store)[0])
+    else:
+        out["params apart"] = lambda: row.norm_forward(x, w, b, eps, is_rms,
+                                                       params_apart=True)[0]  # fmt: skip
+    return out
 
 def fwd_peers(op, x, w, b):
     n, eps = x.shape[1], EPS[op]
@@ -150,11 +178,10 @@ def main(argv=None) -> int:
         if on_gpu:
             runs.update(peers(op, x, w, b, dy))
         print(f"{op} bwd {m}x{n} bf16: " + timed(runs, "bwd", op, m, n), flush=True)
-        if n > config.BLOCK_ROW_MAX_COLS:  # the one-row forward
-            runs = fwd_variants(op, x, w, b)
-            if on_gpu:
-                runs.update(fwd_peers(op, x, w, b))
-            print(f"{op} fwd {m}x{n} bf16: " + timed(runs, "fwd", op, m, n), flush=True)
+        runs = fwd_variants(op, x, w, b)
+        if on_gpu:
+            runs.update(fwd_peers(op, x, w, b))
+        print(f"{op} fwd {m}x{n} bf16: " + timed(runs, "fwd", op, m, n), flush=True)
         runs = x = dy = w = b = mean = rstd = None
         if on_gpu:
             torch.cuda.empty_cache()
