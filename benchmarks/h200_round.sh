@@ -643,8 +643,7 @@ case $STAGE in
     ;;
   oddwidths2)
     step norm_odd_widths2 560 python3 benchmarks/norm_odd_widths.py --reps 3 --cells \
-      layer_norm:8000009x255,rms_norm:1000003x126,layer_norm:1000003x45,layer_norm:1492488x825,\
-      rms_norm:1492488x825 \
+      layer_norm:8000009x255,rms_norm:1000003x126,layer_norm:1000003x45,rms_norm:1492488x825 \
       --out "$OUT/norm_odd_widths2.jsonl"
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
