@@ -637,6 +637,8 @@ case $STAGE in
       --out "$OUT/population_static_compile.jsonl"
     ;;
   oddwidths)  # odd widths: planned kernels, variants, torch, a per-cell compile
+    step gpu_check_norms 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
+      --quick --only norms
     step norm_odd_widths 560 python3 benchmarks/norm_odd_widths.py --reps 3 --cells \
       rms_norm:1000003x127,layer_norm:1000003x127,rms_norm:1000003x128 \
       --out "$OUT/norm_odd_widths.jsonl"

@@ -607,6 +607,88 @@ def test_backward_warps_follow_row_alignment(monkeypatch):
     assert seen == [True, False]
 
 
+def test_one_warp_rule_at_its_switches():
+    """One warp a program where rows not 16-byte aligned need more than a warp's 32 lanes, up
+    to the widest row one warp holds."""
+    bf16, fp32 = 2, 4
+    assert not config.one_warp_rows(32, 1, bf16)  # 32 lanes of one element
+    assert config.one_warp_rows(33, 1, bf16)  # padded to 64: 64 lanes
+    assert not config.one_warp_rows(64, 2, bf16)  # 32 lanes of two elements
+    assert config.one_warp_rows(66, 2, bf16)
+    assert config.one_warp_rows(258, 4, bf16) and not config.one_warp_rows(128, 4, bf16)
+    # a row of 16-byte vectors keeps the measured warps at any width; fp32's vector is 4
+    assert not config.one_warp_rows(1000, 8, bf16) and not config.one_warp_rows(1000, 4, fp32)
+    assert config.one_warp_rows(1000, 2, fp32)
+    top = config.ONE_WARP_MAX_COLS
+    assert config.one_warp_rows(top - 1, 1, bf16) and config.one_warp_rows(top, 2, bf16)
+    assert not config.one_warp_rows(top + 1, 1, bf16)
+
+
+def test_one_warp_tiles_follow_their_rule():
+    """The one-warp tiles: the forward ONE_WARP_FWD_TILE_ELEMS, the backward
+    ONE_WARP_BWD_TILE_ELEMS (a row at least) with ONE_WARP_PROGRAMS_PER_SM; overrides win."""
+    for n in (33, 127, 255, 256, 700):
+        cols = next_pow2(n)
+        fwd = config.block_row_fwd_config(n, True, one_warp=True)
+        fwd_rows = max(1, config.ONE_WARP_FWD_TILE_ELEMS // cols)
+        assert (fwd.block_rows, fwd.num_warps) == (fwd_rows, 1)
+        bwd = config.block_row_bwd_config(n, one_warp=True)
+        rows = max(1, config.ONE_WARP_BWD_TILE_ELEMS // cols)
+        assert (bwd.block_rows, bwd.num_warps, bwd.programs_per_sm) == (
+            rows, 1, config.ONE_WARP_PROGRAMS_PER_SM)
+        assert config.block_row_bwd_recompute_config(n, False, True) == bwd
+        row_cfg = config.norm_bwd_config("persistent", 10**6, n, one_warp=True, sm_count=132)
+        assert (row_cfg.block_rows, row_cfg.num_warps, row_cfg.programs_per_sm) == (
+            rows, 1, config.ONE_WARP_PROGRAMS_PER_SM)
+    assert config.block_row_fwd_config(127, True, one_warp=True, num_warps=4).num_warps == 4
+    assert config.block_row_bwd_config(127, one_warp=True, num_warps=2).num_warps == 2
+    for strategy in ("atomic", "two_stage"):  # the one-warp tile is the persistent grid's
+        assert (config.norm_bwd_config(strategy, 10**6, 825, one_warp=True)
+                == config.norm_bwd_config(strategy, 10**6, 825))  # fmt: skip
+
+
+@pytest.mark.parametrize("is_rms", [True, False])
+@pytest.mark.parametrize("m, n, layout, one_warp", [
+    (37, 127, "block_row", True),  # ROW_ALIGN 1: 128 lanes
+    (5, 33, "block_row", True),  # just past 32 lanes (LayerNorm recomputes its statistics)
+    (37, 126, "block_row", True),  # ROW_ALIGN 2: 64 lanes
+    (37, 128, "block_row", False),  # 16-byte rows
+    (23, 825, "auto", True),  # the row backward
+    (23, 832, "auto", False),
+])  # fmt: skip
+def test_unaligned_rows_run_one_warp(monkeypatch, is_rms, m, n, layout, one_warp):
+    """bf16 rows of these widths launch one-warp block-row kernels (both directions) and row
+    backward, aligned rows the measured warps; y, dx, dγ, dβ against fp64."""
+    from normlab import _launch
+    from normlab.norms import block_row
+
+    warps = {}
+
+    def launch(fn, grid, *args, **kwargs):
+        warps[fn.__name__] = kwargs["num_warps"]
+        return _launch.launch(fn, grid, *args, **kwargs)
+
+    monkeypatch.setattr(row, "launch", launch)
+    monkeypatch.setattr(block_row, "launch", launch)
+    dtype = torch.bfloat16
+    x = torch.randn(m, n).to(dtype)
+    w = (1 + 0.5 * torch.randn(n)).to(dtype)
+    b = None if is_rms else (0.5 * torch.randn(n)).to(dtype)
+    gy = torch.randn(m, n).to(dtype)
+    leaves = [t.detach().requires_grad_() for t in (x, w, b) if t is not None]
+    y = (normlab.rms_norm(leaves[0], leaves[1], 1e-5, layout=layout) if is_rms
+         else normlab.layer_norm(*leaves, 1e-5, layout=layout))  # fmt: skip
+    grads = torch.autograd.grad(y, leaves, gy)
+    kernels = (("_block_row_fwd_kernel", "_block_row_bwd_kernel") if layout == "block_row"
+               else ("_norm_bwd_persistent_kernel",))  # fmt: skip
+    assert all(name in warps for name in kernels), warps
+    assert all((warps[name] == 1) == one_warp for name in kernels), warps
+    y_ref, grads_ref = _ref(x, w, b, 1e-5, is_rms, gy)
+    assert_close(y, y_ref, msg="y")
+    for name, g, g_ref in zip(["dx", "dweight", "dbias"], grads, grads_ref, strict=False):
+        assert_close(g, g_ref, reduce_len=m if name != "dx" else n, dtype=dtype, msg=name)
+
+
 def test_pointwise_block_shrinks_to_fill_the_card():
     """The full block while the grid gives every SM a program; below that the block halves
     (warps with it) to the first that does, down to one warp's vectors."""

@@ -445,6 +445,15 @@ def _check_vector(name: str, t, n: int, like: torch.Tensor, dtype=None) -> None:
         raise ValueError(f"{name} is on {t.device} but x is on {like.device}")
 
 
+def one_warp_rows(x, *others) -> bool:
+    """``config.one_warp_rows`` at the ROW_ALIGN the launchers give rows of x and ``others``
+    (None: absent) beside fresh outputs of x's width."""
+    strides = [t.stride(0) for t in (x, *others) if t is not None]
+    size = x.element_size()
+    align = config.kernel_row_align(math.gcd(x.shape[1], *strides), size)
+    return config.one_warp_rows(x.shape[1], align, size)
+
+
 def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, store_stats=True,
                    *, offset=0.0, residual=None, h_out=None):  # fmt: skip
     """Launch the forward with an explicit config (tuning scripts call this; no width limit).
@@ -592,7 +601,7 @@ def block_row_forward(x, weight, bias, eps, is_rms, *, store_stats=True):
             return y, None, None
         rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
         return y, None if is_rms else torch.empty_like(rstd), rstd
-    cfg = config.block_row_fwd_config(n_cols, is_rms)
+    cfg = config.block_row_fwd_config(n_cols, is_rms, one_warp=one_warp_rows(x))
     return launch_forward(x, weight, bias, eps, is_rms, cfg, store_stats=store_stats)
 
 
@@ -637,8 +646,9 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto",
         dw = torch.zeros_like(weight) if weight is not None else None
         db = torch.zeros_like(bias) if bias is not None else None
         return dx, dw, db
+    one_warp = one_warp_rows(x, dy)
     if rstd is None:
-        cfg = config.block_row_bwd_recompute_config(n_cols, is_rms)
+        cfg = config.block_row_bwd_recompute_config(n_cols, is_rms, one_warp)
     else:
-        cfg = config.block_row_bwd_config(n_cols)
+        cfg = config.block_row_bwd_config(n_cols, one_warp=one_warp)
     return launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg, eps=eps)

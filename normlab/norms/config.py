@@ -63,15 +63,37 @@ def params_apart(row_align: int, element_size: int) -> bool:
     return row_align < VECTOR_BYTES // element_size
 
 
-# The one-row forward takes params_apart only with NORMLAB_NORM_PARAMS_APART=1: compiled for
-# sm_90 it gives x coalesced element loads, but it has not been timed on a GPU
-# (benchmarks/norm_odd_widths.py times it).
-PARAMS_APART = os.environ.get("NORMLAB_NORM_PARAMS_APART", "0") == "1"
+# The one-row forward takes params_apart (NORMLAB_NORM_PARAMS_APART=0: never): RMSNorm 1492488 x
+# 825 bf16 took 1587 µs with it, 2044 without, 1864 compiled by torch.compile for the shape
+# (norm_odd_widths2_e0f5b50_h200).
+PARAMS_APART = os.environ.get("NORMLAB_NORM_PARAMS_APART", "1") != "0"
 
 
 def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:
     """How many times the grid fills the card (below 1, SMs idle)."""
     return n_programs / max(1, programs_per_sm * sm_count)
+
+
+# ---- rows wider than a warp's lanes -------------------------------------------------------------
+
+# A row that is not 16-byte aligned loads 1-4 elements a lane, so Triton spreads a 128-column
+# tile's row over 4 of 8 warps, and every row sum crosses them through shared memory and a
+# barrier (sm_90 SASS, triton 3.6). One warp a program keeps each row inside its warp. H200, bf16
+# (norm_odd_widths_571da9c, norm_odd_widths2_e0f5b50): block-row backward 1000003 x 127
+# 572-589 -> 279-398 µs, LayerNorm 8000009 x 255 8636 -> 4175; forward 205-247 -> 153-176; the
+# row backward at RMSNorm 1492488 x 825 3839 -> 2474. Aligned rows (128 columns) gained nothing.
+ONE_WARP_MAX_COLS = 1024  # the widest row one warp takes: 32 elements a lane
+ONE_WARP_FWD_TILE_ELEMS = 1024  # the block-row forward's tile: 32 elements a lane
+ONE_WARP_BWD_TILE_ELEMS = 512  # the backward's (x, dy, two fp32 accumulators): 16 a lane
+ONE_WARP_PROGRAMS_PER_SM = 32  # the most programs an SM holds: 32 of its 64 warps
+
+
+def one_warp_rows(n_cols: int, row_align: int, element_size: int) -> bool:
+    """Run one warp a program: the rows are not vector aligned (``row_align``, the launch's
+    ROW_ALIGN), a row needs more than a warp's 32 lanes, and one warp holds it."""
+    block_cols = next_pow2(n_cols)
+    return (row_align < VECTOR_BYTES // element_size and block_cols // row_align > 32
+            and block_cols <= ONE_WARP_MAX_COLS)  # fmt: skip
 
 
 # ---- forward: one row per program --------------------------------------------------------------
@@ -352,13 +374,16 @@ def norm_fwd_block_row_config(n_rows: int, n_cols: int, is_rms: bool = False,
 
 def block_row_fwd_config(n_cols: int, is_rms: bool, *, tile_elems: int | None = None,
                          max_rows: int | None = None, num_warps: int | None = None,
-                         n_rows: int | None = None,
-                         sm_count: int | None = None) -> BlockRowFwdConfig:  # fmt: skip
+                         n_rows: int | None = None, sm_count: int | None = None,
+                         one_warp: bool = False) -> BlockRowFwdConfig:  # fmt: skip
     """Narrow block-row forward tile: the measured one, the tiny-width rule, or the element rule
     (overrides given, or a width with no measured tile). ``n_rows``/``sm_count``: tiny-width
     tiles shrink until the grid fills one wave. One column: also the pointwise kernel's config
-    (``POINTWISE_FWD_*``), which the launcher takes where the rows are contiguous."""
+    (``POINTWISE_FWD_*``), which the launcher takes where the rows are contiguous.
+    ``one_warp`` (``one_warp_rows``): one warp a tile of ONE_WARP_FWD_TILE_ELEMS."""
     block_cols = next_pow2(n_cols)
+    if one_warp and tile_elems is None and max_rows is None and num_warps is None:
+        return BlockRowFwdConfig(max(1, ONE_WARP_FWD_TILE_ELEMS // block_cols), 1)
     if n_cols < BLOCK_ROW_TINY_COLS and tile_elems is None and max_rows is None:
         rows = BLOCK_ROW_TINY_TILE_ELEMS // block_cols
         if n_rows is not None and sm_count:
@@ -511,10 +536,13 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
                     block_cols: int | None = None, num_warps: int | None = None,
                     programs_per_sm: int | None = None, loop_stages: int | None = None,
                     prefetch: bool | None = None, paired_partials: bool | None = None,
-                    aligned: bool = True, sm_count: int = 0) -> NormBwdConfig:  # fmt: skip
+                    aligned: bool = True, sm_count: int = 0,
+                    one_warp: bool = False) -> NormBwdConfig:  # fmt: skip
     """Row backward launch config for ``strategy`` (not "auto"); keywords override the rules.
     ``aligned``: every row starts on a 16-byte boundary (``row_align``), so loads are vectors;
-    ``sm_count`` (0: unknown) bounds the rows a tile shares (norm_bwd_block_rows)."""
+    ``sm_count`` (0: unknown) bounds the rows a tile shares (norm_bwd_block_rows).
+    ``one_warp`` (``one_warp_rows``): single-pass persistent tiles of ONE_WARP_BWD_TILE_ELEMS
+    (one row at least) in one warp, ONE_WARP_PROGRAMS_PER_SM."""
     if two_pass is None:
         two_pass = norm_bwd_two_pass(n_cols, is_rms, n_rows)
     if block_cols is None:
@@ -524,6 +552,12 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
         raise ValueError(
             f"single-pass backward needs block_cols >= n_cols ({block_cols} < {n_cols})"
         )
+    one_warp = one_warp and strategy == "persistent" and not two_pass
+    if one_warp:
+        if block_rows is None:
+            block_rows = max(1, ONE_WARP_BWD_TILE_ELEMS // next_pow2(block_cols))
+        num_warps = 1 if num_warps is None else num_warps
+        programs_per_sm = ONE_WARP_PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
     if block_rows is None:
         if strategy == "atomic":
             block_rows = NORM_BWD_ATOMIC_BLOCK_ROWS
@@ -587,8 +621,14 @@ def block_row_recompute_stats(n_cols: int, is_rms: bool) -> bool:
 def block_row_bwd_config(n_cols: int, *, tile_elems: int | None = None,
                          max_rows: int | None = None, num_warps: int | None = None,
                          programs_per_sm: int | None = None, acc_tile: bool | None = None,
-                         prefetch: bool | None = None) -> BlockRowBwdConfig:  # fmt: skip
-    """Persistent block-row backward launch config; keywords override the rules."""
+                         prefetch: bool | None = None,
+                         one_warp: bool = False) -> BlockRowBwdConfig:  # fmt: skip
+    """Persistent block-row backward launch config; keywords override the rules. ``one_warp``
+    (``one_warp_rows``): one warp a tile of ONE_WARP_BWD_TILE_ELEMS, ONE_WARP_PROGRAMS_PER_SM."""
+    if one_warp:
+        tile_elems = ONE_WARP_BWD_TILE_ELEMS if tile_elems is None else tile_elems
+        num_warps = 1 if num_warps is None else num_warps
+        programs_per_sm = ONE_WARP_PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
     tile_elems = BLOCK_ROW_BWD_TILE_ELEMS if tile_elems is None else tile_elems
     if max_rows is None:  # tiny widths: the tile's rows are per-row scalars, not registers
         max_rows = BLOCK_ROW_MAX_ROWS if n_cols >= BLOCK_ROW_TINY_COLS else tile_elems
@@ -602,8 +642,11 @@ def block_row_bwd_config(n_cols: int, *, tile_elems: int | None = None,
     )
 
 
-def block_row_bwd_recompute_config(n_cols: int, is_rms: bool) -> BlockRowBwdConfig:
+def block_row_bwd_recompute_config(n_cols: int, is_rms: bool,
+                                   one_warp: bool = False) -> BlockRowBwdConfig:  # fmt: skip
     """The block-row backward's config when it recomputes mean/rstd from x."""
+    if one_warp:
+        return block_row_bwd_config(n_cols, one_warp=True)
     overrides = {} if is_rms else BLOCK_ROW_BWD_RECOMPUTE_TILES.get(max(16, next_pow2(n_cols)), {})
     return block_row_bwd_config(n_cols, **overrides)
 
@@ -714,7 +757,7 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
 
 _MEMOIZED = ("norm_fwd_config", "norm_fwd_block_row_config", "block_row_fwd_config",
              "norm_reduce_config", "norm_bwd_config", "block_row_bwd_config",
-             "block_row_bwd_recompute_config", "plan", "row_align",
+             "block_row_bwd_recompute_config", "plan", "row_align", "one_warp_rows",
              "split_row_fwd_chunk", "split_row_bwd_chunk", "split_row_bwd_tile",
              "split_row_bwd_group_rows", "split_row_sums_chunk", "split_row_bwd_plan",
              "pointwise_fwd_config")  # fmt: skip

@@ -75,8 +75,10 @@ def _forward(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout,
     fused = {"offset": offset, "residual": residual, "h_out": h}
     if plan.layout == "block_row" and x2d.numel():
         n_rows, n_cols = x2d.shape
+        one_warp = block_row.one_warp_rows(x2d, residual)
         cfg = config.block_row_fwd_config(n_cols, is_rms, n_rows=n_rows,
-                                          sm_count=_runtime.sm_count(x2d.device.index))
+                                          sm_count=_runtime.sm_count(x2d.device.index),
+                                          one_warp=one_warp)  # fmt: skip
         y, mean, rstd = block_row.launch_forward(x2d, weight, bias, eps, is_rms, cfg,
                                                  store_stats=plan.store_stats and need_stats,
                                                  **fused)  # fmt: skip
@@ -110,10 +112,11 @@ def _backward_launch(dy, dh, x2d, weight, bias, mean, rstd, eps, offset, is_rms,
     dy = unit_col_stride(dy)
     if plan.layout == "block_row" and x2d.numel():
         n_cols = x2d.shape[1]
+        one_warp = block_row.one_warp_rows(x2d, dy, dh)
         if rstd is None:
-            cfg = config.block_row_bwd_recompute_config(n_cols, is_rms)
+            cfg = config.block_row_bwd_recompute_config(n_cols, is_rms, one_warp)
         else:
-            cfg = config.block_row_bwd_config(n_cols)
+            cfg = config.block_row_bwd_config(n_cols, one_warp=one_warp)
         return block_row.launch_backward(dy, x2d, weight, bias, mean, rstd, is_rms, cfg,
                                          eps=eps, offset=offset, dh=dh)  # fmt: skip
     if plan.bwd_split is not None:

@@ -685,7 +685,7 @@ def norm_backward(
         block_cols=block_cols, num_warps=num_warps, programs_per_sm=programs_per_sm,
         loop_stages=loop_stages, prefetch=prefetch, paired_partials=paired_partials,
         aligned=align * x2d.element_size() == config.VECTOR_BYTES,
-        sm_count=sm_count,
+        sm_count=sm_count, one_warp=config.one_warp_rows(n_cols, align, x2d.element_size()),
     )  # fmt: skip
     dummy = rstd
     common = (
