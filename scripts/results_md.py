@@ -467,24 +467,34 @@ def population_section(paths: list[Path]) -> str:
 
 
 def static_compile_section(paths: list[Path]) -> str:
-    """The same verdicts over a subset run that also timed torch.compile compiled per member
-    (impl ``compile-static``): without that peer, then with it."""
-    records = [r for p in paths for r in read_records(p)]
-    members = population.without_peers(records)
-    if not any(r.impl == "compile-static" for r in members):
+    """The same verdicts over subset runs that also timed torch.compile compiled per member
+    (impl ``compile-static``): the newest run without that peer, then with it; each earlier run
+    with it."""
+    runs = [population.without_peers(read_records(p)) for p in paths]
+    runs = sorted((max(r.date for r in members), path, members)
+                  for path, members in zip(paths, runs, strict=True)
+                  if any(r.impl == "compile-static" for r in members))  # fmt: skip
+    if not runs:
         return ""
+    _, path, members = runs[-1]
     default_peers = [r for r in members if r.impl != "compile-static"]
+    earlier = "".join(
+        f"\nThe same members at {_commits(old)} (`{relative(old_path)}`), with "
+        "`compile-static`:\n\n" + verdict_table(population.verdicts(old))
+        for _, old_path, old in runs[:-1]
+    )  # fmt: skip
     return (
         "### Against torch.compile compiled per shape\n\n"
         "The population's torch.compile peer is one compiled function called over every member: "
         "after its first recompile it turns dynamic, and a dynamic kernel is slower than the "
         "static one a model of fixed shapes gets. A run over an eighth of the bf16 members "
-        f"({', '.join(f'`{relative(p)}`' for p in paths)}, {_commits(members)}) also timed "
+        f"(`{relative(path)}`, {_commits(members)}) also timed "
         "`torch.compile(..., dynamic=False)`, compiled per member (`compile-static`). Against "
         "the population's peers (torch, torch.compile, Liger-Kernel) on those members:\n\n"
         + verdict_table(population.verdicts(default_peers))
         + "\nWith `compile-static` among the peers, on the same members:\n\n"
         + verdict_table(population.verdicts(members))
+        + earlier
         + "\nThe verdicts of the whole population above are against the weaker peer; "
         "`docs/notes/2026-12-03-measuring-the-peers.md` says what this changes.\n"
     )

@@ -457,11 +457,12 @@ def test_forward_config_is_the_measured_tile_per_norm(n_cols):
     assert configs.block_row_fwd_config(1024, True) == tile(8, 8)
 
 
-@pytest.mark.parametrize("n_cols", [65, 100, 128])
+@pytest.mark.parametrize("n_cols", [65, 100, 128])  # 65: 128 lanes of one element; 100: 32 of 4
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_public_forward_launches_the_measured_tile(monkeypatch, is_rms, n_cols):
     """The public API's block-row forward launches its norm's tile (LayerNorm 16 rows x 2 warps,
-    RMSNorm 16 x 4 at 65-128 columns), 333 rows leaving a ragged last tile; fp64 agreement."""
+    RMSNorm 16 x 4 at 65-128 columns) where a row's loads fit a warp's lanes, else the one-warp
+    tile (8 rows of 128 columns); 333 rows leaving a ragged last tile; fp64 agreement."""
     launched = []
     real = narrow._block_row_fwd_kernel
 
@@ -479,7 +480,7 @@ def test_public_forward_launches_the_measured_tile(monkeypatch, is_rms, n_cols):
         y = normlab.rms_norm(x, weight, EPS[True], layout="block_row")
     else:
         y = normlab.layer_norm(x, weight, bias, EPS[False], layout="block_row")
-    assert launched == [(16, 4 if is_rms else 2)]
+    assert launched == [(8, 1) if n_cols == 65 else (16, 4 if is_rms else 2)]
     assert_close(y, _reference(x, weight, bias, EPS[is_rms], is_rms)[0])
 
 
