@@ -689,6 +689,34 @@ def test_unaligned_rows_run_one_warp(monkeypatch, is_rms, m, n, layout, one_warp
         assert_close(g, g_ref, reduce_len=m if name != "dx" else n, dtype=dtype, msg=name)
 
 
+def test_unaligned_forward_tile_rule():
+    """Unaligned rows past the block-row width take the forward's one-warp tile while it holds
+    two rows, at BLOCK_ROW_MIN_ROWS rows or more; aligned rows keep their own plan."""
+    many = config.BLOCK_ROW_MIN_ROWS
+    top = config.ONE_WARP_FWD_TILE_ELEMS // 2  # the widest padded row two fit in
+
+    def tile(m, n, aligned=False):
+        return config.plan(True, m, n, "auto", "auto", 132, aligned, 2).fwd_tile
+
+    assert tile(many, config.BLOCK_ROW_MAX_COLS + 1) == config.BlockRowFwdConfig(2, 1)
+    assert tile(many, top - 1) == config.BlockRowFwdConfig(2, 1)
+    assert tile(many, top + 1) is None  # one row to a tile: one row a program
+    assert tile(many - 1, 300) is None
+    assert tile(10**6, 300, aligned=True) != config.BlockRowFwdConfig(2, 1)
+    assert config.unaligned_fwd_tile(many, config.BLOCK_ROW_MAX_COLS) is None
+
+
+@pytest.mark.parametrize("is_rms", [True, False])
+def test_unaligned_forward_tile_matches_fp64(monkeypatch, is_rms):
+    """The one-warp forward tile at 257 and 301 columns (ragged last tile; fp32 rows of 4 bytes),
+    past the decode rows with the row threshold shrunk; y, dx, dγ, dβ against fp64."""
+    monkeypatch.setattr(config, "BLOCK_ROW_MIN_ROWS", 8)
+    decode = max(rows for _, rows in config.NORM_FWD_DECODE_ROWS_PER_SM) * SMS
+    for m, n in ((decode + 3, 257), (decode + 7, 301)):
+        assert config.plan(is_rms, m, n, "auto", "auto", SMS, False, 4).fwd_tile is not None
+        _check(m, n, torch.float32, is_rms)
+
+
 def test_pointwise_block_shrinks_to_fill_the_card():
     """The full block while the grid gives every SM a program; below that the block halves
     (warps with it) to the first that does, down to one warp's vectors."""

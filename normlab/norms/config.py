@@ -708,6 +708,20 @@ def narrow_fwd_tile(n_rows: int, n_cols: int, is_rms: bool,
     return BlockRowFwdConfig(rows, min(warps, rows * block_cols // 32))
 
 
+# Unaligned rows a little wider than the block-row layout, in many rows: one row per program
+# moves a few hundred bytes at 4 warps, each row sum across them. One-warp tiles of two rows
+# (ONE_WARP_FWD_TILE_ELEMS) took 1000003 x 300 bf16 from 604-620 µs to 314-391 (torch.compile
+# for the shape: 307-370; block_row_wide_959e1b6). Wider rows keep one row a program (825: 1580
+# µs, torch.compile 1865).
+def unaligned_fwd_tile(n_rows: int, n_cols: int) -> BlockRowFwdConfig | None:
+    """The forward's one-warp row tile for rows that are not 16-byte aligned, wider than
+    BLOCK_ROW_MAX_COLS, two or more to a tile, BLOCK_ROW_MIN_ROWS rows or more; else None."""
+    rows = ONE_WARP_FWD_TILE_ELEMS // next_pow2(n_cols)
+    if n_cols <= BLOCK_ROW_MAX_COLS or rows < 2 or n_rows < BLOCK_ROW_MIN_ROWS:
+        return None
+    return BlockRowFwdConfig(rows, 1)
+
+
 def use_block_row(n_rows: int, n_cols: int) -> bool:
     """Narrow rows in many-row tiles: one row per program would move a few hundred bytes per
     program, and there are enough rows for the tiles to fill the card; below
@@ -745,6 +759,8 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
         tile = norm_fwd_block_row_config(n_rows, n_cols, is_rms, aligned, elem_size)
         if tile is None and sm_count:
             tile = narrow_fwd_tile(n_rows, n_cols, is_rms, sm_count)
+        if tile is None and not aligned:
+            tile = unaligned_fwd_tile(n_rows, n_cols)
     return NormPlan(
         "row",
         None if decode else tile,
