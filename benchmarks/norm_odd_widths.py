@@ -15,6 +15,9 @@ SM, the backward's prefetch flipped, and torch and torch.compile (``dynamic=Fals
 for the cell), one process, device time, L2 flushed. An aligned width beside each odd one is
 the control. Each variant is checked against the planned one first.
 
+``--block-row-max-cols`` widens the block-row layout for the run, so wider rows' planned kernels
+are the block-row ones and their tiles are the variants.
+
 The forward of the row cells (wider than the block-row layout): the planned one-row kernel
 against the same kernel with w/b in a layout of their own (``params apart``: x's element loads
 coalesced, ``config.params_apart``; off by default until this measures it), and the peers.
@@ -133,9 +136,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--reps", type=int, default=4)
     parser.add_argument("--cells", default=CELLS, help="op:MxN,... (bf16)")
+    parser.add_argument("--block-row-max-cols", type=int, default=config.BLOCK_ROW_MAX_COLS,
+                        help="plan and time the block-row kernels on rows up to this wide "
+                             "(config.BLOCK_ROW_MAX_COLS for this run)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
+    if not 1 <= args.block_row_max_cols <= 65536:
+        parser.error("--block-row-max-cols must be in [1, 65536]")
+    config.BLOCK_ROW_MAX_COLS = args.block_row_max_cols
     try:
         cells = parse_op_shapes(args.cells, EPS)
     except ValueError as exc:

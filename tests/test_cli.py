@@ -409,6 +409,8 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/norm_odd_widths.py", ["--out", "x.jsonl", "--reps", "0"], "--reps must be"),
     ("benchmarks/norm_odd_widths.py", ["--out", "x.jsonl", "--cells", "rms_norm:0x8"],
      "--cells takes"),
+    ("benchmarks/norm_odd_widths.py", ["--out", "x.jsonl", "--block-row-max-cols", "0"],
+     "--block-row-max-cols must be"),
     ("benchmarks/llama_step.py", ["--profile", "-1"], "--profile must be >= 0"),
     ("benchmarks/llama_step.py", ["--variants", "hf,nl"], "is not one of"),
     ("benchmarks/compiled_host_profile.py", ["--calls", "0"], "--calls must be >= 1"),

@@ -72,10 +72,13 @@ def test_forward_matches_fp64(dtype, is_rms, shape):
 
 
 def test_params_apart_rule():
-    """w/b take a layout of their own exactly where the rows are not one vector aligned."""
-    assert configs.params_apart(1, 2) and configs.params_apart(4, 2)
-    assert not configs.params_apart(8, 2)
-    assert configs.params_apart(2, 4) and not configs.params_apart(4, 4)
+    """w/b take a layout of their own exactly where the rows are not one vector aligned and
+    the row leaves a thread room for them (NORM_FWD_EARLY_MAX_PER_THREAD values)."""
+    most = configs.NORM_FWD_EARLY_MAX_PER_THREAD
+    assert configs.params_apart(1, 2, 8) and configs.params_apart(4, 2, most)
+    assert not configs.params_apart(8, 2, 8)
+    assert configs.params_apart(2, 4, 8) and not configs.params_apart(4, 4, 8)
+    assert not configs.params_apart(1, 2, most + 1)
 
 
 @pytest.mark.parametrize("apart", [False, True], ids=["params-together", "params-apart"])

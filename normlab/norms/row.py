@@ -592,8 +592,13 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
         stats, *strides, n_cols, float(eps), float(offset),
     )  # fmt: skip
     row_align = config.kernel_row_align(math.gcd(*strides), x2d.element_size())
+    cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(x2d.device.index),
+                                 residual is not None)  # fmt: skip
+    block = next_pow2(block_size) if block_size else cfg.block_size
+    warps = num_warps or cfg.num_warps
     if params_apart is None:
-        params_apart = config.PARAMS_APART and config.params_apart(row_align, x2d.element_size())
+        params_apart = config.PARAMS_APART and config.params_apart(
+            row_align, x2d.element_size(), block // (32 * warps))
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
              "HAS_RESIDUAL": residual is not None, "INT64_ROWS": _int64_rows(n_rows, *strides),
              "ROW_ALIGN": row_align, "STORE_STATS": bool(store_stats),
@@ -602,14 +607,11 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
         not_replayable()  # the autotuner launches through Triton, unrecorded
         launch(_norm_fwd_kernel_tuned, (n_rows,), *args, **flags)
         return y, mean, rstd
-    cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(x2d.device.index),
-                                 residual is not None)  # fmt: skip
-    block = next_pow2(block_size) if block_size else cfg.block_size
     launch(_norm_fwd_kernel, (n_rows,), *args, **flags, BLOCK_SIZE=block,
            SINGLE_BLOCK=n_cols <= block, EVEN_COLS=n_cols % block == 0,
            EARLY_PARAMS=(cfg.early_params if early_params is None else early_params)
            and n_cols <= block,
-           num_warps=num_warps or cfg.num_warps)  # fmt: skip
+           num_warps=warps)  # fmt: skip
     return y, mean, rstd
 
 
