@@ -18,6 +18,11 @@ Then, for the one-row forward, how many consecutive elements of x a thread takes
 row's own alignment, which w/b loaded in x's layout would raise to 8 (strided element loads;
 ``config.params_apart``).
 
+Last, the block-row backward at 128 columns (RMSNorm, recomputed statistics): how many warps
+share a row (Triton's layout of the x tile) and the SASS barriers (BAR), shared-memory accesses
+(LDS, STS) and shuffles (SHFL), at ROW_ALIGN 8 and 1 with the planned 8 warps, and at ROW_ALIGN
+1 with one warp (``config.one_warp_rows``).
+
 Like ``kernel_loops.py``, normlab must define its kernels compiled rather than interpreted: this
 script makes ``torch.cuda.is_available`` answer True before importing normlab, and launches
 nothing. Triton's code generation changes between versions: say which one a figure came from.
@@ -43,7 +48,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from normlab.norms.block_row import _block_row_fwd_kernel  # noqa: E402
+from normlab.norms.block_row import _block_row_bwd_kernel, _block_row_fwd_kernel  # noqa: E402
 from normlab.norms.row import _norm_bwd_persistent_kernel, _norm_fwd_kernel  # noqa: E402
 
 ALIGNS = (1, 2, 4, 8)
@@ -64,6 +69,12 @@ KERNELS = {
         "BLOCK_COLS": 256, "LOOP_STAGES": 1, "PREFETCH": True, "PAIRED": False}, 4),
 }  # fmt: skip
 WIDTH_BYTES = {"U16": 2, "": 4, "64": 8, "128": 16}  # the SASS suffix of LDG.E / STG.E
+BLOCK_ROW_BWD = {"IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_DH": False,
+                 "BLOCK_COLS": 128, "ACC_TILE": True, "PREFETCH": False,
+                 "RECOMPUTE_STATS": True}  # fmt: skip
+# (ROW_ALIGN, warps, tile rows): the planned tiles at 8 and 1, and the one-warp tile at 1
+BLOCK_ROW_BWD_TILES = ((8, 8, 16), (1, 8, 16), (1, 1, 4))
+SASS_OPS = ("BAR", "LDS", "STS", "SHFL")
 
 
 def compile_kernel(kernel, constants: dict, row_align: int, warps: int, arch: int = 90):
@@ -102,6 +113,22 @@ def row_load_elements(compiled, block: int) -> int:
     return int(size.group(1))
 
 
+def warps_per_row(compiled, cols: int) -> int:
+    """Warps that share one row of the kernel's first 2-D bf16 load (Triton's TTGIR layout)."""
+    ttgir = compiled.asm["ttgir"]
+    layout = re.search(rf"tt\.load [^\n]*: tensor<\d+x{cols}x!tt\.ptr<bf16>, #(\w+)>", ttgir)
+    attrs = re.search(rf"#{layout.group(1)} = #ttg\.blocked<{{sizePerThread = \[\d+, (\d+)\], "
+                      r"threadsPerWarp = \[\d+, (\d+)\], warpsPerCTA = \[\d+, (\d+)\]", ttgir)
+    per_thread, threads, warps = (int(g) for g in attrs.groups())
+    return max(1, min(warps, cols // (per_thread * threads)))
+
+
+def sass_counts(compiled) -> collections.Counter:
+    """SASS instructions by opcode family (BAR.SYNC counts as BAR)."""
+    opcode = re.compile(r"^[-\w:]+\t(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", re.M)
+    return collections.Counter(opcode.findall(compiled.asm["sass"]))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="also write the lines here")
@@ -121,6 +148,16 @@ def main(argv=None) -> int:
         lines.append(f"forward x row, ROW_ALIGN {align}: "
                      f"{row_load_elements(compiled, constants['BLOCK_SIZE'])} consecutive "
                      "elements a thread a load")  # fmt: skip
+    for align, warps, rows in BLOCK_ROW_BWD_TILES:
+        compiled = compile_kernel(_block_row_bwd_kernel, {**BLOCK_ROW_BWD, "BLOCK_ROWS": rows},
+                                  align, warps)  # fmt: skip
+        ops = sass_counts(compiled)
+        span = warps_per_row(compiled, 128)
+        cells = ", ".join(f"{op} {ops[op]}" for op in SASS_OPS)
+        lines.append(f"block-row backward 128 columns, ROW_ALIGN {align}, {warps} "
+                     f"warp{'s' * (warps > 1)}, {rows} rows: a row spans "
+                     f"{span} warp{'s' * (span > 1)}; "
+                     f"{sum(ops.values())} instructions; {cells}")  # fmt: skip
     print("\n".join(lines))
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")

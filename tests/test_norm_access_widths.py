@@ -8,18 +8,23 @@ import sys
 from pathlib import Path
 
 
-def test_row_alignment_sets_the_access_width():
-    """A row of ROW_ALIGN elements' alignment (2 ROW_ALIGN bytes) takes accesses that wide: no
-    2-byte access once ROW_ALIGN >= 2, 16-byte loads and stores at 8. ROW_ALIGN 1 is the
-    control: 2-byte accesses (what every unhinted row stride got while the hint was a
-    tl.multiple_of on the argument, which Triton drops)."""
+def _run_script() -> str:
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "benchmarks/norm_access_widths.py"], cwd=root,
                           capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = re.findall(r"^(.+), ROW_ALIGN (\d): load (.*); store (.*)$", proc.stdout, re.M)
-    assert len(rows) == 12, proc.stdout
+    return proc.stdout
+
+
+def test_row_alignment_sets_the_access_width():
+    """A row of ROW_ALIGN elements' alignment (2 ROW_ALIGN bytes) takes accesses that wide: no
+    2-byte access once ROW_ALIGN >= 2, 16-byte loads and stores at 8. ROW_ALIGN 1 is the
+    control: 2-byte accesses (what every unhinted row stride got while the hint was a
+    tl.multiple_of on the argument, which Triton drops)."""
+    stdout = _run_script()
+    rows = re.findall(r"^(.+), ROW_ALIGN (\d): load (.*); store (.*)$", stdout, re.M)
+    assert len(rows) == 12, stdout
     for kernel, align, load, store in rows:
         loads = {int(b): int(n) for b, n in re.findall(r"(\d+) B x (\d+)", load)}
         stores = {int(b): int(n) for b, n in re.findall(r"(\d+) B x (\d+)", store)}
@@ -33,6 +38,20 @@ def test_row_alignment_sets_the_access_width():
 
     # w/b apart from x (config.params_apart): x's layout takes the row's own alignment, so its
     # element loads are consecutive across a warp, not 16 bytes apart.
-    elems = dict(re.findall(r"^forward x row, ROW_ALIGN (\d): (\d+) consecutive", proc.stdout,
+    elems = dict(re.findall(r"^forward x row, ROW_ALIGN (\d): (\d+) consecutive", stdout,
                             re.M))  # fmt: skip
-    assert elems == {"1": "1", "2": "2", "4": "4", "8": "8"}, proc.stdout
+    assert elems == {"1": "1", "2": "2", "4": "4", "8": "8"}, stdout
+
+
+def test_one_warp_keeps_a_row_in_its_warp():
+    """The reason for config.one_warp_rows: at ROW_ALIGN 1 the planned 8-warp block-row backward
+    spreads a 128-column row over several warps and syncs them with barriers in its loop; at 16-
+    byte rows a row sits in one warp; one warp a program has no barrier at all."""
+    found = re.findall(r"^block-row backward 128 columns, ROW_ALIGN (\d), (\d) warps?, \d+ rows: "
+                       r"a row spans (\d) warps?; \d+ instructions; BAR (\d+)", _run_script(),
+                       re.M)  # fmt: skip
+    spans = {(align, warps): (int(span), int(bars)) for align, warps, span, bars in found}
+    assert spans.keys() == {("8", "8"), ("1", "8"), ("1", "1")}, found
+    assert spans[("8", "8")][0] == 1
+    assert spans[("1", "8")][0] > 1 and spans[("1", "8")][1] > 0
+    assert spans[("1", "1")] == (1, 0)
