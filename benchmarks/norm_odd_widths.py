@@ -110,6 +110,7 @@ def fwd_variants(op, x, w, b):
                                                        params_apart=True)[0]  # fmt: skip
     return out
 
+
 def fwd_peers(op, x, w, b):
     n, eps = x.shape[1], EPS[op]
     fn = ((lambda x, w, b: F.rms_norm(x, (n,), w, eps)) if op == "rms_norm"

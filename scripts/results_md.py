@@ -496,7 +496,9 @@ def static_compile_section(paths: list[Path]) -> str:
         + verdict_table(population.verdicts(members))
         + earlier
         + "\nThe verdicts of the whole population above are against the weaker peer; "
-        "`docs/notes/2026-12-03-measuring-the-peers.md` says what this changes.\n"
+        "`docs/notes/2026-12-03-measuring-the-peers.md` says what this changes, and "
+        "`docs/notes/2026-12-03-odd-widths-one-warp.md` what changed the odd widths between "
+        "the runs.\n"
     )
 
 
