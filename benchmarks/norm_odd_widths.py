@@ -111,18 +111,22 @@ def fwd_variants(op, x, w, b):
     return out
 
 
+def _torch_norm(op, n):
+    """torch's op at the cell's width and eps, as f(x, w, b)."""
+    eps = EPS[op]
+    if op == "rms_norm":
+        return lambda x, w, b: F.rms_norm(x, (n,), w, eps)
+    return lambda x, w, b: F.layer_norm(x, (n,), w, b, eps)
+
+
 def fwd_peers(op, x, w, b):
-    n, eps = x.shape[1], EPS[op]
-    fn = ((lambda x, w, b: F.rms_norm(x, (n,), w, eps)) if op == "rms_norm"
-          else (lambda x, w, b: F.layer_norm(x, (n,), w, b, eps)))  # fmt: skip
+    fn = _torch_norm(op, x.shape[1])
     compiled = torch.compile(fn, dynamic=False)
     return {"torch": lambda: fn(x, w, b), "compile-static": lambda: compiled(x, w, b)}
 
 
 def peers(op, x, w, b, dy):
-    n, eps = x.shape[1], EPS[op]
-    fn = ((lambda x, w, b: F.rms_norm(x, (n,), w, eps)) if op == "rms_norm"
-          else (lambda x, w, b: F.layer_norm(x, (n,), w, b, eps)))  # fmt: skip
+    fn = _torch_norm(op, x.shape[1])
     out = {}
     for name, f in (("torch", fn), ("compile-static", torch.compile(fn, dynamic=False))):
         xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()

@@ -40,31 +40,20 @@ OPS = ("rms_norm", "layer_norm")
 DIRECTIONS = ("fwd", "bwd")
 
 
-def _compiled_peer(op):
-    """torch.compile's default mode (automatic dynamic shapes after the first recompile). Its
-    backward is timed by repeated backwards over one graph, which donated buffers forbid."""
+def _compiled_peer(op, dynamic=None):
+    """torch.compile of torch's op. ``dynamic=None`` (the default mode): one compiled function
+    over every member, dynamic after its first recompile. ``dynamic=False``: one static graph
+    per member, as a model of fixed shapes gets it. Its backward is timed by repeated backwards
+    over one graph, which donated buffers forbid."""
     torch._functorch.config.donated_buffer = False
     # Each new dtype or width-1 shape recompiles; past the limit dynamo would run eager silently.
     torch._dynamo.config.recompile_limit = 4096
     torch._dynamo.config.accumulated_recompile_limit = 4096
     if op == "rms_norm":
-        f = torch.compile(lambda x, w, b, eps: F.rms_norm(x, (x.shape[-1],), w, eps))
-    else:
-        f = torch.compile(lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps))
-    return f
-
-
-def _static_compiled_peer(op):
-    """torch.compile with dynamic=False: one static graph per member, as a model of fixed shapes
-    gets (the default peer above turns dynamic after its first recompile, over every member)."""
-    torch._functorch.config.donated_buffer = False
-    torch._dynamo.config.recompile_limit = 4096
-    torch._dynamo.config.accumulated_recompile_limit = 4096
-    if op == "rms_norm":
         return torch.compile(lambda x, w, b, eps: F.rms_norm(x, (x.shape[-1],), w, eps),
-                             dynamic=False)  # fmt: skip
+                             dynamic=dynamic)  # fmt: skip
     return torch.compile(lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps),
-                         dynamic=False)  # fmt: skip
+                         dynamic=dynamic)  # fmt: skip
 
 
 def _impls(op, static_compile: bool = False):
@@ -77,7 +66,7 @@ def _impls(op, static_compile: bool = False):
     if registry.get(op, "liger").unavailable() is None:
         out["liger"] = lambda M, N, dt, d: registry.get(op, "liger").build(M, N, dt, d, "cuda")
     if static_compile:  # a compile per member
-        static = _static_compiled_peer(op)
+        static = _compiled_peer(op, dynamic=False)
         out["compile-static"] = lambda M, N, dt, d: registry.norm_case(static, op, M, N, dt, d,
                                                                        "cuda")  # fmt: skip
     return out

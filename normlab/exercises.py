@@ -44,8 +44,7 @@ def _chunk_columns(num_warps: int) -> int:
 
 
 def _partial_rows(strategy: str, M: int, N: int, n_sm: int, n_params: int = 1) -> int:
-    # contiguous bf16 rows: their alignment is the width's (config.one_warp_rows)
-    one_warp = config.one_warp_rows(N, config.kernel_row_align(N, 2), 2)
+    one_warp = config.one_warp_contiguous(N)  # contiguous bf16 rows
     cfg = config.norm_bwd_config(strategy, M, N, sm_count=n_sm, one_warp=one_warp)
     if strategy == "atomic":
         return 0  # every program adds into the one dγ vector
@@ -174,7 +173,7 @@ def _hint_chunk(args, got, want):
 
 def _hint_partial_rows(args, got, want):
     strategy, M, N, n_sm = args
-    one_warp = config.one_warp_rows(N, config.kernel_row_align(N, 2), 2)
+    one_warp = config.one_warp_contiguous(N)
     cfg = config.norm_bwd_config(strategy, M, N, sm_count=n_sm, one_warp=one_warp)
     if strategy == "atomic":
         return "atomic writes no partial rows: every program adds into the one dγ vector"

@@ -622,6 +622,9 @@ def test_one_warp_rule_at_its_switches():
     top = config.ONE_WARP_MAX_COLS
     assert config.one_warp_rows(top - 1, 1, bf16) and config.one_warp_rows(top, 2, bf16)
     assert not config.one_warp_rows(top + 1, 1, bf16)
+    # contiguous rows take the width's alignment: 300 bf16 columns are 4-element aligned
+    assert config.one_warp_contiguous(127) and config.one_warp_contiguous(300)
+    assert not config.one_warp_contiguous(128) and not config.one_warp_contiguous(256, fp32)
 
 
 def test_one_warp_tiles_follow_their_rule():

@@ -100,6 +100,11 @@ def one_warp_rows(n_cols: int, row_align: int, element_size: int) -> bool:
             and block_cols <= ONE_WARP_MAX_COLS)  # fmt: skip
 
 
+
+def one_warp_contiguous(n_cols: int, element_size: int = 2) -> bool:
+    """``one_warp_rows`` for contiguous rows: their alignment is the width's."""
+    return one_warp_rows(n_cols, kernel_row_align(n_cols, element_size), element_size)
+
 # ---- forward: one row per program --------------------------------------------------------------
 
 # The widest row held in registers and read once: 64 fp32 values a thread at 16 warps (47318 x

@@ -837,7 +837,7 @@ def contention_plan(n_rows: int, n_cols: int, *, is_rms: bool = True, n_sm: int 
     backward's planner (``normlab.norms.config.norm_bwd_config``) picks for this shape on
     ``n_sm`` SMs (0: unknown): each strategy's row tile, the programs per SM, the two-stage
     block, the paired partial rows and the partials' cap (bf16 rows)."""
-    one_warp = norm_config.one_warp_rows(n_cols, norm_config.kernel_row_align(n_cols, 2), 2)
+    one_warp = norm_config.one_warp_contiguous(n_cols)
     cfg = {s: norm_config.norm_bwd_config(s, n_rows, n_cols, is_rms=is_rms, sm_count=n_sm,
                                           one_warp=one_warp)
            for s in STRATEGIES}  # fmt: skip
