@@ -18,10 +18,11 @@ Then, for the one-row forward, how many consecutive elements of x a thread takes
 row's own alignment, which w/b loaded in x's layout would raise to 8 (strided element loads;
 ``config.params_apart``).
 
-Last, the block-row backward at 128 columns (RMSNorm, recomputed statistics): how many warps
+Then the block-row backward at 128 columns (RMSNorm, recomputed statistics): how many warps
 share a row (Triton's layout of the x tile) and the SASS barriers (BAR), shared-memory accesses
 (LDS, STS) and shuffles (SHFL), at ROW_ALIGN 8 and 1 with the planned 8 warps, and at ROW_ALIGN
-1 with one warp (``config.one_warp_rows``).
+1 with one warp (``config.one_warp_rows``). Last, the block-row forward's tile of a 5-column row
+with int64 and int32 row offsets (``config.row_offsets_int64``): SASS instructions an element.
 
 Like ``kernel_loops.py``, normlab must define its kernels compiled rather than interpreted: this
 script makes ``torch.cuda.is_available`` answer True before importing normlab, and launches
@@ -63,7 +64,8 @@ KERNELS = {
         "INT64_ROWS": False, "EARLY_PARAMS": False, "STORE_STATS": True}, 1),
     "block-row forward": (_block_row_fwd_kernel, {
         "IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_RESIDUAL": False,
-        "BLOCK_ROWS": 8, "BLOCK_COLS": 256, "PERSISTENT": False, "STORE_STATS": False}, 4),
+        "BLOCK_ROWS": 8, "BLOCK_COLS": 256, "PERSISTENT": False, "STORE_STATS": False,
+        "INT64_ROWS": False}, 4),
     "persistent backward": (_norm_bwd_persistent_kernel, {
         "IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_DH": False, "BLOCK_ROWS": 8,
         "BLOCK_COLS": 256, "LOOP_STAGES": 1, "PREFETCH": True, "PAIRED": False}, 4),
@@ -71,10 +73,14 @@ KERNELS = {
 WIDTH_BYTES = {"U16": 2, "": 4, "64": 8, "128": 16}  # the SASS suffix of LDG.E / STG.E
 BLOCK_ROW_BWD = {"IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_DH": False,
                  "BLOCK_COLS": 128, "ACC_TILE": True, "PREFETCH": False,
-                 "RECOMPUTE_STATS": True}  # fmt: skip
+                 "RECOMPUTE_STATS": True, "INT64_ROWS": False}  # fmt: skip
 # (ROW_ALIGN, warps, tile rows): the planned tiles at 8 and 1, and the one-warp tile at 1
 BLOCK_ROW_BWD_TILES = ((8, 8, 16), (1, 8, 16), (1, 1, 4))
 SASS_OPS = ("BAR", "LDS", "STS", "SHFL")
+# The block-row forward's tile at 5 columns (the tiny-width rule's 256 x 8, 4 warps): SASS
+# instructions an element with int64 and with int32 row offsets (config.row_offsets_int64).
+TINY_FWD = {"IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_RESIDUAL": False,
+            "BLOCK_ROWS": 256, "BLOCK_COLS": 8, "PERSISTENT": False, "STORE_STATS": False}
 
 
 def compile_kernel(kernel, constants: dict, row_align: int, warps: int, arch: int = 90):
@@ -158,6 +164,14 @@ def main(argv=None) -> int:
                      f"warp{'s' * (warps > 1)}, {rows} rows: a row spans "
                      f"{span} warp{'s' * (span > 1)}; "
                      f"{sum(ops.values())} instructions; {cells}")  # fmt: skip
+    for int64 in (True, False):
+        warps = 4
+        compiled = compile_kernel(_block_row_fwd_kernel, {**TINY_FWD, "INT64_ROWS": int64}, 1,
+                                  warps)  # fmt: skip
+        per_elem = sum(sass_counts(compiled).values()) * 32 * warps / (256 * 8)
+        lines.append(f"block-row forward 256 x 8 tile, ROW_ALIGN 1, {warps} warps, "
+                     f"{'int64' if int64 else 'int32'} row offsets: {per_elem:.1f} "
+                     "instructions an element")  # fmt: skip
     print("\n".join(lines))
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")

@@ -15,6 +15,9 @@ SM, the backward's prefetch flipped, and torch and torch.compile (``dynamic=Fals
 for the cell), one process, device time, L2 flushed. An aligned width beside each odd one is
 the control. Each variant is checked against the planned one first.
 
+The block-row cells also time the planned tile with int64 row offsets forced (``int64
+offsets``), the arithmetic every tile took before ``config.row_offsets_int64``.
+
 ``--block-row-max-cols`` widens the block-row layout for the run, so wider rows' planned kernels
 are the block-row ones and their tiles are the variants.
 
@@ -32,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from normlab import _runtime
 from normlab.bench import device_info
 from normlab.bench.records import portable_command, write_jsonl
 from normlab.bench.sweep import measure, parse_op_shapes
@@ -53,11 +57,13 @@ def programs_per_sm(warps: int) -> list[int]:
     return [min(32, resident // warps) for resident in RESIDENT_WARPS]
 
 
-def tile_grid(n: int):
+def tile_grid(n: int, tiny_rows: bool = False):
     """(rows, warps, programs per SM) of the block-row variants: tiles of 512-8192 elements at
-    8-64 elements a thread."""
+    8-64 elements a thread, at most BLOCK_ROW_MAX_ROWS rows (``tiny_rows``: any number of rows
+    narrower than BLOCK_ROW_TINY_COLS, as the forward's planned tile there)."""
+    max_rows = 8192 if tiny_rows and n < config.BLOCK_ROW_TINY_COLS else config.BLOCK_ROW_MAX_ROWS
     for tile_elems in (512, 1024, 2048, 4096, 8192):
-        rows = max(1, min(config.BLOCK_ROW_MAX_ROWS, tile_elems // config.next_pow2(n)))
+        rows = max(1, min(max_rows, tile_elems // config.next_pow2(n)))
         for warps in WARPS:
             if 8 <= rows * config.next_pow2(n) // (32 * warps) <= 64:
                 for pps in programs_per_sm(warps):
@@ -73,8 +79,11 @@ def variants(op, x, w, b, dy, mean, rstd):
     out = {"default": lambda: norm_op._backward_launch(dy, None, x, w, b, *stats, eps, 0.0,
                                                        is_rms, "auto", "auto")[0]}  # fmt: skip
     if block:
-        planned = (config.block_row_bwd_recompute_config(n, is_rms) if stats[1] is None
-                   else config.block_row_bwd_config(n))  # fmt: skip
+        one_warp = block_row.one_warp_rows(x, dy)
+        planned = (config.block_row_bwd_recompute_config(n, is_rms, one_warp) if stats[1] is None
+                   else config.block_row_bwd_config(n, one_warp=one_warp))  # fmt: skip
+        out["int64 offsets"] = lambda: block_row.launch_backward(
+            dy, x, w, b, *stats, is_rms, planned, eps=eps, int64_rows=True)[0]  # fmt: skip
         grid = [planned._replace(prefetch=not planned.prefetch)]
         for rows, warps, pps in tile_grid(n):
             grid.append(planned._replace(block_rows=rows, num_warps=warps, programs_per_sm=pps))
@@ -101,7 +110,12 @@ def fwd_variants(op, x, w, b):
                                                "auto")[0]}  # fmt: skip
     if config.use_block_row(m, n):  # the block-row tile at other rows and warps, one a tile
         store = not config.block_row_recompute_stats(n, is_rms)
-        for rows, warps, _ in tile_grid(n):
+        planned = config.block_row_fwd_config(n, is_rms, n_rows=m,
+                                              sm_count=_runtime.sm_count(x.device.index),
+                                              one_warp=block_row.one_warp_rows(x))  # fmt: skip
+        out["int64 offsets"] = lambda: block_row.launch_forward(
+            x, w, b, eps, is_rms, planned, store, int64_rows=True)[0]  # fmt: skip
+        for rows, warps, _ in tile_grid(n, tiny_rows=True):
             cfg = config.BlockRowFwdConfig(rows, warps)
             out[f"block-row {rows}x{warps}"] = (
                 lambda cfg=cfg: block_row.launch_forward(x, w, b, eps, is_rms, cfg, store)[0])

@@ -878,3 +878,53 @@ def test_fused_add_at_a_looped_width_matches_fp64(monkeypatch):
     h_ref = x.double() + r.double()
     assert_close(h, h_ref, msg="h")
     assert_close(y, ref.rms_norm(h_ref, w.double(), 1e-6), msg="y")
+
+
+def test_row_offsets_int64_rule_at_its_switch():
+    """int64 row offsets exactly where rows x stride reaches int32's limit, the width among the
+    strides, and a persistent grid's prefetch (one tile a program past the last) counted in."""
+    from normlab.norms import block_row
+
+    limit = config.INT32_OFFSET_LIMIT
+    assert not config.row_offsets_int64(limit // 5, 5)
+    assert config.row_offsets_int64(limit // 5 + 1, 5)
+    assert config.row_offsets_int64(limit // 5 + 1, 0, 5)  # a broadcast row: the width decides
+    assert not config.row_offsets_int64(1, limit - 1)
+    assert config.row_offsets_int64(1, limit)
+    tiles = limit // (64 * 8)  # (n_tiles + n_programs) tiles of 64 rows of 8 columns
+    assert not block_row.tile_offsets_int64(tiles - 1 - 132, 132, 64, 8)
+    assert block_row.tile_offsets_int64(tiles - 132, 132, 64, 8)
+
+
+@pytest.mark.parametrize("is_rms", [True, False])
+@pytest.mark.parametrize("m, n", [(1031, 5), (67, 33), (257, 130)])
+def test_int64_and_int32_row_offsets_match_fp64(monkeypatch, is_rms, m, n):
+    """The block-row kernels with the rule's int32 offsets and with int64 ones forced (the
+    limit shrunk under the shape): both directions' launches take the rule's flag, and y, dx,
+    dγ, dβ match fp64 either way."""
+    from normlab import _launch
+    from normlab.norms import block_row
+
+    flags = {}
+
+    def launch(fn, grid, *args, **kwargs):
+        flags[fn.__name__] = kwargs["INT64_ROWS"]
+        return _launch.launch(fn, grid, *args, **kwargs)
+
+    monkeypatch.setattr(block_row, "launch", launch)
+    monkeypatch.setattr(config, "BLOCK_ROW_MAX_COLS", max(n, config.BLOCK_ROW_MAX_COLS))
+    dtype = torch.bfloat16
+    x = torch.randn(m, n).to(dtype)
+    w = (1 + 0.5 * torch.randn(n)).to(dtype)
+    b = None if is_rms else (0.5 * torch.randn(n)).to(dtype)
+    gy = torch.randn(m, n).to(dtype)
+    y_ref, grads_ref = _ref(x, w, b, 1e-5, is_rms, gy)
+    for limit, int64 in ((config.INT32_OFFSET_LIMIT, False), (m * n // 2, True)):
+        monkeypatch.setattr(config, "INT32_OFFSET_LIMIT", limit)
+        y, mean, rstd = block_row.block_row_forward(x, w, b, 1e-5, is_rms)
+        dx, dw, db = block_row.block_row_backward(gy, x, w, b, mean, rstd, is_rms)
+        assert flags == {"_block_row_fwd_kernel": int64, "_block_row_bwd_kernel": int64}
+        assert_close(y, y_ref, msg="y")
+        for name, g, g_ref in zip(["dx", "dweight", "dbias"], (dx, dw, db), grads_ref,
+                                  strict=False):  # fmt: skip
+            assert_close(g, g_ref, reduce_len=m if name != "dx" else n, dtype=dtype, msg=name)

@@ -45,11 +45,20 @@ STRATEGIES = config.BLOCK_ROW_STRATEGIES
 
 
 @triton.jit
+def _tile_rows(tile, BLOCK_ROWS: tl.constexpr, INT64_ROWS: tl.constexpr):
+    """The row indices of row tile ``tile``: int64 only where a row offset may pass int32
+    (``row_offsets_int64``); an int32 offset is one multiply-add an element, not a wide one."""
+    if INT64_ROWS:
+        tile = tl.cast(tile, tl.int64)
+    return tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+
+
+@triton.jit
 def _load_row_tile(ptr, tile, n_rows, col_mask, row_stride, BLOCK_ROWS: tl.constexpr,
-                   BLOCK_COLS: tl.constexpr):  # fmt: skip
+                   BLOCK_COLS: tl.constexpr, INT64_ROWS: tl.constexpr):  # fmt: skip
     """One row tile of a matrix in its storage dtype; rows past n_rows (a tile past the end)
     read 0."""
-    rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    rows = _tile_rows(tile, BLOCK_ROWS, INT64_ROWS)
     mask = (rows < n_rows)[:, None] & col_mask[None, :]
     cols = tl.arange(0, BLOCK_COLS)
     return tl.load(ptr + rows[:, None] * row_stride + cols[None, :], mask=mask, other=0.0)
@@ -58,11 +67,13 @@ def _load_row_tile(ptr, tile, n_rows, col_mask, row_stride, BLOCK_ROWS: tl.const
 @triton.jit
 def _load_x_r_tile(x_ptr, r_ptr, tile, n_rows, col_mask, x_row_stride, r_row_stride,
                    HAS_RESIDUAL: tl.constexpr, BLOCK_ROWS: tl.constexpr,
-                   BLOCK_COLS: tl.constexpr):  # fmt: skip
+                   BLOCK_COLS: tl.constexpr, INT64_ROWS: tl.constexpr):  # fmt: skip
     """x and (HAS_RESIDUAL) residual row tiles; without a residual, x stands in (unread)."""
-    x = _load_row_tile(x_ptr, tile, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
+    x = _load_row_tile(x_ptr, tile, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS,
+                       INT64_ROWS)  # fmt: skip
     if HAS_RESIDUAL:
-        r = _load_row_tile(r_ptr, tile, n_rows, col_mask, r_row_stride, BLOCK_ROWS, BLOCK_COLS)
+        r = _load_row_tile(r_ptr, tile, n_rows, col_mask, r_row_stride, BLOCK_ROWS, BLOCK_COLS,
+                           INT64_ROWS)  # fmt: skip
     else:
         r = x
     return x, r
@@ -73,11 +84,11 @@ def _normalize_tile(
     x, r, tile, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols, y_row_stride,
     h_row_stride, eps, offset, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_ROWS: tl.constexpr,
-    BLOCK_COLS: tl.constexpr, STORE_STATS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr, STORE_STATS: tl.constexpr, INT64_ROWS: tl.constexpr,
 ):  # fmt: skip
     """Normalize one loaded row tile (HAS_RESIDUAL: store h = x + r, then normalize h) and store
     y (and, with STORE_STATS, mean and rstd)."""
-    rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    rows = _tile_rows(tile, BLOCK_ROWS, INT64_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
     col_mask = cols < n_cols
@@ -140,6 +151,7 @@ def _block_row_fwd_kernel(
     PERSISTENT: tl.constexpr,
     STORE_STATS: tl.constexpr,
     ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
+    INT64_ROWS: tl.constexpr,  # a row offset may pass int32 (row_offsets_int64)
 ):
     """y = (x - mean) * rstd * w + b, rstd = rsqrt(var + eps), w = offset + weight; RMSNorm:
     mean = 0 and no b. HAS_RESIDUAL: x is h = x + residual, also written.
@@ -160,23 +172,24 @@ def _block_row_fwd_kernel(
     if PERSISTENT:
         n_programs = tl.num_programs(0)
         x_next, r_next = _load_x_r_tile(x_ptr, r_ptr, pid, n_rows, col_mask, x_row_stride,
-                                        r_row_stride, HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS)
+                                        r_row_stride, HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS,
+                                        INT64_ROWS)  # fmt: skip
         for tile in tl.range(pid, tl.cdiv(n_rows, BLOCK_ROWS), n_programs):
             x, r = x_next, r_next
             # past the last tile this reads nothing: every row is masked
             x_next, r_next = _load_x_r_tile(x_ptr, r_ptr, tile + n_programs, n_rows, col_mask,
                                             x_row_stride, r_row_stride, HAS_RESIDUAL,
-                                            BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
+                                            BLOCK_ROWS, BLOCK_COLS, INT64_ROWS)  # fmt: skip
             _normalize_tile(x, r, tile, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows,
                             n_cols, y_row_stride, h_row_stride, eps, offset, IS_RMS, HAS_WEIGHT,
                             HAS_BIAS, HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS,
-                            STORE_STATS)  # fmt: skip
+                            STORE_STATS, INT64_ROWS)  # fmt: skip
     else:
         x, r = _load_x_r_tile(x_ptr, r_ptr, pid, n_rows, col_mask, x_row_stride, r_row_stride,
-                              HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS)  # fmt: skip
+                              HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS, INT64_ROWS)  # fmt: skip
         _normalize_tile(x, r, pid, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, n_rows, n_cols,
                         y_row_stride, h_row_stride, eps, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS,
-                        HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS, STORE_STATS)  # fmt: skip
+                        HAS_RESIDUAL, BLOCK_ROWS, BLOCK_COLS, STORE_STATS, INT64_ROWS)  # fmt: skip
 
 
 @triton.jit
@@ -257,10 +270,13 @@ def _load_tile(
     dy_row_stride,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
+    INT64_ROWS: tl.constexpr,
 ):
     """x and dy of one row tile in their storage dtype; rows past n_rows read as 0."""
-    x = _load_row_tile(x_ptr, tile, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS)
-    dy = _load_row_tile(dy_ptr, tile, n_rows, col_mask, dy_row_stride, BLOCK_ROWS, BLOCK_COLS)
+    x = _load_row_tile(x_ptr, tile, n_rows, col_mask, x_row_stride, BLOCK_ROWS, BLOCK_COLS,
+                       INT64_ROWS)  # fmt: skip
+    dy = _load_row_tile(dy_ptr, tile, n_rows, col_mask, dy_row_stride, BLOCK_ROWS, BLOCK_COLS,
+                        INT64_ROWS)  # fmt: skip
     return x, dy
 
 
@@ -293,6 +309,7 @@ def _block_row_bwd_kernel(
     PREFETCH: tl.constexpr,
     RECOMPUTE_STATS: tl.constexpr,
     ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
+    INT64_ROWS: tl.constexpr,  # a row offset may pass int32 (row_offsets_int64)
 ):
     """xhat = (x - mean) * rstd, g = dy * (offset + weight):
     dx = rstd * (g - xhat * mean(g * xhat) - mean(g)) (RMSNorm drops the mean(g) term), plus dh
@@ -324,17 +341,8 @@ def _block_row_bwd_kernel(
         dw_acc = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
         db_acc = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
     if PREFETCH:
-        x_next, dy_next = _load_tile(
-            x_ptr,
-            dy_ptr,
-            pid,
-            n_rows,
-            col_mask,
-            x_row_stride,
-            dy_row_stride,
-            BLOCK_ROWS,
-            BLOCK_COLS,
-        )
+        x_next, dy_next = _load_tile(x_ptr, dy_ptr, pid, n_rows, col_mask, x_row_stride,
+                                     dy_row_stride, BLOCK_ROWS, BLOCK_COLS, INT64_ROWS)
 
     for tile in tl.range(pid, n_tiles, n_programs):
         if PREFETCH:
@@ -342,21 +350,12 @@ def _block_row_bwd_kernel(
             # past the last tile this reads nothing: every row is masked
             x_next, dy_next = _load_tile(
                 x_ptr, dy_ptr, tile + n_programs, n_rows, col_mask, x_row_stride, dy_row_stride,
-                BLOCK_ROWS, BLOCK_COLS,
+                BLOCK_ROWS, BLOCK_COLS, INT64_ROWS,
             )  # fmt: skip
         else:
-            x, dy = _load_tile(
-                x_ptr,
-                dy_ptr,
-                tile,
-                n_rows,
-                col_mask,
-                x_row_stride,
-                dy_row_stride,
-                BLOCK_ROWS,
-                BLOCK_COLS,
-            )
-        rows = tl.cast(tile, tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+            x, dy = _load_tile(x_ptr, dy_ptr, tile, n_rows, col_mask, x_row_stride,
+                               dy_row_stride, BLOCK_ROWS, BLOCK_COLS, INT64_ROWS)
+        rows = _tile_rows(tile, BLOCK_ROWS, INT64_ROWS)
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
         x = x.to(tl.float32)
@@ -454,10 +453,17 @@ def one_warp_rows(x, *others) -> bool:
     return config.one_warp_rows(x.shape[1], align, size)
 
 
+def tile_offsets_int64(n_tiles: int, n_programs: int, block_rows: int, *row_strides: int) -> bool:
+    """``config.row_offsets_int64`` for a grid of row tiles: a persistent program's prefetch
+    indexes one tile past its last, so rows reach (n_tiles + n_programs) tiles."""
+    return config.row_offsets_int64((n_tiles + n_programs) * block_rows, *row_strides)
+
+
 def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, store_stats=True,
-                   *, offset=0.0, residual=None, h_out=None):  # fmt: skip
+                   *, offset=0.0, residual=None, h_out=None, int64_rows=None):  # fmt: skip
     """Launch the forward with an explicit config (tuning scripts call this; no width limit).
-    ``offset``, ``residual`` and ``h_out`` as for ``row.norm_forward``.
+    ``offset``, ``residual`` and ``h_out`` as for ``row.norm_forward``; ``int64_rows`` True
+    forces int64 row offsets (None: ``tile_offsets_int64``).
 
     -> (y, mean, rstd); mean is None for RMSNorm, both are None without ``store_stats``."""
     n_rows, n_cols = x.shape
@@ -502,16 +508,19 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
         BLOCK_COLS=next_pow2(n_cols),
         PERSISTENT=n_programs < n_tiles,
         ROW_ALIGN=config.kernel_row_align(math.gcd(*strides, n_cols), x.element_size()),
+        INT64_ROWS=int64_rows or tile_offsets_int64(n_tiles, n_programs, cfg.block_rows, n_cols,
+                                                    *strides),
         num_warps=cfg.num_warps,
     )
     return y, mean, rstd
 
 
 def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRowBwdConfig,
-                    eps=None, grad_weight=None, grad_bias=None, *, offset=0.0, dh=None):
+                    eps=None, grad_weight=None, grad_bias=None, *, offset=0.0, dh=None,
+                    int64_rows=None):  # fmt: skip
     """Launch the backward with an explicit config (tuning scripts call this; no width limit).
     ``rstd`` None: recompute mean and rstd from x with the forward's ``eps``. ``offset`` and
-    ``dh`` as for ``row.norm_backward``.
+    ``dh`` as for ``row.norm_backward``; ``int64_rows`` as for ``launch_forward``.
 
     -> (dx, dweight | None, dbias | None), dweight/dbias summed in fp32 in the parameter's dtype
     (added into ``grad_weight``/``grad_bias`` where given, as the row launcher does)."""
@@ -559,6 +568,8 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         PREFETCH=cfg.prefetch,
         RECOMPUTE_STATS=recompute,
         ROW_ALIGN=config.kernel_row_align(math.gcd(*strides, n_cols), x.element_size()),
+        INT64_ROWS=int64_rows or tile_offsets_int64(cdiv(n_rows, cfg.block_rows), n_programs,
+                                                    cfg.block_rows, n_cols, *strides),
         num_warps=cfg.num_warps,
     )
     dw = grad_weight if grad_weight is not None else (

@@ -47,6 +47,18 @@ def row_align(row_stride: int, element_size: int) -> int:
     return align
 
 
+INT32_OFFSET_LIMIT = 2**31  # a row offset at or past this takes int64 arithmetic
+
+
+def row_offsets_int64(max_rows: int, *row_strides: int) -> bool:
+    """Whether row * stride, for a row index below ``max_rows`` and any of ``row_strides`` (with
+    the width among them), can reach int32's limit. Only then do the kernels index rows in
+    int64: an int32 offset is one multiply-add an element, an int64 one a wide multiply-add
+    and a carry (sm_90 SASS of the block-row forward's 256 x 8 tile at ROW_ALIGN 1, Triton 3.6:
+    37.0 instructions an element in int64, 30.5 in int32; benchmarks/norm_access_widths.py)."""
+    return max_rows * max(row_strides) >= INT32_OFFSET_LIMIT
+
+
 # The kernels take the row-alignment hint (tiles.known_multiple). NORMLAB_NORM_ROW_ALIGN=0
 # launches them without it, as they ran before it worked (an A/B switch; plans do not change).
 ROW_ALIGN_HINT = os.environ.get("NORMLAB_NORM_ROW_ALIGN", "1") != "0"

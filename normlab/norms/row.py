@@ -65,11 +65,6 @@ AUTOTUNE = os.environ.get("NORMLAB_AUTOTUNE", "0") == "1" and not _runtime.INTER
 PAIRED_ROW_SUMS = not _runtime.INTERPRET
 
 
-def _int64_rows(n_rows: int, *row_strides: int) -> bool:
-    """Whether row * row_stride can pass int32 for any of the tensors."""
-    return n_rows * max(row_strides) >= 2**31
-
-
 @triton.jit
 def _norm_fwd_kernel(
     x_ptr,  # (n_rows, n_cols) input
@@ -600,7 +595,8 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
         params_apart = config.PARAMS_APART and config.params_apart(
             row_align, x2d.element_size(), block // (32 * warps))
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
-             "HAS_RESIDUAL": residual is not None, "INT64_ROWS": _int64_rows(n_rows, *strides),
+             "HAS_RESIDUAL": residual is not None,
+             "INT64_ROWS": config.row_offsets_int64(n_rows, *strides),
              "ROW_ALIGN": row_align, "STORE_STATS": bool(store_stats),
              "PARAMS_APART": bool(params_apart)}
     if AUTOTUNE and block_size is None and num_warps is None:
