@@ -446,9 +446,9 @@ def test_rms_forward_one_wave_rule(monkeypatch):
 def test_forward_int64_rows_only_where_needed():
     """int32 row offsets while rows x row stride stays below 2**31 for x and y."""
     rows = 2**31 // 8192  # rows x stride == 2**31: the last offset needs int64
-    assert K._int64_rows(rows, 8192, 8192)
-    assert not K._int64_rows(rows - 1, 8192, 8192)
-    assert K._int64_rows(rows - 1, 8192, 8200)  # a strided y
+    assert configs.row_offsets_int64(rows, 8192, 8192)
+    assert not configs.row_offsets_int64(rows - 1, 8192, 8192)
+    assert configs.row_offsets_int64(rows - 1, 8192, 8200)  # a strided y
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])

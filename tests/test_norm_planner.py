@@ -269,7 +269,8 @@ def test_tiny_rows_take_block_row_at_any_row_count():
 
 def test_tiny_tile_rule():
     """BLOCK_ROW_TINY_TILE_ELEMS elements per tile (rows x padded width), halved until the grid
-    fills one wave of SMs; the backward's tiles hold as many rows."""
+    fills one wave of SMs but kept at BLOCK_ROW_TINY_MIN_TILE_ELEMS; the backward's tiles hold
+    as many rows."""
     elems = config.BLOCK_ROW_TINY_TILE_ELEMS
     for n in (1, 2, 3, 5, 15):
         pad = triton_next_pow2(n)
@@ -277,8 +278,18 @@ def test_tiny_tile_rule():
         assert config.block_row_bwd_config(n).block_rows == min(
             elems // pad, config.BLOCK_ROW_BWD_TILE_ELEMS // pad)
     assert config.block_row_fwd_config(1, True, n_rows=10**7, sm_count=132).block_rows == elems
-    assert config.block_row_fwd_config(1, True, n_rows=5265, sm_count=132).block_rows == 32
-    assert config.block_row_fwd_config(1, True, n_rows=7, sm_count=132).block_rows == 1
+    floor = config.BLOCK_ROW_TINY_MIN_TILE_ELEMS
+    assert config.block_row_fwd_config(1, True, n_rows=5265, sm_count=132).block_rows == floor
+    assert config.block_row_fwd_config(1, True, n_rows=7, sm_count=132).block_rows == floor
+
+    def rows(m, n):
+        return config.block_row_fwd_config(n, True, n_rows=m, sm_count=132).block_rows
+
+    at_floor = floor // 8  # rows of 5-7 columns, padded to 8
+    assert rows(132 * at_floor - 1, 5) == at_floor  # one wave would take half tiles
+    assert rows(132 * at_floor, 5) == at_floor
+    assert rows(132 * 2 * at_floor, 7) == 2 * at_floor
+    assert rows(1184, 4) == floor // 4  # 10 programs, not 148 of 8 rows
     # 16 columns and up keep the measured tiles
     measured = config.BLOCK_ROW_FWD_TILES[True][16][0]
     assert config.block_row_fwd_config(16, True).block_rows == measured
@@ -880,17 +891,15 @@ def test_fused_add_at_a_looped_width_matches_fp64(monkeypatch):
     assert_close(y, ref.rms_norm(h_ref, w.double(), 1e-6), msg="y")
 
 
-def test_row_offsets_int64_rule_at_its_switch():
-    """int64 row offsets exactly where rows x stride reaches int32's limit, the width among the
-    strides, and a persistent grid's prefetch (one tile a program past the last) counted in."""
+def test_block_row_offsets_int64_at_the_switch():
+    """The block-row forward's int64 switch (tests/test_norm.py has the one-row kernel's): the
+    width among the strides (a broadcast row), and a persistent grid's prefetch (one tile a
+    program past the last) counted in."""
     from normlab.norms import block_row
 
     limit = config.INT32_OFFSET_LIMIT
-    assert not config.row_offsets_int64(limit // 5, 5)
-    assert config.row_offsets_int64(limit // 5 + 1, 5)
-    assert config.row_offsets_int64(limit // 5 + 1, 0, 5)  # a broadcast row: the width decides
-    assert not config.row_offsets_int64(1, limit - 1)
-    assert config.row_offsets_int64(1, limit)
+    assert not config.row_offsets_int64(limit // 5, 0, 5)
+    assert config.row_offsets_int64(limit // 5 + 1, 0, 5)
     tiles = limit // (64 * 8)  # (n_tiles + n_programs) tiles of 64 rows of 8 columns
     assert not block_row.tile_offsets_int64(tiles - 1 - 132, 132, 64, 8)
     assert block_row.tile_offsets_int64(tiles - 132, 132, 64, 8)
@@ -899,16 +908,17 @@ def test_row_offsets_int64_rule_at_its_switch():
 @pytest.mark.parametrize("is_rms", [True, False])
 @pytest.mark.parametrize("m, n", [(1031, 5), (67, 33), (257, 130)])
 def test_int64_and_int32_row_offsets_match_fp64(monkeypatch, is_rms, m, n):
-    """The block-row kernels with the rule's int32 offsets and with int64 ones forced (the
-    limit shrunk under the shape): both directions' launches take the rule's flag, and y, dx,
-    dγ, dβ match fp64 either way."""
+    """The block-row forward with the rule's int32 offsets and with int64 ones forced (the
+    limit shrunk under the shape): its launch takes the rule's flag, and y, dx, dγ, dβ (the
+    backward in int64 either way) match fp64."""
     from normlab import _launch
     from normlab.norms import block_row
 
     flags = {}
 
     def launch(fn, grid, *args, **kwargs):
-        flags[fn.__name__] = kwargs["INT64_ROWS"]
+        if "INT64_ROWS" in kwargs:
+            flags[fn.__name__] = kwargs["INT64_ROWS"]
         return _launch.launch(fn, grid, *args, **kwargs)
 
     monkeypatch.setattr(block_row, "launch", launch)
@@ -923,8 +933,20 @@ def test_int64_and_int32_row_offsets_match_fp64(monkeypatch, is_rms, m, n):
         monkeypatch.setattr(config, "INT32_OFFSET_LIMIT", limit)
         y, mean, rstd = block_row.block_row_forward(x, w, b, 1e-5, is_rms)
         dx, dw, db = block_row.block_row_backward(gy, x, w, b, mean, rstd, is_rms)
-        assert flags == {"_block_row_fwd_kernel": int64, "_block_row_bwd_kernel": int64}
+        assert flags == {"_block_row_fwd_kernel": int64}
         assert_close(y, y_ref, msg="y")
         for name, g, g_ref in zip(["dx", "dweight", "dbias"], (dx, dw, db), grads_ref,
                                   strict=False):  # fmt: skip
             assert_close(g, g_ref, reduce_len=m if name != "dx" else n, dtype=dtype, msg=name)
+
+
+def test_recomputing_backward_prefetches_tiny_rows():
+    """The recomputing block-row backward prefetches its next tile at every width up to 16
+    columns in both norms; RMSNorm wider than that does not, LayerNorm's 32-column tile does."""
+    for n in (1, 5, 7, 15, 16):
+        assert config.block_row_bwd_recompute_config(n, True).prefetch
+        assert config.block_row_bwd_recompute_config(n, False).prefetch
+    assert not config.block_row_bwd_recompute_config(17, True).prefetch
+    assert config.block_row_bwd_recompute_config(17, False) == config.block_row_bwd_config(
+        17, num_warps=4, prefetch=True)
+    assert not config.block_row_bwd_recompute_config(33, False).prefetch

@@ -52,10 +52,12 @@ INT32_OFFSET_LIMIT = 2**31  # a row offset at or past this takes int64 arithmeti
 
 def row_offsets_int64(max_rows: int, *row_strides: int) -> bool:
     """Whether row * stride, for a row index below ``max_rows`` and any of ``row_strides`` (with
-    the width among them), can reach int32's limit. Only then do the kernels index rows in
-    int64: an int32 offset is one multiply-add an element, an int64 one a wide multiply-add
+    the width among them), can reach int32's limit. Only then do the forward kernels index rows
+    in int64: an int32 offset is one multiply-add an element, an int64 one a wide multiply-add
     and a carry (sm_90 SASS of the block-row forward's 256 x 8 tile at ROW_ALIGN 1, Triton 3.6:
-    37.0 instructions an element in int64, 30.5 in int32; benchmarks/norm_access_widths.py)."""
+    37.0 instructions an element in int64, 30.5 in int32; benchmarks/norm_access_widths.py).
+    The block-row backward stays in int64: int32 measured slower there (LayerNorm 1000003 x 31
+    and x 127: 183 and 368 µs against 139 and 277; norm_narrow_odd2_0ab8648)."""
     return max_rows * max(row_strides) >= INT32_OFFSET_LIMIT
 
 
@@ -305,6 +307,11 @@ BLOCK_ROW_MAX_COLS = 256  # the widest row the narrow block-row kernels take (la
 BLOCK_ROW_MIN_ROWS = 16384  # below this, narrow rows fill under ~4 waves of one-row programs
 BLOCK_ROW_TINY_COLS = 16  # under 32 bytes of bf16 a one-row program is all launch and latency
 BLOCK_ROW_TINY_TILE_ELEMS = 2048  # the measured tiles' size (32-256 columns), rows however many
+# The fewest elements a shrunk tiny-width tile keeps (1 KB of bf16): below it a program's time is
+# its launch and one DRAM round trip, so fewer, fuller programs finish first (RMSNorm 1184 x 4:
+# 8-row tiles, 148 programs, 1.4 µs; 128-512 rows 1.0-1.2; torch.compile for the shape 1.0;
+# norm_narrow_odd2_0ab8648).
+BLOCK_ROW_TINY_MIN_TILE_ELEMS = 512
 BLOCK_ROW_TILE_ELEMS = 8192  # elements per forward tile (rows x padded width)
 BLOCK_ROW_MAX_ROWS = 64  # rows per tile: beyond this the per-row statistics cost registers
 BLOCK_ROW_FWD_ELEMS_PER_WARP = 512  # 16 elements per thread
@@ -399,8 +406,9 @@ def block_row_fwd_config(n_cols: int, is_rms: bool, *, tile_elems: int | None = 
                          one_warp: bool = False) -> BlockRowFwdConfig:  # fmt: skip
     """Narrow block-row forward tile: the measured one, the tiny-width rule, or the element rule
     (overrides given, or a width with no measured tile). ``n_rows``/``sm_count``: tiny-width
-    tiles shrink until the grid fills one wave. One column: also the pointwise kernel's config
-    (``POINTWISE_FWD_*``), which the launcher takes where the rows are contiguous.
+    tiles shrink until the grid fills one wave, to BLOCK_ROW_TINY_MIN_TILE_ELEMS at least. One
+    column: also the pointwise kernel's config (``POINTWISE_FWD_*``), which the launcher takes
+    where the rows are contiguous.
     ``one_warp`` (``one_warp_rows``): one warp a tile of ONE_WARP_FWD_TILE_ELEMS."""
     block_cols = next_pow2(n_cols)
     if one_warp and tile_elems is None and max_rows is None and num_warps is None:
@@ -408,7 +416,8 @@ def block_row_fwd_config(n_cols: int, is_rms: bool, *, tile_elems: int | None = 
     if n_cols < BLOCK_ROW_TINY_COLS and tile_elems is None and max_rows is None:
         rows = BLOCK_ROW_TINY_TILE_ELEMS // block_cols
         if n_rows is not None and sm_count:
-            rows = min(rows, prev_pow2(n_rows // sm_count))
+            rows = min(rows, max(prev_pow2(n_rows // sm_count),
+                                 BLOCK_ROW_TINY_MIN_TILE_ELEMS // block_cols))  # fmt: skip
         # a row of one column is its own reduction: vector loads across rows, no row tile
         pointwise = pointwise_fwd_config(n_rows, sm_count) if n_cols == 1 else None
         return BlockRowFwdConfig(rows, BLOCK_ROW_MIN_WARPS if num_warps is None else num_warps,
@@ -623,7 +632,14 @@ BLOCK_ROW_BWD_PREFETCH = False
 # Recomputing mean/rstd from the x tile the backward reads anyway saves the forward's stores
 # and the backward's loads; it paid up to 256 columns (RMSNorm) and 64 (LayerNorm's two sums).
 BLOCK_ROW_RECOMPUTE_MAX_COLS = {True: 256, False: 64}
-BLOCK_ROW_BWD_RECOMPUTE_TILES = {16: {"prefetch": True}, 32: {"num_warps": 4, "prefetch": True}}
+# Overrides of the recomputing backward's tile, by norm and padded width (16: every width up to
+# 16). LayerNorm's were measured at 16 and 32 columns; RMSNorm's prefetch at unaligned rows of 5
+# and 7 columns: 10000000 x 5 264 -> 168 µs, 8000009 x 7 222 -> 145, 10000000 x 8 level
+# (norm_narrow_odd_0ab8648, norm_narrow_odd2_0ab8648).
+BLOCK_ROW_BWD_RECOMPUTE_TILES = {
+    True: {16: {"prefetch": True}},
+    False: {16: {"prefetch": True}, 32: {"num_warps": 4, "prefetch": True}},
+}
 
 
 class BlockRowBwdConfig(NamedTuple):
@@ -668,7 +684,7 @@ def block_row_bwd_recompute_config(n_cols: int, is_rms: bool,
     """The block-row backward's config when it recomputes mean/rstd from x."""
     if one_warp:
         return block_row_bwd_config(n_cols, one_warp=True)
-    overrides = {} if is_rms else BLOCK_ROW_BWD_RECOMPUTE_TILES.get(max(16, next_pow2(n_cols)), {})
+    overrides = BLOCK_ROW_BWD_RECOMPUTE_TILES[bool(is_rms)].get(max(16, next_pow2(n_cols)), {})
     return block_row_bwd_config(n_cols, **overrides)
 
 
