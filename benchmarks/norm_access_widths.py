@@ -73,7 +73,7 @@ KERNELS = {
 WIDTH_BYTES = {"U16": 2, "": 4, "64": 8, "128": 16}  # the SASS suffix of LDG.E / STG.E
 BLOCK_ROW_BWD = {"IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_DH": False,
                  "BLOCK_COLS": 128, "ACC_TILE": True, "PREFETCH": False,
-                 "RECOMPUTE_STATS": True}  # fmt: skip
+                 "RECOMPUTE_STATS": True, "INT64_ROWS": True}  # fmt: skip
 # (ROW_ALIGN, warps, tile rows): the planned tiles at 8 and 1, and the one-warp tile at 1
 BLOCK_ROW_BWD_TILES = ((8, 8, 16), (1, 8, 16), (1, 1, 4))
 SASS_OPS = ("BAR", "LDS", "STS", "SHFL")

@@ -15,7 +15,7 @@ SM, the backward's prefetch flipped, and torch and torch.compile (``dynamic=Fals
 for the cell), one process, device time, L2 flushed. An aligned width beside each odd one is
 the control. Each variant is checked against the planned one first.
 
-The block-row cells also time the planned forward tile with int64 row offsets forced (``int64
+The block-row cells also time the planned tiles with int64 row offsets forced (``int64
 offsets``), the arithmetic every tile took before ``config.row_offsets_int64``.
 
 ``--block-row-max-cols`` widens the block-row layout for the run, so wider rows' planned kernels
@@ -82,6 +82,8 @@ def variants(op, x, w, b, dy, mean, rstd):
         one_warp = block_row.one_warp_rows(x, dy)
         planned = (config.block_row_bwd_recompute_config(n, is_rms, one_warp) if stats[1] is None
                    else config.block_row_bwd_config(n, one_warp=one_warp))  # fmt: skip
+        out["int64 offsets"] = lambda: block_row.launch_backward(
+            dy, x, w, b, *stats, is_rms, planned, eps=eps, int64_rows=True)[0]  # fmt: skip
         grid = [planned._replace(prefetch=not planned.prefetch)]
         for rows, warps, pps in tile_grid(n):
             grid.append(planned._replace(block_rows=rows, num_warps=warps, programs_per_sm=pps))

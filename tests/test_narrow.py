@@ -262,8 +262,7 @@ def test_recompute_configs_are_valid_at_every_width():
         default = configs.block_row_bwd_config(n_cols)
         assert cfg.block_rows * triton.next_power_of_2(n_cols) <= configs.BLOCK_ROW_BWD_TILE_ELEMS
         assert cfg.programs_per_sm == default.programs_per_sm
-        widths = (16,) if is_rms else (16, 32)  # the overridden padded widths
-        if max(16, triton.next_power_of_2(n_cols)) not in widths:
+        if max(16, triton.next_power_of_2(n_cols)) not in (16, 32):  # the overridden widths
             assert cfg == default
         else:
             assert cfg.prefetch

@@ -908,17 +908,16 @@ def test_block_row_offsets_int64_at_the_switch():
 @pytest.mark.parametrize("is_rms", [True, False])
 @pytest.mark.parametrize("m, n", [(1031, 5), (67, 33), (257, 130)])
 def test_int64_and_int32_row_offsets_match_fp64(monkeypatch, is_rms, m, n):
-    """The block-row forward with the rule's int32 offsets and with int64 ones forced (the
-    limit shrunk under the shape): its launch takes the rule's flag, and y, dx, dγ, dβ (the
-    backward in int64 either way) match fp64."""
+    """The block-row kernels with the rules' int32 offsets and with int64 ones forced (the
+    limit shrunk under the shape): the forward's launch takes int32 where they fit, the
+    backward's only at tiny widths, and y, dx, dγ, dβ match fp64 either way."""
     from normlab import _launch
     from normlab.norms import block_row
 
     flags = {}
 
     def launch(fn, grid, *args, **kwargs):
-        if "INT64_ROWS" in kwargs:
-            flags[fn.__name__] = kwargs["INT64_ROWS"]
+        flags[fn.__name__] = kwargs.get("INT64_ROWS")
         return _launch.launch(fn, grid, *args, **kwargs)
 
     monkeypatch.setattr(block_row, "launch", launch)
@@ -933,20 +932,24 @@ def test_int64_and_int32_row_offsets_match_fp64(monkeypatch, is_rms, m, n):
         monkeypatch.setattr(config, "INT32_OFFSET_LIMIT", limit)
         y, mean, rstd = block_row.block_row_forward(x, w, b, 1e-5, is_rms)
         dx, dw, db = block_row.block_row_backward(gy, x, w, b, mean, rstd, is_rms)
-        assert flags == {"_block_row_fwd_kernel": int64}
+        tiny = n < config.BLOCK_ROW_TINY_COLS
+        assert flags == {"_block_row_fwd_kernel": int64,
+                         "_block_row_bwd_kernel": int64 or not tiny}  # fmt: skip
         assert_close(y, y_ref, msg="y")
         for name, g, g_ref in zip(["dx", "dweight", "dbias"], (dx, dw, db), grads_ref,
                                   strict=False):  # fmt: skip
             assert_close(g, g_ref, reduce_len=m if name != "dx" else n, dtype=dtype, msg=name)
 
 
-def test_recomputing_backward_prefetches_tiny_rows():
-    """The recomputing block-row backward prefetches its next tile at every width up to 16
-    columns in both norms; RMSNorm wider than that does not, LayerNorm's 32-column tile does."""
-    for n in (1, 5, 7, 15, 16):
+def test_recomputing_backward_prefetches_rows_up_to_32_columns():
+    """The recomputing block-row backward prefetches its next tile at every width up to 32
+    columns in both norms (LayerNorm's 17-32 at 4 warps), and not past it."""
+    for n in (1, 5, 7, 15, 16, 17, 31, 32):
         assert config.block_row_bwd_recompute_config(n, True).prefetch
         assert config.block_row_bwd_recompute_config(n, False).prefetch
-    assert not config.block_row_bwd_recompute_config(17, True).prefetch
     assert config.block_row_bwd_recompute_config(17, False) == config.block_row_bwd_config(
         17, num_warps=4, prefetch=True)
-    assert not config.block_row_bwd_recompute_config(33, False).prefetch
+    assert config.block_row_bwd_recompute_config(17, True) == config.block_row_bwd_config(
+        17, prefetch=True)
+    for is_rms in (True, False):
+        assert not config.block_row_bwd_recompute_config(33, is_rms).prefetch

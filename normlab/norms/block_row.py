@@ -309,6 +309,7 @@ def _block_row_bwd_kernel(
     PREFETCH: tl.constexpr,
     RECOMPUTE_STATS: tl.constexpr,
     ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
+    INT64_ROWS: tl.constexpr,  # int64 row offsets (bwd_offsets_int64)
 ):
     """xhat = (x - mean) * rstd, g = dy * (offset + weight):
     dx = rstd * (g - xhat * mean(g * xhat) - mean(g)) (RMSNorm drops the mean(g) term), plus dh
@@ -320,8 +321,6 @@ def _block_row_bwd_kernel(
     per-tile cross-warp reduction, but two tile-sized register accumulators); otherwise reduce
     each tile's columns into fp32 vectors. PREFETCH: issue the loads of this program's next
     tile before working on the current one, so DRAM latency overlaps the math and the stores.
-    Rows are indexed in int64 whatever their offsets: int32 measured slower here
-    (config.row_offsets_int64).
     """
     pid = tl.program_id(0)
     n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
@@ -343,7 +342,7 @@ def _block_row_bwd_kernel(
         db_acc = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
     if PREFETCH:
         x_next, dy_next = _load_tile(x_ptr, dy_ptr, pid, n_rows, col_mask, x_row_stride,
-                                     dy_row_stride, BLOCK_ROWS, BLOCK_COLS, True)
+                                     dy_row_stride, BLOCK_ROWS, BLOCK_COLS, INT64_ROWS)
 
     for tile in tl.range(pid, n_tiles, n_programs):
         if PREFETCH:
@@ -351,12 +350,12 @@ def _block_row_bwd_kernel(
             # past the last tile this reads nothing: every row is masked
             x_next, dy_next = _load_tile(
                 x_ptr, dy_ptr, tile + n_programs, n_rows, col_mask, x_row_stride, dy_row_stride,
-                BLOCK_ROWS, BLOCK_COLS, True,
+                BLOCK_ROWS, BLOCK_COLS, INT64_ROWS,
             )  # fmt: skip
         else:
             x, dy = _load_tile(x_ptr, dy_ptr, tile, n_rows, col_mask, x_row_stride,
-                               dy_row_stride, BLOCK_ROWS, BLOCK_COLS, True)
-        rows = _tile_rows(tile, BLOCK_ROWS, True)
+                               dy_row_stride, BLOCK_ROWS, BLOCK_COLS, INT64_ROWS)
+        rows = _tile_rows(tile, BLOCK_ROWS, INT64_ROWS)
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
         x = x.to(tl.float32)
@@ -460,6 +459,16 @@ def tile_offsets_int64(n_tiles: int, n_programs: int, block_rows: int, *row_stri
     return config.row_offsets_int64((n_tiles + n_programs) * block_rows, *row_strides)
 
 
+def bwd_offsets_int64(n_tiles: int, n_programs: int, block_rows: int, n_cols: int,
+                      *row_strides: int) -> bool:  # fmt: skip
+    """The backward's row offsets: int32 only in tiny-width tiles (rows of per-row scalars) that
+    fit it. LayerNorm 1000003 x 31 and x 127 took 183 and 368 µs in int32, 139 and 277 in int64;
+    rows of 5 and 7 columns, with the prefetch, 168 (RMSNorm), 236 (LayerNorm) and 145 µs in
+    int32, 214, 289 and 175 in int64 (norm_narrow_odd*_0ab8648, norm_narrow_after_9327280)."""
+    return n_cols >= config.BLOCK_ROW_TINY_COLS or tile_offsets_int64(
+        n_tiles, n_programs, block_rows, n_cols, *row_strides)
+
+
 def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, store_stats=True,
                    *, offset=0.0, residual=None, h_out=None, int64_rows=None):  # fmt: skip
     """Launch the forward with an explicit config (tuning scripts call this; no width limit).
@@ -517,10 +526,12 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
 
 
 def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRowBwdConfig,
-                    eps=None, grad_weight=None, grad_bias=None, *, offset=0.0, dh=None):
+                    eps=None, grad_weight=None, grad_bias=None, *, offset=0.0, dh=None,
+                    int64_rows=None):  # fmt: skip
     """Launch the backward with an explicit config (tuning scripts call this; no width limit).
     ``rstd`` None: recompute mean and rstd from x with the forward's ``eps``. ``offset`` and
-    ``dh`` as for ``row.norm_backward``.
+    ``dh`` as for ``row.norm_backward``; ``int64_rows`` True forces int64 row offsets (None:
+    ``bwd_offsets_int64``).
 
     -> (dx, dweight | None, dbias | None), dweight/dbias summed in fp32 in the parameter's dtype
     (added into ``grad_weight``/``grad_bias`` where given, as the row launcher does)."""
@@ -568,6 +579,8 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         PREFETCH=cfg.prefetch,
         RECOMPUTE_STATS=recompute,
         ROW_ALIGN=config.kernel_row_align(math.gcd(*strides, n_cols), x.element_size()),
+        INT64_ROWS=int64_rows or bwd_offsets_int64(cdiv(n_rows, cfg.block_rows), n_programs,
+                                                   cfg.block_rows, n_cols, *strides),
         num_warps=cfg.num_warps,
     )
     dw = grad_weight if grad_weight is not None else (

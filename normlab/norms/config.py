@@ -56,8 +56,7 @@ def row_offsets_int64(max_rows: int, *row_strides: int) -> bool:
     in int64: an int32 offset is one multiply-add an element, an int64 one a wide multiply-add
     and a carry (sm_90 SASS of the block-row forward's 256 x 8 tile at ROW_ALIGN 1, Triton 3.6:
     37.0 instructions an element in int64, 30.5 in int32; benchmarks/norm_access_widths.py).
-    The block-row backward stays in int64: int32 measured slower there (LayerNorm 1000003 x 31
-    and x 127: 183 and 368 µs against 139 and 277; norm_narrow_odd2_0ab8648)."""
+    The block-row backward takes int32 only at tiny widths (block_row.bwd_offsets_int64)."""
     return max_rows * max(row_strides) >= INT32_OFFSET_LIMIT
 
 
@@ -633,11 +632,11 @@ BLOCK_ROW_BWD_PREFETCH = False
 # and the backward's loads; it paid up to 256 columns (RMSNorm) and 64 (LayerNorm's two sums).
 BLOCK_ROW_RECOMPUTE_MAX_COLS = {True: 256, False: 64}
 # Overrides of the recomputing backward's tile, by norm and padded width (16: every width up to
-# 16). LayerNorm's were measured at 16 and 32 columns; RMSNorm's prefetch at unaligned rows of 5
-# and 7 columns: 10000000 x 5 264 -> 168 µs, 8000009 x 7 222 -> 145, 10000000 x 8 level
-# (norm_narrow_odd_0ab8648, norm_narrow_odd2_0ab8648).
+# 16). LayerNorm's were measured at 16 and 32 columns; RMSNorm's prefetch at unaligned rows:
+# 10000000 x 5 264 -> 168 µs, 8000009 x 7 222 -> 145, 1000003 x 31 137 -> 109, 10000000 x 8
+# level (norm_narrow_odd_0ab8648, norm_narrow_odd2_0ab8648, norm_narrow_after_9327280).
 BLOCK_ROW_BWD_RECOMPUTE_TILES = {
-    True: {16: {"prefetch": True}},
+    True: {16: {"prefetch": True}, 32: {"prefetch": True}},
     False: {16: {"prefetch": True}, 32: {"num_warps": 4, "prefetch": True}},
 }
 
