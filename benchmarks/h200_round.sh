@@ -102,8 +102,8 @@
 # oddwidths and oddwidths2 (odd widths: both directions' tiles at 1-8 warps, the forward's w/b
 # layout, torch, torch.compile per cell); narrowodd and narrowodd2 (rows under 32 columns,
 # unaligned and a control: the planned tiles against int64 row offsets and tiles of any rows,
-# torch.compile per cell); narrowafter, narrowfinal (the same and more narrow cells after their
-# rules);
+# torch.compile per cell); narrowafter, narrowfinal, narrowone (the same and more narrow cells
+# after their rules; narrowone then the staticcompile subset);
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -111,8 +111,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -680,6 +680,13 @@ rms_norm:1184x4,rms_norm:10428x5,rms_norm:1763x9,layer_norm:3946x10 \
 rms_norm:10000000x5,layer_norm:10000000x5,rms_norm:8000009x7,rms_norm:1000003x31,\
 layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/norm_narrow_final.jsonl"
+    ;;
+  narrowone)  # rows of one column without the backward's prefetch, then the static subset
+    step norm_narrow_n1 120 python3 benchmarks/norm_odd_widths.py --reps 3 --cells \
+      rms_norm:8000009x1,layer_norm:8000009x1,rms_norm:10000000x1 --out "$OUT/norm_narrow_n1.jsonl"
+    step population_static_compile 480 python3 benchmarks/norm_population.py --reps 4 \
+      --timed-us 100 --dtypes bf16 --shard 1/8 --impls normlab,torch,compile,liger,compile-static \
+      --out "$OUT/population_static_compile.jsonl"
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -942,9 +942,11 @@ def test_int64_and_int32_row_offsets_match_fp64(monkeypatch, is_rms, m, n):
 
 
 def test_recomputing_backward_prefetches_rows_up_to_32_columns():
-    """The recomputing block-row backward prefetches its next tile at every width up to 32
-    columns in both norms (LayerNorm's 17-32 at 4 warps), and not past it."""
-    for n in (1, 5, 7, 15, 16, 17, 31, 32):
+    """The recomputing block-row backward prefetches its next tile at every width from 2 to 32
+    columns in both norms (LayerNorm's 17-32 at 4 warps), not at one column, not past 32."""
+    for is_rms in (True, False):
+        assert not config.block_row_bwd_recompute_config(1, is_rms).prefetch
+    for n in (2, 5, 7, 15, 16, 17, 31, 32):
         assert config.block_row_bwd_recompute_config(n, True).prefetch
         assert config.block_row_bwd_recompute_config(n, False).prefetch
     assert config.block_row_bwd_recompute_config(17, False) == config.block_row_bwd_config(
