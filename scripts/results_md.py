@@ -468,8 +468,8 @@ def population_section(paths: list[Path]) -> str:
 
 def static_compile_section(paths: list[Path]) -> str:
     """The same verdicts over subset runs that also timed torch.compile compiled per member
-    (impl ``compile-static``): the newest run without that peer, then with it; each earlier run
-    with it."""
+    (impl ``compile-static``): the newest run without that peer, then with it; the run before
+    it with it (the data README lists the rest)."""
     runs = [population.without_peers(read_records(p)) for p in paths]
     runs = sorted((max(r.date for r in members), path, members)
                   for path, members in zip(paths, runs, strict=True)
@@ -481,7 +481,7 @@ def static_compile_section(paths: list[Path]) -> str:
     earlier = "".join(
         f"\nThe same members at {_commits(old)} (`{relative(old_path)}`), with "
         "`compile-static`:\n\n" + verdict_table(population.verdicts(old))
-        for _, old_path, old in runs[:-1]
+        for _, old_path, old in runs[-2:-1]
     )  # fmt: skip
     return (
         "### Against torch.compile compiled per shape\n\n"
@@ -497,8 +497,9 @@ def static_compile_section(paths: list[Path]) -> str:
         + earlier
         + "\nThe verdicts of the whole population above are against the weaker peer; "
         "`docs/notes/2026-12-03-measuring-the-peers.md` says what this changes, and "
-        "`docs/notes/2026-12-03-odd-widths-one-warp.md` what changed the odd widths between "
-        "the runs.\n"
+        "`docs/notes/2026-12-03-odd-widths-one-warp.md` and "
+        "`docs/notes/2026-12-03-narrow-rows-int32-offsets.md` what changed the narrow and odd "
+        "widths between the runs.\n"
     )
 
 
