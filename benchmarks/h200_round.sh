@@ -190,6 +190,15 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.lo
   echo "== $name: exit $? after ${SECONDS}s"
   tail -n 25 "$OUT/$name.log"
 }
+check_norms() {  # every norm strategy x layout against fp64 at gpu_check's shapes, bf16
+  step gpu_check_norms 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
+    --quick --only norms
+}
+static_compile_subset() {  # an eighth of the bf16 population beside torch.compile per member
+  step population_static_compile 480 python3 benchmarks/norm_population.py --reps 4 \
+    --timed-us 100 --dtypes bf16 --shard 1/8 --impls normlab,torch,compile,liger,compile-static \
+    --out "$OUT/population_static_compile.jsonl"
+}
 case $STAGE in
   check)
     step gpu_check 250 python3 benchmarks/gpu_check.py \
@@ -636,13 +645,10 @@ case $STAGE in
       --out "$OUT/norm_fwd_peer_kernel_compile.jsonl"
     ;;
   staticcompile)  # an eighth of the bf16 population beside torch.compile compiled per member
-    step population_static_compile 480 python3 benchmarks/norm_population.py --reps 4 \
-      --timed-us 100 --dtypes bf16 --shard 1/8 --impls normlab,torch,compile,liger,compile-static \
-      --out "$OUT/population_static_compile.jsonl"
+    static_compile_subset
     ;;
   oddwidths)  # odd widths: planned kernels, variants, torch, a per-cell compile
-    step gpu_check_norms 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
-      --quick --only norms
+    check_norms
     step norm_odd_widths 560 python3 benchmarks/norm_odd_widths.py --reps 3 --cells \
       rms_norm:1000003x127,layer_norm:1000003x127,rms_norm:1000003x128 \
       --out "$OUT/norm_odd_widths.jsonl"
@@ -653,8 +659,7 @@ case $STAGE in
       --out "$OUT/norm_odd_widths2.jsonl"
     ;;
   narrowodd)  # narrow rows: int32 row offsets checked, then planned tiles against variants
-    step gpu_check_norms 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
-      --quick --only norms
+    check_norms
     step norm_narrow_odd 300 python3 benchmarks/norm_odd_widths.py --reps 3 --cells \
       rms_norm:10000000x5,layer_norm:10000000x5,rms_norm:10000000x8 \
       --out "$OUT/norm_narrow_odd.jsonl"
@@ -665,8 +670,7 @@ case $STAGE in
       --out "$OUT/norm_narrow_odd2.jsonl"
     ;;
   narrowafter)  # narrow rows after the int32 forward, the prefetch and the tile floor
-    step gpu_check_norms 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
-      --quick --only norms
+    check_norms
     step norm_narrow_after 560 python3 benchmarks/norm_odd_widths.py --reps 3 --cells \
 rms_norm:10000000x5,layer_norm:10000000x5,rms_norm:8000009x7,layer_norm:8000009x7,\
 rms_norm:1000003x3,rms_norm:1000003x31,layer_norm:1000003x31,layer_norm:1000003x127,\
@@ -674,8 +678,7 @@ rms_norm:1184x4,rms_norm:10428x5,rms_norm:1763x9,layer_norm:3946x10 \
       --out "$OUT/norm_narrow_after.jsonl"
     ;;
   narrowfinal)  # the backward's int32 tiny tiles and RMSNorm's prefetch to 32 columns
-    step gpu_check_norms 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
-      --quick --only norms
+    check_norms
     step norm_narrow_final 300 python3 benchmarks/norm_odd_widths.py --reps 3 --cells \
 rms_norm:10000000x5,layer_norm:10000000x5,rms_norm:8000009x7,rms_norm:1000003x31,\
 layer_norm:1000003x31,rms_norm:1000003x3 \
@@ -684,9 +687,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   narrowone)  # rows of one column without the backward's prefetch, then the static subset
     step norm_narrow_n1 120 python3 benchmarks/norm_odd_widths.py --reps 3 --cells \
       rms_norm:8000009x1,layer_norm:8000009x1,rms_norm:10000000x1 --out "$OUT/norm_narrow_n1.jsonl"
-    step population_static_compile 480 python3 benchmarks/norm_population.py --reps 4 \
-      --timed-us 100 --dtypes bf16 --shard 1/8 --impls normlab,torch,compile,liger,compile-static \
-      --out "$OUT/population_static_compile.jsonl"
+    static_compile_subset
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
