@@ -113,10 +113,10 @@ def one_warp_rows(n_cols: int, row_align: int, element_size: int) -> bool:
             and block_cols <= ONE_WARP_MAX_COLS)  # fmt: skip
 
 
-
 def one_warp_contiguous(n_cols: int, element_size: int = 2) -> bool:
     """``one_warp_rows`` for contiguous rows: their alignment is the width's."""
     return one_warp_rows(n_cols, kernel_row_align(n_cols, element_size), element_size)
+
 
 # ---- forward: one row per program --------------------------------------------------------------
 
@@ -631,18 +631,18 @@ BLOCK_ROW_BWD_PREFETCH = False
 # Recomputing mean/rstd from the x tile the backward reads anyway saves the forward's stores
 # and the backward's loads; it paid up to 256 columns (RMSNorm) and 64 (LayerNorm's two sums).
 BLOCK_ROW_RECOMPUTE_MAX_COLS = {True: 256, False: 64}
-# Overrides of the recomputing backward's tile, by norm and padded width (16: every width up to
-# 16). LayerNorm's were measured at 16 and 32 columns; RMSNorm's prefetch at unaligned rows:
+# Overrides of the recomputing backward's tile, by norm: (widest row, overrides) ladders.
+# LayerNorm's were measured at 16 and 32 columns; RMSNorm's prefetch at unaligned rows:
 # 10000000 x 5 264 -> 168 µs, 8000009 x 7 222 -> 145, 1000003 x 31 137 -> 109, 10000000 x 8
-# level (norm_narrow_odd_0ab8648, norm_narrow_odd2_0ab8648, norm_narrow_after_9327280).
-BLOCK_ROW_BWD_RECOMPUTE_TILES = {
-    True: {16: {"prefetch": True}, 32: {"prefetch": True}},
-    False: {16: {"prefetch": True}, 32: {"num_warps": 4, "prefetch": True}},
-}
-# Rows of one column are pointwise: a prefetched tile only holds registers. Without it 8000009
-# x 1 took 29.8 µs (RMSNorm) and 35.3 (LayerNorm) against 42.9 and 49.3, torch.compile for the
+# level (norm_narrow_odd_0ab8648, norm_narrow_odd2_0ab8648, norm_narrow_after_9327280). Rows of
+# one column are pointwise, so a prefetched tile only holds registers: without it 8000009 x 1
+# took 29.8 µs (RMSNorm) and 35.3 (LayerNorm) against 42.9 and 49.3, torch.compile for the
 # shape 33.0 and 46.6 (norm_narrow_n1_888699c).
-BLOCK_ROW_BWD_ONE_COL_PREFETCH = False
+BLOCK_ROW_BWD_RECOMPUTE_TILES = {
+    True: ((1, {}), (32, {"prefetch": True}), (BLOCK_ROW_MAX_COLS, {})),
+    False: ((1, {}), (16, {"prefetch": True}), (32, {"num_warps": 4, "prefetch": True}),
+            (BLOCK_ROW_MAX_COLS, {})),
+}
 
 
 class BlockRowBwdConfig(NamedTuple):
@@ -687,10 +687,8 @@ def block_row_bwd_recompute_config(n_cols: int, is_rms: bool,
     """The block-row backward's config when it recomputes mean/rstd from x."""
     if one_warp:
         return block_row_bwd_config(n_cols, one_warp=True)
-    overrides = BLOCK_ROW_BWD_RECOMPUTE_TILES[bool(is_rms)].get(max(16, next_pow2(n_cols)), {})
-    if n_cols == 1:
-        overrides = {**overrides, "prefetch": BLOCK_ROW_BWD_ONE_COL_PREFETCH}
-    return block_row_bwd_config(n_cols, **overrides)
+    return block_row_bwd_config(n_cols, **_ladder(BLOCK_ROW_BWD_RECOMPUTE_TILES[bool(is_rms)],
+                                                  n_cols))  # fmt: skip
 
 
 # ---- the plan ----------------------------------------------------------------------------------
