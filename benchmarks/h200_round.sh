@@ -689,6 +689,12 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       rms_norm:8000009x1,layer_norm:8000009x1,rms_norm:10000000x1 --out "$OUT/norm_narrow_n1.jsonl"
     static_compile_subset
     ;;
+  jsd)  # JSD's shared softplus and lg2.approx, the gradients' exp from one FFMA: bf16 and fp32
+    step gpu_check_losses 330 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_losses.json" \
+      --dtypes bf16,fp32 --only losses,loss_options
+    step loss_options 200 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
+      --reps 10 --max-seconds 170
+    ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/nbsite .whl/nb/*.whl && export PYTHONPATH=${PYTHONPATH:-$PWD}:/tmp/nbsite

@@ -6,9 +6,9 @@
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
 label CE's form at V >= 65536) ahead of time for an H100/H200 (``sm_90``) with this machine's
 Triton and its ``ptxas``, for label cross-entropy with each option on alone and all together,
-and for reverse KL with a temperature; prints registers, local memory (spills) and, for each
-loop of the SASS, its instructions, their count per logit (a tile of ``--block`` logits over
-``32 * --warps`` threads) and the commonest opcodes. An option that costs time in a
+for reverse KL with a temperature, and for JSD; prints registers, local memory (spills) and,
+for each loop of the SASS, its instructions, their count per logit (a tile of ``--block``
+logits over ``32 * --warps`` threads) and the commonest opcodes. An option that costs time in a
 memory-bound kernel costs it in these loops: the row statistics' pass and the gradient's.
 
 The compile needs no GPU, but normlab must define its kernels compiled rather than interpreted:
@@ -55,7 +55,7 @@ SCALARS = {"grad_scale": "fp32", "ignore_index": "i32", "n_cols": "i32", "x_row_
 ALIGNED = ("x_ptr", "t_ptr", "labels_ptr", "grad_ptr", "loss_ptr", "n_valid_ptr", "out_ptr",
            "ticket_ptr", "n_cols", "x_row_stride", "t_row_stride", "grad_row_stride")
 # variant -> (KIND, XFORM, SMOOTH, ZLOSS): the options as config.kernel_args sets them for bf16
-CE, RKL = config.KINDS["cross_entropy"], config.KINDS["reverse_kl"]
+CE, RKL, JSD = (config.KINDS[k] for k in ("cross_entropy", "reverse_kl", "jsd"))
 APPROX, TEMPERATURE = config.XFORMS["softcap_approx"], config.XFORMS["temperature"]
 VARIANTS = {
     "cross_entropy": (CE, 0, False, False),
@@ -65,6 +65,7 @@ VARIANTS = {
     "cross_entropy all three": (CE, APPROX, True, True),
     "reverse_kl": (RKL, 0, False, False),
     "reverse_kl T=2": (RKL, TEMPERATURE, False, False),
+    "jsd": (JSD, 0, False, False),
 }
 _INSTR = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _LABEL = re.compile(r"^\.?(L_x_\d+):")

@@ -444,9 +444,12 @@ def test_kernel_loops_counts_the_options_instructions():
             per_variant[name] = []
         else:
             per_variant[name].append(int(re.search(r"loop of (\d+)", block).group(1)))
-    assert len(per_variant) == 7 and all(per_variant.values()), proc.stdout
+    assert len(per_variant) == 8 and all(per_variant.values()), proc.stdout
     # the first loop in the SASS is the statistics' pass
     assert per_variant["cross_entropy label_smoothing"][0] > per_variant["cross_entropy"][0]
+    # JSD's second pass (its sums) takes one shared log1p a logit, through lg2.approx: within
+    # twice reverse KL's statistics pass (five times before, with two exact softplus)
+    assert per_variant["jsd"][1] <= 2 * per_variant["reverse_kl"][0], proc.stdout
     # the label's one-hot after the loops (the default): the gradient loop (the last) has no
     # compare; with it in the loop, that loop is longer
     assert "one-hot after the loops" in proc.stdout
@@ -466,4 +469,4 @@ def test_kernel_loops_counts_the_options_instructions():
                              text=True, env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
     assert chunked.returncode == 0, chunked.stderr[-2000:]
     assert chunked.stdout.startswith("_entropy_chunked_kernel, sm_90")
-    assert chunked.stdout.count("registers") == 7 and "loop of" in chunked.stdout
+    assert chunked.stdout.count("registers") == 8 and "loop of" in chunked.stdout

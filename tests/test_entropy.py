@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+import triton
 import triton.language as tl
 from helpers import assert_close, latin, tolerance
 
@@ -977,3 +978,49 @@ def test_check_labels_refused_inside_torch_compile():
                              fullgraph=True, backend="aot_eager")  # fmt: skip
     with pytest.raises(Exception, match="check_labels=True syncs with the host"):
         compiled(x, labels)
+
+
+@triton.jit
+def _log1p_softplus_kernel(u_ptr, z_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    keep = offs < n
+    u = tl.load(u_ptr + offs, mask=keep)
+    z = tl.load(z_ptr + offs, mask=keep)
+    sp, sp_neg = online.softplus_pair(z)
+    tl.store(out_ptr + offs, online.log1p(u), mask=keep)
+    tl.store(out_ptr + n + offs, sp, mask=keep)
+    tl.store(out_ptr + 2 * n + offs, sp_neg, mask=keep)
+    tl.store(out_ptr + 3 * n + offs, online.softplus(z), mask=keep)
+
+
+def test_log1p_and_softplus_pair_against_fp64():
+    """JSD's log1p (a series below LOG1P_SERIES_MAX, a log above) and its shared softplus pair,
+    element by element against fp64: relative error within 2^-22 on the series' side of the
+    switch, 2^-19 on the log's (its docstring's bounds), for u in [0, 1] around the switch and
+    z from -100 to 100, +-inf and NaN included. Past e^-87 (fp32's normal range; flushed to 0
+    on a GPU) a softplus is exact to 1e-37."""
+    switch = online.LOG1P_SERIES_MAX.value
+    u = torch.cat([torch.rand(299), torch.logspace(-30, 0, 100),
+                   torch.tensor([0.0, 1.0, switch, math.nextafter(switch, 0.0), switch * 1.001])])
+    z = torch.cat([torch.linspace(-100, 100, 300), torch.randn(99) * 4,
+                   torch.tensor([0.0, math.log(1 / switch), float("inf"), float("-inf"),
+                                 float("nan")])])  # fmt: skip
+    u, z = u.float(), z.float()
+    n = u.numel()
+    assert z.numel() == n
+    out = torch.empty(4 * n)
+    _log1p_softplus_kernel[(1,)](u, z, out, n, BLOCK=triton.next_power_of_2(n))
+    got_log1p, sp, sp_neg, sp_one = out.view(4, n)
+    want = torch.log1p(u.double())
+    rel = ((got_log1p.double() - want).abs() / want.clamp_min(1e-300))[u > 0]
+    series = (u > 0)[u > 0] & (u < switch)[u > 0]
+    assert rel[series].max() <= 2**-22 and rel[~series].max() <= 2**-19
+    assert (got_log1p[u == 0] == 0).all()
+    z64 = z.double()
+    for got, arg in ((sp, z64), (sp_neg, -z64), (sp_one, z64)):
+        expect = torch.nn.functional.softplus(arg, threshold=1000)
+        normal = expect.isfinite() & (expect > 1e-37)
+        err = (got.double() - expect).abs()
+        assert (err / expect)[normal].max() <= 2**-19, arg[normal][(err / expect)[normal].argmax()]
+        assert err[expect <= 1e-37].max() <= 1e-37
+        assert torch.equal(got.isinf(), expect.isinf()) and torch.equal(got.isnan(), expect.isnan())

@@ -96,6 +96,11 @@ LABEL_AFTER: tl.constexpr = tl.constexpr(os.environ.get("NORMLAB_LOSS_LABEL_AFTE
 FAST_EXP: tl.constexpr = tl.constexpr(
     not _runtime.INTERPRET and os.environ.get("NORMLAB_LOSS_FAST_EXP", "1") != "0")
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
+LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
+# log1p's switch from its series to a log: at u = 1/16 the series to u^5 is within 2^-22 of the
+# result, and the log's absolute error, about 2^-23 (1 + u's rounding and lg2.approx's), is
+# 2^-19 of it.
+LOG1P_SERIES_MAX: tl.constexpr = tl.constexpr(0.0625)
 TWO_LOG2E: tl.constexpr = tl.constexpr(2.8853900817779268)  # 2 / ln 2: exp(2v) = exp2(v 2 log2 e)
 # Elements per step of a launch's row count and final sum (counted_rows, finish_reduction).
 REDUCE_BLOCK: tl.constexpr = tl.constexpr(1024)
@@ -108,6 +113,18 @@ def fast_exp(v):
         return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [v * LOG2E],
                                          dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
     return tl.exp(v)
+
+
+@triton.jit
+def fast_exp_shifted(v, c):
+    """e^(v - c) for a row's scalar c: with FAST_EXP one FFMA, v log2 e - c log2 e, into
+    ex2.approx.ftz.f32 (fast_exp's FADD and FMUL, less one instruction a logit); tl.exp(v - c)
+    otherwise. v is already max-shifted, so c's rounding stays as small as v - c's."""
+    if FAST_EXP:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r",
+                                         [tl.fma(v, LOG2E, -(c * LOG2E))], dtype=tl.float32,
+                                         is_pure=True, pack=1)  # fmt: skip
+    return tl.exp(v - c)
 
 
 @triton.jit
@@ -423,22 +440,44 @@ def kl_shift_of(acc, s_x, KIND: tl.constexpr):
 
 
 @triton.jit
+def fast_log(w):
+    """log w for w in [1, 2]: tl.log, or with FAST_EXP one lg2.approx.ftz.f32 (absolute error
+    below 2^-22 there; tl.log is a polynomial of ~20 instructions in Triton 3.6)."""
+    if FAST_EXP:
+        return LN2 * tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=r,r", [w],
+                                               dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
+    return tl.log(w)
+
+
+@triton.jit
 def log1p(u):
-    """log(1 + u) for u >= 0, to fp32 accuracy near 0 too (w = 1 + u carries the rounding)."""
-    w = 1.0 + u
-    return tl.where(w == 1.0, u, tl.log(w) * (u / (w - 1.0)))
+    """log(1 + u) for 0 <= u <= 1 (NaN for NaN): below LOG1P_SERIES_MAX its series to u^5
+    (relative error below u^5 / 6), above it fast_log of the rounded 1 + u (absolute error
+    about 2^-23)."""
+    series = u * (1.0 - u * (0.5 - u * (1.0 / 3.0 - u * (0.25 - u * 0.2))))
+    return tl.where(u < LOG1P_SERIES_MAX, series, fast_log(1.0 + u))
+
+
+@triton.jit
+def softplus_pair(z):
+    """(softplus(z), softplus(-z)) = (log(1 + e^z), log(1 + e^-z)): max(+-z, 0) plus one shared
+    log1p(e^-|z|), accurate for |z| far above 0 too; inf at z = +-inf."""
+    shared = log1p(fast_exp(-tl.abs(z)))
+    return tl.maximum(z, 0.0) + shared, tl.maximum(-z, 0.0) + shared
 
 
 @triton.jit
 def softplus(z):
     """log(1 + exp(z)), accurate for z far below 0; inf at z = inf."""
-    return tl.maximum(z, 0.0) + log1p(tl.exp(-tl.abs(z)))
+    return tl.maximum(z, 0.0) + log1p(fast_exp(-tl.abs(z)))
 
 
 @triton.jit
-def jsd_log_ratio(lp, lq, beta):
-    """z = log(beta q / ((1 - beta) p)) from log p and log q (see the module docstring)."""
-    return (lq - lp) + tl.log(beta / (1.0 - beta))
+def jsd_z_shift(log_s_x, log_s_t, beta):
+    """The row's constant of z = log(beta q / ((1 - beta) p)) = (ts - xs) + this, ts and xs
+    the max-shifted target and logit (see the module docstring): log p = xs - log s_x, log q =
+    ts - log s_t."""
+    return (log_s_x - log_s_t) + tl.log(beta / (1.0 - beta))
 
 
 @triton.jit
@@ -449,18 +488,20 @@ def jsd_sums(x_row, t_row, lo, hi, shift_x, shift_t, log_s_x, log_s_t, xparam, b
     frame, from the row's final statistics (every tile loaded as an edge tile: -inf outside);
     terms with p = 0 (q = 0) count 0."""
     cols = tile_cols(BLOCK, LANE)
+    z_shift = jsd_z_shift(log_s_x, log_s_t, beta)
     r_p = tl.zeros([BLOCK // LANE], tl.float32)
     r_q = tl.zeros([BLOCK // LANE], tl.float32)
     for i in range(tl.cdiv(tl.maximum(hi, 0), BLOCK)):
         x, t = load_edge_tile(x_row, t_row, i * BLOCK + cols, lo, hi, xparam, JSD, "evict_last",
                               ALIGN, XFORM)  # fmt: skip
-        lp = (x - shift_x) - log_s_x
-        lq = (t - shift_t) - log_s_t
-        z = jsd_log_ratio(lp, lq, beta)
-        p = tl.exp(lp)
-        q = tl.exp(lq)
-        r_p += tl.sum(tl.where(p > 0, p * softplus(z), 0.0), axis=1)
-        r_q += tl.sum(tl.where(q > 0, q * softplus(-z), 0.0), axis=1)
+        xs = x - shift_x
+        ts = t - shift_t
+        z = (ts - xs) + z_shift
+        p = fast_exp_shifted(xs, log_s_x)
+        q = fast_exp_shifted(ts, log_s_t)
+        sp_z, sp_neg_z = softplus_pair(z)
+        r_p += tl.sum(tl.where(p > 0, p * sp_z, 0.0), axis=1)
+        r_q += tl.sum(tl.where(q > 0, q * sp_neg_z, 0.0), axis=1)
     return tl.sum(r_p, axis=0), tl.sum(r_q, axis=0)
 
 
@@ -488,13 +529,13 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
     (1 - beta) and a temperature's 1 / T are in scale (the host's).
     """
     xs = x - shift_x
-    p = fast_exp(xs - log_s_x)
+    p = fast_exp_shifted(xs, log_s_x)
     if KIND == RKL:
         g = tl.where(p > 0, p * ((xs - (t - shift_t)) - kl_shift), 0.0)
     elif (KIND == SCE) or (KIND == FKL):
-        g = p - fast_exp((t - shift_t) - log_s_t)
+        g = p - fast_exp_shifted(t - shift_t, log_s_t)
     elif KIND == JSD:
-        z = jsd_log_ratio(xs - log_s_x, (t - shift_t) - log_s_t, beta)
+        z = ((t - shift_t) - xs) + jsd_z_shift(log_s_x, log_s_t, beta)
         g = tl.where(p > 0, p * (kl_shift - softplus(z)), 0.0)
     else:
         if ZLOSS:  # d(z lse^2) = 2 z lse p
