@@ -116,7 +116,8 @@ def check_norms(dtype) -> None:
 # The options' shapes: one row, narrow block-row rows, a masked wide row, the chunked forward
 # (RMSNorm's looped rows, LayerNorm past 16384), the two-pass and the split-row backward.
 NORM_OPTION_SHAPES = [(1, 8192), (1000, 24), (65536, 257), (257, 2880), (4096, 12288),
-                      (3, 65536), (2048, 16385), (557, 8209)]  # fmt: skip
+                      (3, 65536), (2048, 16385), (557, 8209), (1031, 768),
+                      (4096, 4096)]  # fmt: skip
 
 
 def check_norm_options(dtype) -> None:

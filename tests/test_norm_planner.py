@@ -955,3 +955,73 @@ def test_recomputing_backward_prefetches_rows_up_to_32_columns():
         17, prefetch=True)
     for is_rms in (True, False):
         assert not config.block_row_bwd_recompute_config(33, is_rms).prefetch
+
+
+def test_register_budget_is_the_register_file_over_the_resident_threads():
+    """64K registers over programs_per_sm x warps x 32 threads, in steps of 8, at most 255."""
+    assert config.register_budget(4, 4) == config.register_budget(8, 2) == 128
+    assert config.register_budget(16, 1) == 128 and config.register_budget(32, 1) == 64
+    assert config.register_budget(4, 3) == 168  # 65536 / 384 = 170.7, down to a step of 8
+    assert config.register_budget(1, 1) == config.register_budget(2, 4) == 255
+
+
+@pytest.mark.parametrize("n_cols", [768, 2048, 4096, 8192])
+def test_fused_add_backward_compiles_within_its_planned_occupancy(n_cols):
+    """The fused add's single-pass persistent backward takes the register budget of its planned
+    programs per SM (``maxnreg``); the plain backward, a two-pass one and an explicit 0 take
+    none; an explicit budget is kept."""
+    cfg = config.norm_bwd_config("persistent", 4096, n_cols, fused_add=True, sm_count=132)
+    assert not cfg.two_pass and cfg.prefetch
+    assert cfg.maxnreg == config.register_budget(cfg.num_warps, cfg.programs_per_sm)
+    assert config.norm_bwd_config("persistent", 4096, n_cols, sm_count=132).maxnreg is None
+    assert config.norm_bwd_config("persistent", 4096, n_cols, fused_add=True, maxnreg=0,
+                                  sm_count=132).maxnreg is None  # fmt: skip
+    assert config.norm_bwd_config("persistent", 4096, n_cols, fused_add=True, maxnreg=96,
+                                  sm_count=132).maxnreg == 96  # fmt: skip
+    for strategy in ("atomic", "two_stage"):
+        assert config.norm_bwd_config(strategy, 4096, n_cols, fused_add=True).maxnreg is None
+    wide = config.norm_bwd_config("persistent", 4096, 32768, is_rms=False, fused_add=True)
+    assert wide.two_pass and wide.maxnreg is None
+
+
+@pytest.mark.parametrize("is_rms", [True, False])
+def test_fused_add_backward_launch_takes_the_budget(monkeypatch, is_rms):
+    """The launch of add_rms_norm / add_layer_norm's backward passes maxnreg; the plain norm's
+    does not. Both against fp64 (the interpreter ignores the option: the values are the
+    kernels')."""
+    launches = []
+    real = row.launch
+
+    def spy(fn, grid, *args, **kwargs):
+        launches.append((fn, kwargs))
+        return real(fn, grid, *args, **kwargs)
+
+    monkeypatch.setattr(row, "launch", spy)
+    m, n = 37, 768
+    x, r = torch.randn(m, n), torch.randn(m, n)
+    w, b = 1 + 0.1 * torch.randn(n), 0.1 * torch.randn(n)
+    gy, gh = torch.randn(m, n), torch.randn(m, n)
+    leaves = [t.clone().requires_grad_() for t in (x, r, w, b)]
+    xl, rl, wl, bl = leaves
+    y, h = (normlab.add_rms_norm(xl, rl, wl) if is_rms
+            else normlab.add_layer_norm(xl, rl, wl, bl))  # fmt: skip
+    params = [wl] if is_rms else [wl, bl]
+    grads = torch.autograd.grad((y, h), [xl, rl, *params], (gy, gh))
+    bwd = [kw for fn, kw in launches if "bwd_persistent" in fn.__name__]
+    cfg = config.norm_bwd_config("persistent", m, n, is_rms=is_rms, fused_add=True,
+                                 sm_count=SMS)  # fmt: skip
+    assert len(bwd) == 1 and bwd[0].get("maxnreg") == cfg.maxnreg == 128
+    refs = [t.double().requires_grad_() for t in (x, r, w, b)]
+    hd = refs[0] + refs[1]
+    yd = (ref.rms_norm(hd, refs[2], 1e-6) if is_rms
+          else ref.layer_norm(hd, refs[2], refs[3], 1e-5))  # fmt: skip
+    want = torch.autograd.grad((yd, hd), [refs[0], refs[1], *refs[2:2 + len(params)]],
+                               (gy.double(), gh.double()))  # fmt: skip
+    for got, exp in zip(grads, want, strict=True):
+        assert_close(got, exp, dtype=torch.float32, reduce_len=n)
+    launches.clear()
+    xl = x.clone().requires_grad_()
+    y = normlab.rms_norm(xl, wl) if is_rms else normlab.layer_norm(xl, wl, bl)
+    torch.autograd.grad(y, [xl], gy)
+    bwd = [kw for fn, kw in launches if "bwd_persistent" in fn.__name__]
+    assert len(bwd) == 1 and "maxnreg" not in bwd[0]

@@ -472,6 +472,14 @@ NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
 NORM_BWD_ATOMIC_BLOCK_ROWS = 1
 NORM_BWD_LOOP_STAGES = 1  # software pipelining measured slower than the register prefetch
 NORM_BWD_PREFETCH = ((8192, True), (1 << 62, False))  # the next tile's loads fit in registers
+# An SM's register file (64K 32-bit registers on sm_70 through sm_90).
+SM_REGISTERS = 65536
+# The fused add's single-pass backward streams a third row tile (dh) and prefetches it with
+# x's and dy's: left alone ptxas gave it 128-166 registers a thread, one resident program a SM
+# fewer than planned from 768 to 4096 columns (RMSNorm 4096: 149, LayerNorm: 157; sm_90,
+# Triton 3.6). It compiles within the register budget of its planned programs per SM instead
+# (at 128: no spills at those widths).
+NORM_BWD_FUSED_ADD_REGISTER_BUDGET = True
 NORM_REDUCE_TILES = {  # (BLOCK_M, BLOCK_N, warps) of the reduce kernel, by width and buffers
     1: ((1024, (128, 8, 8)), (4096, (128, 16, 8)), (1 << 62, (16, 32, 8))),
     2: ((1024, (128, 8, 8)), (1 << 62, (128, 32, 4))),
@@ -528,6 +536,14 @@ class NormBwdConfig:
     loop_stages: int
     prefetch: bool  # persistent single-pass only
     paired_partials: bool  # persistent single-pass only: two programs per partial row
+    maxnreg: int | None = None  # persistent single-pass only: registers a thread (None: ptxas's)
+
+
+def register_budget(num_warps: int, programs_per_sm: int) -> int:
+    """Registers a thread may take with ``programs_per_sm`` programs of ``num_warps`` warps
+    resident on one SM: the register file over their threads, in ptxas' steps of 8, at most
+    255 (a launch's ``maxnreg``)."""
+    return min(255, SM_REGISTERS // (32 * num_warps * programs_per_sm) // 8 * 8)
 
 
 def pair_partials(n_programs: int, sm_count: int) -> bool:
@@ -565,13 +581,15 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
                     block_cols: int | None = None, num_warps: int | None = None,
                     programs_per_sm: int | None = None, loop_stages: int | None = None,
                     prefetch: bool | None = None, paired_partials: bool | None = None,
-                    aligned: bool = True, sm_count: int = 0,
-                    one_warp: bool = False) -> NormBwdConfig:  # fmt: skip
+                    aligned: bool = True, sm_count: int = 0, one_warp: bool = False,
+                    fused_add: bool = False,
+                    maxnreg: int | None = None) -> NormBwdConfig:  # fmt: skip
     """Row backward launch config for ``strategy`` (not "auto"); keywords override the rules.
     ``aligned``: every row starts on a 16-byte boundary (``row_align``), so loads are vectors;
     ``sm_count`` (0: unknown) bounds the rows a tile shares (norm_bwd_block_rows).
     ``one_warp`` (``one_warp_rows``): single-pass persistent tiles of ONE_WARP_BWD_TILE_ELEMS
-    (one row at least) in one warp, ONE_WARP_PROGRAMS_PER_SM."""
+    (one row at least) in one warp, ONE_WARP_PROGRAMS_PER_SM. ``fused_add``: the backward of
+    add_rms_norm / add_layer_norm (it reads dh too). ``maxnreg``: 0 for no register cap."""
     if two_pass is None:
         two_pass = norm_bwd_two_pass(n_cols, is_rms, n_rows)
     if block_cols is None:
@@ -607,6 +625,9 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
     if paired_partials is None:
         paired_partials = (programs_per_sm > NORM_BWD_PARTIALS_PER_SM
                            and strategy == "persistent" and not two_pass)  # fmt: skip
+    if maxnreg is None and fused_add and NORM_BWD_FUSED_ADD_REGISTER_BUDGET \
+            and strategy == "persistent" and not two_pass:  # fmt: skip
+        maxnreg = register_budget(num_warps, programs_per_sm)
     return NormBwdConfig(
         strategy=strategy,
         two_pass=bool(two_pass),
@@ -618,6 +639,7 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
         loop_stages=NORM_BWD_LOOP_STAGES if loop_stages is None else loop_stages,
         prefetch=bool(_ladder(NORM_BWD_PREFETCH, n_cols) if prefetch is None else prefetch),
         paired_partials=bool(paired_partials),
+        maxnreg=maxnreg or None,
     )
 
 

@@ -633,6 +633,7 @@ def norm_backward(
     paired_partials=None,
     offset=0.0,
     dh=None,
+    maxnreg=None,
 ):
     """Backward launcher -> (dx, dweight | None, dbias | None).
 
@@ -684,6 +685,7 @@ def norm_backward(
         loop_stages=loop_stages, prefetch=prefetch, paired_partials=paired_partials,
         aligned=align * x2d.element_size() == config.VECTOR_BYTES,
         sm_count=sm_count, one_warp=config.one_warp_rows(n_cols, align, x2d.element_size()),
+        fused_add=dh is not None, maxnreg=maxnreg,
     )  # fmt: skip
     dummy = rstd
     common = (
@@ -763,7 +765,8 @@ def norm_backward(
         launch(kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols, *strides,
                float(offset), **flags, **tile, LOOP_STAGES=cfg.loop_stages,
                PREFETCH=cfg.prefetch, PAIRED=paired, ROW_ALIGN=align,
-               **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}))  # fmt: skip
+               **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}),
+               **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))  # fmt: skip
     if (has_w or has_b) and not direct:
         reduce_partials(
             dw_partial if has_w else None,

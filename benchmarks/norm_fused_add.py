@@ -1,0 +1,173 @@
+"""The fused residual add's backward: its register budget and prefetch, against the plain norm's.
+
+    python3 benchmarks/norm_fused_add.py --out out/norm_fused_add.jsonl [--reps 10] [--cells ...]
+
+For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
+
+- the backward of ``add_rms_norm`` / ``add_layer_norm`` (it reads h, dy and dh, writes dx):
+  planned (``config.norm_bwd_config``'s ``fused_add`` rule), with no register cap, and without
+  the prefetch, with and without the cap;
+- the plain norm's backward at the same shape, planned and capped at the same budget
+  (``config.register_budget``: a rule for every backward would have to leave it level);
+- forward+backward: the fused add, the norm on a separately computed sum, and Liger-Kernel's
+  fused-add RMSNorm.
+
+Every backward variant's dx/dγ/dβ is checked against the planned one's before it is timed.
+Records carry ``shape_set="norm_fused_add"`` and the variant in ``impl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+import normlab
+from normlab.bench import device_info
+from normlab.bench.records import portable_command, write_jsonl
+from normlab.bench.sweep import measure, parse_shapes
+from normlab.norms import config, row
+
+# About 16.8M elements a cell (32 MiB a bf16 tensor), across the single-pass widths.
+CELLS = "21845x768,16384x1024,8192x2048,5461x3072,4096x4096,3276x5120,2048x8192"
+EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+
+
+def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
+    """name -> (op for the bytes model, zero-argument backward)."""
+    budget = config.register_budget(*_planned_warps(h.shape, is_rms))
+
+    def fused(**kw):
+        return "add_" + ("rms_norm" if is_rms else "layer_norm"), (
+            lambda: row.norm_backward(dy, h, w, b, mean, rstd, is_rms, dh=dh, **kw))
+
+    def plain(**kw):
+        return "rms_norm" if is_rms else "layer_norm", (
+            lambda: row.norm_backward(dy, h, w, b, mean, rstd, is_rms, **kw))
+
+    return {
+        "fused add planned": fused(),
+        "fused add no register cap": fused(maxnreg=0),
+        "fused add no prefetch": fused(prefetch=False),
+        "fused add no prefetch, no cap": fused(prefetch=False, maxnreg=0),
+        "plain planned": plain(),
+        "plain at the register budget": plain(maxnreg=budget),
+    }
+
+
+def _planned_warps(shape, is_rms):
+    cfg = config.norm_bwd_config("persistent", *shape, is_rms=is_rms,
+                                 sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+    return cfg.num_warps, cfg.programs_per_sm
+
+
+def _forward_backward(x, r, w, b, gy, gh, is_rms):
+    """name -> fwd+bwd call: the fused add, a separate add, Liger's fused add (RMSNorm)."""
+    eps = EPS["rms_norm" if is_rms else "layer_norm"]
+    params = (w,) if is_rms else (w, b)
+
+    def norm(h):
+        return normlab.rms_norm(h, w, eps) if is_rms else normlab.layer_norm(h, w, b, eps)
+
+    def fused():
+        y, h = (normlab.add_rms_norm(x, r, w, eps) if is_rms
+                else normlab.add_layer_norm(x, r, w, b, eps))  # fmt: skip
+        return torch.autograd.grad((y, h), (x, r, *params), (gy, gh))
+
+    def separate():
+        h = x + r
+        return torch.autograd.grad((norm(h), h), (x, r, *params), (gy, gh))
+
+    calls = {"fused add": fused, "separate add": separate}
+    if is_rms:
+        try:
+            from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction as Fn
+        except Exception:  # not installed: no peer
+            return calls
+
+        def liger():
+            y, h = Fn.apply(x, r, w, eps, 0.0, "llama", False)
+            return torch.autograd.grad((y, h), (x, r, w), (gy, gh))
+
+        calls["liger fused add"] = liger
+    return calls
+
+
+def _close(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    scale = b.float().abs().max().item() + 1e-6
+    return (a.float() - b.float()).abs().max().item() <= 2e-2 * scale
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--cells", default=CELLS, help="MxN[,MxN...]")
+    parser.add_argument("--ops", default="rms_norm,layer_norm")
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error("--reps must be >= 1")
+    try:
+        cells = parse_shapes(args.cells)
+    except ValueError:
+        parser.error("--cells takes MxN,MxN,... (integers)")
+    ops = args.ops.split(",")
+    if any(op not in EPS for op in ops):
+        parser.error(f"--ops: a comma list of {', '.join(EPS)}")
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    dev = device_info()
+    command = portable_command(["python3", "benchmarks/norm_fused_add.py",
+                                *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
+    records = []
+    for m, n in cells:
+        for op in ops:
+            is_rms = op == "rms_norm"
+            bf16 = {"dtype": torch.bfloat16, "device": "cuda"}
+            x, r = torch.randn(m, n, **bf16), torch.randn(m, n, **bf16)
+            w = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
+            b = None if is_rms else (0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
+            dy, dh = torch.randn(m, n, **bf16), torch.randn(m, n, **bf16)
+            h = (x.float() + r.float()).to(torch.bfloat16)
+            _, mean, rstd = row.norm_forward(h, w, b, EPS[op], is_rms)
+            variants = _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms)
+            line = [f"{op} {m}x{n} bwd:"]
+            for plain in (False, True):
+                base = "plain planned" if plain else "fused add planned"
+                want = variants[base][1]()
+                for name, (bytes_op, run) in variants.items():
+                    if name.startswith("plain") != plain:
+                        continue
+                    if not all(_close(g, e) for g, e in zip(run(), want, strict=True)):
+                        line.append(f"{name} MISMATCH")
+                        continue
+                    rec = measure(run, bytes_op, f"normlab {name}", m, n, "bf16", "bwd",
+                                  device=dev, reps=args.reps, command=command,
+                                  shape_set="norm_fused_add")  # fmt: skip
+                    records.append(rec)
+                    line.append(f"{name} {rec.device_us:.1f}")
+            print(" | ".join(line), flush=True)
+            xg, rg = x.clone().requires_grad_(), r.clone().requires_grad_()
+            wg = w.clone().requires_grad_()
+            bg = None if b is None else b.clone().requires_grad_()
+            line = [f"{op} {m}x{n} fwd+bwd:"]
+            add_op = "add_" + op
+            for name, run in _forward_backward(xg, rg, wg, bg, dy, dh, is_rms).items():
+                impl = "liger" if name.startswith("liger") else "normlab"
+                rec = measure(run, add_op, f"{impl} {name}" if impl == "normlab" else impl, m, n,
+                              "bf16", "fwd+bwd", device=dev, reps=args.reps, command=command,
+                              shape_set="norm_fused_add")  # fmt: skip
+                records.append(rec)
+                line.append(f"{name} {rec.device_us:.1f}")
+            print(" | ".join(line), flush=True)
+            write_jsonl(records, args.out)
+    print(f"wrote {len(records)} records to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
