@@ -111,8 +111,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2 or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -700,6 +700,14 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/gpu_check_norm_options.json" --quick --only norm_options
     step norm_fused_add 380 python3 benchmarks/norm_fused_add.py --out "$OUT/norm_fused_add.jsonl" \
       --reps 10
+    ;;
+  fusedadd2)  # LayerNorm's fused-add backward without the prefetch: checked, replayed, timed
+    step gpu_check_fused_add 250 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_fused_add.json" --quick --only norm_options,replay,lean,graphs
+    step norm_fused_add 300 python3 benchmarks/norm_fused_add.py --out "$OUT/norm_fused_add.jsonl" \
+      --reps 10
+    step loss_options 200 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
+      --reps 10 --max-seconds 170
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

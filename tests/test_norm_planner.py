@@ -982,6 +982,14 @@ def test_fused_add_backward_compiles_within_its_planned_occupancy(n_cols):
         assert config.norm_bwd_config(strategy, 4096, n_cols, fused_add=True).maxnreg is None
     wide = config.norm_bwd_config("persistent", 4096, 32768, is_rms=False, fused_add=True)
     assert wide.two_pass and wide.maxnreg is None
+    # LayerNorm's fused-add backward loads each tile in turn; its plain one, and RMSNorm's
+    # fused one, prefetch (up to 8192 columns)
+    ln = config.norm_bwd_config("persistent", 4096, n_cols, is_rms=False, fused_add=True)
+    assert not ln.prefetch and ln.maxnreg == config.register_budget(ln.num_warps,
+                                                                     ln.programs_per_sm)
+    assert config.norm_bwd_config("persistent", 4096, n_cols, is_rms=False).prefetch
+    assert config.norm_bwd_config("persistent", 4096, n_cols, is_rms=False, fused_add=True,
+                                  prefetch=True).prefetch  # fmt: skip
 
 
 @pytest.mark.parametrize("is_rms", [True, False])

@@ -478,8 +478,14 @@ SM_REGISTERS = 65536
 # x's and dy's: left alone ptxas gave it 128-166 registers a thread, one resident program a SM
 # fewer than planned from 768 to 4096 columns (RMSNorm 4096: 149, LayerNorm: 157; sm_90,
 # Triton 3.6). It compiles within the register budget of its planned programs per SM instead
-# (at 128: no spills at those widths).
+# (at 128: no spills at those widths). RMSNorm 4096 x 4096 bf16: 52.9 -> 40.5 µs with the
+# reduce; the plain backward at the same budget was level at 1024-8192 columns
+# (norm_fused_add_f47de40).
 NORM_BWD_FUSED_ADD_REGISTER_BUDGET = True
+# LayerNorm's fused-add backward does not prefetch: its two row sums beside three prefetched
+# tiles ran 1.04-1.12x slower than loading each tile in turn at 1024-5120 columns (4096: 52.0
+# against 51.4 µs; 5120: 74.2 against 66.1) and 1.04x faster at 8192 (norm_fused_add_f47de40).
+NORM_BWD_FUSED_ADD_LN_PREFETCH = False
 NORM_REDUCE_TILES = {  # (BLOCK_M, BLOCK_N, warps) of the reduce kernel, by width and buffers
     1: ((1024, (128, 8, 8)), (4096, (128, 16, 8)), (1 << 62, (16, 32, 8))),
     2: ((1024, (128, 8, 8)), (1 << 62, (128, 32, 4))),
@@ -537,6 +543,13 @@ class NormBwdConfig:
     prefetch: bool  # persistent single-pass only
     paired_partials: bool  # persistent single-pass only: two programs per partial row
     maxnreg: int | None = None  # persistent single-pass only: registers a thread (None: ptxas's)
+
+
+def _bwd_prefetch(n_cols: int, is_rms: bool, fused_add: bool) -> bool:
+    """Does the single-pass backward load its next tile before working on this one?"""
+    if fused_add and not is_rms:
+        return NORM_BWD_FUSED_ADD_LN_PREFETCH
+    return _ladder(NORM_BWD_PREFETCH, n_cols)
 
 
 def register_budget(num_warps: int, programs_per_sm: int) -> int:
@@ -637,7 +650,7 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
         programs_per_sm=programs_per_sm,
         rows_per_program=rows_per_program,
         loop_stages=NORM_BWD_LOOP_STAGES if loop_stages is None else loop_stages,
-        prefetch=bool(_ladder(NORM_BWD_PREFETCH, n_cols) if prefetch is None else prefetch),
+        prefetch=bool(_bwd_prefetch(n_cols, is_rms, fused_add) if prefetch is None else prefetch),
         paired_partials=bool(paired_partials),
         maxnreg=maxnreg or None,
     )
