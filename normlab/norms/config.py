@@ -483,8 +483,8 @@ SM_REGISTERS = 65536
 # (norm_fused_add_f47de40).
 NORM_BWD_FUSED_ADD_REGISTER_BUDGET = True
 # LayerNorm's fused-add backward does not prefetch: its two row sums beside three prefetched
-# tiles ran 1.04-1.12x slower than loading each tile in turn at 1024-5120 columns (4096: 52.0
-# against 51.4 µs; 5120: 74.2 against 66.1) and 1.04x faster at 8192 (norm_fused_add_f47de40).
+# tiles ran 1.01-1.14x slower than loading each tile in turn at 768-5120 columns (768: 60.7
+# against 53.3 µs; 5120: 74.2 against 66.1) and 1.04x faster at 8192 (norm_fused_add_f47de40).
 NORM_BWD_FUSED_ADD_LN_PREFETCH = False
 NORM_REDUCE_TILES = {  # (BLOCK_M, BLOCK_N, warps) of the reduce kernel, by width and buffers
     1: ((1024, (128, 8, 8)), (4096, (128, 16, 8)), (1 << 62, (16, 32, 8))),
