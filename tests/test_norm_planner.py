@@ -982,6 +982,12 @@ def test_fused_add_backward_compiles_within_its_planned_occupancy(n_cols):
         assert config.norm_bwd_config(strategy, 4096, n_cols, fused_add=True).maxnreg is None
     wide = config.norm_bwd_config("persistent", 4096, 32768, is_rms=False, fused_add=True)
     assert wide.two_pass and wide.maxnreg is None
+    # one-warp tiles (unaligned rows): 32 programs a SM is the warp limit, not a register plan
+    odd = config.norm_bwd_config("persistent", 4096, n_cols + 1, fused_add=True, aligned=False,
+                                 one_warp=config.one_warp_rows(n_cols + 1, 1, 2), sm_count=132)
+    assert (odd.num_warps == 1) == config.one_warp_rows(n_cols + 1, 1, 2)
+    assert odd.maxnreg == (None if odd.num_warps == 1 else config.register_budget(
+        odd.num_warps, odd.programs_per_sm))
     # LayerNorm's fused-add backward loads each tile in turn; its plain one, and RMSNorm's
     # fused one, prefetch (up to 8192 columns)
     ln = config.norm_bwd_config("persistent", 4096, n_cols, is_rms=False, fused_add=True)

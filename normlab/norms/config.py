@@ -638,8 +638,9 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
     if paired_partials is None:
         paired_partials = (programs_per_sm > NORM_BWD_PARTIALS_PER_SM
                            and strategy == "persistent" and not two_pass)  # fmt: skip
+    # (one-warp tiles excepted: their programs per SM is the SM's warp limit, not a register plan)
     if maxnreg is None and fused_add and NORM_BWD_FUSED_ADD_REGISTER_BUDGET \
-            and strategy == "persistent" and not two_pass:  # fmt: skip
+            and strategy == "persistent" and not two_pass and not one_warp:  # fmt: skip
         maxnreg = register_budget(num_warps, programs_per_sm)
     return NormBwdConfig(
         strategy=strategy,
