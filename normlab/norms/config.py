@@ -475,12 +475,12 @@ NORM_BWD_PREFETCH = ((8192, True), (1 << 62, False))  # the next tile's loads fi
 # An SM's register file (64K 32-bit registers on sm_70 through sm_90).
 SM_REGISTERS = 65536
 # The fused add's single-pass backward streams a third row tile (dh) and prefetches it with
-# x's and dy's: left alone ptxas gave it 128-166 registers a thread, one resident program a SM
-# fewer than planned from 768 to 4096 columns (RMSNorm 4096: 149, LayerNorm: 157; sm_90,
-# Triton 3.6). It compiles within the register budget of its planned programs per SM instead
-# (at 128: no spills at those widths). RMSNorm 4096 x 4096 bf16: 52.9 -> 40.5 µs with the
-# reduce; the plain backward at the same budget was level at 1024-8192 columns
-# (norm_fused_add_f47de40).
+# x's and dy's: left alone ptxas gave it up to 166 registers a thread, one resident program a
+# SM fewer than planned at 768, 1024 and 4096 columns in RMSNorm (4096: 149) and at 768-4096
+# in LayerNorm (4096: 157; sm_90, Triton 3.6). It compiles within the register budget of its
+# planned programs per SM instead (at 128: no spills at those widths). RMSNorm 4096 x 4096
+# bf16: 52.9 -> 40.5 µs with the reduce; the plain backward at the same budget was level at
+# 1024-8192 columns (norm_fused_add_f47de40).
 NORM_BWD_FUSED_ADD_REGISTER_BUDGET = True
 # LayerNorm's fused-add backward does not prefetch: its two row sums beside three prefetched
 # tiles ran 1.01-1.14x slower than loading each tile in turn at 768-5120 columns (768: 60.7
