@@ -480,7 +480,7 @@ SM_REGISTERS = 65536
 # in LayerNorm (4096: 157; sm_90, Triton 3.6). It compiles within the register budget of its
 # planned programs per SM instead (at 128: no spills at those widths). RMSNorm 4096 x 4096
 # bf16: 52.9 -> 40.5 µs with the reduce; the plain backward at the same budget was level at
-# 1024-8192 columns (norm_fused_add_f47de40).
+# 768-8192 columns (norm_fused_add_f47de40, norm_fused_add_555ab72).
 NORM_BWD_FUSED_ADD_REGISTER_BUDGET = True
 # LayerNorm's fused-add backward does not prefetch: its two row sums beside three prefetched
 # tiles ran 1.01-1.14x slower than loading each tile in turn at 768-5120 columns (768: 60.7
