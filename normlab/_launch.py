@@ -176,6 +176,10 @@ def _traced_launch(fn, grid, args, kwargs):
         # placeholder arguments apart). Its product form (tiles.known_multiple) folds a
         # constant; compiled calls with it were not checked on a GPU, so they keep ROW_ALIGN 1.
         kwargs = {**kwargs, "ROW_ALIGN": 1}
+    if "maxnreg" in kwargs:
+        # Inductor takes num_warps, num_stages and num_ctas as a user kernel's launch options
+        # (torch 2.11), not maxnreg, which it would read as a kernel argument: ptxas's own count.
+        kwargs = {k: v for k, v in kwargs.items() if k != "maxnreg"}
     torch.library.wrap_triton(fn)[grid](*args, **kwargs)  # (ops trace only JIT kernels)
 
 

@@ -123,8 +123,8 @@ def _kernel(x_ptr, x_row_stride, ROW_ALIGN: tl.constexpr):  # a signature: never
 
 def test_traced_launch_drops_the_row_stride_hint(monkeypatch):
     """A traced launch is a wrap_triton call with ROW_ALIGN 1 (the hint under Inductor's
-    mutation analysis, which makes constants of ints, is unchecked on a GPU: _traced_launch),
-    the rest as given."""
+    mutation analysis, which makes constants of ints, is unchecked on a GPU: _traced_launch)
+    and no maxnreg (not a launch option Inductor takes), the rest as given."""
     from triton.runtime.jit import JITFunction
 
     kernel, seen = JITFunction(_kernel), []
@@ -140,8 +140,10 @@ def test_traced_launch_drops_the_row_stride_hint(monkeypatch):
     with _launch.traced():
         _launch.launch(kernel, (3,), "x", 1000, ROW_ALIGN=8, num_warps=4)
         _launch.launch(kernel, (2,), "x", 1001, ROW_ALIGN=1, num_warps=2)
+        _launch.launch(kernel, (1,), "x", 1002, ROW_ALIGN=1, num_warps=8, maxnreg=128)
     assert seen == [(kernel, (3,), ("x", 1000), {"ROW_ALIGN": 1, "num_warps": 4}),
-                    (kernel, (2,), ("x", 1001), {"ROW_ALIGN": 1, "num_warps": 2})]  # fmt: skip
+                    (kernel, (2,), ("x", 1001), {"ROW_ALIGN": 1, "num_warps": 2}),
+                    (kernel, (1,), ("x", 1002), {"ROW_ALIGN": 1, "num_warps": 8})]  # fmt: skip
 
 
 def test_traced_body_needs_traceable_kernels(launches, monkeypatch):
