@@ -59,7 +59,9 @@ def _variants(x, w, b, dy, mean, rstd, is_rms, sms):
     return out
 
 
-def _close(a, b) -> bool:
+def close(a, b) -> bool:
+    """Does a launcher variant's output match the planned one's (within 2% of its largest
+    entry; both None counts)?"""
     if a is None or b is None:
         return a is None and b is None
     scale = b.float().abs().max().item() + 1e-6
@@ -110,7 +112,7 @@ def main(argv=None) -> int:
             line = [f"{op} {m}x{n}:"]
             for name, run in variants.items():
                 got = run()
-                if not all(_close(g, r) for g, r in zip(got, want, strict=True)):
+                if not all(close(g, r) for g, r in zip(got, want, strict=True)):
                     line.append(f"{name} MISMATCH")
                     continue
                 rec = timed(run, op, f"normlab {name}", m, n)

@@ -23,8 +23,10 @@ import sys
 from pathlib import Path
 
 import torch
+from norm_bwd_variants import close
 
 import normlab
+from normlab import _runtime
 from normlab.bench import device_info
 from normlab.bench.records import portable_command, write_jsonl
 from normlab.bench.sweep import measure, parse_shapes
@@ -60,7 +62,7 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
 
 def _planned_warps(shape, is_rms):
     cfg = config.norm_bwd_config("persistent", *shape, is_rms=is_rms,
-                                 sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+                                 sm_count=_runtime.sm_count())
     return cfg.num_warps, cfg.programs_per_sm
 
 
@@ -94,13 +96,6 @@ def _forward_backward(x, r, w, b, gy, gh, is_rms):
 
         calls["liger fused add"] = liger
     return calls
-
-
-def _close(a, b) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    scale = b.float().abs().max().item() + 1e-6
-    return (a.float() - b.float()).abs().max().item() <= 2e-2 * scale
 
 
 def main(argv=None) -> int:
@@ -143,7 +138,7 @@ def main(argv=None) -> int:
                 for name, (bytes_op, run) in variants.items():
                     if name.startswith("plain") != plain:
                         continue
-                    if not all(_close(g, e) for g, e in zip(run(), want, strict=True)):
+                    if not all(close(g, e) for g, e in zip(run(), want, strict=True)):
                         line.append(f"{name} MISMATCH")
                         continue
                     rec = measure(run, bytes_op, f"normlab {name}", m, n, "bf16", "bwd",
