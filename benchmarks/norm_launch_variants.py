@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import torch
-from norm_bwd_variants import _close
+from norm_bwd_variants import close
 from norm_population import _compiled_peer
 
 from normlab import _runtime
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
                 continue
             if direction == "fwd":  # y only: a plan may leave the statistics to the backward
                 got = got[:1]
-            if not all(_close(g, r) for g, r in zip(got, want, strict=True)):
+            if not all(close(g, r) for g, r in zip(got, want, strict=True)):
                 line.append(f"{name} MISMATCH")
                 continue
             line.append(f"{name} {timed(run, f'normlab {name}').device_us:.2f}")
