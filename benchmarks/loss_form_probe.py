@@ -1,0 +1,101 @@
+"""Where an option's cost comes from: one loss in each form and tile, with the option, without
+it, and with its arithmetic moved onto the data.
+
+    python3 benchmarks/loss_form_probe.py --out out/probe.jsonl [--M 4096 --V 131072]
+    python3 benchmarks/loss_form_probe.py --out out/smoke.jsonl --quick     # CPU: the interpreter
+
+Times forward+backward (device µs, L2 flushed) of reverse KL with temperature 1 and 2, and with
+temperature 1 on logits and targets divided by 2 beforehand (the same distributions: when that
+case costs what T = 2 does, the data's spread, not the option's arithmetic, costs the time);
+and JSD, whose form and tile ``form="auto"`` takes from reverse KL's unmeasured; each in the
+chunked and the fused form at tiles 1024, 2048 and 4096. One record per case (the case in its
+note), rewritten after each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import normlab
+from normlab.bench import budget, device_info
+from normlab.bench.device import git_commit
+from normlab.bench.records import portable_command, replace_jsonl
+from normlab.bench.sweep import CPU_LABEL, measure
+
+FORMS = ("chunked", "fused")
+CAPS = (1024, 2048, 4096)
+
+
+def _cases(M, V, dtype, device):
+    """case name -> (op, fwd+bwd call taking form and block_cap)."""
+    x = torch.randn(M, V, dtype=dtype, device=device, requires_grad=True)
+    t = torch.randn(M, V, dtype=dtype, device=device)
+    x_half = (x.detach() / 2).requires_grad_()
+    t_half = t / 2
+
+    def grad(fn, logits):
+        return lambda **kw: (lambda: torch.autograd.grad(fn(**kw), (logits,)))
+
+    return {
+        "reverse_kl": ("reverse_kl", grad(lambda **kw: normlab.reverse_kl(x, t, **kw), x)),
+        "reverse_kl T=2": ("reverse_kl", grad(
+            lambda **kw: normlab.reverse_kl(x, t, temperature=2.0, **kw), x)),
+        "reverse_kl on x/2, t/2": ("reverse_kl", grad(
+            lambda **kw: normlab.reverse_kl(x_half, t_half, **kw), x_half)),
+        "jsd": ("jsd", grad(lambda **kw: normlab.jsd(x, t, **kw), x)),
+    }  # fmt: skip
+
+
+def main(argv=None) -> int:
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--M", type=int, default=4096)
+    parser.add_argument("--V", type=int, default=131072)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 reps (CPU smoke)")
+    budget.add_arguments(parser)
+    args = parser.parse_args(argv)
+    if min(args.M, args.V, args.reps) < 1:
+        parser.error("--M, --V and --reps must be >= 1")
+    run_budget = budget.from_args(parser, args)
+    if args.quick:
+        args.M, args.V, args.reps = 3, 300, 2
+    elif not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU (or --quick for a CPU smoke run in the interpreter)")
+    caps = (16, 64) if args.quick else CAPS
+    dev = device_info()
+    commit = git_commit()
+    command = portable_command(["python3", "benchmarks/loss_form_probe.py", *argv])
+    if normlab.INTERPRET:
+        print(CPU_LABEL)
+    print(f"{'case':<26}{'form':>9}{'cap':>6}{'µs':>10}   ({args.M}x{args.V}, bf16, fwd+bwd, "
+          f"{dev.card})")
+    records, last_s = [], 0.0
+    for name, (op, call) in _cases(args.M, args.V, torch.bfloat16, normlab.DEVICE).items():
+        for form in FORMS:
+            for cap in caps:
+                if not run_budget.allows(last_s):
+                    print(f"stopped at the time limit: {len(records)} measured")
+                    return 0
+                t0 = time.time()
+                rec = measure(call(form=form, block_cap=cap), op, "normlab", args.M, args.V,
+                              torch.bfloat16, "fwd+bwd", device=dev, strategy=form,
+                              block_cap=cap, reps=args.reps, warmup=1 if args.quick else 3,
+                              command=command, commit=commit)  # fmt: skip
+                last_s = time.time() - t0
+                records.append(dataclasses.replace(rec, note=f"{rec.note}; case {name}"))
+                replace_jsonl(records, args.out)
+                print(f"{name:<26}{form:>9}{cap:>6}{rec.device_us:>10.1f}", flush=True)
+    print(f"wrote {len(records)} records to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
