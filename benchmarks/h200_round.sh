@@ -107,7 +107,8 @@
 # lossregs (the fused loss kernel's register caps: the loss options with none, 72 and 64 registers
 # a thread at tiles 2048 and 4096, at 131072 and 32768 columns; the norms with the fused add
 # inside torch.compile).
-# probe (reverse KL with a temperature, on data divided beforehand, and JSD, in each form and tile).
+# probe (reverse KL with a temperature, on data divided beforehand, and JSD, in each form and tile;
+# the fused add's forward at other warps).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -727,11 +728,13 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     done
     step compile_check_norms 150 python3 benchmarks/compile_check.py --norms
     ;;
-  probe)  # where the temperature's cost comes from; JSD's form and tile
-    step loss_form_probe 300 python3 benchmarks/loss_form_probe.py --out "$OUT/loss_form_probe.jsonl" \
-      --max-seconds 280
-    step loss_form_probe_v32768 200 python3 benchmarks/loss_form_probe.py --V 32768 \
-      --out "$OUT/loss_form_probe_v32768.jsonl" --max-seconds 180
+  probe)  # where the temperature's cost comes from; JSD's form and tile; the fused add's forward
+    step loss_form_probe 200 python3 benchmarks/loss_form_probe.py --out "$OUT/loss_form_probe.jsonl" \
+      --max-seconds 180
+    step loss_form_probe_v32768 120 python3 benchmarks/loss_form_probe.py --V 32768 \
+      --out "$OUT/loss_form_probe_v32768.jsonl" --max-seconds 100
+    step norm_fused_add 230 python3 benchmarks/norm_fused_add.py --out "$OUT/norm_fused_add.jsonl" \
+      --reps 10 --cells 16384x1024,4096x4096,3276x5120,2048x8192
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

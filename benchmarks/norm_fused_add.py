@@ -1,9 +1,12 @@
-"""The fused residual add's backward: its register budget and prefetch, against the plain norm's.
+"""The fused residual add: its forward's warps, its backward's register budget and prefetch,
+against the plain norm's.
 
     python3 benchmarks/norm_fused_add.py --out out/norm_fused_add.jsonl [--reps 10] [--cells ...]
 
 For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
 
+- the forward of ``add_rms_norm`` / ``add_layer_norm`` (it reads x and the residual, writes y
+  and h) planned and at other warps, beside the plain norm's forward planned at the same shape;
 - the backward of ``add_rms_norm`` / ``add_layer_norm`` (it reads h, dy and dh, writes dx):
   planned (``config.norm_bwd_config``'s ``fused_add`` rules), with no register cap, without
   the prefetch (with and without the cap), and with it (LayerNorm's planned one has none);
@@ -12,7 +15,7 @@ For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
 - forward+backward: the fused add, the norm on a separately computed sum, and Liger-Kernel's
   fused-add RMSNorm.
 
-Every backward variant's dx/dγ/dβ is checked against the planned one's before it is timed.
+Every variant's outputs are checked against the planned one's before it is timed.
 Records carry ``shape_set="norm_fused_add"`` and the variant in ``impl``.
 """
 
@@ -58,6 +61,31 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         "plain planned": plain(),
         "plain at the register budget": plain(maxnreg=budget),
     }
+
+
+FWD_WARPS = (4, 8, 16)
+
+
+def _forward_variants(x, r, w, b, is_rms):
+    """name -> (op for the bytes model, zero-argument forward)."""
+    eps = EPS["rms_norm" if is_rms else "layer_norm"]
+    op = "rms_norm" if is_rms else "layer_norm"
+    planned = config.norm_fwd_config(x.shape[1], is_rms, x.shape[0], _runtime.sm_count(),
+                                     fused_add=True).num_warps  # fmt: skip
+
+    def fused(**kw):
+        def run():  # (y, mean, rstd, h)
+            h = torch.empty_like(x)
+            return (*row.norm_forward(x, w, b, eps, is_rms, residual=r, h_out=h, **kw), h)
+
+        return "add_" + op, run
+
+    variants = {"fused add forward planned": fused()}
+    for warps in FWD_WARPS:
+        if warps != planned:
+            variants[f"fused add forward at {warps} warps"] = fused(num_warps=warps)
+    variants["plain forward planned"] = (op, lambda: row.norm_forward(x, w, b, eps, is_rms))
+    return variants
 
 
 def _planned_warps(shape, is_rms):
@@ -130,6 +158,19 @@ def main(argv=None) -> int:
             dy, dh = torch.randn(m, n, **bf16), torch.randn(m, n, **bf16)
             h = (x.float() + r.float()).to(torch.bfloat16)
             _, mean, rstd = row.norm_forward(h, w, b, EPS[op], is_rms)
+            forwards = _forward_variants(x, r, w, b, is_rms)
+            line = [f"{op} {m}x{n} fwd:"]
+            want = forwards["fused add forward planned"][1]()
+            for name, (bytes_op, run) in forwards.items():
+                if not name.startswith("plain") and not all(
+                        close(g, e) for g, e in zip(run(), want, strict=True)):  # fmt: skip
+                    line.append(f"{name} MISMATCH")
+                    continue
+                rec = measure(run, bytes_op, f"normlab {name}", m, n, "bf16", "fwd", device=dev,
+                              reps=args.reps, command=command, shape_set="norm_fused_add")
+                records.append(rec)
+                line.append(f"{name} {rec.device_us:.1f}")
+            print(" | ".join(line), flush=True)
             variants = _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms)
             line = [f"{op} {m}x{n} bwd:"]
             for plain in (False, True):
