@@ -109,6 +109,8 @@
 # inside torch.compile).
 # probe (reverse KL with a temperature, on data divided beforehand, and JSD, in each form and tile;
 # the fused add's forward at other warps).
+# probe2 (the chunked form's register caps under a temperature and JSD; the fused add's forward as a
+# persistent grid of one-row tiles).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -116,8 +118,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2 or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -735,6 +737,16 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/loss_form_probe_v32768.jsonl" --max-seconds 100
     step norm_fused_add 230 python3 benchmarks/norm_fused_add.py --out "$OUT/norm_fused_add.jsonl" \
       --reps 10 --cells 16384x1024,4096x4096,3276x5120,2048x8192
+    ;;
+  probe2)  # the chunked form's register caps with a temperature; the fused add's forward grids
+    for regs in none 2048:72; do
+      tag=${regs//[:,]/_}
+      step "loss_form_probe_chunked_$tag" 120 python3 benchmarks/loss_form_probe.py \
+        --out "$OUT/loss_form_probe_chunked_$tag.jsonl" --cases "reverse_kl,reverse_kl T=2,jsd" \
+        --forms chunked --caps 1024,2048 --chunked-maxnreg "$regs" --max-seconds 100
+    done
+    step norm_fused_add_fwd 200 python3 benchmarks/norm_fused_add.py \
+      --out "$OUT/norm_fused_add_fwd.jsonl" --reps 10 --cells 16384x1024,4096x4096,2048x8192
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -38,7 +38,7 @@ from normlab.bench.traffic import element_size
 from normlab.losses import config as loss_config
 
 
-def _register_caps(text: str) -> dict[int, int]:
+def register_caps(text: str) -> dict[int, int]:
     """'2048:64,4096:64' -> {2048: 64, 4096: 64}; 'none' -> {}."""
     if text.strip() == "none":
         return {}
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
         if text is None:
             continue
         try:
-            caps = _register_caps(text)
+            caps = register_caps(text)
         except ValueError as exc:
             parser.error(f"--{form}-maxnreg: {exc}")
         table = getattr(loss_config, f"ENTROPY_{form.upper()}_MAXNREG")

@@ -6,7 +6,8 @@ against the plain norm's.
 For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
 
 - the forward of ``add_rms_norm`` / ``add_layer_norm`` (it reads x and the residual, writes y
-  and h) planned and at other warps, beside the plain norm's forward planned at the same shape;
+  and h) planned, at other warps and as a persistent grid of one-row tiles, beside the plain
+  norm's forward planned at the same shape;
 - the backward of ``add_rms_norm`` / ``add_layer_norm`` (it reads h, dy and dh, writes dx):
   planned (``config.norm_bwd_config``'s ``fused_add`` rules), with no register cap, without
   the prefetch (with and without the cap), and with it (LayerNorm's planned one has none);
@@ -64,6 +65,7 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
 
 
 FWD_WARPS = (4, 8, 16)
+FWD_PERSISTENT_PER_SM = (2, 4)
 
 
 def _forward_variants(x, r, w, b, is_rms):
@@ -84,6 +86,9 @@ def _forward_variants(x, r, w, b, is_rms):
     for warps in FWD_WARPS:
         if warps != planned:
             variants[f"fused add forward at {warps} warps"] = fused(num_warps=warps)
+    for per_sm in FWD_PERSISTENT_PER_SM:  # one row a step, the next row prefetched
+        variants[f"fused add forward persistent, {per_sm} a SM"] = fused(
+            tile=config.BlockRowFwdConfig(1, planned, per_sm))
     variants["plain forward planned"] = (op, lambda: row.norm_forward(x, w, b, eps, is_rms))
     return variants
 

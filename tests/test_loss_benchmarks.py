@@ -342,11 +342,11 @@ def test_replace_jsonl_leaves_a_complete_file(tmp_path):
 
 
 def test_loss_options_register_caps_parse_and_reject(options, tmp_path, capsys):
-    assert options._register_caps("2048:64,4096:64") == {2048: 64, 4096: 64}
-    assert options._register_caps("none") == {}
+    assert options.register_caps("2048:64,4096:64") == {2048: 64, 4096: 64}
+    assert options.register_caps("none") == {}
     for bad in ("2048", "2048:x", "2048:8", "a:64"):
         with pytest.raises(ValueError):
-            options._register_caps(bad)
+            options.register_caps(bad)
     with pytest.raises(SystemExit):
         options.main(["--out", str(tmp_path / "lo.jsonl"), "--quick", "--chunked-maxnreg", "64"])
     assert "--chunked-maxnreg: '64' is not TILE:REGS" in capsys.readouterr().err
