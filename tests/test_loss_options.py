@@ -153,11 +153,16 @@ def test_forward_kl_is_soft_ce_minus_target_entropy(form):
 @pytest.mark.parametrize("loss", list(DIST))
 @pytest.mark.parametrize("form", FORMS)
 def test_one_column_and_masked_vocab(loss, form):
-    # V = 1: every loss is 0 with a zero gradient. A -inf tail (a padded vocab) in both logits
-    # and target: those terms count 0, their gradient is 0.
+    # V = 1: every loss is 0 with a zero gradient; exactly at T = 1. Under a temperature a
+    # logit's shifted value x / T - max / T is one FMA (online.shifted), which leaves the
+    # rounding of max / T: within 2^-23 of the logits' scale, not 0. A -inf tail (a padded
+    # vocab) in both logits and target: those terms count 0, their gradient is 0.
     x, t = _dist_inputs((3, 1))
-    out, grad = _call(DIST[loss][0], x, t, form=form, temperature=3.0, reduction="none")
+    out, grad = _call(DIST[loss][0], x, t, form=form, reduction="none")
     assert (out == 0).all() and (grad == 0).all()
+    out, grad = _call(DIST[loss][0], x, t, form=form, temperature=3.0, reduction="none")
+    bound = 2.0**-23 * (x.abs().max() + t.abs().max()).item()
+    assert out.abs().max() <= bound and grad.abs().max() <= bound
     x, t = _dist_inputs((3, 129))
     x[:, 100:] = t[:, 100:] = float("-inf")
     kw = {"temperature": 2.0} if loss != "jsd" else {"temperature": 2.0, "beta": 0.25}

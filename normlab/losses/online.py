@@ -19,10 +19,11 @@ count 0, so -inf logits (a masked vocab) are allowed; NaN or +inf anywhere in a 
 row's loss and every entry of its gradient NaN (as torch's autograd). Masked lanes load as -inf,
 never 0, so they cannot move a max or a log-sum-exp.
 
-Options, each a constexpr that compiles to nothing when off: XFORM transforms every loaded
-logit (``transform``: x / T for a temperature, both operands, the host multiplying the gradient
-by 1/T; c tanh(x / c) for label CE's softcap, whose derivative tile_grad applies, with the
-GPU's tanh.approx.f32 for 16-bit logits: config.softcap_xform); label CE's
+Options, each a constexpr that compiles to nothing when off: XFORM transforms every logit
+(x / T for a temperature, both operands, applied where a logit meets its row's shift:
+``shifted``, ``scaled_max``; the host multiplies the gradient by 1/T. c tanh(x / c) for label
+CE's softcap at the load, ``transform``, whose derivative tile_grad applies, with the GPU's
+tanh.approx.f32 for 16-bit logits: config.softcap_xform); label CE's
 SMOOTH (label smoothing, F.cross_entropy's definition: the label's weight 1 - eps, every
 column's eps / V, so the statistics also sum the logits) and ZLOSS (z lse^2 per row, its
 gradient 2 z lse p); HAS_MASK (the kernels: rows whose loss_mask is False are skipped, as
@@ -57,7 +58,7 @@ CE: tl.constexpr = tl.constexpr(2)
 FKL: tl.constexpr = tl.constexpr(3)
 JSD: tl.constexpr = tl.constexpr(4)
 # Logit transforms, the kernels' XFORM constexpr (config.XFORMS on the host).
-TEMPER: tl.constexpr = tl.constexpr(1)  # x * xparam, xparam = 1 / temperature
+TEMPER: tl.constexpr = tl.constexpr(1)  # x * xparam, xparam = 1 / temperature (at the shift)
 SOFTCAP: tl.constexpr = tl.constexpr(2)  # xparam * tanh(x / xparam), xparam = the cap
 SOFTCAP_APPROX: tl.constexpr = tl.constexpr(3)  # the same with tanh.approx.f32 (GPU only)
 # A tile's two maxima (x's and t's) in one two-operand tl.reduce: one cross-warp exchange on a
@@ -156,12 +157,31 @@ def tanh(v, APPROX: tl.constexpr):
 
 @triton.jit
 def transform(v, xparam, XFORM: tl.constexpr):
-    """A loaded fp32 logit as the loss sees it (XFORM: see the module docstring)."""
-    if XFORM == TEMPER:
-        v = v * xparam
-    elif XFORM >= SOFTCAP:  # a scalar reciprocal: no division per element
+    """A loaded fp32 logit as the kernels hold it (XFORM: see the module docstring): capped for
+    a softcap; as loaded for a temperature, whose 1 / T ``shifted`` and ``scaled_max`` apply."""
+    if XFORM >= SOFTCAP:  # a scalar reciprocal: no division per element
         v = xparam * tanh(v * (1.0 / xparam), XFORM == SOFTCAP_APPROX)
     return v
+
+
+@triton.jit
+def shifted(v, shift, xparam, XFORM: tl.constexpr):
+    """A held logit as the loss sees it, less its row's shift (in the loss's units): for a
+    temperature v / T - shift as one FFMA, where a multiply at the load and a subtraction took
+    two (reverse KL T = 2 ran 1.19x T = 1 at 4096 x 131072, and T = 1 on halved data 1.00x:
+    loss_form_probe_bcc68ce)."""
+    if XFORM == TEMPER:
+        return tl.fma(v, xparam, -shift)
+    return v - shift
+
+
+@triton.jit
+def scaled_max(m, xparam, XFORM: tl.constexpr):
+    """A held tile's max in the loss's units: max(v / T) = max(v) / T, for T > 0 (the host's
+    check), one multiply per lane instead of one per logit."""
+    if XFORM == TEMPER:
+        m = m * xparam
+    return m
 
 
 @triton.jit
@@ -185,9 +205,10 @@ def tile_cols(BLOCK: tl.constexpr, LANE: tl.constexpr):
 
 
 @triton.jit
-def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.constexpr,
-                ONE_LANE: tl.constexpr):  # fmt: skip
-    """Fold one fp32 tile (a tile_cols grid, -inf on masked lanes) into running statistics kept
+def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOTH: tl.constexpr,
+                ONE_LANE: tl.constexpr, XFORM: tl.constexpr):  # fmt: skip
+    """Fold one held fp32 tile (a tile_cols grid, -inf on masked lanes; see transform) into
+    running statistics, in the loss's units (a temperature's 1 / T applied here), kept
     per lane (per grid row: vectors of BLOCK // LANE). Lanes of a few columns reduce within a
     thread, so a tile costs no cross-warp round trip; fold_stats folds the lanes once a row.
 
@@ -228,14 +249,14 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND: tl.constexpr, SMOOTH: tl.co
         else:
             tile_max_x = tl.max(x, axis=1)
             tile_max_t = tl.max(t, axis=1)
-        m_x = tl.maximum(m_x, tile_max_x)
-        m_t = tl.maximum(m_t, tile_max_t)
+        m_x = tl.maximum(m_x, scaled_max(tile_max_x, xparam, XFORM))
+        m_t = tl.maximum(m_t, scaled_max(tile_max_t, xparam, XFORM))
         new_x = safe_max(m_x)
         new_t = safe_max(m_t)
         alpha_x = tl.exp(raw_x - new_x)
         alpha_t = tl.exp(raw_t - new_t)
-        xs = x - new_x[:, None]
-        ts = t - new_t[:, None]
+        xs = shifted(x, new_x[:, None], xparam, XFORM)
+        ts = shifted(t, new_t[:, None], xparam, XFORM)
         e_x = fast_exp(xs)
         e_t = fast_exp(ts)
         # p_j = 0 terms are skipped (x = -inf would give 0 * inf).
@@ -329,8 +350,8 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
         if first > 0:
             x, t = load_edge_tile(x_row, t_row, cols, lo, hi, xparam, KIND, "evict_last", ALIGN,
                                   XFORM)  # fmt: skip
-            m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH,
-                                              LANE == BLOCK)  # fmt: skip
+            m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND,
+                                                  SMOOTH, LANE == BLOCK, XFORM)  # fmt: skip
     for i in range(first, n_full):
         x = tl.load(x_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
         x = transform(x, xparam, XFORM)
@@ -339,8 +360,8 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
         else:
             t = tl.load(t_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
             t = transform(t, xparam, XFORM)
-        m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH,
-                                              LANE == BLOCK)  # fmt: skip
+        m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND,
+                                                  SMOOTH, LANE == BLOCK, XFORM)  # fmt: skip
     if ALIGN > 1:
         if (hi == (n_full + 1) * BLOCK) & (lo <= n_full * BLOCK):  # whole (an inner chunk's)
             x_last = tl.load(x_row + n_full * BLOCK + cols,
@@ -358,8 +379,8 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     else:
         x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, xparam,
                                          KIND, "evict_last", ALIGN, XFORM)  # fmt: skip
-    m_x, s_x, m_t, s_t, acc = online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, KIND, SMOOTH,
-                                          LANE == BLOCK)  # fmt: skip
+    m_x, s_x, m_t, s_t, acc = online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, xparam, KIND,
+                                          SMOOTH, LANE == BLOCK, XFORM)  # fmt: skip
     if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):
         s_t = tl.sum(s_t, axis=1)  # the one lane's logit sum, once a row
     m_x, s_x, m_t, s_t, acc = fold_stats(m_x, s_x, m_t, s_t, acc,
@@ -494,8 +515,8 @@ def jsd_sums(x_row, t_row, lo, hi, shift_x, shift_t, log_s_x, log_s_t, xparam, b
     for i in range(tl.cdiv(tl.maximum(hi, 0), BLOCK)):
         x, t = load_edge_tile(x_row, t_row, i * BLOCK + cols, lo, hi, xparam, JSD, "evict_last",
                               ALIGN, XFORM)  # fmt: skip
-        xs = x - shift_x
-        ts = t - shift_t
+        xs = shifted(x, shift_x, xparam, XFORM)
+        ts = shifted(t, shift_t, xparam, XFORM)
         z = (ts - xs) + z_shift
         p = fast_exp_shifted(xs, log_s_x)
         q = fast_exp_shifted(ts, log_s_t)
@@ -520,7 +541,7 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
               beta, smoothing, uniform_weight, z_loss, KIND: tl.constexpr, XFORM: tl.constexpr,
               SMOOTH: tl.constexpr, ZLOSS: tl.constexpr,
               ONE_HOT: tl.constexpr = True):  # fmt: skip
-    """Gradient of one (transformed) tile, times scale, in the max-shifted frame of the row
+    """Gradient of one held tile (see transform), times scale, in the max-shifted frame of the row
     statistics. kl_shift: reverse KL's KL(p || q), JSD's R_p (module docstring). Label CE
     without ONE_HOT leaves the label's column out (label_fixup writes it).
 
@@ -528,14 +549,15 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
     so the result stays exact to fp32 even at |logits| ~ 1e4 (lse + KL would lose ~1e-3). JSD's
     (1 - beta) and a temperature's 1 / T are in scale (the host's).
     """
-    xs = x - shift_x
+    xs = shifted(x, shift_x, xparam, XFORM)
     p = fast_exp_shifted(xs, log_s_x)
     if KIND == RKL:
-        g = tl.where(p > 0, p * ((xs - (t - shift_t)) - kl_shift), 0.0)
+        g = tl.where(p > 0, p * ((xs - shifted(t, shift_t, xparam, XFORM)) - kl_shift), 0.0)
     elif (KIND == SCE) or (KIND == FKL):
-        g = p - fast_exp_shifted(t - shift_t, log_s_t)
+        g = p - fast_exp_shifted(shifted(t, shift_t, xparam, XFORM), log_s_t)
     elif KIND == JSD:
-        z = ((t - shift_t) - xs) + jsd_z_shift(log_s_x, log_s_t, beta)
+        z = ((shifted(t, shift_t, xparam, XFORM) - xs)
+             + jsd_z_shift(log_s_x, log_s_t, beta))  # fmt: skip
         g = tl.where(p > 0, p * (kl_shift - softplus(z)), 0.0)
     else:
         if ZLOSS:  # d(z lse^2) = 2 z lse p
