@@ -109,8 +109,8 @@
 # inside torch.compile).
 # probe (reverse KL with a temperature, on data divided beforehand, and JSD, in each form and tile;
 # the fused add's forward at other warps).
-# probe2 (the chunked form's register caps under a temperature and JSD; the fused add's forward as a
-# persistent grid of one-row tiles).
+# probe2 (a temperature applied at the shift: the chunked form with and without its register caps,
+# the loss options; the fused add's forward as a persistent grid of one-row tiles).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -738,13 +738,15 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step norm_fused_add 230 python3 benchmarks/norm_fused_add.py --out "$OUT/norm_fused_add.jsonl" \
       --reps 10 --cells 16384x1024,4096x4096,3276x5120,2048x8192
     ;;
-  probe2)  # the chunked form's register caps with a temperature; the fused add's forward grids
-    for regs in none 2048:72; do
+  probe2)  # the temperature at the shift; the chunked form's register caps; the fused add's forward
+    for regs in 2048:64,4096:64 none; do
       tag=${regs//[:,]/_}
       step "loss_form_probe_chunked_$tag" 120 python3 benchmarks/loss_form_probe.py \
         --out "$OUT/loss_form_probe_chunked_$tag.jsonl" --cases "reverse_kl,reverse_kl T=2,jsd" \
         --forms chunked --caps 1024,2048 --chunked-maxnreg "$regs" --max-seconds 100
     done
+    step loss_options 150 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
+      --reps 10 --max-seconds 120
     step norm_fused_add_fwd 200 python3 benchmarks/norm_fused_add.py \
       --out "$OUT/norm_fused_add_fwd.jsonl" --reps 10 --cells 16384x1024,4096x4096,2048x8192
     ;;
