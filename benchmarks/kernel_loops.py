@@ -6,7 +6,8 @@
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
 label CE's form at V >= 65536) ahead of time for an H100/H200 (``sm_90``) with this machine's
 Triton and its ``ptxas``, for label cross-entropy with each option on alone and all together,
-for reverse KL with a temperature, and for JSD; prints registers, local memory (spills) and,
+for reverse KL with a temperature, and for JSD; prints registers, the stack a thread spills to
+(ptxas' ``STACK``: local memory; cuobjdump's ``LOCAL`` stays 0 for spills) and,
 for each loop of the SASS, its instructions, their count per logit (a tile of ``--block``
 logits over ``32 * --warps`` threads) and the commonest opcodes. An option that costs time in a
 memory-bound kernel costs it in these loops: the row statistics' pass and the gradient's.
@@ -55,7 +56,8 @@ SCALARS = {"grad_scale": "fp32", "ignore_index": "i32", "n_cols": "i32", "x_row_
 ALIGNED = ("x_ptr", "t_ptr", "labels_ptr", "grad_ptr", "loss_ptr", "n_valid_ptr", "out_ptr",
            "ticket_ptr", "n_cols", "x_row_stride", "t_row_stride", "grad_row_stride")
 # variant -> (KIND, XFORM, SMOOTH, ZLOSS): the options as config.kernel_args sets them for bf16
-CE, RKL, JSD = (config.KINDS[k] for k in ("cross_entropy", "reverse_kl", "jsd"))
+CE, RKL, SCE, JSD = (config.KINDS[k] for k in ("cross_entropy", "reverse_kl",
+                                                "soft_cross_entropy", "jsd"))
 APPROX, TEMPERATURE = config.XFORMS["softcap_approx"], config.XFORMS["temperature"]
 VARIANTS = {
     "cross_entropy": (CE, 0, False, False),
@@ -65,6 +67,8 @@ VARIANTS = {
     "cross_entropy all three": (CE, APPROX, True, True),
     "reverse_kl": (RKL, 0, False, False),
     "reverse_kl T=2": (RKL, TEMPERATURE, False, False),
+    "soft_cross_entropy": (SCE, 0, False, False),
+    "soft_cross_entropy T=2": (SCE, TEMPERATURE, False, False),
     "jsd": (JSD, 0, False, False),
 }
 _INSTR = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
@@ -116,7 +120,7 @@ def analyse(kernel) -> tuple[dict, list]:
                                capture_output=True, text=True, check=True).stdout  # fmt: skip
         sass = subprocess.run([_tool("nvdisasm"), "-c", str(cubin)], capture_output=True,
                               text=True, check=True).stdout  # fmt: skip
-    resources = {k: int(v) for k, v in re.findall(r"\b(REG|LOCAL|SHARED):(\d+)", usage)}
+    resources = {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED):(\d+)", usage)}
     instrs, labels, pending = [], {}, []
     for line in sass.splitlines():
         label = _LABEL.match(line.strip())
@@ -179,7 +183,7 @@ def main(argv=None) -> int:
         kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form,
                                  args.maxnreg, args.target)  # fmt: skip
         res, loops = analyse(kernel)
-        lines.append(f"{name}: {res.get('REG', 0)} registers, {res.get('LOCAL', 0)} B local")
+        lines.append(f"{name}: {res.get('REG', 0)} registers, {res.get('STACK', 0)} B stack")
         for count, ops in loops:
             if count >= 60:  # the tile loops, not the label count or the fill
                 top = ", ".join(f"{op} {n}" for op, n in ops.most_common(8))

@@ -587,3 +587,40 @@ def test_softcap_far_above_the_logits(form):
                       reduction="none")  # fmt: skip
     ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, softcap=1e3, reduction="none")
     _check(out, grad, ref_out, ref_grad, torch.float32, 129, form)
+
+
+def test_temperature_and_jsd_take_the_held_state_cap(monkeypatch):
+    # The chunked form holds its last tile across its wait: with a temperature or JSD it takes
+    # at most ENTROPY_CHUNKED_HELD_STATE_CAP (config). The rule at the measured vocabularies:
+    wide, cap = 131072, config.ENTROPY_CHUNKED_HELD_STATE_CAP
+    for loss in ("reverse_kl", "soft_cross_entropy", "forward_kl"):
+        assert config.entropy_auto(loss, wide, False) == ("chunked", 2048)
+        assert config.entropy_auto(loss, wide, False, temperature=True) == ("chunked", cap)
+        assert config.entropy_auto(loss, 32768, False, temperature=True) == ("fused", 2048)
+        assert config.entropy_auto(loss, wide, True, temperature=True) == ("split", 2048)
+    assert config.entropy_auto("jsd", wide, False) == ("chunked", cap)
+    assert config.entropy_auto("jsd", 32768, False) == ("fused", 2048)
+    # fewer rows than SMs move a fused call to the chunked form, which takes the cap too
+    assert config.entropy_auto("reverse_kl", 32768, False, 3, 132, temperature=True) == (
+        "chunked", cap)
+    # The launch: a chunked reverse KL at cap 64, the held-state cap moved to 16; T = 1 keeps 64.
+    monkeypatch.setattr(config, "ENTROPY_AUTO", {**config.ENTROPY_AUTO,
+                                                 "reverse_kl": (("chunked", 64),) * 4})
+    monkeypatch.setattr(config, "ENTROPY_CHUNKED_HELD_STATE_CAP", 16)
+    from normlab.losses import chunked
+
+    blocks = []
+
+    def record(fn, grid, *args, _real=chunked.launch, **kwargs):
+        blocks.append(kwargs["BLOCK"])
+        return _real(fn, grid, *args, **kwargs)
+
+    monkeypatch.setattr(chunked, "launch", record)
+    x, t = _dist_inputs((3, 301))
+    for temperature, block in ((1.0, 64), (2.0, 16)):
+        blocks.clear()
+        out, grad = _call(normlab.reverse_kl, x, t, temperature=temperature, reduction="none")
+        assert set(blocks) == {block}, (temperature, blocks)
+        ref_out, ref_grad = _ref_call(ref.reverse_kl_ref, x, t, temperature=temperature,
+                                      reduction="none")
+        _check(out, grad, ref_out, ref_grad, torch.float32, 301, f"T {temperature}")

@@ -377,14 +377,24 @@ ENTROPY_COMPILED_GRAD_FORM = "split"
 ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM = 4
 
 
+# The chunked form holds a chunk's last tile in registers across its wait for the row's other
+# chunks, within 64 registers at tile 2048 (ENTROPY_CHUNKED_MAXNREG). A temperature or JSD
+# holds more there and spills: reverse KL 16 B of stack a thread, with T = 2 88 B, soft CE with
+# T = 2 40 B, JSD 152 B; at tile 1024 none spill (kernel_loops.py --form chunked, sm_90, Triton
+# 3.6). 4096 x 131072 bf16 forward+backward (loss_form_probe_chunked_*_1f4f753): reverse KL T = 2
+# 1256.1 us at 2048, 1126.6 at 1024 (T = 1: 1057.6 and 1126.0); JSD 2313.6 and 2121.7.
+ENTROPY_CHUNKED_HELD_STATE_CAP = 1024
+
+
 def entropy_auto(loss: str, n_cols: int, distributed: bool, n_rows: int | None = None,
                  sm_count: int = 0, row_bytes: int | None = None,
-                 compiled_grad: bool = False) -> tuple[str, int]:  # fmt: skip
+                 compiled_grad: bool = False, temperature: bool = False) -> tuple[str, int]:
     """form="auto": (form, block_cap) for ``loss`` over ``n_cols`` local vocabulary columns (the
     split form under tensor parallel: the row statistics are all-reduced between its kernels);
     ``n_rows`` (None: many) of them on ``sm_count`` SMs; ``row_bytes``: what a row's program
     reads (logits and target; None: 2-byte logits alone); ``compiled_grad``: a call traced by
-    torch.compile that needs the gradient (ENTROPY_COMPILED_GRAD_FORM)."""
+    torch.compile that needs the gradient (ENTROPY_COMPILED_GRAD_FORM); ``temperature``: T != 1
+    (with JSD: ENTROPY_CHUNKED_HELD_STATE_CAP)."""
     form, cap = ENTROPY_AUTO[loss][ENTROPY_AUTO_CLASSES.index(entropy_vocab_class(n_cols))]
     if distributed:
         return "split", cap
@@ -396,5 +406,7 @@ def entropy_auto(loss: str, n_cols: int, distributed: bool, n_rows: int | None =
     if form == "fused" and few_rows and n_cols > tile(n_cols, cap) \
             and row_bytes > ENTROPY_FEW_ROWS_CHUNK_BYTES:  # fmt: skip
         form = "chunked"
+    if form == "chunked" and (temperature or loss == "jsd"):
+        cap = min(cap, ENTROPY_CHUNKED_HELD_STATE_CAP)
     return form, cap
 

@@ -618,14 +618,14 @@ def _sm_count(index) -> int:
     return _runtime.sm_count(index)
 
 
-def _resolve(name, logits, n_cols, form, block_cap, group, target=None):
+def _resolve(name, logits, n_cols, form, block_cap, group, target=None, temperature=1.0):
     n_rows = logits.numel() // n_cols if n_cols else 0
     row_bytes = n_cols * (logits.element_size() + (0 if target is None else target.element_size()))
     compiled_grad = (torch.compiler.is_compiling() and logits.requires_grad
                      and torch.is_grad_enabled())  # fmt: skip
     auto_form, auto_cap = config.entropy_auto(name, n_cols, group is not None, n_rows,
                                               _sm_count(logits.device.index), row_bytes,
-                                              compiled_grad)  # fmt: skip
+                                              compiled_grad, temperature != 1.0)  # fmt: skip
     return (auto_form if form == "auto" else form), (auto_cap if block_cap is None else block_cap)
 
 
@@ -847,7 +847,8 @@ def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, 
     if temperature != 1.0 or loss_mask is not None or beta is not None:
         options = _distribution_options(name, temperature, beta, loss_mask, logits)
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
-    form, cap = _resolve(name, logits, n_cols, form, block_cap, group, target_logits)
+    form, cap = _resolve(name, logits, n_cols, form, block_cap, group, target_logits,
+                         temperature)
     spec = config.Spec(KINDS[name], form, cap, reduction, 0, group, 0, n_cols, options)
     rows = (_contiguous_rows(logits), _contiguous_rows(target_logits), loss_mask)
     if key is not None and key not in _SIGNATURES:
