@@ -6,11 +6,12 @@
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
 label CE's form at V >= 65536) ahead of time for an H100/H200 (``sm_90``) with this machine's
 Triton and its ``ptxas``, for label cross-entropy with each option on alone and all together,
-for reverse KL with a temperature, and for JSD; prints registers, the stack a thread spills to
-(ptxas' ``STACK``: local memory; cuobjdump's ``LOCAL`` stays 0 for spills) and,
-for each loop of the SASS, its instructions, their count per logit (a tile of ``--block``
-logits over ``32 * --warps`` threads) and the commonest opcodes. An option that costs time in a
-memory-bound kernel costs it in these loops: the row statistics' pass and the gradient's.
+for reverse KL and soft CE with and without a temperature, and for JSD; prints registers, the
+stack a thread spills to (ptxas' ``STACK``: local memory; cuobjdump's ``LOCAL`` stays 0 for
+spills) and, for each loop of the SASS, its instructions, their count per logit (a tile of
+``--block`` logits over ``32 * --warps`` threads) and the commonest opcodes. An option that
+costs time in a memory-bound kernel costs it in these loops: the row statistics' pass and the
+gradient's.
 
 The compile needs no GPU, but normlab must define its kernels compiled rather than interpreted:
 this script makes ``torch.cuda.is_available`` answer True before importing normlab, and launches

@@ -39,6 +39,8 @@ from normlab.norms import config, row
 # About 16.8M elements a cell (32 MiB a bf16 tensor), across the single-pass widths.
 CELLS = "21845x768,16384x1024,8192x2048,5461x3072,4096x4096,3276x5120,2048x8192"
 EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+FWD_WARPS = (4, 8, 16)  # the forward's warps beside its planned ones
+FWD_PERSISTENT_PER_SM = (2, 4)  # programs a SM of the forward's persistent one-row grid
 
 
 def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
@@ -62,10 +64,6 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         "plain planned": plain(),
         "plain at the register budget": plain(maxnreg=budget),
     }
-
-
-FWD_WARPS = (4, 8, 16)
-FWD_PERSISTENT_PER_SM = (2, 4)
 
 
 def _forward_variants(x, r, w, b, is_rms):
