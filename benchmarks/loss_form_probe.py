@@ -8,7 +8,8 @@ it, and with its arithmetic moved onto the data.
 Times forward+backward (device µs, L2 flushed) of reverse KL with temperature 1 and 2, and with
 temperature 1 on logits and targets divided by 2 beforehand (the same distributions: when that
 case costs what T = 2 does, the data's spread, not the option's arithmetic, costs the time);
-and JSD, whose form and tile ``form="auto"`` takes from reverse KL's unmeasured; each in the
+JSD, whose form and tile ``form="auto"`` took from reverse KL's unmeasured, and label CE alone
+and with label smoothing, z-loss and softcap together; each in the
 chunked and the fused form at tiles 1024, 2048 and 4096 (``--caps``), the chunked form's register
 caps replaced by ``--chunked-maxnreg`` (``loss_options.py``'s). One record per case (the case
 and the caps in its note), rewritten after each.
@@ -34,7 +35,8 @@ from normlab.losses import config as loss_config
 
 FORMS = ("chunked", "fused")
 CAPS = (1024, 2048, 4096)
-CASES = ("reverse_kl", "reverse_kl T=2", "reverse_kl on x/2, t/2", "jsd")
+CASES = ("reverse_kl", "reverse_kl T=2", "reverse_kl on x/2, t/2", "jsd", "cross_entropy",
+         "cross_entropy all three")
 
 
 def _cases(M, V, dtype, device):
@@ -43,6 +45,8 @@ def _cases(M, V, dtype, device):
     t = torch.randn(M, V, dtype=dtype, device=device)
     x_half = (x.detach() / 2).requires_grad_()
     t_half = t / 2
+    labels = torch.randint(0, V, (M,), device=device)
+    options = {"label_smoothing": 0.1, "z_loss": 1e-4, "softcap": 30.0}
 
     def grad(fn, logits):
         return lambda **kw: (lambda: torch.autograd.grad(fn(**kw), (logits,)))
@@ -54,6 +58,10 @@ def _cases(M, V, dtype, device):
         "reverse_kl on x/2, t/2": ("reverse_kl", grad(
             lambda **kw: normlab.reverse_kl(x_half, t_half, **kw), x_half)),
         "jsd": ("jsd", grad(lambda **kw: normlab.jsd(x, t, **kw), x)),
+        "cross_entropy": ("cross_entropy", grad(
+            lambda **kw: normlab.cross_entropy(x, labels, **kw), x)),
+        "cross_entropy all three": ("cross_entropy", grad(
+            lambda **kw: normlab.cross_entropy(x, labels, **options, **kw), x)),
     }  # fmt: skip
     assert tuple(cases) == CASES
     return cases
