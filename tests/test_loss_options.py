@@ -174,6 +174,23 @@ def test_one_column_and_masked_vocab(loss, form):
 
 @pytest.mark.parametrize("loss", list(DIST))
 @pytest.mark.parametrize("form", FORMS)
+def test_temperature_at_wide_logits(loss, form):
+    # Logits ~1e3 under T = 3 (1/T not a power of two): each logit meets its row's shift as one
+    # FMA with the rounded 1/T (online.shifted). Loss and gradient against fp64's x / T. Rows
+    # this peaked have gradients near 0 whose terms (log p - log q ~ |x| / T) carry fp32's
+    # rounding: an absolute floor of 2^-22 of that scale (a wrong 1/T errs by O(p)).
+    x, t = _dist_inputs((3, 129), scale=1e3)
+    kw = {"temperature": 3.0} if loss != "jsd" else {"temperature": 3.0, "beta": 0.3}
+    out, grad = _call(DIST[loss][0], x, t, form=form, block_cap=16, reduction="none", **kw)
+    ref_out, ref_grad = _ref_call(DIST[loss][1], x, t, reduction="none", **kw)
+    assert_close(out, ref_out, dtype=torch.float32, reduce_len=129, msg=f"{loss} {form} loss")
+    floor = 2.0**-22 * (x.abs().max() + t.abs().max()).item() / 3.0
+    _assert_rows_close(grad, ref_grad, _row_scale(ref_grad), _grad_rel(torch.float32),
+                       f"{loss} {form} grad", floor=floor)
+
+
+@pytest.mark.parametrize("loss", list(DIST))
+@pytest.mark.parametrize("form", FORMS)
 def test_nan_row_with_temperature(loss, form):
     # A NaN in a counted row: that row's loss and whole gradient NaN, the others exact.
     x, t = _dist_inputs((3, 40))
