@@ -151,6 +151,16 @@ def main(argv=None) -> int:
     command = portable_command(["python3", "benchmarks/norm_fused_add.py",
                                 *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
     records = []
+
+    def time_checked(name, bytes_op, run, want, m, n, direction):
+        """Time one variant (its record kept) once its outputs match ``want`` (None: unchecked)."""
+        if want is not None and not all(close(g, e) for g, e in zip(run(), want, strict=True)):
+            return f"{name} MISMATCH"
+        rec = measure(run, bytes_op, f"normlab {name}", m, n, "bf16", direction, device=dev,
+                      reps=args.reps, command=command, shape_set="norm_fused_add")
+        records.append(rec)
+        return f"{name} {rec.device_us:.1f}"
+
     for m, n in cells:
         for op in ops:
             is_rms = op == "rms_norm"
@@ -162,34 +172,19 @@ def main(argv=None) -> int:
             h = (x.float() + r.float()).to(torch.bfloat16)
             _, mean, rstd = row.norm_forward(h, w, b, EPS[op], is_rms)
             forwards = _forward_variants(x, r, w, b, is_rms)
-            line = [f"{op} {m}x{n} fwd:"]
             want = forwards["fused add forward planned"][1]()
-            for name, (bytes_op, run) in forwards.items():
-                if not name.startswith("plain") and not all(
-                        close(g, e) for g, e in zip(run(), want, strict=True)):  # fmt: skip
-                    line.append(f"{name} MISMATCH")
-                    continue
-                rec = measure(run, bytes_op, f"normlab {name}", m, n, "bf16", "fwd", device=dev,
-                              reps=args.reps, command=command, shape_set="norm_fused_add")
-                records.append(rec)
-                line.append(f"{name} {rec.device_us:.1f}")
+            line = [f"{op} {m}x{n} fwd:"]
+            for name, (bytes_op, run) in forwards.items():  # the plain one has no h to check
+                check = None if name.startswith("plain") else want
+                line.append(time_checked(name, bytes_op, run, check, m, n, "fwd"))
             print(" | ".join(line), flush=True)
             variants = _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms)
+            wants = {plain: variants["plain planned" if plain else "fused add planned"][1]()
+                     for plain in (False, True)}  # fmt: skip
             line = [f"{op} {m}x{n} bwd:"]
-            for plain in (False, True):
-                base = "plain planned" if plain else "fused add planned"
-                want = variants[base][1]()
-                for name, (bytes_op, run) in variants.items():
-                    if name.startswith("plain") != plain:
-                        continue
-                    if not all(close(g, e) for g, e in zip(run(), want, strict=True)):
-                        line.append(f"{name} MISMATCH")
-                        continue
-                    rec = measure(run, bytes_op, f"normlab {name}", m, n, "bf16", "bwd",
-                                  device=dev, reps=args.reps, command=command,
-                                  shape_set="norm_fused_add")  # fmt: skip
-                    records.append(rec)
-                    line.append(f"{name} {rec.device_us:.1f}")
+            for name, (bytes_op, run) in variants.items():
+                check = wants[name.startswith("plain")]
+                line.append(time_checked(name, bytes_op, run, check, m, n, "bwd"))
             print(" | ".join(line), flush=True)
             xg, rg = x.clone().requires_grad_(), r.clone().requires_grad_()
             wg = w.clone().requires_grad_()
