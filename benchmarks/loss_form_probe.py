@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import torch
-from loss_options import register_caps
+from loss_options import LABEL_CE_OPTIONS, register_caps
 
 import normlab
 from normlab.bench import budget, device_info
@@ -46,7 +46,6 @@ def _cases(M, V, dtype, device):
     x_half = (x.detach() / 2).requires_grad_()
     t_half = t / 2
     labels = torch.randint(0, V, (M,), device=device)
-    options = {"label_smoothing": 0.1, "z_loss": 1e-4, "softcap": 30.0}
 
     def grad(fn, logits):
         return lambda **kw: (lambda: torch.autograd.grad(fn(**kw), (logits,)))
@@ -61,7 +60,7 @@ def _cases(M, V, dtype, device):
         "cross_entropy": ("cross_entropy", grad(
             lambda **kw: normlab.cross_entropy(x, labels, **kw), x)),
         "cross_entropy all three": ("cross_entropy", grad(
-            lambda **kw: normlab.cross_entropy(x, labels, **options, **kw), x)),
+            lambda **kw: normlab.cross_entropy(x, labels, **LABEL_CE_OPTIONS, **kw), x)),
     }  # fmt: skip
     assert tuple(cases) == CASES
     return cases

@@ -54,6 +54,7 @@ def register_caps(text: str) -> dict[int, int]:
 
 
 OPTION_COST_TARGET = 1.05  # an option's forward+backward over its base op's
+LABEL_CE_OPTIONS = {"label_smoothing": 0.1, "z_loss": 1e-4, "softcap": 30.0}  # each one's value
 # variant -> (its base variant or None, the op of its bytes model)
 VARIANTS = {
     "reverse_kl": (None, "reverse_kl"),
@@ -103,11 +104,9 @@ def _loss_calls(M, V, dtype, device):
         "soft_cross_entropy": grad(lambda: sce(x, t)),
         "soft_cross_entropy T=2": grad(lambda: sce(x, t, temperature=2.0)),
         "cross_entropy": grad(lambda: ce(x, labels)),
-        "cross_entropy label_smoothing": grad(lambda: ce(x, labels, label_smoothing=0.1)),
-        "cross_entropy z_loss": grad(lambda: ce(x, labels, z_loss=1e-4)),
-        "cross_entropy softcap": grad(lambda: ce(x, labels, softcap=30.0)),
-        "cross_entropy all three": grad(
-            lambda: ce(x, labels, label_smoothing=0.1, z_loss=1e-4, softcap=30.0)),
+        **{f"cross_entropy {name}": grad(lambda kw={name: value}: ce(x, labels, **kw))
+           for name, value in LABEL_CE_OPTIONS.items()},
+        "cross_entropy all three": grad(lambda: ce(x, labels, **LABEL_CE_OPTIONS)),
     }  # fmt: skip
     assert set(calls) == set(VARIANTS)
     liger = {}
