@@ -454,12 +454,13 @@ def population_section(paths: list[Path]) -> str:
     peers_text = ("\nThe 11 peer shapes, timed in the same runs (records tagged "
                   f"`shape_set: \"{population.PEERS_SET}\"`, not among the members above):\n\n"
                   + "".join(f"- {line}\n" for line in peers)) if peers else ""  # fmt: skip
+    one_run = len({r.commit for r in members}) == 1
+    covers = "gives its commands" if one_run else "says which members each run covers"
     return (
         "## The shape population\n\n"
         f"normlab's default ÷ the fastest of torch, torch.compile and Liger-Kernel measured in the "
         f"same process, over the members in {', '.join(f'`{relative(p)}`' for p in paths)} "
-        f"({_commits(members)}; `normlab/data/README.md` says which members each run "
-        f"covers). Targets: every member ≥ {population.TARGET_EVERY_SHAPE}×, geomean ≥ "
+        f"({_commits(members)}; `normlab/data/README.md` {covers}). Targets: every member ≥ {population.TARGET_EVERY_SHAPE}×, geomean ≥ "
         f"{population.TARGET_GEOMEAN}×. `python3 benchmarks/norm_population.py --summary FILE` "
         "prints the same for any run; the cliff maps are in notebook 06 and the HTML report.\n\n"
         + verdict_table(population.verdicts(members)) + peers_text
