@@ -79,6 +79,27 @@ def test_params_apart_rule():
     assert not configs.params_apart(8, 2, 8)
     assert configs.params_apart(2, 4, 8) and not configs.params_apart(4, 4, 8)
     assert not configs.params_apart(1, 2, most + 1)
+    rows = configs.NORM_FWD_PARAMS_APART_MAX_ROWS
+    assert configs.params_apart(1, 2, 8, rows) and not configs.params_apart(1, 2, 8, rows + 1)
+
+
+@pytest.mark.parametrize("n", [825, 8363, 1024])
+@pytest.mark.parametrize("is_rms,bias", [(True, False), (False, False), (False, True)],
+                         ids=["rms", "ln-weight", "ln-weight-bias"])  # fmt: skip
+def test_params_apart_launched_per_parameter_rows(monkeypatch, n, is_rms, bias):
+    """The planned forward loads its parameter row apart exactly where the rows are not vector
+    aligned and there is one parameter row: LayerNorm's w and b stay in x's layout (two rows
+    apart measured slower). The output matches fp64 either way."""
+    launched = _record_forward_launches(monkeypatch, "PARAMS_APART")
+    x, w, b = _inputs(3, n, torch.bfloat16, is_rms)
+    b = b if bias else None
+    y = _fwd(x, w, b, 1e-5, is_rms, layout="row")
+    cfg = configs.norm_fwd_config(n, is_rms)
+    one_row = cfg.block_size // (32 * cfg.num_warps) <= configs.NORM_FWD_EARLY_MAX_PER_THREAD
+    assert launched == [n % 8 != 0 and one_row and not bias]
+    want = (ref.rms_norm(_d(x), _d(w), 1e-5) if is_rms
+            else ref.layer_norm(_d(x), _d(w), None if b is None else _d(b), 1e-5))  # fmt: skip
+    assert_close(y, want)
 
 
 @pytest.mark.parametrize("apart", [False, True], ids=["params-together", "params-apart"])

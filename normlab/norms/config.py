@@ -70,19 +70,27 @@ def kernel_row_align(row_stride: int, element_size: int) -> int:
     return row_align(row_stride, element_size) if ROW_ALIGN_HINT else 1
 
 
-def params_apart(row_align: int, element_size: int, values_per_thread: int) -> bool:
-    """Load w/b of a one-row forward in a layout of their own (tiles.load_param_f32): rows that
-    are not vector aligned, whose loads w's alignment would otherwise split into strided ones,
-    and whose row leaves a thread registers for w/b in a second layout
-    (NORM_FWD_EARLY_MAX_PER_THREAD row values a thread at most)."""
+def params_apart(row_align: int, element_size: int, values_per_thread: int,
+                 n_params: int = 1) -> bool:  # fmt: skip
+    """Load the parameter row of a one-row forward in a layout of its own
+    (tiles.load_param_f32): rows that are not vector aligned, whose loads w's alignment would
+    otherwise split into strided ones, whose row leaves a thread registers for w in a second
+    layout (NORM_FWD_EARLY_MAX_PER_THREAD row values a thread at most), and one parameter row
+    (``n_params``: w and b count two; NORM_FWD_PARAMS_APART_MAX_ROWS)."""
     return (row_align < VECTOR_BYTES // element_size
-            and values_per_thread <= NORM_FWD_EARLY_MAX_PER_THREAD)  # fmt: skip
+            and values_per_thread <= NORM_FWD_EARLY_MAX_PER_THREAD
+            and n_params <= NORM_FWD_PARAMS_APART_MAX_ROWS)  # fmt: skip
 
 
 # The one-row forward takes params_apart (NORMLAB_NORM_PARAMS_APART=0: never): RMSNorm 1492488 x
 # 825 bf16 took 1587 µs with it, 2044 without, 1864 compiled by torch.compile for the shape
 # (norm_odd_widths2_e0f5b50_h200). At 296 x 17767 (64 values a thread) it took 15.75 -> 18.81
 # µs (population_static_compile_9b7df9c, _959e1b6), hence the register bound.
+# Two parameter rows apart (LayerNorm's w and b) cost more than the strided loads they avoid:
+# 36052 x 8363 896 -> 1136 µs, 55536 x 8495 1389 -> 1761, 19335 x 14487 677 -> 871, 1329 x 32826
+# 100 -> 154, where RMSNorm's one row went 578 -> 546, 893 -> 843, 502 -> 459, 89 -> 90
+# (regress_a2d2086_h200).
+NORM_FWD_PARAMS_APART_MAX_ROWS = 1
 PARAMS_APART = os.environ.get("NORMLAB_NORM_PARAMS_APART", "1") != "0"
 
 

@@ -593,7 +593,8 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     warps = num_warps or cfg.num_warps
     if params_apart is None:
         params_apart = config.PARAMS_APART and config.params_apart(
-            row_align, x2d.element_size(), block // (32 * warps))
+            row_align, x2d.element_size(), block // (32 * warps),
+            (weight is not None) + (bias is not None))  # fmt: skip
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
              "HAS_RESIDUAL": residual is not None,
              "INT64_ROWS": config.row_offsets_int64(n_rows, *strides),
