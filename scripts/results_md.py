@@ -460,7 +460,8 @@ def population_section(paths: list[Path]) -> str:
         "## The shape population\n\n"
         f"normlab's default ÷ the fastest of torch, torch.compile and Liger-Kernel measured in the "
         f"same process, over the members in {', '.join(f'`{relative(p)}`' for p in paths)} "
-        f"({_commits(members)}; `normlab/data/README.md` {covers}). Targets: every member ≥ {population.TARGET_EVERY_SHAPE}×, geomean ≥ "
+        f"({_commits(members)}; `normlab/data/README.md` {covers}). Targets: every member ≥ "
+        f"{population.TARGET_EVERY_SHAPE}×, geomean ≥ "
         f"{population.TARGET_GEOMEAN}×. `python3 benchmarks/norm_population.py --summary FILE` "
         "prints the same for any run; the cliff maps are in notebook 06 and the HTML report.\n\n"
         + verdict_table(population.verdicts(members)) + peers_text
