@@ -795,8 +795,9 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   regress)  # normlab alone at the members that got slower, at this commit and at earlier ones
     cells=36052x8363,55536x8495,19335x14487,1329x32826,8000009x256,1000003x256
     mkdir -p /tmp/regress
+    out=$(cd "$OUT" && pwd)  # the old trees' runs start in old/<commit>/
     run_cells() {  # run_cells NAME: norm_population.py of the current directory's tree
-      timeout 75 python3 benchmarks/norm_population.py --out "$OUT/regress_$1.jsonl" --reps 4 \
+      timeout 75 python3 benchmarks/norm_population.py --out "$out/regress_$1.jsonl" --reps 4 \
         --impls normlab --cells "$cells" > "/tmp/regress/$1.log" 2>&1
       echo "== $1: exit $? after ${SECONDS}s"
     }
@@ -805,7 +806,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     for c in $(ls old 2> /dev/null); do
       (cd "old/$c" && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=$c run_cells "old_$c")
     done
-    tail -n 3 /tmp/regress/*.log > "$OUT/regress.log"  # with 7 runs' records: 8 files
+    tail -n 3 /tmp/regress/*.log > "$out/regress.log"  # with 7 runs' records: 8 files
     ;;
   apartfix)  # LayerNorm's w/b in x's layout; the 256-column backward without the row hint
     step regress_fix 80 python3 benchmarks/norm_population.py --out "$OUT/regress_fix.jsonl" \
