@@ -16,7 +16,7 @@ from helpers import assert_close
 import normlab
 from normlab import _runtime, ref
 from normlab._host import next_pow2
-from normlab.norms import config, row, split_row
+from normlab.norms import block_row, config, row, split_row
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 SMS = _runtime.sm_count()
@@ -996,6 +996,53 @@ def test_fused_add_backward_compiles_within_its_planned_occupancy(n_cols):
     assert config.norm_bwd_config("persistent", 4096, n_cols, is_rms=False).prefetch
     assert config.norm_bwd_config("persistent", 4096, n_cols, is_rms=False, fused_add=True,
                                   prefetch=True).prefetch  # fmt: skip
+
+
+@pytest.mark.parametrize("budget", [False, True], ids=["off", "on"])
+def test_block_row_backward_register_budget_rule(monkeypatch, budget):
+    """With BLOCK_ROW_BWD_REGISTER_BUDGET the block-row backward takes the register budget of its
+    planned programs per SM (8 warps, 4 a SM: 64); one-warp tiles and an explicit 0 take none,
+    an explicit cap is kept. Off (the default until a GPU times it), none."""
+    monkeypatch.setattr(config, "BLOCK_ROW_BWD_REGISTER_BUDGET", budget)
+    for n_cols in (16, 128, 256):
+        cfg = config.block_row_bwd_config(n_cols)
+        assert (cfg.num_warps, cfg.programs_per_sm) == (config.BLOCK_ROW_BWD_WARPS,
+                                                        config.BLOCK_ROW_BWD_PROGRAMS_PER_SM)
+        want = config.register_budget(cfg.num_warps, cfg.programs_per_sm) if budget else None
+        assert cfg.maxnreg == want and (not budget or want == 64)
+        assert config.block_row_bwd_recompute_config(n_cols, True).maxnreg == want
+        assert config.block_row_bwd_config(n_cols, maxnreg=0).maxnreg is None
+        assert config.block_row_bwd_config(n_cols, maxnreg=96).maxnreg == 96
+        assert config.block_row_bwd_config(n_cols, one_warp=True).maxnreg is None
+        halved = config.block_row_bwd_config(n_cols, programs_per_sm=2)
+        assert halved.maxnreg == (config.register_budget(cfg.num_warps, 2) if budget else None)
+
+
+@pytest.mark.parametrize("budget", [False, True], ids=["off", "on"])
+def test_block_row_backward_launch_takes_the_budget(monkeypatch, budget):
+    """The block-row backward's launch passes maxnreg exactly when the rule gives one, with
+    LayerNorm's gradients against fp64 at 256 columns (the interpreter ignores the option)."""
+    monkeypatch.setattr(config, "BLOCK_ROW_BWD_REGISTER_BUDGET", budget)
+    launches = []
+    real = block_row.launch
+
+    def spy(fn, grid, *args, **kwargs):
+        launches.append((fn, kwargs))
+        return real(fn, grid, *args, **kwargs)
+
+    monkeypatch.setattr(block_row, "launch", spy)
+    m, n = 67, 256
+    x, gy = torch.randn(m, n), torch.randn(m, n)
+    w, b = 1 + 0.1 * torch.randn(n), 0.1 * torch.randn(n)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    y = normlab.layer_norm(*leaves, layout="block_row")
+    grads = torch.autograd.grad(y, leaves, gy)
+    bwd = [kw for fn, kw in launches if fn.__name__ == "_block_row_bwd_kernel"]
+    assert len(bwd) == 1 and bwd[0].get("maxnreg") == (64 if budget else None)
+    refs = [t.double().requires_grad_() for t in (x, w, b)]
+    want = torch.autograd.grad(ref.layer_norm(*refs, 1e-5), refs, gy.double())
+    for got, exp in zip(grads, want, strict=True):
+        assert_close(got, exp, dtype=torch.float32, reduce_len=m)
 
 
 @pytest.mark.parametrize("is_rms", [True, False])

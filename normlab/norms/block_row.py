@@ -582,6 +582,7 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         INT64_ROWS=int64_rows or bwd_offsets_int64(cdiv(n_rows, cfg.block_rows), n_programs,
                                                    cfg.block_rows, n_cols, *strides),
         num_warps=cfg.num_warps,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
     dw = grad_weight if grad_weight is not None else (
         buffer(n_cols, weight.dtype, x.device) if has_weight else None)

@@ -672,6 +672,14 @@ BLOCK_ROW_BWD_WARPS = 8
 BLOCK_ROW_BWD_PROGRAMS_PER_SM = 4
 BLOCK_ROW_BWD_ACC_TILE = True  # accumulate dγ/dβ per tile row, sum once per program
 BLOCK_ROW_BWD_PREFETCH = False
+# The grid plans BLOCK_ROW_BWD_PROGRAMS_PER_SM programs of BLOCK_ROW_BWD_WARPS warps on an SM,
+# which holds only at register_budget(8, 4) = 64 registers a thread or fewer. LayerNorm at 256
+# columns (statistics stored, int64 row offsets, ROW_ALIGN 8) compiles to 78 for sm_90 under
+# Triton 3.6 (64 at ROW_ALIGN 1 or with int32 offsets), so 3 fit and the grid's last quarter
+# waits: 1000003 x 256 took 402 µs before the row hint, 550 after (regress_a2d2086). Capped at
+# 64 it spills 8 bytes a thread. Not timed on a GPU yet, hence off: NORMLAB_NORM_BLOCK_ROW_BUDGET=1
+# launches the backward within the budget.
+BLOCK_ROW_BWD_REGISTER_BUDGET = os.environ.get("NORMLAB_NORM_BLOCK_ROW_BUDGET", "0") == "1"
 # Recomputing mean/rstd from the x tile the backward reads anyway saves the forward's stores
 # and the backward's loads; it paid up to 256 columns (RMSNorm) and 64 (LayerNorm's two sums).
 BLOCK_ROW_RECOMPUTE_MAX_COLS = {True: 256, False: 64}
@@ -695,6 +703,7 @@ class BlockRowBwdConfig(NamedTuple):
     programs_per_sm: int
     acc_tile: bool
     prefetch: bool
+    maxnreg: int | None = None  # registers a thread (None: ptxas's count)
 
 
 def block_row_recompute_stats(n_cols: int, is_rms: bool) -> bool:
@@ -705,10 +714,11 @@ def block_row_recompute_stats(n_cols: int, is_rms: bool) -> bool:
 def block_row_bwd_config(n_cols: int, *, tile_elems: int | None = None,
                          max_rows: int | None = None, num_warps: int | None = None,
                          programs_per_sm: int | None = None, acc_tile: bool | None = None,
-                         prefetch: bool | None = None,
-                         one_warp: bool = False) -> BlockRowBwdConfig:  # fmt: skip
+                         prefetch: bool | None = None, one_warp: bool = False,
+                         maxnreg: int | None = None) -> BlockRowBwdConfig:  # fmt: skip
     """Persistent block-row backward launch config; keywords override the rules. ``one_warp``
-    (``one_warp_rows``): one warp a tile of ONE_WARP_BWD_TILE_ELEMS, ONE_WARP_PROGRAMS_PER_SM."""
+    (``one_warp_rows``): one warp a tile of ONE_WARP_BWD_TILE_ELEMS, ONE_WARP_PROGRAMS_PER_SM.
+    ``maxnreg``: 0 for no register cap (None: BLOCK_ROW_BWD_REGISTER_BUDGET's rule)."""
     if one_warp:
         tile_elems = ONE_WARP_BWD_TILE_ELEMS if tile_elems is None else tile_elems
         num_warps = 1 if num_warps is None else num_warps
@@ -716,13 +726,19 @@ def block_row_bwd_config(n_cols: int, *, tile_elems: int | None = None,
     tile_elems = BLOCK_ROW_BWD_TILE_ELEMS if tile_elems is None else tile_elems
     if max_rows is None:  # tiny widths: the tile's rows are per-row scalars, not registers
         max_rows = BLOCK_ROW_MAX_ROWS if n_cols >= BLOCK_ROW_TINY_COLS else tile_elems
+    num_warps = BLOCK_ROW_BWD_WARPS if num_warps is None else num_warps
+    programs_per_sm = (BLOCK_ROW_BWD_PROGRAMS_PER_SM if programs_per_sm is None
+                       else programs_per_sm)  # fmt: skip
+    # (one-warp tiles excepted: their programs per SM is the SM's warp limit, not a register plan)
+    if maxnreg is None and BLOCK_ROW_BWD_REGISTER_BUDGET and not one_warp:
+        maxnreg = register_budget(num_warps, programs_per_sm)
     return BlockRowBwdConfig(
         block_rows=max(1, min(max_rows, tile_elems // next_pow2(n_cols))),
-        num_warps=BLOCK_ROW_BWD_WARPS if num_warps is None else num_warps,
-        programs_per_sm=(BLOCK_ROW_BWD_PROGRAMS_PER_SM if programs_per_sm is None
-                         else programs_per_sm),  # fmt: skip
+        num_warps=num_warps,
+        programs_per_sm=programs_per_sm,
         acc_tile=BLOCK_ROW_BWD_ACC_TILE if acc_tile is None else acc_tile,
         prefetch=BLOCK_ROW_BWD_PREFETCH if prefetch is None else prefetch,
+        maxnreg=maxnreg or None,
     )
 
 
