@@ -1,20 +1,36 @@
 """The host-overhead measurement: its arithmetic and its table (under the interpreter)."""
 
 import time
+import types
 
 from normlab.bench import overhead
 
 
-def test_host_cost_measures_the_call():
+def _fake_clock(monkeypatch):
+    """overhead's perf_counter as a clock that moves only by advance(seconds): the calls' costs
+    are exact, whatever the machine's load."""
+    now = [0.0]
+    fake = types.SimpleNamespace(perf_counter=lambda: now[0], strftime=time.strftime,
+                                 gmtime=time.gmtime)  # fmt: skip
+    monkeypatch.setattr(overhead, "time", fake)
+
+    def advance(seconds):
+        now[0] += seconds
+
+    return advance
+
+
+def test_host_cost_measures_the_call(monkeypatch):
+    advance = _fake_clock(monkeypatch)
     calls = []
 
     def run():
         calls.append(1)
-        time.sleep(0.002)
+        advance(0.002)
 
     host, wall = overhead.host_cost(run, loop_calls=5, isolated_calls=3, warmup=2)
     assert len(calls) == 2 + 5 + 3
-    assert 2000 <= host < 20000 and 2000 <= wall < 20000
+    assert abs(host - 2000) < 1e-6 and abs(wall - 2000) < 1e-6
 
 
 def test_measure_overhead_rms_norm_interpreter():
@@ -42,13 +58,14 @@ def test_graph_replay_needs_a_gpu():
 def test_rounds_take_the_implementations_in_turn(monkeypatch):
     """Each round measures every implementation once, each round in another order, and the
     recorded host µs is the median over the rounds."""
+    advance = _fake_clock(monkeypatch)
     order, slow = [], {"normlab": [0.0, 0.009, 0.001], "torch": [0.002, 0.002, 0.002]}
 
     def fake_case(op, impl, direction, dtype, device):
         def run():
             round_index = order.count(impl) // 3  # 3 calls a round: warmup, loop, isolated
             order.append(impl)
-            time.sleep(slow[impl][round_index])
+            advance(slow[impl][round_index])
 
         return 4, 8, run
 
@@ -63,4 +80,4 @@ def test_rounds_take_the_implementations_in_turn(monkeypatch):
     assert firsts == ["normlab", "torch", "torch", "normlab", "normlab", "torch"]
     by = {c.impl: c for c in costs}
     # normlab's rounds slept 0, 9 and 1 ms in its loop: the median is 1 ms, not the mean
-    assert 1000 <= by["normlab"].host_us < 2500 and 2000 <= by["torch"].host_us < 3500
+    assert abs(by["normlab"].host_us - 1000) < 1e-6 and abs(by["torch"].host_us - 2000) < 1e-6
