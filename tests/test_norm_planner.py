@@ -998,6 +998,19 @@ def test_fused_add_backward_compiles_within_its_planned_occupancy(n_cols):
                                   prefetch=True).prefetch  # fmt: skip
 
 
+def _spy_launches(monkeypatch, module):
+    """(kernel, launch keywords) of every launch through ``module.launch`` from now on."""
+    launches = []
+    real = module.launch
+
+    def spy(fn, grid, *args, **kwargs):
+        launches.append((fn, kwargs))
+        return real(fn, grid, *args, **kwargs)
+
+    monkeypatch.setattr(module, "launch", spy)
+    return launches
+
+
 @pytest.mark.parametrize("budget", [False, True], ids=["off", "on"])
 def test_block_row_backward_register_budget_rule(monkeypatch, budget):
     """With BLOCK_ROW_BWD_REGISTER_BUDGET the block-row backward takes the register budget of its
@@ -1023,14 +1036,7 @@ def test_block_row_backward_launch_takes_the_budget(monkeypatch, budget):
     """The block-row backward's launch passes maxnreg exactly when the rule gives one, with
     LayerNorm's gradients against fp64 at 256 columns (the interpreter ignores the option)."""
     monkeypatch.setattr(config, "BLOCK_ROW_BWD_REGISTER_BUDGET", budget)
-    launches = []
-    real = block_row.launch
-
-    def spy(fn, grid, *args, **kwargs):
-        launches.append((fn, kwargs))
-        return real(fn, grid, *args, **kwargs)
-
-    monkeypatch.setattr(block_row, "launch", spy)
+    launches = _spy_launches(monkeypatch, block_row)
     m, n = 67, 256
     x, gy = torch.randn(m, n), torch.randn(m, n)
     w, b = 1 + 0.1 * torch.randn(n), 0.1 * torch.randn(n)
@@ -1050,14 +1056,7 @@ def test_fused_add_backward_launch_takes_the_budget(monkeypatch, is_rms):
     """The launch of add_rms_norm / add_layer_norm's backward passes maxnreg; the plain norm's
     does not. Both against fp64 (the interpreter ignores the option: the values are the
     kernels')."""
-    launches = []
-    real = row.launch
-
-    def spy(fn, grid, *args, **kwargs):
-        launches.append((fn, kwargs))
-        return real(fn, grid, *args, **kwargs)
-
-    monkeypatch.setattr(row, "launch", spy)
+    launches = _spy_launches(monkeypatch, row)
     m, n = 37, 768
     x, r = torch.randn(m, n), torch.randn(m, n)
     w, b = 1 + 0.1 * torch.randn(n), 0.1 * torch.randn(n)

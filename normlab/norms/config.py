@@ -567,6 +567,12 @@ def register_budget(num_warps: int, programs_per_sm: int) -> int:
     return min(255, SM_REGISTERS // (32 * num_warps * programs_per_sm) // 8 * 8)
 
 
+def planned_maxnreg(num_warps: int, programs_per_sm: int, one_warp: bool) -> int | None:
+    """The ``maxnreg`` that keeps a persistent grid's planned programs per SM resident; none for
+    one-warp tiles, whose programs per SM is the SM's warp limit, not a register plan."""
+    return None if one_warp else register_budget(num_warps, programs_per_sm)
+
+
 def pair_partials(n_programs: int, sm_count: int) -> bool:
     """Do programs 2k and 2k + 1 add into one zeroed partial row? Only when the grid has more
     programs than the bound on partial rows (NORM_BWD_PARTIALS_PER_SM per SM): within it,
@@ -646,10 +652,9 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
     if paired_partials is None:
         paired_partials = (programs_per_sm > NORM_BWD_PARTIALS_PER_SM
                            and strategy == "persistent" and not two_pass)  # fmt: skip
-    # (one-warp tiles excepted: their programs per SM is the SM's warp limit, not a register plan)
     if maxnreg is None and fused_add and NORM_BWD_FUSED_ADD_REGISTER_BUDGET \
-            and strategy == "persistent" and not two_pass and not one_warp:  # fmt: skip
-        maxnreg = register_budget(num_warps, programs_per_sm)
+            and strategy == "persistent" and not two_pass:  # fmt: skip
+        maxnreg = planned_maxnreg(num_warps, programs_per_sm, one_warp)
     return NormBwdConfig(
         strategy=strategy,
         two_pass=bool(two_pass),
@@ -729,9 +734,8 @@ def block_row_bwd_config(n_cols: int, *, tile_elems: int | None = None,
     num_warps = BLOCK_ROW_BWD_WARPS if num_warps is None else num_warps
     programs_per_sm = (BLOCK_ROW_BWD_PROGRAMS_PER_SM if programs_per_sm is None
                        else programs_per_sm)  # fmt: skip
-    # (one-warp tiles excepted: their programs per SM is the SM's warp limit, not a register plan)
-    if maxnreg is None and BLOCK_ROW_BWD_REGISTER_BUDGET and not one_warp:
-        maxnreg = register_budget(num_warps, programs_per_sm)
+    if maxnreg is None and BLOCK_ROW_BWD_REGISTER_BUDGET:
+        maxnreg = planned_maxnreg(num_warps, programs_per_sm, one_warp)
     return BlockRowBwdConfig(
         block_rows=max(1, min(max_rows, tile_elems // next_pow2(n_cols))),
         num_warps=num_warps,
