@@ -1013,9 +1013,10 @@ def _spy_launches(monkeypatch, module):
 
 @pytest.mark.parametrize("budget", [False, True], ids=["off", "on"])
 def test_block_row_backward_register_budget_rule(monkeypatch, budget):
-    """With BLOCK_ROW_BWD_REGISTER_BUDGET the block-row backward takes the register budget of its
-    planned programs per SM (8 warps, 4 a SM: 64); one-warp tiles and an explicit 0 take none,
-    an explicit cap is kept. Off (the default until a GPU times it), none."""
+    """With BLOCK_ROW_BWD_REGISTER_BUDGET (on by default) the block-row backward that loads
+    stored statistics takes the register budget of its planned programs per SM (8 warps, 4 a SM:
+    64); the recomputing one, one-warp tiles and an explicit 0 take none, an explicit cap is
+    kept. Off, none."""
     monkeypatch.setattr(config, "BLOCK_ROW_BWD_REGISTER_BUDGET", budget)
     for n_cols in (16, 128, 256):
         cfg = config.block_row_bwd_config(n_cols)
@@ -1023,7 +1024,8 @@ def test_block_row_backward_register_budget_rule(monkeypatch, budget):
                                                         config.BLOCK_ROW_BWD_PROGRAMS_PER_SM)
         want = config.register_budget(cfg.num_warps, cfg.programs_per_sm) if budget else None
         assert cfg.maxnreg == want and (not budget or want == 64)
-        assert config.block_row_bwd_recompute_config(n_cols, True).maxnreg == want
+        for is_rms in (True, False):
+            assert config.block_row_bwd_recompute_config(n_cols, is_rms).maxnreg is None
         assert config.block_row_bwd_config(n_cols, maxnreg=0).maxnreg is None
         assert config.block_row_bwd_config(n_cols, maxnreg=96).maxnreg == 96
         assert config.block_row_bwd_config(n_cols, one_warp=True).maxnreg is None
@@ -1031,20 +1033,29 @@ def test_block_row_backward_register_budget_rule(monkeypatch, budget):
         assert halved.maxnreg == (config.register_budget(cfg.num_warps, 2) if budget else None)
 
 
+def test_block_row_register_budget_is_on_by_default():
+    assert config.BLOCK_ROW_BWD_REGISTER_BUDGET is True
+
+
 @pytest.mark.parametrize("budget", [False, True], ids=["off", "on"])
-def test_block_row_backward_launch_takes_the_budget(monkeypatch, budget):
-    """The block-row backward's launch passes maxnreg exactly when the rule gives one, with
-    LayerNorm's gradients against fp64 at 256 columns (the interpreter ignores the option)."""
+@pytest.mark.parametrize("n", [config.BLOCK_ROW_RECOMPUTE_MAX_COLS[False],
+                               config.BLOCK_ROW_RECOMPUTE_MAX_COLS[False] + 1, 256])
+def test_block_row_backward_launch_takes_the_budget(monkeypatch, budget, n):
+    """The block-row backward's launch passes maxnreg exactly when the rule gives one: stored
+    statistics (LayerNorm past its recompute width) in tiles of 8 warps, not recomputed ones. LayerNorm's gradients
+    against fp64 on both sides of that switch (the interpreter ignores the option)."""
     monkeypatch.setattr(config, "BLOCK_ROW_BWD_REGISTER_BUDGET", budget)
     launches = _spy_launches(monkeypatch, block_row)
-    m, n = 67, 256
+    m = 67
+    capped = (budget and not config.block_row_recompute_stats(n, is_rms=False)
+              and not config.one_warp_contiguous(n, element_size=4))  # 65: one warp, no cap
     x, gy = torch.randn(m, n), torch.randn(m, n)
     w, b = 1 + 0.1 * torch.randn(n), 0.1 * torch.randn(n)
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
     y = normlab.layer_norm(*leaves, layout="block_row")
     grads = torch.autograd.grad(y, leaves, gy)
     bwd = [kw for fn, kw in launches if fn.__name__ == "_block_row_bwd_kernel"]
-    assert len(bwd) == 1 and bwd[0].get("maxnreg") == (64 if budget else None)
+    assert len(bwd) == 1 and bwd[0].get("maxnreg") == (64 if capped else None)
     refs = [t.double().requires_grad_() for t in (x, w, b)]
     want = torch.autograd.grad(ref.layer_norm(*refs, 1e-5), refs, gy.double())
     for got, exp in zip(grads, want, strict=True):

@@ -678,13 +678,14 @@ BLOCK_ROW_BWD_PROGRAMS_PER_SM = 4
 BLOCK_ROW_BWD_ACC_TILE = True  # accumulate dγ/dβ per tile row, sum once per program
 BLOCK_ROW_BWD_PREFETCH = False
 # The grid plans BLOCK_ROW_BWD_PROGRAMS_PER_SM programs of BLOCK_ROW_BWD_WARPS warps on an SM,
-# which holds only at register_budget(8, 4) = 64 registers a thread or fewer. LayerNorm at 256
-# columns (statistics stored, int64 row offsets, ROW_ALIGN 8) compiles to 78 for sm_90 under
-# Triton 3.6 (64 at ROW_ALIGN 1 or with int32 offsets), so 3 fit and the grid's last quarter
-# waits: 1000003 x 256 took 402 µs before the row hint, 550 after (regress_a2d2086). Capped at
-# 64 it spills 8 bytes a thread. Not timed on a GPU yet, hence off: NORMLAB_NORM_BLOCK_ROW_BUDGET=1
-# launches the backward within the budget.
-BLOCK_ROW_BWD_REGISTER_BUDGET = os.environ.get("NORMLAB_NORM_BLOCK_ROW_BUDGET", "0") == "1"
+# which holds only at register_budget(8, 4) = 64 registers a thread or fewer. The backward that
+# loads stored mean/rstd (LayerNorm, 65-256 columns) compiles to 78 for sm_90 under Triton 3.6
+# (int64 row offsets, ROW_ALIGN 8), so 3 fit and the grid's last quarter waits. Capped at 64 it
+# spills 8 bytes a thread and is faster: 1000003 x 256 550 -> 412 µs, x 200 523 -> 383,
+# 8000009 x 256 4204 -> 3223 (block_row_budget_2f5b17f). The recomputing backward is not capped:
+# its narrow tiles hold many rows' scalars, and a cap spills them (10000000 x 5 fp32, RMSNorm
+# 221 -> 361 µs); at 16-256 columns it was level either way. NORMLAB_NORM_BLOCK_ROW_BUDGET=0: no cap.
+BLOCK_ROW_BWD_REGISTER_BUDGET = os.environ.get("NORMLAB_NORM_BLOCK_ROW_BUDGET", "1") == "1"
 # Recomputing mean/rstd from the x tile the backward reads anyway saves the forward's stores
 # and the backward's loads; it paid up to 256 columns (RMSNorm) and 64 (LayerNorm's two sums).
 BLOCK_ROW_RECOMPUTE_MAX_COLS = {True: 256, False: 64}
@@ -751,8 +752,8 @@ def block_row_bwd_recompute_config(n_cols: int, is_rms: bool,
     """The block-row backward's config when it recomputes mean/rstd from x."""
     if one_warp:
         return block_row_bwd_config(n_cols, one_warp=True)
-    return block_row_bwd_config(n_cols, **_ladder(BLOCK_ROW_BWD_RECOMPUTE_TILES[bool(is_rms)],
-                                                  n_cols))  # fmt: skip
+    tile = _ladder(BLOCK_ROW_BWD_RECOMPUTE_TILES[bool(is_rms)], n_cols)
+    return block_row_bwd_config(n_cols, maxnreg=0, **tile)  # no cap: BLOCK_ROW_BWD_REGISTER_BUDGET
 
 
 # ---- the plan ----------------------------------------------------------------------------------
