@@ -12,6 +12,9 @@ best peer µs / normlab µs, the count below 0.9 and the ten worst cells, agains
 (every shape >= 0.90x, geomean >= 1.15x); ``--summary FILE.jsonl`` prints that for recorded
 runs.
 
+``--replace BASE NEW --out FILE`` merges recorded runs (no GPU): BASE's records with every member
+that NEW re-measured taken from NEW, peers and all.
+
 ``--timed-us T`` raises a member's reps until its timed calls add up to about T µs of device
 time (at most ``MAX_REPS``), estimated from its bytes at the copy roofline plus
 ``LAUNCH_FLOOR_US``: a 1.5 µs call at 4 reps has a run-to-run spread of about ±0.3 µs, a fifth of
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import math
 import sys
 import time
@@ -31,7 +35,8 @@ import torch
 import torch.nn.functional as F
 
 from normlab.bench import device_info, population, registry, shapes, traffic
-from normlab.bench.records import parse_dtype, portable_command, read_jsonl, write_jsonl
+from normlab.bench.records import (parse_dtype, portable_command, read_jsonl, record_to_json,
+                                   write_jsonl)
 from normlab.bench.sweep import PEERS, measure, parse_shapes
 
 MAX_REPS = 64
@@ -85,6 +90,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--summary", type=Path, nargs="+", help="recorded runs: print, no GPU")
+    parser.add_argument("--replace", type=Path, nargs=2, metavar=("BASE", "NEW"),
+                        help="recorded runs, no GPU: BASE with every member NEW measured taken "
+                             "from NEW, written to --out (gzipped if it ends in .gz)")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--families", default="random,model,narrow",
                         help="random,model,narrow (the population) and/or peers (the 11 shapes "
@@ -104,6 +112,16 @@ def main(argv=None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required (or --summary FILE.jsonl)")
+    if args.replace:
+        records = population.replace_members(*(read_jsonl(p) for p in args.replace))
+        text = "".join(record_to_json(r) + "\n" for r in records)
+        if args.out.suffix == ".gz":  # mtime 0: the same records give the same bytes
+            args.out.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
+        else:
+            args.out.write_text(text, encoding="utf-8")
+        print(f"{len(records)} records to {args.out}")
+        print(summary(records))
+        return 0
     if args.reps < 1:
         parser.error("--reps must be >= 1")
     if not 0 <= args.timed_us <= 1e6:

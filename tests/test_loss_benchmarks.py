@@ -10,7 +10,7 @@ import pytest
 from helpers import load_script
 
 from normlab.bench import budget, population, prewarm, shapes
-from normlab.bench.records import Record
+from normlab.bench.records import Record, read_jsonl, write_jsonl
 
 
 def _script(name):
@@ -309,6 +309,25 @@ def test_peer_shapes_are_judged_apart_from_the_population():
         "peers layer_norm bwd 32768x8192: 431 µs (target <= 430): missed",
     ]
     assert population.peer_lines(pop) == []
+
+
+def test_replace_members_takes_a_member_whole_from_the_new_run(tmp_path):
+    """A re-measured member comes from the new run with all its implementations (a peer the new
+    run lacks is dropped, not kept from the old run); other members and the peer shapes stay."""
+    kw = {"op": "rms_norm", "direction": "fwd", "shape_set": "population"}
+    base = [_rec("normlab", 100.0, **kw), _rec("torch", 90.0, **kw), _rec("liger", 80.0, **kw),
+            _rec("normlab", 10.0, M=3, **kw), _rec("torch", 20.0, M=3, **kw),
+            _rec("normlab", 50.0, **{**kw, "shape_set": "peers"})]
+    new = [_rec("normlab", 70.0, **kw), _rec("torch", 91.0, **kw)]
+    merged = population.replace_members(base, new)
+    assert sorted((r.M, r.impl, r.device_us, r.shape_set) for r in merged) == [
+        (3, "normlab", 10.0, "population"), (3, "torch", 20.0, "population"),
+        (8, "normlab", 50.0, "peers"), (8, "normlab", 70.0, "population"),
+        (8, "torch", 91.0, "population")]
+    paths = [write_jsonl(rs, tmp_path / f"{name}.jsonl") for name, rs in (("b", base), ("n", new))]
+    out = tmp_path / "merged.jsonl.gz"
+    _script("norm_population").main(["--replace", *map(str, paths), "--out", str(out)])
+    assert read_jsonl(out) == merged and out.read_bytes()[:2] == b"\x1f\x8b"
 
 
 def test_vocab_verdicts_are_the_loss_populations_alone():

@@ -123,6 +123,15 @@ def without_peers(records) -> list:
     return [r for r in records if r.shape_set != PEERS_SET]
 
 
+def replace_members(base, new) -> list:
+    """``base``'s records with every member that ``new`` measured (same M, N, dtype and shape
+    set) taken from ``new`` instead, all its implementations together: a member's peers stay
+    from the same run as its normlab."""
+    key = lambda r: (r.M, r.N, r.dtype, r.shape_set)  # noqa: E731
+    remeasured = {key(r) for r in new}
+    return [r for r in base if key(r) not in remeasured] + list(new)
+
+
 def peer_lines(records) -> list[str]:
     """The peer shapes (records tagged ``PEERS_SET``; others are ignored): per op and direction
     the lowest best peer / normlab against ``PEERS_TARGET``, then normlab's LayerNorm backward at
