@@ -35,8 +35,13 @@ import torch
 import torch.nn.functional as F
 
 from normlab.bench import device_info, population, registry, shapes, traffic
-from normlab.bench.records import (parse_dtype, portable_command, read_jsonl, record_to_json,
-                                   write_jsonl)
+from normlab.bench.records import (
+    parse_dtype,
+    portable_command,
+    read_jsonl,
+    record_to_json,
+    write_jsonl,
+)
 from normlab.bench.sweep import PEERS, measure, parse_shapes
 
 MAX_REPS = 64

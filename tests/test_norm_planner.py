@@ -1042,8 +1042,9 @@ def test_block_row_register_budget_is_on_by_default():
                                config.BLOCK_ROW_RECOMPUTE_MAX_COLS[False] + 1, 256])
 def test_block_row_backward_launch_takes_the_budget(monkeypatch, budget, n):
     """The block-row backward's launch passes maxnreg exactly when the rule gives one: stored
-    statistics (LayerNorm past its recompute width) in tiles of 8 warps, not recomputed ones. LayerNorm's gradients
-    against fp64 on both sides of that switch (the interpreter ignores the option)."""
+    statistics (LayerNorm past its recompute width) in tiles of 8 warps, not recomputed ones.
+    LayerNorm's gradients against fp64 on both sides of that switch (the interpreter ignores
+    the option)."""
     monkeypatch.setattr(config, "BLOCK_ROW_BWD_REGISTER_BUDGET", budget)
     launches = _spy_launches(monkeypatch, block_row)
     m = 67

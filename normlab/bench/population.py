@@ -127,9 +127,12 @@ def replace_members(base, new) -> list:
     """``base``'s records with every member that ``new`` measured (same M, N, dtype and shape
     set) taken from ``new`` instead, all its implementations together: a member's peers stay
     from the same run as its normlab."""
-    key = lambda r: (r.M, r.N, r.dtype, r.shape_set)  # noqa: E731
-    remeasured = {key(r) for r in new}
-    return [r for r in base if key(r) not in remeasured] + list(new)
+    remeasured = {_member(r) for r in new}
+    return [r for r in base if _member(r) not in remeasured] + list(new)
+
+
+def _member(rec) -> tuple:
+    return rec.M, rec.N, rec.dtype, rec.shape_set
 
 
 def peer_lines(records) -> list[str]:

@@ -682,9 +682,10 @@ BLOCK_ROW_BWD_PREFETCH = False
 # loads stored mean/rstd (LayerNorm, 65-256 columns) compiles to 78 for sm_90 under Triton 3.6
 # (int64 row offsets, ROW_ALIGN 8), so 3 fit and the grid's last quarter waits. Capped at 64 it
 # spills 8 bytes a thread and is faster: 1000003 x 256 550 -> 412 µs, x 200 523 -> 383,
-# 8000009 x 256 4204 -> 3223 (block_row_budget_2f5b17f). The recomputing backward is not capped:
-# its narrow tiles hold many rows' scalars, and a cap spills them (10000000 x 5 fp32, RMSNorm
-# 221 -> 361 µs); at 16-256 columns it was level either way. NORMLAB_NORM_BLOCK_ROW_BUDGET=0: no cap.
+# 8000009 x 256 4204 -> 3223 (block_row_budget_2f5b17f). The recomputing backward is not
+# capped: its narrow tiles hold many rows' scalars, and a cap spills them (10000000 x 5 fp32,
+# RMSNorm 221 -> 361 µs); at 16-256 columns it was level either way.
+# NORMLAB_NORM_BLOCK_ROW_BUDGET=0: no cap.
 BLOCK_ROW_BWD_REGISTER_BUDGET = os.environ.get("NORMLAB_NORM_BLOCK_ROW_BUDGET", "1") == "1"
 # Recomputing mean/rstd from the x tile the backward reads anyway saves the forward's stores
 # and the backward's loads; it paid up to 256 columns (RMSNorm) and 64 (LayerNorm's two sums).
