@@ -950,9 +950,9 @@ def test_recomputing_backward_prefetches_rows_up_to_32_columns():
         assert config.block_row_bwd_recompute_config(n, True).prefetch
         assert config.block_row_bwd_recompute_config(n, False).prefetch
     assert config.block_row_bwd_recompute_config(17, False) == config.block_row_bwd_config(
-        17, num_warps=4, prefetch=True)
+        17, num_warps=4, prefetch=True, maxnreg=0)
     assert config.block_row_bwd_recompute_config(17, True) == config.block_row_bwd_config(
-        17, prefetch=True)
+        17, prefetch=True, maxnreg=0)
     for is_rms in (True, False):
         assert not config.block_row_bwd_recompute_config(33, is_rms).prefetch
 
