@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import math
 import sys
 import time
@@ -35,13 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from normlab.bench import device_info, population, registry, shapes, traffic
-from normlab.bench.records import (
-    parse_dtype,
-    portable_command,
-    read_jsonl,
-    record_to_json,
-    write_jsonl,
-)
+from normlab.bench.records import parse_dtype, portable_command, read_jsonl, write_jsonl
 from normlab.bench.sweep import PEERS, measure, parse_shapes
 
 MAX_REPS = 64
@@ -118,12 +111,8 @@ def main(argv=None) -> int:
     if args.out is None:
         parser.error("--out is required (or --summary FILE.jsonl)")
     if args.replace:
-        records = population.replace_members(*(read_jsonl(p) for p in args.replace))
-        text = "".join(record_to_json(r) + "\n" for r in records)
-        if args.out.suffix == ".gz":  # mtime 0: the same records give the same bytes
-            args.out.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
-        else:
-            args.out.write_text(text, encoding="utf-8")
+        records = replace_members(*(read_jsonl(p) for p in args.replace))
+        write_jsonl(records, args.out)
         print(f"{len(records)} records to {args.out}")
         print(summary(records))
         return 0
@@ -181,6 +170,18 @@ def main(argv=None) -> int:
     write_jsonl(records, args.out)
     print(summary(records))
     return 0
+
+
+def replace_members(base, new) -> list:
+    """``base``'s records with every member that ``new`` measured (same M, N, dtype and shape
+    set) taken from ``new`` instead, all its implementations together: a member's peers stay
+    from the same run as its normlab."""
+    remeasured = {_member(r) for r in new}
+    return [r for r in base if _member(r) not in remeasured] + list(new)
+
+
+def _member(rec) -> tuple:
+    return rec.M, rec.N, rec.dtype, rec.shape_set
 
 
 def summary(records) -> str:

@@ -319,14 +319,15 @@ def test_replace_members_takes_a_member_whole_from_the_new_run(tmp_path):
             _rec("normlab", 10.0, M=3, **kw), _rec("torch", 20.0, M=3, **kw),
             _rec("normlab", 50.0, **{**kw, "shape_set": "peers"})]
     new = [_rec("normlab", 70.0, **kw), _rec("torch", 91.0, **kw)]
-    merged = population.replace_members(base, new)
+    script = _script("norm_population")
+    merged = script.replace_members(base, new)
     assert sorted((r.M, r.impl, r.device_us, r.shape_set) for r in merged) == [
         (3, "normlab", 10.0, "population"), (3, "torch", 20.0, "population"),
         (8, "normlab", 50.0, "peers"), (8, "normlab", 70.0, "population"),
         (8, "torch", 91.0, "population")]
     paths = [write_jsonl(rs, tmp_path / f"{name}.jsonl") for name, rs in (("b", base), ("n", new))]
     out = tmp_path / "merged.jsonl.gz"
-    _script("norm_population").main(["--replace", *map(str, paths), "--out", str(out)])
+    script.main(["--replace", *map(str, paths), "--out", str(out)])
     assert read_jsonl(out) == merged and out.read_bytes()[:2] == b"\x1f\x8b"
 
 

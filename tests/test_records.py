@@ -98,6 +98,18 @@ def test_jsonl_append(tmp_path):
     assert records.read_jsonl(path) == SAMPLES
 
 
+def test_jsonl_gz_is_gzipped_and_reproducible(tmp_path):
+    """A .gz path is written gzipped (also through replace_jsonl's temporary file), the same
+    records give the same bytes, and appending to one is refused."""
+    a, b = tmp_path / "a.jsonl.gz", tmp_path / "b.jsonl.gz"
+    records.write_jsonl(SAMPLES, a)
+    records.replace_jsonl(SAMPLES, b)
+    assert a.read_bytes()[:2] == b"\x1f\x8b" and a.read_bytes() == b.read_bytes()
+    assert records.read_jsonl(a) == SAMPLES
+    with pytest.raises(ValueError, match="append"):
+        records.write_jsonl(SAMPLES, a, append=True)
+
+
 def _jsonl_with(tmp_path, bad_line: str):
     good = records.record_to_json(SAMPLES[0])
     path = tmp_path / "bad.jsonl"

@@ -123,18 +123,6 @@ def without_peers(records) -> list:
     return [r for r in records if r.shape_set != PEERS_SET]
 
 
-def replace_members(base, new) -> list:
-    """``base``'s records with every member that ``new`` measured (same M, N, dtype and shape
-    set) taken from ``new`` instead, all its implementations together: a member's peers stay
-    from the same run as its normlab."""
-    remeasured = {_member(r) for r in new}
-    return [r for r in base if _member(r) not in remeasured] + list(new)
-
-
-def _member(rec) -> tuple:
-    return rec.M, rec.N, rec.dtype, rec.shape_set
-
-
 def peer_lines(records) -> list[str]:
     """The peer shapes (records tagged ``PEERS_SET``; others are ignored): per op and direction
     the lowest best peer / normlab against ``PEERS_TARGET``, then normlab's LayerNorm backward at

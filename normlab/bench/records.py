@@ -285,11 +285,18 @@ def record_to_json(rec: Record) -> str:
 
 
 def write_jsonl(records, path: str | Path, *, append: bool = False) -> Path:
+    """One record a line; gzipped where ``path`` ends in .gz (as ``read_jsonl`` reads it), with
+    mtime 0 so the same records give the same bytes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a" if append else "w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(record_to_json(rec) + "\n")
+    text = "".join(record_to_json(rec) + "\n" for rec in records)
+    if path.suffix == ".gz":
+        if append:
+            raise ValueError(f"{path}: cannot append to a gzipped file")
+        path.write_bytes(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
+    else:
+        with path.open("a" if append else "w", encoding="utf-8") as f:
+            f.write(text)
     return path
 
 
@@ -297,7 +304,7 @@ def replace_jsonl(records, path: str | Path) -> Path:
     """Write ``records`` to a sibling temporary file, then rename it over ``path``: a run killed
     while writing leaves the previous complete file, never a truncated line."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".tmp.{path.name}")  # the same suffix: gzipped as ``path`` is
     write_jsonl(records, tmp)
     tmp.replace(path)
     return path
