@@ -132,6 +132,10 @@
 # block-row backward within its register budget at 65-256 columns).
 # widewarps (the forward's launch variants at the fp32 and fp16 members of 768-2048 columns that
 # Liger-Kernel beats: the warps of one row a program, row tiles, beside the peers).
+# shift (one-block forwards of rows not vector aligned, loaded from the first 16-byte boundary,
+# NORMLAB_NORM_SHIFT: the norm and replay checks in bf16 and fp32, the population's unaligned
+# members off and on, fp32 rows against their variants); shiftpeers (those members beside torch,
+# torch.compile and Liger-Kernel).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -139,8 +143,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -161,6 +165,11 @@ layer_norm:fwd:4096x768:fp16,layer_norm:fwd:4096x1024
 SMALL_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448
 # Narrow rows (16-256 columns) between the decode rows and the block-row layout: the population's
 # members and shapes beside them, forward (row tiles of 2-64 rows against one row a program).
+# The population's members whose rows are not 16-byte aligned and take the one-row forward
+SHIFT_CELLS=1492488x825,189780x1485,263731x1457,80806x4323,58399x5845,55536x8495,36052x8363,\
+27492x9693,19335x14487,47318x20163,12182x373,5158x666,3079x2526,1990x2326,1687x1718,627x2479,\
+296x17767,482x27361,7526x3956,6062x7412,245086x5924,74711x1906,34292x14486,12x973,14x1022,\
+5x3149,10x11415,33x9383,75x3310,115x577,261x1110,1329x32826
 NARROW_CELLS=593x37,783x120,868x136,1686x75,2479x17,2982x26,5596x214,6872x80,9673x23
 NARROW_FWD=$(for c in ${NARROW_CELLS//,/ } 2982x26:fp16 300x128 1000x64 3001x200 12000x48 15000x250 4000x100:fp16; do
   printf 'rms_norm:fwd:%s,layer_norm:fwd:%s,' "$c" "$c"; done)
@@ -846,6 +855,22 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       4096x1024:fp16 4096x1024; do printf 'rms_norm:fwd:%s,layer_norm:fwd:%s,' "$c" "$c"; done)
     step wide_warps 540 python3 benchmarks/norm_launch_variants.py --out "$OUT/wide_warps.jsonl" \
       --reps 10 --cells "${cells%,}"
+    ;;
+  shift)  # rows not vector aligned loaded from their first 16-byte boundary: checks, off and on
+    step gpu_check_norms_shift 280 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_norms_shift.json" --dtypes bf16,fp32 --only norms,replay
+    for on in 0 1; do
+      NORMLAB_NORM_SHIFT=$on step "shift_$on" 100 python3 benchmarks/norm_population.py \
+        --out "$OUT/shift_$on.jsonl" --reps 4 --timed-us 100 --impls normlab --cells "$SHIFT_CELLS"
+    done
+    cells=rms_norm:16384x1031,layer_norm:16384x1031,rms_norm:4096x4099,layer_norm:4096x4099
+    step shift_fp32 90 python3 benchmarks/norm_odd_widths.py --out "$OUT/shift_fp32.jsonl" \
+      --direction fwd --dtype fp32 --reps 6 --cells "$cells"
+    ;;
+  shiftpeers)  # the members the shifted rows changed, beside torch, torch.compile and Liger
+    step population_shift 560 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_shift.jsonl" --reps 4 --timed-us 100 \
+      --families random,model,narrow --impls normlab,torch,compile,liger --cells "$SHIFT_CELLS"
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -15,6 +15,10 @@ SM, the backward's prefetch flipped, and torch and torch.compile (``dynamic=Fals
 for the cell), one process, device time, L2 flushed. An aligned width beside each odd one is
 the control. Each variant is checked against the planned one first.
 
+The forward of a row cell also runs with the row loaded from its first 16-byte boundary
+(``shifted``, ``row._shifted_row``) and without (``unshifted``), whatever the rule
+(``config.shift_vec``) plans.
+
 The block-row cells also time the planned tiles with int64 row offsets forced (``int64
 offsets``), the arithmetic every tile took before ``config.row_offsets_int64``.
 
@@ -46,6 +50,7 @@ CELLS = ("rms_norm:1000003x127,rms_norm:1000003x128,layer_norm:1000003x127,"
          "layer_norm:1000003x128,layer_norm:1492488x825,layer_norm:1492488x832,"
          "rms_norm:1492488x825,rms_norm:1492488x832")  # fmt: skip
 EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 WARPS = (1, 2, 4, 8)  # 1: a row never leaves its warp at ROW_ALIGN 1 (no cross-warp sums)
@@ -122,6 +127,8 @@ def fwd_variants(op, x, w, b):
     else:
         out["params apart"] = lambda: row.norm_forward(x, w, b, eps, is_rms,
                                                        params_apart=True)[0]  # fmt: skip
+        out["shifted"] = lambda: row.norm_forward(x, w, b, eps, is_rms, shift=True)[0]
+        out["unshifted"] = lambda: row.norm_forward(x, w, b, eps, is_rms, shift=False)[0]
     return out
 
 
@@ -154,7 +161,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--reps", type=int, default=4)
-    parser.add_argument("--cells", default=CELLS, help="op:MxN,... (bf16)")
+    parser.add_argument("--cells", default=CELLS, help="op:MxN,...")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="bf16")
+    parser.add_argument("--direction", choices=("fwd", "bwd", "fwd,bwd"), default="fwd,bwd")
     parser.add_argument("--block-row-max-cols", type=int, default=config.BLOCK_ROW_MAX_COLS,
                         help="plan and time the block-row kernels on rows up to this wide "
                              "(config.BLOCK_ROW_MAX_COLS for this run)")  # fmt: skip
@@ -188,7 +197,7 @@ def main(argv=None) -> int:
                 line.append(f"{name} ok")
             else:
                 impl = name if name in ("torch", "compile-static") else f"normlab {name}"
-                rec = measure(run, op, impl, m, n, "bf16", direction, device=dev,
+                rec = measure(run, op, impl, m, n, args.dtype, direction, device=dev,
                               reps=args.reps, command=command,
                               shape_set="norm_odd_widths")  # fmt: skip
                 records.append(rec)
@@ -197,19 +206,22 @@ def main(argv=None) -> int:
 
     for op, m, n in cells:
         is_rms = op == "rms_norm"
-        x = torch.randn(m, n, dtype=torch.bfloat16, device=device)
-        dy = torch.randn(m, n, dtype=torch.bfloat16, device=device)
-        w = (1 + 0.1 * torch.randn(n, device=device)).to(torch.bfloat16)
-        b = None if is_rms else (0.1 * torch.randn(n, device=device)).to(torch.bfloat16)
-        _, mean, rstd = row.norm_forward(x, w, b, EPS[op], is_rms)
-        runs = variants(op, x, w, b, dy, mean, rstd)
-        if on_gpu:
-            runs.update(peers(op, x, w, b, dy))
-        print(f"{op} bwd {m}x{n} bf16: " + timed(runs, "bwd", op, m, n), flush=True)
-        runs = fwd_variants(op, x, w, b)
-        if on_gpu:
-            runs.update(fwd_peers(op, x, w, b))
-        print(f"{op} fwd {m}x{n} bf16: " + timed(runs, "fwd", op, m, n), flush=True)
+        dtype = DTYPES[args.dtype]
+        x = torch.randn(m, n, dtype=dtype, device=device)
+        dy = torch.randn(m, n, dtype=dtype, device=device)
+        w = (1 + 0.1 * torch.randn(n, device=device)).to(dtype)
+        b = None if is_rms else (0.1 * torch.randn(n, device=device)).to(dtype)
+        if "bwd" in args.direction:
+            _, mean, rstd = row.norm_forward(x, w, b, EPS[op], is_rms)
+            runs = variants(op, x, w, b, dy, mean, rstd)
+            if on_gpu:
+                runs.update(peers(op, x, w, b, dy))
+            print(f"{op} bwd {m}x{n} {args.dtype}: " + timed(runs, "bwd", op, m, n), flush=True)
+        if "fwd" in args.direction:
+            runs = fwd_variants(op, x, w, b)
+            if on_gpu:
+                runs.update(fwd_peers(op, x, w, b))
+            print(f"{op} fwd {m}x{n} {args.dtype}: " + timed(runs, "fwd", op, m, n), flush=True)
         runs = x = dy = w = b = mean = rstd = None
         if on_gpu:
             torch.cuda.empty_cache()

@@ -94,6 +94,29 @@ NORM_FWD_PARAMS_APART_MAX_ROWS = 1
 PARAMS_APART = os.environ.get("NORMLAB_NORM_PARAMS_APART", "1") != "0"
 
 
+# A row that does not start on a 16-byte boundary loads element by element from its start: a
+# warp's request carries 64 bytes, not 512, and an SM cannot keep enough requests in flight to
+# cover DRAM latency (RMSNorm forward, population 00779d0, % of copy: 19335 x 14487 58,
+# 34292 x 14486 (4-byte rows) 83, 16384 x 16384 99). The one-block forward then loads the row's
+# whole vectors from its first 16-byte boundary on, and the under-a-vector head and tail alone
+# (row._shifted_row). y's rows must start at the same place within a vector as x's.
+# NORMLAB_NORM_SHIFT=0: never (an A/B switch).
+NORM_FWD_SHIFT = os.environ.get("NORMLAB_NORM_SHIFT", "1") != "0"
+NORM_FWD_SHIFT_MIN_VECTORS = 8  # a row of fewer vectors is mostly head and tail
+
+
+def shift_vec(row_align: int, element_size: int, n_cols: int, x_row_stride: int,
+              y_row_stride: int, force: bool = False) -> int:
+    """The vector (elements) of ``row._shifted_row`` for a one-block forward, or 0. It can run
+    where a row holds a vector and y's rows start as far into a vector as x's; it is taken
+    (``force``: wherever it can run) for rows not vector aligned at least
+    NORM_FWD_SHIFT_MIN_VECTORS vectors wide."""
+    vec = VECTOR_BYTES // element_size
+    possible = n_cols >= vec and (x_row_stride - y_row_stride) % vec == 0
+    wanted = NORM_FWD_SHIFT and row_align < vec and n_cols >= NORM_FWD_SHIFT_MIN_VECTORS * vec
+    return vec if possible and (force or wanted) else 0
+
+
 def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:
     """How many times the grid fills the card (below 1, SMs idle)."""
     return n_programs / max(1, programs_per_sm * sm_count)

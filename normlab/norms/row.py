@@ -66,6 +66,59 @@ PAIRED_ROW_SUMS = not _runtime.INTERPRET
 
 
 @triton.jit
+def _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, x_start, y_start, n_cols: tl.constexpr, eps,
+                 offset, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 BLOCK_SIZE: tl.constexpr, VEC: tl.constexpr):  # fmt: skip
+    """Normalize one row that starts off a 16-byte boundary (x_start elements from x_ptr, which
+    is 16-byte aligned; y_start = x_start mod VEC), in one block -> (mean, rstd).
+
+    Loaded from the row's start, its elements would load one at a time, 64 bytes a warp per
+    request. So the row is three parts: the head up to the first 16-byte boundary, the body of
+    whole VEC-element vectors after it (vector loads and stores), and the tail; head and tail
+    hold under VEC elements each and load alone. w and b are read at the body's columns, which
+    start at the head's length: unaligned, so they load in a layout of their own."""
+    head = (VEC - x_start % VEC) % VEC
+    n_body = known_multiple(n_cols - head, VEC)  # whole vectors (n_cols >= VEC: launch checks)
+    tail = head + n_body
+    cols = tl.arange(0, BLOCK_SIZE)
+    edge = tl.arange(0, VEC)
+    body_mask = cols < n_body
+    head_mask = edge < head
+    tail_mask = tail + edge < n_cols
+    x_body = x_ptr + known_multiple(x_start + head, VEC) + cols
+    x_row = x_ptr + x_start
+    xb = tl.load(x_body, mask=body_mask, other=0.0).to(tl.float32)
+    xh = tl.load(x_row + edge, mask=head_mask, other=0.0).to(tl.float32)
+    xt = tl.load(x_row + tail + edge, mask=tail_mask, other=0.0).to(tl.float32)
+    if IS_RMS:
+        mean = 0.0
+    else:
+        mean = (tl.sum(xb, axis=0) + tl.sum(xh, axis=0) + tl.sum(xt, axis=0)) / n_cols
+        xb = tl.where(body_mask, xb - mean, 0.0)
+        xh = tl.where(head_mask, xh - mean, 0.0)
+        xt = tl.where(tail_mask, xt - mean, 0.0)
+    sq = tl.sum(xb * xb, axis=0) + tl.sum(xh * xh, axis=0) + tl.sum(xt * xt, axis=0)
+    rstd = tl.rsqrt(sq / n_cols + eps)
+    yb = xb * rstd
+    yh = xh * rstd
+    yt = xt * rstd
+    if HAS_WEIGHT:
+        yb = yb * (load_param_f32(w_ptr + head + cols, body_mask, False, "", True) + offset)
+        yh = yh * (tl.load(w_ptr + edge, mask=head_mask, other=0.0).to(tl.float32) + offset)
+        yt = yt * (tl.load(w_ptr + tail + edge, mask=tail_mask, other=0.0).to(tl.float32)
+                   + offset)  # fmt: skip
+    if HAS_BIAS:
+        yb = yb + load_param_f32(b_ptr + head + cols, body_mask, False, "", True)
+        yh = yh + tl.load(b_ptr + edge, mask=head_mask, other=0.0).to(tl.float32)
+        yt = yt + tl.load(b_ptr + tail + edge, mask=tail_mask, other=0.0).to(tl.float32)
+    y_row = y_ptr + y_start
+    store_cast(y_ptr + known_multiple(y_start + head, VEC) + cols, yb, body_mask, False)
+    store_cast(y_row + edge, yh, head_mask, False)
+    store_cast(y_row + tail + edge, yt, tail_mask, False)
+    return mean, rstd
+
+
+@triton.jit
 def _norm_fwd_kernel(
     x_ptr,  # (n_rows, n_cols) input
     r_ptr,  # (n_rows, n_cols) residual (read with HAS_RESIDUAL)
@@ -94,6 +147,7 @@ def _norm_fwd_kernel(
     EARLY_PARAMS: tl.constexpr = False,  # load w and b with x, before the row's reductions
     STORE_STATS: tl.constexpr = True,  # write mean/rstd (a backward will read them)
     PARAMS_APART: tl.constexpr = False,  # w/b in a layout of their own (tiles.load_param_f32)
+    SHIFT_VEC: tl.constexpr = 0,  # rows not vector aligned: _shifted_row's vector (elements)
 ):
     """One row per program; fp32 statistics. Rows wider than BLOCK_SIZE loop over chunks.
     EARLY_PARAMS (one block): with few rows nothing hides a second memory round trip."""
@@ -113,7 +167,11 @@ def _norm_fwd_kernel(
     eps = tl.cast(eps, tl.float32)
     offset = tl.cast(offset, tl.float32)
     cols = tl.arange(0, BLOCK_SIZE)
-    if SINGLE_BLOCK:
+    if SHIFT_VEC > 0:
+        mean, rstd = _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, row * x_row_stride,
+                                  row * y_row_stride, n_cols, eps, offset, IS_RMS, HAS_WEIGHT,
+                                  HAS_BIAS, BLOCK_SIZE, SHIFT_VEC)  # fmt: skip
+    elif SINGLE_BLOCK:
         mask = cols < n_cols
         x = load_f32(x_row + cols, mask, EVEN_COLS, "")
         if EARLY_PARAMS:
@@ -553,7 +611,7 @@ def _empty_forward(x2d, is_rms, store_stats=True):
 
 def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h_out=None,
                  tile=None, block_size=None, num_warps=None, store_stats=True,
-                 early_params=None, params_apart=None):  # fmt: skip
+                 early_params=None, params_apart=None, shift=None):  # fmt: skip
     """Forward launcher: x2d (n_rows, n_cols) -> (y, mean | None, rstd), mean/rstd fp32 (n_rows,);
     both None without ``store_stats`` (no backward will read them: no allocation, no stores).
 
@@ -561,7 +619,9 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     the fused residual add, h = x2d + residual written to h_out and normalized.
     ``tile``: the plan's row tile (``config.NormPlan.fwd_tile``, wide or narrow rows; None: one
     row per program). ``block_size``/``num_warps``/``early_params`` override
-    ``config.norm_fwd_config`` and ``params_apart`` the rule (``config.PARAMS_APART``); with
+    ``config.norm_fwd_config``, ``params_apart`` the rule (``config.PARAMS_APART``) and
+    ``shift`` whether a one-block row not vector aligned loads from its first 16-byte boundary
+    (``config.shift_vec``; True forces it wherever x and y allow it); with
     ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the autotuned kernel picks them.
     """
     x2d = unit_col_stride(x2d)
@@ -604,7 +664,10 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
         not_replayable()  # the autotuner launches through Triton, unrecorded
         launch(_norm_fwd_kernel_tuned, (n_rows,), *args, **flags)
         return y, mean, rstd
-    launch(_norm_fwd_kernel, (n_rows,), *args, **flags, BLOCK_SIZE=block,
+    vec = (config.shift_vec(row_align, x2d.element_size(), n_cols, x2d.stride(0), y.stride(0),
+                            force=bool(shift))
+           if n_cols <= block and residual is None and shift is not False else 0)  # fmt: skip
+    launch(_norm_fwd_kernel, (n_rows,), *args, **flags, BLOCK_SIZE=block, SHIFT_VEC=vec,
            SINGLE_BLOCK=n_cols <= block, EVEN_COLS=n_cols % block == 0,
            EARLY_PARAMS=(cfg.early_params if early_params is None else early_params)
            and n_cols <= block,
