@@ -94,26 +94,32 @@ NORM_FWD_PARAMS_APART_MAX_ROWS = 1
 PARAMS_APART = os.environ.get("NORMLAB_NORM_PARAMS_APART", "1") != "0"
 
 
-# A row that does not start on a 16-byte boundary loads element by element from its start: a
+# A row whose start is not even 4-byte aligned (an odd bf16 width) loads element by element: a
 # warp's request carries 64 bytes, not 512, and an SM cannot keep enough requests in flight to
-# cover DRAM latency (RMSNorm forward, population 00779d0, % of copy: 19335 x 14487 58,
-# 34292 x 14486 (4-byte rows) 83, 16384 x 16384 99). The one-block forward then loads the row's
-# whole vectors from its first 16-byte boundary on, and the under-a-vector head and tail alone
-# (row._shifted_row). y's rows must start at the same place within a vector as x's.
-# NORMLAB_NORM_SHIFT=0: never (an A/B switch).
+# cover DRAM latency. The one-block forward then loads the row's whole vectors from its first
+# 16-byte boundary on, and the under-a-vector head and tail alone (row._shifted_row); w and b,
+# read at shifted columns, load element by element from L2. H200 forward, element-wise rows,
+# µs unshifted -> shifted (shift_0/1_2703ec2): LayerNorm 1492488 x 825 2836 -> 1825, 55536 x 8495
+# 1399 -> 924, RMSNorm 36052 x 8363 549 -> 416; fp32 16384 x 1031 46.0 -> 42.0. Not taken:
+# - rows of 4- or 8-byte vectors, which lose their vector w (RMSNorm 34292 x 14486 567 -> 856,
+#   245086 x 5924 1405 -> 1538);
+# - decode batches (decode_rows), where the head's and tail's loads and sums add to a latency-bound
+#   call (LayerNorm 12 x 973 2.1 -> 3.0 µs, 115 x 577 2.2 -> 2.8).
+# y's rows must start as far into a vector as x's. NORMLAB_NORM_SHIFT=0: never (an A/B switch).
 NORM_FWD_SHIFT = os.environ.get("NORMLAB_NORM_SHIFT", "1") != "0"
 NORM_FWD_SHIFT_MIN_VECTORS = 8  # a row of fewer vectors is mostly head and tail
 
 
-def shift_vec(row_align: int, element_size: int, n_cols: int, x_row_stride: int,
-              y_row_stride: int, force: bool = False) -> int:
+def shift_vec(row_align: int, element_size: int, n_rows: int, n_cols: int, sm_count: int,
+              x_row_stride: int, y_row_stride: int, force: bool = False) -> int:
     """The vector (elements) of ``row._shifted_row`` for a one-block forward, or 0. It can run
     where a row holds a vector and y's rows start as far into a vector as x's; it is taken
-    (``force``: wherever it can run) for rows not vector aligned at least
-    NORM_FWD_SHIFT_MIN_VECTORS vectors wide."""
+    (``force``: wherever it can run) for rows loaded element by element (``row_align`` 1), at
+    least NORM_FWD_SHIFT_MIN_VECTORS vectors wide, more than a decode batch."""
     vec = VECTOR_BYTES // element_size
     possible = n_cols >= vec and (x_row_stride - y_row_stride) % vec == 0
-    wanted = NORM_FWD_SHIFT and row_align < vec and n_cols >= NORM_FWD_SHIFT_MIN_VECTORS * vec
+    wanted = (NORM_FWD_SHIFT and row_align == 1 and n_cols >= NORM_FWD_SHIFT_MIN_VECTORS * vec
+              and not decode_rows(n_rows, n_cols, sm_count))  # fmt: skip
     return vec if possible and (force or wanted) else 0
 
 

@@ -664,7 +664,8 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
         not_replayable()  # the autotuner launches through Triton, unrecorded
         launch(_norm_fwd_kernel_tuned, (n_rows,), *args, **flags)
         return y, mean, rstd
-    vec = (config.shift_vec(row_align, x2d.element_size(), n_cols, x2d.stride(0), y.stride(0),
+    vec = (config.shift_vec(row_align, x2d.element_size(), n_rows, n_cols,
+                            _runtime.sm_count(x2d.device.index), x2d.stride(0), y.stride(0),
                             force=bool(shift))
            if n_cols <= block and residual is None and shift is not False else 0)  # fmt: skip
     launch(_norm_fwd_kernel, (n_rows,), *args, **flags, BLOCK_SIZE=block, SHIFT_VEC=vec,
