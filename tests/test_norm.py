@@ -83,6 +83,86 @@ def test_params_apart_rule():
     assert configs.params_apart(1, 2, 8, rows) and not configs.params_apart(1, 2, 8, rows + 1)
 
 
+def test_shift_rule():
+    """The shifted row (config.shift_vec) is taken where rows load element by element, are at
+    least NORM_FWD_SHIFT_MIN_VECTORS vectors wide and more than a decode batch; not for rows of
+    4- or 8-byte vectors, nor where y's rows start elsewhere in a vector than x's. Forced, it
+    runs wherever a row holds one vector."""
+    sms, many = 132, 100 * 132
+    assert configs.shift_vec(1, 2, many, 825, sms, 825, 825) == 8
+    assert configs.shift_vec(1, 4, many, 1031, sms, 1031, 1031) == 4  # fp32: 4 a vector
+    assert configs.shift_vec(2, 2, many, 14486, sms, 14486, 14486) == 0  # 4-byte vectors
+    assert configs.shift_vec(4, 2, many, 5924, sms, 5924, 5924) == 0  # 8-byte vectors
+    assert configs.shift_vec(8, 2, many, 1024, sms, 1024, 1024) == 0  # aligned
+    for n in (973, 8363):  # the decode batch's bound, either side
+        rows = max(m for m in range(1, many) if configs.decode_rows(m, n, sms))
+        assert configs.shift_vec(1, 2, rows, n, sms, n, n) == 0
+        assert configs.shift_vec(1, 2, rows + 1, n, sms, n, n) == 8
+    least = configs.NORM_FWD_SHIFT_MIN_VECTORS * 8
+    assert configs.shift_vec(1, 2, many, least, sms, least + 1, least + 1) == 8
+    assert configs.shift_vec(1, 2, many, least - 1, sms, least - 1, least - 1) == 0
+    assert configs.shift_vec(1, 2, many, 825, sms, 833, 825) == 8  # 8 apart: same place
+    assert configs.shift_vec(1, 2, many, 825, sms, 828, 825) == 0
+    assert configs.shift_vec(8, 2, 1, 8, sms, 8, 8, force=True) == 8
+    assert configs.shift_vec(1, 2, 1, 7, sms, 7, 7, force=True) == 0  # under a vector
+
+
+def test_shift_switch_off(monkeypatch):
+    monkeypatch.setattr(configs, "NORM_FWD_SHIFT", False)
+    assert configs.shift_vec(1, 2, 10**5, 825, 132, 825, 825) == 0
+    assert configs.shift_vec(1, 2, 10**5, 825, 132, 825, 825, force=True) == 8
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("dtype,n", [(torch.float32, 4), (torch.float32, 5), (torch.float32, 1031),
+                                     *((torch.bfloat16, n) for n in (8, 9, 63, 65, 127, 1031,
+                                                                     2053))], ids=str)  # fmt: skip
+def test_shifted_row_matches_fp64(dtype, is_rms, n):
+    """row._shifted_row forced on 9 rows of an odd (or one-vector) width, so that the heads take
+    every length: a row of one vector or less than two, primes, one past powers of two. y, the
+    statistics, an offset and a bias against fp64; a NaN propagates to its row only."""
+    x, w, b = _inputs(9, n, dtype, is_rms, offset=3.0)
+    x[4, n - 1] = float("nan")
+    y, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms, offset=0.5, shift=True)
+    want = (ref.rms_norm(_d(x), _d(w) + 0.5, 1e-5) if is_rms
+            else ref.layer_norm(_d(x), _d(w) + 0.5, _d(b), 1e-5))  # fmt: skip
+    assert torch.isnan(y[4]).all() and not torch.isnan(y[torch.arange(9) != 4]).any()
+    keep = torch.arange(9) != 4
+    assert_close(y[keep], want[keep])
+    xd = _d(x)[keep]
+    centred = xd if is_rms else xd - xd.mean(-1, keepdim=True)
+    assert_close(rstd[keep], (centred.pow(2).mean(-1) + 1e-5).rsqrt().float())
+    if not is_rms:
+        assert_close(mean[keep], xd.mean(-1).float())
+
+
+@pytest.mark.parametrize("pad,shifted", [(8, True), (3, False)], ids=["stride+8", "stride+3"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_shift_launched_on_row_strided_input(monkeypatch, pad, shifted, is_rms):
+    """A row-strided x (rows ``pad`` elements apart beyond the width) shifts only where its rows
+    start as far into a vector as y's contiguous rows (config.shift_vec), and matches fp64 either
+    way. 17 rows: past the interpreter's decode batch (4 SMs, 4 rows a SM)."""
+    launched = _record_forward_launches(monkeypatch, "SHIFT_VEC")
+    n = 301
+    x, w, b = _inputs(17, n + pad, torch.bfloat16, is_rms)
+    x = x[:, :n]
+    y = _fwd(x, w[:n], None if b is None else b[:n], 1e-5, is_rms, layout="row")
+    assert launched == [8 if shifted else 0]
+    assert_close(y, _ref_fwd(x, w[:n], None if b is None else b[:n], 1e-5, is_rms))
+
+
+@pytest.mark.parametrize("n,rows,want", [(825, 17, 8), (825, 16, 0), (832, 17, 0),
+                                         (826, 17, 0), (63, 17, 0)], ids=str)  # fmt: skip
+def test_shift_launched_by_rule(monkeypatch, n, rows, want):
+    """The planned one-row forward launches the shifted row exactly where the rule says: odd
+    widths past the decode batch (16 rows here), not aligned or 4-byte rows, nor narrow ones."""
+    launched = _record_forward_launches(monkeypatch, "SHIFT_VEC")
+    x, w, _ = _inputs(rows, n, torch.bfloat16, True)
+    y = normlab.rms_norm(x, w, 1e-6, layout="row")
+    assert launched == [want]
+    assert_close(y, ref.rms_norm(_d(x), _d(w), 1e-6))
+
+
 @pytest.mark.parametrize("n", [825, 8363, 1024])
 @pytest.mark.parametrize("is_rms,bias", [(True, False), (False, False), (False, True)],
                          ids=["rms", "ln-weight", "ln-weight-bias"])  # fmt: skip
