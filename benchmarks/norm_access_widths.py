@@ -18,6 +18,9 @@ Then, for the one-row forward, how many consecutive elements of x a thread takes
 row's own alignment, which w/b loaded in x's layout would raise to 8 (strided element loads;
 ``config.params_apart``).
 
+Then the same forward at an odd width (201 columns, ROW_ALIGN 1) with the row loaded from its
+first 16-byte boundary (``row._shifted_row``): its x and y body in 16-byte accesses.
+
 Then the block-row backward at 128 columns (RMSNorm, recomputed statistics): how many warps
 share a row (Triton's layout of the x tile) and the SASS barriers (BAR), shared-memory accesses
 (LDS, STS) and shuffles (SHFL), at ROW_ALIGN 8 and 1 with the planned 8 warps, and at ROW_ALIGN
@@ -61,7 +64,8 @@ KERNELS = {
     "forward, one row a program": (_norm_fwd_kernel, {
         "n_cols": 200, "IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False,
         "HAS_RESIDUAL": False, "BLOCK_SIZE": 256, "SINGLE_BLOCK": True, "EVEN_COLS": False,
-        "INT64_ROWS": False, "EARLY_PARAMS": False, "STORE_STATS": True}, 1),
+        "INT64_ROWS": False, "EARLY_PARAMS": False, "STORE_STATS": True, "PARAMS_APART": False,
+        "SHIFT_VEC": 0}, 1),
     "block-row forward": (_block_row_fwd_kernel, {
         "IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_RESIDUAL": False,
         "BLOCK_ROWS": 8, "BLOCK_COLS": 256, "PERSISTENT": False, "STORE_STATS": False,
@@ -154,6 +158,12 @@ def main(argv=None) -> int:
         lines.append(f"forward x row, ROW_ALIGN {align}: "
                      f"{row_load_elements(compiled, constants['BLOCK_SIZE'])} consecutive "
                      "elements a thread a load")  # fmt: skip
+    # An odd width loaded from the row's first 16-byte boundary (row._shifted_row, config.shift_vec)
+    shifted = {**constants, "n_cols": 201, "SHIFT_VEC": 8}
+    widths = access_widths(compile_kernel(kernel, shifted, 1, warps))
+    lines.append("forward shifted row (201 columns, ROW_ALIGN 1): " + "; ".join(
+        f"{kind} " + ", ".join(f"{b} B x {n}" for b, n in sorted(widths[kind].items()))
+        for kind in ("load", "store")))  # fmt: skip
     for align, warps, rows in BLOCK_ROW_BWD_TILES:
         compiled = compile_kernel(_block_row_bwd_kernel, {**BLOCK_ROW_BWD, "BLOCK_ROWS": rows},
                                   align, warps)  # fmt: skip

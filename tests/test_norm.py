@@ -163,6 +163,36 @@ def test_shift_launched_by_rule(monkeypatch, n, rows, want):
     assert_close(y, ref.rms_norm(_d(x), _d(w), 1e-6))
 
 
+def test_rms_fp32_one_warp_rule():
+    """fp32 RMSNorm rows padding to NORM_FWD_RMS_FP32_ONE_WARP_COLS run one row a program on one
+    warp, beyond a decode batch and without a fused add; no row tile is planned for them. Not
+    LayerNorm, 2-byte rows, nor the padded widths either side."""
+    top, sms, many = configs.NORM_FWD_RMS_FP32_ONE_WARP_COLS, 132, 10**5
+    for n in (top // 2 + 1, 768, top):
+        assert configs.norm_fwd_config(n, True, many, sms, element_size=4) == (
+            configs.NormFwdConfig(top, 1))
+        assert configs.plan(True, 4096, n, "auto", "auto", sms, True, 4).fwd_tile is None
+        assert configs.norm_fwd_config(n, False, many, sms, element_size=4).num_warps > 1
+        assert configs.norm_fwd_config(n, True, many, sms, element_size=2).num_warps > 1
+        assert configs.norm_fwd_config(n, True, many, sms, True, 4).num_warps > 1  # fused add
+        decode = max(m for m in range(1, many) if configs.decode_rows(m, n, sms))
+        assert configs.norm_fwd_config(n, True, decode, sms, element_size=4).early_params
+        assert configs.norm_fwd_config(n, True, decode + 1, sms, element_size=4).num_warps == 1
+    for n in (top // 2, top + 1):
+        assert configs.norm_fwd_config(n, True, many, sms, element_size=4).num_warps > 1
+
+
+@pytest.mark.parametrize("n", [513, 768, 1000, 1024], ids=str)
+def test_rms_fp32_one_warp_launched(monkeypatch, n):
+    """Planned on the interpreter's 4 SMs (17 rows: past the decode batch), the fp32 RMSNorm
+    forward launches one warp a row, one block, and matches fp64."""
+    launched = _record_forward_launches(monkeypatch, "num_warps", "BLOCK_SIZE")
+    x, w, _ = _inputs(17, n, torch.float32, True)
+    y = normlab.rms_norm(x, w, 1e-6)
+    assert launched == [(1, 1024)]
+    assert_close(y, ref.rms_norm(_d(x), _d(w), 1e-6))
+
+
 @pytest.mark.parametrize("n", [825, 8363, 1024])
 @pytest.mark.parametrize("is_rms,bias", [(True, False), (False, False), (False, True)],
                          ids=["rms", "ln-weight", "ln-weight-bias"])  # fmt: skip
@@ -563,6 +593,9 @@ def test_block_row_forward_dispatch(monkeypatch, is_rms, n):
     backward."""
     from normlab.norms import block_row as narrow
 
+    # fp32 RMSNorm rows of 1024 padded columns run one warp a row (config.rms_fp32_one_warp)
+    dtype = torch.bfloat16 if is_rms and n == 600 else torch.float32
+    assert configs.rms_fp32_one_warp(n, is_rms, 4) == (dtype == torch.bfloat16)
     if n == 600:
         m = 41
         for norm in (True, False):
@@ -590,10 +623,10 @@ def test_block_row_forward_dispatch(monkeypatch, is_rms, n):
     monkeypatch.setattr(narrow, "_block_row_fwd_kernel",
                         Named("block_row", narrow._block_row_fwd_kernel))  # fmt: skip
     monkeypatch.setattr(K, "_norm_fwd_kernel", Named("row", K._norm_fwd_kernel))
-    x, w, b = _inputs(m, n, torch.float32, is_rms, offset=3.0)
+    x, w, b = _inputs(m, n, dtype, is_rms, offset=3.0)
     y_ref = ref.rms_norm(x.double(), w.double(), 1e-5) if is_rms else ref.layer_norm(
         x.double(), w.double(), b.double(), 1e-5)  # fmt: skip
-    dy = torch.randn(m, n)
+    dy = torch.randn(m, n).to(dtype)
     ys, dxs = {}, {}
     for layout in ("auto", "row"):
         launched.clear()

@@ -45,6 +45,18 @@ def test_row_alignment_sets_the_access_width():
     assert elems == {"1": "1", "2": "2", "4": "4", "8": "8"}, stdout
 
 
+def test_shifted_row_loads_vectors():
+    """The reason for config.shift_vec: at ROW_ALIGN 1 the shifted row loads and stores its body
+    in 16-byte vectors (one load and one store a thread at 201 columns on one warp); the 2-byte
+    accesses left are the head, the tail and w at shifted columns."""
+    found = re.search(r"^forward shifted row \(201 columns, ROW_ALIGN 1\): load (.*); store (.*)$",
+                      _run_script(), re.M)  # fmt: skip
+    assert found, _run_script()
+    loads = {int(b): int(n) for b, n in re.findall(r"(\d+) B x (\d+)", found.group(1))}
+    stores = {int(b): int(n) for b, n in re.findall(r"(\d+) B x (\d+)", found.group(2))}
+    assert loads.get(16) and stores.get(16), found.group(0)
+
+
 def test_one_warp_keeps_a_row_in_its_warp():
     """The reason for config.one_warp_rows: at ROW_ALIGN 1 the planned 8-warp block-row backward
     spreads a 128-column row over several warps and syncs them with barriers in its loop; at 16-

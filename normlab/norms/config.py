@@ -176,6 +176,20 @@ NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (
                        16384: (4096, 16)}  # fmt: skip
 # At 8192 columns, grids of 4-8 rows per SM fit one wave of 8-warp programs but not of 16-warp ones.
 NORM_FWD_RMS_ONE_WAVE = {8192: (4, 8, (4096, 8))}
+# fp32 RMSNorm rows of 513-1024 columns run one row a program on one warp: 16-32 fp32 values a
+# lane in 16-byte loads, and the row's one sum stays inside the warp (no shared-memory exchange).
+# H200, µs, planned tile or looped row -> one warp (fp32_warp_e23fff3): 4096 x 768 9.18 -> 7.61,
+# 4096 x 1024 10.99 -> 9.46, 65536 x 1024 131.2 -> 128.3, level at 512 and 16384 rows. LayerNorm's
+# two sums were slower so (4096 x 768 fp32: 8.22 planned, 9.90 one warp; wide_warps_eb3a88c).
+NORM_FWD_RMS_FP32_ONE_WARP_COLS = ONE_WARP_MAX_COLS  # the padded width it covers
+
+
+def rms_fp32_one_warp(n_cols: int, is_rms: bool, element_size: int) -> bool:
+    """NORM_FWD_RMS_FP32_ONE_WARP_COLS: an fp32 RMSNorm row of that padded width."""
+    return (is_rms and element_size == 4
+            and next_pow2(n_cols) == NORM_FWD_RMS_FP32_ONE_WARP_COLS)  # fmt: skip
+
+
 # Decode batches: up to these rows per SM (by padded width) the card is latency-bound, so a row
 # is held whole in registers (no second pass over it), w/b load beside x (one memory round trip,
 # not two) and no rows share a tile. Rows up to 2048 columns: 4 a SM (RMSNorm 512 x 1024 1.92 µs
@@ -312,16 +326,19 @@ def decode_rows(n_rows: int, n_cols: int, sm_count: int) -> bool:
 
 
 def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None,
-                    sm_count: int | None = None,
-                    fused_add: bool = False) -> NormFwdConfig:  # fmt: skip
+                    sm_count: int | None = None, fused_add: bool = False,
+                    element_size: int = 2) -> NormFwdConfig:  # fmt: skip
     """The one-row-per-program forward's chunk and warps (``n_rows``/``sm_count`` left out: the
     row-count rules are ignored). ``fused_add``: the row is h = x + residual, which a looped
-    forward would write in its first pass and read back in its second, so it stays one block."""
+    forward would write in its first pass and read back in its second, so it stays one block.
+    ``element_size``: bytes per element of x."""
     if n_cols > NORM_FWD_MAX_BLOCK:  # (the last chunk's padding is under 2048 / 32768 = 6%)
         return NormFwdConfig(block_size=NORM_FWD_WIDE_CHUNK, num_warps=NORM_FWD_WIDE_WARPS)
     block = min(next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = _ladder(NORM_FWD_WARPS, block)
     few_rows = n_rows is not None and sm_count and decode_rows(n_rows, n_cols, sm_count)
+    if rms_fp32_one_warp(n_cols, is_rms, element_size) and not few_rows and not fused_add:
+        return NormFwdConfig(block_size=block, num_warps=1)
     looped = (NORM_FWD_RMS_LOOPED.get(next_pow2(n_cols)) if is_rms and not few_rows
               and not fused_add else None)  # fmt: skip
     if looped is not None and n_cols % looped[0]:
@@ -890,7 +907,7 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
     # Row tiles (the wide rows' windows, the narrow rows' tiles) start above the decode rows.
     decode = sm_count is not None and decode_rows(n_rows, n_cols, sm_count)
     tile = None
-    if layout == "auto":
+    if layout == "auto" and not rms_fp32_one_warp(n_cols, is_rms, elem_size):
         tile = norm_fwd_block_row_config(n_rows, n_cols, is_rms, aligned, elem_size)
         if tile is None and sm_count:
             tile = narrow_fwd_tile(n_rows, n_cols, is_rms, sm_count)
