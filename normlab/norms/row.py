@@ -69,8 +69,10 @@ PAIRED_ROW_SUMS = not _runtime.INTERPRET
 def _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, x_start, y_start, n_cols: tl.constexpr, eps,
                  offset, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
                  BLOCK_SIZE: tl.constexpr, VEC: tl.constexpr):  # fmt: skip
-    """Normalize one row that starts off a 16-byte boundary (x_start elements from x_ptr, which
-    is 16-byte aligned; y_start = x_start mod VEC), in one block -> (mean, rstd).
+    """Normalize one row that starts off a 16-byte boundary, in one block -> (mean, rstd). The
+    row starts x_start elements from x_ptr and y_start from y_ptr, y_start = x_start mod VEC
+    (the launch checks); the split below is exact wherever x_ptr and y_ptr lie, and its body
+    loads vectors where they are 16-byte aligned.
 
     Loaded from the row's start, its elements would load one at a time, 64 bytes a warp per
     request. So the row is three parts: the head up to the first 16-byte boundary, the body of
