@@ -190,6 +190,14 @@ for n in (4096, 200, 3956, 3958, 4097):
 # an H100/H200 (`sm_90`) with this machine's Triton and counts their global loads and stores by
 # width, at each alignment a launch can take. With the old hint, every line below had 2-byte
 # accesses; odd widths (alignment 1) still do.
+#
+# An odd row has whole vectors inside it all the same: from its first 16-byte boundary on. The
+# forward of odd rows loads those as vectors and the few elements before and after them alone
+# (`row._shifted_row`, planned by `config.shift_vec`); the `forward shifted row` line below has
+# its 16-byte loads and stores. Only w and b, read at columns shifted by the row's head, still
+# load element by element. On the H200 that made the population's odd-width forwards up to 1.55×
+# faster, and it lost where rows already had 4- or 8-byte vectors
+# ([the note](../docs/notes/2026-12-04-odd-rows-from-their-first-vector.md)).
 
 # %%
 import os
