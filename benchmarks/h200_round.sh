@@ -167,16 +167,16 @@ SMALL_FWD=rms_norm:fwd:1x768,rms_norm:fwd:8x4096,rms_norm:fwd:14x1022,rms_norm:f
 rms_norm:fwd:512x768,rms_norm:fwd:512x1024,rms_norm:fwd:783x120,rms_norm:fwd:4096x1024,\
 layer_norm:fwd:4096x768:fp16,layer_norm:fwd:4096x1024
 SMALL_BWD=layer_norm:bwd:13x448,rms_norm:bwd:13x448
-# Narrow rows (16-256 columns) between the decode rows and the block-row layout: the population's
-# members and shapes beside them, forward (row tiles of 2-64 rows against one row a program).
-# The population's members whose rows are not 16-byte aligned and take the one-row forward
+# The population's members whose rows are not 16-byte aligned and take the one-row forward.
 SHIFT_CELLS=1492488x825,189780x1485,263731x1457,80806x4323,58399x5845,55536x8495,36052x8363,\
 27492x9693,19335x14487,47318x20163,12182x373,5158x666,3079x2526,1990x2326,1687x1718,627x2479,\
 296x17767,482x27361,7526x3956,6062x7412,245086x5924,74711x1906,34292x14486,12x973,14x1022,\
 5x3149,10x11415,33x9383,75x3310,115x577,261x1110,1329x32826
-# Those the rule shifts (rows of odd width, more than a decode batch)
+# Those the rule shifts (rows of odd width, more than a decode batch).
 SHIFT_TAKEN=1492488x825,189780x1485,263731x1457,80806x4323,58399x5845,55536x8495,36052x8363,\
 27492x9693,19335x14487,47318x20163,12182x373,627x2479,296x17767,482x27361
+# Narrow rows (16-256 columns) between the decode rows and the block-row layout: the population's
+# members and shapes beside them, forward (row tiles of 2-64 rows against one row a program).
 NARROW_CELLS=593x37,783x120,868x136,1686x75,2479x17,2982x26,5596x214,6872x80,9673x23
 NARROW_FWD=$(for c in ${NARROW_CELLS//,/ } 2982x26:fp16 300x128 1000x64 3001x200 12000x48 15000x250 4000x100:fp16; do
   printf 'rms_norm:fwd:%s,layer_norm:fwd:%s,' "$c" "$c"; done)

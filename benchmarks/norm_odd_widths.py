@@ -1,6 +1,7 @@
 """The norms at odd widths: planned kernels against variants and compiled peers.
 
     python3 benchmarks/norm_odd_widths.py --out FILE [--reps 4] [--cells op:MxN,...]
+        [--dtype bf16|fp16|fp32] [--direction fwd|bwd|fwd,bwd]
 
 An odd width leaves every row start unaligned (ROW_ALIGN 1), so the backward loads element by
 element. In the population's block-row members that ran at about a third of copy (1000003 x 127:
