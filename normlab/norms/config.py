@@ -108,6 +108,12 @@ PARAMS_APART = os.environ.get("NORMLAB_NORM_PARAMS_APART", "1") != "0"
 # y's rows must start as far into a vector as x's. NORMLAB_NORM_SHIFT=0: never (an A/B switch).
 NORM_FWD_SHIFT = os.environ.get("NORMLAB_NORM_SHIFT", "1") != "0"
 NORM_FWD_SHIFT_MIN_VECTORS = 8  # a row of fewer vectors is mostly head and tail
+# A shifted row's w and b at its body's columns, as vectors: one small kernel first copies w[k:]
+# and b[k:] into row k of a (vector, width) copy each, 16-byte aligned
+# (row._shift_params_kernel). NORMLAB_NORM_SHIFTED_PARAMS=0: element loads from w and b.
+NORM_FWD_SHIFTED_PARAMS = os.environ.get("NORMLAB_NORM_SHIFTED_PARAMS", "1") != "0"
+SHIFT_PARAMS_BLOCK = 1024  # columns a program copies: 8 bf16 a thread at 4 warps
+SHIFT_PARAMS_WARPS = 4
 
 
 def shift_vec(row_align: int, element_size: int, n_rows: int, n_cols: int, sm_count: int,

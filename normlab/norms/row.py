@@ -66,9 +66,10 @@ PAIRED_ROW_SUMS = not _runtime.INTERPRET
 
 
 @triton.jit
-def _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, x_start, y_start, n_cols: tl.constexpr, eps,
-                 offset, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 BLOCK_SIZE: tl.constexpr, VEC: tl.constexpr):  # fmt: skip
+def _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, w_shifted_ptr, b_shifted_ptr, shifted_pitch,
+                 x_start, y_start, n_cols: tl.constexpr, eps, offset, IS_RMS: tl.constexpr,
+                 HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                 VEC: tl.constexpr, SHIFTED_PARAMS: tl.constexpr):  # fmt: skip
     """Normalize one row that starts off a 16-byte boundary, in one block -> (mean, rstd). The
     row starts x_start elements from x_ptr and y_start from y_ptr, y_start = x_start mod VEC
     (the launch checks); the split below is exact wherever x_ptr and y_ptr lie, and its body
@@ -78,7 +79,8 @@ def _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, x_start, y_start, n_cols: tl.conste
     request. So the row is three parts: the head up to the first 16-byte boundary, the body of
     whole VEC-element vectors after it (vector loads and stores), and the tail; head and tail
     hold under VEC elements each and load alone. w and b are read at the body's columns, which
-    start at the head's length: unaligned, so they load in a layout of their own."""
+    start at the head's length: unaligned, so they load in a layout of their own, or with
+    SHIFTED_PARAMS as vectors from row ``head`` of their shifted copies (_shift_params_kernel)."""
     head = (VEC - x_start % VEC) % VEC
     n_body = known_multiple(n_cols - head, VEC)  # whole vectors (n_cols >= VEC: launch checks)
     tail = head + n_body
@@ -104,13 +106,21 @@ def _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, x_start, y_start, n_cols: tl.conste
     yb = xb * rstd
     yh = xh * rstd
     yt = xt * rstd
+    shifted_row = head * known_multiple(shifted_pitch, VEC)
     if HAS_WEIGHT:
-        yb = yb * (load_param_f32(w_ptr + head + cols, body_mask, False, "", True) + offset)
+        if SHIFTED_PARAMS:
+            wb = load_f32(w_shifted_ptr + shifted_row + cols, body_mask, False, "evict_last")
+        else:
+            wb = load_param_f32(w_ptr + head + cols, body_mask, False, "", True)
+        yb = yb * (wb + offset)
         yh = yh * (tl.load(w_ptr + edge, mask=head_mask, other=0.0).to(tl.float32) + offset)
         yt = yt * (tl.load(w_ptr + tail + edge, mask=tail_mask, other=0.0).to(tl.float32)
                    + offset)  # fmt: skip
     if HAS_BIAS:
-        yb = yb + load_param_f32(b_ptr + head + cols, body_mask, False, "", True)
+        if SHIFTED_PARAMS:
+            yb = yb + load_f32(b_shifted_ptr + shifted_row + cols, body_mask, False, "evict_last")
+        else:
+            yb = yb + load_param_f32(b_ptr + head + cols, body_mask, False, "", True)
         yh = yh + tl.load(b_ptr + edge, mask=head_mask, other=0.0).to(tl.float32)
         yt = yt + tl.load(b_ptr + tail + edge, mask=tail_mask, other=0.0).to(tl.float32)
     y_row = y_ptr + y_start
@@ -118,6 +128,25 @@ def _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, x_start, y_start, n_cols: tl.conste
     store_cast(y_row + edge, yh, head_mask, False)
     store_cast(y_row + tail + edge, yt, tail_mask, False)
     return mean, rstd
+
+
+@triton.jit
+def _shift_params_kernel(w_ptr, b_ptr, w_shifted_ptr, b_shifted_ptr, n_cols, shifted_pitch,
+                         HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                         BLOCK: tl.constexpr):  # fmt: skip
+    """Row k of the shifted copies (VEC, shifted_pitch) holds w[k:] and b[k:], zero past the
+    end: a shifted row with a head of k elements reads its body's parameters there as vectors."""
+    k = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    src_mask = k + cols < n_cols
+    dst_mask = cols < shifted_pitch
+    dst = k * shifted_pitch + cols
+    if HAS_WEIGHT:
+        tl.store(w_shifted_ptr + dst, tl.load(w_ptr + k + cols, mask=src_mask, other=0.0),
+                 mask=dst_mask)  # fmt: skip
+    if HAS_BIAS:
+        tl.store(b_shifted_ptr + dst, tl.load(b_ptr + k + cols, mask=src_mask, other=0.0),
+                 mask=dst_mask)  # fmt: skip
 
 
 @triton.jit
@@ -130,10 +159,13 @@ def _norm_fwd_kernel(
     b_ptr,  # (n_cols,) bias (unused without HAS_BIAS)
     mean_ptr,  # (n_rows,) fp32 mean, written for LayerNorm
     rstd_ptr,  # (n_rows,) fp32 1 / std, written
+    w_shifted_ptr,  # (VEC, shifted_pitch) w[k:] in row k (read with SHIFTED_PARAMS)
+    b_shifted_ptr,  # (VEC, shifted_pitch) b[k:] in row k (read with SHIFTED_PARAMS)
     x_row_stride,
     r_row_stride,
     y_row_stride,
     h_row_stride,
+    shifted_pitch,  # the shifted copies' row stride, a multiple of SHIFT_VEC
     n_cols: tl.constexpr,  # one compiled kernel per width: static loop bounds (configs cites why)
     eps,
     offset,  # y = xhat * (offset + weight): a runtime float, one compiled kernel for every value
@@ -150,6 +182,7 @@ def _norm_fwd_kernel(
     STORE_STATS: tl.constexpr = True,  # write mean/rstd (a backward will read them)
     PARAMS_APART: tl.constexpr = False,  # w/b in a layout of their own (tiles.load_param_f32)
     SHIFT_VEC: tl.constexpr = 0,  # rows not vector aligned: _shifted_row's vector (elements)
+    SHIFTED_PARAMS: tl.constexpr = False,  # _shifted_row reads w/b from their shifted copies
 ):
     """One row per program; fp32 statistics. Rows wider than BLOCK_SIZE loop over chunks.
     EARLY_PARAMS (one block): with few rows nothing hides a second memory round trip."""
@@ -170,9 +203,10 @@ def _norm_fwd_kernel(
     offset = tl.cast(offset, tl.float32)
     cols = tl.arange(0, BLOCK_SIZE)
     if SHIFT_VEC > 0:
-        mean, rstd = _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, row * x_row_stride,
-                                  row * y_row_stride, n_cols, eps, offset, IS_RMS, HAS_WEIGHT,
-                                  HAS_BIAS, BLOCK_SIZE, SHIFT_VEC)  # fmt: skip
+        mean, rstd = _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, w_shifted_ptr, b_shifted_ptr,
+                                  shifted_pitch, row * x_row_stride, row * y_row_stride, n_cols,
+                                  eps, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS, BLOCK_SIZE,
+                                  SHIFT_VEC, SHIFTED_PARAMS)  # fmt: skip
     elif SINGLE_BLOCK:
         mask = cols < n_cols
         x = load_f32(x_row + cols, mask, EVEN_COLS, "")
@@ -641,13 +675,9 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     r, h = (residual, h_out) if residual is not None else (x2d, y)  # unread/unwritten dummies
     strides = (x2d.stride(0), r.stride(0), y.stride(0), h.stride(0))
     stats = rstd if rstd is not None else y  # an unread, unwritten dummy without statistics
-    args = (
-        x2d, r, y, h,
-        weight if weight is not None else stats,
-        bias if bias is not None else stats,
-        mean if mean is not None else stats,
-        stats, *strides, n_cols, float(eps), float(offset),
-    )  # fmt: skip
+    w_arg = weight if weight is not None else stats
+    b_arg = bias if bias is not None else stats
+    args = (x2d, r, y, h, w_arg, b_arg, mean if mean is not None else stats, stats)
     row_align = config.kernel_row_align(math.gcd(*strides), x2d.element_size())
     cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(x2d.device.index),
                                  residual is not None, x2d.element_size())  # fmt: skip
@@ -662,15 +692,29 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
              "INT64_ROWS": config.row_offsets_int64(n_rows, *strides),
              "ROW_ALIGN": row_align, "STORE_STATS": bool(store_stats),
              "PARAMS_APART": bool(params_apart)}
+    tail = (*strides, 0, n_cols, float(eps), float(offset))
     if AUTOTUNE and block_size is None and num_warps is None:
         not_replayable()  # the autotuner launches through Triton, unrecorded
-        launch(_norm_fwd_kernel_tuned, (n_rows,), *args, **flags)
+        launch(_norm_fwd_kernel_tuned, (n_rows,), *args, w_arg, b_arg, *tail, **flags)
         return y, mean, rstd
     vec = (config.shift_vec(row_align, x2d.element_size(), n_rows, n_cols,
                             _runtime.sm_count(x2d.device.index), x2d.stride(0), y.stride(0),
                             force=bool(shift))
            if n_cols <= block and residual is None and shift is not False else 0)  # fmt: skip
-    launch(_norm_fwd_kernel, (n_rows,), *args, **flags, BLOCK_SIZE=block, SHIFT_VEC=vec,
+    shifted = (vec and (weight is not None or bias is not None)
+               and config.NORM_FWD_SHIFTED_PARAMS)  # fmt: skip
+    if shifted:  # w[k:] and b[k:] in row k of a copy each: the body's parameters as vectors
+        pitch = cdiv(n_cols, vec) * vec
+        w_arg = buffer((vec, pitch), weight.dtype, x2d.device) if weight is not None else w_arg
+        b_arg = buffer((vec, pitch), bias.dtype, x2d.device) if bias is not None else b_arg
+        launch(_shift_params_kernel, (vec, cdiv(pitch, config.SHIFT_PARAMS_BLOCK)),
+               weight if weight is not None else stats, bias if bias is not None else stats,
+               w_arg, b_arg, n_cols, pitch, HAS_WEIGHT=weight is not None,
+               HAS_BIAS=bias is not None, BLOCK=config.SHIFT_PARAMS_BLOCK,
+               num_warps=config.SHIFT_PARAMS_WARPS)  # fmt: skip
+        tail = (*strides, pitch, *tail[len(strides) + 1:])
+    launch(_norm_fwd_kernel, (n_rows,), *args, w_arg, b_arg, *tail, **flags, BLOCK_SIZE=block,
+           SHIFT_VEC=vec, SHIFTED_PARAMS=bool(shifted),
            SINGLE_BLOCK=n_cols <= block, EVEN_COLS=n_cols % block == 0,
            EARLY_PARAMS=(cfg.early_params if early_params is None else early_params)
            and n_cols <= block,
