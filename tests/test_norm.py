@@ -107,6 +107,27 @@ def test_shift_rule():
     assert configs.shift_vec(1, 2, 1, 7, sms, 7, 7, force=True) == 0  # under a vector
 
 
+def test_shifted_params_rule(monkeypatch):
+    """Shifted rows read w/b from shifted copies where x holds at least
+    NORM_FWD_SHIFTED_PARAMS_MIN_BYTES (the copy's launch then is a small part of the call)."""
+    least = configs.NORM_FWD_SHIFTED_PARAMS_MIN_BYTES
+    assert configs.shifted_params(least) and not configs.shifted_params(least - 1)
+    monkeypatch.setattr(configs, "NORM_FWD_SHIFTED_PARAMS", False)
+    assert not configs.shifted_params(least)
+
+
+@pytest.mark.parametrize("rows,copies", [(64, False), (65, True)], ids=str)
+def test_shifted_params_launched_by_rule(monkeypatch, rows, copies):
+    """The planned forward of odd rows launches the copy kernel exactly past the byte bound
+    (lowered here to 64 rows of 825 bf16), and the shifted row reads the copies; fp64 agrees."""
+    monkeypatch.setattr(configs, "NORM_FWD_SHIFTED_PARAMS_MIN_BYTES", 65 * 825 * 2)
+    launched = _record_forward_launches(monkeypatch, "SHIFT_VEC", "SHIFTED_PARAMS")
+    x, w, b = _inputs(rows, 825, torch.bfloat16, False)
+    y = _fwd(x, w, b, 1e-5, False, layout="row")
+    assert launched == [(8, copies)]
+    assert_close(y, _ref_fwd(x, w, b, 1e-5, False))
+
+
 def test_shift_switch_off(monkeypatch):
     monkeypatch.setattr(configs, "NORM_FWD_SHIFT", False)
     assert configs.shift_vec(1, 2, 10**5, 825, 132, 825, 825) == 0
@@ -117,13 +138,16 @@ def test_shift_switch_off(monkeypatch):
 @pytest.mark.parametrize("dtype,n", [(torch.float32, 4), (torch.float32, 5), (torch.float32, 1031),
                                      *((torch.bfloat16, n) for n in (8, 9, 63, 65, 127, 1031,
                                                                      2053))], ids=str)  # fmt: skip
-def test_shifted_row_matches_fp64(dtype, is_rms, n):
+@pytest.mark.parametrize("copies", [False, True], ids=["params-loaded", "params-copied"])
+def test_shifted_row_matches_fp64(dtype, is_rms, n, copies):
     """row._shifted_row forced on 9 rows of an odd (or one-vector) width, so that the heads take
-    every length: a row of one vector or less than two, primes, one past powers of two. y, the
-    statistics, an offset and a bias against fp64; a NaN propagates to its row only."""
+    every length: a row of one vector or less than two, primes, one past powers of two; w and b
+    loaded at the shifted columns or read from their shifted copies (_shift_params_kernel). y,
+    the statistics, an offset and a bias against fp64; a NaN propagates to its row only."""
     x, w, b = _inputs(9, n, dtype, is_rms, offset=3.0)
     x[4, n - 1] = float("nan")
-    y, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms, offset=0.5, shift=True)
+    y, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms, offset=0.5, shift=True,
+                                   shifted_params=copies)  # fmt: skip
     want = (ref.rms_norm(_d(x), _d(w) + 0.5, 1e-5) if is_rms
             else ref.layer_norm(_d(x), _d(w) + 0.5, _d(b), 1e-5))  # fmt: skip
     assert torch.isnan(y[4]).all() and not torch.isnan(y[torch.arange(9) != 4]).any()

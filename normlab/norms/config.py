@@ -110,10 +110,20 @@ NORM_FWD_SHIFT = os.environ.get("NORMLAB_NORM_SHIFT", "1") != "0"
 NORM_FWD_SHIFT_MIN_VECTORS = 8  # a row of fewer vectors is mostly head and tail
 # A shifted row's w and b at its body's columns, as vectors: one small kernel first copies w[k:]
 # and b[k:] into row k of a (vector, width) copy each, 16-byte aligned
-# (row._shift_params_kernel). NORMLAB_NORM_SHIFTED_PARAMS=0: element loads from w and b.
+# (row._shift_params_kernel). H200, µs with element loads -> with the copies, the copy's 1.1-2.4
+# µs included (shift_params_0/1_db81256): LayerNorm 58399 x 5845 536.8 -> 387.4, 47318 x 20163
+# 2010.9 -> 1475.6, RMSNorm 19335 x 14487 486.4 -> 298.0; but 627 x 2479 (3 MB of x) 5.7 -> 7.0,
+# where the copy's launch is a quarter of the call. So only calls whose x takes longer to read
+# than several such launches. NORMLAB_NORM_SHIFTED_PARAMS=0: never.
 NORM_FWD_SHIFTED_PARAMS = os.environ.get("NORMLAB_NORM_SHIFTED_PARAMS", "1") != "0"
+NORM_FWD_SHIFTED_PARAMS_MIN_BYTES = 8 << 20  # of x: about 2.5 µs of reads at copy bandwidth
 SHIFT_PARAMS_BLOCK = 1024  # columns a program copies: 8 bf16 a thread at 4 warps
 SHIFT_PARAMS_WARPS = 4
+
+
+def shifted_params(x_bytes: int) -> bool:
+    """A shifted row's w/b from their shifted copies (NORM_FWD_SHIFTED_PARAMS_MIN_BYTES)."""
+    return NORM_FWD_SHIFTED_PARAMS and x_bytes >= NORM_FWD_SHIFTED_PARAMS_MIN_BYTES
 
 
 def shift_vec(row_align: int, element_size: int, n_rows: int, n_cols: int, sm_count: int,

@@ -647,7 +647,8 @@ def _empty_forward(x2d, is_rms, store_stats=True):
 
 def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h_out=None,
                  tile=None, block_size=None, num_warps=None, store_stats=True,
-                 early_params=None, params_apart=None, shift=None):  # fmt: skip
+                 early_params=None, params_apart=None, shift=None,
+                 shifted_params=None):  # fmt: skip
     """Forward launcher: x2d (n_rows, n_cols) -> (y, mean | None, rstd), mean/rstd fp32 (n_rows,);
     both None without ``store_stats`` (no backward will read them: no allocation, no stores).
 
@@ -657,7 +658,8 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     row per program). ``block_size``/``num_warps``/``early_params`` override
     ``config.norm_fwd_config``, ``params_apart`` the rule (``config.PARAMS_APART``) and
     ``shift`` whether a one-block row not vector aligned loads from its first 16-byte boundary
-    (``config.shift_vec``; True forces it wherever x and y allow it); with
+    (``config.shift_vec``; True forces it wherever x and y allow it), ``shifted_params``
+    whether such a row reads w/b as vectors from shifted copies (``config.shifted_params``); with
     ``NORMLAB_AUTOTUNE=1`` on a GPU and no override, the autotuned kernel picks them.
     """
     x2d = unit_col_stride(x2d)
@@ -701,8 +703,9 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
                             _runtime.sm_count(x2d.device.index), x2d.stride(0), y.stride(0),
                             force=bool(shift))
            if n_cols <= block and residual is None and shift is not False else 0)  # fmt: skip
-    shifted = (vec and (weight is not None or bias is not None)
-               and config.NORM_FWD_SHIFTED_PARAMS)  # fmt: skip
+    if shifted_params is None:
+        shifted_params = config.shifted_params(x2d.numel() * x2d.element_size())
+    shifted = vec and (weight is not None or bias is not None) and shifted_params
     if shifted:  # w[k:] and b[k:] in row k of a copy each: the body's parameters as vectors
         pitch = cdiv(n_cols, vec) * vec
         w_arg = buffer((vec, pitch), weight.dtype, x2d.device) if weight is not None else w_arg
