@@ -98,7 +98,7 @@ PARAMS_APART = os.environ.get("NORMLAB_NORM_PARAMS_APART", "1") != "0"
 # element: a bf16 warp's request carries 64 bytes, not 512, and an SM cannot keep enough requests
 # in flight to cover DRAM latency. The one-block forward then loads the row's whole vectors from
 # its first 16-byte boundary on, and the under-a-vector head and tail alone (row._shifted_row);
-# w and b, read at shifted columns, load element by element from L2. H200 forward, odd widths,
+# w and b are read at shifted columns (element loads, or shifted copies: below). H200 forward,
 # µs unshifted -> shifted (shift_0/1_2703ec2): LayerNorm 1492488 x 825 2836 -> 1825, 55536 x 8495
 # 1399 -> 924, RMSNorm 36052 x 8363 549 -> 416; fp32 16384 x 1031 46.0 -> 42.0. Not taken:
 # - rows of 4- or 8-byte vectors, which lose their vector w (RMSNorm 34292 x 14486 567 -> 856,

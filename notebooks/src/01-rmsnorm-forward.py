@@ -194,8 +194,9 @@ for n in (4096, 200, 3956, 3958, 4097):
 # An odd row has whole vectors inside it all the same: from its first 16-byte boundary on. The
 # forward of odd rows loads those as vectors and the few elements before and after them alone
 # (`row._shifted_row`, planned by `config.shift_vec`); the `forward shifted row` line below has
-# its 16-byte loads and stores. Only w and b, read at columns shifted by the row's head, still
-# load element by element. On the H200 that made the population's odd-width forwards up to 1.55×
+# its 16-byte loads and stores. w and b are read at columns shifted by the row's head: element by
+# element, or, in calls large enough to pay one more launch, as vectors from copies shifted by
+# each head length. On the H200 that made the population's odd-width forwards up to 1.55×
 # faster, and it lost where rows already had 4- or 8-byte vectors
 # ([the note](../docs/notes/2026-12-04-odd-rows-from-their-first-vector.md)).
 
