@@ -119,7 +119,7 @@ def test_shifted_params_rule(monkeypatch):
 @pytest.mark.parametrize("rows,copies", [(64, False), (65, True)], ids=str)
 def test_shifted_params_launched_by_rule(monkeypatch, rows, copies):
     """The planned forward of odd rows launches the copy kernel exactly past the byte bound
-    (lowered here to 64 rows of 825 bf16), and the shifted row reads the copies; fp64 agrees."""
+    (lowered here to 65 rows of 825 bf16), and the shifted row reads the copies; fp64 agrees."""
     monkeypatch.setattr(configs, "NORM_FWD_SHIFTED_PARAMS_MIN_BYTES", 65 * 825 * 2)
     launched = _record_forward_launches(monkeypatch, "SHIFT_VEC", "SHIFTED_PARAMS")
     x, w, b = _inputs(rows, 825, torch.bfloat16, False)
@@ -129,6 +129,7 @@ def test_shifted_params_launched_by_rule(monkeypatch, rows, copies):
 
 
 def test_shift_switch_off(monkeypatch):
+    """NORMLAB_NORM_SHIFT=0 (NORM_FWD_SHIFT): the rule never shifts; a forced shift still runs."""
     monkeypatch.setattr(configs, "NORM_FWD_SHIFT", False)
     assert configs.shift_vec(1, 2, 10**5, 825, 132, 825, 825) == 0
     assert configs.shift_vec(1, 2, 10**5, 825, 132, 825, 825, force=True) == 8
