@@ -28,7 +28,8 @@ from normlab import _launch, ref
 NORM_SHAPES = [(1, 8192), (7, 1), (33, 200), (257, 2880), (1000, 24), (4096, 12288),
                (1000003, 200), (3, 65536), (131, 5120), (65536, 257), (2048, 16385),
                (557, 8209), (100003, 1), (5596, 214), (9673, 23),
-               (2053, 1000), (263, 8190), (100003, 127), (16411, 63)]  # fmt: skip
+               (2053, 1000), (263, 8190), (100003, 127), (16411, 63), (3001, 4323),
+               (1517, 9693)]  # fmt: skip
 LOSS_SHAPES = [(1, 32000), (37, 50257), (256, 131072), (64, 151936), (5, 1000)]
 LOSS_FORMS = ("fused", "chunked", "split")
 REL_TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
@@ -117,7 +118,7 @@ def check_norms(dtype) -> None:
 # (RMSNorm's looped rows, LayerNorm past 16384), the two-pass and the split-row backward.
 NORM_OPTION_SHAPES = [(1, 8192), (1000, 24), (65536, 257), (257, 2880), (4096, 12288),
                       (3, 65536), (2048, 16385), (557, 8209), (1031, 768),
-                      (4096, 4096)]  # fmt: skip
+                      (4096, 4096), (2003, 1457)]  # fmt: skip
 
 
 def check_norm_options(dtype) -> None:

@@ -142,6 +142,8 @@
 # beside their peers).
 # shiftparams (the shifted rows' w and b read as vectors from shifted copies,
 # NORMLAB_NORM_SHIFTED_PARAMS: the bf16 norm and replay checks, the shifted members off and on).
+# bwdshift (the single-pass backward's odd one-row tiles from their first 16-byte boundary,
+# NORMLAB_NORM_BWD_SHIFT: bf16 and fp32 norm, option and replay checks, the members off and on).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -149,8 +151,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -177,6 +179,9 @@ SHIFT_CELLS=1492488x825,189780x1485,263731x1457,80806x4323,58399x5845,55536x8495
 # Those the rule shifts (rows of odd width, more than a decode batch).
 SHIFT_TAKEN=1492488x825,189780x1485,263731x1457,80806x4323,58399x5845,55536x8495,36052x8363,\
 27492x9693,19335x14487,47318x20163,12182x373,627x2479,296x17767,482x27361
+# Those the backward's rule shifts (odd rows of one-row tiles in the single pass).
+BWD_SHIFT_TAKEN=189780x1485,19335x14487,263731x1457,27492x9693,36052x8363,55536x8495,58399x5845,\
+627x2479,80806x4323
 # Narrow rows (16-256 columns) between the decode rows and the block-row layout: the population's
 # members and shapes beside them, forward (row tiles of 2-64 rows against one row a program).
 NARROW_CELLS=593x37,783x120,868x136,1686x75,2479x17,2982x26,5596x214,6872x80,9673x23
@@ -901,6 +906,15 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       NORMLAB_NORM_SHIFTED_PARAMS=$on step "shift_params_$on" 120 \
         python3 benchmarks/norm_population.py --out "$OUT/shift_params_$on.jsonl" --reps 4 \
         --timed-us 100 --impls normlab --cells "$SHIFT_TAKEN"
+    done
+    ;;
+  bwdshift)  # the single-pass backward's odd rows from their first 16-byte boundary: checks, off/on
+    step gpu_check_norms_bwdshift 300 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_norms_bwdshift.json" --dtypes bf16,fp32 --only norms,norm_options,replay
+    for on in 0 1; do
+      NORMLAB_NORM_BWD_SHIFT=$on step "bwd_shift_$on" 150 python3 benchmarks/norm_population.py \
+        --out "$OUT/bwd_shift_$on.jsonl" --reps 4 --timed-us 100 --impls normlab \
+        --cells "$BWD_SHIFT_TAKEN"
     done
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels

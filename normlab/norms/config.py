@@ -139,6 +139,40 @@ def shift_vec(row_align: int, element_size: int, n_rows: int, n_cols: int, sm_co
     return vec if possible and (force or wanted) else 0
 
 
+# The persistent single-pass backward's one-row tiles split the same way when they are not vector
+# aligned (row._shifted_bwd_rows). The grid is then a multiple of the vector, so that a program's
+# rows all start as far into one: one split a program, w loaded once at its body's columns, and
+# dγ/dβ summed in that split. Rounding the grid down is taken where it adds at most
+# NORM_BWD_SHIFT_MAX_ROW_GROWTH to the rows a program walks. NORMLAB_NORM_BWD_SHIFT=0: never.
+NORM_BWD_SHIFT = os.environ.get("NORMLAB_NORM_BWD_SHIFT", "1") != "0"
+NORM_BWD_SHIFT_MAX_ROW_GROWTH = 1 / 16  # 132 programs -> 128: 3% more rows each
+
+
+def bwd_shift_vec(row_align: int, element_size: int, n_cols: int, strides: tuple[int, ...],
+                  force: bool = False) -> int:
+    """The vector (elements) of the shifted backward for one-row tiles, or 0 (the grid is
+    ``bwd_shift_programs``'s). It can run where a row holds a vector and every row stride (x, dy,
+    dx, dh) agrees modulo the vector (each row's tensors start as far into one); it is taken
+    (``force``: wherever it can run) for rows loaded element by element (``row_align`` 1), at
+    least NORM_FWD_SHIFT_MIN_VECTORS vectors and past ONE_WARP_MAX_COLS wide (one-row tiles)."""
+    vec = VECTOR_BYTES // element_size
+    possible = n_cols >= vec and all((s - strides[0]) % vec == 0 for s in strides)
+    wanted = (NORM_BWD_SHIFT and row_align == 1 and n_cols > ONE_WARP_MAX_COLS
+              and n_cols >= NORM_FWD_SHIFT_MIN_VECTORS * vec)  # fmt: skip
+    return vec if possible and (force or wanted) else 0
+
+
+def bwd_shift_programs(n_programs: int, n_rows: int, vec: int, force: bool = False) -> int:
+    """The shifted backward's grid: ``n_programs`` rounded down to a multiple of ``vec``, or 0
+    where that leaves none or (unless ``force``) adds more than NORM_BWD_SHIFT_MAX_ROW_GROWTH to
+    the rows a program walks."""
+    programs = n_programs // vec * vec
+    if not programs:
+        return 0
+    rows, planned = -(-n_rows // programs), -(-n_rows // n_programs)
+    return programs if force or rows <= planned * (1 + NORM_BWD_SHIFT_MAX_ROW_GROWTH) else 0
+
+
 def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:
     """How many times the grid fills the card (below 1, SMs idle)."""
     return n_programs / max(1, programs_per_sm * sm_count)

@@ -45,6 +45,7 @@ from normlab._launch import buffer, launch, not_replayable
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
 from normlab.norms.tiles import (
+    add_pair,
     bwd_tile_single_pass,
     bwd_tile_two_pass,
     known_bwd_layout,
@@ -53,6 +54,7 @@ from normlab.norms.tiles import (
     load_param_f32,
     load_tile,
     load_weight,
+    put_row,
     store_cast,
     store_partials,
     store_sum,
@@ -432,6 +434,167 @@ def _norm_bwd_partials_kernel(
 
 
 @triton.jit
+def _load_shifted(ptr, start, head, n_body, n_cols, cols, edge, live, VEC: tl.constexpr):
+    """(head, body, tail) of the row ``start`` elements from ptr, split as in _shifted_row: the
+    body from start + head, a multiple of VEC (the launch checks), so it loads whole vectors;
+    0 where masked, and everywhere unless ``live``."""
+    end = tl.where(live, n_cols, 0)  # scalar bounds: no row past the last is read
+    body = tl.load(ptr + known_multiple(start + head, VEC) + cols,
+                   mask=cols < tl.where(live, n_body, 0), other=0.0)  # fmt: skip
+    first = tl.load(ptr + start + edge, mask=edge < tl.minimum(head, end), other=0.0)
+    last = tl.load(ptr + start + head + n_body + edge, mask=head + n_body + edge < end, other=0.0)
+    return first, body, last
+
+
+@triton.jit
+def _shifted_bwd_row(row, x_h, x_b, x_t, dy_h, dy_b, dy_t, dh_h, dh_b, dh_t, w_h, w_b, w_t,
+                     dx_ptr, mean_ptr, rstd_ptr, dx_row_stride, head, n_body, n_cols, cols,
+                     edge, IS_RMS: tl.constexpr, HAS_DH: tl.constexpr, PAIR_SUMS: tl.constexpr,
+                     VEC: tl.constexpr):  # fmt: skip
+    """dx of one shifted row from its loaded parts (w_*: fp32 offset + weight at their columns,
+    or 1.0); returns the parts' (dy * xhat, dy), its contributions to dw and db."""
+    body_mask = cols < n_body
+    head_mask = edge < head
+    tail_mask = head + n_body + edge < n_cols
+    rstd = tl.load(rstd_ptr + row)
+    if IS_RMS:
+        mean = 0.0
+    else:
+        mean = tl.load(mean_ptr + row)
+    dy_h, dy_b, dy_t = dy_h.to(tl.float32), dy_b.to(tl.float32), dy_t.to(tl.float32)
+    xhat_h = (x_h.to(tl.float32) - mean) * rstd
+    xhat_b = (x_b.to(tl.float32) - mean) * rstd
+    xhat_t = (x_t.to(tl.float32) - mean) * rstd
+    if not IS_RMS:  # masked columns would give -mean * rstd
+        xhat_h = tl.where(head_mask, xhat_h, 0.0)
+        xhat_b = tl.where(body_mask, xhat_b, 0.0)
+        xhat_t = tl.where(tail_mask, xhat_t, 0.0)
+    wdy_h, wdy_b, wdy_t = dy_h * w_h, dy_b * w_b, dy_t * w_t
+    edges = tl.sum(xhat_h * wdy_h, axis=0) + tl.sum(xhat_t * wdy_t, axis=0)
+    if IS_RMS:
+        c1 = (tl.sum(xhat_b * wdy_b, axis=0) + edges) / n_cols
+        c2 = 0.0
+    else:
+        if PAIR_SUMS:
+            s1, s2 = tl.reduce((xhat_b * wdy_b, wdy_b), 0, add_pair)
+        else:
+            s1, s2 = tl.sum(xhat_b * wdy_b, axis=0), tl.sum(wdy_b, axis=0)
+        c1 = (s1 + edges) / n_cols
+        c2 = (s2 + tl.sum(wdy_h, axis=0) + tl.sum(wdy_t, axis=0)) / n_cols
+    dx_h = (wdy_h - (xhat_h * c1 + c2)) * rstd
+    dx_b = (wdy_b - (xhat_b * c1 + c2)) * rstd
+    dx_t = (wdy_t - (xhat_t * c1 + c2)) * rstd
+    if HAS_DH:
+        dx_h += dh_h.to(tl.float32)
+        dx_b += dh_b.to(tl.float32)
+        dx_t += dh_t.to(tl.float32)
+    start = row * dx_row_stride
+    store_cast(dx_ptr + known_multiple(start + head, VEC) + cols, dx_b, body_mask, False)
+    store_cast(dx_ptr + start + edge, dx_h, head_mask, False)
+    store_cast(dx_ptr + start + head + n_body + edge, dx_t, tail_mask, False)
+    return dy_h * xhat_h, dy_b * xhat_b, dy_t * xhat_t, dy_h, dy_b, dy_t
+
+
+@triton.jit
+def _shifted_bwd_rows(
+    x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
+    n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DH: tl.constexpr,
+    BLOCK_COLS: tl.constexpr, PREFETCH: tl.constexpr, PAIRED: tl.constexpr,
+    PAIR_SUMS: tl.constexpr, VEC: tl.constexpr,
+):  # fmt: skip
+    """_persistent_single_pass over one-row tiles that start off a 16-byte boundary, each row
+    split as in _shifted_row (head, body of whole vectors, tail). The grid is a multiple of VEC
+    and the row strides of x, dy, dx and dh agree modulo VEC (the launch sees to both), so every
+    row of a program starts as far into a vector: one split for all of them, w loaded once at
+    the body's columns, dγ/dβ summed in that split and stored once at the end."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    first = pid.to(tl.int64)  # the program's rows: first, first + n_programs, ...
+    head = ((VEC - (first * x_row_stride) % VEC) % VEC).to(tl.int32)
+    n_body = known_multiple(n_cols - head, VEC)  # n_cols >= VEC: the launch checks
+    tail = head + n_body
+    cols = tl.arange(0, BLOCK_COLS)
+    edge = tl.arange(0, VEC)
+    body_mask = cols < n_body
+    head_mask = edge < head
+    tail_mask = tail + edge < n_cols
+    if HAS_WEIGHT:
+        offset = tl.cast(offset, tl.float32)
+        w_b = load_param_f32(w_ptr + head + cols, body_mask, False, "", True) + offset
+        w_h = tl.load(w_ptr + edge, mask=head_mask, other=0.0).to(tl.float32) + offset
+        w_t = tl.load(w_ptr + tail + edge, mask=tail_mask, other=0.0).to(tl.float32) + offset
+    else:
+        w_h, w_b, w_t = 1.0, 1.0, 1.0
+    dw_h = tl.zeros([VEC], dtype=tl.float32)
+    dw_b = tl.zeros([BLOCK_COLS], dtype=tl.float32)
+    dw_t = tl.zeros([VEC], dtype=tl.float32)
+    db_h, db_b, db_t = dw_h, dw_b, dw_t
+    if PREFETCH:
+        nx_h, nx_b, nx_t = _load_shifted(x_ptr, first * x_row_stride, head, n_body, n_cols, cols,
+                                         edge, first < n_rows, VEC)  # fmt: skip
+        ndy_h, ndy_b, ndy_t = _load_shifted(dy_ptr, first * dy_row_stride, head, n_body, n_cols,
+                                            cols, edge, first < n_rows, VEC)  # fmt: skip
+        ndh_h, ndh_b, ndh_t = nx_h, nx_b, nx_t
+        if HAS_DH:
+            ndh_h, ndh_b, ndh_t = _load_shifted(dh_ptr, first * dh_row_stride, head, n_body,
+                                                n_cols, cols, edge, first < n_rows,
+                                                VEC)  # fmt: skip
+        for i in tl.range(0, tl.cdiv(n_rows - pid, n_programs)):
+            row = first + i * n_programs
+            x_h, x_b, x_t = nx_h, nx_b, nx_t
+            dy_h, dy_b, dy_t = ndy_h, ndy_b, ndy_t
+            dh_h, dh_b, dh_t = ndh_h, ndh_b, ndh_t
+            # Past the last row the masks are all false: nothing is read.
+            nxt = row + n_programs
+            nx_h, nx_b, nx_t = _load_shifted(x_ptr, nxt * x_row_stride, head, n_body, n_cols,
+                                             cols, edge, nxt < n_rows, VEC)  # fmt: skip
+            ndy_h, ndy_b, ndy_t = _load_shifted(dy_ptr, nxt * dy_row_stride, head, n_body, n_cols,
+                                                cols, edge, nxt < n_rows, VEC)  # fmt: skip
+            if HAS_DH:
+                ndh_h, ndh_b, ndh_t = _load_shifted(dh_ptr, nxt * dh_row_stride, head, n_body,
+                                                    n_cols, cols, edge, nxt < n_rows,
+                                                    VEC)  # fmt: skip
+            gw_h, gw_b, gw_t, gb_h, gb_b, gb_t = _shifted_bwd_row(
+                row, x_h, x_b, x_t, dy_h, dy_b, dy_t, dh_h, dh_b, dh_t, w_h, w_b, w_t, dx_ptr,
+                mean_ptr, rstd_ptr, dx_row_stride, head, n_body, n_cols, cols, edge, IS_RMS,
+                HAS_DH, PAIR_SUMS, VEC,
+            )  # fmt: skip
+            dw_h, dw_b, dw_t = dw_h + gw_h, dw_b + gw_b, dw_t + gw_t
+            db_h, db_b, db_t = db_h + gb_h, db_b + gb_b, db_t + gb_t
+    else:
+        for i in tl.range(0, tl.cdiv(n_rows - pid, n_programs)):
+            row = first + i * n_programs
+            live = row < n_rows  # always: a tensor for the masks
+            x_h, x_b, x_t = _load_shifted(x_ptr, row * x_row_stride, head, n_body, n_cols, cols,
+                                          edge, live, VEC)  # fmt: skip
+            dy_h, dy_b, dy_t = _load_shifted(dy_ptr, row * dy_row_stride, head, n_body, n_cols,
+                                             cols, edge, live, VEC)  # fmt: skip
+            dh_h, dh_b, dh_t = x_h, x_b, x_t
+            if HAS_DH:
+                dh_h, dh_b, dh_t = _load_shifted(dh_ptr, row * dh_row_stride, head, n_body, n_cols,
+                                                 cols, edge, live, VEC)  # fmt: skip
+            gw_h, gw_b, gw_t, gb_h, gb_b, gb_t = _shifted_bwd_row(
+                row, x_h, x_b, x_t, dy_h, dy_b, dy_t, dh_h, dh_b, dh_t, w_h, w_b, w_t, dx_ptr,
+                mean_ptr, rstd_ptr, dx_row_stride, head, n_body, n_cols, cols, edge, IS_RMS,
+                HAS_DH, PAIR_SUMS, VEC,
+            )  # fmt: skip
+            dw_h, dw_b, dw_t = dw_h + gw_h, dw_b + gw_b, dw_t + gw_t
+            db_h, db_b, db_t = db_h + gb_h, db_b + gb_b, db_t + gb_t
+    slot = (pid // 2 if PAIRED else pid).to(tl.int64)
+    if HAS_WEIGHT:
+        out = dw_partial_ptr + slot * n_cols
+        put_row(out + head + cols, dw_b, body_mask, PAIRED)
+        put_row(out + edge, dw_h, head_mask, PAIRED)
+        put_row(out + tail + edge, dw_t, tail_mask, PAIRED)
+    if HAS_BIAS:
+        out = db_partial_ptr + slot * n_cols
+        put_row(out + head + cols, db_b, body_mask, PAIRED)
+        put_row(out + edge, db_h, head_mask, PAIRED)
+        put_row(out + tail + edge, db_t, tail_mask, PAIRED)
+
+
+@triton.jit
 def _persistent_single_pass(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
@@ -460,12 +623,21 @@ def _persistent_single_pass(
     PAIRED: tl.constexpr,
     PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
     ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
+    SHIFT_VEC: tl.constexpr = 0,  # one-row tiles off a 16-byte boundary: _shifted_bwd_rows
 ):
     """The persistent backward, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
     tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:
     programs 2k and 2k + 1 add into partial row k).
     PREFETCH issues the loads of the program's next tile before working on the current one
     (registers, not shared memory), so two tiles' loads are in flight per program."""
+    if SHIFT_VEC > 0:
+        _shifted_bwd_rows(
+            x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr,
+            db_partial_ptr, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
+            dh_row_stride, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_COLS, PREFETCH,
+            PAIRED, PAIR_SUMS, SHIFT_VEC,
+        )  # fmt: skip
+        return
     n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
         n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
@@ -535,13 +707,14 @@ def _norm_bwd_persistent_kernel(
     PREFETCH: tl.constexpr,
     PAIRED: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
+    SHIFT_VEC: tl.constexpr = 0,
 ):
     """The single-pass persistent backward (_persistent_single_pass) at a runtime width."""
     _persistent_single_pass(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False,
-        ROW_ALIGN,
+        ROW_ALIGN, SHIFT_VEC,
     )  # fmt: skip
 
 
@@ -574,6 +747,7 @@ def _norm_bwd_persistent_static_kernel(
     PAIRED: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
+    SHIFT_VEC: tl.constexpr = 0,
 ):
     """The same at a compile-time width, LayerNorm's row sums paired where PAIR_SUMS
     (config.NORM_BWD_STATIC_COLS: where it measured faster)."""
@@ -581,7 +755,7 @@ def _norm_bwd_persistent_static_kernel(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED,
-        PAIR_SUMS, ROW_ALIGN,
+        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC,
     )  # fmt: skip
 
 
@@ -748,6 +922,7 @@ def norm_backward(
     offset=0.0,
     dh=None,
     maxnreg=None,
+    shift=None,
 ):
     """Backward launcher -> (dx, dweight | None, dbias | None).
 
@@ -756,7 +931,9 @@ def norm_backward(
     wide-row path on small shapes). ``grad_weight``/``grad_bias``: existing fp32 or param-dtype
     buffers that the result is added into (fused ``.grad`` accumulation); they are returned.
     ``offset``: the forward's. ``dh`` (x2d's shape): the fused residual add's gradient of h
-    (x2d is then h), added into dx.
+    (x2d is then h), added into dx. ``shift``: whether the persistent single pass splits rows
+    off a 16-byte boundary at their first one (``_shifted_bwd_rows``; None: ``config``'s rule,
+    True: wherever it can run).
     """
     if strategy not in config.STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: expected one of {config.STRATEGIES}")
@@ -793,14 +970,36 @@ def norm_backward(
     # the width too: the backward kernels take n_cols at run time and hint it (known_multiple)
     align = config.kernel_row_align(math.gcd(*strides, n_cols), x2d.element_size())
     sm_count = _runtime.sm_count(device.index)
-    cfg = config.norm_bwd_config(
-        strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass, block_rows=block_rows,
-        block_cols=block_cols, num_warps=num_warps, programs_per_sm=programs_per_sm,
-        loop_stages=loop_stages, prefetch=prefetch, paired_partials=paired_partials,
-        aligned=align * x2d.element_size() == config.VECTOR_BYTES,
-        sm_count=sm_count, one_warp=config.one_warp_rows(n_cols, align, x2d.element_size()),
-        fused_add=dh is not None, maxnreg=maxnreg,
-    )  # fmt: skip
+
+    def plan(shifted):  # shifted rows are one-row tiles
+        return config.norm_bwd_config(
+            strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass,
+            block_rows=1 if shifted else block_rows, block_cols=block_cols, num_warps=num_warps,
+            programs_per_sm=programs_per_sm, loop_stages=loop_stages, prefetch=prefetch,
+            paired_partials=paired_partials,
+            aligned=align * x2d.element_size() == config.VECTOR_BYTES,
+            sm_count=sm_count, fused_add=dh is not None, maxnreg=maxnreg,
+            one_warp=not shifted and config.one_warp_rows(n_cols, align, x2d.element_size()),
+        )  # fmt: skip
+
+    def persistent_grid(cfg):
+        # an explicit programs_per_sm is taken as given (sweeps); the rule caps partial traffic
+        cap = None if programs_per_sm is not None else config.norm_bwd_partials_cap(
+            n_rows, x2d.element_size() * (3 + (dh is not None)), has_w + has_b)  # fmt: skip
+        return config.norm_bwd_persistent_programs(cdiv(n_rows, cfg.block_rows),
+                                                   cfg.programs_per_sm, sm_count, cap)  # fmt: skip
+
+    vec = 0
+    one_pass = not two_pass if two_pass is not None else not config.norm_bwd_two_pass(
+        n_cols, bool(is_rms), n_rows)  # fmt: skip
+    if strategy == "persistent" and one_pass and block_rows in (None, 1) and shift is not False:
+        vec = config.bwd_shift_vec(align, x2d.element_size(), n_cols, strides, force=bool(shift))
+    cfg = plan(bool(vec))
+    if vec:
+        shifted_programs = config.bwd_shift_programs(persistent_grid(cfg), n_rows, vec,
+                                                     force=bool(shift))  # fmt: skip
+        if not shifted_programs:
+            vec, cfg = 0, plan(False)
     dummy = rstd
     common = (
         x2d, dy2d, dx,
@@ -840,11 +1039,7 @@ def norm_backward(
         return dx, dw, db
 
     if strategy == "persistent":
-        # an explicit programs_per_sm is taken as given (sweeps); the rule caps partial traffic
-        cap = None if programs_per_sm is not None else config.norm_bwd_partials_cap(
-            n_rows, x2d.element_size() * (3 + (dh is not None)), has_w + has_b)  # fmt: skip
-        n_programs = config.norm_bwd_persistent_programs(
-            n_tiles, cfg.programs_per_sm, sm_count, cap)  # fmt: skip
+        n_programs = shifted_programs if vec else persistent_grid(cfg)
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
         n_programs = cdiv(n_tiles, tiles_per_program)
@@ -878,7 +1073,7 @@ def norm_backward(
         kernel = _norm_bwd_persistent_static_kernel if static else _norm_bwd_persistent_kernel
         launch(kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols, *strides,
                float(offset), **flags, **tile, LOOP_STAGES=cfg.loop_stages,
-               PREFETCH=cfg.prefetch, PAIRED=paired, ROW_ALIGN=align,
+               PREFETCH=cfg.prefetch, PAIRED=paired, ROW_ALIGN=align, SHIFT_VEC=vec,
                **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}),
                **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))  # fmt: skip
     if (has_w or has_b) and not direct:
