@@ -10,8 +10,10 @@ one column (``pointwise BxW``), one row per program at 1-16 warps (``row wW``; w
 (``tile RxW``: rows by warps, for narrow rows of up to 256 columns and for wide ones), the
 wide-row chunk (``chunk C wW``), one 32768-column block (``block 32768 wW``) and the split-row
 forward (``split C``). Backward knobs: the persistent grid's programs per SM with and without
-paired partial rows (``ppsP paired|unpaired``), one tile holding every row (``one tile``) and
-tiles of 1, 2 or 4 rows (``tiles of R rows``).
+paired partial rows (``ppsP paired|unpaired``), one tile holding every row (``one tile``),
+tiles of 1, 2 or 4 rows (``tiles of R rows``) and, for one-row tiles, the next row prefetched
+or not at 8-32 warps, its odd rows split at their first 16-byte boundary or not (``prefetch
+on|off wW shifted|unshifted``).
 Every variant's outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
 """
@@ -115,6 +117,16 @@ def _bwd_variants(x, w, b, dy, mean, rstd, is_rms, sms):
                     dy, x, w, b, mean, rstd, is_rms, programs_per_sm=per_sm,
                     paired_partials=paired))  # fmt: skip
     block_cols = next_pow2(n)
+    if block_cols >= 2048 and not config.norm_bwd_two_pass(n, is_rms, m):  # one-row tiles
+        for prefetch in (False, True):
+            for warps in (8, 16, 32):
+                for shift in (False, True):
+                    name = (f"prefetch {'on' if prefetch else 'off'} w{warps} "
+                            f"{'shifted' if shift else 'unshifted'}")  # fmt: skip
+                    out[name] = (lambda prefetch=prefetch, warps=warps, shift=shift:
+                                 row.norm_backward(dy, x, w, b, mean, rstd, is_rms,
+                                                   prefetch=prefetch, num_warps=warps,
+                                                   shift=shift))  # fmt: skip
     if m * block_cols <= 4 * TILE_ROWS_MAX_ELEMS:
         rows = next_pow2(m)
         for warps in (4, 8, 16):
