@@ -144,7 +144,9 @@
 # NORMLAB_NORM_SHIFTED_PARAMS: the bf16 norm and replay checks, the shifted members off and on).
 # bwdshift (the single-pass backward's odd one-row tiles from their first 16-byte boundary,
 # NORMLAB_NORM_BWD_SHIFT: bf16 and fp32 norm, option and replay checks, the members off and on);
-# bwdwide (one-row backward tiles at odd and aligned widths: prefetch, warps, shifted rows).
+# bwdwide (one-row backward tiles at odd and aligned widths: prefetch, warps, shifted rows);
+# bwdwide2 (shifted rows past 8192 columns at 4-16 warps, 1-2 programs an SM; the members the
+# rule shifts beside torch, torch.compile and Liger).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -152,8 +154,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2 or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -180,9 +182,8 @@ SHIFT_CELLS=1492488x825,189780x1485,263731x1457,80806x4323,58399x5845,55536x8495
 # Those the rule shifts (rows of odd width, more than a decode batch).
 SHIFT_TAKEN=1492488x825,189780x1485,263731x1457,80806x4323,58399x5845,55536x8495,36052x8363,\
 27492x9693,19335x14487,47318x20163,12182x373,627x2479,296x17767,482x27361
-# Those the backward's rule shifts (odd rows of one-row tiles in the single pass).
-BWD_SHIFT_TAKEN=189780x1485,19335x14487,263731x1457,27492x9693,36052x8363,55536x8495,58399x5845,\
-627x2479,80806x4323
+# Those the backward's rule shifts (unaligned one-row tiles past 8192 columns, the single pass).
+BWD_SHIFT_TAKEN=19335x14487,27492x9693,36052x8363,55536x8495,34292x14486
 # Narrow rows (16-256 columns) between the decode rows and the block-row layout: the population's
 # members and shapes beside them, forward (row tiles of 2-64 rows against one row a program).
 NARROW_CELLS=593x37,783x120,868x136,1686x75,2479x17,2982x26,5596x214,6872x80,9673x23
@@ -923,6 +924,15 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       263731x1457; do printf 'rms_norm:bwd:%s,' "$c"; done)
     step bwd_wide 540 python3 benchmarks/norm_launch_variants.py --out "$OUT/bwd_wide.jsonl" \
       --reps 4 --peers torch --cells "${cells%,},layer_norm:bwd:80806x4323,layer_norm:bwd:263731x1457"
+    ;;
+  bwdwide2)  # shifted rows past 8192 columns: warps and programs an SM; the changed members, peers
+    cells=$(for c in 36052x8363 27492x9693 19335x14487 34292x14486 16384x12288; do
+      printf 'rms_norm:bwd:%s,' "$c"; done)
+    step bwd_wide2 200 python3 benchmarks/norm_launch_variants.py --out "$OUT/bwd_wide2.jsonl" \
+      --reps 4 --peers torch --cells "${cells%,}"
+    step population_bwdshift 380 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_bwdshift.jsonl" --reps 4 --timed-us 100 \
+      --families random,model,narrow --impls normlab,torch,compile,liger --cells "$BWD_SHIFT_TAKEN"
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

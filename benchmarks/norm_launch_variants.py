@@ -13,7 +13,8 @@ forward (``split C``). Backward knobs: the persistent grid's programs per SM wit
 paired partial rows (``ppsP paired|unpaired``), one tile holding every row (``one tile``),
 tiles of 1, 2 or 4 rows (``tiles of R rows``) and, for one-row tiles, the next row prefetched
 or not at 8-32 warps, its odd rows split at their first 16-byte boundary or not (``prefetch
-on|off wW shifted|unshifted``).
+on|off wW shifted|unshifted``); past 8192 columns, shifted rows at 4-16 warps and 1 or 2
+programs an SM (``shifted wW ppsP``).
 Every variant's outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
 """
@@ -127,6 +128,13 @@ def _bwd_variants(x, w, b, dy, mean, rstd, is_rms, sms):
                                  row.norm_backward(dy, x, w, b, mean, rstd, is_rms,
                                                    prefetch=prefetch, num_warps=warps,
                                                    shift=shift))  # fmt: skip
+    if block_cols > 8192:  # the runtime-width single pass: shifted rows on fewer warps, 2 an SM
+        for warps in (4, 8, 16):
+            for per_sm in (1, 2):
+                out[f"shifted w{warps} pps{per_sm}"] = (
+                    lambda warps=warps, per_sm=per_sm: row.norm_backward(
+                        dy, x, w, b, mean, rstd, is_rms, prefetch=False, num_warps=warps,
+                        programs_per_sm=per_sm, shift=True))  # fmt: skip
     if m * block_cols <= 4 * TILE_ROWS_MAX_ELEMS:
         rows = next_pow2(m)
         for warps in (4, 8, 16):

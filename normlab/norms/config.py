@@ -139,12 +139,20 @@ def shift_vec(row_align: int, element_size: int, n_rows: int, n_cols: int, sm_co
     return vec if possible and (force or wanted) else 0
 
 
-# The persistent single-pass backward's one-row tiles split the same way when they are not vector
-# aligned (row._shifted_bwd_rows). The grid is then a multiple of the vector, so that a program's
-# rows all start as far into one: one split a program, w loaded once at its body's columns, and
-# dγ/dβ summed in that split. Rounding the grid down is taken where it adds at most
-# NORM_BWD_SHIFT_MAX_ROW_GROWTH to the rows a program walks. NORMLAB_NORM_BWD_SHIFT=0: never.
+# The persistent single-pass backward's one-row tiles split the same way (row._shifted_bwd_rows)
+# where they are wider than its compile-time width (NORM_BWD_STATIC_COLS) and not vector aligned.
+# There one program a SM walks its rows without a prefetch, one row's latency after another, and
+# shifted rows on 8 warps took the least (H200, µs, planned unshifted at 32 warps -> shifted at
+# 8, bwd_wide_353e9e7): RMSNorm 36052 x 8363 1225 -> 831, 27492 x 9693 1005 -> 660, 19335 x
+# 14487 861 -> 540 (unshifted at 8 warps: 1925, 1530, 1375). Narrower rows, which prefetch their
+# next row, were slower shifted: 80806 x 4323 697 -> 845 (16 warps), 263731 x 1457 761 -> 1208.
+# The grid is a multiple of the vector, so that a program's rows all start as far into one: one
+# split a program, w loaded once at its body's columns, dγ/dβ summed in that split. Rounding it
+# down is taken where it adds at most NORM_BWD_SHIFT_MAX_ROW_GROWTH to the rows a program walks.
+# NORMLAB_NORM_BWD_SHIFT=0: never (an A/B switch).
 NORM_BWD_SHIFT = os.environ.get("NORMLAB_NORM_BWD_SHIFT", "1") != "0"
+NORM_BWD_SHIFT_MIN_COLS = 8192  # wider rows only: the runtime-width single pass
+NORM_BWD_SHIFT_WARPS = 8
 NORM_BWD_SHIFT_MAX_ROW_GROWTH = 1 / 16  # 132 programs -> 128: 3% more rows each
 
 
@@ -153,12 +161,11 @@ def bwd_shift_vec(row_align: int, element_size: int, n_cols: int, strides: tuple
     """The vector (elements) of the shifted backward for one-row tiles, or 0 (the grid is
     ``bwd_shift_programs``'s). It can run where a row holds a vector and every row stride (x, dy,
     dx, dh) agrees modulo the vector (each row's tensors start as far into one); it is taken
-    (``force``: wherever it can run) for rows loaded element by element (``row_align`` 1), at
-    least NORM_FWD_SHIFT_MIN_VECTORS vectors and past ONE_WARP_MAX_COLS wide (one-row tiles)."""
+    (``force``: wherever it can run) for rows not vector aligned (``row_align``) wider than
+    NORM_BWD_SHIFT_MIN_COLS."""
     vec = VECTOR_BYTES // element_size
     possible = n_cols >= vec and all((s - strides[0]) % vec == 0 for s in strides)
-    wanted = (NORM_BWD_SHIFT and row_align == 1 and n_cols > ONE_WARP_MAX_COLS
-              and n_cols >= NORM_FWD_SHIFT_MIN_VECTORS * vec)  # fmt: skip
+    wanted = NORM_BWD_SHIFT and row_align < vec and n_cols > NORM_BWD_SHIFT_MIN_COLS
     return vec if possible and (force or wanted) else 0
 
 

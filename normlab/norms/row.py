@@ -974,7 +974,8 @@ def norm_backward(
     def plan(shifted):  # shifted rows are one-row tiles
         return config.norm_bwd_config(
             strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass,
-            block_rows=1 if shifted else block_rows, block_cols=block_cols, num_warps=num_warps,
+            block_rows=1 if shifted else block_rows, block_cols=block_cols,
+            num_warps=config.NORM_BWD_SHIFT_WARPS if shifted and num_warps is None else num_warps,
             programs_per_sm=programs_per_sm, loop_stages=loop_stages, prefetch=prefetch,
             paired_partials=paired_partials,
             aligned=align * x2d.element_size() == config.VECTOR_BYTES,
