@@ -140,12 +140,16 @@ def shift_vec(row_align: int, element_size: int, n_rows: int, n_cols: int, sm_co
 
 
 # The persistent single-pass backward's one-row tiles split the same way (row._shifted_bwd_rows)
-# where they are wider than its compile-time width (NORM_BWD_STATIC_COLS) and not vector aligned.
-# There one program a SM walks its rows without a prefetch, one row's latency after another, and
-# shifted rows on 8 warps took the least (H200, µs, planned unshifted at 32 warps -> shifted at
-# 8, bwd_wide_353e9e7): RMSNorm 36052 x 8363 1225 -> 831, 27492 x 9693 1005 -> 660, 19335 x
-# 14487 861 -> 540 (unshifted at 8 warps: 1925, 1530, 1375). Narrower rows, which prefetch their
-# next row, were slower shifted: 80806 x 4323 697 -> 845 (16 warps), 263731 x 1457 761 -> 1208.
+# where they are wider than its compile-time width (NORM_BWD_STATIC_COLS). There one program a SM
+# walks its rows without a prefetch, one row's latency after another, and the shifted kernel on
+# 8 warps took the least, the rows' alignment whatever (H200, µs, the planned unshifted kernel ->
+# shifted on 8 warps; bwd_wide2_3484afd, bwd_aligned_44fb3e8):
+# - rows not vector aligned (planned on 32 warps): RMSNorm 36052 x 8363 1227 -> 825, 27492 x 9693
+#   1029 -> 659, 19335 x 14487 970 -> 537, 34292 x 14486 1519 -> 939;
+# - aligned rows (head 0; planned on 16 warps): 16384 x 16384 544 -> 465, 65536 x 16384 2160 ->
+#   1823, 65536 x 12288 1820 -> 1625, fp32 4096 x 16384 246 -> 224; 512 x 16384 level (27.3, 27.6).
+# Narrower rows, which prefetch their next row, were slower shifted: 80806 x 4323 697 -> 845 (16
+# warps), 263731 x 1457 761 -> 1208 (bwd_wide_353e9e7).
 # The grid is a multiple of the vector, so that a program's rows all start as far into one: one
 # split a program, w loaded once at its body's columns, dγ/dβ summed in that split. Rounding it
 # down is taken where it adds at most NORM_BWD_SHIFT_MAX_ROW_GROWTH to the rows a program walks.
@@ -156,16 +160,15 @@ NORM_BWD_SHIFT_WARPS = 8
 NORM_BWD_SHIFT_MAX_ROW_GROWTH = 1 / 16  # 132 programs -> 128: 3% more rows each
 
 
-def bwd_shift_vec(row_align: int, element_size: int, n_cols: int, strides: tuple[int, ...],
+def bwd_shift_vec(element_size: int, n_cols: int, strides: tuple[int, ...],
                   force: bool = False) -> int:
     """The vector (elements) of the shifted backward for one-row tiles, or 0 (the grid is
     ``bwd_shift_programs``'s). It can run where a row holds a vector and every row stride (x, dy,
     dx, dh) agrees modulo the vector (each row's tensors start as far into one); it is taken
-    (``force``: wherever it can run) for rows not vector aligned (``row_align``) wider than
-    NORM_BWD_SHIFT_MIN_COLS."""
+    (``force``: wherever it can run) for rows wider than NORM_BWD_SHIFT_MIN_COLS."""
     vec = VECTOR_BYTES // element_size
     possible = n_cols >= vec and all((s - strides[0]) % vec == 0 for s in strides)
-    wanted = NORM_BWD_SHIFT and row_align < vec and n_cols > NORM_BWD_SHIFT_MIN_COLS
+    wanted = NORM_BWD_SHIFT and n_cols > NORM_BWD_SHIFT_MIN_COLS
     return vec if possible and (force or wanted) else 0
 
 

@@ -994,7 +994,7 @@ def norm_backward(
     one_pass = not two_pass if two_pass is not None else not config.norm_bwd_two_pass(
         n_cols, bool(is_rms), n_rows)  # fmt: skip
     if strategy == "persistent" and one_pass and block_rows in (None, 1) and shift is not False:
-        vec = config.bwd_shift_vec(align, x2d.element_size(), n_cols, strides, force=bool(shift))
+        vec = config.bwd_shift_vec(x2d.element_size(), n_cols, strides, force=bool(shift))
     cfg = plan(bool(vec))
     if vec:
         shifted_programs = config.bwd_shift_programs(persistent_grid(cfg), n_rows, vec,
