@@ -943,7 +943,9 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step bwd_aligned 500 python3 benchmarks/norm_launch_variants.py \
       --out "$OUT/bwd_aligned.jsonl" --reps 4 --peers torch --cells "${cells%,}"
     ;;
-  bwdpeers)  # the aligned members the shifted backward now takes, beside their peers
+  bwdpeers)  # the aligned members the shifted backward now takes: bf16 checks, then the peers
+    step gpu_check_norms_bwdpeers 200 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_norms_bwdpeers.json" --quick --only norms,norm_options
     step population_bwdaligned 540 python3 benchmarks/norm_population.py \
       --out "$OUT/population_bwdaligned.jsonl" --reps 4 --timed-us 100 \
       --families random,model,narrow --impls normlab,torch,compile,liger \
