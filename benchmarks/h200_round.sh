@@ -148,7 +148,9 @@
 # bwdwide2 (shifted rows past 8192 columns at 4-16 warps, 1-2 programs an SM; the members the
 # rule shifts beside torch, torch.compile and Liger); bwdaligned (the same variants at the
 # population's aligned RMSNorm members of 12288 and 16384 columns); bwdpeers (those members,
-# which the shifted backward now takes, beside torch, torch.compile and Liger).
+# which the shifted backward now takes, beside torch, torch.compile and Liger); bwdblocks (its
+# body in two blocks past a power of two, NORMLAB_NORM_BWD_TWO_BLOCKS: bf16 checks, the members
+# of 8363-12288 columns with one block and two, then beside their peers).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -156,8 +158,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -950,6 +952,19 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/population_bwdaligned.jsonl" --reps 4 --timed-us 100 \
       --families random,model,narrow --impls normlab,torch,compile,liger \
       --cells 512x12288,512x16384,2048x16384,4096x12288,4096x16384,16384x12288,16384x16384,65536x12288,65536x16384
+    ;;
+  bwdblocks)  # the shifted backward's body in two blocks: bf16 checks, one and two blocks, peers
+    step gpu_check_norms_bwdblocks 200 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_norms_bwdblocks.json" --quick --only norms,norm_options
+    cells=36052x8363,27492x9693,55536x8495,512x12288,4096x12288,16384x12288,65536x12288
+    for on in 0 1; do
+      NORMLAB_NORM_BWD_TWO_BLOCKS=$on step "bwd_blocks_$on" 100 python3 \
+        benchmarks/norm_population.py --out "$OUT/bwd_blocks_$on.jsonl" --reps 4 --timed-us 100 \
+        --impls normlab --cells "$cells"
+    done
+    step population_bwdblocks 300 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_bwdblocks.jsonl" --reps 4 --timed-us 100 \
+      --families random,model,narrow --impls normlab,torch,compile,liger --cells "$cells"
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

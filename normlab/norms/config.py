@@ -158,6 +158,9 @@ NORM_BWD_SHIFT = os.environ.get("NORMLAB_NORM_BWD_SHIFT", "1") != "0"
 NORM_BWD_SHIFT_MIN_COLS = 8192  # wider rows only: the runtime-width single pass
 NORM_BWD_SHIFT_WARPS = 8
 NORM_BWD_SHIFT_MAX_ROW_GROWTH = 1 / 16  # 132 programs -> 128: 3% more rows each
+# A row padded to the next power of two leaves threads idle that each row still waits on; two
+# body blocks pad it less. NORMLAB_NORM_BWD_TWO_BLOCKS=0: one block (an A/B switch).
+NORM_BWD_TWO_BODY_BLOCKS = os.environ.get("NORMLAB_NORM_BWD_TWO_BLOCKS", "1") != "0"
 
 
 def bwd_shift_vec(element_size: int, n_cols: int, strides: tuple[int, ...],
@@ -170,6 +173,22 @@ def bwd_shift_vec(element_size: int, n_cols: int, strides: tuple[int, ...],
     possible = n_cols >= vec and all((s - strides[0]) % vec == 0 for s in strides)
     wanted = NORM_BWD_SHIFT and n_cols > NORM_BWD_SHIFT_MIN_COLS
     return vec if possible and (force or wanted) else 0
+
+
+def bwd_body_blocks(n_cols: int, vec: int) -> tuple[int, int]:
+    """The shifted backward's body blocks (the first; the second or 0) for rows of ``vec``-element
+    vectors: the power of two under the width and one over the rest, where the two pad the row
+    less than one block of next_pow2(n_cols) (12288: 8192 + 4096, no padding; 9693: 8192 + 2048,
+    5%, where one block pads 69%); the first alone where the rest is under a vector (the tail
+    holds it); else one block (NORM_BWD_TWO_BODY_BLOCKS off: always)."""
+    one, first = next_pow2(n_cols), prev_pow2(n_cols)
+    if not NORM_BWD_TWO_BODY_BLOCKS:
+        return one, 0
+    rest = n_cols - first
+    if rest < vec:
+        return first, 0
+    second = next_pow2(rest)
+    return (first, second) if first + second < one else (one, 0)
 
 
 def bwd_shift_programs(n_programs: int, n_rows: int, vec: int, force: bool = False) -> int:

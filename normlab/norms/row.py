@@ -434,65 +434,51 @@ def _norm_bwd_partials_kernel(
 
 
 @triton.jit
-def _load_shifted(ptr, start, head, n_body, n_cols, cols, edge, live, VEC: tl.constexpr):
-    """(head, body, tail) of the row ``start`` elements from ptr, split as in _shifted_row: the
-    body from start + head, a multiple of VEC (the launch checks), so it loads whole vectors;
-    0 where masked, and everywhere unless ``live``."""
-    end = tl.where(live, n_cols, 0)  # scalar bounds: no row past the last is read
-    body = tl.load(ptr + known_multiple(start + head, VEC) + cols,
-                   mask=cols < tl.where(live, n_body, 0), other=0.0)  # fmt: skip
-    first = tl.load(ptr + start + edge, mask=edge < tl.minimum(head, end), other=0.0)
-    last = tl.load(ptr + start + head + n_body + edge, mask=head + n_body + edge < end, other=0.0)
-    return first, body, last
+def _load_shifted(ptr, start, head, tail, cols, cols_b, edge, head_mask, body_mask, body_b_mask,
+                  tail_mask, BLOCK_B: tl.constexpr, VEC: tl.constexpr):  # fmt: skip
+    """The parts (head, body, body_b, tail) of the row ``start`` elements from ptr, split as in
+    _shifted_row. The body starts at start + head, a multiple of VEC (the launch checks), so it
+    loads whole vectors; with BLOCK_B its columns past the first block (cols_b) are a second
+    block, body_b (else body_b is the head again, unread). 0 where masked."""
+    body_ptr = ptr + known_multiple(start + head, VEC)
+    first = tl.load(ptr + start + edge, mask=head_mask, other=0.0)
+    body = tl.load(body_ptr + cols, mask=body_mask, other=0.0)
+    body_b = first
+    if BLOCK_B > 0:
+        body_b = tl.load(body_ptr + cols_b, mask=body_b_mask, other=0.0)
+    last = tl.load(ptr + start + tail + edge, mask=tail_mask, other=0.0)
+    return first, body, body_b, last
 
 
 @triton.jit
-def _shifted_bwd_row(row, x_h, x_b, x_t, dy_h, dy_b, dy_t, dh_h, dh_b, dh_t, w_h, w_b, w_t,
-                     dx_ptr, mean_ptr, rstd_ptr, dx_row_stride, head, n_body, n_cols, cols,
-                     edge, IS_RMS: tl.constexpr, HAS_DH: tl.constexpr, PAIR_SUMS: tl.constexpr,
-                     VEC: tl.constexpr):  # fmt: skip
-    """dx of one shifted row from its loaded parts (w_*: fp32 offset + weight at their columns,
-    or 1.0); returns the parts' (dy * xhat, dy), its contributions to dw and db."""
-    body_mask = cols < n_body
-    head_mask = edge < head
-    tail_mask = head + n_body + edge < n_cols
-    rstd = tl.load(rstd_ptr + row)
-    if IS_RMS:
-        mean = 0.0
-    else:
-        mean = tl.load(mean_ptr + row)
-    dy_h, dy_b, dy_t = dy_h.to(tl.float32), dy_b.to(tl.float32), dy_t.to(tl.float32)
-    xhat_h = (x_h.to(tl.float32) - mean) * rstd
-    xhat_b = (x_b.to(tl.float32) - mean) * rstd
-    xhat_t = (x_t.to(tl.float32) - mean) * rstd
+def _xhat_wdy_part(x, dy, w, mask, mean, rstd, IS_RMS: tl.constexpr):
+    """fp32 (xhat, dy, w * dy) of one part of a shifted row; 0 where masked."""
+    xhat = (x.to(tl.float32) - mean) * rstd
     if not IS_RMS:  # masked columns would give -mean * rstd
-        xhat_h = tl.where(head_mask, xhat_h, 0.0)
-        xhat_b = tl.where(body_mask, xhat_b, 0.0)
-        xhat_t = tl.where(tail_mask, xhat_t, 0.0)
-    wdy_h, wdy_b, wdy_t = dy_h * w_h, dy_b * w_b, dy_t * w_t
-    edges = tl.sum(xhat_h * wdy_h, axis=0) + tl.sum(xhat_t * wdy_t, axis=0)
-    if IS_RMS:
-        c1 = (tl.sum(xhat_b * wdy_b, axis=0) + edges) / n_cols
-        c2 = 0.0
-    else:
-        if PAIR_SUMS:
-            s1, s2 = tl.reduce((xhat_b * wdy_b, wdy_b), 0, add_pair)
-        else:
-            s1, s2 = tl.sum(xhat_b * wdy_b, axis=0), tl.sum(wdy_b, axis=0)
-        c1 = (s1 + edges) / n_cols
-        c2 = (s2 + tl.sum(wdy_h, axis=0) + tl.sum(wdy_t, axis=0)) / n_cols
-    dx_h = (wdy_h - (xhat_h * c1 + c2)) * rstd
-    dx_b = (wdy_b - (xhat_b * c1 + c2)) * rstd
-    dx_t = (wdy_t - (xhat_t * c1 + c2)) * rstd
+        xhat = tl.where(mask, xhat, 0.0)
+    dy = dy.to(tl.float32)
+    return xhat, dy, dy * w
+
+
+@triton.jit
+def _store_dx_part(ptrs, xhat, wdy, dh, c1, c2, rstd, mask, HAS_DH: tl.constexpr):
+    """dx of one part of a shifted row (plus dh with HAS_DH), stored in dx's dtype."""
+    dx = (wdy - (xhat * c1 + c2)) * rstd
     if HAS_DH:
-        dx_h += dh_h.to(tl.float32)
-        dx_b += dh_b.to(tl.float32)
-        dx_t += dh_t.to(tl.float32)
-    start = row * dx_row_stride
-    store_cast(dx_ptr + known_multiple(start + head, VEC) + cols, dx_b, body_mask, False)
-    store_cast(dx_ptr + start + edge, dx_h, head_mask, False)
-    store_cast(dx_ptr + start + head + n_body + edge, dx_t, tail_mask, False)
-    return dy_h * xhat_h, dy_b * xhat_b, dy_t * xhat_t, dy_h, dy_b, dy_t
+        dx += dh.to(tl.float32)
+    store_cast(ptrs, dx, mask, False)
+
+
+@triton.jit
+def _put_shifted(out_ptr, head, tail, cols, cols_b, edge, head_mask, body_mask, body_b_mask,
+                 tail_mask, acc_h, acc_a, acc_b, acc_t, BLOCK_B: tl.constexpr,
+                 ADD: tl.constexpr):  # fmt: skip
+    """Store (ADD: atomically add) a partial row summed in the parts of _load_shifted."""
+    put_row(out_ptr + edge, acc_h, head_mask, ADD)
+    put_row(out_ptr + head + cols, acc_a, body_mask, ADD)
+    if BLOCK_B > 0:
+        put_row(out_ptr + head + cols_b, acc_b, body_b_mask, ADD)
+    put_row(out_ptr + tail + edge, acc_t, tail_mask, ADD)
 
 
 @triton.jit
@@ -500,14 +486,17 @@ def _shifted_bwd_rows(
     x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
     n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DH: tl.constexpr,
-    BLOCK_COLS: tl.constexpr, PREFETCH: tl.constexpr, PAIRED: tl.constexpr,
+    BLOCK_COLS: tl.constexpr, BLOCK_B: tl.constexpr, PAIRED: tl.constexpr,
     PAIR_SUMS: tl.constexpr, VEC: tl.constexpr,
 ):  # fmt: skip
-    """_persistent_single_pass over one-row tiles that start off a 16-byte boundary, each row
-    split as in _shifted_row (head, body of whole vectors, tail). The grid is a multiple of VEC
-    and the row strides of x, dy, dx and dh agree modulo VEC (the launch sees to both), so every
-    row of a program starts as far into a vector: one split for all of them, w loaded once at
-    the body's columns, dγ/dβ summed in that split and stored once at the end."""
+    """_persistent_single_pass over one-row tiles, each row split as in _shifted_row: a head up
+    to its first 16-byte boundary, a body of whole vectors, a tail. The body is one block of
+    BLOCK_COLS columns or, with BLOCK_B, two (BLOCK_COLS, then BLOCK_B), which pad a width just
+    past a power of two less (config.bwd_body_blocks). The grid is a multiple of VEC and the row
+    strides of x, dy, dx and dh agree modulo VEC (the launch sees to both), so every row of a
+    program starts as far into a vector: one split for all of them, w loaded once at the body's
+    columns, dγ/dβ summed in that split and stored once at the end. No prefetch: past the
+    compile-time width the next row's registers spill (config.NORM_BWD_SHIFT_MIN_COLS)."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     first = pid.to(tl.int64)  # the program's rows: first, first + n_programs, ...
@@ -516,82 +505,85 @@ def _shifted_bwd_rows(
     tail = head + n_body
     cols = tl.arange(0, BLOCK_COLS)
     edge = tl.arange(0, VEC)
-    body_mask = cols < n_body
-    head_mask = edge < head
-    tail_mask = tail + edge < n_cols
+    if BLOCK_B > 0:
+        cols_b = BLOCK_COLS + tl.arange(0, BLOCK_B)  # the second block's body columns
+    else:
+        cols_b = edge  # unread
+    head_mask, tail_mask = edge < head, tail + edge < n_cols
+    body_mask, body_b_mask = cols < n_body, cols_b < n_body
     if HAS_WEIGHT:
         offset = tl.cast(offset, tl.float32)
-        w_b = load_param_f32(w_ptr + head + cols, body_mask, False, "", True) + offset
         w_h = tl.load(w_ptr + edge, mask=head_mask, other=0.0).to(tl.float32) + offset
+        w_a = load_param_f32(w_ptr + head + cols, body_mask, False, "", True) + offset
+        w_b = w_h
+        if BLOCK_B > 0:
+            w_b = load_param_f32(w_ptr + head + cols_b, body_b_mask, False, "", True) + offset
         w_t = tl.load(w_ptr + tail + edge, mask=tail_mask, other=0.0).to(tl.float32) + offset
     else:
-        w_h, w_b, w_t = 1.0, 1.0, 1.0
-    dw_h = tl.zeros([VEC], dtype=tl.float32)
-    dw_b = tl.zeros([BLOCK_COLS], dtype=tl.float32)
-    dw_t = tl.zeros([VEC], dtype=tl.float32)
-    db_h, db_b, db_t = dw_h, dw_b, dw_t
-    if PREFETCH:
-        nx_h, nx_b, nx_t = _load_shifted(x_ptr, first * x_row_stride, head, n_body, n_cols, cols,
-                                         edge, first < n_rows, VEC)  # fmt: skip
-        ndy_h, ndy_b, ndy_t = _load_shifted(dy_ptr, first * dy_row_stride, head, n_body, n_cols,
-                                            cols, edge, first < n_rows, VEC)  # fmt: skip
-        ndh_h, ndh_b, ndh_t = nx_h, nx_b, nx_t
+        w_h, w_a, w_b, w_t = 1.0, 1.0, 1.0, 1.0
+    dw_h, dw_t = tl.zeros([VEC], dtype=tl.float32), tl.zeros([VEC], dtype=tl.float32)
+    dw_a = tl.zeros([BLOCK_COLS], dtype=tl.float32)
+    dw_b = tl.zeros(cols_b.shape, dtype=tl.float32)
+    db_h, db_a, db_b, db_t = dw_h, dw_a, dw_b, dw_t
+    for i in tl.range(0, tl.cdiv(n_rows - pid, n_programs)):
+        row = first + i * n_programs
+        x_h, x_a, x_b, x_t = _load_shifted(
+            x_ptr, row * x_row_stride, head, tail, cols, cols_b, edge, head_mask, body_mask,
+            body_b_mask, tail_mask, BLOCK_B, VEC)  # fmt: skip
+        dy_h, dy_a, dy_b, dy_t = _load_shifted(
+            dy_ptr, row * dy_row_stride, head, tail, cols, cols_b, edge, head_mask, body_mask,
+            body_b_mask, tail_mask, BLOCK_B, VEC)  # fmt: skip
+        dh_h, dh_a, dh_b, dh_t = x_h, x_a, x_b, x_t  # unread without HAS_DH
         if HAS_DH:
-            ndh_h, ndh_b, ndh_t = _load_shifted(dh_ptr, first * dh_row_stride, head, n_body,
-                                                n_cols, cols, edge, first < n_rows,
-                                                VEC)  # fmt: skip
-        for i in tl.range(0, tl.cdiv(n_rows - pid, n_programs)):
-            row = first + i * n_programs
-            x_h, x_b, x_t = nx_h, nx_b, nx_t
-            dy_h, dy_b, dy_t = ndy_h, ndy_b, ndy_t
-            dh_h, dh_b, dh_t = ndh_h, ndh_b, ndh_t
-            # Past the last row the masks are all false: nothing is read.
-            nxt = row + n_programs
-            nx_h, nx_b, nx_t = _load_shifted(x_ptr, nxt * x_row_stride, head, n_body, n_cols,
-                                             cols, edge, nxt < n_rows, VEC)  # fmt: skip
-            ndy_h, ndy_b, ndy_t = _load_shifted(dy_ptr, nxt * dy_row_stride, head, n_body, n_cols,
-                                                cols, edge, nxt < n_rows, VEC)  # fmt: skip
-            if HAS_DH:
-                ndh_h, ndh_b, ndh_t = _load_shifted(dh_ptr, nxt * dh_row_stride, head, n_body,
-                                                    n_cols, cols, edge, nxt < n_rows,
-                                                    VEC)  # fmt: skip
-            gw_h, gw_b, gw_t, gb_h, gb_b, gb_t = _shifted_bwd_row(
-                row, x_h, x_b, x_t, dy_h, dy_b, dy_t, dh_h, dh_b, dh_t, w_h, w_b, w_t, dx_ptr,
-                mean_ptr, rstd_ptr, dx_row_stride, head, n_body, n_cols, cols, edge, IS_RMS,
-                HAS_DH, PAIR_SUMS, VEC,
-            )  # fmt: skip
-            dw_h, dw_b, dw_t = dw_h + gw_h, dw_b + gw_b, dw_t + gw_t
-            db_h, db_b, db_t = db_h + gb_h, db_b + gb_b, db_t + gb_t
-    else:
-        for i in tl.range(0, tl.cdiv(n_rows - pid, n_programs)):
-            row = first + i * n_programs
-            live = row < n_rows  # always: a tensor for the masks
-            x_h, x_b, x_t = _load_shifted(x_ptr, row * x_row_stride, head, n_body, n_cols, cols,
-                                          edge, live, VEC)  # fmt: skip
-            dy_h, dy_b, dy_t = _load_shifted(dy_ptr, row * dy_row_stride, head, n_body, n_cols,
-                                             cols, edge, live, VEC)  # fmt: skip
-            dh_h, dh_b, dh_t = x_h, x_b, x_t
-            if HAS_DH:
-                dh_h, dh_b, dh_t = _load_shifted(dh_ptr, row * dh_row_stride, head, n_body, n_cols,
-                                                 cols, edge, live, VEC)  # fmt: skip
-            gw_h, gw_b, gw_t, gb_h, gb_b, gb_t = _shifted_bwd_row(
-                row, x_h, x_b, x_t, dy_h, dy_b, dy_t, dh_h, dh_b, dh_t, w_h, w_b, w_t, dx_ptr,
-                mean_ptr, rstd_ptr, dx_row_stride, head, n_body, n_cols, cols, edge, IS_RMS,
-                HAS_DH, PAIR_SUMS, VEC,
-            )  # fmt: skip
-            dw_h, dw_b, dw_t = dw_h + gw_h, dw_b + gw_b, dw_t + gw_t
-            db_h, db_b, db_t = db_h + gb_h, db_b + gb_b, db_t + gb_t
+            dh_h, dh_a, dh_b, dh_t = _load_shifted(
+                dh_ptr, row * dh_row_stride, head, tail, cols, cols_b, edge, head_mask,
+                body_mask, body_b_mask, tail_mask, BLOCK_B, VEC)  # fmt: skip
+        rstd = tl.load(rstd_ptr + row)
+        if IS_RMS:
+            mean = 0.0
+        else:
+            mean = tl.load(mean_ptr + row)
+        xhat_h, dy_h, wdy_h = _xhat_wdy_part(x_h, dy_h, w_h, head_mask, mean, rstd, IS_RMS)
+        xhat_a, dy_a, wdy_a = _xhat_wdy_part(x_a, dy_a, w_a, body_mask, mean, rstd, IS_RMS)
+        xhat_t, dy_t, wdy_t = _xhat_wdy_part(x_t, dy_t, w_t, tail_mask, mean, rstd, IS_RMS)
+        s1 = tl.sum(xhat_h * wdy_h, axis=0) + tl.sum(xhat_t * wdy_t, axis=0)
+        s2 = tl.sum(wdy_h, axis=0) + tl.sum(wdy_t, axis=0)
+        if IS_RMS:
+            s1 += tl.sum(xhat_a * wdy_a, axis=0)
+        elif PAIR_SUMS:
+            s1_a, s2_a = tl.reduce((xhat_a * wdy_a, wdy_a), 0, add_pair)
+            s1, s2 = s1 + s1_a, s2 + s2_a
+        else:
+            s1, s2 = s1 + tl.sum(xhat_a * wdy_a, axis=0), s2 + tl.sum(wdy_a, axis=0)
+        if BLOCK_B > 0:
+            xhat_b, dy_b, wdy_b = _xhat_wdy_part(x_b, dy_b, w_b, body_b_mask, mean, rstd, IS_RMS)
+            s1 += tl.sum(xhat_b * wdy_b, axis=0)
+            s2 += tl.sum(wdy_b, axis=0)
+        c1 = s1 / n_cols
+        if IS_RMS:
+            c2 = 0.0
+        else:
+            c2 = s2 / n_cols
+        dx_start = row * dx_row_stride
+        dx_body = dx_ptr + known_multiple(dx_start + head, VEC)
+        _store_dx_part(dx_ptr + dx_start + edge, xhat_h, wdy_h, dh_h, c1, c2, rstd, head_mask,
+                       HAS_DH)  # fmt: skip
+        _store_dx_part(dx_body + cols, xhat_a, wdy_a, dh_a, c1, c2, rstd, body_mask, HAS_DH)
+        _store_dx_part(dx_ptr + dx_start + tail + edge, xhat_t, wdy_t, dh_t, c1, c2, rstd,
+                       tail_mask, HAS_DH)  # fmt: skip
+        dw_h, dw_a, dw_t = dw_h + dy_h * xhat_h, dw_a + dy_a * xhat_a, dw_t + dy_t * xhat_t
+        db_h, db_a, db_t = db_h + dy_h, db_a + dy_a, db_t + dy_t
+        if BLOCK_B > 0:
+            _store_dx_part(dx_body + cols_b, xhat_b, wdy_b, dh_b, c1, c2, rstd, body_b_mask,
+                           HAS_DH)  # fmt: skip
+            dw_b, db_b = dw_b + dy_b * xhat_b, db_b + dy_b
     slot = (pid // 2 if PAIRED else pid).to(tl.int64)
     if HAS_WEIGHT:
-        out = dw_partial_ptr + slot * n_cols
-        put_row(out + head + cols, dw_b, body_mask, PAIRED)
-        put_row(out + edge, dw_h, head_mask, PAIRED)
-        put_row(out + tail + edge, dw_t, tail_mask, PAIRED)
+        _put_shifted(dw_partial_ptr + slot * n_cols, head, tail, cols, cols_b, edge, head_mask,
+                     body_mask, body_b_mask, tail_mask, dw_h, dw_a, dw_b, dw_t, BLOCK_B, PAIRED)
     if HAS_BIAS:
-        out = db_partial_ptr + slot * n_cols
-        put_row(out + head + cols, db_b, body_mask, PAIRED)
-        put_row(out + edge, db_h, head_mask, PAIRED)
-        put_row(out + tail + edge, db_t, tail_mask, PAIRED)
+        _put_shifted(db_partial_ptr + slot * n_cols, head, tail, cols, cols_b, edge, head_mask,
+                     body_mask, body_b_mask, tail_mask, db_h, db_a, db_b, db_t, BLOCK_B, PAIRED)
 
 
 @triton.jit
@@ -623,7 +615,8 @@ def _persistent_single_pass(
     PAIRED: tl.constexpr,
     PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
     ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
-    SHIFT_VEC: tl.constexpr = 0,  # one-row tiles off a 16-byte boundary: _shifted_bwd_rows
+    SHIFT_VEC: tl.constexpr = 0,  # one-row tiles split at a 16-byte boundary: _shifted_bwd_rows
+    BODY_B: tl.constexpr = 0,  # _shifted_bwd_rows' second body block (0: one block)
 ):
     """The persistent backward, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
     tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:
@@ -634,7 +627,7 @@ def _persistent_single_pass(
         _shifted_bwd_rows(
             x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr,
             db_partial_ptr, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-            dh_row_stride, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_COLS, PREFETCH,
+            dh_row_stride, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_COLS, BODY_B,
             PAIRED, PAIR_SUMS, SHIFT_VEC,
         )  # fmt: skip
         return
@@ -708,13 +701,14 @@ def _norm_bwd_persistent_kernel(
     PAIRED: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     SHIFT_VEC: tl.constexpr = 0,
+    BODY_B: tl.constexpr = 0,
 ):
     """The single-pass persistent backward (_persistent_single_pass) at a runtime width."""
     _persistent_single_pass(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False,
-        ROW_ALIGN, SHIFT_VEC,
+        ROW_ALIGN, SHIFT_VEC, BODY_B,
     )  # fmt: skip
 
 
@@ -748,6 +742,7 @@ def _norm_bwd_persistent_static_kernel(
     ROW_ALIGN: tl.constexpr,
     PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
     SHIFT_VEC: tl.constexpr = 0,
+    BODY_B: tl.constexpr = 0,
 ):
     """The same at a compile-time width, LayerNorm's row sums paired where PAIR_SUMS
     (config.NORM_BWD_STATIC_COLS: where it measured faster)."""
@@ -755,7 +750,7 @@ def _norm_bwd_persistent_static_kernel(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED,
-        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC,
+        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC, BODY_B,
     )  # fmt: skip
 
 
@@ -976,7 +971,8 @@ def norm_backward(
             strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass,
             block_rows=1 if shifted else block_rows, block_cols=block_cols,
             num_warps=config.NORM_BWD_SHIFT_WARPS if shifted and num_warps is None else num_warps,
-            programs_per_sm=programs_per_sm, loop_stages=loop_stages, prefetch=prefetch,
+            programs_per_sm=programs_per_sm, loop_stages=loop_stages,
+            prefetch=False if shifted else prefetch,
             paired_partials=paired_partials,
             aligned=align * x2d.element_size() == config.VECTOR_BYTES,
             sm_count=sm_count, fused_add=dh is not None, maxnreg=maxnreg,
@@ -1012,6 +1008,9 @@ def norm_backward(
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": has_w, "HAS_BIAS": has_b,
              "HAS_DH": dh is not None}  # fmt: skip
     tile = {"BLOCK_ROWS": cfg.block_rows, "BLOCK_COLS": cfg.block_cols, "num_warps": cfg.num_warps}
+    body_b = 0
+    if vec and block_cols is None:  # the shifted rows' body in one block or two
+        tile["BLOCK_COLS"], body_b = config.bwd_body_blocks(n_cols, vec)
     n_tiles = cdiv(n_rows, cfg.block_rows)
 
     if strategy == "atomic":
@@ -1074,7 +1073,7 @@ def norm_backward(
         kernel = _norm_bwd_persistent_static_kernel if static else _norm_bwd_persistent_kernel
         launch(kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols, *strides,
                float(offset), **flags, **tile, LOOP_STAGES=cfg.loop_stages,
-               PREFETCH=cfg.prefetch, PAIRED=paired, ROW_ALIGN=align, SHIFT_VEC=vec,
+               PREFETCH=cfg.prefetch, PAIRED=paired, ROW_ALIGN=align, SHIFT_VEC=vec, BODY_B=body_b,
                **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}),
                **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))  # fmt: skip
     if (has_w or has_b) and not direct:
