@@ -19,7 +19,9 @@ row's own alignment, which w/b loaded in x's layout would raise to 8 (strided el
 ``config.params_apart``).
 
 Then the same forward at an odd width (201 columns, ROW_ALIGN 1) with the row loaded from its
-first 16-byte boundary (``row._shifted_row``): its x and y body in 16-byte accesses.
+first 16-byte boundary (``row._shifted_row``): its x and y body in 16-byte accesses; and the
+persistent backward's rows split the same way (``row._shifted_bwd_rows``) at 9693 columns, its
+body in blocks of 8192 and 2048 on 8 warps.
 
 Then the block-row backward at 128 columns (RMSNorm, recomputed statistics): how many warps
 share a row (Triton's layout of the x tile) and the SASS barriers (BAR), shared-memory accesses
@@ -72,7 +74,8 @@ KERNELS = {
         "INT64_ROWS": False}, 4),
     "persistent backward": (_norm_bwd_persistent_kernel, {
         "IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_DH": False, "BLOCK_ROWS": 8,
-        "BLOCK_COLS": 256, "LOOP_STAGES": 1, "PREFETCH": True, "PAIRED": False}, 4),
+        "BLOCK_COLS": 256, "LOOP_STAGES": 1, "PREFETCH": True, "PAIRED": False, "SHIFT_VEC": 0,
+        "BODY_B": 0}, 4),
 }  # fmt: skip
 WIDTH_BYTES = {"U16": 2, "": 4, "64": 8, "128": 16}  # the SASS suffix of LDG.E / STG.E
 BLOCK_ROW_BWD = {"IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_DH": False,
@@ -162,6 +165,15 @@ def main(argv=None) -> int:
     shifted = {**constants, "n_cols": 201, "SHIFT_VEC": 8}
     widths = access_widths(compile_kernel(kernel, shifted, 1, warps))
     lines.append("forward shifted row (201 columns, ROW_ALIGN 1): " + "; ".join(
+        f"{kind} " + ", ".join(f"{b} B x {n}" for b, n in sorted(widths[kind].items()))
+        for kind in ("load", "store")))  # fmt: skip
+    # The persistent backward's odd rows past 8192 columns (row._shifted_bwd_rows,
+    # config.bwd_shift_vec), planned on 8 warps: 9693 columns in a body of 8192 + 2048.
+    kernel, constants, _ = KERNELS["persistent backward"]
+    shifted_bwd = {**constants, "BLOCK_ROWS": 1, "BLOCK_COLS": 8192, "PREFETCH": False,
+                   "SHIFT_VEC": 8, "BODY_B": 2048}  # fmt: skip
+    widths = access_widths(compile_kernel(kernel, shifted_bwd, 1, 8))
+    lines.append("backward shifted rows (8192 + 2048 columns, ROW_ALIGN 1): " + "; ".join(
         f"{kind} " + ", ".join(f"{b} B x {n}" for b, n in sorted(widths[kind].items()))
         for kind in ("load", "store")))  # fmt: skip
     for align, warps, rows in BLOCK_ROW_BWD_TILES:

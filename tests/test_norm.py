@@ -188,6 +188,144 @@ def test_shift_launched_by_rule(monkeypatch, n, rows, want):
     assert_close(y, ref.rms_norm(_d(x), _d(w), 1e-6))
 
 
+def test_bwd_shift_rule(monkeypatch):
+    """The backward's one-row tiles take the shifted kernel (config.bwd_shift_vec) past
+    NORM_BWD_SHIFT_MIN_COLS, aligned or not; forced, wherever a row holds a vector and the row
+    strides agree modulo it; never where they do not; NORMLAB_NORM_BWD_SHIFT=0 leaves the forced
+    path only."""
+    least = configs.NORM_BWD_SHIFT_MIN_COLS + 1
+    for n in (least, 9693, 12288, 16384):
+        assert configs.bwd_shift_vec(2, n, (n,) * 4) == 8
+        assert configs.bwd_shift_vec(4, n, (n,) * 4) == 4  # fp32: 4 a vector
+    assert configs.bwd_shift_vec(2, least - 1, (least - 1,) * 4) == 0
+    assert configs.bwd_shift_vec(2, 37, (37,) * 4) == 0
+    assert configs.bwd_shift_vec(2, 37, (37,) * 4, force=True) == 8
+    assert configs.bwd_shift_vec(2, 7, (7,) * 4, force=True) == 0  # under a vector
+    assert configs.bwd_shift_vec(2, least, (least + 8, least, least, least)) == 8  # 8 apart
+    assert configs.bwd_shift_vec(2, least, (least + 3, least, least, least), force=True) == 0
+    assert configs.bwd_shift_vec(4, least, (least + 4, least, least, least)) == 4
+    monkeypatch.setattr(configs, "NORM_BWD_SHIFT", False)
+    assert configs.bwd_shift_vec(2, least, (least,) * 4) == 0
+    assert configs.bwd_shift_vec(2, least, (least,) * 4, force=True) == 8
+
+
+def test_bwd_shift_programs_rule():
+    """The shifted grid rounds down to a multiple of the vector, and is taken only where that
+    adds at most NORM_BWD_SHIFT_MAX_ROW_GROWTH to the rows a program walks (forced: any grid of
+    a vector or more)."""
+    assert configs.bwd_shift_programs(132, 27492, 8) == 128
+    assert configs.bwd_shift_programs(132, 27492, 4) == 132
+    assert configs.bwd_shift_programs(100, 100, 8) == 0  # 2 rows a program instead of 1
+    assert configs.bwd_shift_programs(100, 100, 8, force=True) == 96
+    assert configs.bwd_shift_programs(7, 1000, 8, force=True) == 0
+    growth = configs.NORM_BWD_SHIFT_MAX_ROW_GROWTH
+    rows = 132 * 16  # 16 rows a program planned; 128 programs walk 17 = 16 * (1 + 1/16)
+    assert growth == 1 / 16 and configs.bwd_shift_programs(132, rows, 8) == 128
+    assert configs.bwd_shift_programs(132, 132 * 15, 8) == 0  # 15 -> 16: more than 1/16
+
+
+def test_bwd_body_blocks_rule(monkeypatch):
+    """The shifted body in two blocks where they pad the row less than next_pow2; the first alone
+    where the rest is under a vector; one block at powers of two and where two pad as much."""
+    assert configs.bwd_body_blocks(12288, 8) == (8192, 4096)
+    assert configs.bwd_body_blocks(9693, 8) == (8192, 2048)
+    assert configs.bwd_body_blocks(8363, 8) == (8192, 256)
+    assert configs.bwd_body_blocks(8200, 8) == (8192, 8)
+    assert configs.bwd_body_blocks(8199, 8) == (8192, 0)  # the rest in the tail
+    assert configs.bwd_body_blocks(14487, 8) == (16384, 0)  # 8192 + 8192 pads as much
+    assert configs.bwd_body_blocks(16384, 8) == (16384, 0)
+    assert configs.bwd_body_blocks(44, 8) == (32, 16)
+    assert configs.bwd_body_blocks(70, 4) == (64, 8)
+    monkeypatch.setattr(configs, "NORM_BWD_TWO_BODY_BLOCKS", False)
+    assert configs.bwd_body_blocks(12288, 8) == (16384, 0)
+
+
+def _record_backward_launches(monkeypatch, *keys):
+    """Launches of the persistent single-pass backward kernels from now on: one entry per
+    launch, (grid, then the launch keywords ``keys``)."""
+    launched = []
+    for name in ("_norm_bwd_persistent_kernel", "_norm_bwd_persistent_static_kernel"):
+        real = getattr(K, name)
+
+        class Recording:
+            def __getitem__(self, grid, real=real):
+                def launch(*args, **kwargs):
+                    launched.append((grid[0], *(kwargs[k] for k in keys)))
+                    return real[grid](*args, **kwargs)
+
+                return launch
+
+        monkeypatch.setattr(K, name, Recording())
+    return launched
+
+
+def _check_shifted_backward(x, dy, w, b, is_rms, dh=None, **kw):
+    """norm_backward (offset 0.5, with dh the fused add's) against fp64: dx, dw, db."""
+    _, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms, offset=0.5, shift=False)
+    dx, dw, db = K.norm_backward(dy, x, w, b, mean, rstd, is_rms, offset=0.5, dh=dh, **kw)
+    rdx, rdw, rdb = ref.norm_backward(_d(dy), _d(x), _d(w) + 0.5, _d(b), 1e-5, is_rms)
+    if dh is not None:
+        rdx = rdx + _d(dh)
+    m = x.shape[0]
+    assert_close(dx, rdx, msg="dx")
+    assert_close(dw, rdw, reduce_len=m, msg="dweight")
+    if b is not None:
+        assert_close(db, rdb, reduce_len=m, msg="dbias")
+
+
+# 19 rows over 16 programs: every head length (rows r and r + 16 share one), some programs two
+# rows. One vector + 1, primes, one past a power of two; 44 (bf16) and 70 (fp32) in two blocks.
+@pytest.mark.parametrize("dtype,is_rms,n,fused,body_b", [
+    (torch.bfloat16, True, 9, False, 0), (torch.bfloat16, False, 37, True, 0),
+    (torch.bfloat16, True, 44, True, 16), (torch.bfloat16, False, 44, False, 16),
+    (torch.float32, True, 70, False, 8), (torch.float32, False, 97, True, 0),
+    (torch.bfloat16, False, 1031, False, 0)], ids=str)  # fmt: skip
+def test_shifted_backward_matches_fp64(monkeypatch, dtype, is_rms, n, fused, body_b):
+    """row._shifted_bwd_rows forced (16 programs, paired partial rows): dx, dw and db against
+    fp64 with an offset, LayerNorm's bias and the fused add's dh; the launch shifted with the
+    planned body blocks."""
+    launched = _record_backward_launches(monkeypatch, "SHIFT_VEC", "BODY_B")
+    x, w, b = _inputs(19, n, dtype, is_rms, offset=2.0)
+    dy = torch.randn(19, n).to(dtype)
+    dh = torch.randn(19, n).to(dtype) if fused else None
+    _check_shifted_backward(x, dy, w, b, is_rms, dh, shift=True, programs_per_sm=4)
+    assert launched == [(16, 16 // x.element_size(), body_b)]
+
+
+@pytest.mark.parametrize("pad,vec", [(8, 8), (3, 0)], ids=["stride+8", "stride+3"])
+def test_shifted_backward_needs_strides_alike(monkeypatch, pad, vec):
+    """A row-strided x shifts only where its rows start as far into a vector as dy's and dx's
+    (forced here); gradients match fp64 either way."""
+    launched = _record_backward_launches(monkeypatch, "SHIFT_VEC")
+    n = 53
+    x, w, _ = _inputs(19, n + pad, torch.bfloat16, True)
+    x = x[:, :n]
+    dy = torch.randn(19, n).to(torch.bfloat16)
+    _check_shifted_backward(x, dy, w[:n], None, True, shift=True, programs_per_sm=4)
+    assert [shift for _, shift in launched] == [vec]
+
+
+@pytest.mark.parametrize("n,want", [(8192, (0, 0, 8192)), (8193, (8, 0, 8192)),
+                                    (8200, (8, 8, 8192)), (12288, (8, 4096, 8192))], ids=str)
+def test_shifted_backward_launched_by_rule(monkeypatch, n, want):
+    """Planned on 16 SMs (16 rows: one a program), the RMSNorm backward's one-row tiles take the
+    shifted kernel on 8 warps just past NORM_BWD_SHIFT_MIN_COLS, in the body blocks of
+    config.bwd_body_blocks, and the static kernel at it; fp64 agrees."""
+    monkeypatch.setattr(_runtime, "sm_count", lambda *args: 16)
+    launched = _record_backward_launches(monkeypatch, "SHIFT_VEC", "BODY_B", "BLOCK_COLS",
+                                         "num_warps")  # fmt: skip
+    x, w, _ = _inputs(16, n, torch.bfloat16, True)
+    x.requires_grad_()
+    w.requires_grad_()
+    dy = torch.randn(16, n).to(torch.bfloat16)
+    normlab.rms_norm(x, w, 1e-6, layout="row").backward(dy)
+    shifted = want[0] > 0
+    assert launched == [(16, *want, configs.NORM_BWD_SHIFT_WARPS if shifted else 16)]
+    rdx, rdw, _ = ref.norm_backward(_d(dy), _d(x.detach()), _d(w.detach()), None, 1e-6, True)
+    assert_close(x.grad, rdx, msg="dx")
+    assert_close(w.grad, rdw, reduce_len=16, msg="dweight")
+
+
 def test_rms_fp32_one_warp_rule():
     """fp32 RMSNorm rows padding to NORM_FWD_RMS_FP32_ONE_WARP_COLS run one row a program on one
     warp, beyond a decode batch and without a fused add; no row tile is planned for them. Not

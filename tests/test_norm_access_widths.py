@@ -57,6 +57,19 @@ def test_shifted_row_loads_vectors():
     assert loads.get(16) and stores.get(16), found.group(0)
 
 
+def test_shifted_backward_rows_load_vectors():
+    """The reason for config.bwd_shift_vec: at ROW_ALIGN 1 the persistent backward's shifted rows
+    load x and dy and store dx in 16-byte vectors, both body blocks (8192 + 2048 columns on 8
+    warps: 32 + 8 elements, 5 vectors, a thread, x and dy), where unshifted rows (ROW_ALIGN 1
+    above) take 2-byte accesses only; the 2-byte loads left are the head, the tail and w."""
+    found = re.search(r"^backward shifted rows \(8192 \+ 2048 columns, ROW_ALIGN 1\): load (.*); "
+                      r"store (.*)$", _run_script(), re.M)  # fmt: skip
+    assert found, _run_script()
+    loads = {int(b): int(n) for b, n in re.findall(r"(\d+) B x (\d+)", found.group(1))}
+    stores = {int(b): int(n) for b, n in re.findall(r"(\d+) B x (\d+)", found.group(2))}
+    assert loads.get(16) == 2 * 5 and stores.get(16) == 5, found.group(0)
+
+
 def test_one_warp_keeps_a_row_in_its_warp():
     """The reason for config.one_warp_rows: at ROW_ALIGN 1 the planned 8-warp block-row backward
     spreads a 128-column row over several warps and syncs them with barriers in its loop; at 16-

@@ -23,7 +23,9 @@ How dw/db are summed over the rows is the ``strategy``:
   deterministic); each program loads its next row tile while it works on the current one. Rows
   that do not fit one register tile take the two-pass kernel (pass 1 reduces c1/c2 over column
   chunks, pass 2 re-reads x/dy, writes dx and adds into the program's partial row). A grid of
-  one program writes dw/db itself, with no workspace and no second kernel.
+  one program writes dw/db itself, with no workspace and no second kernel. One-row tiles past
+  the compile-time width split each row at its first 16-byte boundary, the body in one or two
+  blocks (``_shifted_bwd_rows``).
 
 Partials are fp32 and summed in fp32 by ``_reduce_partials_kernel``, which can add into an
 existing ``.grad``; ``two_stage`` and ``persistent`` are bitwise deterministic. The kernel names

@@ -228,6 +228,66 @@ for k in kernels:
           f"{k['n_spills']} spills per thread -> {k['programs_per_sm']} programs per SM")
 
 # %% [markdown]
+# ## Past 8192 columns: a row in the blocks it needs
+#
+# RMSNorm's rows of 8193–16384 columns stay in the single pass, one program of 8 warps a SM, each
+# holding one row at a time and waiting on it. Two things set how long a row takes:
+#
+# - **how many threads hold columns.** A tile is a power of two wide, so 8363 columns padded to
+#   16384 leave half the threads idle, and the row still waits on all of them;
+# - **whether the loads are vectors.** An odd width starts every row off a 16-byte boundary, so
+#   each load would take one element.
+#
+# So the backward splits each row as the forward's shifted row does (notebook 01): a head up to
+# its first 16-byte boundary, a body of whole vectors, a tail. The body is one block, or two where
+# two pad it less (8192 + 256 for 8363). Every row of a program must start as far into a vector,
+# so the grid is a multiple of 8 programs. The plan, from `config` (padded: the threads' columns,
+# head and tail tiles of one vector each included, beyond the row's):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"{'N':>6} {'kernel':<9} {'body blocks':>13} {'padded':>7}")
+for N in (8192, 8193, 8363, 9693, 12288, 14487, 16384):
+    vec = configs.bwd_shift_vec(2, N, (N,) * 4)  # bf16, contiguous rows
+    if not vec:
+        block = configs.norm_bwd_config("persistent", 4096, N).block_cols
+        print(f"{N:>6} {'static':<9} {block:>13} {block / N - 1:>7.0%}")
+        continue
+    first, second = configs.bwd_body_blocks(N, vec)
+    blocks = f"{first} + {second}" if second else f"{first}"
+    print(f"{N:>6} {'shifted':<9} {blocks:>13} {(first + second + 2 * vec) / N - 1:>7.0%}")
+
+# %% [markdown]
+# The check: the shifted kernel forced on 19 rows of 44 columns (a body of 32 + 16) against fp64.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+x = torch.randn(19, 44, device=normlab.DEVICE).to(torch.bfloat16)
+w = (1 + 0.5 * torch.randn(44, device=normlab.DEVICE)).to(torch.bfloat16)
+dy = torch.randn(19, 44, device=normlab.DEVICE).to(torch.bfloat16)
+_, _, rstd = row.norm_forward(x, w, None, 1e-6, True)
+dx, dw, _ = row.norm_backward(dy, x, w, None, None, rstd, True, shift=True, programs_per_sm=4)
+rdx, rdw, _ = ref.norm_backward(dy.double(), x.double(), w.double(), None, 1e-6, True)
+for name, got, want in (("dx", dx, rdx), ("dw", dw, rdw)):
+    err = ((got.double() - want).norm() / want.norm()).item()
+    print(f"shifted backward {name}: {'ok' if err < 1e-2 else 'FAIL'} (relative error under 1e-2)")
+
+# %% [markdown]
+# Recorded on the H200 (RMSNorm backward, bf16; each beside the fastest of torch, torch.compile
+# and Liger-Kernel in the same run). In the population run before this change, with one padded
+# block and element loads, they took 1.17–1.99× as long
+# ([the note](../docs/notes/2026-12-04-wide-rows-in-the-blocks-they-need.md)):
+
+# %%
+population = viz.select(recorded, shape_set="population", op="rms_norm", direction="bwd",
+                        dtype="bf16")
+for M, N in ((36052, 8363), (27492, 9693), (16384, 12288), (65536, 16384)):
+    print(viz.quote(population, impl="normlab", M=M, N=N))
+    peer = min((r for r in viz.as_dicts(population) if r["M"] == M and r["N"] == N
+                and r["impl"] != "normlab"), key=lambda r: r["device_us"])
+    print(f"    fastest peer: {peer['impl']} {peer['device_us']:.1f} µs")
+
+# %% [markdown]
 # ## Recorded on the H200
 
 # %%
