@@ -159,7 +159,9 @@ NORM_BWD_SHIFT_MIN_COLS = 8192  # wider rows only: the runtime-width single pass
 NORM_BWD_SHIFT_WARPS = 8
 NORM_BWD_SHIFT_MAX_ROW_GROWTH = 1 / 16  # 132 programs -> 128: 3% more rows each
 # A row padded to the next power of two leaves threads idle that each row still waits on; two
-# body blocks pad it less. NORMLAB_NORM_BWD_TWO_BLOCKS=0: one block (an A/B switch).
+# body blocks pad it less (one block -> two, µs, bwd_blocks_0/1_6b0ce9a: RMSNorm 27492 x 9693 649
+# -> 533, 36052 x 8363 808 -> 644, 65536 x 12288 1532 -> 1346, 512 x 12288 23.7 -> 20.4).
+# NORMLAB_NORM_BWD_TWO_BLOCKS=0: one block (an A/B switch).
 NORM_BWD_TWO_BODY_BLOCKS = os.environ.get("NORMLAB_NORM_BWD_TWO_BLOCKS", "1") != "0"
 
 
@@ -179,7 +181,7 @@ def bwd_body_blocks(n_cols: int, vec: int) -> tuple[int, int]:
     """The shifted backward's body blocks (the first; the second or 0) for rows of ``vec``-element
     vectors: the power of two under the width and one over the rest, where the two pad the row
     less than one block of next_pow2(n_cols) (12288: 8192 + 4096, no padding; 9693: 8192 + 2048,
-    5%, where one block pads 69%); the first alone where the rest is under a vector (the tail
+    6%, where one block pads 69%); the first alone where the rest is under a vector (the tail
     holds it); else one block (NORM_BWD_TWO_BODY_BLOCKS off: always)."""
     one, first = next_pow2(n_cols), prev_pow2(n_cols)
     if not NORM_BWD_TWO_BODY_BLOCKS:
