@@ -12,8 +12,9 @@ wide-row chunk (``chunk C wW``), one 32768-column block (``block 32768 wW``) and
 forward (``split C``). Backward knobs: the persistent grid's programs per SM with and without
 paired partial rows (``ppsP paired|unpaired``), one tile holding every row (``one tile``),
 tiles of 1, 2 or 4 rows (``tiles of R rows``) and, for one-row tiles, the next row prefetched
-or not at 8-32 warps, its odd rows split at their first 16-byte boundary or not (``prefetch
-on|off wW shifted|unshifted``); past 8192 columns, shifted rows at 4-16 warps and 1 or 2
+or not at 8-32 warps, and without it the rows split at their first 16-byte boundary or not
+(``prefetch on|off wW shifted|unshifted``; the runs before ``6b0ce9a`` also timed shifted rows
+with the prefetch, since removed); past 8192 columns, shifted rows at 4-16 warps and 1 or 2
 programs an SM (``shifted wW ppsP``).
 Every variant's outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
@@ -122,6 +123,8 @@ def _bwd_variants(x, w, b, dy, mean, rstd, is_rms, sms):
         for prefetch in (False, True):
             for warps in (8, 16, 32):
                 for shift in (False, True):
+                    if prefetch and shift:  # shifted rows take no prefetch since 6b0ce9a
+                        continue
                     name = (f"prefetch {'on' if prefetch else 'off'} w{warps} "
                             f"{'shifted' if shift else 'unshifted'}")  # fmt: skip
                     out[name] = (lambda prefetch=prefetch, warps=warps, shift=shift:
