@@ -241,22 +241,10 @@ def test_bwd_body_blocks_rule(monkeypatch):
 
 
 def _record_backward_launches(monkeypatch, *keys):
-    """Launches of the persistent single-pass backward kernels from now on: one entry per
-    launch, (grid, then the launch keywords ``keys``)."""
-    launched = []
-    for name in ("_norm_bwd_persistent_kernel", "_norm_bwd_persistent_static_kernel"):
-        real = getattr(K, name)
-
-        class Recording:
-            def __getitem__(self, grid, real=real):
-                def launch(*args, **kwargs):
-                    launched.append((grid[0], *(kwargs[k] for k in keys)))
-                    return real[grid](*args, **kwargs)
-
-                return launch
-
-        monkeypatch.setattr(K, name, Recording())
-    return launched
+    """Launches of the persistent single-pass backward kernels from now on: (grid size, then
+    the launch keywords ``keys``) each (_record_launches)."""
+    return _record_launches(monkeypatch, ("_norm_bwd_persistent_kernel",
+                                          "_norm_bwd_persistent_static_kernel"), keys, grid=True)
 
 
 def _check_shifted_backward(x, dy, w, b, is_rms, dh=None, **kw):
@@ -636,23 +624,31 @@ def test_block_row_forward_windows(is_rms):
         assert configs.norm_fwd_block_row_config(big, 1024) == configs.BlockRowFwdConfig(2, 4, 0)
 
 
-def _record_forward_launches(monkeypatch, *keys):
-    """Launches of the row forward kernel from now on: one entry per launch, the launch keywords
-    ``keys`` (one value, or a tuple of them)."""
+def _record_launches(monkeypatch, names, keys, grid=False):
+    """Launches of the row kernels ``names`` from now on: one entry per launch, the launch
+    keywords ``keys`` (one value, or a tuple of them; with ``grid``, the grid's size first)."""
     launched = []
-    real = K._norm_fwd_kernel
 
     class Recording:
-        def __getitem__(self, grid):
+        def __init__(self, real):
+            self.real = real
+
+        def __getitem__(self, grid_):
             def launch(*args, **kwargs):
-                values = tuple(kwargs[k] for k in keys)
+                values = (grid_[0],) * grid + tuple(kwargs[k] for k in keys)
                 launched.append(values if len(values) > 1 else values[0])
-                return real[grid](*args, **kwargs)
+                return self.real[grid_](*args, **kwargs)
 
             return launch
 
-    monkeypatch.setattr(K, "_norm_fwd_kernel", Recording())
+    for name in names:
+        monkeypatch.setattr(K, name, Recording(getattr(K, name)))
     return launched
+
+
+def _record_forward_launches(monkeypatch, *keys):
+    """Launches of the row forward kernel from now on (_record_launches)."""
+    return _record_launches(monkeypatch, ("_norm_fwd_kernel",), keys)
 
 
 @pytest.mark.parametrize("n", [512, 513, 1000, 1024, 1025, 2048, 4097, 5000, 8192, 16384, 16385,

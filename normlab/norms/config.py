@@ -126,6 +126,12 @@ def shifted_params(x_bytes: int) -> bool:
     return NORM_FWD_SHIFTED_PARAMS and x_bytes >= NORM_FWD_SHIFTED_PARAMS_MIN_BYTES
 
 
+def shift_possible(vec: int, n_cols: int, strides: tuple[int, ...]) -> bool:
+    """Can rows be split at their first 16-byte boundary (``vec`` elements)? A row holds a vector,
+    and every tensor's row stride agrees modulo it, so each row's tensors start as far into one."""
+    return n_cols >= vec and all((s - strides[0]) % vec == 0 for s in strides)
+
+
 def shift_vec(row_align: int, element_size: int, n_rows: int, n_cols: int, sm_count: int,
               x_row_stride: int, y_row_stride: int, force: bool = False) -> int:
     """The vector (elements) of ``row._shifted_row`` for a one-block forward, or 0. It can run
@@ -133,7 +139,7 @@ def shift_vec(row_align: int, element_size: int, n_rows: int, n_cols: int, sm_co
     (``force``: wherever it can run) for rows loaded element by element (``row_align`` 1), at
     least NORM_FWD_SHIFT_MIN_VECTORS vectors wide, more than a decode batch."""
     vec = VECTOR_BYTES // element_size
-    possible = n_cols >= vec and (x_row_stride - y_row_stride) % vec == 0
+    possible = shift_possible(vec, n_cols, (x_row_stride, y_row_stride))
     wanted = (NORM_FWD_SHIFT and row_align == 1 and n_cols >= NORM_FWD_SHIFT_MIN_VECTORS * vec
               and not decode_rows(n_rows, n_cols, sm_count))  # fmt: skip
     return vec if possible and (force or wanted) else 0
@@ -168,11 +174,11 @@ NORM_BWD_TWO_BODY_BLOCKS = os.environ.get("NORMLAB_NORM_BWD_TWO_BLOCKS", "1") !=
 def bwd_shift_vec(element_size: int, n_cols: int, strides: tuple[int, ...],
                   force: bool = False) -> int:
     """The vector (elements) of the shifted backward for one-row tiles, or 0 (the grid is
-    ``bwd_shift_programs``'s). It can run where a row holds a vector and every row stride (x, dy,
-    dx, dh) agrees modulo the vector (each row's tensors start as far into one); it is taken
-    (``force``: wherever it can run) for rows wider than NORM_BWD_SHIFT_MIN_COLS."""
+    ``bwd_shift_programs``'s). It can run where ``shift_possible`` over the row strides of x, dy,
+    dx and dh; it is taken (``force``: wherever it can run) for rows wider than
+    NORM_BWD_SHIFT_MIN_COLS."""
     vec = VECTOR_BYTES // element_size
-    possible = n_cols >= vec and all((s - strides[0]) % vec == 0 for s in strides)
+    possible = shift_possible(vec, n_cols, strides)
     wanted = NORM_BWD_SHIFT and n_cols > NORM_BWD_SHIFT_MIN_COLS
     return vec if possible and (force or wanted) else 0
 

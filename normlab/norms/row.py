@@ -70,6 +70,16 @@ PAIRED_ROW_SUMS = not _runtime.INTERPRET
 
 
 @triton.jit
+def _shifted_split(start, n_cols, VEC: tl.constexpr):
+    """A row ``start`` elements from a 16-byte aligned pointer, split at its first 16-byte
+    boundary -> (head, n_body, tail): the head's length (under VEC), the body's whole vectors
+    (n_body elements, a known multiple of VEC; n_cols >= VEC), and where the tail starts."""
+    head = (VEC - start % VEC) % VEC
+    n_body = known_multiple(n_cols - head, VEC)
+    return head, n_body, head + n_body
+
+
+@triton.jit
 def _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, w_shifted_ptr, b_shifted_ptr, shifted_pitch,
                  x_start, y_start, n_cols: tl.constexpr, eps, offset, IS_RMS: tl.constexpr,
                  HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_SIZE: tl.constexpr,
@@ -85,9 +95,7 @@ def _shifted_row(x_ptr, y_ptr, w_ptr, b_ptr, w_shifted_ptr, b_shifted_ptr, shift
     hold under VEC elements each and load alone. w and b are read at the body's columns, which
     start at the head's length: unaligned, so they load in a layout of their own, or with
     SHIFTED_PARAMS as vectors from row ``head`` of their shifted copies (_shift_params_kernel)."""
-    head = (VEC - x_start % VEC) % VEC
-    n_body = known_multiple(n_cols - head, VEC)  # whole vectors (n_cols >= VEC: launch checks)
-    tail = head + n_body
+    head, n_body, tail = _shifted_split(x_start, n_cols, VEC)  # n_cols >= VEC: launch checks
     cols = tl.arange(0, BLOCK_SIZE)
     edge = tl.arange(0, VEC)
     body_mask = cols < n_body
@@ -502,9 +510,7 @@ def _shifted_bwd_rows(
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     first = pid.to(tl.int64)  # the program's rows: first, first + n_programs, ...
-    head = ((VEC - (first * x_row_stride) % VEC) % VEC).to(tl.int32)
-    n_body = known_multiple(n_cols - head, VEC)  # n_cols >= VEC: the launch checks
-    tail = head + n_body
+    head, n_body, tail = _shifted_split((first * x_row_stride % VEC).to(tl.int32), n_cols, VEC)
     cols = tl.arange(0, BLOCK_COLS)
     edge = tl.arange(0, VEC)
     if BLOCK_B > 0:

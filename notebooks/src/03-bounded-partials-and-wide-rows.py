@@ -279,13 +279,16 @@ for name, got, want in (("dx", dx, rdx), ("dw", dw, rdw)):
 # ([the note](../docs/notes/2026-12-04-wide-rows-in-the-blocks-they-need.md)):
 
 # %%
-population = viz.select(recorded, shape_set="population", op="rms_norm", direction="bwd",
-                        dtype="bf16")
+from normlab.bench import population as pop
+
+members = viz.select(recorded, shape_set="population", op="rms_norm", direction="bwd",
+                     dtype="bf16")
+best = {(r.op, r.direction, r.M, r.N, r.dtype): r  # each member's fastest peer
+        for r in pop.ratios(recorded, shape_set="population")}
 for M, N in ((36052, 8363), (27492, 9693), (16384, 12288), (65536, 16384)):
-    print(viz.quote(population, impl="normlab", M=M, N=N))
-    peer = min((r for r in viz.as_dicts(population) if r["M"] == M and r["N"] == N
-                and r["impl"] != "normlab"), key=lambda r: r["device_us"])
-    print(f"    fastest peer: {peer['impl']} {peer['device_us']:.1f} µs")
+    peer = best["rms_norm", "bwd", M, N, "bf16"]
+    print(viz.quote(members, impl="normlab", M=M, N=N))
+    print(f"    fastest peer: {peer.peer}, {peer.ratio:.2f}× normlab's time")
 
 # %% [markdown]
 # ## Recorded on the H200
