@@ -154,7 +154,9 @@
 # peers' published shapes the shifted backward takes, 512x16384 and 2048x16384, beside them);
 # shortprobe (what a call of one or a few programs pays: probe kernels, the decode forwards and
 # rows of one column beside Liger's and torch.compile's; then the one-row backward's launch
-# variants at 4096-8192 aligned columns, the compile-time width's widest).
+# variants at 4096-8192 aligned columns, the compile-time width's widest); orderedloads (the
+# decode forwards' w, b and x as volatile loads in program order, NORMLAB_ORDERED_LOADS: bf16
+# and fp32 norm checks, the population's decode and one-column members off and on, the probe).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -162,14 +164,20 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, orderedpeers or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | orderedpeers | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site
 fi
+# The population's forwards of decode batches (config.decode_rows) and rows of one column.
+ORDERED_CELLS=1x768,1x1024,1x1536,1x2048,1x2560,1x2880,1x3072,1x3584,1x4096,1x5120,1x6144,1x7168,\
+1x8192,1x12288,1x16384,1x53991,1x60954,3x29755,5x3149,8x768,8x1024,8x1536,8x2048,8x2560,8x2880,\
+8x3072,8x3584,8x4096,8x5120,8x6144,8x7168,8x8192,8x12288,8x16384,10x11415,12x973,13x448,14x1022,\
+33x9383,75x3310,106x18159,110x2640,115x577,261x1110,512x768,512x1024,512x1536,512x2048,5265x1,\
+53711x1,1000003x1,8000009x1,10000000x1
 # The population members whose backward plan changed with the split-row rule (N > 8192, at
 # least one row per SM), and the rows of one column (the pointwise forward).
 CHANGED_BWD=3366x60028,296x17767,1329x32826,47318x20163,36052x8363,65536x16384,65536x12288,\
@@ -982,6 +990,22 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       printf 'layer_norm:bwd:%s,rms_norm:bwd:%s,' "$c" "$c"; done)
     step bwd_static_wide 420 python3 benchmarks/norm_launch_variants.py \
       --out "$OUT/bwd_static_wide.jsonl" --reps 4 --peers liger --cells "${cells%,}"
+    ;;
+  orderedloads)  # decode forwards' loads in program order: checks, members off and on, the probe
+    step gpu_check_norms_ordered 300 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_norms_ordered.json" --dtypes bf16,fp32 --only norms,norm_options,replay
+    for on in 0 1; do
+      NORMLAB_ORDERED_LOADS=$on step "ordered_loads_$on" 150 python3 benchmarks/norm_population.py \
+        --out "$OUT/ordered_loads_$on.jsonl" --reps 4 --timed-us 100 --impls normlab \
+        --cells "$ORDERED_CELLS"
+    done
+    step short_call_probe_ordered 150 python3 benchmarks/short_call_probe.py \
+      --out "$OUT/short_call_probe_ordered.jsonl" --reps 40
+    ;;
+  orderedpeers)  # the decode and one-column members beside torch, torch.compile and Liger
+    step population_ordered 560 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_ordered.jsonl" --reps 4 --timed-us 100 \
+      --families random,model,narrow --impls normlab,torch,compile,liger --cells "$ORDERED_CELLS"
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

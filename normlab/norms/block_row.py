@@ -34,7 +34,14 @@ from normlab._host import (
 from normlab._launch import buffer, launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
-from normlab.norms.tiles import known_bwd_layout, known_multiple, load_f32, store_cast, store_sum
+from normlab.norms.tiles import (
+    known_bwd_layout,
+    known_multiple,
+    load_f32,
+    load_in_order,
+    store_cast,
+    store_sum,
+)
 
 STRATEGIES = config.BLOCK_ROW_STRATEGIES
 
@@ -193,14 +200,26 @@ def _block_row_fwd_kernel(
 
 
 @triton.jit
-def _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, rows, mask, eps, w, b,
-                      IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                      HAS_RESIDUAL: tl.constexpr, STORE_STATS: tl.constexpr,
-                      EVEN: tl.constexpr):  # fmt: skip
+def _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, rows, mask,
+                      eps, offset, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                      HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                      STORE_STATS: tl.constexpr, EVEN: tl.constexpr,
+                      ORDERED_LOADS: tl.constexpr):  # fmt: skip
     """Normalize rows of one column (no predicate under EVEN), as _normalize_tile does: RMSNorm
     rstd = rsqrt(x * x + eps); LayerNorm mean = x, rstd = rsqrt((x - mean)^2 + eps), so y = b
-    where x is finite and NaN where it is not (x - x), as torch's."""
-    x = load_f32(x_ptr + rows, mask, EVEN, "")
+    where x is finite and NaN where it is not (x - x), as torch's. The scalar w and b are loaded
+    after x (ORDERED_LOADS: in that order, tiles.load_in_order), so no program waits on them
+    before x is in flight."""
+    if ORDERED_LOADS:
+        w = tl.load(w_ptr, volatile=True) if HAS_WEIGHT else 1.0
+        b = tl.load(b_ptr, volatile=True) if HAS_BIAS else 0.0
+        x = load_in_order(x_ptr + rows, mask, EVEN)
+        w = w.to(tl.float32) + offset if HAS_WEIGHT else 1.0
+        b = b.to(tl.float32) if HAS_BIAS else 0.0
+    else:
+        x = load_f32(x_ptr + rows, mask, EVEN, "")
+        w = tl.load(w_ptr).to(tl.float32) + offset if HAS_WEIGHT else 1.0
+        b = tl.load(b_ptr).to(tl.float32) if HAS_BIAS else 0.0
     if HAS_RESIDUAL:
         x = store_sum(x, load_f32(r_ptr + rows, mask, EVEN, ""), h_ptr + rows, mask, EVEN)
     if IS_RMS:
@@ -240,6 +259,7 @@ def _pointwise_fwd_kernel(
     HAS_RESIDUAL: tl.constexpr,
     STORE_STATS: tl.constexpr,
     BLOCK: tl.constexpr,
+    ORDERED_LOADS: tl.constexpr = False,  # x, then w and b, by tiles.load_in_order
 ):
     """The forward of rows of one column, each its own reduction (_normalize_points). One
     program per BLOCK consecutive rows: unit strides, so the loads and stores are 16-byte
@@ -248,15 +268,16 @@ def _pointwise_fwd_kernel(
     start = tl.cast(tl.program_id(0), tl.int64) * BLOCK
     rows = start + tl.arange(0, BLOCK)
     eps = tl.cast(eps, tl.float32)  # torch.compile may hand us an fp64 scalar
-    w = tl.load(w_ptr).to(tl.float32) + tl.cast(offset, tl.float32) if HAS_WEIGHT else 1.0
-    b = tl.load(b_ptr).to(tl.float32) if HAS_BIAS else 0.0
+    offset = tl.cast(offset, tl.float32)
     mask = rows < n_rows
     if start + BLOCK <= n_rows:
-        _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, rows, mask, eps, w, b,
-                          IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_RESIDUAL, STORE_STATS, True)
+        _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, rows,
+                          mask, eps, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_RESIDUAL,
+                          STORE_STATS, True, ORDERED_LOADS)  # fmt: skip
     else:
-        _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, rows, mask, eps, w, b,
-                          IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_RESIDUAL, STORE_STATS, False)
+        _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, rows,
+                          mask, eps, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_RESIDUAL,
+                          STORE_STATS, False, ORDERED_LOADS)  # fmt: skip
 
 
 @triton.jit
@@ -495,7 +516,7 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
     if cfg.pointwise is not None and n_cols == 1 and strides == (1, 1, 1, 1):
         launch(_pointwise_fwd_kernel, (cdiv(n_rows, cfg.pointwise.block),), x, r, y, h, *params,
                n_rows, float(eps), float(offset), **flags, BLOCK=cfg.pointwise.block,
-               num_warps=cfg.pointwise.num_warps)  # fmt: skip
+               ORDERED_LOADS=config.ORDERED_LOADS, num_warps=cfg.pointwise.num_warps)  # fmt: skip
         return y, mean, rstd
     n_tiles = cdiv(n_rows, cfg.block_rows)
     n_programs = n_tiles
