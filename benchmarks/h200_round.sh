@@ -156,7 +156,9 @@
 # rows of one column beside Liger's and torch.compile's; then the one-row backward's launch
 # variants at 4096-8192 aligned columns, the compile-time width's widest); orderedloads (the
 # decode forwards' w, b and x as volatile loads in program order, NORMLAB_ORDERED_LOADS: bf16
-# and fp32 norm checks, the population's decode and one-column members off and on, the probe).
+# and fp32 norm checks, the population's decode and one-column members off and on, the probe);
+# pointwisepeers (rows of one column, w and b loaded after x, beside torch, torch.compile and
+# Liger; the one-row forward of odd-width decode batches at 1-16 warps, w/b early or late).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -164,8 +166,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, orderedpeers or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | orderedpeers | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -1002,10 +1004,15 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step short_call_probe_ordered 150 python3 benchmarks/short_call_probe.py \
       --out "$OUT/short_call_probe_ordered.jsonl" --reps 40
     ;;
-  orderedpeers)  # the decode and one-column members beside torch, torch.compile and Liger
-    step population_ordered 560 python3 benchmarks/norm_population.py \
-      --out "$OUT/population_ordered.jsonl" --reps 4 --timed-us 100 \
-      --families random,model,narrow --impls normlab,torch,compile,liger --cells "$ORDERED_CELLS"
+  pointwisepeers)  # rows of one column (w and b loaded after x) and the odd decode rows' warps
+    step population_pointwise 200 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_pointwise.jsonl" --reps 4 --timed-us 100 \
+      --families random,model,narrow --impls normlab,torch,compile,liger \
+      --cells 5265x1,53711x1,1000003x1,8000009x1,10000000x1
+    cells=$(for c in 12x973 14x1022 5x3149 115x577 261x1110 75x3310 33x9383 512x1024 8x1024; do
+      printf 'rms_norm:fwd:%s,layer_norm:fwd:%s,' "$c" "$c"; done)
+    step decode_warps 300 python3 benchmarks/norm_launch_variants.py \
+      --out "$OUT/decode_warps.jsonl" --reps 10 --peers liger --cells "${cells%,}"
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

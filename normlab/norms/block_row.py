@@ -34,14 +34,7 @@ from normlab._host import (
 from normlab._launch import buffer, launch
 from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
-from normlab.norms.tiles import (
-    known_bwd_layout,
-    known_multiple,
-    load_f32,
-    load_in_order,
-    store_cast,
-    store_sum,
-)
+from normlab.norms.tiles import known_bwd_layout, known_multiple, load_f32, store_cast, store_sum
 
 STRATEGIES = config.BLOCK_ROW_STRATEGIES
 
@@ -203,23 +196,15 @@ def _block_row_fwd_kernel(
 def _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, rows, mask,
                       eps, offset, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
                       HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                      STORE_STATS: tl.constexpr, EVEN: tl.constexpr,
-                      ORDERED_LOADS: tl.constexpr):  # fmt: skip
+                      STORE_STATS: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
     """Normalize rows of one column (no predicate under EVEN), as _normalize_tile does: RMSNorm
     rstd = rsqrt(x * x + eps); LayerNorm mean = x, rstd = rsqrt((x - mean)^2 + eps), so y = b
     where x is finite and NaN where it is not (x - x), as torch's. The scalar w and b are loaded
-    after x (ORDERED_LOADS: in that order, tiles.load_in_order), so no program waits on them
-    before x is in flight."""
-    if ORDERED_LOADS:
-        w = tl.load(w_ptr, volatile=True) if HAS_WEIGHT else 1.0
-        b = tl.load(b_ptr, volatile=True) if HAS_BIAS else 0.0
-        x = load_in_order(x_ptr + rows, mask, EVEN)
-        w = w.to(tl.float32) + offset if HAS_WEIGHT else 1.0
-        b = b.to(tl.float32) if HAS_BIAS else 0.0
-    else:
-        x = load_f32(x_ptr + rows, mask, EVEN, "")
-        w = tl.load(w_ptr).to(tl.float32) + offset if HAS_WEIGHT else 1.0
-        b = tl.load(b_ptr).to(tl.float32) if HAS_BIAS else 0.0
+    after x: loaded first, their wait came before x's loads were issued (two memory round trips
+    in a call of a few programs)."""
+    x = load_f32(x_ptr + rows, mask, EVEN, "")
+    w = tl.load(w_ptr).to(tl.float32) + offset if HAS_WEIGHT else 1.0
+    b = tl.load(b_ptr).to(tl.float32) if HAS_BIAS else 0.0
     if HAS_RESIDUAL:
         x = store_sum(x, load_f32(r_ptr + rows, mask, EVEN, ""), h_ptr + rows, mask, EVEN)
     if IS_RMS:
@@ -259,7 +244,6 @@ def _pointwise_fwd_kernel(
     HAS_RESIDUAL: tl.constexpr,
     STORE_STATS: tl.constexpr,
     BLOCK: tl.constexpr,
-    ORDERED_LOADS: tl.constexpr = False,  # x, then w and b, by tiles.load_in_order
 ):
     """The forward of rows of one column, each its own reduction (_normalize_points). One
     program per BLOCK consecutive rows: unit strides, so the loads and stores are 16-byte
@@ -273,11 +257,11 @@ def _pointwise_fwd_kernel(
     if start + BLOCK <= n_rows:
         _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, rows,
                           mask, eps, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_RESIDUAL,
-                          STORE_STATS, True, ORDERED_LOADS)  # fmt: skip
+                          STORE_STATS, True)  # fmt: skip
     else:
         _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, rows,
                           mask, eps, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_RESIDUAL,
-                          STORE_STATS, False, ORDERED_LOADS)  # fmt: skip
+                          STORE_STATS, False)  # fmt: skip
 
 
 @triton.jit
@@ -516,7 +500,7 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
     if cfg.pointwise is not None and n_cols == 1 and strides == (1, 1, 1, 1):
         launch(_pointwise_fwd_kernel, (cdiv(n_rows, cfg.pointwise.block),), x, r, y, h, *params,
                n_rows, float(eps), float(offset), **flags, BLOCK=cfg.pointwise.block,
-               ORDERED_LOADS=config.ORDERED_LOADS, num_warps=cfg.pointwise.num_warps)  # fmt: skip
+               num_warps=cfg.pointwise.num_warps)  # fmt: skip
         return y, mean, rstd
     n_tiles = cdiv(n_rows, cfg.block_rows)
     n_programs = n_tiles

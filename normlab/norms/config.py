@@ -287,11 +287,6 @@ NORM_FWD_DECODE_ROWS_PER_SM = ((2048, 4), (1 << 62, 1))
 # w/b beside x hold a second row in registers: only up to this many row values a thread (the
 # 32768-column block at 16 warps holds 64, which would not leave room for 64 more).
 NORM_FWD_EARLY_MAX_PER_THREAD = 32
-# ptxas sinks a plain load to just before its first use: w/b loaded "early" were issued only once
-# x had arrived, a second memory round trip in a call of one (SASS for sm_90, Triton 3.6).
-# Volatile loads keep their program order (tiles.load_in_order), so x, w and b are all in
-# flight before the first wait. NORMLAB_ORDERED_LOADS=0: plain loads (an A/B switch).
-ORDERED_LOADS = os.environ.get("NORMLAB_ORDERED_LOADS", "1") != "0"
 
 
 # ---- few wide rows: each row split over several programs (norms/split_row.py) -------------

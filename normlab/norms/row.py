@@ -53,7 +53,6 @@ from normlab.norms.tiles import (
     known_bwd_layout,
     known_multiple,
     load_f32,
-    load_in_order,
     load_param_f32,
     load_tile,
     load_weight,
@@ -196,7 +195,6 @@ def _norm_fwd_kernel(
     PARAMS_APART: tl.constexpr = False,  # w/b in a layout of their own (tiles.load_param_f32)
     SHIFT_VEC: tl.constexpr = 0,  # rows not vector aligned: _shifted_row's vector (elements)
     SHIFTED_PARAMS: tl.constexpr = False,  # _shifted_row reads w/b from their shifted copies
-    ORDERED_LOADS: tl.constexpr = False,  # EARLY_PARAMS: w, b, x by tiles.load_in_order
 ):
     """One row per program; fp32 statistics. Rows wider than BLOCK_SIZE loop over chunks.
     EARLY_PARAMS (one block): with few rows nothing hides a second memory round trip."""
@@ -223,14 +221,8 @@ def _norm_fwd_kernel(
                                   SHIFT_VEC, SHIFTED_PARAMS)  # fmt: skip
     elif SINGLE_BLOCK:
         mask = cols < n_cols
-        if EARLY_PARAMS and ORDERED_LOADS:  # w, b, then x: all in flight before x is awaited
-            w = (load_in_order(w_ptr + cols, mask, EVEN_COLS, PARAMS_APART) + offset
-                 if HAS_WEIGHT else 1.0)  # fmt: skip
-            b = load_in_order(b_ptr + cols, mask, EVEN_COLS, PARAMS_APART) if HAS_BIAS else 0.0
-            x = load_in_order(x_row + cols, mask, EVEN_COLS)
-        else:
-            x = load_f32(x_row + cols, mask, EVEN_COLS, "")
-        if EARLY_PARAMS and not ORDERED_LOADS:
+        x = load_f32(x_row + cols, mask, EVEN_COLS, "")
+        if EARLY_PARAMS:
             w = (load_param_f32(w_ptr + cols, mask, EVEN_COLS, "", PARAMS_APART) + offset
                  if HAS_WEIGHT else 1.0)  # fmt: skip
             b = load_param_f32(b_ptr + cols, mask, EVEN_COLS, "", PARAMS_APART) if HAS_BIAS else 0.0
@@ -905,7 +897,7 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
            SHIFT_VEC=vec, SHIFTED_PARAMS=bool(shifted),
            SINGLE_BLOCK=n_cols <= block, EVEN_COLS=n_cols % block == 0,
            EARLY_PARAMS=(cfg.early_params if early_params is None else early_params)
-           and n_cols <= block, ORDERED_LOADS=config.ORDERED_LOADS,
+           and n_cols <= block,
            num_warps=warps)  # fmt: skip
     return y, mean, rstd
 

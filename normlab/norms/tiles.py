@@ -347,19 +347,6 @@ def load_f32(ptrs, mask, EVEN: tl.constexpr, EVICTION: tl.constexpr):
 
 
 @triton.jit
-def load_in_order(ptrs, mask, EVEN: tl.constexpr, APART: tl.constexpr = False):
-    """fp32 values from a volatile load: ptxas issues volatile loads in program order and keeps
-    them there, where it would sink a plain load to just before its first use (after the loads
-    it waits on, a second memory round trip). APART as load_param_f32's."""
-    if APART:
-        v = load_in_order(ptrs[None, :], mask[None, :], EVEN)
-        return tl.reshape(v, [ptrs.shape[0]])
-    if EVEN:
-        return tl.load(ptrs, volatile=True).to(tl.float32)
-    return tl.load(ptrs, mask=mask, other=0.0, volatile=True).to(tl.float32)
-
-
-@triton.jit
 def load_param_f32(ptrs, mask, EVEN: tl.constexpr, EVICTION: tl.constexpr, APART: tl.constexpr):
     """A row of w or b in fp32, loaded beside a row of x. Triton gives the loads of one shape that
     feed each other the widest vector any of them allows, so an aligned w would split an
