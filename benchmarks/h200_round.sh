@@ -160,7 +160,8 @@
 # pointwisepeers (rows of one column, w and b loaded after x, beside torch, torch.compile and
 # Liger; the one-row forward of odd-width decode batches at 1-16 warps, w/b early or late);
 # decodewarps (decode rows spread to at most 8 values a thread, NORMLAB_DECODE_WARPS: norm
-# checks, the decode and one-column members off and on, then beside their peers).
+# checks, the decode and one-column members off and on); decodepeers (the members the rule,
+# narrowed to one row a SM and 2048 columns, changes, beside their peers).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -1025,10 +1026,11 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
         --cells "$ORDERED_CELLS"
     done
     ;;
-  decodepeers)  # the decode members beside torch, torch.compile and Liger
-    step population_decodewarps 500 python3 benchmarks/norm_population.py \
+  decodepeers)  # the members the decode spread changes, beside torch, torch.compile and Liger
+    step population_decodewarps 300 python3 benchmarks/norm_population.py \
       --out "$OUT/population_decodewarps.jsonl" --reps 4 --timed-us 100 \
-      --families random,model,narrow --impls normlab,torch,compile,liger --cells "$ORDERED_CELLS"
+      --families random,model,narrow --impls normlab,torch,compile,liger \
+      --cells 1x768,1x1024,1x1536,1x2048,8x768,8x1024,8x1536,8x2048,12x973,14x1022,115x577
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

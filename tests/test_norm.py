@@ -706,6 +706,40 @@ def test_rms_forward_decode_rule(monkeypatch):
         assert_close(y, _ref_fwd(x, w, None, 1e-5, True))
 
 
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "layer"])
+def test_decode_rows_spread_over_warps(monkeypatch, is_rms):
+    """Up to one row a SM, rows of up to NORM_FWD_DECODE_SPREAD_MAX_BLOCK padded columns run on
+    enough warps that a thread holds at most NORM_FWD_DECODE_MAX_PER_THREAD values; one more row,
+    a wider block or the switch off keep NORM_FWD_WARPS' warps. The planned launch at 973, 1025
+    and 2049 columns (odd, just past powers of two) against fp64."""
+    sms = _runtime.sm_count()
+    most = configs.NORM_FWD_DECODE_MAX_PER_THREAD
+
+    def warps(n, rows):
+        return configs.norm_fwd_config(n, is_rms, rows, sms).num_warps
+
+    def ladder(n):
+        return configs._ladder(configs.NORM_FWD_WARPS, triton.next_power_of_2(n))
+
+    for n in (973, 1024, 1025, 2048):
+        block = triton.next_power_of_2(n)
+        assert block // (32 * warps(n, sms)) == most < block // (32 * ladder(n))
+        assert warps(n, 1) == warps(n, sms)
+        assert configs.decode_rows(sms + 1, n, sms) and warps(n, sms + 1) == ladder(n)
+    assert warps(2049, 1) == ladder(2049)  # a 4096 block: no spread
+    assert warps(448, 1) == ladder(448)  # 512 values on 2 warps: 8 a thread already
+    monkeypatch.setattr(configs, "NORM_FWD_DECODE_WARPS", False)
+    assert warps(973, 1) == ladder(973)
+    monkeypatch.setattr(configs, "NORM_FWD_DECODE_WARPS", True)
+    launched = _record_forward_launches(monkeypatch, "num_warps")
+    for rows, n in ((sms, 973), (sms + 1, 973), (3, 1025), (1, 2049)):
+        launched.clear()
+        x, w, b = _inputs(rows, n, torch.bfloat16, is_rms)
+        y = _fwd(x, w, b, 1e-5, is_rms, layout="row")
+        assert launched == [warps(n, rows)]
+        assert_close(y, _ref_fwd(x, w, b, 1e-5, is_rms))
+
+
 def test_rms_forward_one_wave_rule(monkeypatch):
     """RMSNorm at 8192 columns: 8-warp programs where the rows need two waves of 16-warp programs
     but fit in one of 8-warp programs (configs.NORM_FWD_RMS_ONE_WAVE), at the rule's exact edges,

@@ -287,14 +287,16 @@ NORM_FWD_DECODE_ROWS_PER_SM = ((2048, 4), (1 << 62, 1))
 # w/b beside x hold a second row in registers: only up to this many row values a thread (the
 # 32768-column block at 16 warps holds 64, which would not leave room for 64 more).
 NORM_FWD_EARLY_MAX_PER_THREAD = 32
-# A decode row's loads are all the latency there is: spread it so that a thread holds at most
-# this many values (NORM_FWD_WARPS gives 16), fewer loads a thread to wait on, most where an
-# unaligned row loads element by element (H200, µs, 2 -> 4 warps, decode_warps_43f5574: RMSNorm
-# 12 x 973 2.03 -> 1.65, 14 x 1022 1.64 -> 1.55; LayerNorm 12 x 973 1.99 -> 1.85).
-# NORMLAB_DECODE_WARPS=0: NORM_FWD_WARPS' warps (an A/B switch).
+# Up to one row a SM, a row's loads are all the latency there is: spread a row of up to 2048
+# columns so that a thread holds at most 8 values (NORM_FWD_WARPS gives 16), fewer loads a
+# thread to wait on, most where an unaligned row loads element by element. H200, µs, off -> on
+# (decode_warps_0/1_e4d4e55): RMSNorm 12 x 973 2.11 -> 1.68, 14 x 1022 1.70 -> 1.61, LayerNorm
+# 12 x 973 2.06 -> 1.90, 14 x 1022 1.97 -> 1.83; aligned rows of 1-8 rows 0.98-1.05x. Not wider
+# rows (16-32 warps: LayerNorm 1 x 5120 2.17 -> 2.46) nor several rows a SM (LayerNorm 512 x
+# 1536 2.98 -> 3.10). NORMLAB_DECODE_WARPS=0: NORM_FWD_WARPS' warps (an A/B switch).
 NORM_FWD_DECODE_MAX_PER_THREAD = 8
+NORM_FWD_DECODE_SPREAD_MAX_BLOCK = 2048
 NORM_FWD_DECODE_WARPS = os.environ.get("NORMLAB_DECODE_WARPS", "1") != "0"
-NORM_FWD_DECODE_MAX_WARPS = 32  # 1024 threads, a block's most
 
 
 # ---- few wide rows: each row split over several programs (norms/split_row.py) -------------
@@ -432,9 +434,9 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
     block = min(next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = _ladder(NORM_FWD_WARPS, block)
     few_rows = n_rows is not None and sm_count and decode_rows(n_rows, n_cols, sm_count)
-    if few_rows and NORM_FWD_DECODE_WARPS:
-        spread = block // (32 * NORM_FWD_DECODE_MAX_PER_THREAD)
-        warps = max(warps, min(spread, NORM_FWD_DECODE_MAX_WARPS))
+    if (few_rows and NORM_FWD_DECODE_WARPS and n_rows <= sm_count
+            and block <= NORM_FWD_DECODE_SPREAD_MAX_BLOCK):  # fmt: skip
+        warps = max(warps, block // (32 * NORM_FWD_DECODE_MAX_PER_THREAD))
     if rms_fp32_one_warp(n_cols, is_rms, element_size) and not few_rows and not fused_add:
         return NormFwdConfig(block_size=block, num_warps=1)
     looped = (NORM_FWD_RMS_LOOPED.get(next_pow2(n_cols)) if is_rms and not few_rows
