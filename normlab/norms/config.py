@@ -278,11 +278,12 @@ def rms_fp32_one_warp(n_cols: int, is_rms: bool, element_size: int) -> bool:
 
 
 # Decode batches: up to these rows per SM (by padded width) the card is latency-bound, so a row
-# is held whole in registers (no second pass over it), w/b load beside x (one memory round trip,
-# not two) and no rows share a tile. Rows up to 2048 columns: 4 a SM (RMSNorm 512 x 1024 1.92 µs
-# against 2.49 in 2-row tiles, 512 x 768 2.26 against 2.40; population_decode, c28c4c6). Wider
-# rows: 1 a SM; at 4 a SM the one block ran 20-35% slower than the looped row or the tile from
-# 7168 columns on (512 x 16384: 12.67 against 9.43).
+# is held whole in registers (no second pass over it), w/b load beside x in the source (ptxas
+# issues them once x has arrived, overlapping the row's sums; the 2026-12-04 short-calls note)
+# and no rows share a tile. Rows up to 2048 columns: 4 a SM (RMSNorm 512 x 1024 1.92 µs against
+# 2.49 in 2-row tiles, 512 x 768 2.26 against 2.40; population_decode, c28c4c6). Wider rows: 1 a
+# SM; at 4 a SM the one block ran 20-35% slower than the looped row or the tile from 7168
+# columns on (512 x 16384: 12.67 against 9.43).
 NORM_FWD_DECODE_ROWS_PER_SM = ((2048, 4), (1 << 62, 1))
 # w/b beside x hold a second row in registers: only up to this many row values a thread (the
 # 32768-column block at 16 warps holds 64, which would not leave room for 64 more).
@@ -414,7 +415,7 @@ def split_row_bwd_tile(n_rows: int, chunk_cols: int) -> SplitRowBwdTile:
 class NormFwdConfig:
     block_size: int  # columns per chunk (>= n_cols means one register-resident block)
     num_warps: int
-    early_params: bool = False  # few rows: load w/b with x (one memory round trip, not two)
+    early_params: bool = False  # few rows: load w/b with x, before the row's sums
 
 
 def decode_rows(n_rows: int, n_cols: int, sm_count: int) -> bool:

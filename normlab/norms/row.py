@@ -197,7 +197,8 @@ def _norm_fwd_kernel(
     SHIFTED_PARAMS: tl.constexpr = False,  # _shifted_row reads w/b from their shifted copies
 ):
     """One row per program; fp32 statistics. Rows wider than BLOCK_SIZE loop over chunks.
-    EARLY_PARAMS (one block): with few rows nothing hides a second memory round trip."""
+    EARLY_PARAMS (one block): with few rows nothing hides w's round trip, so it starts before the
+    row's sums (ptxas still issues it once x has arrived)."""
     row = tl.program_id(0)
     if INT64_ROWS:
         row = row.to(tl.int64)
