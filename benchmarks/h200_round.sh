@@ -155,15 +155,17 @@
 # shortprobe (what a call of one or a few programs pays: probe kernels, the decode forwards and
 # rows of one column beside Liger's and torch.compile's; then the one-row backward's launch
 # variants at 4096-8192 aligned columns, the compile-time width's widest); orderedloads (the
-# decode forwards' w, b and x as volatile loads in program order, NORMLAB_ORDERED_LOADS: bf16
+# decode forwards' w, b and x as volatile loads in program order, NORMLAB_ORDERED_LOADS at
+# 41c5929, since removed: bf16
 # and fp32 norm checks, the population's decode and one-column members off and on, the probe);
 # pointwisepeers (rows of one column, w and b loaded after x, beside torch, torch.compile and
 # Liger; the one-row forward of odd-width decode batches at 1-16 warps, w/b early or late);
 # decodewarps (decode rows spread to at most 8 values a thread, NORMLAB_DECODE_WARPS: norm
 # checks, the decode and one-column members off and on); decodepeers (the members the rule,
 # narrowed to one row a SM and 2048 columns, changes, beside their peers); onetile (the backward
-# of rows that fit one program's tile in one kernel, NORMLAB_NORM_BWD_ONE_TILE: its launch
-# variants beside torch, the members it takes off and on, then beside their peers).
+# of rows that fit one program's tile in one kernel, NORMLAB_NORM_BWD_ONE_TILE at edc5131, since
+# removed: its launch variants beside torch, the members it takes off and on, then beside their
+# peers).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform

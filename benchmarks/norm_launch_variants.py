@@ -15,8 +15,7 @@ tiles of 1, 2 or 4 rows (``tiles of R rows``) and, for one-row tiles, the next r
 or not at 8-32 warps, and without it the rows split at their first 16-byte boundary or not
 (``prefetch on|off wW shifted|unshifted``; the runs before ``6b0ce9a`` also timed shifted rows
 with the prefetch, since removed); past 8192 columns, shifted rows at 4-16 warps and 1 or 2
-programs an SM (``shifted wW ppsP``); where every row fits one tile, the one-tile kernel at
-4-16 warps and the plan without it (``one-tile kernel wW``, ``one-tile kernel off``).
+programs an SM (``shifted wW ppsP``).
 Every variant's outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
 """
@@ -139,12 +138,6 @@ def _bwd_variants(x, w, b, dy, mean, rstd, is_rms, sms):
                     lambda warps=warps, per_sm=per_sm: row.norm_backward(
                         dy, x, w, b, mean, rstd, is_rms, prefetch=False, num_warps=warps,
                         programs_per_sm=per_sm, shift=True))  # fmt: skip
-    if config.norm_bwd_one_tile_fits(m, n):  # every row in one program's tile, its own kernel
-        for warps in (4, 8, 16):
-            out[f"one-tile kernel w{warps}"] = (lambda warps=warps: row.norm_backward(
-                dy, x, w, b, mean, rstd, is_rms, one_tile=True, num_warps=warps))  # fmt: skip
-        out["one-tile kernel off"] = lambda: row.norm_backward(dy, x, w, b, mean, rstd, is_rms,
-                                                               one_tile=False)  # fmt: skip
     if m * block_cols <= 4 * TILE_ROWS_MAX_ELEMS:
         rows = next_pow2(m)
         for warps in (4, 8, 16):

@@ -680,31 +680,6 @@ def norm_bwd_block_rows(n_rows: int, block_cols: int, sm_count: int = 0) -> int:
     return rows
 
 
-# Every row in one program's tile (row._norm_bwd_one_tile_kernel): where the rows times the padded
-# width fit NORM_BWD_ONE_TILE_MAX_ELEMS, one program loads them all at once, writes dx and sums
-# dγ/dβ over the tile's rows into the parameters' dtype. That is one launch and one memory round
-# trip, where the persistent grid takes two launches (its partial rows' reduce: 14 x 1022 2.9 +
-# 1.6 µs). On 8 warps a thread holds 64 values in at most 255 registers; ptxas (sm_90) spills
-# none for aligned rows, while 16 warps spill unaligned ones (16 x 1024 RMSNorm: 116 bytes).
-# NORMLAB_NORM_BWD_ONE_TILE=0: the persistent grid (an A/B switch).
-NORM_BWD_ONE_TILE = os.environ.get("NORMLAB_NORM_BWD_ONE_TILE", "1") != "0"
-NORM_BWD_ONE_TILE_MAX_ELEMS = 16384
-NORM_BWD_ONE_TILE_WARPS = 8
-
-
-def norm_bwd_one_tile_fits(n_rows: int, n_cols: int) -> bool:
-    """Do all the rows fit one program's tile (NORM_BWD_ONE_TILE_MAX_ELEMS, padded)?"""
-    return next_pow2(n_rows) * next_pow2(n_cols) <= NORM_BWD_ONE_TILE_MAX_ELEMS
-
-
-def norm_bwd_one_tile(n_rows: int, n_cols: int, sm_count: int = 0) -> bool:
-    """One tile where the rows fit it and the persistent grid would take more than one program,
-    so a reduce launch (one program already writes dγ/dβ itself)."""
-    tiles = -(-n_rows // norm_bwd_block_rows(n_rows, next_pow2(n_cols), sm_count))
-    return (NORM_BWD_ONE_TILE and norm_bwd_one_tile_fits(n_rows, n_cols)
-            and not norm_bwd_one_program(tiles))  # fmt: skip
-
-
 def norm_bwd_one_program(n_tiles: int) -> bool:
     """Does one persistent program take every row tile (and write dγ/dβ itself)?"""
     return n_tiles <= NORM_BWD_ONE_PROGRAM_TILES

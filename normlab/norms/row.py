@@ -682,51 +682,6 @@ def _persistent_single_pass(
 
 
 @triton.jit
-def _norm_bwd_one_tile_kernel(
-    x_ptr,  # (n_rows, n_cols) forward input
-    dy_ptr,  # (n_rows, n_cols) output gradient
-    dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
-    rstd_ptr,  # (n_rows,) fp32 rstd
-    dw_ptr,  # (n_cols,) dweight, the weight's dtype (written)
-    db_ptr,  # (n_cols,) dbias, the bias's dtype (written)
-    n_rows,
-    n_cols,
-    x_row_stride,
-    dy_row_stride,
-    dx_row_stride,
-    dh_row_stride,
-    offset,  # y = xhat * (offset + weight)
-    IS_RMS: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_DH: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr,  # >= n_rows
-    BLOCK_COLS: tl.constexpr,  # >= n_cols
-    ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
-):
-    """Every row in one tile of one program (config.norm_bwd_one_tile): dx, and dγ/dβ summed over
-    the tile's rows and stored in the parameters' dtype. One launch and one memory round trip;
-    no partial rows, no reduce."""
-    n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
-        n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, ROW_ALIGN)
-    cols = tl.arange(0, BLOCK_COLS)
-    col_mask = cols < n_cols
-    w = load_weight(w_ptr, cols, col_mask, offset, HAS_WEIGHT)
-    dw, db = bwd_tile_single_pass(
-        0, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols, x_row_stride,
-        dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT, HAS_DH, BLOCK_ROWS,
-        BLOCK_COLS,
-    )  # fmt: skip
-    if HAS_WEIGHT:
-        store_cast(dw_ptr + cols, tl.sum(dw, axis=0), col_mask, False)
-    if HAS_BIAS:
-        store_cast(db_ptr + cols, tl.sum(db, axis=0), col_mask, False)
-
-
-@triton.jit
 def _norm_bwd_persistent_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
@@ -972,7 +927,6 @@ def norm_backward(
     dh=None,
     maxnreg=None,
     shift=None,
-    one_tile=None,
 ):
     """Backward launcher -> (dx, dweight | None, dbias | None).
 
@@ -983,10 +937,7 @@ def norm_backward(
     ``offset``: the forward's. ``dh`` (x2d's shape): the fused residual add's gradient of h
     (x2d is then h), added into dx. ``shift``: whether the persistent single pass splits rows
     off a 16-byte boundary at their first one (``_shifted_bwd_rows``; None: ``config``'s rule,
-    True: wherever it can run). ``one_tile``: every row in one program's tile
-    (``_norm_bwd_one_tile_kernel``; None: where ``config.norm_bwd_one_tile`` holds and the
-    persistent strategy runs with no other keyword; True: wherever the rows fit, with
-    ``num_warps`` its warps).
+    True: wherever it can run).
     """
     if strategy not in config.STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: expected one of {config.STRATEGIES}")
@@ -1023,23 +974,6 @@ def norm_backward(
     # the width too: the backward kernels take n_cols at run time and hint it (known_multiple)
     align = config.kernel_row_align(math.gcd(*strides, n_cols), x2d.element_size())
     sm_count = _runtime.sm_count(device.index)
-    if one_tile is None:
-        knobs = (two_pass, block_rows, block_cols, num_warps, programs_per_sm, loop_stages,
-                 prefetch, paired_partials, maxnreg, shift, grad_weight, grad_bias)  # fmt: skip
-        one_tile = (strategy == "persistent" and all(k is None for k in knobs)
-                    and config.norm_bwd_one_tile(n_rows, n_cols, sm_count))  # fmt: skip
-    elif one_tile and (not config.norm_bwd_one_tile_fits(n_rows, n_cols)
-                       or grad_weight is not None or grad_bias is not None):  # fmt: skip
-        raise ValueError(f"one_tile=True: {n_rows} x {n_cols} rows do not fit one tile of "
-                         f"{config.NORM_BWD_ONE_TILE_MAX_ELEMS} elements, or .grad buffers given")
-    if one_tile:
-        launch(_norm_bwd_one_tile_kernel, (1,), x2d, dy2d, dx, dh if dh is not None else dx,
-               weight if has_w else rstd, mean if mean is not None else rstd, rstd,
-               dw if has_w else rstd, db if has_b else rstd, n_rows, n_cols, *strides,
-               float(offset), IS_RMS=bool(is_rms), HAS_WEIGHT=has_w, HAS_BIAS=has_b,
-               HAS_DH=dh is not None, BLOCK_ROWS=next_pow2(n_rows), BLOCK_COLS=next_pow2(n_cols),
-               ROW_ALIGN=align, num_warps=num_warps or config.NORM_BWD_ONE_TILE_WARPS)  # fmt: skip
-        return dx, dw, db
 
     def plan(shifted):  # shifted rows are one-row tiles
         return config.norm_bwd_config(
