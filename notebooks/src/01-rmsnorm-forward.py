@@ -212,6 +212,63 @@ widths = subprocess.run([sys.executable, str(root / "benchmarks" / "norm_access_
 print(widths.stdout or widths.stderr[-800:])
 
 # %% [markdown]
+# ## A decode batch: one row a SM, and the time is round trips
+#
+# Generating text runs the norm on one token per sequence: 1–64 rows. With one row per SM there
+# is nothing to overlap, so bandwidth does not set the time; waiting does. Probe kernels of one
+# program on the H200 show what a call pays (recorded, device µs,
+# `benchmarks/short_call_probe.py`):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from normlab.bench.records import read_jsonl
+
+probe = read_jsonl(root / "benchmarks" / "data" / "short_call_probe_7efec02_h200.jsonl")
+for r in probe:
+    if r.M == 1 and r.impl.startswith(("store", "copy")):
+        print(f"{r.impl:<36} {r.device_us:.2f} µs   ({r.card}, commit {r.commit})")
+
+# %% [markdown]
+# A second load that has to wait for the first costs 0.63 µs, about a third of such a call. Its
+# parameters cost nothing. So a decode row wants every load in flight at once, and few loads
+# per thread to wait on. An odd width such as 973 loads element by element (its rows are not
+# 16-byte aligned). On the 2 warps that suit many rows, each thread would wait on 16 loads. Up
+# to one row a SM and 2048 columns, the planner spreads the row to at most 8 values a thread
+# (`config.NORM_FWD_DECODE_MAX_PER_THREAD`):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for rows in (12, 132, 133, 4096):
+    plans = [configs.norm_fwd_config(n, True, rows, 132).num_warps for n in (973, 2048, 4096)]
+    print(f"{rows:>5} rows (132 SMs): warps at 973 / 2048 / 4096 columns = {plans}")
+
+# %% [markdown]
+# The check, at a decode batch of the odd width, against fp64:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+x = torch.randn(12, 973, device=normlab.DEVICE).to(torch.bfloat16)
+w = (1 + 0.5 * torch.randn(973, device=normlab.DEVICE)).to(torch.bfloat16)
+got, want = normlab.rms_norm(x, w), ref.rms_norm(x.double(), w.double(), 1e-6)
+err = ((got.double() - want).norm() / want.norm()).item()
+print(f"12 x 973 decode forward: {'ok' if err < 1e-2 else 'FAIL'} (relative error under 1e-2)")
+
+# %% [markdown]
+# Recorded on the H200: the rule off and on in one run (`NORMLAB_DECODE_WARPS=0/1`,
+# [the note](../docs/notes/2026-12-04-short-calls-and-decode-warps.md)). It gains most where
+# the rows are odd; the aligned rows move within the run-to-run spread of a 2 µs call.
+
+# %%
+off, on = (
+    {(r.op, r.M, r.N): r.device_us
+     for r in read_jsonl(root / "benchmarks" / "data" / f"decode_warps_{k}_e4d4e55_h200.jsonl")
+     if r.direction == "fwd"}
+    for k in (0, 1)
+)
+for M, N in ((12, 973), (14, 1022), (1, 1024), (8, 2048)):
+    print(f"RMSNorm {M:>2} x {N:<5} {off['rms_norm', M, N]:.2f} -> {on['rms_norm', M, N]:.2f} µs")
+
+# %% [markdown]
 # ## Live measurement: eager ops vs `F.rms_norm` vs `torch.compile` vs fused
 #
 # On a CPU `torch.compile` is skipped (the sweep says why), and the timings are interpreter
