@@ -199,9 +199,9 @@ def _normalize_points(x_ptr, r_ptr, y_ptr, h_ptr, w_ptr, b_ptr, mean_ptr, rstd_p
                       STORE_STATS: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
     """Normalize rows of one column (no predicate under EVEN), as _normalize_tile does: RMSNorm
     rstd = rsqrt(x * x + eps); LayerNorm mean = x, rstd = rsqrt((x - mean)^2 + eps), so y = b
-    where x is finite and NaN where it is not (x - x), as torch's. The scalar w and b are loaded
-    after x: loaded first, their wait came before x's loads were issued (two memory round trips
-    in a call of a few programs)."""
+    where x is finite and NaN where it is not (x - x), as torch's. The scalar w and b load after
+    x: loaded before the branch, their wait came ahead of x's loads in the SASS (the change
+    measured level on the H200: the 2026-12-04 short-calls note)."""
     x = load_f32(x_ptr + rows, mask, EVEN, "")
     w = tl.load(w_ptr).to(tl.float32) + offset if HAS_WEIGHT else 1.0
     b = tl.load(b_ptr).to(tl.float32) if HAS_BIAS else 0.0
