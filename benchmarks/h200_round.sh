@@ -268,6 +268,13 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.lo
   echo "== $name: exit $? after ${SECONDS}s"
   tail -n 25 "$OUT/$name.log"
 }
+off_on() {  # off_on VAR NAME SECONDS CELLS: normlab alone over CELLS with VAR=0, then VAR=1
+  local on
+  for on in 0 1; do
+    step "${2}_$on" "$3" env "$1=$on" python3 benchmarks/norm_population.py \
+      --out "$OUT/${2}_$on.jsonl" --reps 4 --timed-us 100 --impls normlab --cells "$4"
+  done
+}
 check_norms() {  # every norm strategy x layout against fp64 at gpu_check's shapes, bf16
   step gpu_check_norms 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
     --quick --only norms
@@ -900,10 +907,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   shift)  # rows not vector aligned loaded from their first 16-byte boundary: checks, off and on
     step gpu_check_norms_shift 280 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_norms_shift.json" --dtypes bf16,fp32 --only norms,replay
-    for on in 0 1; do
-      NORMLAB_NORM_SHIFT=$on step "shift_$on" 100 python3 benchmarks/norm_population.py \
-        --out "$OUT/shift_$on.jsonl" --reps 4 --timed-us 100 --impls normlab --cells "$SHIFT_CELLS"
-    done
+    off_on NORMLAB_NORM_SHIFT shift 100 "$SHIFT_CELLS"
     cells=rms_norm:16384x1031,layer_norm:16384x1031,rms_norm:4096x4099,layer_norm:4096x4099
     step shift_fp32 90 python3 benchmarks/norm_odd_widths.py --out "$OUT/shift_fp32.jsonl" \
       --direction fwd --dtype fp32 --reps 6 --cells "$cells"
@@ -929,20 +933,12 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   shiftparams)  # the shifted rows' w/b from shifted copies as vectors: checks, off and on
     step gpu_check_norms_shiftparams 200 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_norms_shiftparams.json" --quick --only norms,replay
-    for on in 0 1; do
-      NORMLAB_NORM_SHIFTED_PARAMS=$on step "shift_params_$on" 120 \
-        python3 benchmarks/norm_population.py --out "$OUT/shift_params_$on.jsonl" --reps 4 \
-        --timed-us 100 --impls normlab --cells "$SHIFT_TAKEN"
-    done
+    off_on NORMLAB_NORM_SHIFTED_PARAMS shift_params 120 "$SHIFT_TAKEN"
     ;;
   bwdshift)  # the single-pass backward's odd rows from their first 16-byte boundary: checks, off/on
     step gpu_check_norms_bwdshift 300 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_norms_bwdshift.json" --dtypes bf16,fp32 --only norms,norm_options,replay
-    for on in 0 1; do
-      NORMLAB_NORM_BWD_SHIFT=$on step "bwd_shift_$on" 150 python3 benchmarks/norm_population.py \
-        --out "$OUT/bwd_shift_$on.jsonl" --reps 4 --timed-us 100 --impls normlab \
-        --cells "$BWD_SHIFT_TAKEN"
-    done
+    off_on NORMLAB_NORM_BWD_SHIFT bwd_shift 150 "$BWD_SHIFT_TAKEN"
     ;;
   bwdwide)  # one-row backward tiles: prefetch, warps and shifted rows at odd and aligned widths
     cells=$(for c in 36052x8363 27492x9693 19335x14487 16384x12288 4096x16384 80806x4323 \
@@ -978,11 +974,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step gpu_check_norms_bwdblocks 200 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_norms_bwdblocks.json" --quick --only norms,norm_options
     cells=36052x8363,27492x9693,55536x8495,512x12288,4096x12288,16384x12288,65536x12288
-    for on in 0 1; do
-      NORMLAB_NORM_BWD_TWO_BLOCKS=$on step "bwd_blocks_$on" 100 python3 \
-        benchmarks/norm_population.py --out "$OUT/bwd_blocks_$on.jsonl" --reps 4 --timed-us 100 \
-        --impls normlab --cells "$cells"
-    done
+    off_on NORMLAB_NORM_BWD_TWO_BLOCKS bwd_blocks 100 "$cells"
     step population_bwdblocks 300 python3 benchmarks/norm_population.py \
       --out "$OUT/population_bwdblocks.jsonl" --reps 4 --timed-us 100 \
       --families random,model,narrow --impls normlab,torch,compile,liger --cells "$cells"
@@ -1003,11 +995,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   orderedloads)  # decode forwards' loads in program order: checks, members off and on, the probe
     step gpu_check_norms_ordered 300 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_norms_ordered.json" --dtypes bf16,fp32 --only norms,norm_options,replay
-    for on in 0 1; do
-      NORMLAB_ORDERED_LOADS=$on step "ordered_loads_$on" 150 python3 benchmarks/norm_population.py \
-        --out "$OUT/ordered_loads_$on.jsonl" --reps 4 --timed-us 100 --impls normlab \
-        --cells "$ORDERED_CELLS"
-    done
+    off_on NORMLAB_ORDERED_LOADS ordered_loads 150 "$ORDERED_CELLS"
     step short_call_probe_ordered 150 python3 benchmarks/short_call_probe.py \
       --out "$OUT/short_call_probe_ordered.jsonl" --reps 40
     ;;
@@ -1024,11 +1012,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   decodewarps)  # decode rows on more warps: checks, the members off and on, beside the peers
     step gpu_check_norms_decodewarps 150 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_norms_decodewarps.json" --quick --only norms,norm_options,replay
-    for on in 0 1; do
-      NORMLAB_DECODE_WARPS=$on step "decode_warps_$on" 120 python3 benchmarks/norm_population.py \
-        --out "$OUT/decode_warps_$on.jsonl" --reps 4 --timed-us 100 --impls normlab \
-        --cells "$ORDERED_CELLS"
-    done
+    off_on NORMLAB_DECODE_WARPS decode_warps 120 "$ORDERED_CELLS"
     ;;
   decodepeers)  # the members the decode spread changes, beside torch, torch.compile and Liger
     step population_decodewarps 300 python3 benchmarks/norm_population.py \
@@ -1042,10 +1026,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step one_tile_variants 200 python3 benchmarks/norm_launch_variants.py \
       --out "$OUT/one_tile_variants.jsonl" --reps 10 --peers torch --cells "${cells%,}"
     members=8x768,8x1024,8x1536,8x2048,12x973,13x448,14x1022
-    for on in 0 1; do
-      NORMLAB_NORM_BWD_ONE_TILE=$on step "one_tile_$on" 60 python3 benchmarks/norm_population.py \
-        --out "$OUT/one_tile_$on.jsonl" --reps 4 --timed-us 100 --impls normlab --cells "$members"
-    done
+    off_on NORMLAB_NORM_BWD_ONE_TILE one_tile 60 "$members"
     step population_onetile 120 python3 benchmarks/norm_population.py \
       --out "$OUT/population_onetile.jsonl" --reps 4 --timed-us 100 \
       --families random,model,narrow --impls normlab,torch,compile,liger --cells "$members"
