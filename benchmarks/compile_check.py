@@ -4,12 +4,12 @@ backend on a GPU: forward and gradients equal the eager calls. Prints one line p
 the split form inside the compiled graph where it needs a gradient (the losses' config), and is
 compared with the eager call's form.
 
-The norms are Triton ops: with static shapes Inductor launches their kernels from its own code
-(the line says "kernels traced"), with symbolic shapes (a recompile after a shape change) the
-graph calls the opaque planned ops ("opaque"). Each norm case checks which it got. (At 5d1df6e
-the losses failed when Inductor re-emitted their Triton kernels: it wrote the -inf constant as
-an undefined name; benchmarks/data/dev/gpu_checks/compile_check_5d1df6e.log. They are opaque
-custom ops since.)"""
+The norms and the losses are Triton ops: with static shapes Inductor launches their kernels
+from its own code (the line says "kernels traced"), with symbolic shapes (a recompile after a
+shape change) the graph calls the opaque planned ops ("opaque"). Each case checks which it got.
+(At 5d1df6e the losses failed when Inductor re-emitted their Triton kernels: it wrote a global
+-inf constant as an undefined name; benchmarks/data/dev/gpu_checks/compile_check_5d1df6e.log.
+The kernels now write -inf inline.)"""
 
 import sys
 from pathlib import Path
@@ -24,7 +24,7 @@ import normlab
 
 def check(name, fn, *inputs, traced=None, again=None):
     """Compiled fn against eager on inputs (then on ``again``, a second set of inputs of other
-    shapes: a recompile). ``traced``: whether the norms' kernels must be traced (True), opaque
+    shapes: a recompile). ``traced``: whether normlab's kernels must be traced (True), opaque
     (False) or either (None), in the last compile."""
     try:
         return _check(name, fn, inputs, traced, again)
@@ -69,7 +69,7 @@ def _check(name, fn, inputs, traced, again):
             (out, grads), new_code = _run_and_get_code(lambda args=args: _run(compiled, args))
             code = new_code or code
             err = max(err, _err(out, eager_out), _err(grads, eager_grads))
-    opaque = any("normlab.norm_" in c for c in code)
+    opaque = any("normlab.norm_" in c or "normlab.entropy_" in c for c in code)
     kind = "" if traced is None else ", opaque" if opaque else ", kernels traced"
     ok = err <= 1e-2 and (traced is None or traced != opaque)
     print(f"{name}: torch.compile(fullgraph=True) vs eager max |diff| {err:.2e}{kind} "
@@ -136,8 +136,14 @@ def main() -> int:
     ok = True if "--losses" in sys.argv[1:] else check_norms()
     if "--norms" in sys.argv[1:]:
         return 0 if ok else 1
-    # The losses are custom ops (normlab::entropy_fwd, normlab::entropy_split_bwd): every form,
-    # at an aligned and an unaligned vocabulary, mean and per-row reductions.
+    ok &= check_losses(dev, bf)
+    return 0 if ok else 1
+
+
+def check_losses(dev, bf) -> bool:
+    """Every loss and form at an aligned and an unaligned vocabulary, mean and per-row
+    reductions; each option; a call without a gradient. All traced (static shapes)."""
+    ok = True
     for n_cols in (32768, 50257):
         logits = torch.randn(256, n_cols, device=dev, dtype=bf, requires_grad=True)
         target = torch.randn(256, n_cols, device=dev, dtype=bf)
@@ -150,11 +156,42 @@ def main() -> int:
                 fn = getattr(normlab, name)
                 ok &= check(f"{name} {form} V={n_cols} mean",
                             lambda a, fn=fn, other=other, form=form: fn(a, other, form=form),
-                            logits)  # fmt: skip
+                            logits, traced=True)  # fmt: skip
                 ok &= check(f"{name} {form} V={n_cols} none",
                             lambda a, fn=fn, other=other, form=form, row_w=row_w: fn(
-                                a, other, form=form, reduction="none") * row_w, logits)  # fmt: skip
-    return 0 if ok else 1
+                                a, other, form=form, reduction="none") * row_w, logits,
+                            traced=True)  # fmt: skip
+    n_cols = 32768
+    logits = torch.randn(256, n_cols, device=dev, dtype=bf, requires_grad=True)
+    target = torch.randn(256, n_cols, device=dev, dtype=torch.float32)  # an fp32 teacher
+    labels = torch.randint(0, n_cols, (256,), device=dev)
+    mask = torch.rand(256, device=dev) > 0.3
+    options = {
+        "cross_entropy smoothing+z_loss+softcap": (normlab.cross_entropy, labels, {
+            "label_smoothing": 0.1, "z_loss": 1e-4, "softcap": 30.0}),
+        "cross_entropy loss_mask": (normlab.cross_entropy, labels, {"loss_mask": mask}),
+        "reverse_kl temperature=2": (normlab.reverse_kl, target, {"temperature": 2.0}),
+        "soft_cross_entropy loss_mask": (normlab.soft_cross_entropy, target, {"loss_mask": mask}),
+        "forward_kl": (normlab.forward_kl, target, {}),
+        "jsd beta=0.3": (normlab.jsd, target, {"beta": 0.3}),
+    }  # fmt: skip
+    for name, (fn, other, kw) in options.items():
+        for form in ("fused", "chunked", "split"):
+            ok &= check(f"{name} {form} V={n_cols}",
+                        lambda a, fn=fn, other=other, form=form, kw=kw: fn(a, other, form=form,
+                                                                         **kw),
+                        logits, traced=True)  # fmt: skip
+    # a second row count recompiles with symbolic rows: the opaque planned ops
+    logits2 = torch.randn(320, n_cols, device=dev, dtype=bf, requires_grad=True)
+    target2 = torch.randn(320, n_cols, device=dev, dtype=torch.float32)
+    ok &= check("reverse_kl 256 then 320 rows", lambda a, t: normlab.reverse_kl(a, t), logits,
+                target, again=(logits2, target2), traced=False)  # fmt: skip
+    inference = logits.detach()
+    for form in ("auto", "chunked"):
+        ok &= check(f"cross_entropy inference {form} V={n_cols}",
+                    lambda a, form=form: normlab.cross_entropy(a, labels, form=form), inference,
+                    traced=True)  # fmt: skip
+    return ok
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from normlab.losses import config
 from normlab.losses.online import (
     CE,
     JSD,
-    NEG_INF,
     counted_rows,
     fill_zero,
     finish_loss,
@@ -53,7 +52,7 @@ def _merge_chunk_stats(stats_ptr, base, n_slots, n_chunks, KIND: tl.constexpr,
     ks = tl.arange(0, CHUNKS_POW2)
     kmask = ks < n_chunks
     p = stats_ptr + base + ks
-    m_xk = tl.load(p, mask=kmask, other=NEG_INF, cache_modifier=".cg")
+    m_xk = tl.load(p, mask=kmask, other=float("-inf"), cache_modifier=".cg")
     s_xk = tl.load(p + n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
     if KIND == CE:
         m_tk = m_xk
@@ -62,7 +61,7 @@ def _merge_chunk_stats(stats_ptr, base, n_slots, n_chunks, KIND: tl.constexpr,
             s_tk = tl.load(p + 3 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
         acc_k = s_xk
     else:
-        m_tk = tl.load(p + 2 * n_slots, mask=kmask, other=NEG_INF, cache_modifier=".cg")
+        m_tk = tl.load(p + 2 * n_slots, mask=kmask, other=float("-inf"), cache_modifier=".cg")
         s_tk = tl.load(p + 3 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
         acc_k = tl.load(p + 4 * n_slots, mask=kmask, other=0.0, cache_modifier=".cg")
     return fold_stats(m_xk, s_xk, m_tk, s_tk, acc_k, kmask, KIND, SMOOTH)

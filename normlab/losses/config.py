@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from normlab import _runtime
-from normlab._host import cdiv, next_pow2
+from normlab._host import cdiv, next_pow2, plain_tensor
 
 # ---- the calls -----------------------------------------------------------------------------------
 
@@ -247,7 +247,8 @@ def entropy_lane(block: int) -> int:
 ENTROPY_FRAME_BYTES = 128
 
 
-_ROWS_ALIGNED = MappingProxyType({"ALIGN": 1, "FRAME": 1})
+_ROWS_ALIGNED = MappingProxyType({"ALIGN": 1, "FRAME": 1})  # Triton sees them aligned
+_ROWS_UNALIGNED = MappingProxyType({"ALIGN": 1, "FRAME": 1})  # no frames: element loads
 
 
 def frames(x, t, grad, block: int) -> Mapping[str, int]:
@@ -259,12 +260,14 @@ def frames(x, t, grad, block: int) -> Mapping[str, int]:
             and (grad is None or grad.stride(0) % 16 == 0)):  # fmt: skip
         return _ROWS_ALIGNED
     tensors = (x, t) if grad is None else (x, t, grad)
+    if not all(map(plain_tensor, tensors)):  # torch.compile's traced tensors have no address
+        return _ROWS_UNALIGNED
     esize = x.element_size()
     align = 16 // esize
     alike = all(v.stride(0) == x.stride(0) and v.element_size() == esize
                 and v.data_ptr() % 16 == 0 for v in tensors)  # fmt: skip
     if not alike or block < align:
-        return {"ALIGN": 1, "FRAME": 1}
+        return _ROWS_UNALIGNED
     frame_bytes = max(16, ENTROPY_FRAME_BYTES)
     frame = frame_bytes // esize
     if block < frame or any(v.data_ptr() % frame_bytes for v in tensors):

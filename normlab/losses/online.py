@@ -50,7 +50,9 @@ import triton.language as tl
 
 from normlab import _runtime
 
-NEG_INF: tl.constexpr = tl.constexpr(float("-inf"))
+# -inf is written inline as float("-inf"), not a global constexpr: torch.compile re-emits a
+# kernel's global constexprs by repr, and "-inf" names nothing there.
+
 # Loss kinds, the kernels' KIND constexpr (config.KINDS on the host).
 RKL: tl.constexpr = tl.constexpr(0)
 SCE: tl.constexpr = tl.constexpr(1)
@@ -131,7 +133,7 @@ def fast_exp_shifted(v, c):
 @triton.jit
 def safe_max(m):
     """A running max usable as a shift: 0 while the row has seen only -inf (avoids inf - inf)."""
-    return tl.where(m == NEG_INF, 0.0, m)
+    return tl.where(m == float("-inf"), 0.0, m)
 
 
 @triton.jit
@@ -236,12 +238,12 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
         s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=1)
         if SMOOTH:
             if SMOOTH_TILE_SUM and ONE_LANE:
-                x0 = tl.where(x == NEG_INF, 0.0, x)
+                x0 = tl.where(x == float("-inf"), 0.0, x)
                 parts = tl.reshape(x0, (1, x.shape[1] // SMOOTH_PART, SMOOTH_PART),
                                    can_reorder=True)  # fmt: skip
                 s_t = s_t + tl.sum(parts, axis=2)
             else:
-                s_t = s_t + tl.sum(tl.where(x == NEG_INF, 0.0, x), axis=1)
+                s_t = s_t + tl.sum(tl.where(x == float("-inf"), 0.0, x), axis=1)
     else:
         raw_t = m_t
         old_t = safe_max(m_t)
@@ -406,23 +408,23 @@ def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
         keep = (offs >= lo) & (offs < hi)
         hi_vec = tl.multiple_of(tl.cdiv(tl.maximum(hi, 0), ALIGN) * ALIGN, ALIGN)
         in_vec = (offs >= 0) & (offs < hi_vec)
-        x = tl.load(x_row + offs, mask=in_vec, other=NEG_INF, eviction_policy=EVICTION)
-        x = tl.where(keep, transform(x.to(tl.float32), xparam, XFORM), NEG_INF)
+        x = tl.load(x_row + offs, mask=in_vec, other=float("-inf"), eviction_policy=EVICTION)
+        x = tl.where(keep, transform(x.to(tl.float32), xparam, XFORM), float("-inf"))
         if KIND == CE:
             t = x
         else:
-            t = tl.load(t_row + offs, mask=in_vec, other=NEG_INF, eviction_policy=EVICTION)
-            t = tl.where(keep, transform(t.to(tl.float32), xparam, XFORM), NEG_INF)
+            t = tl.load(t_row + offs, mask=in_vec, other=float("-inf"), eviction_policy=EVICTION)
+            t = tl.where(keep, transform(t.to(tl.float32), xparam, XFORM), float("-inf"))
     else:
         keep = offs < hi
-        x = tl.load(x_row + offs, mask=keep, other=NEG_INF, eviction_policy=EVICTION)
+        x = tl.load(x_row + offs, mask=keep, other=float("-inf"), eviction_policy=EVICTION)
         x = transform(x.to(tl.float32), xparam, XFORM)
         if XFORM >= SOFTCAP:  # the cap maps -inf to -xparam: outside lanes stay -inf
-            x = tl.where(keep, x, NEG_INF)
+            x = tl.where(keep, x, float("-inf"))
         if KIND == CE:
             t = x
         else:
-            t = tl.load(t_row + offs, mask=keep, other=NEG_INF, eviction_policy=EVICTION)
+            t = tl.load(t_row + offs, mask=keep, other=float("-inf"), eviction_policy=EVICTION)
             t = transform(t.to(tl.float32), xparam, XFORM)
     return x, t
 
@@ -628,9 +630,12 @@ def store_lanes(x_row, t_row, grad_row, start, lo, hi, shift_x, shift_t, log_s_x
     """Gradient of the columns [lo, hi) of the ALIGN columns from start (one partial vector)."""
     cols = start + tl.arange(0, ALIGN)
     mask = (cols >= lo) & (cols < hi)
-    x = transform(tl.load(x_row + cols, mask=mask, other=NEG_INF).to(tl.float32), xparam, XFORM)
-    t = x if KIND == CE else transform(tl.load(t_row + cols, mask=mask, other=NEG_INF).to(
-        tl.float32), xparam, XFORM)
+    x = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
+    x = transform(x, xparam, XFORM)
+    t = x
+    if KIND != CE:
+        t = tl.load(t_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
+        t = transform(t, xparam, XFORM)
     g = tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, scale, xparam,
                   beta, smoothing, uniform_weight, z_loss, KIND, XFORM, SMOOTH, ZLOSS,
                   ONE_HOT)  # fmt: skip

@@ -406,7 +406,24 @@ def _first_call(key, name, inputs, rows, spec, grad_accumulate):
     return sig.run(logits, other, mask)[0]
 
 
-# ---- torch.compile: custom ops -------------------------------------------------------------------
+# ---- torch.compile: Triton ops -------------------------------------------------------------------
+#
+# A compiled call runs ``normlab::entropy_fwd``, and the split form's backward
+# ``normlab::entropy_split_bwd``: Triton ops, as the norms' (``norms.op``). Where the shapes are
+# static torch.compile traces their bodies (the form's launchers, the reduction's torch ops), each
+# launch a ``wrap_triton`` node that Inductor launches from its own code. Where they are
+# symbolic, and under the interpreter, the body is one call of ``normlab::entropy_fwd_planned``
+# (``entropy_split_bwd_planned``): an opaque custom op that runs the eager path per call (tens of
+# µs of dispatch; a signature's later calls replay its first's launches).
+
+TRACEABLE = not _runtime.INTERPRET
+
+
+def _traced_launches(*tensors) -> bool:
+    """Can the body trace its launches: kernels that can enter a graph, static shapes (no
+    torch.SymInt among the sizes and strides)?"""
+    return TRACEABLE and all(type(n) is int for t in tensors if t is not None
+                             for n in (*t.shape, *t.stride()))  # fmt: skip
 
 
 def _local_spec(kind, form, block_cap, reduction, ignore_index, n_cols, loss_mask, temperature,
@@ -417,12 +434,102 @@ def _local_spec(kind, form, block_cap, reduction, ignore_index, n_cols, loss_mas
 
 
 def _option_args(spec):
-    """The options as the custom ops take them (after their other arguments)."""
+    """The options as the ops take them (after their other arguments)."""
     o = spec.options
     return (o.temperature, o.beta, o.label_smoothing, o.z_loss, o.softcap)
 
 
-@torch.library.custom_op("normlab::entropy_fwd", mutates_args=())
+_FwdOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _fwd_outputs(logits, reduction, loss, grad, row_stats, n_valid) -> _FwdOutputs:
+    """(loss, grad, row_stats, n_valid), absent ones empty (ops return no None); op outputs may
+    not alias, so a split form's per-row losses (a row of row_stats) are copied."""
+    if row_stats is not None and reduction == "none":
+        loss = loss.clone()
+    return (loss, grad if grad is not None else logits.new_empty((0,)),
+            row_stats if row_stats is not None else logits.new_empty((0,), dtype=_F32),
+            n_valid if n_valid is not None else logits.new_empty((0,), dtype=_F32))  # fmt: skip
+
+
+def _entropy_fwd_eager(logits, other, kind, form, block_cap, reduction, ignore_index,
+                       compute_grad, loss_mask, temperature, beta, label_smoothing, z_loss,
+                       softcap):  # fmt: skip
+    """The ops' forward on real tensors. A signature's later calls replay its first's."""
+    args = (kind, form, block_cap, reduction, ignore_index, compute_grad, temperature, beta,
+            label_smoothing, z_loss, softcap)  # fmt: skip
+    key = _signature_key("entropy_fwd", logits, other, loss_mask, args)
+    sig = _SIGNATURES.get(key) if key is not None else None
+    if sig is None:
+        spec = _local_spec(kind, form, block_cap, reduction, ignore_index, logits.shape[-1],
+                           loss_mask, temperature, beta, label_smoothing, z_loss,
+                           softcap)  # fmt: skip
+        if key is not None and key not in _SIGNATURES:
+            sig = _op_signature(key, spec, logits, other, loss_mask, compute_grad)
+    if sig is not None and sig.replayable:
+        loss, grad = sig.run(logits, other, loss_mask)
+        return _fwd_outputs(logits, reduction, loss, grad, None, None)
+    if sig is not None:
+        spec = sig.spec
+    out = _loss_forward(spec, logits, other, loss_mask, compute_grad)
+    return _fwd_outputs(logits, reduction, *out)
+
+
+def _op_signature(key, spec, logits, other, mask, compute_grad):
+    """The eager op body's first call of ``key``: a signature to replay where the form writes
+    the gradient in the forward and the kernels can take the op's own tensors as rows, else None
+    (kept, so the check runs once)."""
+    if len(_SIGNATURES) >= _launch.MAX_REPLAYS:
+        _SIGNATURES.clear()
+    views = (rows_view(logits), rows_view(other, spec.kind == CE), rows_view(mask, True))
+    replayable = (spec.form in GRAD_IN_FORWARD and logits.numel() and views[0] is not None
+                  and views[1] is not None and (mask is None) == (views[2] is None)
+                  and (mask is None or views[2].stride(0) == 1))  # fmt: skip
+    n_cols = logits.shape[-1]
+    sig = _Signature(spec, logits.numel() // n_cols, n_cols, logits.element_size(),
+                     compute_grad) if replayable else None  # fmt: skip
+    _SIGNATURES[key] = sig
+    return sig
+
+
+@torch.library.custom_op("normlab::entropy_fwd_planned", mutates_args=())
+def _entropy_fwd_planned_op(
+    logits: torch.Tensor,
+    other: torch.Tensor,
+    kind: int,
+    form: str,
+    block_cap: int,
+    reduction: str,
+    ignore_index: int,
+    compute_grad: bool,
+    loss_mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    beta: float = 0.5,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float = 0.0,
+) -> _FwdOutputs:
+    """``entropy_fwd`` as an opaque op: the eager path per call."""
+    return _entropy_fwd_eager(logits, other, kind, form, block_cap, reduction, ignore_index,
+                              compute_grad, loss_mask, temperature, beta, label_smoothing, z_loss,
+                              softcap)  # fmt: skip
+
+
+@_entropy_fwd_planned_op.register_fake
+def _(logits, other, kind, form, block_cap, reduction, ignore_index, compute_grad,
+      loss_mask=None, *options):  # fmt: skip
+    n_cols = logits.shape[-1]
+    n_rows = logits.numel() // n_cols
+    loss = logits.new_empty(logits.shape[:-1] if reduction == "none" else (), dtype=_F32)
+    grad_shape = (n_rows, n_cols) if compute_grad and form in GRAD_IN_FORWARD else (0,)
+    stats_shape = (6, n_rows) if form == "split" else (0,)
+    counted = form == "split" and config.counts_valid(kind, reduction, loss_mask is not None)
+    valid_shape = () if counted else (0,)
+    return (loss, logits.new_empty(grad_shape), logits.new_empty(stats_shape, dtype=_F32),
+            logits.new_empty(valid_shape, dtype=_F32))  # fmt: skip
+
+
+@torch.library.triton_op("normlab::entropy_fwd", mutates_args=())
 def _entropy_fwd_op(
     logits: torch.Tensor,
     other: torch.Tensor,
@@ -438,66 +545,64 @@ def _entropy_fwd_op(
     label_smoothing: float = 0.0,
     z_loss: float = 0.0,
     softcap: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> _FwdOutputs:
     """(loss, grad, row_stats, n_valid) of one unsharded call (see _loss_forward); absent ones
-    are empty tensors (custom ops return no None). ``other``: target logits, or the labels.
-    A compiled graph calls this body per step: a signature's later calls replay its first."""
-    args = (kind, form, block_cap, reduction, ignore_index, compute_grad, temperature, beta,
-            label_smoothing, z_loss, softcap)  # fmt: skip
-    key = _signature_key("entropy_fwd", logits, other, loss_mask, args)
-    sig = _SIGNATURES.get(key) if key is not None else None
-    if sig is None:
-        spec = _local_spec(kind, form, block_cap, reduction, ignore_index, logits.shape[-1],
-                           loss_mask, temperature, beta, label_smoothing, z_loss,
-                           softcap)  # fmt: skip
-        if key is not None and key not in _SIGNATURES:
-            sig = _op_signature(key, spec, logits, other, loss_mask, compute_grad)
-    if sig is not None and sig.replayable:
-        loss, grad = sig.run(logits, other, loss_mask)
-        return (loss, grad if grad is not None else logits.new_empty((0,)),
-                logits.new_empty((0,), dtype=_F32), logits.new_empty((0,), dtype=_F32))  # fmt: skip
-    if sig is not None:
-        spec = sig.spec
-    loss, grad, row_stats, n_valid = _loss_forward(spec, logits, other, loss_mask, compute_grad)
-    if row_stats is not None and reduction == "none":
-        loss = loss.clone()  # outputs may not alias: the per-row losses are a row of row_stats
-    return (loss, grad if grad is not None else logits.new_empty((0,)),
-            row_stats if row_stats is not None else logits.new_empty((0,), dtype=_F32),
-            n_valid if n_valid is not None else logits.new_empty((0,), dtype=_F32))  # fmt: skip
+    are empty tensors. ``other``: target logits, or the labels. Also the fake kernel."""
+    args = (logits, other, kind, form, block_cap, reduction, ignore_index, compute_grad,
+            loss_mask, temperature, beta, label_smoothing, z_loss, softcap)  # fmt: skip
+    if not _launch.is_traced(logits):  # called eagerly: as any eager call
+        return _entropy_fwd_eager(*args)
+    if not _traced_launches(logits, other, loss_mask):
+        return torch.ops.normlab.entropy_fwd_planned(*args)
+    spec = _local_spec(kind, form, block_cap, reduction, ignore_index, logits.shape[-1],
+                       loss_mask, temperature, beta, label_smoothing, z_loss, softcap)  # fmt: skip
+    n_rows = logits.numel() // logits.shape[-1]
+    # A graph keeps no buffer between calls: a fresh ticket (0) and loss rows per call.
+    buffers = (logits.new_zeros((1,), dtype=torch.int32), logits.new_empty((n_rows,), dtype=_F32))
+    with _launch.traced():
+        out = _loss_forward(spec, logits, other, loss_mask, compute_grad, buffers=buffers)
+    return _fwd_outputs(logits, reduction, *out)
 
 
-def _op_signature(key, spec, logits, other, mask, compute_grad):
-    """The custom op's first call of ``key``: a signature to replay where the form writes the
-    gradient in the forward and the kernels can take the op's own tensors as rows, else None
-    (kept, so the check runs once)."""
-    if len(_SIGNATURES) >= _launch.MAX_REPLAYS:
-        _SIGNATURES.clear()
-    views = (rows_view(logits), rows_view(other, spec.kind == CE), rows_view(mask, True))
-    replayable = (spec.form in GRAD_IN_FORWARD and logits.numel() and views[0] is not None
-                  and views[1] is not None and (mask is None) == (views[2] is None)
-                  and (mask is None or views[2].stride(0) == 1))  # fmt: skip
-    n_cols = logits.shape[-1]
-    sig = _Signature(spec, logits.numel() // n_cols, n_cols, logits.element_size(),
-                     compute_grad) if replayable else None  # fmt: skip
-    _SIGNATURES[key] = sig
-    return sig
+def _split_bwd(logits, other, row_stats, g_out, n_valid, kind, block_cap, reduction,
+               ignore_index, loss_mask, temperature, beta, label_smoothing, z_loss,
+               softcap):  # fmt: skip
+    spec = _local_spec(kind, "split", block_cap, reduction, ignore_index, logits.shape[-1],
+                       loss_mask, temperature, beta, label_smoothing, z_loss,
+                       softcap)  # fmt: skip
+    return _split_grad(spec, logits, other, loss_mask, row_stats, g_out, n_valid)
 
 
-@_entropy_fwd_op.register_fake
-def _(logits, other, kind, form, block_cap, reduction, ignore_index, compute_grad,
-      loss_mask=None, *options):  # fmt: skip
-    n_cols = logits.shape[-1]
-    n_rows = logits.numel() // n_cols
-    loss = logits.new_empty(logits.shape[:-1] if reduction == "none" else (), dtype=_F32)
-    grad_shape = (n_rows, n_cols) if compute_grad and form in GRAD_IN_FORWARD else (0,)
-    stats_shape = (6, n_rows) if form == "split" else (0,)
-    counted = form == "split" and config.counts_valid(kind, reduction, loss_mask is not None)
-    valid_shape = () if counted else (0,)
-    return (loss, logits.new_empty(grad_shape), logits.new_empty(stats_shape, dtype=_F32),
-            logits.new_empty(valid_shape, dtype=_F32))  # fmt: skip
+@torch.library.custom_op("normlab::entropy_split_bwd_planned", mutates_args=())
+def _entropy_split_bwd_planned_op(
+    logits: torch.Tensor,
+    other: torch.Tensor,
+    row_stats: torch.Tensor,
+    g_out: torch.Tensor,
+    n_valid: torch.Tensor,
+    kind: int,
+    block_cap: int,
+    reduction: str,
+    ignore_index: int,
+    loss_mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    beta: float = 0.5,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float = 0.0,
+) -> torch.Tensor:
+    """``entropy_split_bwd`` as an opaque op."""
+    return _split_bwd(logits, other, row_stats, g_out, n_valid, kind, block_cap, reduction,
+                      ignore_index, loss_mask, temperature, beta, label_smoothing, z_loss,
+                      softcap)  # fmt: skip
 
 
-@torch.library.custom_op("normlab::entropy_split_bwd", mutates_args=())
+@_entropy_split_bwd_planned_op.register_fake
+def _(logits, *args):
+    return logits.new_empty(logits.shape)
+
+
+@torch.library.triton_op("normlab::entropy_split_bwd", mutates_args=())
 def _entropy_split_bwd_op(
     logits: torch.Tensor,
     other: torch.Tensor,
@@ -515,16 +620,15 @@ def _entropy_split_bwd_op(
     z_loss: float = 0.0,
     softcap: float = 0.0,
 ) -> torch.Tensor:
-    """The split form's d loss / d logits (see _split_grad)."""
-    spec = _local_spec(kind, "split", block_cap, reduction, ignore_index, logits.shape[-1],
-                       loss_mask, temperature, beta, label_smoothing, z_loss,
-                       softcap)  # fmt: skip
-    return _split_grad(spec, logits, other, loss_mask, row_stats, g_out, n_valid)
-
-
-@_entropy_split_bwd_op.register_fake
-def _(logits, *args):
-    return logits.new_empty(logits.shape)
+    """The split form's d loss / d logits (see _split_grad). Also the fake kernel."""
+    args = (logits, other, row_stats, g_out, n_valid, kind, block_cap, reduction, ignore_index,
+            loss_mask, temperature, beta, label_smoothing, z_loss, softcap)  # fmt: skip
+    if not _launch.is_traced(logits):
+        return _split_bwd(*args)
+    if not _traced_launches(logits, other, loss_mask, g_out):
+        return torch.ops.normlab.entropy_split_bwd_planned(*args)
+    with _launch.traced():
+        return _split_bwd(*args)
 
 
 _N_FWD_INPUTS = 14

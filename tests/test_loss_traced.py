@@ -1,0 +1,178 @@
+"""The losses' Triton ops as torch.compile traces them, on CPU (as ``test_norm_traced.py`` for the
+norms).
+
+With static shapes the body of ``normlab::entropy_fwd`` / ``normlab::entropy_split_bwd`` runs on
+fake tensors and each launch becomes a ``wrap_triton`` node. The interpreter's kernels cannot
+become nodes, so these tests record the traced launches and check them against the launches of
+an eager call of the same arguments: the same kernels, grids, scalars and meta-parameters. With
+symbolic shapes the body is one call of the opaque ``entropy_*_planned`` op, which runs here.
+(On a GPU, ``benchmarks/compile_check.py --losses`` runs the traced kernels under Inductor
+against eager.)
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_entropy import FNS, _check, _inputs, _ref
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from normlab import _launch
+from normlab.losses import chunked, config, fused, op, split
+
+
+def _signature(v):
+    # A tensor by dtype only: the eager call reduces through kept buffers of a rounded-up size,
+    # the traced one through fresh buffers of its own.
+    return v.dtype if isinstance(v, torch.Tensor) else v
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Every launch the losses' launchers make, as (kernel, grid, arguments, keywords); traced
+    launches are recorded and not run."""
+    seen = []
+    real = _launch.launch
+
+    def spy(fn, grid, *args, **kwargs):
+        name = getattr(getattr(fn, "fn", fn), "__name__", repr(fn))
+        seen.append((name, tuple(grid), tuple(map(_signature, args)),
+                     {k: _signature(v) for k, v in kwargs.items()}))  # fmt: skip
+        return real(fn, grid, *args, **kwargs)
+
+    for module in (fused, chunked, split):
+        monkeypatch.setattr(module, "launch", spy)
+    monkeypatch.setattr(_launch, "_traced_launch", lambda fn, grid, args, kwargs: None)
+    monkeypatch.setattr(op, "TRACEABLE", True)  # as on a GPU
+    monkeypatch.setattr(_launch, "REPLAY", False)
+    return seen
+
+
+# (loss, form, block_cap, reduction, compute_grad, options): each form, a kind and an option each.
+CASES = [
+    ("reverse_kl", "fused", 64, "mean", True, {}),
+    ("soft_cross_entropy", "chunked", 64, "sum", True, {}),
+    ("cross_entropy", "split", 64, "mean", True, {}),
+    ("cross_entropy", "fused", 4096, "none", False, {}),
+    ("cross_entropy", "chunked", 64, "mean", True, {"label_smoothing": 0.1, "z_loss": 1e-3}),
+    ("reverse_kl", "split", 64, "none", True, {"temperature": 2.0}),
+    ("soft_cross_entropy", "fused", 64, "mean", True, {"loss_mask": True}),
+]
+N_ROWS, N_COLS = 5, 304  # a vocabulary of whole 16-byte vectors: frames as eager's
+
+
+def _op_args(loss, form, cap, reduction, compute_grad, options, x, other, mask):
+    kw = {k: v for k, v in options.items() if k != "loss_mask"}
+    kind = config.KINDS[loss]
+    opts = config.options(kind, kw.get("temperature", 1.0), 0.5, kw.get("label_smoothing", 0.0),
+                          kw.get("z_loss", 0.0), 0.0, mask is not None)  # fmt: skip
+    spec = config.Spec(kind, form, cap, reduction, -100, None, 0, x.shape[-1], opts)
+    extra = (mask, *op._option_args(spec)) if opts is not None else ()
+    return (x, other, kind, form, cap, reduction, -100, compute_grad, *extra)
+
+
+def _bwd_args(args):
+    """The split backward op's arguments after (logits, other, row_stats, g_out, n_valid), from
+    the forward op's: kind, block_cap, reduction, ignore_index, then the mask and options."""
+    return (args[2], args[4], args[5], args[6], *args[8:])
+
+
+def _case_inputs(loss, options, n_cols=N_COLS):
+    x, other = _inputs(loss, (N_ROWS, n_cols), torch.float32)
+    mask = torch.tensor([True, False, True, True, False]) if options.get("loss_mask") else None
+    return x, other, mask
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[3]}-{sorted(c[5])}")
+def test_traced_body_launches_what_an_eager_call_launches(launches, case):
+    loss, form, cap, reduction, compute_grad, options = case
+    x, other, mask = _case_inputs(loss, options)
+    args = _op_args(loss, form, cap, reduction, compute_grad, options, x, other, mask)
+    out = torch.ops.normlab.entropy_fwd(*args)
+    g_out = torch.rand(N_ROWS) + 0.5 if reduction == "none" else torch.tensor(1.5)
+    if form == "split" and compute_grad:
+        torch.ops.normlab.entropy_split_bwd(x, other, out[2], g_out, out[3], *_bwd_args(args))
+    eager = list(launches)
+    assert eager, "the eager call launched nothing"
+    launches.clear()
+
+    with FakeTensorMode() as mode:
+        fake = [None if t is None else mode.from_tensor(t) for t in (x, other, mask, g_out)]
+        fx, fother, fmask, fg = fake
+        fargs = (fx, fother, *args[2:8], *((fmask, *args[9:]) if len(args) > 8 else ()))
+        traced = torch.ops.normlab.entropy_fwd(*fargs)
+        if form == "split" and compute_grad:
+            fgrad = torch.ops.normlab.entropy_split_bwd(fx, fother, traced[2], fg, traced[3],
+                                                        *_bwd_args(fargs))  # fmt: skip
+            assert fgrad.shape == x.shape and fgrad.dtype == x.dtype
+    assert launches == eager
+    for t, real in zip(traced, out, strict=True):
+        assert (t.shape, t.dtype) == (real.shape, real.dtype)
+
+
+@pytest.mark.parametrize("loss", list(FNS))
+def test_traced_ragged_rows_take_no_frames(launches, loss):
+    """A traced tensor has no address, so the kernels get no 16-byte frames (ALIGN 1) where an
+    eager call of a ragged vocabulary takes them; every other argument as eager's."""
+    x, other, _ = _case_inputs(loss, {}, n_cols=301)
+    args = _op_args(loss, "fused", 64, "mean", True, {}, x, other, None)
+    torch.ops.normlab.entropy_fwd(*args)
+    (eager,) = launches
+    # fp32: 4 columns a vector; a frame of 32 where the allocations start on 128 bytes
+    assert eager[3]["ALIGN"] == 4 and eager[3]["FRAME"] in (4, 32)
+    launches.clear()
+    with FakeTensorMode() as mode:
+        torch.ops.normlab.entropy_fwd(mode.from_tensor(x), mode.from_tensor(other), *args[2:])
+    (traced,) = launches
+    assert traced[3]["ALIGN"] == 1 and traced[3]["FRAME"] == 1
+    assert traced[:3] == eager[:3]
+    assert {k: v for k, v in traced[3].items() if k not in ("ALIGN", "FRAME")} == {
+        k: v for k, v in eager[3].items() if k not in ("ALIGN", "FRAME")}
+
+
+def test_traced_body_needs_traceable_kernels(launches, monkeypatch):
+    """Under the interpreter (TRACEABLE off) a traced body launches nothing: it calls the
+    opaque op."""
+    monkeypatch.setattr(op, "TRACEABLE", False)
+    x, other, _ = _case_inputs("reverse_kl", {})
+    args = _op_args("reverse_kl", "fused", 64, "mean", True, {}, x, other, None)
+    with FakeTensorMode() as mode:
+        loss, grad, *_ = torch.ops.normlab.entropy_fwd(mode.from_tensor(x),
+                                                       mode.from_tensor(other), *args[2:])
+    assert launches == [] and loss.shape == () and grad.shape == x.shape
+
+
+@pytest.mark.slow  # seconds each (compile): out of make test-quick
+@pytest.mark.parametrize("form", ["fused", "split"])
+def test_symbolic_shapes_take_the_planned_op(launches, monkeypatch, form):
+    """dynamic=True: the compiled graphs call the opaque planned ops (no traced launch), which
+    run on the real tensors; loss and gradient against fp64 at two row counts."""
+
+    def no_traced_launch(fn, grid, args, kwargs):
+        raise AssertionError("a launch was traced with symbolic shapes")
+
+    monkeypatch.setattr(_launch, "_traced_launch", no_traced_launch)
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    graphs = []
+
+    def keep(gm, _inputs):
+        graphs.append(gm.code)
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(fw_compiler=keep, bw_compiler=keep)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, t: FNS["reverse_kl"][0](a, t, form=form, block_cap=64),
+                             fullgraph=True, backend=backend, dynamic=True)  # fmt: skip
+    for rows in (3, 5):
+        x, t = _inputs("reverse_kl", (rows, 70), torch.float32)
+        xc = x.clone().requires_grad_()
+        out = compiled(xc, t)
+        (grad,) = torch.autograd.grad(out, xc)
+        ref_out, ref_grad = _ref("reverse_kl", x, t)
+        _check("reverse_kl", out.detach(), grad, ref_out, ref_grad, torch.float32, 70)
+    assert "normlab.entropy_fwd_planned" in graphs[0]
+    if form == "split":
+        assert "normlab.entropy_split_bwd_planned" in graphs[1]
+    assert launches  # the planned ops launched on the real tensors
