@@ -180,6 +180,12 @@ def _traced_launch(fn, grid, args, kwargs):
         # Inductor takes num_warps, num_stages and num_ctas as a user kernel's launch options
         # (torch 2.11), not maxnreg, which it would read as a kernel argument: ptxas's own count.
         kwargs = {k: v for k, v in kwargs.items() if k != "maxnreg"}
+    # Every parameter by value: Inductor (torch 2.11) hands an omitted one with a default to the
+    # kernel as None, and its mutation analysis refuses the call.
+    missing = {p.name: p.default for p in fn.params[len(args):]
+               if p.has_default and p.name not in kwargs}  # fmt: skip
+    if missing:
+        kwargs = {**kwargs, **missing}
     torch.library.wrap_triton(fn)[grid](*args, **kwargs)  # (ops trace only JIT kernels)
 
 

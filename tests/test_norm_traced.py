@@ -146,6 +146,32 @@ def test_traced_launch_drops_the_row_stride_hint(monkeypatch):
                     (kernel, (1,), ("x", 1002), {"ROW_ALIGN": 1, "num_warps": 8})]  # fmt: skip
 
 
+def _kernel_with_defaults(x_ptr, n, mask_ptr=None, scale=1.0, MODE: tl.constexpr = 0):
+    pass
+
+
+def test_traced_launch_passes_every_default(monkeypatch):
+    """A traced launch names every parameter left to its default (Inductor would hand the kernel
+    None for it), and keeps what the caller passed."""
+    from triton.runtime.jit import JITFunction
+
+    kernel, seen = JITFunction(_kernel_with_defaults), []
+
+    class WrapTriton:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: seen.append((args, kwargs))
+
+    monkeypatch.setattr(torch.library, "wrap_triton", WrapTriton)
+    with _launch.traced():
+        _launch.launch(kernel, (1,), "x", 7, num_warps=4)
+        _launch.launch(kernel, (1,), "x", 7, "m", MODE=2, num_warps=4)
+    assert seen == [(("x", 7), {"num_warps": 4, "mask_ptr": None, "scale": 1.0, "MODE": 0}),
+                    (("x", 7, "m"), {"MODE": 2, "num_warps": 4, "scale": 1.0})]  # fmt: skip
+
+
 def test_traced_body_needs_traceable_kernels(launches, monkeypatch):
     """Under the interpreter (TRACEABLE off) a traced body launches nothing: it calls the
     opaque op."""
