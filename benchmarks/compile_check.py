@@ -26,10 +26,14 @@ def check(name, fn, *inputs, traced=None, again=None):
     """Compiled fn against eager on inputs (then on ``again``, a second set of inputs of other
     shapes: a recompile). ``traced``: whether normlab's kernels must be traced (True), opaque
     (False) or either (None), in the last compile."""
+    if CASES and not any(c in name for c in CASES):
+        return True
     try:
         return _check(name, fn, inputs, traced, again)
     except Exception as exc:  # report every case, then fail
-        print(f"{name}: FAIL, {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
+        lines = str(exc).strip().splitlines() or [""]
+        why = [ln for ln in lines if "Error" in ln or "error" in ln][:4] or lines[-1:]
+        print(f"{name}: FAIL, {type(exc).__name__}: " + " | ".join(ln[:300] for ln in why))
         return False
 
 
@@ -130,6 +134,11 @@ def check_norms() -> bool:
     return ok
 
 
+# --cases A,B: only the cases whose names contain A or B
+CASES = (sys.argv[sys.argv.index("--cases") + 1].split(",") if "--cases" in sys.argv[1:-1]
+         else [])  # fmt: skip
+
+
 def main() -> int:
     torch.manual_seed(0)
     dev, bf = "cuda", torch.bfloat16
@@ -142,7 +151,8 @@ def main() -> int:
 
 def check_losses(dev, bf) -> bool:
     """Every loss and form at an aligned and an unaligned vocabulary, mean and per-row
-    reductions; each option; a call without a gradient. All traced (static shapes)."""
+    reductions; each option; a call without a gradient. Traced (static shapes) where the rows
+    are whole 16-element vectors; opaque at V = 50257 and after a recompile."""
     ok = True
     for n_cols in (32768, 50257):
         logits = torch.randn(256, n_cols, device=dev, dtype=bf, requires_grad=True)
@@ -156,11 +166,11 @@ def check_losses(dev, bf) -> bool:
                 fn = getattr(normlab, name)
                 ok &= check(f"{name} {form} V={n_cols} mean",
                             lambda a, fn=fn, other=other, form=form: fn(a, other, form=form),
-                            logits, traced=True)  # fmt: skip
+                            logits, traced=n_cols % 16 == 0)  # fmt: skip
                 ok &= check(f"{name} {form} V={n_cols} none",
                             lambda a, fn=fn, other=other, form=form, row_w=row_w: fn(
                                 a, other, form=form, reduction="none") * row_w, logits,
-                            traced=True)  # fmt: skip
+                            traced=n_cols % 16 == 0)  # fmt: skip
     n_cols = 32768
     logits = torch.randn(256, n_cols, device=dev, dtype=bf, requires_grad=True)
     target = torch.randn(256, n_cols, device=dev, dtype=torch.float32)  # an fp32 teacher
