@@ -24,6 +24,7 @@ from normlab.losses.online import (
     finish_loss,
     finish_reduction,
     fold_stats,
+    fp32_options,
     grad_pass,
     jsd_loss,
     jsd_sums,
@@ -165,6 +166,8 @@ def _entropy_chunked_kernel(
     the row's programs wait again (the counter at 2 n_chunks) and add them up; the interpreter
     runs PHASE 1, 4 (those sums) and 2.
     """
+    xparam, beta, smoothing, uniform_weight, z_loss = fp32_options(xparam, beta, smoothing,
+                                                                   uniform_weight, z_loss)
     if PHASE == 3:
         item = tl.atomic_add(sync_ptr, 1)
     else:

@@ -25,6 +25,7 @@ from normlab.losses.online import (
     fill_zero,
     finish_loss,
     finish_reduction,
+    fp32_options,
     grad_pass,
     jsd_loss,
     jsd_sums,
@@ -76,6 +77,8 @@ def _entropy_fused_kernel(
     ZLOSS: tl.constexpr = False,
 ):
     """One row's loss and gradient in one launch (see module docstring)."""
+    xparam, beta, smoothing, uniform_weight, z_loss = fp32_options(xparam, beta, smoothing,
+                                                                   uniform_weight, z_loss)
     row = tl.program_id(0).to(tl.int64)
     n_rows = tl.num_programs(0)  # one program per row
     if (KIND == CE) or HAS_MASK:

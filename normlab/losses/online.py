@@ -110,6 +110,15 @@ REDUCE_BLOCK: tl.constexpr = tl.constexpr(1024)
 
 
 @triton.jit
+def fp32_options(xparam, beta, smoothing, uniform_weight, z_loss):
+    """The float options as fp32: torch.compile hands a kernel its float arguments as fp64
+    constants, and an fp64 one would reach the helpers' fp32 arithmetic (and their returns)."""
+    return (tl.cast(xparam, tl.float32), tl.cast(beta, tl.float32),
+            tl.cast(smoothing, tl.float32), tl.cast(uniform_weight, tl.float32),
+            tl.cast(z_loss, tl.float32))  # fmt: skip
+
+
+@triton.jit
 def fast_exp(v):
     """e^v: tl.exp, or with FAST_EXP one ex2.approx.ftz.f32 (above)."""
     if FAST_EXP:

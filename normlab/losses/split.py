@@ -21,6 +21,7 @@ from normlab.losses.online import (
     JSD,
     RKL,
     finish_loss,
+    fp32_options,
     jsd_loss,
     jsd_sums,
     kl_shift_of,
@@ -78,6 +79,8 @@ def _entropy_stats_kernel(
 ):
     """Per-row statistics of the split form. Label CE: acc is x[label] when this shard owns it.
     Masked rows are read as any other, their loss 0 (the backward writes their zeros)."""
+    xparam, beta, smoothing, uniform_weight, z_loss = fp32_options(xparam, beta, smoothing,
+                                                                   uniform_weight, z_loss)
     row = tl.program_id(0).to(tl.int64)
     x_off, t_off, _grad_off, lead = row_frames(row, x_row_stride, t_row_stride, 0, ALIGN, FRAME)
     x_row = x_ptr + x_off
@@ -174,6 +177,8 @@ def _entropy_backward_kernel(
     tiles load and store unmasked, the row's first and last tile as load_edge_tile and
     store_edge_grad do (a row's last tile may be empty).
     """
+    xparam, beta, smoothing, uniform_weight, z_loss = fp32_options(xparam, beta, smoothing,
+                                                                   uniform_weight, z_loss)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     x_off, t_off, grad_off, lead = row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
