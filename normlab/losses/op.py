@@ -6,10 +6,11 @@ alone) runs the kernels through ``normlab._launch``; on a GPU a later call of a 
 before replays its first call's launches (``_Signature``). The fused and chunked forms reduce
 the loss in the kernel (and count a mean's rows there while cheap), so a default call is one
 launch forward and one backward, no torch kernel beside them. Under ``torch.compile`` the same
-forward and backward run inside the custom ops ``normlab::entropy_fwd`` and
-``normlab::entropy_split_bwd``, which Inductor keeps as opaque calls (their dispatch costs tens
-of µs, so eager calls do not take them). The vocab-sharded loss (``group=``) is the Function in
-every mode (a process group is no custom-op argument).
+forward and backward are the Triton ops ``normlab::entropy_fwd`` and
+``normlab::entropy_split_bwd``: with static shapes and rows of whole 16-element vectors Inductor
+launches their kernels from its own code; otherwise they call opaque custom ops (tens of µs of
+dispatch a call; eager calls take neither). The vocab-sharded loss (``group=``) is the Function
+in every mode (a process group is no op argument).
 
 The fused and chunked forms write the gradient (for grad_output = 1) in the forward and save
 it; the backward scales it by grad_output: in place in an eager backward that frees the graph
