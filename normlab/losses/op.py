@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-import os
 import threading
 
 import torch
@@ -77,7 +76,6 @@ def _n_valid(spec, labels, mask):
 
 
 _REDUCTION_BUFFERS: dict = {}
-_TRACED_OUT_ZEROS = os.environ.get("NORMLAB_TRACED_OUT_ZEROS", "1") != "0"
 
 
 def _current_raw_stream(index):
@@ -131,9 +129,7 @@ def _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, accumulate, b
         loss_rows = _launch.buffer((n_rows,), _F32, x.device)
         run(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate, mask)
         return loss_rows if spec.reduction == "none" else _reduce(spec, loss_rows, n_valid, ())
-    # Traced, an empty output is a kernel launch of its own (Inductor materializes it); zeros
-    # share the ticket's fill.
-    out = _launch.buffer((), _F32, x.device, zero=_launch.is_traced(x) and _TRACED_OUT_ZEROS)
+    out = _launch.buffer((), _F32, x.device)
     ticket, loss_rows = buffers or _reduction_buffers(x.device, n_rows)
     try:
         run(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate, mask, out,
