@@ -196,9 +196,11 @@ def test_zero_width_rows_take_the_full_path(replays, loss):
     ("cross_entropy", "chunked", "mean"), ("reverse_kl", "fused", "none"),
     ("soft_cross_entropy", "chunked", "sum"), ("cross_entropy", "split", "mean")])  # fmt: skip
 def test_compiled_calls_replay_inside_the_op(replays, loss, form, reduction):
-    """Under torch.compile the loss is the custom op ``normlab::entropy_fwd``, whose body runs per
-    call: a signature's calls 2 and 3 replay the first's launches (the split form, whose backward
-    is an op of its own, takes the full path each time), each on fresh data against fp64."""
+    """Under torch.compile on the interpreter the loss is the opaque op
+    ``normlab::entropy_fwd_planned`` (as on a GPU for symbolic shapes and ragged vocabularies),
+    whose body runs per call: a signature's calls 2 and 3 replay the first's launches (the split
+    form, whose backward is an op of its own, takes the full path each time), each on fresh data
+    against fp64."""
     torch._dynamo.reset()
     shape = (2, 3, 300)
     weight = torch.rand(shape[:-1]) + 0.5 if reduction == "none" else torch.tensor(1.5)

@@ -247,8 +247,8 @@ def entropy_lane(block: int) -> int:
 ENTROPY_FRAME_BYTES = 128
 
 
-_ROWS_ALIGNED = MappingProxyType({"ALIGN": 1, "FRAME": 1})  # Triton sees them aligned
-_ROWS_UNALIGNED = MappingProxyType({"ALIGN": 1, "FRAME": 1})  # no frames: element loads
+_ROWS_ALIGNED = MappingProxyType({"ALIGN": 1, "FRAME": 1})  # Triton's own hints align them
+_ROWS_UNALIGNED = MappingProxyType({"ALIGN": 1, "FRAME": 1})  # no frame: element loads
 
 
 def frames(x, t, grad, block: int) -> Mapping[str, int]:
