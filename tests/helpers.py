@@ -139,3 +139,25 @@ def replays_on(monkeypatch) -> list:
 
     monkeypatch.setattr(_launch.Replay, "__call__", counted)
     return calls
+
+
+def traced_launch_spy(monkeypatch, modules, op_module, signature) -> list:
+    """Every launch the launchers of ``modules`` make, as (kernel, grid, arguments, keywords),
+    each tensor as ``signature`` gives it; traced launches are recorded and not run, and
+    ``op_module``'s bodies trace as on a GPU (``TRACEABLE``). Returns the list."""
+    from normlab import _launch
+
+    seen = []
+    real = _launch.launch
+
+    def spy(fn, grid, *args, **kwargs):
+        name = getattr(getattr(fn, "fn", fn), "__name__", repr(fn))
+        seen.append((name, tuple(grid), tuple(map(signature, args)),
+                     {k: signature(v) for k, v in kwargs.items()}))  # fmt: skip
+        return real(fn, grid, *args, **kwargs)
+
+    for module in modules:
+        monkeypatch.setattr(module, "launch", spy)
+    monkeypatch.setattr(_launch, "_traced_launch", lambda fn, grid, args, kwargs: None)
+    monkeypatch.setattr(op_module, "TRACEABLE", True)
+    return seen

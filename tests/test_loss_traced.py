@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import traced_launch_spy
 from test_entropy import FNS, _check, _inputs, _ref
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -31,21 +32,8 @@ def _signature(v):
 def launches(monkeypatch):
     """Every launch the losses' launchers make, as (kernel, grid, arguments, keywords); traced
     launches are recorded and not run."""
-    seen = []
-    real = _launch.launch
-
-    def spy(fn, grid, *args, **kwargs):
-        name = getattr(getattr(fn, "fn", fn), "__name__", repr(fn))
-        seen.append((name, tuple(grid), tuple(map(_signature, args)),
-                     {k: _signature(v) for k, v in kwargs.items()}))  # fmt: skip
-        return real(fn, grid, *args, **kwargs)
-
-    for module in (fused, chunked, split):
-        monkeypatch.setattr(module, "launch", spy)
-    monkeypatch.setattr(_launch, "_traced_launch", lambda fn, grid, args, kwargs: None)
-    monkeypatch.setattr(op, "TRACEABLE", True)  # as on a GPU
     monkeypatch.setattr(_launch, "REPLAY", False)
-    return seen
+    return traced_launch_spy(monkeypatch, (fused, chunked, split), op, _signature)
 
 
 # (loss, form, block_cap, reduction, compute_grad, options): each form, a kind and an option each.

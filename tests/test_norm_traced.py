@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 import triton.language as tl
-from helpers import assert_close
+from helpers import assert_close, traced_launch_spy
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import normlab
@@ -34,20 +34,7 @@ def _signature(v):
 def launches(monkeypatch):
     """Every launch the norms' launchers make, as (kernel, grid, arguments' signatures,
     keywords); traced launches are recorded and not run."""
-    seen = []
-    real = _launch.launch
-
-    def spy(fn, grid, *args, **kwargs):
-        name = getattr(getattr(fn, "fn", fn), "__name__", repr(fn))
-        seen.append((name, tuple(grid), tuple(map(_signature, args)),
-                     {k: _signature(v) for k, v in kwargs.items()}))  # fmt: skip
-        return real(fn, grid, *args, **kwargs)
-
-    for module in (row, block_row, split_row, reduce):
-        monkeypatch.setattr(module, "launch", spy)
-    monkeypatch.setattr(_launch, "_traced_launch", lambda fn, grid, args, kwargs: None)
-    monkeypatch.setattr(op, "TRACEABLE", True)  # as on a GPU
-    return seen
+    return traced_launch_spy(monkeypatch, (row, block_row, split_row, reduce), op, _signature)
 
 
 # (n_rows, n_cols, layout, strategy): a plan kind each, at awkward sizes.
