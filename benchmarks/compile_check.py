@@ -1,8 +1,9 @@
 """normlab's norms and losses inside torch.compile(fullgraph=True) with the default (inductor)
 backend on a GPU: forward and gradients equal the eager calls. Prints one line per case; exits
-1 if any case fails. ``--norms`` / ``--losses``: those cases only. A loss with form="auto" takes
-the split form inside the compiled graph where it needs a gradient (the losses' config), and is
-compared with the eager call's form.
+1 if any case fails. ``--norms`` / ``--losses``: those cases only; ``--cases A,B``: the cases
+whose names contain A or B. A loss with form="auto" takes the split form inside the compiled
+graph where it needs a gradient (the losses' config), and is compared with the eager call's
+form.
 
 The norms and the losses are Triton ops: with static shapes Inductor launches their kernels
 from its own code (the line says "kernels traced"), with symbolic shapes (a recompile after a
@@ -11,6 +12,7 @@ shape change) the graph calls the opaque planned ops ("opaque"). Each case check
 -inf constant as an undefined name; benchmarks/data/dev/gpu_checks/compile_check_5d1df6e.log.
 The kernels now write -inf inline.)"""
 
+import argparse
 import sys
 from pathlib import Path
 from unittest import mock
@@ -20,6 +22,8 @@ from torch._inductor.graph import GraphLowering
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import normlab
+
+CASES: list[str] = []  # --cases: only the cases whose names contain one of these
 
 
 def check(name, fn, *inputs, traced=None, again=None):
@@ -134,18 +138,22 @@ def check_norms() -> bool:
     return ok
 
 
-# --cases A,B: only the cases whose names contain A or B
-CASES = (sys.argv[sys.argv.index("--cases") + 1].split(",") if "--cases" in sys.argv[1:-1]
-         else [])  # fmt: skip
-
-
-def main() -> int:
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--norms", action="store_true", help="the norms' cases only")
+    which.add_argument("--losses", action="store_true", help="the losses' cases only")
+    parser.add_argument("--cases", default="",
+                        help="comma-separated: only the cases whose names contain one")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    CASES[:] = [c for c in args.cases.split(",") if c]
     torch.manual_seed(0)
     dev, bf = "cuda", torch.bfloat16
-    ok = True if "--losses" in sys.argv[1:] else check_norms()
-    if "--norms" in sys.argv[1:]:
-        return 0 if ok else 1
-    ok &= check_losses(dev, bf)
+    ok = True if args.losses else check_norms()
+    if not args.norms:
+        ok &= check_losses(dev, bf)
     return 0 if ok else 1
 
 
