@@ -173,3 +173,13 @@ def test_symbolic_shapes_take_the_planned_op(launches, monkeypatch, form):
     if form == "split":
         assert "normlab.entropy_split_bwd_planned" in graphs[1]
     assert launches  # the planned ops launched on the real tensors
+
+
+def test_frames_of_a_traced_tensor_are_none():
+    """config.frames reads the rows' addresses for a ragged vocabulary; a traced tensor has none,
+    so it gets element loads (ALIGN 1) where its real tensor gets 16-byte frames."""
+    x = torch.randn(3, 301)
+    assert config.frames(x, x, None, 64)["ALIGN"] == 4
+    with FakeTensorMode() as mode:
+        assert dict(config.frames(mode.from_tensor(x), mode.from_tensor(x), None, 64)) == {
+            "ALIGN": 1, "FRAME": 1}
