@@ -77,6 +77,12 @@ for V in (32768, 50256, 50257, 65536, 131072, 151936):
 # form's one program per row leaves SMs idle. On the H200 the 1B Llama's loss (8192 × 128256)
 # went from 2244 µs to 1574 µs compiled
 # ([the note](../docs/notes/2026-12-03-compiled-losses-take-the-split-form.md)).
+#
+# In the compiled graph the kernels are launched by Inductor itself: the losses are Triton ops
+# (`torch.library.triton_op`), so torch.compile traces the form's launchers once and none of
+# normlab's Python runs per step. A ragged vocabulary (50257) is the exception: its rows are
+# read in 16-byte frames found from their addresses, which a traced tensor does not have, so
+# it keeps an opaque op ([the note](../docs/notes/2026-12-04-losses-as-triton-ops.md)).
 
 # %%
 # NBVAL_CHECK_OUTPUT
