@@ -141,20 +141,18 @@ def main(argv=None) -> int:
     records = []
 
     def timed(label, runs, m, n, op="rms_norm", peers=()):
+        runs = dict(runs)
+        for peer in peers:
+            runs[peer] = (registry.norm_case(_compiled_peer(op), op, m, n, torch.bfloat16, "fwd",
+                                             "cuda")  # fmt: skip
+                          if peer == "compile"
+                          else registry.get(op, peer).build(m, n, torch.bfloat16, "fwd", "cuda"))
         line = [f"{label}:"]
         for name, run in runs.items():
             rec = measure(run, op, name, m, n, "bf16", "fwd", device=dev, reps=args.reps,
                           command=command, shape_set="short_call_probe")  # fmt: skip
             records.append(rec)
             line.append(f"{name} {rec.device_us:.2f}")
-        for peer in peers:
-            fn = (registry.norm_case(_compiled_peer(op), op, m, n, torch.bfloat16, "fwd", "cuda")
-                  if peer == "compile"
-                  else registry.get(op, peer).build(m, n, torch.bfloat16, "fwd", "cuda"))
-            rec = measure(fn, op, peer, m, n, "bf16", "fwd", device=dev, reps=args.reps,
-                          command=command, shape_set="short_call_probe")  # fmt: skip
-            records.append(rec)
-            line.append(f"{peer} {rec.device_us:.2f}")
         print(" | ".join(line), flush=True)
         write_jsonl(records, args.out)
 
