@@ -247,8 +247,8 @@ def entropy_lane(block: int) -> int:
 ENTROPY_FRAME_BYTES = 128
 
 
-_ROWS_ALIGNED = MappingProxyType({"ALIGN": 1, "FRAME": 1})  # Triton's own hints align them
-_ROWS_UNALIGNED = MappingProxyType({"ALIGN": 1, "FRAME": 1})  # no frame: element loads
+# No frame: rows Triton already sees aligned, or rows read element by element.
+_NO_FRAMES = MappingProxyType({"ALIGN": 1, "FRAME": 1})
 
 
 def frames(x, t, grad, block: int) -> Mapping[str, int]:
@@ -258,16 +258,16 @@ def frames(x, t, grad, block: int) -> Mapping[str, int]:
     such a boundary and a tile is that wide, else ALIGN."""
     if (x.shape[1] % 16 == 0 and x.stride(0) % 16 == 0 and t.stride(0) % 16 == 0
             and (grad is None or grad.stride(0) % 16 == 0)):  # fmt: skip
-        return _ROWS_ALIGNED
+        return _NO_FRAMES
     tensors = (x, t) if grad is None else (x, t, grad)
     if not all(map(plain_tensor, tensors)):  # torch.compile's traced tensors have no address
-        return _ROWS_UNALIGNED
+        return _NO_FRAMES
     esize = x.element_size()
     align = 16 // esize
     alike = all(v.stride(0) == x.stride(0) and v.element_size() == esize
                 and v.data_ptr() % 16 == 0 for v in tensors)  # fmt: skip
     if not alike or block < align:
-        return _ROWS_UNALIGNED
+        return _NO_FRAMES
     frame_bytes = max(16, ENTROPY_FRAME_BYTES)
     frame = frame_bytes // esize
     if block < frame or any(v.data_ptr() % frame_bytes for v in tensors):
