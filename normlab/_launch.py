@@ -306,6 +306,11 @@ _recorder: _Recorder | None = None
 def buffer(shape, dtype, device, *, zero: bool = False) -> torch.Tensor:
     """``torch.empty`` (``torch.zeros`` with ``zero``) for a launcher's output or workspace,
     which a replay allocates again."""
+    if _TRACING and shape == () and not zero:
+        # Inductor (torch 2.11-2.13) fills a 0-dim empty with a kernel of its own (its lowering
+        # marks a buffer kernel-free by zero ranges, one per dim, and a 0-dim one has none); a
+        # view of a (1,) buffer launches nothing.
+        return torch.empty((1,), dtype=dtype, device=device).view(())
     t = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
     if _recorder is not None:
         rec = _recorder

@@ -183,3 +183,33 @@ def test_frames_of_a_traced_tensor_are_none():
     with FakeTensorMode() as mode:
         assert dict(config.frames(mode.from_tensor(x), mode.from_tensor(x), None, 64)) == {
             "ALIGN": 1, "FRAME": 1}
+
+
+@pytest.mark.slow  # seconds (compile): out of make test-quick
+def test_traced_graph_allocates_no_zero_dim_buffer(launches):
+    """Inductor fills a 0-dim ``empty`` with a kernel of its own, so a reduced loss in a graph is
+    a () view of a (1,) buffer: the compiled forward's graph allocates nothing 0-dim, and the
+    loss it returns is that view."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    graphs = []
+
+    def keep(gm, _inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, t: FNS["cross_entropy"][0](a, t, form="fused"),
+                             fullgraph=True, backend=aot_autograd(fw_compiler=keep))  # fmt: skip
+    x, labels, _ = _case_inputs("cross_entropy", {})
+    compiled(x, labels)
+    assert launches, "the body traced no launch"
+    nodes = list(graphs[0].graph.nodes)
+    allocations = [n for n in nodes if n.target in (torch.ops.aten.empty.memory_format,
+                                                    torch.ops.aten.zeros.default)]  # fmt: skip
+    assert allocations and all(len(n.args[0]) >= 1 for n in allocations)
+    (loss,) = nodes[-1].args[0]
+    assert loss.target == torch.ops.aten.view.default and loss.args[1] == []
+    assert loss.args[0].target == torch.ops.aten.empty.memory_format
+    assert loss.args[0].args[0] == [1]

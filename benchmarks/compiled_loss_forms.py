@@ -1,0 +1,123 @@
+"""The losses' forms inside torch.compile: device time of a compiled forward+backward, each way
+the graph can run the loss.
+
+    python3 benchmarks/compiled_loss_forms.py --out out/compiled_forms.jsonl
+        [--shapes 256x131072,...] [--losses cross_entropy,reverse_kl] [--reps 20]
+
+Three ways, each compiled afresh (Inductor's caches off, ``torch._dynamo.reset()``):
+
+* ``traced``: as shipped. ``form="auto"`` picks the form; Inductor launches its kernels.
+* ``opaque``: the same form through the opaque op (``losses.op.TRACEABLE`` off), whose
+  launches are the eager ones (the chunked form's register cap included).
+* ``split``: the split form traced (``ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM`` = 0).
+
+bf16, L2 flushed, device µs (``normlab.bench.timing``). One record per loss, shape and way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import normlab
+from normlab.bench import device_info
+from normlab.bench.device import git_commit
+from normlab.bench.records import portable_command, replace_jsonl
+from normlab.bench.timing import time_call
+from normlab.losses import config as loss_config
+from normlab.losses import op as loss_op
+
+WAYS = ("traced", "opaque", "split")
+LOSSES = ("cross_entropy", "reverse_kl", "soft_cross_entropy")
+# Fewer rows than ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM (4) per SM (132 SMs: 528) take the
+# auto form (chunked at V >= 65536); 528 rows take the split form.
+SHAPES = "132x131072,256x131072,400x131072,256x65536,256x151936,64x131072,528x131072"
+
+
+@contextlib.contextmanager
+def _way(way):
+    saved = (loss_op.TRACEABLE, loss_config.ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM)
+    if way == "opaque":
+        loss_op.TRACEABLE = False
+    elif way == "split":
+        loss_config.ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM = 0
+    try:
+        yield
+    finally:
+        loss_op.TRACEABLE, loss_config.ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM = saved
+
+
+def _call(loss, n_rows, n_cols):
+    x = torch.randn(n_rows, n_cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    if loss == "cross_entropy":
+        other = torch.randint(0, n_cols, (n_rows,), device="cuda")
+    else:
+        other = torch.randn(n_rows, n_cols, device="cuda", dtype=torch.bfloat16)
+    fn = getattr(normlab, loss)
+    compiled = torch.compile(lambda a, b: fn(a, b), fullgraph=True)
+    return lambda: torch.autograd.grad(compiled(x, other), (x,))
+
+
+def _shapes(text):
+    try:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in text.split(",") if s]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shapes takes MxV,...; got {text!r}") from None
+    if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes):
+        raise argparse.ArgumentTypeError(f"--shapes takes positive MxV,...; got {text!r}")
+    return shapes
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--shapes", type=_shapes, default=_shapes(SHAPES))
+    parser.add_argument("--losses", default=",".join(LOSSES))
+    parser.add_argument("--ways", default=",".join(WAYS))
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args(argv)
+    losses = [s for s in args.losses.split(",") if s]
+    ways = [s for s in args.ways.split(",") if s]
+    if not losses or set(losses) - set(LOSSES):
+        parser.error(f"--losses: unknown {sorted(set(losses) - set(LOSSES))}; from {LOSSES}")
+    if not ways or set(ways) - set(WAYS):
+        parser.error(f"--ways: unknown {sorted(set(ways) - set(WAYS))}; from {WAYS}")
+    if args.reps < 1:
+        parser.error(f"--reps must be >= 1, got {args.reps}")
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"  # a cached graph ignores the way
+    info = device_info(measure_copy=False)
+    argv = sys.argv[1:] if argv is None else argv
+    meta = {"card": info.card, "torch": info.torch, "triton": info.triton,
+            "commit": git_commit(), "date": time.strftime("%Y-%m-%d"),
+            "command": portable_command(["python3", "benchmarks/compiled_loss_forms.py", *argv]),
+            "dtype": "bf16", "direction": "fwd+bwd"}  # fmt: skip
+    records = []
+    for n_rows, n_cols in args.shapes:
+        for loss in losses:
+            row = []
+            for way in ways:
+                torch._dynamo.reset()
+                with _way(way):
+                    timing = time_call(_call(loss, n_rows, n_cols), reps=args.reps, warmup=3)
+                kernels = sorted(timing.kernels, key=timing.kernels.get, reverse=True)
+                records.append({**meta, "loss": loss, "M": n_rows, "V": n_cols, "way": way,
+                                "device_us": timing.device_us,
+                                "device_us_median": timing.device_us_median,
+                                "wall_us": timing.wall_us, "kernels": kernels[:4]})  # fmt: skip
+                row.append(f"{way} {timing.device_us:8.1f}")
+                torch.cuda.empty_cache()
+            print(f"{loss:>18} {n_rows:>5}x{n_cols:<7} " + "  ".join(row), flush=True)
+            replace_jsonl(records, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
