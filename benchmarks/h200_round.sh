@@ -1042,7 +1042,9 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/overhead_forms.json" --no-progress
     ;;
   compiledforms2)  # the forms inside torch.compile: traced, opaque, split
-    step compiled_loss_forms 580 python3 benchmarks/compiled_loss_forms.py \
+    step compiled_host_profile_forms 60 env TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 \
+      python3 benchmarks/compiled_host_profile.py --op cross_entropy
+    step compiled_loss_forms 500 python3 benchmarks/compiled_loss_forms.py \
       --out "$OUT/compiled_loss_forms.jsonl" --losses cross_entropy,reverse_kl
     ;;
   losstriton)  # the losses as Triton ops: Inductor launches their kernels where shapes are static
