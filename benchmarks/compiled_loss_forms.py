@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import time
@@ -28,7 +29,7 @@ import torch
 import normlab
 from normlab.bench import device_info
 from normlab.bench.device import git_commit
-from normlab.bench.records import portable_command, replace_jsonl
+from normlab.bench.records import portable_command
 from normlab.bench.timing import time_call
 from normlab.losses import config as loss_config
 from normlab.losses import op as loss_op
@@ -54,11 +55,11 @@ def _way(way):
 
 
 def _call(loss, n_rows, n_cols):
-    x = torch.randn(n_rows, n_cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(n_rows, n_cols, device=normlab.DEVICE, dtype=torch.bfloat16, requires_grad=True)
     if loss == "cross_entropy":
-        other = torch.randint(0, n_cols, (n_rows,), device="cuda")
+        other = torch.randint(0, n_cols, (n_rows,), device=normlab.DEVICE)
     else:
-        other = torch.randn(n_rows, n_cols, device="cuda", dtype=torch.bfloat16)
+        other = torch.randn(n_rows, n_cols, device=normlab.DEVICE, dtype=torch.bfloat16)
     fn = getattr(normlab, loss)
     compiled = torch.compile(lambda a, b: fn(a, b), fullgraph=True)
     return lambda: torch.autograd.grad(compiled(x, other), (x,))
@@ -115,7 +116,9 @@ def main(argv=None) -> int:
                 row.append(f"{way} {timing.device_us:8.1f}")
                 torch.cuda.empty_cache()
             print(f"{loss:>18} {n_rows:>5}x{n_cols:<7} " + "  ".join(row), flush=True)
-            replace_jsonl(records, args.out)
+            tmp = args.out.with_name(f".tmp.{args.out.name}")  # a killed run keeps the last file
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+            tmp.replace(args.out)
     return 0
 
 
