@@ -9,7 +9,7 @@ Three ways, each compiled afresh (Inductor's caches off, ``torch._dynamo.reset()
 * ``traced``: as shipped. ``form="auto"`` picks the form; Inductor launches its kernels.
 * ``opaque``: the same form through the opaque op (``losses.op.TRACEABLE`` off), whose
   launches are the eager ones (the chunked form's register cap included).
-* ``split``: the split form traced (``ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM`` = 0).
+* ``split``: the split form traced (``config.compiled_split_min_rows`` 0).
 
 bf16, L2 flushed, device µs (``normlab.bench.timing``). One record per loss, shape and way.
 """
@@ -36,22 +36,22 @@ from normlab.losses import op as loss_op
 
 WAYS = ("traced", "opaque", "split")
 LOSSES = ("cross_entropy", "reverse_kl", "soft_cross_entropy")
-# Fewer rows than ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM (4) per SM (132 SMs: 528) take the
-# auto form (chunked at V >= 65536); 528 rows take the split form.
+# Around config.compiled_split_min_rows (132 SMs: 132 rows for label CE, 528 for the others);
+# below it the auto form (chunked at V >= 65536).
 SHAPES = "132x131072,256x131072,400x131072,256x65536,256x151936,64x131072,528x131072"
 
 
 @contextlib.contextmanager
 def _way(way):
-    saved = (loss_op.TRACEABLE, loss_config.ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM)
+    saved = (loss_op.TRACEABLE, loss_config.compiled_split_min_rows)
     if way == "opaque":
         loss_op.TRACEABLE = False
     elif way == "split":
-        loss_config.ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM = 0
+        loss_config.compiled_split_min_rows = lambda loss, sm_count: 0
     try:
         yield
     finally:
-        loss_op.TRACEABLE, loss_config.ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM = saved
+        loss_op.TRACEABLE, loss_config.compiled_split_min_rows = saved
 
 
 def _call(loss, n_rows, n_cols):

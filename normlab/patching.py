@@ -185,7 +185,7 @@ def causal_lm_loss(logits, labels, vocab_size: int, num_items_in_batch=None,
     stay in their dtype; the kernel reduces in fp32. ``label_smoothing``, ``z_loss``,
     ``softcap`` and ``form`` go to cross_entropy (bind them with functools.partial before
     assigning the function as a model's loss_function; Hugging Face's own call passes none).
-    Inside torch.compile, ``form="auto"`` takes the split form from 4 rows an SM; its backward
+    Inside torch.compile, ``form="auto"`` takes the split form from one row an SM; its backward
     holds the logits and the gradient together. ``form="chunked"`` peaks one (M, V) tensor
     lower, at one more pass over it."""
     from normlab.losses import cross_entropy

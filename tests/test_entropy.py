@@ -703,20 +703,24 @@ def test_auto_form_spreads_few_rows_over_the_sms():
 
 def test_auto_form_inside_torch_compile_with_a_gradient_is_split():
     # A compiled backward rescales a saved gradient out of place, so a compiled call that needs
-    # the gradient takes the split form from ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM rows an SM
-    # (its statistics kernel runs one program per row); below, or without a gradient, the eager
-    # choice. An explicit form is kept (the public call, below).
+    # the gradient takes the split form from one row an SM (label CE: three passes of the
+    # logits' size against four) or four (the distribution losses: five either way; the split
+    # form's statistics kernel runs one program per row); below, or without a gradient, the
+    # eager choice. An explicit form is kept (the public call, below).
     sms = 132
-    per_sm = config.ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM
-    assert config.ENTROPY_COMPILED_GRAD_FORM == "split" and per_sm == 4
+    assert config.ENTROPY_COMPILED_GRAD_FORM == "split"
+    for loss, per_sm in (("cross_entropy", 1), ("reverse_kl", 4), ("soft_cross_entropy", 4),
+                         ("forward_kl", 4), ("jsd", 4)):  # fmt: skip
+        assert config.compiled_split_min_rows(loss, sms) == per_sm * sms
     for loss, n_cols in (("cross_entropy", 131072), ("reverse_kl", 32768),
                          ("soft_cross_entropy", 50257), ("cross_entropy", 1000)):  # fmt: skip
+        per_sm = 1 if loss == "cross_entropy" else 4
         for rows in (per_sm * sms, per_sm * sms + 1, 8192, None):
             eager_form, cap = config.entropy_auto(loss, n_cols, False, rows, sms, 2 * n_cols)
             assert eager_form in ("fused", "chunked")
             assert config.entropy_auto(loss, n_cols, False, rows, sms, 2 * n_cols, True) == (
                 "split", cap)
-        for rows in (per_sm * sms - 1, sms, sms - 1, 1):
+        for rows in (per_sm * sms - 1, sms // 2, 1):
             eager = config.entropy_auto(loss, n_cols, False, rows, sms, 2 * n_cols)
             assert config.entropy_auto(loss, n_cols, False, rows, sms, 2 * n_cols, True) == eager
             assert eager[0] != "split"
@@ -724,9 +728,9 @@ def test_auto_form_inside_torch_compile_with_a_gradient_is_split():
 
 @pytest.mark.parametrize("loss", LOSSES)
 def test_torch_compile_auto_form_with_a_gradient_runs_split(loss, monkeypatch):
-    # The interpreter's 4 SMs: from 16 rows the compiled call's backward is the split form's
-    # kernel (counted), its loss and gradient the fp64 reference's; at 15 rows the form is the
-    # eager one, which writes its gradient in the forward; an explicit form is kept.
+    # The interpreter's 4 SMs: from 16 rows (label CE: 4) the compiled call's backward is the
+    # split form's kernel (counted), its loss and gradient the fp64 reference's; a row fewer, the
+    # form is the eager one, which writes its gradient in the forward; an explicit form is kept.
     from normlab.losses import op as loss_op
 
     calls = []
@@ -734,8 +738,9 @@ def test_torch_compile_auto_form_with_a_gradient_runs_split(loss, monkeypatch):
     monkeypatch.setattr(loss_op, "_split_grad", lambda *a: calls.append(1) or split_grad(*a))
     from normlab import _runtime
 
-    rows_split = config.ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM * _runtime.sm_count()
-    assert rows_split == 16  # the interpreter's 4 SMs: the small shapes below stay cheap
+    rows_split = config.compiled_split_min_rows(loss, _runtime.sm_count())
+    # the interpreter's 4 SMs: the small shapes below stay cheap
+    assert rows_split == (4 if loss == "cross_entropy" else 16)
     for rows, form, split in ((rows_split, "auto", True), (rows_split - 1, "auto", False),
                               (rows_split, "fused", False)):  # fmt: skip
         calls.clear()

@@ -368,16 +368,27 @@ ENTROPY_FEW_ROWS_CHUNK_BYTES = 24 * 1024
 
 # Inside torch.compile a backward cannot rescale the gradient that the fused and chunked forms
 # saved in their forward: it rescales out of place (the graph may run its backward again, as
-# retain_graph=True does), one more read and write of (M, V). Four passes over the logits' size
-# against the split form's three (its forward reads the logits; its backward reads them and
-# writes the gradient), so a compiled call with a gradient takes the split form, from
-# ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM rows an SM: the split form's statistics kernel runs one
-# program per row, and fewer rows leave the SMs waiting on DRAM where the chunked form spreads
-# a row (at 4096 x 131072, label CE 848.5 against 1157.6 µs; at 256 rows, reverse KL 135.4
-# against 117.3: docs/notes/2026-12-03-compiled-losses-take-the-split-form.md). The split form
-# saves the logits, not the gradient: its backward holds both (a higher compiled peak).
+# retain_graph=True does), one more read and write of (M, V). Passes over the logits' size:
+# - label CE: four (chunked) against the split form's three (its statistics read the logits, its
+#   backward reads them and writes the gradient);
+# - the distribution losses: five either way (both forms also read the target).
+# So a compiled call with a gradient takes the split form from one row an SM (label CE) or four
+# (the rest): the split form's statistics run one program per row, and fewer rows leave SMs
+# waiting on DRAM where the chunked form spreads a row. bf16 fwd+bwd µs, split against chunked
+# (compiled_loss_forms_530b377): label CE 256 x 131072 80.5 / 117.1, 132 rows 60.6 / 61.1, 64
+# rows 47.4 / 33.5; reverse KL 256 rows 134.3 / 120.9, 400 rows 170.1 / 176.8; at 4096 x 131072
+# label CE 848.5 / 1157.6 (docs/notes/2026-12-03-compiled-losses-take-the-split-form.md). The
+# split form saves the logits, not the gradient: its backward holds both (a higher peak).
 ENTROPY_COMPILED_GRAD_FORM = "split"
 ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM = 4
+ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM_LABELS = 1
+
+
+def compiled_split_min_rows(loss: str, sm_count: int) -> int:
+    """Rows from which a compiled call of ``loss`` with a gradient takes the split form."""
+    per_sm = (ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM_LABELS if loss == "cross_entropy"
+              else ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM)  # fmt: skip
+    return per_sm * sm_count
 
 
 # The chunked form holds a chunk's last tile in registers across its wait for the row's other
@@ -401,8 +412,7 @@ def entropy_auto(loss: str, n_cols: int, distributed: bool, n_rows: int | None =
     form, cap = ENTROPY_AUTO[loss][ENTROPY_AUTO_CLASSES.index(entropy_vocab_class(n_cols))]
     if distributed:
         return "split", cap
-    if compiled_grad and (n_rows is None
-                          or n_rows >= ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM * sm_count):
+    if compiled_grad and (n_rows is None or n_rows >= compiled_split_min_rows(loss, sm_count)):
         return ENTROPY_COMPILED_GRAD_FORM, cap
     few_rows = n_rows is not None and 0 < n_rows < ENTROPY_FUSED_MIN_ROWS_PER_SM * sm_count
     row_bytes = 2 * n_cols if row_bytes is None else row_bytes

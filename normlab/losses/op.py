@@ -979,8 +979,8 @@ _DISTRIBUTION_ARGS = """
             (as fused, with each row shared by several programs that meet at a per-row
             counter), "split" (a stats kernel, then a backward kernel from the stored row
             statistics) or "auto" (``config.ENTROPY_AUTO``, from measurements; inside
-            torch.compile with a gradient, split from 4 rows an SM:
-            ``config.ENTROPY_COMPILED_GRAD_FORM``).
+            torch.compile with a gradient, split from 4 rows an SM, label CE from 1:
+            ``config.compiled_split_min_rows``).
         block_cap: column tile cap, one of 4096, 8192, 16384, 32768 (any power of two in
             [16, 65536] is accepted for experiments); None takes the auto table's.
         reduction: "mean" over rows (the batchmean convention), "sum", or "none" (shape (...)).
