@@ -1,10 +1,11 @@
 """Where the host time of a compiled forward goes (GPU): normlab's op against torch's.
 
     python3 benchmarks/compiled_host_profile.py [--calls 2000] [--shape 4x1024]
-        [--op rms_norm,layer_norm,cross_entropy]
+        [--op rms_norm,layer_norm,cross_entropy,reverse_kl]
 
-For the RMSNorm, LayerNorm and label cross-entropy forwards (no gradient; the loss at 4 times
-the width), each under ``torch.compile(fullgraph=True)``,
+For the RMSNorm, LayerNorm, label cross-entropy and reverse KL forwards (no gradient; the
+losses at 4 times the width; reverse KL against torch's ``log_softmax`` + ``kl_div``), each
+under ``torch.compile(fullgraph=True)``,
 prints the host µs per call in a launch-bound loop, the Python functions that run per call
 (cProfile over ``--calls`` calls, by own time), and the wrapper code Inductor generated: what it
 allocates and how it launches each kernel.
@@ -30,6 +31,11 @@ def _fns(op: str):
     if op == "cross_entropy":  # w: the logits, b: the labels
         return {"normlab": lambda x, w, b: normlab.cross_entropy(w, b),
                 "torch": lambda x, w, b: F.cross_entropy(w, b)}  # fmt: skip
+    if op == "reverse_kl":  # w: the logits, b: the target logits; torch's: the composite
+        return {"normlab": lambda x, w, b: normlab.reverse_kl(w, b),
+                "torch": lambda x, w, b: F.kl_div(F.log_softmax(b.float(), -1),
+                                                  F.log_softmax(w.float(), -1),
+                                                  reduction="batchmean", log_target=True)}
     return {"normlab": lambda x, w, b: normlab.layer_norm(x, w, b, 1e-5),
             "torch": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)}  # fmt: skip
 
@@ -62,8 +68,8 @@ def main(argv=None) -> int:
         parser.error(f"--shape: {args.shape!r} is not MxN")
     ops = args.op.split(",")
     for op in ops:
-        if op not in ("rms_norm", "layer_norm", "cross_entropy"):
-            parser.error(f"--op: {op!r} is not rms_norm, layer_norm or cross_entropy")
+        if op not in ("rms_norm", "layer_norm", "cross_entropy", "reverse_kl"):
+            parser.error(f"--op: {op!r} is not rms_norm, layer_norm, cross_entropy or reverse_kl")
     import torch
     from torch._inductor.utils import run_and_get_code
 
@@ -74,8 +80,10 @@ def main(argv=None) -> int:
     b = torch.randn(N, dtype=torch.bfloat16, device="cuda")
     logits = torch.randn(M, 4 * N, dtype=torch.bfloat16, device="cuda")
     labels = torch.randint(0, 4 * N, (M,), device="cuda")
+    target = torch.randn(M, 4 * N, dtype=torch.bfloat16, device="cuda")
     for op in ops:
-        inputs = (x, logits, labels) if op == "cross_entropy" else (x, w, b)
+        inputs = {"cross_entropy": (x, logits, labels),
+                  "reverse_kl": (x, logits, target)}.get(op, (x, w, b))  # fmt: skip
         for impl, fn in _fns(op).items():
             compiled = torch.compile(fn, fullgraph=True)
             _, code = run_and_get_code(compiled, *inputs)
