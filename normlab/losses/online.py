@@ -583,7 +583,7 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
         if XFORM >= SOFTCAP:
             # x here is the capped logit: d(c tanh(v / c)) / dv = 1 - (x / c)^2, taken with
             # the scale as scale - (scale / c^2) x^2: an FMUL and an FFMA a logit
-            return g * (scale - (x * (scale / (xparam * xparam))) * x)
+            scale = scale - (x * (scale / (xparam * xparam))) * x
     return g * scale
 
 
