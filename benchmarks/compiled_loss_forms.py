@@ -11,17 +11,17 @@ Three ways, each compiled afresh (Inductor's caches off, ``torch._dynamo.reset()
   launches are the eager ones (the chunked form's register cap included).
 * ``split``: the split form traced (``config.compiled_split_min_rows`` 0).
 
-bf16, L2 flushed, device µs (``normlab.bench.timing``). One record per loss, shape and way.
+bf16, L2 flushed, device µs (``normlab.bench.sweep.measure``): one record per loss, shape and way
+(``impl`` "normlab+compile", the way in its note), rewritten after each.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import dataclasses
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -29,8 +29,8 @@ import torch
 import normlab
 from normlab.bench import device_info
 from normlab.bench.device import git_commit
-from normlab.bench.records import portable_command
-from normlab.bench.timing import time_call
+from normlab.bench.records import portable_command, replace_jsonl
+from normlab.bench.sweep import measure
 from normlab.losses import config as loss_config
 from normlab.losses import op as loss_op
 
@@ -94,12 +94,10 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"  # a cached graph ignores the way
-    info = device_info(measure_copy=False)
+    dev = device_info()
+    commit = git_commit()
     argv = sys.argv[1:] if argv is None else argv
-    meta = {"card": info.card, "torch": info.torch, "triton": info.triton,
-            "commit": git_commit(), "date": time.strftime("%Y-%m-%d"),
-            "command": portable_command(["python3", "benchmarks/compiled_loss_forms.py", *argv]),
-            "dtype": "bf16", "direction": "fwd+bwd"}  # fmt: skip
+    command = portable_command(["python3", "benchmarks/compiled_loss_forms.py", *argv])
     records = []
     for n_rows, n_cols in args.shapes:
         for loss in losses:
@@ -107,18 +105,14 @@ def main(argv=None) -> int:
             for way in ways:
                 torch._dynamo.reset()
                 with _way(way):
-                    timing = time_call(_call(loss, n_rows, n_cols), reps=args.reps, warmup=3)
-                kernels = sorted(timing.kernels, key=timing.kernels.get, reverse=True)
-                records.append({**meta, "loss": loss, "M": n_rows, "V": n_cols, "way": way,
-                                "device_us": timing.device_us,
-                                "device_us_median": timing.device_us_median,
-                                "wall_us": timing.wall_us, "kernels": kernels[:4]})  # fmt: skip
-                row.append(f"{way} {timing.device_us:8.1f}")
+                    rec = measure(_call(loss, n_rows, n_cols), loss, "normlab+compile", n_rows,
+                                  n_cols, torch.bfloat16, "fwd+bwd", device=dev, reps=args.reps,
+                                  command=command, commit=commit)  # fmt: skip
+                records.append(dataclasses.replace(rec, note=f"{rec.note}; way {way}"))
+                row.append(f"{way} {rec.device_us:8.1f}")
                 torch.cuda.empty_cache()
             print(f"{loss:>18} {n_rows:>5}x{n_cols:<7} " + "  ".join(row), flush=True)
-            tmp = args.out.with_name(f".tmp.{args.out.name}")  # a killed run keeps the last file
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-            tmp.replace(args.out)
+            replace_jsonl(records, args.out)
     return 0
 
 
