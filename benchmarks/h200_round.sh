@@ -1062,10 +1062,12 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step compiled_host_profile_hostnow 60 env TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 \
       python3 benchmarks/compiled_host_profile.py --op cross_entropy
     ;;
-  softcapgrad)  # the softcap gradient as one FMUL and one FFMA a logit
+  softcapgrad)  # label CE's softcap held as tanh(x / c), its c at the shift (online.transform)
     step gpu_check_softcap 50 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_softcap.json" \
       --quick --dtypes bf16 --only loss_options \
       --loss-options "cross_entropy softcap,cross_entropy smoothing z softcap"
+    step loss_options_softcap 100 python3 benchmarks/loss_options.py \
+      --out "$OUT/loss_options_softcap.jsonl" --reps 10 --max-seconds 60
     step probe_softcap 60 python3 benchmarks/loss_form_probe.py --out "$OUT/probe_softcap.jsonl" \
       --cases "cross_entropy,cross_entropy all three" --forms chunked --caps 4096 --reps 10
     ;;

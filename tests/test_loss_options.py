@@ -541,20 +541,24 @@ def test_bad_options(match, call):
 
 
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("tile_sum", [True, False])
-def test_label_smoothing_one_lane_tiles(form, tile_sum, monkeypatch):
+@pytest.mark.parametrize("lanes", ["one, tile sum", "one, a sum a tile", "many"])
+def test_label_smoothing_logit_sum_by_lane(form, lanes, monkeypatch):
     # Tiles of one lane (as 4096 and wider on a GPU): the smoothed logit sum is kept in partial
     # sums of online.SMOOTH_PART logits (SMOOTH_TILE_SUM) reduced once a row or chunk, or one
-    # sum per tile.
+    # sum per tile; and tiles of many lanes.
     # V = 300 at tile 64: four whole tiles and a ragged one. Row 2 is shifted by 50 (a wrong or
-    # double-counted tile would show); with a cap, row 0 holds -inf logits, capped to -4.
-    monkeypatch.setattr(config, "ENTROPY_LANE_MAX_BLOCK", 32)
+    # double-counted tile would show); with a cap, row 0 holds -inf logits in a whole tile and in
+    # the ragged one, each capped to -4 and summed as -4 (a whole tile sums the held tanh with no
+    # -inf test, the ragged one drops its masked lanes).
+    if lanes != "many":
+        monkeypatch.setattr(config, "ENTROPY_LANE_MAX_BLOCK", 32)
     monkeypatch.setattr(config, "ENTROPY_CHUNKED_TILES", 2)
-    monkeypatch.setattr(online, "SMOOTH_TILE_SUM", tl.constexpr(tile_sum))
-    assert config.entropy_lane(64) == 64
+    monkeypatch.setattr(online, "SMOOTH_TILE_SUM", tl.constexpr(lanes == "one, tile sum"))
+    assert (config.entropy_lane(64) == 64) == (lanes != "many")
     x, labels = _ce_inputs(300)
     capped = x.clone()
     capped[0, 70:90] = float("-inf")
+    capped[0, 280:290] = float("-inf")
     x[2] += 50.0
     for logits, kw in ((x, {"label_smoothing": 0.3}),
                        (capped, {"label_smoothing": 0.2, "softcap": 4.0, "z_loss": 1e-2})):

@@ -30,6 +30,7 @@ from normlab.losses.online import (
     jsd_sums,
     load_edge_tile,
     load_label,
+    loss_logit,
     masked_out,
     row_frames,
     row_statistics,
@@ -37,7 +38,6 @@ from normlab.losses.online import (
     store_raw_stats,
     tile_cols,
     tile_span,
-    transform,
 )
 
 
@@ -206,7 +206,7 @@ def _entropy_chunked_kernel(
     if KIND == CE:
         if chunk == 0:
             x_label = tl.load(x_ptr + row * x_row_stride + tl.where(bad, 0, label))
-            x_label = tl.where(bad, float("nan"), transform(x_label.to(tl.float32), xparam,
+            x_label = tl.where(bad, float("nan"), loss_logit(x_label.to(tl.float32), xparam,
                                                             XFORM))  # fmt: skip
         label = label + lead - start
     n_slots = n_rows * n_chunks

@@ -30,11 +30,11 @@ from normlab.losses.online import (
     jsd_loss,
     jsd_sums,
     load_label,
+    loss_logit,
     masked_out,
     row_frames,
     row_statistics,
     safe_max,
-    transform,
 )
 
 
@@ -107,7 +107,7 @@ def _entropy_fused_kernel(
     if KIND == CE:
         label, _ignored, bad = load_label(labels_ptr, row, ignore_index, 0, n_cols)
         x_label = tl.load(x_row + lead + tl.where(bad, 0, label)).to(tl.float32)
-        x_label = tl.where(bad, float("nan"), transform(x_label, xparam, XFORM))
+        x_label = tl.where(bad, float("nan"), loss_logit(x_label, xparam, XFORM))
         label = label + lead
     m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = row_statistics(
         x_row, t_row, lead, lead + n_cols, xparam, KIND, BLOCK, LANE, ALIGN, True, XFORM, SMOOTH

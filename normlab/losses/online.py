@@ -19,11 +19,12 @@ count 0, so -inf logits (a masked vocab) are allowed; NaN or +inf anywhere in a 
 row's loss and every entry of its gradient NaN (as torch's autograd). Masked lanes load as -inf,
 never 0, so they cannot move a max or a log-sum-exp.
 
-Options, each a constexpr that compiles to nothing when off: XFORM transforms every logit
-(x / T for a temperature, both operands, applied where a logit meets its row's shift:
-``shifted``, ``scaled_max``; the host multiplies the gradient by 1/T. c tanh(x / c) for label
-CE's softcap at the load, ``transform``, whose derivative tile_grad applies, with the GPU's
-tanh.approx.f32 for 16-bit logits: config.softcap_xform); label CE's
+Options, each a constexpr that compiles to nothing when off: XFORM transforms every logit.
+The kernels hold h, and the loss sees h * xparam, applied where a logit meets its row's shift
+(``shifted``, ``scaled``): for a temperature h = x and xparam = 1 / T, both operands (the host
+multiplies the gradient by 1 / T); for label CE's softcap h = tanh(x / c) at the load
+(``transform``, the GPU's tanh.approx.f32 for 16-bit logits: config.softcap_xform) and xparam =
+c, the derivative 1 - h^2 in tile_grad; label CE's
 SMOOTH (label smoothing, F.cross_entropy's definition: the label's weight 1 - eps, every
 column's eps / V, so the statistics also sum the logits) and ZLOSS (z lse^2 per row, its
 gradient 2 z lse p); HAS_MASK (the kernels: rows whose loss_mask is False are skipped, as
@@ -61,7 +62,7 @@ FKL: tl.constexpr = tl.constexpr(3)
 JSD: tl.constexpr = tl.constexpr(4)
 # Logit transforms, the kernels' XFORM constexpr (config.XFORMS on the host).
 TEMPER: tl.constexpr = tl.constexpr(1)  # x * xparam, xparam = 1 / temperature (at the shift)
-SOFTCAP: tl.constexpr = tl.constexpr(2)  # xparam * tanh(x / xparam), xparam = the cap
+SOFTCAP: tl.constexpr = tl.constexpr(2)  # tanh(x / xparam), xparam = the cap (at the shift)
 SOFTCAP_APPROX: tl.constexpr = tl.constexpr(3)  # the same with tanh.approx.f32 (GPU only)
 # A tile's two maxima (x's and t's) in one two-operand tl.reduce: one cross-warp exchange on a
 # GPU. The interpreter runs a custom combine element by element in Python (seconds per tile of
@@ -168,32 +169,53 @@ def tanh(v, APPROX: tl.constexpr):
 
 @triton.jit
 def transform(v, xparam, XFORM: tl.constexpr):
-    """A loaded fp32 logit as the kernels hold it (XFORM: see the module docstring): capped for
-    a softcap; as loaded for a temperature, whose 1 / T ``shifted`` and ``scaled_max`` apply."""
+    """A loaded fp32 logit as the kernels hold it (XFORM: see the module docstring): tanh(v / c)
+    for a softcap, whose c ``shifted`` and ``scaled`` apply; as loaded otherwise."""
     if XFORM >= SOFTCAP:  # a scalar reciprocal: no division per element
-        v = xparam * tanh(v * (1.0 / xparam), XFORM == SOFTCAP_APPROX)
+        v = tanh(v * (1.0 / xparam), XFORM == SOFTCAP_APPROX)
     return v
 
 
 @triton.jit
 def shifted(v, shift, xparam, XFORM: tl.constexpr):
-    """A held logit as the loss sees it, less its row's shift (in the loss's units): for a
-    temperature v / T - shift as one FFMA, where a multiply at the load and a subtraction took
-    two (the fused form's kernel with T = 2: 96 -> 72 registers, T = 1's count; soft CE T = 2 at
+    """A held logit as the loss sees it, less its row's shift (in the loss's units): v xparam -
+    shift as one FFMA, where a multiply at the load and a subtraction took two (a temperature,
+    the fused form's kernel with T = 2: 96 -> 72 registers, T = 1's count; soft CE T = 2 at
     4096 x 131072: 1.14 -> 1.11x soft CE, loss_options_1f4f753). Exact at the max only where
-    1 / T is a power of two: elsewhere the FMA keeps the rounding of max / T."""
-    if XFORM == TEMPER:
+    xparam is a power of two: elsewhere the FMA keeps the rounding of max xparam."""
+    if XFORM != 0:
         return tl.fma(v, xparam, -shift)
     return v - shift
 
 
 @triton.jit
-def scaled_max(m, xparam, XFORM: tl.constexpr):
-    """A held tile's max in the loss's units: max(v / T) = max(v) / T, for T > 0 (the host's
-    check), one multiply per lane instead of one per logit."""
-    if XFORM == TEMPER:
-        m = m * xparam
-    return m
+def scaled(v, xparam, XFORM: tl.constexpr):
+    """A held value (a tile's max, a logit, a sum of logits) in the loss's units: max(v xparam)
+    = xparam max(v) for xparam > 0 (the host's check), one multiply per lane or row instead of
+    one per logit."""
+    if XFORM != 0:
+        v = v * xparam
+    return v
+
+
+@triton.jit
+def loss_logit(v, xparam, XFORM: tl.constexpr):
+    """A loaded fp32 logit in the loss's units (label CE's x[label]): c tanh(v / c) under a
+    softcap."""
+    return scaled(transform(v, xparam, XFORM), xparam, XFORM)
+
+
+@triton.jit
+def exp_shifted(v, shift, xparam, XFORM: tl.constexpr):
+    """e^shifted(v, shift). A softcap's held tanh is bounded (|v| <= 1, and the shift at most c
+    + log V), so with FAST_EXP its c, log2 e and the shift fold into one FFMA: v (c log2 e) -
+    shift log2 e into ex2.approx.ftz.f32, each rounding at most (c + log V) 2^-24 of the
+    exponent. Unbounded logits take fast_exp of shifted (exact near the max at any size)."""
+    if (XFORM >= SOFTCAP) and FAST_EXP:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r",
+                                         [tl.fma(v, xparam * LOG2E, -(shift * LOG2E))],
+                                         dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
+    return fast_exp(shifted(v, shift, xparam, XFORM))
 
 
 @triton.jit
@@ -218,7 +240,7 @@ def tile_cols(BLOCK: tl.constexpr, LANE: tl.constexpr):
 
 @triton.jit
 def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOTH: tl.constexpr,
-                ONE_LANE: tl.constexpr, XFORM: tl.constexpr):  # fmt: skip
+                ONE_LANE: tl.constexpr, XFORM: tl.constexpr, WHOLE: tl.constexpr = False):  # fmt: skip
     """Fold one held fp32 tile (a tile_cols grid, -inf on masked lanes; see transform) into
     running statistics, in the loss's units (a temperature's 1 / T applied here), kept
     per lane (per grid row: vectors of BLOCK // LANE). Lanes of a few columns reduce within a
@@ -229,7 +251,8 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
       soft CE     sum e_t (x - m_x)                 ->  L = log s_x - acc / s_t
       forward KL  sum e_t ((t - m_t) - (x - m_x))   ->  L = acc / s_t - log s_t + log s_x
     JSD keeps no acc here (see jsd_sums). Label CE with SMOOTH keeps s_t = sum x, unshifted, a
-    -inf logit counted 0 (a masked lane, or a masked vocab: torch's smoothed loss is inf there);
+    -inf logit counted 0 (a masked lane, or a masked vocab: torch's smoothed loss is inf there),
+    except in a WHOLE tile (no masked lane) under a softcap, whose held tanh is never -inf;
     on a ONE_LANE tile (LANE == BLOCK) with SMOOTH_TILE_SUM, s_t is (1, BLOCK / SMOOTH_PART)
     partial sums, each tile adding its parts (row_statistics reduces them once a row).
     Both tile maxima come from one two-operand reduction (PAIRED_MAXIMA; two tl.max under the
@@ -241,18 +264,21 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
     raw_x = m_x
     old_x = safe_max(m_x)
     if KIND == CE:
-        m_x = tl.maximum(m_x, tl.max(x, axis=1))
+        m_x = tl.maximum(m_x, scaled(tl.max(x, axis=1), xparam, XFORM))
         new_x = safe_max(m_x)
-        e_x = fast_exp(x - new_x[:, None])
+        e_x = exp_shifted(x, new_x[:, None], xparam, XFORM)
         s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=1)
         if SMOOTH:
-            if SMOOTH_TILE_SUM and ONE_LANE:
+            if (XFORM >= SOFTCAP) and WHOLE:  # an FSETP and an FSEL a logit fewer
+                x0 = x
+            else:
                 x0 = tl.where(x == float("-inf"), 0.0, x)
+            if SMOOTH_TILE_SUM and ONE_LANE:
                 parts = tl.reshape(x0, (1, x.shape[1] // SMOOTH_PART, SMOOTH_PART),
                                    can_reorder=True)  # fmt: skip
                 s_t = s_t + tl.sum(parts, axis=2)
             else:
-                s_t = s_t + tl.sum(tl.where(x == float("-inf"), 0.0, x), axis=1)
+                s_t = s_t + tl.sum(x0, axis=1)
     else:
         raw_t = m_t
         old_t = safe_max(m_t)
@@ -261,8 +287,8 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
         else:
             tile_max_x = tl.max(x, axis=1)
             tile_max_t = tl.max(t, axis=1)
-        m_x = tl.maximum(m_x, scaled_max(tile_max_x, xparam, XFORM))
-        m_t = tl.maximum(m_t, scaled_max(tile_max_t, xparam, XFORM))
+        m_x = tl.maximum(m_x, scaled(tile_max_x, xparam, XFORM))
+        m_t = tl.maximum(m_t, scaled(tile_max_t, xparam, XFORM))
         new_x = safe_max(m_x)
         new_t = safe_max(m_t)
         alpha_x = tl.exp(raw_x - new_x)
@@ -373,7 +399,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
             t = tl.load(t_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
             t = transform(t, xparam, XFORM)
         m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND,
-                                                  SMOOTH, LANE == BLOCK, XFORM)  # fmt: skip
+                                              SMOOTH, LANE == BLOCK, XFORM, True)  # fmt: skip
     if ALIGN > 1:
         if (hi == (n_full + 1) * BLOCK) & (lo <= n_full * BLOCK):  # whole (an inner chunk's)
             x_last = tl.load(x_row + n_full * BLOCK + cols,
@@ -398,6 +424,8 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     m_x, s_x, m_t, s_t, acc = fold_stats(m_x, s_x, m_t, s_t, acc,
                                           tl.full([BLOCK // LANE], 1, tl.int1), KIND,
                                           SMOOTH)  # fmt: skip
+    if SMOOTH:
+        s_t = scaled(s_t, xparam, XFORM)  # the held logits' sum in the loss's units
     return m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first
 
 
@@ -561,8 +589,11 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
     so the result stays exact to fp32 even at |logits| ~ 1e4 (lse + KL would lose ~1e-3). JSD's
     (1 - beta) and a temperature's 1 / T are in scale (the host's).
     """
-    xs = shifted(x, shift_x, xparam, XFORM)
-    p = fast_exp_shifted(xs, log_s_x)
+    if (KIND == CE) and (XFORM >= SOFTCAP):  # one FFMA a logit (exp_shifted)
+        p = exp_shifted(x, shift_x + log_s_x, xparam, XFORM)
+    else:
+        xs = shifted(x, shift_x, xparam, XFORM)
+        p = fast_exp_shifted(xs, log_s_x)
     if KIND == RKL:
         g = tl.where(p > 0, p * ((xs - shifted(t, shift_t, xparam, XFORM)) - kl_shift), 0.0)
     elif (KIND == SCE) or (KIND == FKL):
@@ -581,9 +612,9 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
         else:
             g = p - tl.where(cols == label, 1.0, 0.0)
         if XFORM >= SOFTCAP:
-            # x here is the capped logit: d(c tanh(v / c)) / dv = 1 - (x / c)^2, taken with
-            # the scale as scale - (scale / c^2) x^2: an FMUL and an FFMA a logit
-            scale = scale - (x * (scale / (xparam * xparam))) * x
+            # x here is the held tanh(v / c): d(c tanh(v / c)) / dv = 1 - x^2, taken with the
+            # scale as scale - (x scale) x: an FMUL and an FFMA a logit
+            scale = scale - (x * scale) * x
     return g * scale
 
 

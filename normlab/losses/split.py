@@ -27,6 +27,7 @@ from normlab.losses.online import (
     kl_shift_of,
     load_edge_tile,
     load_label,
+    loss_logit,
     masked_out,
     nan_if_nan_loss,
     row_frames,
@@ -100,7 +101,7 @@ def _entropy_stats_kernel(
         label, ignored, bad = load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size)
         owned = (label >= 0) & (label < n_cols) & (ignored == 0)
         x_label = tl.load(x_row + lead + tl.where(owned, label, 0)).to(tl.float32)
-        x_label = tl.where(owned, transform(x_label, xparam, XFORM), 0.0)
+        x_label = tl.where(owned, loss_logit(x_label, xparam, XFORM), 0.0)
         x_label = tl.where(bad, float("nan"), x_label)
     if HAS_MASK:
         ignored = ignored | masked_out(mask_ptr, row)
