@@ -603,19 +603,24 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
              + jsd_z_shift(log_s_x, log_s_t, beta))  # fmt: skip
         g = tl.where(p > 0, p * (kl_shift - softplus(z)), 0.0)
     else:
-        if ZLOSS:  # d(z lse^2) = 2 z lse p
-            p = p * (1.0 + 2.0 * z_loss * (shift_x + log_s_x))
-        if not ONE_HOT:
-            g = (p - uniform_weight) if SMOOTH else p
-        elif SMOOTH:
-            g = (p - uniform_weight) - tl.where(cols == label, 1.0 - smoothing, 0.0)
+        # (p f - w - onehot) scale, f = 1 + 2 z lse (d(z lse^2) = 2 z lse p), w = eps / V: the
+        # row's scalars folded first, so a logit takes one FFMA (one FMUL without smoothing)
+        p_scale = scale
+        if ZLOSS:
+            p_scale = scale * (1.0 + 2.0 * z_loss * (shift_x + log_s_x))
+        if SMOOTH:
+            g = tl.fma(p, p_scale, -(uniform_weight * scale))
         else:
-            g = p - tl.where(cols == label, 1.0, 0.0)
+            g = p * p_scale
+        if ONE_HOT:
+            hot = (1.0 - smoothing) * scale if SMOOTH else scale
+            g = g - tl.where(cols == label, hot, 0.0)
         if XFORM >= SOFTCAP:
-            # x here is the held tanh(v / c): d(c tanh(v / c)) / dv = 1 - x^2, taken with the
-            # scale as scale - (x scale) x: an FMUL and an FFMA a logit
-            scale = scale - (x * scale) * x
-    return g * scale
+            # x here is the held tanh(v / c): d(c tanh(v / c)) / dv = 1 - x^2, as g - (g x) x
+            g = g - (g * x) * x
+    if KIND != CE:
+        g = g * scale
+    return g
 
 
 @triton.jit
