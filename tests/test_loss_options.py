@@ -86,6 +86,31 @@ def test_temperature_and_mask(loss, form, n_cols):
     assert (grad[~MASK] == 0).all()
 
 
+@pytest.mark.parametrize("loss", list(DIST))
+@pytest.mark.parametrize("form", FORMS)
+def test_zero_probability_columns(loss, form):
+    # Row 0: p = 0 where q > 0 (logits -inf); row 1: q = 0 where p > 0 (target -inf); row 2:
+    # both; row 3: neither. A term whose probability is 0 counts 0, so each loss is finite
+    # except where it must be infinite (reverse KL's row 1, forward KL's and soft CE's row 0);
+    # there the loss is inf and the gradient holds NaN and inf where the fp64 reference does.
+    # A kernel that drops the zero-weight test (0 * inf) or that floors an infinite KL fails.
+    x, t = _dist_inputs((4, 50))
+    x[0, 10:20] = float("-inf")
+    t[1, 30:40] = float("-inf")
+    x[2, 5:8] = t[2, 5:8] = float("-inf")
+    fn, rfn = DIST[loss]
+    out, grad = _call(fn, x, t, form=form, block_cap=16, reduction="none")
+    ref_out, ref_grad = _ref_call(rfn, x, t, reduction="none")
+    infinite = torch.isinf(ref_out)
+    assert infinite.sum() == {"reverse_kl": 1, "jsd": 0}.get(loss, 1)
+    assert torch.equal(torch.isinf(out), infinite)
+    assert torch.equal(torch.isnan(grad), torch.isnan(ref_grad))
+    assert torch.equal(torch.isinf(grad), torch.isinf(ref_grad))
+    keep = ~infinite
+    _check(out[keep], grad[keep], ref_out[keep], ref_grad[keep], torch.float32, 50,
+           f"{loss} {form}")
+
+
 @pytest.mark.parametrize("loss,form", latin([*DIST, "cross_entropy"], FORMS))
 def test_strided_loss_mask(loss, form):
     """A loss_mask that is a strided view (every other element of a longer mask) masks the rows

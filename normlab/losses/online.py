@@ -100,6 +100,7 @@ LABEL_AFTER: tl.constexpr = tl.constexpr(os.environ.get("NORMLAB_LOSS_LABEL_AFTE
 FAST_EXP: tl.constexpr = tl.constexpr(
     not _runtime.INTERPRET and os.environ.get("NORMLAB_LOSS_FAST_EXP", "1") != "0")
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
+FLT_MAX: tl.constexpr = tl.constexpr(3.4028234663852886e38)
 LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 # log1p's switch from its series to a log: at u = 1/16 the series to u^5 is within 2^-22 of the
 # result, and the log's absolute error, about 2^-23 (1 + u's rounding and lg2.approx's), is
@@ -144,6 +145,21 @@ def fast_exp_shifted(v, c):
 def safe_max(m):
     """A running max usable as a shift: 0 while the row has seen only -inf (avoids inf - inf)."""
     return tl.where(m == float("-inf"), 0.0, m)
+
+
+@triton.jit
+def finite_floor(v):
+    """v with -inf and NaN raised to -FLT_MAX, one FMNMX (the GPU's max.f32 and the interpreter's
+    fmax return the other operand of a NaN). For a factor that is -inf or NaN only where the
+    probability multiplying it is 0 (or in a NaN row, NaN by its sums): 0 * v stays 0, where a
+    test of the probability and a select took two instructions a logit."""
+    return tl.maximum(v, -FLT_MAX)
+
+
+@triton.jit
+def finite_ceil(v):
+    """v with +inf and NaN lowered to FLT_MAX (finite_floor's mirror)."""
+    return tl.minimum(v, FLT_MAX)
 
 
 @triton.jit
@@ -240,7 +256,8 @@ def tile_cols(BLOCK: tl.constexpr, LANE: tl.constexpr):
 
 @triton.jit
 def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOTH: tl.constexpr,
-                ONE_LANE: tl.constexpr, XFORM: tl.constexpr, WHOLE: tl.constexpr = False):  # fmt: skip
+                ONE_LANE: tl.constexpr, XFORM: tl.constexpr,
+                WHOLE: tl.constexpr = False):  # fmt: skip
     """Fold one held fp32 tile (a tile_cols grid, -inf on masked lanes; see transform) into
     running statistics, in the loss's units (a temperature's 1 / T applied here), kept
     per lane (per grid row: vectors of BLOCK // LANE). Lanes of a few columns reduce within a
@@ -297,11 +314,12 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
         ts = shifted(t, new_t[:, None], xparam, XFORM)
         e_x = fast_exp(xs)
         e_t = fast_exp(ts)
-        # p_j = 0 terms are skipped (x = -inf would give 0 * inf).
+        # p_j = 0 terms count 0 (x = -inf would give 0 * inf): the KLs' differences are -inf or
+        # NaN only where their weight is 0 (finite_floor); soft CE's -inf is a loss of +inf.
         if KIND == RKL:
-            term = tl.where(e_x > 0, e_x * (xs - ts), 0.0)
+            term = e_x * finite_floor(xs - ts)
         elif KIND == FKL:
-            term = tl.where(e_t > 0, e_t * (ts - xs), 0.0)
+            term = e_t * finite_floor(ts - xs)
         elif KIND == SCE:
             term = tl.where(e_t > 0, e_t * xs, 0.0)
         tile_s_x = tl.sum(e_x, axis=1)
@@ -561,8 +579,8 @@ def jsd_sums(x_row, t_row, lo, hi, shift_x, shift_t, log_s_x, log_s_t, xparam, b
         p = fast_exp_shifted(xs, log_s_x)
         q = fast_exp_shifted(ts, log_s_t)
         sp_z, sp_neg_z = softplus_pair(z)
-        r_p += tl.sum(tl.where(p > 0, p * sp_z, 0.0), axis=1)
-        r_q += tl.sum(tl.where(q > 0, q * sp_neg_z, 0.0), axis=1)
+        r_p += tl.sum(p * finite_ceil(sp_z), axis=1)  # +inf or NaN only where p = 0
+        r_q += tl.sum(q * finite_ceil(sp_neg_z), axis=1)
     return tl.sum(r_p, axis=0), tl.sum(r_q, axis=0)
 
 
@@ -595,13 +613,15 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
         xs = shifted(x, shift_x, xparam, XFORM)
         p = fast_exp_shifted(xs, log_s_x)
     if KIND == RKL:
-        g = tl.where(p > 0, p * ((xs - shifted(t, shift_t, xparam, XFORM)) - kl_shift), 0.0)
+        # d - KL with d floored (finite_floor): an infinite KL (q = 0 where p > 0) still gives
+        # torch's NaN and -inf in its row
+        g = p * (finite_floor(xs - shifted(t, shift_t, xparam, XFORM)) - kl_shift)
     elif (KIND == SCE) or (KIND == FKL):
         g = p - fast_exp_shifted(shifted(t, shift_t, xparam, XFORM), log_s_t)
     elif KIND == JSD:
         z = ((shifted(t, shift_t, xparam, XFORM) - xs)
              + jsd_z_shift(log_s_x, log_s_t, beta))  # fmt: skip
-        g = tl.where(p > 0, p * (kl_shift - softplus(z)), 0.0)
+        g = p * finite_floor(kl_shift - softplus(z))
     else:
         # (p f - w - onehot) scale, f = 1 + 2 z lse (d(z lse^2) = 2 z lse p), w = eps / V: the
         # row's scalars folded first, so a logit takes one FFMA (one FMUL without smoothing)
