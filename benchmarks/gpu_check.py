@@ -187,6 +187,36 @@ def check_losses(dtype) -> None:
                {"loss": REL_TOL[dtype], "grad": _tol(want_g, dtype)})
 
 
+def check_zero_probability(dtype) -> None:
+    """Columns where p = 0 (logits -inf), q = 0 (target -inf) or both, a row of each and a
+    clean row, in every form: the kernels floor a zero-weight term's factor with the GPU's
+    max.f32, whose NaN semantics the interpreter does not show. Finite rows against fp64;
+    infinite ones (reverse KL's q = 0 row, forward KL's and soft CE's p = 0 row) must be inf,
+    with the reference's NaN and inf in their gradient."""
+    refs = {"reverse_kl": ref.reverse_kl_ref, "forward_kl": ref.forward_kl_ref,
+            "soft_cross_entropy": ref.soft_cross_entropy_ref, "jsd": ref.jsd_ref}
+    for (op, ref_fn), V, form in itertools.product(refs.items(), (50257, 131072), LOSS_FORMS):
+        x = 2 * torch.randn(4, V, device="cuda")
+        t = 2 * torch.randn(4, V, device="cuda")
+        x[0, 100:9000] = float("-inf")  # whole tiles and ragged ends
+        t[1, 3:5000] = float("-inf")
+        x[2, V - 4100:] = t[2, V - 4100:] = float("-inf")
+        x, t = x.to(dtype).requires_grad_(), t.to(dtype)
+        loss = getattr(normlab, op)(x, t, form=form, reduction="none")
+        (g,) = torch.autograd.grad(loss.sum(), x)
+        xr = x.detach().double().requires_grad_()
+        want = ref_fn(xr, t.double(), reduction="none")
+        (want_g,) = torch.autograd.grad(want.sum(), xr)
+        loss, want = loss.detach(), want.detach()
+        inf = torch.isinf(want)
+        same = (torch.equal(torch.isinf(loss), inf) and torch.equal(g.isnan(), want_g.isnan())
+                and torch.equal(g.isinf(), want_g.isinf()))  # fmt: skip
+        record(f"{op} zero-probability columns 4x{V} {dtype} form={form}",
+               {"pattern": 0.0 if same else float("inf"),
+                "loss": _rel(loss[~inf], want[~inf]), "grad": _rel(g[~inf], want_g[~inf])},
+               {"pattern": 0.0, "loss": REL_TOL[dtype], "grad": _tol(want_g[~inf], dtype)})
+
+
 LOSS_OPTION_CASES = {  # name -> (normlab function, fp64 reference, keyword options, labels?)
     "forward_kl": ("forward_kl", ref.forward_kl_ref, {}, False),
     "jsd beta=0.3": ("jsd", ref.jsd_ref, {"beta": 0.3}, False),
@@ -513,6 +543,7 @@ def main(argv=None) -> int:
         elif part == "losses":
             for dtype in (*dtypes, torch.float16):
                 check_losses(dtype)
+            check_zero_probability(dtypes[0])
         elif part == "loss_options":
             for dtype in dtypes:
                 check_loss_options(dtype, prefixes)
