@@ -588,8 +588,8 @@ def jsd_sums(x_row, t_row, lo, hi, shift_x, shift_t, log_s_x, log_s_t, xparam, b
 def jsd_loss(r_p, r_q, log_s_x, log_s_t, beta):
     """beta KL(q || m) + (1 - beta) KL(p || m) = H(beta) - beta r_q - (1 - beta) r_p from
     jsd_sums's (r_p, r_q), H(beta) = -beta log beta - (1 - beta) log(1 - beta); NaN when either
-    distribution is (NaN or +inf in the row, or no finite logit: the sums' p > 0 tests would
-    drop those terms)."""
+    distribution is (NaN or +inf in the row, or no finite logit: the sums' floored factors
+    would drop those terms)."""
     entropy = -beta * tl.log(beta) - (1.0 - beta) * tl.log(1.0 - beta)
     return (entropy - beta * r_q - (1.0 - beta) * r_p) + (log_s_x + log_s_t) * 0.0
 
@@ -646,8 +646,8 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
 @triton.jit
 def nan_if_nan_loss(scale, log_s_x, log_s_t, kl_shift, KIND: tl.constexpr):
     """Reverse KL and JSD: a NaN gradient scale for a row whose loss is NaN (NaN or +inf in
-    logits or target, or no finite logit). tile_grad's p > 0 test would zero such a row's
-    entries; torch's autograd gives NaN for all of them. Once per row, from the final
+    logits or target, or no finite logit). tile_grad's floored factors would zero such a
+    row's entries; torch's autograd gives NaN for all of them. Once per row, from the final
     statistics."""
     if KIND == JSD:
         loss = (log_s_x + log_s_t) * 0.0  # as jsd_loss's NaN term
