@@ -13,6 +13,13 @@ spills) and, for each loop of the SASS, its instructions, their count per logit 
 costs time in a memory-bound kernel costs it in these loops: the row statistics' pass and the
 gradient's.
 
+Each variant's line ends with a model, computed and not measured: the instructions and MUFU
+operations a logit over the loops that hold a MUFU op (the tile loops, each run once over the
+row), and the least time to issue them and to run the MUFU ops over ``--shape`` (M x V) logits,
+at 4 warp instructions a clock an SM (one per scheduler) and 16 MUFU results a clock an SM (the
+CUDA C Programming Guide's throughput table, compute capability 9.0), ``--sms`` SMs and
+``--clock-ghz``. Compare them with the op's measured device time and its bytes at copy speed.
+
 The compile needs no GPU, but normlab must define its kernels compiled rather than interpreted:
 this script makes ``torch.cuda.is_available`` answer True before importing normlab, and launches
 nothing. Triton's code generation changes between versions: say which one a figure came from.
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import os
 import re
 import subprocess
@@ -164,7 +172,17 @@ def main(argv=None) -> int:
                         "form's launch does at some tiles)")
     parser.add_argument("--target", choices=("bf16", "fp32"), default="bf16",
                         help="the target logits' dtype (reverse KL's teacher)")
+    parser.add_argument("--shape", default="4096x131072", help="M x V of the model's bounds")
+    parser.add_argument("--sms", type=int, default=132, help="SMs of the model (H200: 132)")
+    parser.add_argument("--clock-ghz", type=float, default=1.98,
+                        help="SM clock of the model (H200 boost: 1.98)")
     args = parser.parse_args(argv)
+    dims = args.shape.lower().split("x")
+    if len(dims) != 2 or not all(d.isdigit() and int(d) > 0 for d in dims):
+        parser.error(f"--shape takes MxV with positive integers, got {args.shape!r}")
+    n_logits = math.prod(int(d) for d in dims)
+    if args.sms <= 0 or not args.clock_ghz > 0:
+        parser.error("--sms and --clock-ghz must be positive")
     if args.maxnreg is not None and not 24 <= args.maxnreg <= 255:
         parser.error("--maxnreg must be in [24, 255]")
     if args.block < 16 or args.block & (args.block - 1):
@@ -184,7 +202,14 @@ def main(argv=None) -> int:
         kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form,
                                  args.maxnreg, args.target)  # fmt: skip
         res, loops = analyse(kernel)
-        lines.append(f"{name}: {res.get('REG', 0)} registers, {res.get('STACK', 0)} B stack")
+        tile_loops = [(count, ops) for count, ops in loops if ops.get("MUFU")]
+        issued = sum(count for count, _ in tile_loops) / per_thread
+        mufu = sum(ops["MUFU"] for _, ops in tile_loops) / per_thread
+        us_a_clock_a_logit = n_logits / args.sms / (args.clock_ghz * 1e3)
+        lines.append(f"{name}: {res.get('REG', 0)} registers, {res.get('STACK', 0)} B stack; "
+                     f"{issued:.1f} instructions and {mufu:.1f} MUFU a logit: at {args.shape} "
+                     f"at least {issued / (32 * 4) * us_a_clock_a_logit:.0f} us to issue, "
+                     f"{mufu / 16 * us_a_clock_a_logit:.0f} us of MUFU (model)")
         for count, ops in loops:
             if count >= 60:  # the tile loops, not the label count or the fill
                 top = ", ".join(f"{op} {n}" for op, n in ops.most_common(8))

@@ -424,6 +424,9 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/kernel_loops.py", ["--warps", "3"], "--warps must be"),
     ("benchmarks/kernel_loops.py", ["--form", "split"], "invalid choice"),
     ("benchmarks/kernel_loops.py", ["--maxnreg", "8"], "--maxnreg must be in"),
+    ("benchmarks/kernel_loops.py", ["--shape", "4096"], "--shape takes MxV"),
+    ("benchmarks/kernel_loops.py", ["--shape", "0x8"], "--shape takes MxV"),
+    ("benchmarks/kernel_loops.py", ["--sms", "0"], "must be positive"),
     ("benchmarks/norm_population.py", ["--out", "x", "--timed-us", "-1"], "--timed-us must be"),
     ("benchmarks/norm_population.py", ["--out", "x", "--impls", "normlab,inductor"],
      "--impls takes"),
@@ -478,6 +481,15 @@ def test_kernel_loops_counts_the_options_instructions():
     assert tuple(per_variant) == variants and all(per_variant.values()), proc.stdout
     # each variant's registers and the stack a thread spills to (ptxas' STACK)
     assert len(re.findall(r": \d+ registers, \d+ B stack", proc.stdout)) == len(variants)
+    # and the model: instructions and MUFU ops a logit over the tile loops, their least times.
+    # Label CE's tile loops take two exponentials a logit (and one a lane for the running
+    # rescale), softcap's two tanh more.
+    model = dict(re.findall(r"^([^:\n]+):.*; [\d.]+ instructions and ([\d.]+) MUFU a logit: at "
+                            r"4096x131072 at least \d+ us to issue, \d+ us of MUFU \(model\)$",
+                            proc.stdout, re.M))  # fmt: skip
+    assert set(model) == set(variants), proc.stdout
+    base, capped = float(model["cross_entropy"]), float(model["cross_entropy softcap"])
+    assert 2.0 <= base < 2.5 and abs(capped - base - 2.0) < 0.05, proc.stdout
     # the first loop in the SASS is the statistics' pass
     assert per_variant["cross_entropy label_smoothing"][0] > per_variant["cross_entropy"][0]
     # JSD's second pass (its sums) takes one shared log1p a logit, through lg2.approx: within
