@@ -150,9 +150,9 @@ def safe_max(m):
 @triton.jit
 def finite_floor(v):
     """v with -inf and NaN raised to -FLT_MAX, one FMNMX (the GPU's max.f32 and the interpreter's
-    fmax return the other operand of a NaN). For a factor that is -inf or NaN only where the
-    probability multiplying it is 0 (or in a NaN row, NaN by its sums): 0 * v stays 0, where a
-    test of the probability and a select took two instructions a logit."""
+    np.fmax, Triton 3.9, return the other operand of a NaN). For a factor that is -inf or NaN
+    only where the probability multiplying it is 0 (or in a NaN row, NaN by its sums): 0 * v
+    stays 0, where a test of the probability and a select took two instructions a logit."""
     return tl.maximum(v, -FLT_MAX)
 
 
