@@ -1,17 +1,18 @@
 """SASS instructions per loop of the loss kernels, by option, compiled for sm_90 (no GPU).
 
     python3 benchmarks/kernel_loops.py [--form fused|chunked] [--block 4096 --warps 4]
-        [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--plain-exp] [--out FILE]
+        [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--plain-exp] [--pipeline]
+        [--out FILE]
 
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
 label CE's form at V >= 65536) ahead of time for an H100/H200 (``sm_90``) with this machine's
 Triton and its ``ptxas``, for label cross-entropy with each option on alone and all together,
 for reverse KL and soft CE with and without a temperature, and for JSD; prints registers, the
 stack a thread spills to (ptxas' ``STACK``: local memory; cuobjdump's ``LOCAL`` stays 0 for
-spills) and, for each loop of the SASS, its instructions, their count per logit (a tile of
-``--block`` logits over ``32 * --warps`` threads) and the commonest opcodes. An option that
-costs time in a memory-bound kernel costs it in these loops: the row statistics' pass and the
-gradient's.
+spills), the shared memory a program takes and, for each loop of the SASS, its instructions,
+their count per logit (a tile of ``--block`` logits over ``32 * --warps`` threads) and the
+commonest opcodes. An option that costs time in a memory-bound kernel costs it in these loops:
+the row statistics' pass and the gradient's.
 
 Each variant's line ends with a model, computed and not measured: the instructions and MUFU
 operations a logit over the loops that hold a MUFU op (the tile loops, each run once over the
@@ -43,6 +44,8 @@ if "--one-hot-in-loop" in sys.argv:  # read by normlab.losses.online at import
     os.environ["NORMLAB_LOSS_LABEL_AFTER"] = "0"
 if "--plain-exp" in sys.argv:  # likewise
     os.environ["NORMLAB_LOSS_FAST_EXP"] = "0"
+if "--pipeline" in sys.argv:  # likewise
+    os.environ["NORMLAB_LOSS_PIPELINE"] = "1"
 
 import torch
 
@@ -168,6 +171,9 @@ def main(argv=None) -> int:
                              "(NORMLAB_LOSS_LABEL_AFTER=0)")
     parser.add_argument("--plain-exp", action="store_true",
                         help="tl.exp, not the one-instruction exp (NORMLAB_LOSS_FAST_EXP=0)")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="the tile loops' loads pipelined through shared memory "
+                             "(NORMLAB_LOSS_PIPELINE=1)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers per thread (as the chunked "
                         "form's launch does at some tiles)")
     parser.add_argument("--target", choices=("bf16", "fp32"), default="bf16",
@@ -197,7 +203,8 @@ def main(argv=None) -> int:
              + "; loops with 60+ instructions"
              + ("; label CE's one-hot in the gradient loop" if args.one_hot_in_loop
                 else "; label CE's one-hot after the loops")
-             + ("; tl.exp" if args.plain_exp else "; exp as one ex2.approx.ftz")]
+             + ("; tl.exp" if args.plain_exp else "; exp as one ex2.approx.ftz")
+             + ("; tile loads pipelined (2 stages)" if args.pipeline else "")]
     for name, variant in VARIANTS.items():
         kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form,
                                  args.maxnreg, args.target)  # fmt: skip
@@ -206,7 +213,8 @@ def main(argv=None) -> int:
         issued = sum(count for count, _ in tile_loops) / per_thread
         mufu = sum(ops["MUFU"] for _, ops in tile_loops) / per_thread
         us_a_clock_a_logit = n_logits / args.sms / (args.clock_ghz * 1e3)
-        lines.append(f"{name}: {res.get('REG', 0)} registers, {res.get('STACK', 0)} B stack; "
+        lines.append(f"{name}: {res.get('REG', 0)} registers, {res.get('STACK', 0)} B stack, "
+                     f"{kernel.metadata.shared} B shared; "
                      f"{issued:.1f} instructions and {mufu:.1f} MUFU a logit: at {args.shape} "
                      f"at least {issued / (32 * 4) * us_a_clock_a_logit:.0f} us to issue, "
                      f"{mufu / 16 * us_a_clock_a_logit:.0f} us of MUFU (model)")
