@@ -321,14 +321,16 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
         ts = shifted(t, new_t[:, None], xparam, XFORM)
         e_x = fast_exp(xs)
         e_t = fast_exp(ts)
-        # p_j = 0 terms count 0 (x = -inf would give 0 * inf): the KLs' differences are -inf or
-        # NaN only where their weight is 0 (finite_floor); soft CE's -inf is a loss of +inf.
+        # Zero-weight terms count 0 (x = -inf would give 0 * inf): the KLs' differences are -inf
+        # or NaN only where their weight is 0 (finite_floor). Soft CE's term e_t xs is never
+        # above 0 (xs <= 0 up to the rounding of a temperature's shift) and -inf where q > 0 (a
+        # loss of +inf), so one FMNMX with 0 turns only its 0 * -inf = NaN into 0.
         if KIND == RKL:
             term = e_x * finite_floor(xs - ts)
         elif KIND == FKL:
             term = e_t * finite_floor(ts - xs)
         elif KIND == SCE:
-            term = tl.where(e_t > 0, e_t * xs, 0.0)
+            term = tl.minimum(e_t * xs, 0.0)
         tile_s_x = tl.sum(e_x, axis=1)
         tile_s_t = tl.sum(e_t, axis=1)
         if KIND != JSD:
