@@ -266,9 +266,10 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
                 ONE_LANE: tl.constexpr, XFORM: tl.constexpr,
                 WHOLE: tl.constexpr = False):  # fmt: skip
     """Fold one held fp32 tile (a tile_cols grid, -inf on masked lanes; see transform) into
-    running statistics, in the loss's units (a temperature's 1 / T applied here), kept
-    per lane (per grid row: vectors of BLOCK // LANE). Lanes of a few columns reduce within a
-    thread, so a tile costs no cross-warp round trip; fold_stats folds the lanes once a row.
+    running statistics, in the loss's units (a temperature's 1 / T or a softcap's c applied
+    here: ``shifted``, ``scaled``), kept per lane (per grid row: vectors of BLOCK // LANE).
+    Lanes of a few columns reduce within a thread, so a tile costs no cross-warp round trip;
+    fold_stats folds the lanes once a row.
 
     s_x = sum exp(x - safe(m_x)); s_t likewise. acc, in the same shifted frame:
       reverse KL  sum e_x ((x - m_x) - (t - m_t))   ->  L = acc / s_x - log s_x + log s_t
