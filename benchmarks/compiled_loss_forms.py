@@ -30,7 +30,7 @@ import normlab
 from normlab.bench import device_info
 from normlab.bench.device import git_commit
 from normlab.bench.records import portable_command, replace_jsonl
-from normlab.bench.sweep import measure
+from normlab.bench.sweep import measure, parse_shapes
 from normlab.losses import config as loss_config
 from normlab.losses import op as loss_op
 
@@ -65,24 +65,18 @@ def _call(loss, n_rows, n_cols):
     return lambda: torch.autograd.grad(compiled(x, other), (x,))
 
 
-def _shapes(text):
-    try:
-        shapes = [tuple(int(v) for v in s.split("x")) for s in text.split(",") if s]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--shapes takes MxV,...; got {text!r}") from None
-    if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes):
-        raise argparse.ArgumentTypeError(f"--shapes takes positive MxV,...; got {text!r}")
-    return shapes
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--shapes", type=_shapes, default=_shapes(SHAPES))
+    parser.add_argument("--shapes", default=SHAPES)
     parser.add_argument("--losses", default=",".join(LOSSES))
     parser.add_argument("--ways", default=",".join(WAYS))
     parser.add_argument("--reps", type=int, default=20)
     args = parser.parse_args(argv)
+    try:
+        shapes = parse_shapes(args.shapes)
+    except ValueError as err:
+        parser.error(f"--shapes takes positive MxV,...: {err}")
     losses = [s for s in args.losses.split(",") if s]
     ways = [s for s in args.ways.split(",") if s]
     if not losses or set(losses) - set(LOSSES):
@@ -99,7 +93,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = portable_command(["python3", "benchmarks/compiled_loss_forms.py", *argv])
     records = []
-    for n_rows, n_cols in args.shapes:
+    for n_rows, n_cols in shapes:
         for loss in losses:
             row = []
             for way in ways:

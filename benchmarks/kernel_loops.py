@@ -55,6 +55,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from normlab.bench.sweep import parse_shapes  # noqa: E402
 from normlab.losses import config  # noqa: E402
 from normlab.losses.chunked import _entropy_chunked_kernel  # noqa: E402
 from normlab.losses.fused import _entropy_fused_kernel  # noqa: E402
@@ -183,10 +184,13 @@ def main(argv=None) -> int:
     parser.add_argument("--clock-ghz", type=float, default=1.98,
                         help="SM clock of the model (H200 boost: 1.98)")
     args = parser.parse_args(argv)
-    dims = args.shape.lower().split("x")
-    if len(dims) != 2 or not all(d.isdigit() and int(d) > 0 for d in dims):
+    try:
+        shapes = parse_shapes(args.shape)
+    except ValueError:
+        shapes = []
+    if len(shapes) != 1:
         parser.error(f"--shape takes MxV with positive integers, got {args.shape!r}")
-    n_logits = math.prod(int(d) for d in dims)
+    n_logits = math.prod(shapes[0])
     if args.sms <= 0 or not args.clock_ghz > 0:
         parser.error("--sms and --clock-ghz must be positive")
     if args.maxnreg is not None and not 24 <= args.maxnreg <= 255:
