@@ -71,12 +71,12 @@ for V in (32768, 50256, 50257, 65536, 131072, 151936):
 # Inside `torch.compile` the answer changes. The fused and chunked forms save the gradient their
 # forward wrote, and an eager backward scales it in place (a no-op for `loss.backward()`). A
 # compiled backward cannot: the graph may run it again, so it scales out of place, reading and
-# writing the whole gradient once more. That is four passes over the logits' size against the
-# split form's three (statistics; then read and write), so a compiled call that needs the
-# gradient takes the split form. The exception is fewer than 4 rows an SM, where the split
-# form's one program per row leaves SMs idle. (Label cross-entropy's statistics read the logits
-# alone, so its split form saves a whole pass and wins from one row an SM.) On the H200 the 1B Llama's loss (8192 × 128256)
-# went from 2244 µs to 1574 µs compiled
+# writing the whole gradient once more. For label cross-entropy that makes four passes over the
+# logits' size against the split form's three (statistics; then read and write), so a compiled
+# call that needs the gradient takes the split form from one row an SM. Reverse KL reads its
+# target too, five passes either way; it takes the split form from 4 rows an SM, below which the
+# split form's one program per row leaves SMs idle. On the H200 the 1B Llama's label
+# cross-entropy (8192 × 128256) went from 2244 µs to 1574 µs compiled
 # ([the note](../docs/notes/2026-12-03-compiled-losses-take-the-split-form.md)).
 #
 # In the compiled graph the kernels are launched by Inductor itself: the losses are Triton ops
