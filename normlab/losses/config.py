@@ -1,9 +1,9 @@
 """The losses' launch planner: which form runs a call, its tiles, frames and chunks, in one place.
 
-Every rule is a named quantity with a one-line reason. The measurements behind them (NVIDIA H200,
-4096 tokens x V, bf16, forward+backward device time) are in
-``docs/notes/2026-11-30-loss-lanes-chunks-frames.md`` ("the loss note" below) and
-``docs/notes/2026-11-30-loss-memory-stats-in-grad.md``. The block cap and the fused / split
+Every rule is a named quantity with a one-line reason. The measurements behind each rule are in
+``docs/planner.md``, which links the dated notes (among them
+``docs/notes/2026-11-30-loss-lanes-chunks-frames.md``, "the loss note" below, and
+``docs/notes/2026-11-30-loss-memory-stats-in-grad.md``). The block cap and the fused / split
 forms come from Fast-LLM's reverse-KL issue (https://github.com/ServiceNow/Fast-LLM/issues/497).
 Tests and sweeps monkeypatch the constants: functions read them at call time. Nothing here
 imports a kernel.
@@ -30,10 +30,8 @@ CE = KINDS["cross_entropy"]
 JSD = KINDS["jsd"]
 XFORMS = {"none": 0, "temperature": 1, "softcap": 2,  # the kernels' XFORM (online.transform)
           "softcap_approx": 3}  # fmt: skip
-# Softcap on 16-bit logits takes the GPU's tanh.approx.f32 (one MUFU op per element against an
-# exp2 and a division): its error, 2^-10.99 relative, is below the logits' own rounding (bf16
-# 2^-9, fp16 2^-11). Label CE 4096 x 131072 bf16 forward+backward: softcap 1.29x the base op
-# against 1.82x with the exact tanh. fp32 logits keep the exact one.
+# Softcap on 16-bit logits takes tanh.approx.f32: its error is below the logits' own rounding, and
+# it is cheaper. fp32 logits keep the exact one (docs/planner.md#the-approximate-softcap).
 SOFTCAP_APPROX_MAX_BYTES = 2
 
 
@@ -86,12 +84,9 @@ def counts_valid(kind: int, reduction: str, has_mask: bool = False) -> bool:
 
 
 # The kernels' REDUCE: the fused and chunked forms reduce the loss rows in the kernel (its last
-# program: online.finish_reduction), so a call is one launch and not three or four. Checked on an
-# H200, CUDA graphs included; NORMLAB_LOSS_REDUCE=0 sums in torch instead. It pays up to
-# ENTROPY_REDUCE_MAX_BYTES of logits: torch's count, cast and sum cost ~6 us a call (25x1223
-# label CE: 10.3 -> 4.9 us), while label CE's kernel with the sum in it ran 14-25% slower
-# (251x33166: 21.3 -> 26.7 us; 16384x32000: 677 -> 771 us; reverse KL within 1.3%), so the two
-# cross near 37 MB (the vocabulary population's runs at 3744c7f and 043f077; not swept).
+# program: online.finish_reduction), so a call is one launch and not three or four;
+# NORMLAB_LOSS_REDUCE=0 sums in torch instead. Up to ENTROPY_REDUCE_MAX_BYTES of logits: above,
+# the sum slows the kernel more than torch's launches cost (docs/planner.md#the-sum-in-the-kernel).
 REDUCE_CODES = {"none": 0, "sum": 1, "mean": 2}
 REDUCE_IN_KERNEL = _runtime.INTERPRET or os.environ.get("NORMLAB_LOSS_REDUCE", "1") != "0"
 ENTROPY_REDUCE_MAX_BYTES = 32 * 2**20
@@ -103,23 +98,11 @@ def reduce_in_kernel(n_rows: int, n_cols: int, logit_bytes: int) -> bool:
     return REDUCE_IN_KERNEL and n_rows * n_cols * logit_bytes <= ENTROPY_REDUCE_MAX_BYTES
 
 
-# A mean over counted rows scales the gradient written in the forward by 1 / count, so the count
-# must be known before: a torch count ahead of the kernel (two more launches, host time that a
-# small call cannot hide) or every program counting the labels (and mask) itself, n_rows entries
-# read from L2 (online.counted_rows). The kernel counts while those bytes are at most
-# 1 / ENTROPY_COUNT_READ_RATIO of the logits a program reads anyway (a row, or a chunk), or at
-# most ENTROPY_COUNT_MIN_BYTES: 16 L2 lines a program, where torch's count costs three launches
-# (5.4 of label CE's 9.6 us at 100x1049, 043f077). Bounds on the extra traffic, not measured optima.
-# Or while the labels all of one SM's programs read add up to at most ENTROPY_COUNT_SM_BYTES:
-# a call of a few hundred rows has a few programs per SM, so its L2 reads stay small however
-# wide the labels are against the row (label CE 383 x 1446 with a gradient: torch's count took
-# 5.7 of its 11.3 us, vocab_label_after_c5334a9).
-# A call without a gradient has only its last program count (at the sum): the labels are read
-# once, so the kernel always counts (label CE forward 383 x 1446: torch's count was two of its
-# three launches).
-ENTROPY_COUNT_READ_RATIO = 8
-ENTROPY_COUNT_MIN_BYTES = 2048
-ENTROPY_COUNT_SM_BYTES = 32 * 1024
+# A mean's gradient needs the row count first: programs count the labels (online.counted_rows),
+# not torch (more launches), while that read is small (docs/planner.md#counting-the-rows-of-a-mean).
+ENTROPY_COUNT_READ_RATIO = 8  # label bytes at most 1 / this of the logits a program reads
+ENTROPY_COUNT_MIN_BYTES = 2048  # or at most this a program (16 L2 lines)
+ENTROPY_COUNT_SM_BYTES = 32 * 1024  # or at most this over one SM's programs
 
 
 def count_in_kernel(spec: Spec, n_rows: int, n_cols: int, logit_bytes: int, row_bytes: int,
@@ -198,23 +181,20 @@ def tile(n_cols: int, cap: int) -> int:
 
 
 # Fused kernel warps per tile: 4 at 4096 (cheaper cross-warp reductions), 16 at 8192-16384, 32
-# at 32768 (the issue's occupancy cliff); the loss note, "The cap".
+# at 32768, the issue's occupancy cliff (docs/planner.md#fused-warps-and-register-caps).
 ENTROPY_FUSED_WARPS = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}
 ENTROPY_FUSED_WARPS_LABEL = {4096: 4, 8192: 16, 16384: 16, 32768: 32, 65536: 32}  # label CE, same
-# Register caps per thread by tile: none. Label CE's options at tile 4096 compile to 80-120
-# registers (4-6 programs of 4 warps a SM), and to 64 with no spills when capped (Triton 3.6,
-# sm_90), but capped they ran slower at 4096 x 32768 forward+backward (loss_options_v32768_fused_*
-# _da5a67d): all three options 211.6 -> 238.0 us, softcap 195.0 -> 200.7, smoothing 198.6 ->
-# 199.4 (label CE alone, 64 registers either way: 189.4 and 184.9, the runs' spread).
-# benchmarks/loss_options.py --fused-maxnreg tries other caps.
+# Register caps per thread by tile: none, capped label CE's options ran slower; other caps:
+# benchmarks/loss_options.py --fused-maxnreg (docs/planner.md#fused-warps-and-register-caps).
 ENTROPY_FUSED_MAXNREG: dict[int, int] = {}
-# Split form: stats 2048 / 4 warps and backward 4096 / 8 (the backward tile barely matters).
+# Split form: stats 2048 / 4 warps and backward 4096 / 8; the backward tile barely matters
+# (docs/planner.md#tiles-of-the-split-form).
 ENTROPY_STATS_BLOCK = 2048
 ENTROPY_STATS_WARPS = 4
 ENTROPY_BACKWARD_BLOCK = 4096
 ENTROPY_BACKWARD_WARPS = 8
-# Backward rescale of a saved gradient: 2 programs per SM stride the rows; a scalar grad_output
-# of 1 exits after one load (1.1-1.6 us against 3.5 for one program per row). Not tuned further.
+# Backward rescale of a saved gradient: 2 programs per SM stride the rows, faster than one per
+# row; a scalar grad_output of 1 exits after one load (docs/planner.md#the-gradient-rescale).
 ENTROPY_RESCALE_BLOCK = 4096
 ENTROPY_RESCALE_WARPS = 8
 ENTROPY_RESCALE_PROGRAMS_PER_SM = 2
@@ -229,7 +209,7 @@ def entropy_num_warps(block: int, table: dict[int, int] | None = None) -> int:
 
 
 # Running statistics per 8-column lane up to tile 2048 (no cross-warp round trip per tile);
-# wider tiles are one lane (4096 with lanes: 321 -> 341 us). The loss note, "Lane statistics".
+# wider tiles are one lane, lanes there ran slower (docs/planner.md#lane-statistics).
 ENTROPY_LANE = 8
 ENTROPY_LANE_MAX_BLOCK = 2048
 
@@ -242,8 +222,7 @@ def entropy_lane(block: int) -> int:
 # ---- frames of unaligned rows --------------------------------------------------------------------
 
 # Rows off 16-byte boundaries (V = 50257) are read from the 128-byte boundary before them: whole
-# tiles become aligned vector loads on whole sectors (16 -> 128 bytes: 1-4% faster). The loss
-# note, "Ragged vocabularies and aligned frames".
+# tiles become aligned vector loads on whole sectors (docs/planner.md#aligned-frames).
 ENTROPY_FRAME_BYTES = 128
 
 
@@ -277,11 +256,8 @@ def frames(x, t, grad, block: int) -> Mapping[str, int]:
 
 # ---- the chunked form ----------------------------------------------------------------------------
 
-# 4 tiles per chunk (1 / 2 / 4 / 8 / 16 at 131072: 1914 / 1513 / 1327 / 1334 / 1385 us), 6 at tile
-# 1024; 4 warps; registers capped at 64 at tiles 2048 and 4096: 8 programs of 4 warps per SM, no
-# spills (label CE with all three options at 4096: 96 registers uncapped, 894 -> 853 us). The
-# loss note, "The chunked form" and "Lanes at unaligned vocabularies";
-# docs/notes/2026-12-02-one-instruction-exp-and-short-calls.md.
+# 4 tiles per chunk (other counts ran slower), 6 at tile 1024; 4 warps; registers capped at 64 at
+# tiles 2048 and 4096: 8 programs of 4 warps per SM (docs/planner.md#chunks-of-the-chunked-form).
 ENTROPY_CHUNKED_TILES = 4
 ENTROPY_CHUNKED_TILES_BY_BLOCK = {1024: 6}
 ENTROPY_CHUNKED_WARPS = 4
@@ -327,8 +303,8 @@ def chunk_layout(n_cols: int, block: int, tiles_per_chunk: int, sm_count: int,
 
 # Per loss, (form, cap) for four classes of V: "even" (V <= 4096 or a multiple of 4096), "ragged"
 # (V % 16 == 0), "unaligned" (V % 16 != 0: aligned frames) and "wide" (V >= 65536); the fastest
-# measured at 32768 / 50256 / 50257 / 65536-151936 (the loss note, "form=auto over time").
-# Tensor parallel always takes the split form. V <= 4096 is not measured.
+# measured in each (docs/planner.md#form-and-cap-by-vocabulary-class). Tensor parallel always
+# takes the split form.
 ENTROPY_AUTO_TILE = 4096
 ENTROPY_AUTO_WIDE_COLS = 65536
 ENTROPY_AUTO_CLASSES = ("even", "ragged", "unaligned", "wide")
@@ -353,35 +329,17 @@ def entropy_vocab_class(n_cols: int) -> str:
     return "ragged" if n_cols % 16 == 0 else "unaligned"
 
 
-# Fewer rows than SMs: the fused form runs one program per row and leaves SMs idle, each
-# program's tiles waiting on DRAM latency one after another (one row of 50257: 17.4 us fused,
-# 11.2 us chunked at 65536, the vocabulary population's worst cells). Such a call takes the
-# chunked form, whose chunks spread a row over the SMs (chunk_layout shortens them), once a
-# row's program would read more than ENTROPY_FEW_ROWS_CHUNK_BYTES (logits and target): below
-# that, the chunks' meeting (a zeroed counter per row, a release and an acquire through L2)
-# costs more than the tiles one program walks. Label CE, bf16, forward (ce_forms_29ecf3a):
-# 95 x 4723 6.2 us fused against 8.3 chunked, 73 x 9928 7.3 against 8.4; 1 x 13474 8.4 against
-# 6.6, 63 x 19320 10.4 against 9.9. The bound sits between 19.9 and 27 KB; not swept finer.
+# Fewer rows than SMs take the chunked form, whose chunks fill the SMs the fused form leaves idle,
+# where a row outweighs the chunks' meeting (docs/planner.md#few-rows-take-the-chunked-form).
 ENTROPY_FUSED_MIN_ROWS_PER_SM = 1
-ENTROPY_FEW_ROWS_CHUNK_BYTES = 24 * 1024
+ENTROPY_FEW_ROWS_CHUNK_BYTES = 24 * 1024  # chunked above this a row (logits and target)
 
 
-# Inside torch.compile a backward cannot rescale the gradient that the fused and chunked forms
-# saved in their forward: it rescales out of place (the graph may run its backward again, as
-# retain_graph=True does), one more read and write of (M, V). Passes over the logits' size:
-# - label CE: four (chunked) against the split form's three (its statistics read the logits, its
-#   backward reads them and writes the gradient);
-# - the distribution losses: five either way (both forms also read the target).
-# So a compiled call with a gradient takes the split form from one row an SM (label CE) or four
-# (the rest): the split form's statistics run one program per row, and fewer rows leave SMs
-# waiting on DRAM where the chunked form spreads a row. bf16 fwd+bwd µs, split against chunked
-# (compiled_loss_forms_530b377): label CE 256 x 131072 80.5 / 117.1, 132 rows 60.6 / 61.1, 64
-# rows 47.4 / 33.5; reverse KL 256 rows 134.3 / 120.9, 400 rows 170.1 / 176.8; at 4096 x 131072
-# label CE 848.5 / 1157.6 (docs/notes/2026-12-03-compiled-losses-take-the-split-form.md). The
-# split form saves the logits, not the gradient: its backward holds both (a higher peak).
+# Compiled with a gradient, the fused and chunked forms rescale out of place (one more pass over
+# (M, V)); the split form runs from enough rows (docs/planner.md#compiled-calls-with-a-gradient).
 ENTROPY_COMPILED_GRAD_FORM = "split"
-ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM = 4
-ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM_LABELS = 1
+ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM = 4  # rows an SM from which the split form runs
+ENTROPY_COMPILED_SPLIT_MIN_ROWS_PER_SM_LABELS = 1  # label CE: the split form saves it a pass
 
 
 def compiled_split_min_rows(loss: str, sm_count: int) -> int:
@@ -391,12 +349,8 @@ def compiled_split_min_rows(loss: str, sm_count: int) -> int:
     return per_sm * sm_count
 
 
-# The chunked form holds a chunk's last tile in registers across its wait for the row's other
-# chunks, within 64 registers at tile 2048 (ENTROPY_CHUNKED_MAXNREG). A temperature or JSD
-# holds more there and spills: reverse KL 16 B of stack a thread, with T = 2 88 B, soft CE with
-# T = 2 40 B, JSD 152 B; at tile 1024 none spill (kernel_loops.py --form chunked, sm_90, Triton
-# 3.6). 4096 x 131072 bf16 forward+backward (loss_form_probe_chunked_*_1f4f753): reverse KL T = 2
-# 1256.1 us at 2048, 1126.6 at 1024 (T = 1: 1057.6 and 1126.0); JSD 2313.6 and 2121.7.
+# The chunked form holds a chunk's last tile in registers while it waits for the row's other
+# chunks: a temperature or JSD spills at tile 2048, not at 1024 (docs/planner.md#the-held-tile).
 ENTROPY_CHUNKED_HELD_STATE_CAP = 1024
 
 

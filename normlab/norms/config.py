@@ -5,8 +5,8 @@
 and the backward's, decided together (whether the forward stores its row statistics depends on
 which backward will run). The launchers add what depends on the tensors themselves (the SM count
 for persistent grids, the row-alignment load hint). Every rule below is a named quantity with a
-one-line reason; the measurements behind the constants are in ``docs/notes/`` (one dated note
-per topic) and ``benchmarks/data/`` (the shape population).
+one-line reason; the measurements behind each rule are in ``docs/planner.md`` (which links the
+dated notes of ``docs/notes/`` and the runs of ``benchmarks/data/``).
 
 The lower-level ``*_config`` functions build one kernel's launch config and take keyword
 overrides; the benchmarks sweep those. Nothing here imports a kernel. On a GPU the plans are
@@ -54,9 +54,8 @@ def row_offsets_int64(max_rows: int, *row_strides: int) -> bool:
     """Whether row * stride, for a row index below ``max_rows`` and any of ``row_strides`` (with
     the width among them), can reach int32's limit. Only then do the forward kernels index rows
     in int64: an int32 offset is one multiply-add an element, an int64 one a wide multiply-add
-    and a carry (sm_90 SASS of the block-row forward's 256 x 8 tile at ROW_ALIGN 1, Triton 3.6:
-    37.0 instructions an element in int64, 30.5 in int32; benchmarks/norm_access_widths.py).
-    The block-row backward takes int32 only at tiny widths (block_row.bwd_offsets_int64)."""
+    and a carry (docs/planner.md#row-offsets-in-int32). The block-row backward takes int32 only
+    at tiny widths (block_row.bwd_offsets_int64)."""
     return max_rows * max(row_strides) >= INT32_OFFSET_LIMIT
 
 
@@ -82,39 +81,22 @@ def params_apart(row_align: int, element_size: int, values_per_thread: int,
             and n_params <= NORM_FWD_PARAMS_APART_MAX_ROWS)  # fmt: skip
 
 
-# The one-row forward takes params_apart (NORMLAB_NORM_PARAMS_APART=0: never): RMSNorm 1492488 x
-# 825 bf16 took 1587 µs with it, 2044 without, 1864 compiled by torch.compile for the shape
-# (norm_odd_widths2_e0f5b50_h200). At 296 x 17767 (64 values a thread) it took 15.75 -> 18.81
-# µs (population_static_compile_9b7df9c, _959e1b6), hence the register bound.
-# Two parameter rows apart (LayerNorm's w and b) cost more than the strided loads they avoid:
-# 36052 x 8363 896 -> 1136 µs, 55536 x 8495 1389 -> 1761, 19335 x 14487 677 -> 871, 1329 x 32826
-# 100 -> 154, where RMSNorm's one row went 578 -> 546, 893 -> 843, 502 -> 459, 89 -> 90
-# (regress_a2d2086_h200).
+# One parameter row apart beats strided loads; two (LayerNorm's w and b) cost more than they
+# save (docs/planner.md#parameters-in-a-layout-of-their-own). NORMLAB_NORM_PARAMS_APART=0: never.
 NORM_FWD_PARAMS_APART_MAX_ROWS = 1
 PARAMS_APART = os.environ.get("NORMLAB_NORM_PARAMS_APART", "1") != "0"
 
 
-# A row whose stride allows no access wider than one element (an odd width) loads element by
-# element: a bf16 warp's request carries 64 bytes, not 512, and an SM cannot keep enough requests
-# in flight to cover DRAM latency. The one-block forward then loads the row's whole vectors from
-# its first 16-byte boundary on, and the under-a-vector head and tail alone (row._shifted_row);
-# w and b are read at shifted columns (element loads, or shifted copies: below). H200 forward,
-# µs unshifted -> shifted (shift_0/1_2703ec2): LayerNorm 1492488 x 825 2836 -> 1825, 55536 x 8495
-# 1399 -> 924, RMSNorm 36052 x 8363 549 -> 416; fp32 16384 x 1031 46.0 -> 42.0. Not taken:
-# - rows of 4- or 8-byte vectors, which lose their vector w (RMSNorm 34292 x 14486 567 -> 856,
-#   245086 x 5924 1405 -> 1538);
-# - decode batches (decode_rows), where the head's and tail's loads and sums add to a latency-bound
-#   call (LayerNorm 12 x 973 2.1 -> 3.0 µs, 115 x 577 2.2 -> 2.8).
-# y's rows must start as far into a vector as x's. NORMLAB_NORM_SHIFT=0: never (an A/B switch).
+# An odd-width row loads element by element, too few bytes in flight to cover DRAM latency; the
+# one-block forward loads it in vectors from its first 16-byte boundary on, the head and tail
+# alone (row._shifted_row; docs/planner.md#shifted-rows-forward). w and b are read at shifted
+# columns (element loads, or shifted copies: below). y's rows must start as far into a vector as
+# x's. NORMLAB_NORM_SHIFT=0: never (an A/B switch).
 NORM_FWD_SHIFT = os.environ.get("NORMLAB_NORM_SHIFT", "1") != "0"
 NORM_FWD_SHIFT_MIN_VECTORS = 8  # a row of fewer vectors is mostly head and tail
-# A shifted row's w and b at its body's columns, as vectors: one small kernel first copies w[k:]
-# and b[k:] into row k of a (vector, width) copy each, 16-byte aligned
-# (row._shift_params_kernel). H200, µs with element loads -> with the copies, the copy's 1.1-2.4
-# µs included (shift_params_0/1_db81256): LayerNorm 58399 x 5845 536.8 -> 387.4, 47318 x 20163
-# 2010.9 -> 1475.6, RMSNorm 19335 x 14487 486.4 -> 298.0; but 627 x 2479 (3 MB of x) 5.7 -> 7.0,
-# where the copy's launch is a quarter of the call. So only calls whose x takes longer to read
-# than several such launches. NORMLAB_NORM_SHIFTED_PARAMS=0: never.
+# A shifted row's w and b as vectors, from copies that one small kernel shifts into place
+# (row._shift_params_kernel), in calls whose x takes longer to read than several such launches
+# (docs/planner.md#shifted-parameter-copies). NORMLAB_NORM_SHIFTED_PARAMS=0: never.
 NORM_FWD_SHIFTED_PARAMS = os.environ.get("NORMLAB_NORM_SHIFTED_PARAMS", "1") != "0"
 NORM_FWD_SHIFTED_PARAMS_MIN_BYTES = 8 << 20  # of x: about 2.5 µs of reads at copy bandwidth
 SHIFT_PARAMS_BLOCK = 1024  # columns a program copies: 8 bf16 a thread at 4 warps
@@ -145,29 +127,18 @@ def shift_vec(row_align: int, element_size: int, n_rows: int, n_cols: int, sm_co
     return vec if possible and (force or wanted) else 0
 
 
-# The persistent single-pass backward's one-row tiles split the same way (row._shifted_bwd_rows)
-# where they are wider than its compile-time width (NORM_BWD_STATIC_COLS). There one program a SM
-# walks its rows without a prefetch, one row's latency after another, and the shifted kernel on
-# 8 warps took the least, the rows' alignment whatever (H200, µs, the planned unshifted kernel ->
-# shifted on 8 warps; bwd_wide2_3484afd, bwd_aligned_44fb3e8):
-# - rows not vector aligned (planned on 32 warps): RMSNorm 36052 x 8363 1227 -> 825, 27492 x 9693
-#   1029 -> 659, 19335 x 14487 970 -> 537, 34292 x 14486 1519 -> 939;
-# - aligned rows (head 0; planned on 16 warps): 16384 x 16384 544 -> 465, 65536 x 16384 2160 ->
-#   1823, 65536 x 12288 1820 -> 1625, fp32 4096 x 16384 246 -> 224; 512 x 16384 level (27.3, 27.6).
-# Narrower rows, which prefetch their next row, were slower shifted: 80806 x 4323 697 -> 845 (16
-# warps), 263731 x 1457 761 -> 1208 (bwd_wide_353e9e7).
-# The grid is a multiple of the vector, so that a program's rows all start as far into one: one
-# split a program, w loaded once at its body's columns, dγ/dβ summed in that split. Rounding it
-# down is taken where it adds at most NORM_BWD_SHIFT_MAX_ROW_GROWTH to the rows a program walks.
+# The single-pass backward's one-row tiles past its compile-time width (NORM_BWD_STATIC_COLS)
+# split the same way, on 8 warps, aligned or not: one program a SM walks them without a prefetch,
+# one row's latency after another (row._shifted_bwd_rows; docs/planner.md#shifted-rows-backward).
+# The grid is a multiple of the vector, so that a program's rows all start as far into one; it is
+# rounded down where that adds at most NORM_BWD_SHIFT_MAX_ROW_GROWTH to the rows a program walks.
 # NORMLAB_NORM_BWD_SHIFT=0: never (an A/B switch).
 NORM_BWD_SHIFT = os.environ.get("NORMLAB_NORM_BWD_SHIFT", "1") != "0"
 NORM_BWD_SHIFT_MIN_COLS = 8192  # wider rows only: the runtime-width single pass
 NORM_BWD_SHIFT_WARPS = 8
 NORM_BWD_SHIFT_MAX_ROW_GROWTH = 1 / 16  # 132 programs -> 128: 3% more rows each
 # A row padded to the next power of two leaves threads idle that each row still waits on; two
-# body blocks pad it less (one block -> two, µs, bwd_blocks_0/1_6b0ce9a: RMSNorm 27492 x 9693 649
-# -> 533, 36052 x 8363 808 -> 644, 65536 x 12288 1532 -> 1346, 512 x 12288 23.7 -> 20.4).
-# NORMLAB_NORM_BWD_TWO_BLOCKS=0: one block (an A/B switch).
+# body blocks pad it less (docs/planner.md#two-body-blocks). NORMLAB_NORM_BWD_TWO_BLOCKS=0: one.
 NORM_BWD_TWO_BODY_BLOCKS = os.environ.get("NORMLAB_NORM_BWD_TWO_BLOCKS", "1") != "0"
 
 
@@ -217,12 +188,9 @@ def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:
 
 # ---- rows wider than a warp's lanes -------------------------------------------------------------
 
-# A row that is not 16-byte aligned loads 1-4 elements a lane, so Triton spreads a 128-column
-# tile's row over 4 of 8 warps, and every row sum crosses them through shared memory and a
-# barrier (sm_90 SASS, triton 3.6). One warp a program keeps each row inside its warp. H200, bf16
-# (norm_odd_widths_571da9c, norm_odd_widths2_e0f5b50): block-row backward 1000003 x 127
-# 572-589 -> 279-398 µs, LayerNorm 8000009 x 255 8636 -> 4175; forward 205-247 -> 153-176; the
-# row backward at RMSNorm 1492488 x 825 3839 -> 2474. Aligned rows (128 columns) gained nothing.
+# An unaligned row spreads over several warps, every row sum crossing them through shared memory
+# and a barrier; one warp a program keeps each row inside its warp
+# (docs/planner.md#one-warp-a-program).
 ONE_WARP_MAX_COLS = 1024  # the widest row one warp takes: 32 elements a lane
 ONE_WARP_FWD_TILE_ELEMS = 1024  # the block-row forward's tile: 32 elements a lane
 ONE_WARP_BWD_TILE_ELEMS = 512  # the backward's (x, dy, two fp32 accumulators): 16 a lane
@@ -244,14 +212,12 @@ def one_warp_contiguous(n_cols: int, element_size: int = 2) -> bool:
 
 # ---- forward: one row per program --------------------------------------------------------------
 
-# The widest row held in registers and read once: 64 fp32 values a thread at 16 warps (47318 x
-# 20163 RMSNorm: 1725 µs in one 32768-column block, 2019 in 4096-column chunks read twice).
+# The widest row held in registers and read once: 64 fp32 values a thread at 16 warps
+# (docs/planner.md#the-forwards-block).
 NORM_FWD_MAX_BLOCK = 32768
 NORM_FWD_WARPS = ((1024, 2), (2048, 4), (8192, 8), (32768, 16))  # ~16 B per thread per load
 # Rows wider than one block are walked twice (sums, then normalize from L2) in small chunks of
-# one 16-byte vector a thread, which leave registers for several rows in flight per SM
-# (LayerNorm 1329 x 32826: 2048 columns at 8 warps 126 µs, 16384 at 16 warps 366; 3366 x 60028:
-# 450 against 558).
+# one 16-byte vector a thread, which leave registers for several rows in flight per SM.
 NORM_FWD_WIDE_CHUNK = 2048
 NORM_FWD_WIDE_WARPS = 8
 NORM_FWD_MAX_PAD_WASTE = 0.125  # the masked tail a row's chunks may add (split-row sums)
@@ -263,11 +229,8 @@ NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (
                        16384: (4096, 16)}  # fmt: skip
 # At 8192 columns, grids of 4-8 rows per SM fit one wave of 8-warp programs but not of 16-warp ones.
 NORM_FWD_RMS_ONE_WAVE = {8192: (4, 8, (4096, 8))}
-# fp32 RMSNorm rows of 513-1024 columns run one row a program on one warp: 16-32 fp32 values a
-# lane in 16-byte loads, and the row's one sum stays inside the warp (no shared-memory exchange).
-# H200, µs, planned tile or looped row -> one warp (fp32_warp_e23fff3): 4096 x 768 9.18 -> 7.61,
-# 4096 x 1024 10.99 -> 9.46, 65536 x 1024 131.2 -> 128.3, level at 512 and 16384 rows. LayerNorm's
-# two sums were slower so (4096 x 768 fp32: 8.22 planned, 9.90 one warp; wide_warps_eb3a88c).
+# fp32 RMSNorm rows of 513-1024 columns run one row a program on one warp: the row's one sum
+# stays inside the warp; LayerNorm's two were slower so (docs/planner.md#fp32-rmsnorm-on-one-warp).
 NORM_FWD_RMS_FP32_ONE_WARP_COLS = ONE_WARP_MAX_COLS  # the padded width it covers
 
 
@@ -278,23 +241,14 @@ def rms_fp32_one_warp(n_cols: int, is_rms: bool, element_size: int) -> bool:
 
 
 # Decode batches: up to these rows per SM (by padded width) the card is latency-bound, so a row
-# is held whole in registers (no second pass over it), w/b load beside x in the source (ptxas
-# issues them once x has arrived, overlapping the row's sums; the 2026-12-04 short-calls note)
-# and no rows share a tile. Rows up to 2048 columns: 4 a SM (RMSNorm 512 x 1024 1.92 µs against
-# 2.49 in 2-row tiles, 512 x 768 2.26 against 2.40; population_decode, c28c4c6). Wider rows: 1 a
-# SM; at 4 a SM the one block ran 20-35% slower than the looped row or the tile from 7168
-# columns on (512 x 16384: 12.67 against 9.43).
+# is held whole in registers, w/b load beside x and no rows share a tile
+# (docs/planner.md#decode-batches).
 NORM_FWD_DECODE_ROWS_PER_SM = ((2048, 4), (1 << 62, 1))
-# w/b beside x hold a second row in registers: only up to this many row values a thread (the
-# 32768-column block at 16 warps holds 64, which would not leave room for 64 more).
+# w/b beside x hold a second row in registers: only up to this many row values a thread.
 NORM_FWD_EARLY_MAX_PER_THREAD = 32
-# Up to one row a SM, a row's loads are all the latency there is: spread a row of up to 2048
-# columns so that a thread holds at most 8 values (NORM_FWD_WARPS gives 16), fewer loads a
-# thread to wait on, most where an unaligned row loads element by element. H200, µs, off -> on
-# (decode_warps_0/1_e4d4e55): RMSNorm 12 x 973 2.11 -> 1.68, 14 x 1022 1.70 -> 1.61, LayerNorm
-# 12 x 973 2.06 -> 1.90, 14 x 1022 1.97 -> 1.83; aligned rows of 1-8 rows 0.98-1.05x. Not wider
-# rows (16-32 warps: LayerNorm 1 x 5120 2.17 -> 2.46) nor several rows a SM (LayerNorm 512 x
-# 1536 2.98 -> 3.10). NORMLAB_DECODE_WARPS=0: NORM_FWD_WARPS' warps (an A/B switch).
+# Up to one row a SM, a row's loads are all the latency there is: a row of up to 2048 columns is
+# spread to at most 8 values a thread, fewer loads a thread to wait on
+# (docs/planner.md#decode-rows-on-more-warps). NORMLAB_DECODE_WARPS=0: NORM_FWD_WARPS' warps.
 NORM_FWD_DECODE_MAX_PER_THREAD = 8
 NORM_FWD_DECODE_SPREAD_MAX_BLOCK = 2048
 NORM_FWD_DECODE_WARPS = os.environ.get("NORMLAB_DECODE_WARPS", "1") != "0"
@@ -336,8 +290,8 @@ def split_row_fwd_chunk(n_cols: int) -> SplitRowChunk:
 # (8 B a column) at most 1/24 of its rows' traffic (x, dy read and dx written: 6 B a column each).
 SPLIT_ROW_BWD_PROGRAMS_PER_SM = 8
 SPLIT_ROW_BWD_MIN_GROUP_ROWS = 32
-# Two programs per SM at least, each walking its chunk's rows one latency at a time (RMSNorm
-# 482 x 27361: 1024-column chunks, 432 programs, 63 µs; 2048-column ones, 224 programs, 86).
+# Two programs per SM at least, each walking its chunk's rows one latency at a time
+# (docs/planner.md#split-rows).
 SPLIT_ROW_BWD_MIN_PROGRAMS_PER_SM = 2
 
 
@@ -462,9 +416,8 @@ BLOCK_ROW_MIN_ROWS = 16384  # below this, narrow rows fill under ~4 waves of one
 BLOCK_ROW_TINY_COLS = 16  # under 32 bytes of bf16 a one-row program is all launch and latency
 BLOCK_ROW_TINY_TILE_ELEMS = 2048  # the measured tiles' size (32-256 columns), rows however many
 # The fewest elements a shrunk tiny-width tile keeps (1 KB of bf16): below it a program's time is
-# its launch and one DRAM round trip, so fewer, fuller programs finish first (RMSNorm 1184 x 4:
-# 8-row tiles, 148 programs, 1.4 µs; 128-512 rows 1.0-1.2; torch.compile for the shape 1.0;
-# norm_narrow_odd2_0ab8648).
+# its launch and one DRAM round trip, so fewer, fuller programs finish first
+# (docs/planner.md#tiny-widths).
 BLOCK_ROW_TINY_MIN_TILE_ELEMS = 512
 BLOCK_ROW_TILE_ELEMS = 8192  # elements per forward tile (rows x padded width)
 BLOCK_ROW_MAX_ROWS = 64  # rows per tile: beyond this the per-row statistics cost registers
@@ -478,12 +431,10 @@ BLOCK_ROW_FWD_TILES = {
 }
 # Where the wider forward's row tiles and a persistent, prefetching grid measured faster than
 # one row per program: (padded width) -> ((min rows, max rows | None, (rows, warps, per SM)),).
-# LayerNorm at 1024-16384 columns when the rows fill only a few waves; 512-column short tiles.
-# Measured on 2-byte rows, whose prefetched next tile the grid holds in registers as loaded;
-# an fp32 tile holds twice the registers. fp32 rows take the tile without the grid: LayerNorm
-# fp32 at 4096 rows (population_fp32rule_53f1b26) 768 columns 8.59 -> 8.06 µs, 1024 10.78 ->
-# 10.23, 5120-8192 7-15% faster (8192: 73.4 -> 67.7); slower at the 2048 window's 1536 and
-# 2048 columns (14.16 -> 15.39, 18.66 -> 19.35). Not swept per window.
+# LayerNorm at 1024-16384 columns when the rows fill only a few waves; 512-column short tiles
+# (docs/planner.md#wide-row-tiles).
+# The grid holds its prefetched next tile as loaded; an fp32 tile holds twice the registers, so
+# fp32 rows take the tile without the grid.
 NORM_FWD_PERSISTENT_MAX_ELEM_BYTES = 2
 NORM_FWD_BLOCK_ROW = {
     False: {  # LayerNorm
@@ -519,7 +470,7 @@ def pointwise_fwd_config(n_rows: int | None = None,
                          sm_count: int | None = None) -> PointwiseFwdConfig:  # fmt: skip
     """POINTWISE_FWD_BLOCK elements a program; with too few rows for one program per SM the
     block halves (its warps with it) down to one warp's vectors, so more SMs share the latency
-    (5265 x 1: 0.63x torch.compile in 3 programs of 2048, 0.74x in 21 of 256)."""
+    (docs/planner.md#rows-of-one-column)."""
     block = POINTWISE_FWD_BLOCK
     if n_rows is not None and sm_count:
         while block > POINTWISE_FWD_MIN_BLOCK and -(-n_rows // block) < sm_count:
@@ -540,9 +491,8 @@ def norm_fwd_block_row_config(n_rows: int, n_cols: int, is_rms: bool = False,
                               elem_size: int = 2) -> BlockRowFwdConfig | None:  # fmt: skip
     """The wide-row block-row forward's tile where it measured faster than one row per program.
     The tiles were measured on 16-byte aligned rows (vector loads); rows that are not run one
-    row per program (LayerNorm 1990 x 2326: 20.6 µs in the persistent 4096 tile, 12.1 one row
-    per program). Rows of ``elem_size`` bytes above NORM_FWD_PERSISTENT_MAX_ELEM_BYTES take the
-    tile without its persistent grid."""
+    row per program (docs/planner.md#wide-row-tiles). Rows of ``elem_size`` bytes above
+    NORM_FWD_PERSISTENT_MAX_ELEM_BYTES take the tile without its persistent grid."""
     if not aligned:
         return None
     for lo, hi, tile in NORM_FWD_BLOCK_ROW[bool(is_rms)].get(next_pow2(n_cols), ()):
@@ -599,29 +549,26 @@ NORM_BWD_LN_SINGLE_PASS_MIN_ROWS = 2048
 NORM_BWD_STATIC_COLS = (1024, 8192)  # compile-time width: fewer registers (spills above 8192)
 NORM_BWD_TILE_ELEMS = 2048  # elements per single-pass row tile (rows x padded width)
 NORM_BWD_MAX_BLOCK_ROWS = 16
-# Rows share a tile only once every SM has one: with fewer rows than that, one-row tiles, one
-# program each (LayerNorm backward 13 x 448: 3.5 µs against 6.0 for one program walking 4-row
-# tiles; 14 x 1022: 4.3 against 4.8). Rows that fit NORM_BWD_ONE_PROGRAM_TILES tiles run one
-# program, which writes dγ/dβ itself: a tile's latency (~1.2 µs, the 13 x 448 walk) against the
-# reduce's launch, workspace and host time (a bound, not swept).
+# Rows share a tile only once every SM has one. Rows that fit NORM_BWD_ONE_PROGRAM_TILES tiles
+# run one program, which writes dγ/dβ itself: a tile's latency against the reduce's launch,
+# workspace and host time (docs/planner.md#backward-row-tiles-for-few-rows).
 NORM_BWD_TILES_PER_SM = 1
 NORM_BWD_ONE_PROGRAM_TILES = 2
 NORM_BWD_TWO_PASS_BLOCK_ROWS = 4
 NORM_BWD_TWO_PASS_PROGRAMS_PER_SM = 2
 NORM_BWD_TWO_PASS_BLOCK_COLS = 4096
 NORM_BWD_TWO_PASS_WARPS = 16
-# By tile elements: 16 per thread, at most 16 warps (aligned 16384-column tiles ran 7-14% faster
-# at 16 than at 32). Rows not 16-byte aligned load narrower vectors (odd widths element by
-# element): their 16384-element tiles keep 32 warps (at 16 they spilled: RMSNorm 36052 x 8363
-# took 18.3 ms against 1.2).
+# By tile elements: 16 per thread, at most 16 warps. Rows not 16-byte aligned load narrower
+# vectors: their 16384-element tiles keep 32 warps, which do not spill
+# (docs/planner.md#backward-warps).
 NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))
 NORM_BWD_UNALIGNED_WARPS = ((2048, 4), (4096, 8), (8192, 16), (1 << 62, 32))
 # Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
 NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
 NORM_BWD_PARTIALS_PER_SM = 2  # the partial rows' bound: past it, two programs share a row
 # The fp32 partial rows are written, then read back by the reduce (8 B a column per parameter):
-# a grid moves at most this share of the rows' own bytes through them (LayerNorm 512 x 2048:
-# 512 programs 9.6 µs, 264 7.8, 132 7.8; torch 8.9).
+# a grid moves at most this share of the rows' own bytes through them
+# (docs/planner.md#the-partial-rows-share).
 NORM_BWD_PARTIALS_MAX_SHARE = 0.5
 NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
 NORM_BWD_ATOMIC_BLOCK_ROWS = 1
@@ -629,17 +576,12 @@ NORM_BWD_LOOP_STAGES = 1  # software pipelining measured slower than the registe
 NORM_BWD_PREFETCH = ((8192, True), (1 << 62, False))  # the next tile's loads fit in registers
 # An SM's register file (64K 32-bit registers on sm_70 through sm_90).
 SM_REGISTERS = 65536
-# The fused add's single-pass backward streams a third row tile (dh) and prefetches it with
-# x's and dy's: left alone ptxas gave it up to 166 registers a thread, one resident program a
-# SM fewer than planned at 768, 1024 and 4096 columns in RMSNorm (4096: 149) and at 768-4096
-# in LayerNorm (4096: 157; sm_90, Triton 3.6). It compiles within the register budget of its
-# planned programs per SM instead (at 128: no spills at those widths). RMSNorm 4096 x 4096
-# bf16: 52.9 -> 40.5 µs with the reduce; the plain backward at the same budget was level at
-# 768-8192 columns (norm_fused_add_f47de40, norm_fused_add_555ab72).
+# The fused add's single-pass backward prefetches a third row tile (dh): left alone, ptxas takes
+# registers enough to lose a planned program a SM, so it compiles within the register budget of
+# its planned programs per SM (docs/planner.md#the-fused-adds-backward).
 NORM_BWD_FUSED_ADD_REGISTER_BUDGET = True
 # LayerNorm's fused-add backward does not prefetch: its two row sums beside three prefetched
-# tiles ran 1.01-1.14x slower than loading each tile in turn at 768-5120 columns (768: 60.7
-# against 53.3 µs; 5120: 74.2 against 66.1) and 1.04x faster at 8192 (norm_fused_add_f47de40).
+# tiles ran slower than loading each tile in turn.
 NORM_BWD_FUSED_ADD_LN_PREFETCH = False
 NORM_REDUCE_TILES = {  # (BLOCK_M, BLOCK_N, warps) of the reduce kernel, by width and buffers
     1: ((1024, (128, 8, 8)), (4096, (128, 16, 8)), (1 << 62, (16, 32, 8))),
@@ -723,8 +665,8 @@ def planned_maxnreg(num_warps: int, programs_per_sm: int, one_warp: bool) -> int
 def pair_partials(n_programs: int, sm_count: int) -> bool:
     """Do programs 2k and 2k + 1 add into one zeroed partial row? Only when the grid has more
     programs than the bound on partial rows (NORM_BWD_PARTIALS_PER_SM per SM): within it,
-    pairing saves no bound and costs the zero fill, a memset launch per buffer (0.9-1.8 µs of a
-    4.7-6.2 µs backward at 14 x 1022 in the population run)."""
+    pairing saves no bound and costs the zero fill, a memset launch per buffer
+    (docs/planner.md#paired-partial-rows)."""
     return n_programs > NORM_BWD_PARTIALS_PER_SM * sm_count
 
 
@@ -825,25 +767,17 @@ BLOCK_ROW_BWD_PROGRAMS_PER_SM = 4
 BLOCK_ROW_BWD_ACC_TILE = True  # accumulate dγ/dβ per tile row, sum once per program
 BLOCK_ROW_BWD_PREFETCH = False
 # The grid plans BLOCK_ROW_BWD_PROGRAMS_PER_SM programs of BLOCK_ROW_BWD_WARPS warps on an SM,
-# which holds only at register_budget(8, 4) = 64 registers a thread or fewer. The backward that
-# loads stored mean/rstd (LayerNorm, 65-256 columns) compiles to 78 for sm_90 under Triton 3.6
-# (int64 row offsets, ROW_ALIGN 8), so 3 fit and the grid's last quarter waits. Capped at 64 it
-# spills 8 bytes a thread and is faster: 1000003 x 256 550 -> 412 µs, x 200 523 -> 383,
-# 8000009 x 256 4204 -> 3223 (block_row_budget_2f5b17f). The recomputing backward is not
-# capped: its narrow tiles hold many rows' scalars, and a cap spills them (10000000 x 5 fp32,
-# RMSNorm 221 -> 361 µs); at 16-256 columns it was level either way.
+# which holds only at register_budget(8, 4) = 64 registers a thread or fewer: the backward that
+# loads stored mean/rstd is capped there (a small spill, a full grid). The recomputing one is
+# not: a cap spills its many rows' scalars (docs/planner.md#block-row-backward-registers).
 # NORMLAB_NORM_BLOCK_ROW_BUDGET=0: no cap.
 BLOCK_ROW_BWD_REGISTER_BUDGET = os.environ.get("NORMLAB_NORM_BLOCK_ROW_BUDGET", "1") == "1"
 # Recomputing mean/rstd from the x tile the backward reads anyway saves the forward's stores
 # and the backward's loads; it paid up to 256 columns (RMSNorm) and 64 (LayerNorm's two sums).
 BLOCK_ROW_RECOMPUTE_MAX_COLS = {True: 256, False: 64}
-# Overrides of the recomputing backward's tile, by norm: (widest row, overrides) ladders.
-# LayerNorm's were measured at 16 and 32 columns; RMSNorm's prefetch at unaligned rows:
-# 10000000 x 5 264 -> 168 µs, 8000009 x 7 222 -> 145, 1000003 x 31 137 -> 109, 10000000 x 8
-# level (norm_narrow_odd_0ab8648, norm_narrow_odd2_0ab8648, norm_narrow_after_9327280). Rows of
-# one column are pointwise, so a prefetched tile only holds registers: without it 8000009 x 1
-# took 29.8 µs (RMSNorm) and 35.3 (LayerNorm) against 42.9 and 49.3, torch.compile for the
-# shape 33.0 and 46.6 (norm_narrow_n1_888699c).
+# Overrides of the recomputing backward's tile, by norm: (widest row, overrides) ladders. A
+# prefetch pays at narrow unaligned rows; rows of one column are pointwise, where a prefetched
+# tile only holds registers (docs/planner.md#the-recomputing-block-row-backward).
 BLOCK_ROW_BWD_RECOMPUTE_TILES = {
     True: ((1, {}), (32, {"prefetch": True}), (BLOCK_ROW_MAX_COLS, {})),
     False: ((1, {}), (16, {"prefetch": True}), (32, {"num_warps": 4, "prefetch": True}),
@@ -935,13 +869,10 @@ class NormPlan:
 
 # Narrow rows below BLOCK_ROW_MIN_ROWS keep the row layout's backward, but their forward shares
 # row tiles: a one-row program moves a few hundred bytes, so the programs' launches, not DRAM,
-# set its time (about 0.6 ns a row over 132 SMs: 9673 x 23 took 7.3 µs for 0.9 MB). A tile holds
-# at most NARROW_FWD_TILE_ELEMS padded elements, and the grid keeps NARROW_FWD_PROGRAMS_PER_SM
-# programs a SM: bigger tiles leave too few in flight to hide a tile's latency (9673 x 23: 64-row
-# tiles 4.5 µs, 16-row 2.3; 5596 x 214: 8-row 4.2, 4-row 3.8). Below two rows a tile (about
-# 1000 rows on an H200) one row a program is faster (868 x 136: 2.0 µs, 4-row tiles 2.3-2.5).
-# From norm_narrow_variants_e914041: at 21 cells of 1686-15000 rows the rule's tile took at most
-# 1.11x the fastest of 20-30 tiles timed beside it, and 0.28-1.04x the fastest one-row program.
+# set its time. A tile holds at most NARROW_FWD_TILE_ELEMS padded elements, and the grid keeps
+# NARROW_FWD_PROGRAMS_PER_SM programs a SM: bigger tiles leave too few in flight to hide a tile's
+# latency; below two rows a tile one row a program is faster
+# (docs/planner.md#narrow-rows-below-the-block-row-layout).
 NARROW_FWD_PROGRAMS_PER_SM = 4
 NARROW_FWD_TILE_ELEMS = 1024
 
@@ -962,10 +893,8 @@ def narrow_fwd_tile(n_rows: int, n_cols: int, is_rms: bool,
 
 
 # Unaligned rows a little wider than the block-row layout, in many rows: one row per program
-# moves a few hundred bytes at 4 warps, each row sum across them. One-warp tiles of two rows
-# (ONE_WARP_FWD_TILE_ELEMS) took 1000003 x 300 bf16 from 604-620 µs to 314-391 (torch.compile
-# for the shape: 307-370; block_row_wide_959e1b6). Wider rows keep one row a program (825: 1580
-# µs, torch.compile 1865).
+# moves a few hundred bytes at 4 warps, each row sum across them, so one-warp tiles of two rows
+# (ONE_WARP_FWD_TILE_ELEMS) take them (docs/planner.md#unaligned-rows-past-the-block-row-width).
 def unaligned_fwd_tile(n_rows: int, n_cols: int) -> BlockRowFwdConfig | None:
     """The forward's one-warp row tile for rows that are not 16-byte aligned, wider than
     BLOCK_ROW_MAX_COLS, two or more to a tile, BLOCK_ROW_MIN_ROWS rows or more; else None."""
