@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from normlab.losses import config as loss_config
+from normlab.losses import online
 from normlab.norms import config as norm_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,10 +72,12 @@ def test_planner_pointers_resolve():
     assert not cited - set(sections), sorted(cited - set(sections))
 
 
-@pytest.mark.parametrize("part, module", [("## Norms", norm_config), ("## Losses", loss_config)])
+@pytest.mark.parametrize("part, module", [("## Norms", norm_config), ("## Losses", loss_config),
+                                          ("## Loss kernels", online)])  # fmt: skip
 def test_planner_sections_name_real_rules(part, module):
     """Each section opens with the names it covers (`A` · `b`); each is in its planner."""
-    sections = [(a, body) for a, (p, body) in planner_sections().items() if p.startswith(part)]
+    sections = [(a, body) for a, (p, body) in planner_sections().items()
+                if p.split(" (")[0] == part]  # fmt: skip
     assert sections
     for name, body in sections:
         lead = body.strip().split("\n\n")[0]
@@ -82,3 +85,16 @@ def test_planner_sections_name_real_rules(part, module):
         assert names, f"{name}: opens with no names"
         missing = [n for n in names if "." not in n and not hasattr(module, n)]
         assert not missing, f"{name}: {missing} not in {module.__name__}"
+
+
+def test_every_switch_is_listed():
+    """Each NORMLAB_* variable the package reads (but the mode and the commit, which the README
+    and the bench's records describe) has a row in docs/planner.md's table of switches."""
+    read = set()
+    for source in (ROOT / "normlab").rglob("*.py"):
+        read |= set(re.findall(r"environ(?:\.get\(|\[)\"(NORMLAB_\w+)\"", source.read_text()))
+    table = PLANNER.read_text().partition("## The switches")[2]
+    listed = set(re.findall(r"^\| `(NORMLAB_\w+)", table, re.MULTILINE))
+    missing = read - {"NORMLAB_MODE", "NORMLAB_COMMIT"} - listed
+    assert not missing, sorted(missing)
+    assert listed <= read, sorted(listed - read)

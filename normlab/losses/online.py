@@ -73,30 +73,22 @@ PAIRED_MAXIMA: tl.constexpr = tl.constexpr(not _runtime.INTERPRET)
 # config.ENTROPY_LANE_MAX_BLOCK): each SMOOTH_PART logits a thread holds are summed in registers
 # into BLOCK / SMOOTH_PART fp32 accumulators (in any order: only their total is used), reduced
 # once a row, so a tile adds no cross-warp reduction (a third one beside the max and the
-# sum-exp otherwise). A tile-shaped accumulator held 32 more registers a thread at tile 4096 and
-# 4 warps: label CE's chunked kernel with smoothing took 109 registers, with these parts 71
-# (kernel_loops.py --form chunked, sm_90, Triton 3.9). NORMLAB_LOSS_SMOOTH_TILE_SUM=0: one
-# tl.sum per tile, as lanes of a few columns always do (within a thread).
+# sum-exp otherwise), and no tile-shaped accumulator (docs/planner.md#smoothings-partial-sums).
+# NORMLAB_LOSS_SMOOTH_TILE_SUM=0: one tl.sum per tile, as lanes of a few columns always do.
 SMOOTH_TILE_SUM: tl.constexpr = tl.constexpr(
     os.environ.get("NORMLAB_LOSS_SMOOTH_TILE_SUM", "1") != "0")
 SMOOTH_PART: tl.constexpr = tl.constexpr(8)  # one 16-byte bf16 vector a thread
 # Label CE's one-hot outside the gradient loops: the tiles store p (times scale) with no compare
 # against the label's column, and the label's own gradient is written once after them (an
-# overwrite, so not with ACCUMULATE). The compare cost 5.4 integer instructions a logit in the
-# gradient loop (benchmarks/kernel_loops.py, sm_90) and twice the registers. On an H200
-# (loss_options_label_after, c5334a9; 4096 x 131072 bf16 forward+backward): label CE 762 ->
-# 705 us, softcap 983 -> 756, z-loss 786 -> 712, all three 1484 -> 1300; label smoothing
-# 1011 -> 1141 in that run, 809 in the two after it (d837519, 29ecf3a; the 1141 not explained).
+# overwrite, so not with ACCUMULATE; docs/planner.md#the-one-hot-after-the-loops).
 # NORMLAB_LOSS_LABEL_AFTER=0 keeps the compare in the loop.
 LABEL_AFTER: tl.constexpr = tl.constexpr(os.environ.get("NORMLAB_LOSS_LABEL_AFTER", "1") != "0")
 # e^v as one MUFU.EX2 of v log2(e) with denormal results flushed to zero (ex2.approx.ftz.f32):
 # plain exp's ex2.approx.f32 adds a range test and two multiplies for denormal results, 3 of the
 # ~11 instructions a logit of label CE's statistics loop. A result below 2^-126 (an argument
 # below -87.3) becomes 0 instead of a denormal: after the max shift, a term that adds nothing to
-# an fp32 sum holding a 1. GPU only (the interpreter has no PTX); NORMLAB_LOSS_FAST_EXP=0 turns
-# it off. On an H200 at 4096 x 131072 forward+backward (loss_options_exp*_b0c3d68, off -> on):
-# reverse KL 1169 -> 1074 us, soft CE 1168 -> 1030, forward KL 1201 -> 1044, label smoothing
-# 811 -> 724; slower: reverse KL with an fp32 teacher 1375 -> 1482 (cause not found).
+# an fp32 sum holding a 1 (docs/planner.md#one-instruction-exp). GPU only (the interpreter has
+# no PTX); NORMLAB_LOSS_FAST_EXP=0 turns it off.
 FAST_EXP: tl.constexpr = tl.constexpr(
     not _runtime.INTERPRET and os.environ.get("NORMLAB_LOSS_FAST_EXP", "1") != "0")
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
