@@ -45,7 +45,8 @@ print(viz.recorded_summary(recorded))
 # enough of them to fill the card with tiles (`configs.use_block_row`). With fewer rows the
 # backward runs one row a tile, while the forward still shares row tiles once each holds two rows
 # and the grid keeps four programs a SM (`configs.narrow_fwd_tile`): one program a row would pay a
-# program's launch for a few hundred bytes.
+# program's launch for a few hundred bytes. [The planner's page](../docs/planner.md) lists every
+# rule with the runs behind it.
 #
 # ### Exercise: predict the planner
 #
