@@ -30,8 +30,8 @@ CE = KINDS["cross_entropy"]
 JSD = KINDS["jsd"]
 XFORMS = {"none": 0, "temperature": 1, "softcap": 2,  # the kernels' XFORM (online.transform)
           "softcap_approx": 3}  # fmt: skip
-# Softcap on 16-bit logits takes tanh.approx.f32: its error is below the logits' own rounding, and
-# it is cheaper. fp32 logits keep the exact one (docs/planner.md#the-approximate-softcap).
+# Softcap on 16-bit logits takes tanh.approx.f32: its error is about the logits' own rounding at
+# most, and it is cheaper. fp32 logits keep the exact one (docs/planner.md#the-approximate-softcap).
 SOFTCAP_APPROX_MAX_BYTES = 2
 
 
