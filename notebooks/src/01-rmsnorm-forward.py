@@ -8,7 +8,7 @@
 # **Question.** RMSNorm written as separate PyTorch ops moves each element about ten times. Does one
 # fused kernel reach the copy roofline, and what kernel shape gets it there?
 #
-# **Answer.** Fused, the op moves 4 bytes per element (bf16 in, bf16 out) and runs at 80–100% of
+# **Answer.** Fused, the op moves 4 bytes per element (bf16 in, bf16 out) and runs at 79–101% of
 # copy on the H200, level with or ahead of `torch.compile` at every benchmark shape (below,
 # recorded). What got it there is not "keep the row in registers": it is a row read **twice** in
 # small chunks, so each program needs few registers and many programs fit on an SM.
@@ -42,7 +42,8 @@ print(viz.recorded_summary(recorded))
 # $$
 #
 # As separate fp32 ops (`x.float()`, `pow`, `mean`, `* rstd`, `* w`, the cast back) each step reads
-# its input from HBM and writes its output back: about 38 bytes per element, against 4 for one fused
+# its input from HBM and writes its output back: 2 + 4 bytes per element to convert, 4 + 4 for
+# `pow`, 4 for `mean`, 4 + 4 for each multiply and 4 + 2 to cast back, 40 against 4 for one fused
 # kernel. That is the `eager` series above. normlab's forward runs one program per row, accumulates
 # in fp32 whatever the input dtype, and writes `rstd` for the backward.
 #
@@ -74,7 +75,7 @@ print("rows with NaN in the output:", torch.isnan(normlab.rms_norm(x2)).any(1).n
 # flight. normlab's RMSNorm forward does the same at 1024–16384 columns (the planner's
 # `configs.NORM_FWD_RMS_LOOPED`); narrower rows stay in registers. Past 16384 columns the balance
 # turns: a row of up to 32768 columns is one register block of 64 values a thread, read once
-# (47318×20163 on the H200: 1725 µs, against 1920–2019 in 2048- or 4096-column chunks), and wider
+# (47318×20163 on the H200: 1725 µs, against 1920 at best in 2048- or 4096-column chunks), and wider
 # rows loop over 2048-column chunks. What it runs, per width:
 
 # %%
@@ -196,8 +197,8 @@ for n in (4096, 200, 3956, 3958, 4097):
 # (`row._shifted_row`, planned by `config.shift_vec`); the `forward shifted row` line below has
 # its 16-byte loads and stores. w and b are read at columns shifted by the row's head: element by
 # element, or, in calls large enough to pay one more launch, as vectors from copies shifted by
-# each head length. On the H200 that made the population's odd-width forwards up to 1.55×
-# faster, and it lost where rows already had 4- or 8-byte vectors
+# each head length. On the H200 the shifted rows alone made odd-width forwards up to 1.58× faster
+# (LayerNorm 1492488×825 fp16), and they lost where rows already had 4- or 8-byte vectors
 # ([the note](../docs/notes/2026-12-04-odd-rows-from-their-first-vector.md)).
 
 # %%

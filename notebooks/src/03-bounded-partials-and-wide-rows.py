@@ -122,7 +122,7 @@ exercises.check("reduce_read_bytes", reduce_read_bytes)
 # Few rows turn the budget around: at 512×2048 four programs per SM would write and read back more
 # bytes of fp32 partial rows than the rows themselves hold. The planner stops the grid where the
 # partials would move more than half the rows' bytes (`config.norm_bwd_partials_cap`, never under
-# one program per SM): LayerNorm's backward there went from 11.1 to 7.9 µs.
+# one program per SM): LayerNorm's backward there went from 11.2 to 7.8 µs.
 #
 # Each call is measured by `bench.measure` into a record the plots can draw. On the GPU the shape is
 # Fast-LLM's 32768×1024; on a CPU a tiny one, where the timings only show the pipeline works.

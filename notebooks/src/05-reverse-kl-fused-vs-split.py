@@ -6,7 +6,7 @@
 # # 05 · Reverse KL: fused vs split
 #
 # **Question.** A distillation loss compares two softmaxes over a vocabulary of 32K–152K entries per
-# token. Fast-LLM's Triton kernel for it ran ~2.9× *slower* than `torch.compile` at V = 32K
+# token. Fast-LLM's Triton kernel for it ran about 3× *slower* than `torch.compile` at V = 32K
 # (ServiceNow/Fast-LLM#497). Why, and what runs fast?
 #
 # **Answer.** It held whole rows of both distributions in registers: about 2 programs per SM, no
