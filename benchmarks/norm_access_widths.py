@@ -26,8 +26,10 @@ body in blocks of 8192 and 2048 on 8 warps.
 Then the block-row backward at 128 columns (RMSNorm, recomputed statistics): how many warps
 share a row (Triton's layout of the x tile) and the SASS barriers (BAR), shared-memory accesses
 (LDS, STS) and shuffles (SHFL), at ROW_ALIGN 8 and 1 with the planned 8 warps, and at ROW_ALIGN
-1 with one warp (``config.one_warp_rows``). Last, the block-row forward's tile of a 5-column row
+1 with one warp (``config.one_warp_rows``). Then the block-row forward's tile of a 5-column row
 with int64 and int32 row offsets (``config.row_offsets_int64``): SASS instructions an element.
+Last, the decode backward by role (``row._norm_bwd_roles_kernel``, ``config.bwd_roles``) at
+three decode batches, planned as on 132 SMs: its registers and the stack it spills to.
 
 Like ``kernel_loops.py``, normlab must define its kernels compiled rather than interpreted: this
 script makes ``torch.cuda.is_available`` answer True before importing normlab, and launches
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import os
 import re
 import sys
@@ -51,11 +54,17 @@ import torch
 torch.cuda.is_available = lambda: True  # compiled kernels on a machine without a GPU (above)
 
 import triton  # noqa: E402
+from kernel_loops import analyse  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from normlab.norms import config  # noqa: E402
 from normlab.norms.block_row import _block_row_bwd_kernel, _block_row_fwd_kernel  # noqa: E402
-from normlab.norms.row import _norm_bwd_persistent_kernel, _norm_fwd_kernel  # noqa: E402
+from normlab.norms.row import (  # noqa: E402
+    _norm_bwd_persistent_kernel,
+    _norm_bwd_roles_kernel,
+    _norm_fwd_kernel,
+)
 
 ALIGNS = (1, 2, 4, 8)
 FP32_POINTERS = ("mean_ptr", "rstd_ptr", "dw_partial_ptr", "db_partial_ptr")
@@ -88,6 +97,9 @@ SASS_OPS = ("BAR", "LDS", "STS", "SHFL")
 # instructions an element with int64 and with int32 row offsets (config.row_offsets_int64).
 TINY_FWD = {"IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_RESIDUAL": False,
             "BLOCK_ROWS": 256, "BLOCK_COLS": 8, "PERSISTENT": False, "STORE_STATS": False}
+# Decode batches for the backward by role (rows, columns, ROW_ALIGN): an odd width on one warp,
+# a model width on 8 warps, the most rows at the widest one-row tile on 16.
+ROLES_CASES = ((14, 1022, 2), (8, 3584, 8), (64, 8192, 8))
 
 
 def compile_kernel(kernel, constants: dict, row_align: int, warps: int, arch: int = 90):
@@ -194,6 +206,22 @@ def main(argv=None) -> int:
         lines.append(f"block-row forward 256 x 8 tile, ROW_ALIGN 1, {warps} warps, "
                      f"{'int64' if int64 else 'int32'} row offsets: {per_elem:.1f} "
                      "instructions an element")  # fmt: skip
+    for (rows, cols, align), is_rms in itertools.product(ROLES_CASES, (True, False)):
+        cfg = config.norm_bwd_config("persistent", rows, cols, is_rms=is_rms, sm_count=132,
+                                     aligned=align == 8,
+                                     one_warp=config.one_warp_rows(cols, align, 2))  # fmt: skip
+        col_block, chunk_rows = config.bwd_roles_col_tile(rows, cols, cfg.block_cols,
+                                                          cfg.num_warps)  # fmt: skip
+        constants = {"IS_RMS": is_rms, "HAS_WEIGHT": True, "HAS_BIAS": not is_rms,
+                     "HAS_DH": False, "BLOCK_COLS": cfg.block_cols, "COL_BLOCK": col_block,
+                     "CHUNK_ROWS": chunk_rows, "PAIR_SUMS": True}  # fmt: skip
+        usage, _ = analyse(compile_kernel(_norm_bwd_roles_kernel, constants, align,
+                                          cfg.num_warps))  # fmt: skip
+        warps = f"{cfg.num_warps} warp{'s' * (cfg.num_warps > 1)}"
+        norm = "RMSNorm" if is_rms else "LayerNorm"
+        lines.append(f"backward by role, {norm} {rows} x {cols}, ROW_ALIGN {align}, {warps}, "
+                     f"column tile {chunk_rows} x {col_block}: {usage.get('REG', 0)} registers, "
+                     f"{usage.get('STACK', 0)} B stack")  # fmt: skip
     print("\n".join(lines))
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")

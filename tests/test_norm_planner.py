@@ -451,6 +451,109 @@ def test_small_backward_grid(monkeypatch, is_rms, m, n, one_program):
         assert_close(db, grads_ref[2], reduce_len=m, msg="dbias")
 
 
+def test_backward_by_role_rule():
+    """Roles only with the switch on, at one-row tiles, more than one program and at most
+    NORM_BWD_ROLES_MAX_ROWS rows; the column tile keeps to the row tile's elements."""
+    assert not config.NORM_BWD_ROLES  # an experiment: off by default
+    top = config.NORM_BWD_ROLES_MAX_ROWS
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(config, "NORM_BWD_ROLES", True)
+        assert config.bwd_roles(top, top, 1) and config.bwd_roles(3, 3, 1)
+        assert not config.bwd_roles(top + 1, top + 1, 1)  # one row past
+        assert not config.bwd_roles(2, 1, 1)  # one program writes dγ/dβ itself
+        assert not config.bwd_roles(16, 8, 2)  # rows share tiles
+    assert not config.bwd_roles(top, top, 1)
+    block = config.NORM_BWD_ROLES_COL_BLOCK
+    assert config.bwd_roles_col_tile(14, 1022, 1024, 1) == (block, 1024 // block)  # one warp
+    assert config.bwd_roles_col_tile(14, 1022, 1024, 4) == (block, 16)  # 16 a thread of 4 warps
+    assert config.bwd_roles_col_tile(3, 1022, 1024, 4) == (block, 4)  # no more than the batch
+    assert config.bwd_roles_col_tile(64, 100, 128, 4) == (block, 16)  # 4 row steps, not 64
+    assert config.bwd_roles_col_tile(64, 17, 32, 4) == (32, 64)  # a narrow row: its padded width
+    assert config.bwd_roles_col_tile(5, 1, 1, 4) == (1, 8)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize(("m", "n", "layout", "dtype"), [
+    (3, 448, "row", torch.float32),  # the fewest one-row tiles past one program
+    (7, 973, "auto", torch.bfloat16),  # odd width: one-warp row tiles
+    (14, 1022, "row", torch.bfloat16),  # the population's worst backward cell
+    (64, 100, "row", torch.float32),  # the most rows: a column program walks 4 row steps
+    (5, 1, "row", torch.float32),  # one column
+    (6, 2049, "auto", torch.float16),  # just past a power of two: ragged column programs
+    (4, 4096, "auto", torch.bfloat16),  # the compile-time width's range
+])  # fmt: skip
+def test_backward_by_role_matches_fp64(monkeypatch, is_rms, m, n, layout, dtype):
+    """With the switch on, a decode batch's backward is one launch of the roles kernel (no
+    reduce): dx, dγ and dβ against fp64, with an offset, a weight without a bias and no
+    parameters at all (which needs no column programs). The interpreter has 4 SMs, so "auto"
+    reaches one-row tiles only at widths past 1024 or in one warp; "row" pins them."""
+    monkeypatch.setattr(config, "NORM_BWD_ROLES", True)
+    names, reduced = [], []
+
+    def launch(fn, grid, *args, **kwargs):
+        names.append(fn.__name__ if hasattr(fn, "__name__") else fn.fn.__name__)
+        return real_launch(fn, grid, *args, **kwargs)
+
+    real_launch = row.launch
+    monkeypatch.setattr(row, "launch", launch)
+    monkeypatch.setattr(row, "reduce_partials", lambda *a, **k: reduced.append(True))
+    for weight, bias, offset in ((True, True, 0.0), (True, False, 1.0), (False, False, 0.0)):
+        if is_rms and bias:
+            bias = False
+        names.clear()
+        x = torch.randn(m, n).to(dtype)
+        w = (0.5 * torch.randn(n) + (0.0 if offset else 1.0)).to(dtype) if weight else None
+        b = (0.5 * torch.randn(n)).to(dtype) if bias else None
+        gy = torch.randn(m, n).to(dtype)
+        leaves = [t.requires_grad_() for t in (x, w, b) if t is not None]
+        if is_rms:
+            y = normlab.rms_norm(x, w, 1e-5, offset=offset, layout=layout)
+        else:
+            y = normlab.layer_norm(x, w, b, 1e-5, offset=offset, layout=layout)
+        grads = torch.autograd.grad(y, leaves, gy)
+        xd, wd, bd = (t.detach().double().requires_grad_() if t is not None else None
+                      for t in (x, w, b))  # fmt: skip
+        y_ref = (ref.rms_norm(xd, wd, 1e-5, offset) if is_rms
+                 else ref.layer_norm(xd, wd, bd, 1e-5, offset))  # fmt: skip
+        dleaves = [t for t in (xd, wd, bd) if t is not None]
+        grads_ref = torch.autograd.grad(y_ref, dleaves, gy.double())
+        for name, g, g_ref in zip(("dx", "dweight", "dbias"), grads, grads_ref, strict=False):
+            assert_close(g, g_ref, reduce_len=m if name != "dx" else n, dtype=dtype, msg=name)
+        bwd = names[1:]  # the forward's launch first
+        if weight or bias:
+            assert bwd == ["_norm_bwd_roles_kernel"], names
+        else:
+            assert "_norm_bwd_roles_kernel" not in bwd, names
+    assert not reduced
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_backward_by_role_of_the_fused_add(monkeypatch, is_rms):
+    """The fused add's backward by role: dh reaches dx (so x's and the residual's gradients)
+    from the row programs, dγ/dβ from the column programs; against fp64."""
+    monkeypatch.setattr(config, "NORM_BWD_ROLES", True)
+    m, n = 6, 300
+    x, r = torch.randn(m, n), torch.randn(m, n)
+    w, b = 1 + 0.5 * torch.randn(n), 0.5 * torch.randn(n)
+    gy, gh = torch.randn(m, n), torch.randn(m, n)
+    leaves = [x.requires_grad_(), r.requires_grad_(), w.requires_grad_()]
+    if is_rms:
+        y, h = normlab.add_rms_norm(x, r, w, 1e-5)
+    else:
+        leaves.append(b.requires_grad_())
+        y, h = normlab.add_layer_norm(x, r, w, b, 1e-5)
+    grads = torch.autograd.grad((y, h), leaves, (gy, gh))
+    dleaves = [t.detach().double().requires_grad_() for t in leaves]
+    if is_rms:
+        y_ref, h_ref = ref.add_rms_norm(*dleaves[:3], 1e-5)
+    else:
+        y_ref, h_ref = ref.add_layer_norm(*dleaves, 1e-5)
+    grads_ref = torch.autograd.grad((y_ref, h_ref), dleaves, (gy.double(), gh.double()))
+    for name, g, g_ref in zip(("dx", "dresidual", "dweight", "dbias"), grads, grads_ref,
+                              strict=False):  # fmt: skip
+        assert_close(g, g_ref, reduce_len=m if name in ("dweight", "dbias") else n, msg=name)
+
+
 # ---- rows wider than one block; few rows --------------------------------------------------------
 
 

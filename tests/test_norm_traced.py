@@ -60,6 +60,22 @@ def _args(n_rows, n_cols, is_rms, residual):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}-{c[2]}-{c[3]}")
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_traced_body_launches_what_an_eager_call_launches(launches, is_rms, case, residual):
+    _traced_against_eager(launches, is_rms, case, residual)
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["norm", "add-norm"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_traced_backward_by_role(launches, monkeypatch, is_rms, residual):
+    """A decode batch's backward by role (config.bwd_roles, switched on) traces to the one
+    launch an eager call makes."""
+    monkeypatch.setattr(config, "NORM_BWD_ROLES", True)
+    eager = _traced_against_eager(launches, is_rms, (14, 1022, "row", "auto"), residual)
+    kernels = [name for name, *_ in eager]
+    assert kernels[-1] == "_norm_bwd_roles_kernel" and "_reduce_partials_kernel" not in kernels
+
+
+def _traced_against_eager(launches, is_rms, case, residual):
+    """The launches of an eager forward and backward, checked equal to the traced ones."""
     n_rows, n_cols, layout, strategy = case
     x, r, w, b = _args(n_rows, n_cols, is_rms, residual)
     options = (EPS[is_rms], 0.0, is_rms, strategy, layout)
@@ -81,6 +97,7 @@ def test_traced_body_launches_what_an_eager_call_launches(launches, is_rms, case
     for traced, real in zip((*out, *grads), (y, h, mean, rstd), strict=False):
         assert (traced.shape, traced.dtype) == (real.shape, real.dtype)
     assert grads[0].shape == x.shape and grads[1].shape == w.shape
+    return eager
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}-{c[2]}-{c[3]}")

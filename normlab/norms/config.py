@@ -627,6 +627,33 @@ def norm_bwd_one_program(n_tiles: int) -> bool:
     return n_tiles <= NORM_BWD_ONE_PROGRAM_TILES
 
 
+# A decode batch's backward in one launch: a program a row writes its dx, and a program a column
+# block sums dγ/dβ over the batch's rows from x, dy and the stored statistics, so there are no
+# partial rows and no reduce launch (row._norm_bwd_roles_kernel). An experiment, not yet timed
+# on a GPU (docs/planner.md#decode-backward-in-one-launch): NORMLAB_NORM_BWD_ROLES=1 turns it on.
+NORM_BWD_ROLES = os.environ.get("NORMLAB_NORM_BWD_ROLES", "0") == "1"
+NORM_BWD_ROLES_MAX_ROWS = 64  # a column program walks every row: a decode batch's few tiles
+NORM_BWD_ROLES_COL_BLOCK = 128  # columns a column program sums: 256 B of a bf16 row, 2 sectors
+
+
+def bwd_roles(n_rows: int, n_programs: int, block_rows: int) -> bool:
+    """Does the backward split its programs by role (above)? Where the persistent grid runs one
+    row a program, more than one program, over at most NORM_BWD_ROLES_MAX_ROWS rows."""
+    return (NORM_BWD_ROLES and block_rows == 1 and n_programs > 1
+            and n_rows <= NORM_BWD_ROLES_MAX_ROWS)  # fmt: skip
+
+
+def bwd_roles_col_tile(n_rows: int, n_cols: int, row_tile_elems: int,
+                      num_warps: int) -> tuple[int, int]:  # fmt: skip
+    """(columns, rows) of a column program's tile: NORM_BWD_ROLES_COL_BLOCK columns (fewer in a
+    narrower row), and rows up to the row programs' tile elements or 16 a thread of the launch's
+    warps, whichever is more (so a narrow row's batch takes few steps), and no more than the
+    batch has."""
+    cols = min(NORM_BWD_ROLES_COL_BLOCK, next_pow2(n_cols))
+    elems = max(row_tile_elems, num_warps * 32 * 16)
+    return cols, min(next_pow2(n_rows), max(1, elems // cols))
+
+
 @dataclass(frozen=True)
 class NormBwdConfig:
     strategy: str  # "atomic" | "two_stage" | "persistent"

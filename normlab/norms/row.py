@@ -25,7 +25,9 @@ How dw/db are summed over the rows is the ``strategy``:
   chunks, pass 2 re-reads x/dy, writes dx and adds into the program's partial row). A grid of
   one program writes dw/db itself, with no workspace and no second kernel. One-row tiles past
   the compile-time width split each row at its first 16-byte boundary, the body in one or two
-  blocks (``_shifted_bwd_rows``).
+  blocks (``_shifted_bwd_rows``). A decode batch can instead split its programs by role, rows'
+  dx and columns' dw/db in one launch (``_norm_bwd_roles_kernel``: ``config.bwd_roles``, an
+  experiment off by default).
 
 Partials are fp32 and summed in fp32 by ``_reduce_partials_kernel``, which can add into an
 existing ``.grad``; ``two_stage`` and ``persistent`` are bitwise deterministic. The kernel names
@@ -54,12 +56,15 @@ from normlab.norms.tiles import (
     known_multiple,
     load_f32,
     load_param_f32,
+    load_row_stats,
     load_tile,
     load_weight,
+    load_x_dy,
     put_row,
     store_cast,
     store_partials,
     store_sum,
+    xhat_wdy,
 )
 
 AUTOTUNE = os.environ.get("NORMLAB_AUTOTUNE", "0") == "1" and not _runtime.INTERPRET
@@ -764,6 +769,70 @@ def _norm_bwd_persistent_static_kernel(
 
 
 @triton.jit
+def _norm_bwd_roles_kernel(
+    x_ptr,  # (n_rows, n_cols) forward input
+    dy_ptr,  # (n_rows, n_cols) output gradient
+    dx_ptr,  # (n_rows, n_cols) input gradient (written)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
+    w_ptr,  # (n_cols,) weight
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    rstd_ptr,  # (n_rows,) fp32 rstd
+    dw_ptr,  # (n_cols,) dweight, the weight's dtype (written)
+    db_ptr,  # (n_cols,) dbias, the bias's dtype (written)
+    n_rows,
+    n_cols,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    dh_row_stride,
+    offset,  # y = xhat * (offset + weight)
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_DH: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,  # a row program's row (>= n_cols)
+    COL_BLOCK: tl.constexpr,  # a column program's columns
+    CHUNK_ROWS: tl.constexpr,  # rows a column program loads at a time
+    PAIR_SUMS: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+):
+    """A decode batch's backward by role (config.bwd_roles): program r < n_rows writes row r's
+    dx; program n_rows + k sums dw = sum_r dy * xhat and db = sum_r dy over every row for the
+    k-th block of COL_BLOCK columns and stores them in the parameters' dtypes. The roles share
+    nothing but their inputs: no partial rows, no reduce launch."""
+    n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
+        n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, ROW_ALIGN)
+    pid = tl.program_id(0)
+    if pid < n_rows:  # (names differ between the branches: their shapes do)
+        row_cols = tl.arange(0, BLOCK_COLS)
+        w = load_weight(w_ptr, row_cols, row_cols < n_cols, offset, HAS_WEIGHT)
+        bwd_tile_single_pass(
+            pid, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+            x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT,
+            HAS_DH, 1, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
+        )  # fmt: skip
+    else:
+        cols = (pid - n_rows) * COL_BLOCK + tl.arange(0, COL_BLOCK)
+        col_mask = cols < n_cols
+        dw = tl.zeros([COL_BLOCK], dtype=tl.float32)
+        db = tl.zeros([COL_BLOCK], dtype=tl.float32)
+        for start in range(0, n_rows, CHUNK_ROWS):
+            rows = start + tl.arange(0, CHUNK_ROWS)
+            row_mask = rows < n_rows
+            mask = row_mask[:, None] & col_mask[None, :]
+            x, dy = load_x_dy(x_ptr, dy_ptr, rows.to(tl.int64), cols, mask, x_row_stride,
+                              dy_row_stride)  # fmt: skip
+            mean, rstd = load_row_stats(mean_ptr, rstd_ptr, rows, row_mask, IS_RMS)
+            xhat, dy, _ = xhat_wdy(x, dy, 1.0, mask, mean, rstd, IS_RMS, False)
+            dw += tl.sum(dy * xhat, axis=0)
+            db += tl.sum(dy, axis=0)
+        if HAS_WEIGHT:
+            tl.store(dw_ptr + cols, dw.to(dw_ptr.dtype.element_ty), mask=col_mask)
+        if HAS_BIAS:
+            tl.store(db_ptr + cols, db.to(db_ptr.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
 def _norm_bwd_persistent_two_pass_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
@@ -1052,6 +1121,17 @@ def norm_backward(
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
         n_programs = cdiv(n_tiles, tiles_per_program)
+    if (strategy == "persistent" and not cfg.two_pass and not vec and (has_w or has_b)
+            and grad_weight is None and grad_bias is None
+            and config.bwd_roles(n_rows, n_programs, cfg.block_rows)):  # fmt: skip
+        col_block, chunk_rows = config.bwd_roles_col_tile(n_rows, n_cols, tile["BLOCK_COLS"],
+                                                          cfg.num_warps)  # fmt: skip
+        launch(_norm_bwd_roles_kernel, (n_rows + cdiv(n_cols, col_block),), *common,
+               dw if has_w else dummy, db if has_b else dummy, n_rows, n_cols, *strides,
+               float(offset), **flags, BLOCK_COLS=tile["BLOCK_COLS"], COL_BLOCK=col_block,
+               CHUNK_ROWS=chunk_rows, PAIR_SUMS=PAIRED_ROW_SUMS, ROW_ALIGN=align,
+               num_warps=cfg.num_warps)  # fmt: skip
+        return dx, dw, db
     # One program holds every row: its partial row is the result, written in the parameter's
     # dtype (no workspace, no reduce launch).
     direct = (strategy == "persistent" and n_programs == 1 and grad_weight is None
