@@ -175,7 +175,9 @@
 # checks with zero-probability columns, each option against its base op and Liger); lossvocab
 # (the three losses over the vocabulary population beside torch.compile and Liger); losspipeline (the tile loops' loads through
 # shared memory, NORMLAB_LOSS_PIPELINE=1: the loss checks with it, the options off and on, reverse
-# KL and label CE over the vocabulary population with it, against the lossvocab run).
+# KL and label CE over the vocabulary population with it, against the lossvocab run). bwdroles
+# (a decode batch's backward by role, NORMLAB_NORM_BWD_ROLES=1: the norm checks with it, its
+# members off and on); bwdrolespeers (its torch.compile check, its members beside the peers).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -183,8 +185,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, losspipeline, bwdroles or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | losspipeline | bwdroles | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, losspipeline, bwdroles, bwdrolespeers or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | losspipeline | bwdroles | bwdrolespeers | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -278,6 +280,9 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.lo
   echo "== $name: exit $? after ${SECONDS}s"
   tail -n 25 "$OUT/$name.log"
 }
+# The decode members whose backward config.bwd_roles takes (one-row tiles, 3-64 rows).
+ROLES_MEMBERS=8x768,8x1024,8x1536,8x2048,8x2560,8x2880,8x3072,8x3584,8x4096,8x5120,8x6144,8x7168
+ROLES_MEMBERS=$ROLES_MEMBERS,8x8192,12x973,13x448,14x1022
 off_on() {  # off_on VAR NAME SECONDS CELLS: normlab alone over CELLS with VAR=0, then VAR=1
   local on
   for on in 0 1; do
@@ -1030,16 +1035,17 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --families random,model,narrow --impls normlab,torch,compile,liger \
       --cells 1x768,1x1024,1x1536,1x2048,8x768,8x1024,8x1536,8x2048,12x973,14x1022,115x577
     ;;
-  bwdroles)  # a decode batch's backward by role (NORMLAB_NORM_BWD_ROLES): checks, off/on, peers
-    step gpu_check_norms_bwdroles 300 env NORMLAB_NORM_BWD_ROLES=1 python3 benchmarks/gpu_check.py \
-      --out "$OUT/gpu_check_norms_bwdroles.json" --quick \
-      --only norms,norm_options,replay,graphs,compile
-    members=8x768,8x1024,8x1536,8x2048,8x2560,8x2880,8x3072,8x3584,8x4096,8x5120,8x6144,8x7168
-    members=$members,8x8192,12x973,13x448,14x1022
-    off_on NORMLAB_NORM_BWD_ROLES bwd_roles 120 "$members"
+  bwdroles)  # a decode batch's backward by role (NORMLAB_NORM_BWD_ROLES): checks, off and on
+    step gpu_check_norms_bwdroles 200 env NORMLAB_NORM_BWD_ROLES=1 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_norms_bwdroles.json" --quick --only norms,norm_options,replay,graphs
+    off_on NORMLAB_NORM_BWD_ROLES bwd_roles 90 "$ROLES_MEMBERS"
+    ;;
+  bwdrolespeers)  # the same under torch.compile, and its members beside the peers
+    step gpu_check_compile_bwdroles 200 env NORMLAB_NORM_BWD_ROLES=1 python3 \
+      benchmarks/gpu_check.py --out "$OUT/gpu_check_compile_bwdroles.json" --quick --only compile
     step population_bwdroles 300 env NORMLAB_NORM_BWD_ROLES=1 python3 benchmarks/norm_population.py \
       --out "$OUT/population_bwdroles.jsonl" --reps 4 --timed-us 100 \
-      --families random,model,narrow --impls normlab,torch,compile,liger --cells "$members"
+      --families random,model,narrow --impls normlab,torch,compile,liger --cells "$ROLES_MEMBERS"
     ;;
   onetile)  # the one-tile backward: variants (outputs checked against the plan), off/on, peers
     cells=$(for c in 8x768 8x1024 8x1536 8x2048 12x973 13x448 14x1022 1x4096 2x8192 4x4096; do
