@@ -453,7 +453,8 @@ def test_small_backward_grid(monkeypatch, is_rms, m, n, one_program):
 
 def test_backward_by_role_rule():
     """Roles only with the switch on, at one-row tiles, more than one program and at most
-    NORM_BWD_ROLES_MAX_ROWS rows; the column tile keeps to the row tile's elements."""
+    NORM_BWD_ROLES_MAX_ROWS rows; the column tile holds the row tile's elements or 16 a thread,
+    whichever is more, and no more rows than the batch."""
     assert not config.NORM_BWD_ROLES  # an experiment: off by default
     top = config.NORM_BWD_ROLES_MAX_ROWS
     with pytest.MonkeyPatch.context() as mp:
@@ -491,7 +492,7 @@ def test_backward_by_role_matches_fp64(monkeypatch, is_rms, m, n, layout, dtype)
     names, reduced = [], []
 
     def launch(fn, grid, *args, **kwargs):
-        names.append(fn.__name__ if hasattr(fn, "__name__") else fn.fn.__name__)
+        names.append(getattr(fn, "fn", fn).__name__)
         return real_launch(fn, grid, *args, **kwargs)
 
     real_launch = row.launch
@@ -532,17 +533,26 @@ def test_backward_by_role_of_the_fused_add(monkeypatch, is_rms):
     """The fused add's backward by role: dh reaches dx (so x's and the residual's gradients)
     from the row programs, dγ/dβ from the column programs; against fp64."""
     monkeypatch.setattr(config, "NORM_BWD_ROLES", True)
+    names = []
+
+    def launch(fn, grid, *args, **kwargs):
+        names.append(getattr(fn, "fn", fn).__name__)
+        return real_launch(fn, grid, *args, **kwargs)
+
+    real_launch = row.launch
+    monkeypatch.setattr(row, "launch", launch)
     m, n = 6, 300
     x, r = torch.randn(m, n), torch.randn(m, n)
     w, b = 1 + 0.5 * torch.randn(n), 0.5 * torch.randn(n)
     gy, gh = torch.randn(m, n), torch.randn(m, n)
     leaves = [x.requires_grad_(), r.requires_grad_(), w.requires_grad_()]
     if is_rms:
-        y, h = normlab.add_rms_norm(x, r, w, 1e-5)
+        y, h = normlab.add_rms_norm(x, r, w, 1e-5, layout="row")
     else:
         leaves.append(b.requires_grad_())
-        y, h = normlab.add_layer_norm(x, r, w, b, 1e-5)
+        y, h = normlab.add_layer_norm(x, r, w, b, 1e-5, layout="row")
     grads = torch.autograd.grad((y, h), leaves, (gy, gh))
+    assert names[-1] == "_norm_bwd_roles_kernel", names
     dleaves = [t.detach().double().requires_grad_() for t in leaves]
     if is_rms:
         y_ref, h_ref = ref.add_rms_norm(*dleaves[:3], 1e-5)
