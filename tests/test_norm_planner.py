@@ -451,6 +451,20 @@ def test_small_backward_grid(monkeypatch, is_rms, m, n, one_program):
         assert_close(db, grads_ref[2], reduce_len=m, msg="dbias")
 
 
+@pytest.fixture
+def row_kernels(monkeypatch):
+    """The names of the kernels row's launchers launch, in order (they still run)."""
+    names = []
+    real_launch = row.launch
+
+    def launch(fn, grid, *args, **kwargs):
+        names.append(getattr(fn, "fn", fn).__name__)
+        return real_launch(fn, grid, *args, **kwargs)
+
+    monkeypatch.setattr(row, "launch", launch)
+    return names
+
+
 def test_backward_by_role_rule():
     """Roles only with the switch on, at one-row tiles, more than one program and at most
     NORM_BWD_ROLES_MAX_ROWS rows; the column tile holds the row tile's elements or 16 a thread,
@@ -483,20 +497,13 @@ def test_backward_by_role_rule():
     (6, 2049, "auto", torch.float16),  # just past a power of two: ragged column programs
     (4, 4096, "auto", torch.bfloat16),  # the compile-time width's range
 ])  # fmt: skip
-def test_backward_by_role_matches_fp64(monkeypatch, is_rms, m, n, layout, dtype):
+def test_backward_by_role_matches_fp64(monkeypatch, row_kernels, is_rms, m, n, layout, dtype):
     """With the switch on, a decode batch's backward is one launch of the roles kernel (no
     reduce): dx, dγ and dβ against fp64, with an offset, a weight without a bias and no
     parameters at all (which needs no column programs). The interpreter has 4 SMs, so "auto"
     reaches one-row tiles only at widths past 1024 or in one warp; "row" pins them."""
     monkeypatch.setattr(config, "NORM_BWD_ROLES", True)
-    names, reduced = [], []
-
-    def launch(fn, grid, *args, **kwargs):
-        names.append(getattr(fn, "fn", fn).__name__)
-        return real_launch(fn, grid, *args, **kwargs)
-
-    real_launch = row.launch
-    monkeypatch.setattr(row, "launch", launch)
+    names, reduced = row_kernels, []
     monkeypatch.setattr(row, "reduce_partials", lambda *a, **k: reduced.append(True))
     for weight, bias, offset in ((True, True, 0.0), (True, False, 1.0), (False, False, 0.0)):
         if is_rms and bias:
@@ -529,18 +536,10 @@ def test_backward_by_role_matches_fp64(monkeypatch, is_rms, m, n, layout, dtype)
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_backward_by_role_of_the_fused_add(monkeypatch, is_rms):
+def test_backward_by_role_of_the_fused_add(monkeypatch, row_kernels, is_rms):
     """The fused add's backward by role: dh reaches dx (so x's and the residual's gradients)
     from the row programs, dγ/dβ from the column programs; against fp64."""
     monkeypatch.setattr(config, "NORM_BWD_ROLES", True)
-    names = []
-
-    def launch(fn, grid, *args, **kwargs):
-        names.append(getattr(fn, "fn", fn).__name__)
-        return real_launch(fn, grid, *args, **kwargs)
-
-    real_launch = row.launch
-    monkeypatch.setattr(row, "launch", launch)
     m, n = 6, 300
     x, r = torch.randn(m, n), torch.randn(m, n)
     w, b = 1 + 0.5 * torch.randn(n), 0.5 * torch.randn(n)
@@ -552,7 +551,7 @@ def test_backward_by_role_of_the_fused_add(monkeypatch, is_rms):
         leaves.append(b.requires_grad_())
         y, h = normlab.add_layer_norm(x, r, w, b, 1e-5, layout="row")
     grads = torch.autograd.grad((y, h), leaves, (gy, gh))
-    assert names[-1] == "_norm_bwd_roles_kernel", names
+    assert row_kernels[-1] == "_norm_bwd_roles_kernel", row_kernels
     dleaves = [t.detach().double().requires_grad_() for t in leaves]
     if is_rms:
         y_ref, h_ref = ref.add_rms_norm(*dleaves[:3], 1e-5)
