@@ -178,7 +178,9 @@
 # KL and label CE over the vocabulary population with it, against the lossvocab run). bwdroles
 # (a decode batch's backward by role, NORMLAB_NORM_BWD_ROLES=1: the norm checks with it, its
 # members off and on); bwdrolespeers (its torch.compile check, its members beside the peers);
-# rolesab (timing alone in one call: its members off and on, then beside the peers).
+# rolesab (timing alone in one call: its members off and on, then beside the peers); rolesrule
+# (the rest of the population's members the rule takes, off and on and beside the peers; rows
+# from 16 to its bound of 64, and one past it, off and on).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -186,8 +188,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, losspipeline, bwdroles, bwdrolespeers, rolesab or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | losspipeline | bwdroles | bwdrolespeers | rolesab | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, losspipeline, bwdroles, bwdrolespeers, rolesab, rolesrule or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | losspipeline | bwdroles | bwdrolespeers | rolesab | rolesrule | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -1053,6 +1055,20 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step population_bwdroles 300 env NORMLAB_NORM_BWD_ROLES=1 python3 benchmarks/norm_population.py \
       --out "$OUT/population_bwdroles.jsonl" --reps 4 --timed-us 100 \
       --families random,model,narrow --impls normlab,torch,compile,liger --cells "$ROLES_MEMBERS"
+    ;;
+  rolesrule)  # the roles rule's other members and its row bound, off and on
+    members=5x3149,10x11415,33x9383,8x12288,8x16384
+    off_on NORMLAB_NORM_BWD_ROLES bwd_roles_rule 60 "$members"
+    step population_bwdroles_rule 150 env NORMLAB_NORM_BWD_ROLES=1 python3 \
+      benchmarks/norm_population.py --out "$OUT/population_bwdroles_rule.jsonl" --reps 4 \
+      --timed-us 100 --families random,model,narrow --impls normlab,torch,compile,liger \
+      --cells "$members"
+    for on in 0 1; do
+      step "bwd_roles_rows_$on" 60 env NORMLAB_NORM_BWD_ROLES=$on python3 -m normlab bench \
+        --op rms_norm,layer_norm --impl normlab --direction bwd --reps 50 --no-progress \
+        --shapes 16x1024,32x1024,64x1024,16x4096,32x4096,64x4096,65x4096,64x8192,48x2880 \
+        --out "$OUT/bwd_roles_rows_$on.jsonl"
+    done
     ;;
   onetile)  # the one-tile backward: variants (outputs checked against the plan), off/on, peers
     cells=$(for c in 8x768 8x1024 8x1536 8x2048 12x973 13x448 14x1022 1x4096 2x8192 4x4096; do
