@@ -1,7 +1,7 @@
 """SASS instructions per loop of the loss kernels, by option, compiled for sm_90 (no GPU).
 
     python3 benchmarks/kernel_loops.py [--form fused|chunked] [--block 4096 --warps 4]
-        [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--plain-exp] [--pipeline]
+        [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--plain-exp]
         [--out FILE]
 
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
@@ -44,8 +44,6 @@ if "--one-hot-in-loop" in sys.argv:  # read by normlab.losses.online at import
     os.environ["NORMLAB_LOSS_LABEL_AFTER"] = "0"
 if "--plain-exp" in sys.argv:  # likewise
     os.environ["NORMLAB_LOSS_FAST_EXP"] = "0"
-if "--pipeline" in sys.argv:  # likewise
-    os.environ["NORMLAB_LOSS_PIPELINE"] = "1"
 
 import torch
 
@@ -172,9 +170,6 @@ def main(argv=None) -> int:
                              "(NORMLAB_LOSS_LABEL_AFTER=0)")
     parser.add_argument("--plain-exp", action="store_true",
                         help="tl.exp, not the one-instruction exp (NORMLAB_LOSS_FAST_EXP=0)")
-    parser.add_argument("--pipeline", action="store_true",
-                        help="the tile loops' loads pipelined through shared memory "
-                             "(NORMLAB_LOSS_PIPELINE=1)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers per thread (as the chunked "
                         "form's launch does at some tiles)")
     parser.add_argument("--target", choices=("bf16", "fp32"), default="bf16",
@@ -207,8 +202,7 @@ def main(argv=None) -> int:
              + "; loops with 60+ instructions"
              + ("; label CE's one-hot in the gradient loop" if args.one_hot_in_loop
                 else "; label CE's one-hot after the loops")
-             + ("; tl.exp" if args.plain_exp else "; exp as one ex2.approx.ftz")
-             + ("; tile loads pipelined (2 stages)" if args.pipeline else "")]
+             + ("; tl.exp" if args.plain_exp else "; exp as one ex2.approx.ftz")]
     for name, variant in VARIANTS.items():
         kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form,
                                  args.maxnreg, args.target)  # fmt: skip

@@ -595,26 +595,6 @@ def test_label_smoothing_logit_sum_by_lane(form, lanes, monkeypatch):
         _check(out, grad, ref_out, ref_grad, torch.float32, 300, f"{form} {kw}")
 
 
-@pytest.mark.parametrize("loss,form", latin([*DIST, "cross_entropy"], FORMS))
-def test_pipelined_tile_loops(loss, form, monkeypatch):
-    # online.TILE_STAGES = 2 (NORMLAB_LOSS_PIPELINE=1): the tile loops at num_stages=2. The
-    # interpreter runs them as plain loops, so this checks that the path builds and runs, against
-    # fp64, at a ragged V = 301 with a temperature or label CE's options; benchmarks/gpu_check.py
-    # checks the pipelined loads on a GPU.
-    monkeypatch.setattr(online, "TILE_STAGES", tl.constexpr(2))
-    x, t = _dist_inputs((5, 301))
-    if loss == "cross_entropy":
-        labels = torch.tensor([0, 64, 150, -100, 300])
-        kw = {"label_smoothing": 0.1, "z_loss": 1e-2, "softcap": 4.0}
-        out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=64, **kw)
-        ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, **kw)
-    else:
-        fn, rfn = DIST[loss]
-        out, grad = _call(fn, x, t, form=form, block_cap=64, temperature=2.0)
-        ref_out, ref_grad = _ref_call(rfn, x, t, temperature=2.0)
-    _check(out, grad, ref_out, ref_grad, torch.float32, 301, f"{loss} {form}")
-
-
 @pytest.mark.parametrize("label_after", [True, False])
 @pytest.mark.parametrize("form", ["fused", "chunked"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -101,13 +101,6 @@ LOG1P_SERIES_MAX: tl.constexpr = tl.constexpr(0.0625)
 TWO_LOG2E: tl.constexpr = tl.constexpr(2.8853900817779268)  # 2 / ln 2: exp(2v) = exp2(v 2 log2 e)
 # Elements per step of a launch's row count and final sum (counted_rows, finish_reduction).
 REDUCE_BLOCK: tl.constexpr = tl.constexpr(1024)
-# The tile loops' loads, pipelined: NORMLAB_LOSS_PIPELINE=1 runs the statistics' and the
-# gradient's tile loops at num_stages=2, so Triton brings the next tile into shared memory
-# (cp.async: LDGSTS in the SASS) while the current one computes; off (the default), each tile is
-# loaded as it is used, and the SASS is the same as before the switch existed. An experiment,
-# not yet timed on a GPU (docs/notes/2026-12-04-shorter-loss-loops.md).
-TILE_STAGES: tl.constexpr = tl.constexpr(
-    2 if os.environ.get("NORMLAB_LOSS_PIPELINE", "0") != "0" else 1)
 
 
 @triton.jit
@@ -410,7 +403,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
                                   XFORM)  # fmt: skip
             m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND,
                                                   SMOOTH, LANE == BLOCK, XFORM)  # fmt: skip
-    for i in tl.range(first, n_full, num_stages=TILE_STAGES):
+    for i in range(first, n_full):
         x = tl.load(x_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
         x = transform(x, xparam, XFORM)
         if KIND == CE:
@@ -890,7 +883,7 @@ def grad_pass(
                              ALIGN, XFORM, SMOOTH, ZLOSS, ONE_HOT)  # fmt: skip
     else:
         store_grad(grad_row + last_cols, g, last_cols < hi, ACCUMULATE, "evict_first")
-    for j in tl.range(n_full - first, num_stages=TILE_STAGES):
+    for j in range(n_full - first):
         offs = (n_full - 1 - j) * BLOCK + cols
         x = tl.load(x_row + offs, eviction_policy="evict_first").to(tl.float32)
         x = transform(x, xparam, XFORM)
