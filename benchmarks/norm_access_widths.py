@@ -98,8 +98,8 @@ SASS_OPS = ("BAR", "LDS", "STS", "SHFL")
 TINY_FWD = {"IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_RESIDUAL": False,
             "BLOCK_ROWS": 256, "BLOCK_COLS": 8, "PERSISTENT": False, "STORE_STATS": False}
 # Decode batches for the backward by role (rows, columns, ROW_ALIGN): an odd width on one warp,
-# a model width on 8 warps, the most rows at the widest one-row tile on 16.
-ROLES_CASES = ((14, 1022, 2), (8, 3584, 8), (64, 8192, 8))
+# a model width on 8 warps, the most rows at the most columns (config.bwd_roles) on 16.
+ROLES_CASES = ((14, 1022, 2), (8, 3584, 8), (16, 8192, 8))
 
 
 def compile_kernel(kernel, constants: dict, row_align: int, warps: int, arch: int = 90):

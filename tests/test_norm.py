@@ -298,8 +298,10 @@ def test_shifted_backward_needs_strides_alike(monkeypatch, pad, vec):
 def test_shifted_backward_launched_by_rule(monkeypatch, n, want):
     """Planned on 16 SMs (16 rows: one a program), the RMSNorm backward's one-row tiles take the
     shifted kernel on 8 warps just past NORM_BWD_SHIFT_MIN_COLS, in the body blocks of
-    config.bwd_body_blocks, and the static kernel at it; fp64 agrees."""
+    config.bwd_body_blocks, and the static kernel at it; fp64 agrees. (The decode batches' roles
+    aside: at this scale 16 rows are one.)"""
     monkeypatch.setattr(_runtime, "sm_count", lambda *args: 16)
+    monkeypatch.setattr(configs, "NORM_BWD_ROLES", False)
     launched = _record_backward_launches(monkeypatch, "SHIFT_VEC", "BODY_B", "BLOCK_COLS",
                                          "num_warps")  # fmt: skip
     x, w, _ = _inputs(16, n, torch.bfloat16, True)

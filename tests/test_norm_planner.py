@@ -465,19 +465,19 @@ def row_kernels(monkeypatch):
     return names
 
 
-def test_backward_by_role_rule():
-    """Roles only with the switch on, at one-row tiles, more than one program and at most
-    NORM_BWD_ROLES_MAX_ROWS rows; the column tile holds the row tile's elements or 16 a thread,
-    whichever is more, and no more rows than the batch."""
-    assert not config.NORM_BWD_ROLES  # an experiment: off by default
-    top = config.NORM_BWD_ROLES_MAX_ROWS
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(config, "NORM_BWD_ROLES", True)
-        assert config.bwd_roles(top, top, 1) and config.bwd_roles(3, 3, 1)
-        assert not config.bwd_roles(top + 1, top + 1, 1)  # one row past
-        assert not config.bwd_roles(2, 1, 1)  # one program writes dγ/dβ itself
-        assert not config.bwd_roles(16, 8, 2)  # rows share tiles
-    assert not config.bwd_roles(top, top, 1)
+def test_backward_by_role_rule(monkeypatch):
+    """Roles (on by default) at one-row tiles, more than one program, at most
+    NORM_BWD_ROLES_MAX_ROWS rows and NORM_BWD_ROLES_MAX_COLS columns; the column tile holds the
+    row tile's elements or 16 a thread, whichever is more, and no more rows than the batch."""
+    assert config.NORM_BWD_ROLES
+    rows, cols = config.NORM_BWD_ROLES_MAX_ROWS, config.NORM_BWD_ROLES_MAX_COLS
+    assert config.bwd_roles(rows, cols, rows, 1) and config.bwd_roles(3, 1, 3, 1)
+    assert not config.bwd_roles(rows + 1, cols, rows + 1, 1)  # one row past
+    assert not config.bwd_roles(rows, cols + 1, rows, 1)  # one column past
+    assert not config.bwd_roles(2, cols, 1, 1)  # one program writes dγ/dβ itself
+    assert not config.bwd_roles(16, cols, 8, 2)  # rows share tiles
+    monkeypatch.setattr(config, "NORM_BWD_ROLES", False)
+    assert not config.bwd_roles(rows, cols, rows, 1)
     block = config.NORM_BWD_ROLES_COL_BLOCK
     assert config.bwd_roles_col_tile(14, 1022, 1024, 1) == (block, 1024 // block)  # one warp
     assert config.bwd_roles_col_tile(14, 1022, 1024, 4) == (block, 16)  # 16 a thread of 4 warps
@@ -492,14 +492,14 @@ def test_backward_by_role_rule():
     (3, 448, "row", torch.float32),  # the fewest one-row tiles past one program
     (7, 973, "auto", torch.bfloat16),  # odd width: one-warp row tiles
     (14, 1022, "row", torch.bfloat16),  # the population's worst backward cell
-    (64, 100, "row", torch.float32),  # the most rows: a column program walks 4 row steps
+    (16, 973, "row", torch.bfloat16),  # the most rows: one warp's column program takes 2 steps
     (5, 1, "row", torch.float32),  # one column
     (6, 2049, "auto", torch.float16),  # just past a power of two: ragged column programs
     (4, 4096, "auto", torch.bfloat16),  # the compile-time width's range
+    (3, 8192, "auto", torch.bfloat16),  # the most columns
 ])  # fmt: skip
 def test_backward_by_role_matches_fp64(monkeypatch, row_kernels, is_rms, m, n, layout, dtype):
-    """With the switch on, a decode batch's backward is one launch of the roles kernel (no
-    reduce): dx, dγ and dβ against fp64, with an offset, a weight without a bias and no
+    """A decode batch's backward is one launch of the roles kernel (no reduce): dx, dγ and dβ against fp64, with an offset, a weight without a bias and no
     parameters at all (which needs no column programs). The interpreter has 4 SMs, so "auto"
     reaches one-row tiles only at widths past 1024 or in one warp; "row" pins them."""
     monkeypatch.setattr(config, "NORM_BWD_ROLES", True)
@@ -533,6 +533,25 @@ def test_backward_by_role_matches_fp64(monkeypatch, row_kernels, is_rms, m, n, l
         else:
             assert "_norm_bwd_roles_kernel" not in bwd, names
     assert not reduced
+
+
+@pytest.mark.parametrize(("m", "n"), [(3, 8193), (17, 973)])
+def test_backward_past_the_roles_bounds(monkeypatch, row_kernels, m, n):
+    """One column or one row past the roles' bounds, the backward is the persistent kernel and
+    the reduce of its partial rows; dx and dγ against fp64."""
+    reduced, real_reduce = [], row.reduce_partials
+    monkeypatch.setattr(row, "reduce_partials",
+                        lambda *a, **k: reduced.append(True) or real_reduce(*a, **k))
+    x = torch.randn(m, n, dtype=torch.bfloat16, requires_grad=True)
+    w = (1 + 0.5 * torch.randn(n)).to(torch.bfloat16).requires_grad_()
+    gy = torch.randn(m, n, dtype=torch.bfloat16)
+    grads = torch.autograd.grad(normlab.rms_norm(x, w, 1e-5, layout="row"), (x, w), gy)
+    bwd = row_kernels[1:]  # the forward's launch first
+    assert bwd == ["_norm_bwd_persistent_kernel"] and reduced, row_kernels
+    xd, wd = (t.detach().double().requires_grad_() for t in (x, w))
+    grads_ref = torch.autograd.grad(ref.rms_norm(xd, wd, 1e-5), (xd, wd), gy.double())
+    assert_close(grads[0], grads_ref[0], reduce_len=n, dtype=torch.bfloat16, msg="dx")
+    assert_close(grads[1], grads_ref[1], reduce_len=m, dtype=torch.bfloat16, msg="dweight")
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
@@ -696,6 +715,7 @@ def test_backward_grid_stops_at_the_partials_cap(monkeypatch, partial_rows, is_r
     one row below and above where it binds; dx/dγ/dβ right against fp64."""
     monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 64)  # one 64-column row a tile
     monkeypatch.setattr(config, "NORM_BWD_PARTIALS_PER_SM", 64)  # pairing aside
+    monkeypatch.setattr(config, "NORM_BWD_ROLES", False)  # the decode batches' roles aside
     n_params = 1 if is_rms else 2
     full = 4 * SMS  # programs_per_sm at 64 columns
     rows = []

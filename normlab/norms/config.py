@@ -629,18 +629,21 @@ def norm_bwd_one_program(n_tiles: int) -> bool:
 
 # A decode batch's backward in one launch: a program a row writes its dx, and a program a column
 # block sums dγ/dβ over the batch's rows from x, dy and the stored statistics, so there are no
-# partial rows and no reduce launch (row._norm_bwd_roles_kernel). An experiment, not yet timed
-# on a GPU (docs/planner.md#decode-backward-in-one-launch): NORMLAB_NORM_BWD_ROLES=1 turns it on.
-NORM_BWD_ROLES = os.environ.get("NORMLAB_NORM_BWD_ROLES", "0") == "1"
-NORM_BWD_ROLES_MAX_ROWS = 64  # a column program walks every row: a decode batch's few tiles
+# partial rows and no reduce launch (row._norm_bwd_roles_kernel). Bounded by the batches timed on
+# the H200 (docs/planner.md#decode-backward-in-one-launch); NORMLAB_NORM_BWD_ROLES=0 turns it off.
+NORM_BWD_ROLES = os.environ.get("NORMLAB_NORM_BWD_ROLES", "1") != "0"
+NORM_BWD_ROLES_MAX_ROWS = 16  # a column program walks every row; timed up to 14 rows
+NORM_BWD_ROLES_MAX_COLS = 8192  # a column program per 128 columns; timed up to 8192 columns
 NORM_BWD_ROLES_COL_BLOCK = 128  # columns a column program sums: 256 B of a bf16 row, 2 sectors
 
 
-def bwd_roles(n_rows: int, n_programs: int, block_rows: int) -> bool:
+def bwd_roles(n_rows: int, n_cols: int, n_programs: int, block_rows: int) -> bool:
     """Does the backward split its programs by role (above)? Where the persistent grid runs one
-    row a program, more than one program, over at most NORM_BWD_ROLES_MAX_ROWS rows."""
+    row a program, more than one program, over at most NORM_BWD_ROLES_MAX_ROWS rows of at most
+    NORM_BWD_ROLES_MAX_COLS columns."""
     return (NORM_BWD_ROLES and block_rows == 1 and n_programs > 1
-            and n_rows <= NORM_BWD_ROLES_MAX_ROWS)  # fmt: skip
+            and n_rows <= NORM_BWD_ROLES_MAX_ROWS
+            and n_cols <= NORM_BWD_ROLES_MAX_COLS)  # fmt: skip
 
 
 def bwd_roles_col_tile(n_rows: int, n_cols: int, row_tile_elems: int,

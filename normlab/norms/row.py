@@ -1123,7 +1123,7 @@ def norm_backward(
         n_programs = cdiv(n_tiles, tiles_per_program)
     if (strategy == "persistent" and not cfg.two_pass and not vec and (has_w or has_b)
             and grad_weight is None and grad_bias is None
-            and config.bwd_roles(n_rows, n_programs, cfg.block_rows)):  # fmt: skip
+            and config.bwd_roles(n_rows, n_cols, n_programs, cfg.block_rows)):  # fmt: skip
         col_block, chunk_rows = config.bwd_roles_col_tile(n_rows, n_cols, tile["BLOCK_COLS"],
                                                           cfg.num_warps)  # fmt: skip
         launch(_norm_bwd_roles_kernel, (n_rows + cdiv(n_cols, col_block),), *common,
