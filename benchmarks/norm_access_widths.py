@@ -29,7 +29,7 @@ share a row (Triton's layout of the x tile) and the SASS barriers (BAR), shared-
 1 with one warp (``config.one_warp_rows``). Then the block-row forward's tile of a 5-column row
 with int64 and int32 row offsets (``config.row_offsets_int64``): SASS instructions an element.
 Last, the decode backward by role (``row._norm_bwd_roles_kernel``, ``config.bwd_roles``) at
-three decode batches, planned as on 132 SMs: its registers and the stack it spills to.
+four decode batches, planned as on 132 SMs: its registers and the stack it spills to.
 
 Like ``kernel_loops.py``, normlab must define its kernels compiled rather than interpreted: this
 script makes ``torch.cuda.is_available`` answer True before importing normlab, and launches
@@ -97,9 +97,9 @@ SASS_OPS = ("BAR", "LDS", "STS", "SHFL")
 # instructions an element with int64 and with int32 row offsets (config.row_offsets_int64).
 TINY_FWD = {"IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_RESIDUAL": False,
             "BLOCK_ROWS": 256, "BLOCK_COLS": 8, "PERSISTENT": False, "STORE_STATS": False}
-# Decode batches for the backward by role (rows, columns, ROW_ALIGN): an odd width on one warp,
+# Decode batches for the backward by role (rows, columns, ROW_ALIGN): odd widths on one warp,
 # a model width on 8 warps, the most rows at the most columns (config.bwd_roles) on 16.
-ROLES_CASES = ((14, 1022, 2), (8, 3584, 8), (16, 8192, 8))
+ROLES_CASES = ((12, 973, 1), (14, 1022, 2), (8, 3584, 8), (16, 8192, 8))
 
 
 def compile_kernel(kernel, constants: dict, row_align: int, warps: int, arch: int = 90):
