@@ -499,9 +499,10 @@ def test_backward_by_role_rule(monkeypatch):
     (3, 8192, "auto", torch.bfloat16),  # the most columns
 ])  # fmt: skip
 def test_backward_by_role_matches_fp64(monkeypatch, row_kernels, is_rms, m, n, layout, dtype):
-    """A decode batch's backward is one launch of the roles kernel (no reduce): dx, dγ and dβ against fp64, with an offset, a weight without a bias and no
-    parameters at all (which needs no column programs). The interpreter has 4 SMs, so "auto"
-    reaches one-row tiles only at widths past 1024 or in one warp; "row" pins them."""
+    """A decode batch's backward is one launch of the roles kernel (no reduce): dx, dγ and dβ
+    against fp64, with an offset, a weight without a bias and no parameters at all (which needs
+    no column programs). The interpreter has 4 SMs, so "auto" reaches one-row tiles only at
+    widths past 1024 or in one warp; "row" pins them."""
     monkeypatch.setattr(config, "NORM_BWD_ROLES", True)
     names, reduced = row_kernels, []
     monkeypatch.setattr(row, "reduce_partials", lambda *a, **k: reduced.append(True))
