@@ -177,8 +177,8 @@
 # (a decode batch's backward by role, NORMLAB_NORM_BWD_ROLES=1: the norm checks with it, its
 # members off and on); bwdrolespeers (its torch.compile check, its members beside the peers);
 # rolesab (timing alone in one call: its members off and on, then beside the peers); rolesrule
-# (the rest of the population's members the rule takes, off and on and beside the peers; rows
-# from 16 to its bound of 64, and one past it, off and on).
+# (by role and as two launches, `roles on|off` of norm_launch_variants.py, beside the peers: 5x3149
+# and batches past the rule's 16 rows or 8192 columns).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -1054,19 +1054,12 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/population_bwdroles.jsonl" --reps 4 --timed-us 100 \
       --families random,model,narrow --impls normlab,torch,compile,liger --cells "$ROLES_MEMBERS"
     ;;
-  rolesrule)  # the roles rule's other members and its row bound, off and on
-    members=5x3149,10x11415,33x9383,8x12288,8x16384
-    off_on NORMLAB_NORM_BWD_ROLES bwd_roles_rule 60 "$members"
-    step population_bwdroles_rule 150 env NORMLAB_NORM_BWD_ROLES=1 python3 \
-      benchmarks/norm_population.py --out "$OUT/population_bwdroles_rule.jsonl" --reps 4 \
-      --timed-us 100 --families random,model,narrow --impls normlab,torch,compile,liger \
-      --cells "$members"
-    for on in 0 1; do
-      step "bwd_roles_rows_$on" 60 env NORMLAB_NORM_BWD_ROLES=$on python3 -m normlab bench \
-        --op rms_norm,layer_norm --impl normlab --direction bwd --reps 50 --no-progress \
-        --shapes 16x1024,32x1024,64x1024,16x4096,32x4096,64x4096,65x4096,64x8192,48x2880 \
-        --out "$OUT/bwd_roles_rows_$on.jsonl"
-    done
+  rolesrule)  # the roles against the two launches past their bounds, beside the peers
+    cells=$(for c in 5x3149 16x1024 24x1024 32x1024 64x1024 16x4096 32x4096 64x4096 16x8192 \
+        32x8192 8x12288 8x16384 10x11415 33x9383; do
+      printf 'rms_norm:bwd:%s,layer_norm:bwd:%s,' "$c" "$c"; done)
+    step roles_variants 500 python3 benchmarks/norm_launch_variants.py \
+      --out "$OUT/roles_variants.jsonl" --reps 10 --cells "${cells%,}"
     ;;
   onetile)  # the one-tile backward: variants (outputs checked against the plan), off/on, peers
     cells=$(for c in 8x768 8x1024 8x1536 8x2048 12x973 13x448 14x1022 1x4096 2x8192 4x4096; do

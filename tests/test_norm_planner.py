@@ -555,6 +555,23 @@ def test_backward_past_the_roles_bounds(monkeypatch, row_kernels, m, n):
     assert_close(grads[1], grads_ref[1], reduce_len=m, dtype=torch.bfloat16, msg="dweight")
 
 
+@pytest.mark.parametrize(("m", "n", "roles"), [(40, 300, True), (8, 300, False)])
+def test_backward_roles_keyword(row_kernels, m, n, roles):
+    """``roles=`` overrides the rule both ways (benchmarks/norm_launch_variants.py times batches
+    past its bounds with it): the roles kernel past 16 rows, the persistent kernel within; fp64
+    agrees."""
+    x, dy = torch.randn(m, n), torch.randn(m, n)
+    w = 1 + 0.5 * torch.randn(n)
+    _, mean, rstd = row.norm_forward(x, w, None, 1e-5, True)
+    row_kernels.clear()
+    dx, dw, _ = row.norm_backward(dy, x, w, None, mean, rstd, True, block_rows=1, roles=roles)
+    kernel = "_norm_bwd_roles_kernel" if roles else "_norm_bwd_persistent_kernel"
+    assert row_kernels == [kernel], row_kernels
+    rdx, rdw, _ = ref.norm_backward(dy.double(), x.double(), w.double(), None, 1e-5, True)
+    assert_close(dx, rdx, reduce_len=n, msg="dx")
+    assert_close(dw, rdw, reduce_len=m, msg="dweight")
+
+
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_backward_by_role_of_the_fused_add(monkeypatch, row_kernels, is_rms):
     """The fused add's backward by role: dh reaches dx (so x's and the residual's gradients)

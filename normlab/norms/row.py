@@ -996,6 +996,7 @@ def norm_backward(
     dh=None,
     maxnreg=None,
     shift=None,
+    roles=None,
 ):
     """Backward launcher -> (dx, dweight | None, dbias | None).
 
@@ -1006,7 +1007,8 @@ def norm_backward(
     ``offset``: the forward's. ``dh`` (x2d's shape): the fused residual add's gradient of h
     (x2d is then h), added into dx. ``shift``: whether the persistent single pass splits rows
     off a 16-byte boundary at their first one (``_shifted_bwd_rows``; None: ``config``'s rule,
-    True: wherever it can run).
+    True: wherever it can run). ``roles``: whether a persistent single pass over one-row tiles
+    is the roles kernel's one launch (None: ``config.bwd_roles``).
     """
     if strategy not in config.STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: expected one of {config.STRATEGIES}")
@@ -1123,7 +1125,8 @@ def norm_backward(
         n_programs = cdiv(n_tiles, tiles_per_program)
     if (strategy == "persistent" and not cfg.two_pass and not vec and (has_w or has_b)
             and grad_weight is None and grad_bias is None
-            and config.bwd_roles(n_rows, n_cols, n_programs, cfg.block_rows)):  # fmt: skip
+            and (config.bwd_roles(n_rows, n_cols, n_programs, cfg.block_rows) if roles is None
+                 else roles and cfg.block_rows == 1)):  # fmt: skip
         col_block, chunk_rows = config.bwd_roles_col_tile(n_rows, n_cols, tile["BLOCK_COLS"],
                                                           cfg.num_warps)  # fmt: skip
         launch(_norm_bwd_roles_kernel, (n_rows + cdiv(n_cols, col_block),), *common,
