@@ -177,8 +177,9 @@
 # (a decode batch's backward by role, NORMLAB_NORM_BWD_ROLES=1: the norm checks with it, its
 # members off and on); bwdrolespeers (its torch.compile check, its members beside the peers);
 # rolesab (timing alone in one call: its members off and on, then beside the peers); rolesrule
-# (by role and as two launches, `roles on|off` of norm_launch_variants.py, beside the peers: 5x3149
-# and batches past the rule's 16 rows or 8192 columns).
+# (by role and as two launches, and by role on 1-16 warps, `roles on|off|on wW` of
+# norm_launch_variants.py, beside the peers: the one-warp members 12x973 and 14x1022, 5x3149 and
+# batches past the rule's 16 rows or 8192 columns).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -1055,8 +1056,8 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --families random,model,narrow --impls normlab,torch,compile,liger --cells "$ROLES_MEMBERS"
     ;;
   rolesrule)  # the roles against the two launches past their bounds, beside the peers
-    cells=$(for c in 5x3149 16x1024 24x1024 32x1024 64x1024 16x4096 32x4096 64x4096 16x8192 \
-        32x8192 8x12288 8x16384 10x11415 33x9383; do
+    cells=$(for c in 12x973 14x1022 5x3149 16x1024 24x1024 32x1024 64x1024 16x4096 32x4096 \
+        64x4096 16x8192 32x8192 8x12288 8x16384 10x11415 33x9383; do
       printf 'rms_norm:bwd:%s,layer_norm:bwd:%s,' "$c" "$c"; done)
     step roles_variants 500 python3 benchmarks/norm_launch_variants.py \
       --out "$OUT/roles_variants.jsonl" --reps 10 --cells "${cells%,}"

@@ -12,7 +12,8 @@ wide-row chunk (``chunk C wW``), one 32768-column block (``block 32768 wW``) and
 forward (``split C``). Backward knobs: the persistent grid's programs per SM with and without
 paired partial rows (``ppsP paired|unpaired``), one tile holding every row (``one tile``),
 tiles of 1, 2 or 4 rows (``tiles of R rows``), a batch of up to 64 rows by role or as the
-persistent kernel and a reduce (``roles on|off``) and, for one-row tiles, the next row prefetched
+persistent kernel and a reduce (``roles on|off``; by role on 1-16 warps, ``roles on wW``) and,
+for one-row tiles, the next row prefetched
 or not at 8-32 warps, and without it the rows split at their first 16-byte boundary or not
 (``prefetch on|off wW shifted|unshifted``; the runs before ``6b0ce9a`` also timed shifted rows
 with the prefetch, since removed); past 8192 columns, shifted rows at 4-16 warps and 1 or 2
@@ -143,6 +144,10 @@ def _bwd_variants(x, w, b, dy, mean, rstd, is_rms, sms):
         for roles in (False, True):
             out[f"roles {'on' if roles else 'off'}"] = (lambda roles=roles: row.norm_backward(
                 dy, x, w, b, mean, rstd, is_rms, roles=roles))  # fmt: skip
+        for warps in (1, 4, 8, 16):
+            if warps * 32 * 64 >= block_cols:  # at most 64 elements a thread of a row
+                out[f"roles on w{warps}"] = (lambda warps=warps: row.norm_backward(
+                    dy, x, w, b, mean, rstd, is_rms, roles=True, num_warps=warps))  # fmt: skip
     if m * block_cols <= 4 * TILE_ROWS_MAX_ELEMS:
         rows = next_pow2(m)
         for warps in (4, 8, 16):
