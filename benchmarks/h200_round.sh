@@ -1056,11 +1056,13 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --families random,model,narrow --impls normlab,torch,compile,liger --cells "$ROLES_MEMBERS"
     ;;
   rolesrule)  # the roles against the two launches past their bounds, beside the peers
-    cells=$(for c in 12x973 14x1022 5x3149 16x1024 24x1024 32x1024 64x1024 16x4096 32x4096 \
-        64x4096 16x8192 32x8192 8x12288 8x16384 10x11415 33x9383; do
-      printf 'rms_norm:bwd:%s,layer_norm:bwd:%s,' "$c" "$c"; done)
-    step roles_variants 500 python3 benchmarks/norm_launch_variants.py \
-      --out "$OUT/roles_variants.jsonl" --reps 10 --cells "${cells%,}"
+    for part in 1 2; do
+      if [ $part = 1 ]; then shapes="12x973 14x1022 5x3149 16x1024 24x1024 32x1024 64x1024 16x4096"
+      else shapes="32x4096 64x4096 16x8192 32x8192 8x12288 8x16384 10x11415 33x9383"; fi
+      cells=$(for c in $shapes; do printf 'rms_norm:bwd:%s,layer_norm:bwd:%s,' "$c" "$c"; done)
+      step "roles_variants_$part" 280 python3 benchmarks/norm_launch_variants.py \
+        --out "$OUT/roles_variants_$part.jsonl" --reps 10 --cells "${cells%,}"
+    done
     ;;
   onetile)  # the one-tile backward: variants (outputs checked against the plan), off/on, peers
     cells=$(for c in 8x768 8x1024 8x1536 8x2048 12x973 13x448 14x1022 1x4096 2x8192 4x4096; do
