@@ -35,13 +35,18 @@ def _case(spec: str):
         name, _, direction = op.partition("-")
         x = torch.randn(rows, cols, device=dev, dtype=torch.bfloat16, generator=gen)
         w = torch.randn(cols, device=dev, dtype=torch.bfloat16, generator=gen)
+        params = [w]  # LayerNorm with a bias, as the population times it
+        if name == "layer_norm":
+            params.append(torch.randn(cols, device=dev, dtype=torch.bfloat16, generator=gen))
         if impl == "normlab":
-            fn = getattr(normlab, name)
+            public = getattr(normlab, name)
+            fn = lambda a, _w: public(a, *params)
         else:
             torch_fn = F.rms_norm if name == "rms_norm" else F.layer_norm
-            fn = torch.compile(lambda a, b: torch_fn(a, (cols,), b), dynamic=False)
+            fn = torch.compile(lambda a, _w: torch_fn(a, (cols,), *params), dynamic=False)
         x.requires_grad_(True)
-        w.requires_grad_(True)
+        for p in params:
+            p.requires_grad_(True)
         if direction == "bwd":
             dy = torch.randn(rows, cols, device=dev, dtype=torch.bfloat16, generator=gen)
 
