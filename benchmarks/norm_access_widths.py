@@ -97,8 +97,9 @@ SASS_OPS = ("BAR", "LDS", "STS", "SHFL")
 # instructions an element with int64 and with int32 row offsets (config.row_offsets_int64).
 TINY_FWD = {"IS_RMS": True, "HAS_WEIGHT": True, "HAS_BIAS": False, "HAS_RESIDUAL": False,
             "BLOCK_ROWS": 256, "BLOCK_COLS": 8, "PERSISTENT": False, "STORE_STATS": False}
-# Decode batches for the backward by role (rows, columns, ROW_ALIGN): odd widths on one warp,
-# a model width on 8 warps, the most rows at the most columns (config.bwd_roles) on 16.
+# Decode batches for the backward by role (rows, columns, ROW_ALIGN), each on
+# config.NORM_BWD_ROLES_WARPS warps: odd widths (the row plan's one warp), a model width, the
+# most rows at the most columns (config.bwd_roles).
 ROLES_CASES = ((12, 973, 1), (14, 1022, 2), (8, 3584, 8), (16, 8192, 8))
 
 
@@ -210,18 +211,21 @@ def main(argv=None) -> int:
         cfg = config.norm_bwd_config("persistent", rows, cols, is_rms=is_rms, sm_count=132,
                                      aligned=align == 8,
                                      one_warp=config.one_warp_rows(cols, align, 2))  # fmt: skip
+        n_warps = config.NORM_BWD_ROLES_WARPS
         col_block, chunk_rows = config.bwd_roles_col_tile(rows, cols, cfg.block_cols,
-                                                          cfg.num_warps)  # fmt: skip
+                                                          n_warps)  # fmt: skip
         constants = {"IS_RMS": is_rms, "HAS_WEIGHT": True, "HAS_BIAS": not is_rms,
                      "HAS_DH": False, "BLOCK_COLS": cfg.block_cols, "COL_BLOCK": col_block,
                      "CHUNK_ROWS": chunk_rows, "PAIR_SUMS": True}  # fmt: skip
-        usage, _ = analyse(compile_kernel(_norm_bwd_roles_kernel, constants, align,
-                                          cfg.num_warps))  # fmt: skip
-        warps = f"{cfg.num_warps} warp{'s' * (cfg.num_warps > 1)}"
+        usage, loops = analyse(compile_kernel(_norm_bwd_roles_kernel, constants, align,
+                                              n_warps))  # fmt: skip
+        looped_local = sum(ops.get("STL", 0) + ops.get("LDL", 0) for _, ops in loops)
+        warps = f"{n_warps} warp{'s' * (n_warps > 1)}"
         norm = "RMSNorm" if is_rms else "LayerNorm"
         lines.append(f"backward by role, {norm} {rows} x {cols}, ROW_ALIGN {align}, {warps}, "
                      f"column tile {chunk_rows} x {col_block}: {usage.get('REG', 0)} registers, "
-                     f"{usage.get('STACK', 0)} B stack")  # fmt: skip
+                     f"{usage.get('STACK', 0)} B stack, {looped_local} local accesses in "
+                     "loops")  # fmt: skip
     print("\n".join(lines))
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")

@@ -572,6 +572,38 @@ def test_backward_roles_keyword(row_kernels, m, n, roles):
     assert_close(dw, rdw, reduce_len=m, msg="dweight")
 
 
+@pytest.mark.parametrize(("m", "n", "plan_warps"), [(12, 973, 1), (8, 8192, 16)])
+def test_backward_by_role_warps(monkeypatch, m, n, plan_warps):
+    """The roles launch runs NORM_BWD_ROLES_WARPS warps whatever the row plan's (one warp for
+    an odd width, sixteen at 8192 columns), its column tile sized for them; an explicit
+    num_warps= still decides. dx and dγ against fp64 either way."""
+    monkeypatch.setattr(config, "NORM_BWD_ROLES", True)
+    align = config.kernel_row_align(n, 2)
+    plan = config.norm_bwd_config("persistent", m, n, is_rms=True, sm_count=SMS,
+                                  aligned=align * 2 == config.VECTOR_BYTES,
+                                  one_warp=config.one_warp_rows(n, align, 2))  # fmt: skip
+    assert plan.num_warps == plan_warps != config.NORM_BWD_ROLES_WARPS
+    launches, real_launch = [], row.launch
+    monkeypatch.setattr(row, "launch", lambda fn, grid, *a, **k: launches.append(
+        (getattr(fn, "fn", fn).__name__, k)) or real_launch(fn, grid, *a, **k))
+    x = torch.randn(m, n).to(torch.bfloat16)
+    dy = torch.randn(m, n).to(torch.bfloat16)
+    w = (1 + 0.5 * torch.randn(n)).to(torch.bfloat16)
+    _, mean, rstd = row.norm_forward(x, w, None, 1e-5, True)
+    rdx, rdw, _ = ref.norm_backward(dy.double(), x.double(), w.double(), None, 1e-5, True)
+    for num_warps, expected in ((None, config.NORM_BWD_ROLES_WARPS), (2, 2)):
+        launches.clear()
+        dx, dw, _ = row.norm_backward(dy, x, w, None, mean, rstd, True, block_rows=1,
+                                      num_warps=num_warps)  # fmt: skip
+        assert [name for name, _ in launches] == ["_norm_bwd_roles_kernel"], launches
+        kw = launches[0][1]
+        assert kw["num_warps"] == expected, kw
+        assert (kw["COL_BLOCK"], kw["CHUNK_ROWS"]) == config.bwd_roles_col_tile(
+            m, n, kw["BLOCK_COLS"], expected)  # fmt: skip
+        assert_close(dx, rdx, reduce_len=n, dtype=torch.bfloat16, msg="dx")
+        assert_close(dw, rdw, reduce_len=m, dtype=torch.bfloat16, msg="dweight")
+
+
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_backward_by_role_of_the_fused_add(monkeypatch, row_kernels, is_rms):
     """The fused add's backward by role: dh reaches dx (so x's and the residual's gradients)

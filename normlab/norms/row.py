@@ -1126,13 +1126,14 @@ def norm_backward(
             and grad_weight is None and grad_bias is None
             and (config.bwd_roles(n_rows, n_cols, n_programs, cfg.block_rows) if roles is None
                  else roles and cfg.block_rows == 1)):  # fmt: skip
+        roles_warps = num_warps if num_warps is not None else config.NORM_BWD_ROLES_WARPS
         col_block, chunk_rows = config.bwd_roles_col_tile(n_rows, n_cols, tile["BLOCK_COLS"],
-                                                          cfg.num_warps)  # fmt: skip
+                                                          roles_warps)  # fmt: skip
         launch(_norm_bwd_roles_kernel, (n_rows + cdiv(n_cols, col_block),), *common,
                dw if has_w else dummy, db if has_b else dummy, n_rows, n_cols, *strides,
                float(offset), **flags, BLOCK_COLS=tile["BLOCK_COLS"], COL_BLOCK=col_block,
                CHUNK_ROWS=chunk_rows, PAIR_SUMS=PAIRED_ROW_SUMS, ROW_ALIGN=align,
-               num_warps=cfg.num_warps)  # fmt: skip
+               num_warps=roles_warps)  # fmt: skip
         return dx, dw, db
     # One program holds every row: its partial row is the result, written in the parameter's
     # dtype (no workspace, no reduce launch).
