@@ -632,8 +632,8 @@ def norm_bwd_one_program(n_tiles: int) -> bool:
 # partial rows and no reduce launch (row._norm_bwd_roles_kernel). Bounded by the batches timed on
 # the H200 (docs/planner.md#decode-backward-in-one-launch); NORMLAB_NORM_BWD_ROLES=0 turns it off.
 NORM_BWD_ROLES = os.environ.get("NORMLAB_NORM_BWD_ROLES", "1") != "0"
-NORM_BWD_ROLES_MAX_ROWS = 16  # a column program walks every row; timed up to 14 rows
-NORM_BWD_ROLES_MAX_COLS = 8192  # a column program per 128 columns; timed up to 8192 columns
+NORM_BWD_ROLES_MAX_ROWS = 16  # a column program walks every row: 2 launches won at 24-64 x 1024
+NORM_BWD_ROLES_MAX_COLS = 8192  # a column program per 128 columns: at 12288 two launches won
 NORM_BWD_ROLES_COL_BLOCK = 128  # columns a column program sums: 256 B of a bf16 row, 2 sectors
 # Warps of every roles program, whatever the row plan's: the grid is under one wave, so a program
 # runs alone on its SM and takes as long as its threads' dependent chain. Four warps keep a row of
