@@ -467,17 +467,32 @@ def row_kernels(monkeypatch):
 
 def test_backward_by_role_rule(monkeypatch):
     """Roles (on by default) at one-row tiles, more than one program, at most
-    NORM_BWD_ROLES_MAX_ROWS rows and NORM_BWD_ROLES_MAX_COLS columns; the column tile holds the
-    row tile's elements or 16 a thread, whichever is more, and no more rows than the batch."""
+    NORM_BWD_ROLES_MAX_ROWS rows and NORM_BWD_ROLES_MAX_COLS columns, where a column program on
+    NORM_BWD_ROLES_WARPS warps loads every row in one step; the column tile holds the row
+    tile's elements or 16 a thread, whichever is more, and no more rows than the batch."""
     assert config.NORM_BWD_ROLES
     rows, cols = config.NORM_BWD_ROLES_MAX_ROWS, config.NORM_BWD_ROLES_MAX_COLS
-    assert config.bwd_roles(rows, cols, rows, 1) and config.bwd_roles(3, 1, 3, 1)
-    assert not config.bwd_roles(rows + 1, cols, rows + 1, 1)  # one row past
-    assert not config.bwd_roles(rows, cols + 1, rows, 1)  # one column past
-    assert not config.bwd_roles(2, cols, 1, 1)  # one program writes dγ/dβ itself
-    assert not config.bwd_roles(16, cols, 8, 2)  # rows share tiles
+
+    def roles(m, n, programs=None, block_rows=1):
+        return config.bwd_roles(m, n, m if programs is None else programs, block_rows,
+                                next_pow2(n))  # fmt: skip
+
+    assert roles(rows, cols) and roles(3, 1)
+    assert not roles(rows + 1, cols)  # one row past
+    assert not roles(rows, cols + 1)  # one column past
+    assert not roles(2, cols, programs=1)  # one program writes dγ/dβ itself
+    assert not roles(16, cols, programs=8, block_rows=2)  # rows share tiles
+    # One step: 16 rows of 16 a thread (4 warps) at a row tile of up to 2048 elements, the row
+    # tile's elements past it; so 16 rows at any width, 32 from a 4096-element row tile on.
+    warps_elems = config.NORM_BWD_ROLES_WARPS * 32 * 16
+    step = warps_elems // config.NORM_BWD_ROLES_COL_BLOCK
+    assert step == 16 and roles(step, 1024) and not roles(step + 1, 1024)
+    assert roles(step, 973) and not roles(step + 1, 2048)
+    assert roles(step + 1, 2049) and roles(rows, 2049) and roles(rows, 4096)  # 4096-wide tile
+    monkeypatch.setattr(config, "NORM_BWD_ROLES_WARPS", 8)  # twice the threads: twice the rows
+    assert roles(rows, 1024) and roles(rows, 2048)
     monkeypatch.setattr(config, "NORM_BWD_ROLES", False)
-    assert not config.bwd_roles(rows, cols, rows, 1)
+    assert not roles(rows, cols)
     block = config.NORM_BWD_ROLES_COL_BLOCK
     assert config.bwd_roles_col_tile(14, 1022, 1024, 1) == (block, 1024 // block)  # one warp
     assert config.bwd_roles_col_tile(14, 1022, 1024, 4) == (block, 16)  # 16 a thread of 4 warps
@@ -492,7 +507,8 @@ def test_backward_by_role_rule(monkeypatch):
     (3, 448, "row", torch.float32),  # the fewest one-row tiles past one program
     (7, 973, "auto", torch.bfloat16),  # odd width: one-warp row tiles
     (14, 1022, "row", torch.bfloat16),  # the population's worst backward cell
-    (16, 973, "row", torch.bfloat16),  # the most rows: one warp's column program takes 2 steps
+    (16, 973, "row", torch.bfloat16),  # the most rows of a 1024-wide row tile
+    (32, 3001, "row", torch.bfloat16),  # the most rows: one step of a 4096-wide row tile
     (5, 1, "row", torch.float32),  # one column
     (6, 2049, "auto", torch.float16),  # just past a power of two: ragged column programs
     (4, 4096, "auto", torch.bfloat16),  # the compile-time width's range
@@ -536,10 +552,11 @@ def test_backward_by_role_matches_fp64(monkeypatch, row_kernels, is_rms, m, n, l
     assert not reduced
 
 
-@pytest.mark.parametrize(("m", "n"), [(3, 8193), (17, 973)])
+@pytest.mark.parametrize(("m", "n"), [(3, 8193), (17, 973), (33, 3001)])
 def test_backward_past_the_roles_bounds(monkeypatch, row_kernels, m, n):
-    """One column or one row past the roles' bounds, the backward is the persistent kernel and
-    the reduce of its partial rows; dx and dγ against fp64."""
+    """One column past the roles' bounds, one row past a column program's one step, one row
+    past the most rows: the backward is the persistent kernel and the reduce of its partial
+    rows; dx and dγ against fp64."""
     reduced, real_reduce = [], row.reduce_partials
     monkeypatch.setattr(row, "reduce_partials",
                         lambda *a, **k: reduced.append(True) or real_reduce(*a, **k))
@@ -548,7 +565,8 @@ def test_backward_past_the_roles_bounds(monkeypatch, row_kernels, m, n):
     gy = torch.randn(m, n, dtype=torch.bfloat16)
     grads = torch.autograd.grad(normlab.rms_norm(x, w, 1e-5, layout="row"), (x, w), gy)
     bwd = row_kernels[1:]  # the forward's launch first
-    assert bwd == ["_norm_bwd_persistent_kernel"] and reduced, row_kernels
+    persistent = ("_norm_bwd_persistent_kernel", "_norm_bwd_persistent_static_kernel")
+    assert len(bwd) == 1 and bwd[0] in persistent and reduced, row_kernels
     xd, wd = (t.detach().double().requires_grad_() for t in (x, w))
     grads_ref = torch.autograd.grad(ref.rms_norm(xd, wd, 1e-5), (xd, wd), gy.double())
     assert_close(grads[0], grads_ref[0], reduce_len=n, dtype=torch.bfloat16, msg="dx")

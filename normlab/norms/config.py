@@ -632,7 +632,7 @@ def norm_bwd_one_program(n_tiles: int) -> bool:
 # partial rows and no reduce launch (row._norm_bwd_roles_kernel). Bounded by the batches timed on
 # the H200 (docs/planner.md#decode-backward-in-one-launch); NORMLAB_NORM_BWD_ROLES=0 turns it off.
 NORM_BWD_ROLES = os.environ.get("NORMLAB_NORM_BWD_ROLES", "1") != "0"
-NORM_BWD_ROLES_MAX_ROWS = 16  # a column program walks every row: 2 launches won at 24-64 x 1024
+NORM_BWD_ROLES_MAX_ROWS = 32  # the most rows timed by role (32 x 4096 and 32 x 8192)
 NORM_BWD_ROLES_MAX_COLS = 8192  # a column program per 128 columns: at 12288 two launches won
 NORM_BWD_ROLES_COL_BLOCK = 128  # columns a column program sums: 256 B of a bf16 row, 2 sectors
 # Warps of every roles program, whatever the row plan's: the grid is under one wave, so a program
@@ -642,13 +642,19 @@ NORM_BWD_ROLES_COL_BLOCK = 128  # columns a column program sums: 256 B of a bf16
 NORM_BWD_ROLES_WARPS = 4
 
 
-def bwd_roles(n_rows: int, n_cols: int, n_programs: int, block_rows: int) -> bool:
+def bwd_roles(n_rows: int, n_cols: int, n_programs: int, block_rows: int,
+              block_cols: int) -> bool:  # fmt: skip
     """Does the backward split its programs by role (above)? Where the persistent grid runs one
     row a program, more than one program, over at most NORM_BWD_ROLES_MAX_ROWS rows of at most
-    NORM_BWD_ROLES_MAX_COLS columns."""
-    return (NORM_BWD_ROLES and block_rows == 1 and n_programs > 1
-            and n_rows <= NORM_BWD_ROLES_MAX_ROWS
-            and n_cols <= NORM_BWD_ROLES_MAX_COLS)  # fmt: skip
+    NORM_BWD_ROLES_MAX_COLS columns, and where a column program loads every row in one step
+    (bwd_roles_col_tile on NORM_BWD_ROLES_WARPS warps, ``block_cols`` the row tile): a second
+    step is a second load latency on the launch's longest program (LayerNorm 32 x 1024, two
+    steps, 4.87 µs against 3.72 for two launches; 32 x 4096, one step, 3.30 against 4.75)."""
+    if not (NORM_BWD_ROLES and block_rows == 1 and n_programs > 1
+            and n_rows <= NORM_BWD_ROLES_MAX_ROWS and n_cols <= NORM_BWD_ROLES_MAX_COLS):
+        return False  # fmt: skip
+    _, step_rows = bwd_roles_col_tile(n_rows, n_cols, block_cols, NORM_BWD_ROLES_WARPS)
+    return n_rows <= step_rows
 
 
 def bwd_roles_col_tile(n_rows: int, n_cols: int, row_tile_elems: int,

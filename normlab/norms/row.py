@@ -1124,7 +1124,8 @@ def norm_backward(
         n_programs = cdiv(n_tiles, tiles_per_program)
     if (strategy == "persistent" and not cfg.two_pass and not vec and (has_w or has_b)
             and grad_weight is None and grad_bias is None
-            and (config.bwd_roles(n_rows, n_cols, n_programs, cfg.block_rows) if roles is None
+            and (config.bwd_roles(n_rows, n_cols, n_programs, cfg.block_rows, tile["BLOCK_COLS"])
+                 if roles is None
                  else roles and cfg.block_rows == 1)):  # fmt: skip
         roles_warps = num_warps if num_warps is not None else config.NORM_BWD_ROLES_WARPS
         col_block, chunk_rows = config.bwd_roles_col_tile(n_rows, n_cols, tile["BLOCK_COLS"],
