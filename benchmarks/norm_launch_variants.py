@@ -11,7 +11,7 @@ one column (``pointwise BxW``), one row per program at 1-16 warps (``row wW``; w
 wide-row chunk (``chunk C wW``), one 32768-column block (``block 32768 wW``) and the split-row
 forward (``split C``). Backward knobs: the persistent grid's programs per SM with and without
 paired partial rows (``ppsP paired|unpaired``), one tile holding every row (``one tile``),
-tiles of 1, 2 or 4 rows (``tiles of R rows``), a batch of up to 64 rows by role or as the
+tiles of 1, 2 or 4 rows (``tiles of R rows``), a batch of up to 128 rows by role or as the
 persistent kernel and a reduce (``roles on|off``; by role on 1-16 warps, ``roles on wW``) and,
 for one-row tiles, the next row prefetched
 or not at 8-32 warps, and without it the rows split at their first 16-byte boundary or not
