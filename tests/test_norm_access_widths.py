@@ -97,8 +97,8 @@ def test_int32_row_offsets_take_fewer_instructions():
 def test_backward_by_role_keeps_to_registers():
     """The decode backward by role (row._norm_bwd_roles_kernel) compiles for sm_90 with no
     local memory in a loop at its four decode batches, both norms, and at most two registers
-    saved once (8 B of stack: Triton 3.6's ptxas keeps two lane indices across RMSNorm's 4096
-    wide row that way): a spill in the column programs' row loop would add a local-memory round
+    saved once (8 B of stack: Triton 3.6's ptxas saves two registers once in RMSNorm's
+    4096-wide row): a spill in the column programs' row loop would add a local-memory round
     trip to each step of a call that is all latency."""
     rows = re.findall(r"^backward by role, (\w+) .*: (\d+) registers, (\d+) B stack, "
                       r"(\d+) local accesses in loops$", _run_script(), re.M)  # fmt: skip

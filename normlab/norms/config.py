@@ -638,7 +638,7 @@ NORM_BWD_ROLES_COL_BLOCK = 128  # columns a column program sums: 256 B of a bf16
 # Warps of every roles program, whatever the row plan's: the grid is under one wave, so a program
 # runs alone on its SM and takes as long as its threads' dependent chain. Four warps keep a row of
 # 8192 columns to 64 elements a thread with one cross-warp sum; one warp ran LayerNorm 12x973 in
-# 6.75 µs against 2.09 on four, sixteen ran 16x8192 in 6.33 against 3.20 (H200).
+# 6.62 µs against 2.03 on four, sixteen ran 16x8192 in 6.33 against 3.20 (H200).
 NORM_BWD_ROLES_WARPS = 4
 
 
