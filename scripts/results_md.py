@@ -526,6 +526,16 @@ def vocab_section(paths: list[Path]) -> str:
     )
 
 
+def readme_summary(records) -> str:
+    """The README's summary: the table, then when and at which commits its records were taken
+    (the code a reader's checkout may have moved past)."""
+    records = usable(records)
+    dates = sorted({r.date[:10] for r in records})
+    commits = ", ".join(f"`{c}`" for c in sorted({r.commit for r in records}))
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    return f"{summary_table(records).rstrip()}\n\nMeasured {when}, at commits {commits}.\n"
+
+
 def readme_with_summary(readme: str, table: str) -> str:
     """README text with the summary table between its two markers."""
     head, rest = readme.split(README_START, 1)
@@ -559,7 +569,7 @@ def main(argv=None) -> int:
     shipped = not args.files
     if shipped:  # the README's summary table comes from the same records
         records = [r for p in paths for r in read_records(p)]
-        readme = readme_with_summary(README.read_text(encoding="utf-8"), summary_table(records))
+        readme = readme_with_summary(README.read_text(encoding="utf-8"), readme_summary(records))
     if args.check:
         out = Path(args.output)
         current = out.read_text(encoding="utf-8") if out.exists() else ""

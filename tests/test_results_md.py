@@ -90,6 +90,12 @@ def test_ratio_geomean_and_worst(results_md):
 
     table = results_md.summary_table(records)
     assert "| RMSNorm | fwd | bf16 | 2 | 1 of 2 | 1.000× | 0.500× (2048×1024, torch) |" in table
+    summary = results_md.readme_summary(records)
+    assert summary.startswith(table.rstrip())
+    dates = sorted({r.date[:10] for r in records})
+    commits = sorted({r.commit for r in records})
+    assert dates[0] in summary and dates[-1] in summary
+    assert all(f"`{c}`" in summary for c in commits), summary
 
 
 def test_shape_without_peer_has_no_ratio(results_md):
