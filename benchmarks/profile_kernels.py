@@ -39,11 +39,10 @@ def _case(spec: str):
         if name == "layer_norm":
             params.append(torch.randn(cols, device=dev, dtype=torch.bfloat16, generator=gen))
         if impl == "normlab":
-            public = getattr(normlab, name)
-            fn = lambda a, _w: public(a, *params)
+            fn = getattr(normlab, name)
         else:
             torch_fn = F.rms_norm if name == "rms_norm" else F.layer_norm
-            fn = torch.compile(lambda a, _w: torch_fn(a, (cols,), *params), dynamic=False)
+            fn = torch.compile(lambda a, *ps: torch_fn(a, (cols,), *ps), dynamic=False)
         x.requires_grad_(True)
         for p in params:
             p.requires_grad_(True)
@@ -51,12 +50,12 @@ def _case(spec: str):
             dy = torch.randn(rows, cols, device=dev, dtype=torch.bfloat16, generator=gen)
 
             def run():
-                y = fn(x, w)
+                y = fn(x, *params)
                 torch.cuda.synchronize()
                 return lambda: y.backward(dy)
 
             return run, True
-        return (lambda: fn(x, w)), False
+        return (lambda: fn(x, *params)), False
     import normlab
     from normlab import ref
 
