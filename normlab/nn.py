@@ -11,9 +11,6 @@ from normlab.norms import op as _norm
 # ---- norms -----------------------------------------------------------------------------------
 
 
-_FP32_EPS = torch.finfo(torch.float32).eps
-
-
 def _check_knobs(cls_name, strategy, layout, offset, elementwise_affine):
     if strategy not in _norm.STRATEGIES:
         raise ValueError(f"{cls_name}: strategy={strategy!r}; expected one of {_norm.STRATEGIES}")
@@ -79,9 +76,7 @@ class RMSNorm(torch.nn.RMSNorm):
         _reset_weight(self)
 
     def forward(self, x):
-        # The kernels compute in fp32 for every input dtype: eps=None is fp32's machine eps.
-        eps = self.eps if self.eps is not None else _FP32_EPS
-        y = _norm.rms_norm(_flatten_trailing(self, x), _flat(self.weight), eps,
+        y = _norm.rms_norm(_flatten_trailing(self, x), _flat(self.weight), self.eps,
                            offset=self.offset, strategy=self.strategy,
                            layout=self.layout)  # fmt: skip
         return y.view(x.shape)

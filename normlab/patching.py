@@ -135,8 +135,7 @@ def _fused_add_forward(self, hidden_states, **kwargs):
     next layer's input norm, is unchanged."""
     attn_out, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kwargs)
     norm = self.post_attention_layernorm
-    eps = norm.eps if norm.eps is not None else _nn._FP32_EPS  # as RMSNorm.forward
-    y, h = add_rms_norm(attn_out, hidden_states, norm.weight, eps, offset=norm.offset,
+    y, h = add_rms_norm(attn_out, hidden_states, norm.weight, norm.eps, offset=norm.offset,
                         strategy=norm.strategy, layout=norm.layout)  # fmt: skip
     if isinstance(norm, HFRMSNorm):
         y = norm.cast_out(y)

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import assert_close
 
 import normlab
@@ -94,6 +95,23 @@ def test_rms_eps_none_is_the_fp32_eps_as_torch(dtype):
     xd = x.double()  # the fp64 reference with fp32's eps
     y_ref = ref.rms_norm(xd, theirs.weight.detach().double(), torch.finfo(torch.float32).eps)
     assert_close(ours(x), y_ref)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_functional_eps_none_is_the_fp32_eps_as_torch(dtype):
+    """``rms_norm``/``add_rms_norm`` take ``eps=None`` as ``F.rms_norm`` does: fp32's eps for
+    every input dtype. Rows of mean square ~1e-7 (eps's size) show any other eps, 1e-6 too."""
+    x, r = (3e-4 * torch.randn(2, 7, 40)).to(dtype), (1e-4 * torch.randn(2, 7, 40)).to(dtype)
+    w = torch.rand(40, dtype=dtype) + 0.5
+    want = F.rms_norm(x.double(), (40,), w.double(), eps=torch.finfo(torch.float32).eps)
+    assert_close(normlab.rms_norm(x, w, eps=None), want)
+    assert_close(normlab.rms_norm(x, w, None), F.rms_norm(x, (40,), w, eps=None).double())
+    with pytest.raises(AssertionError):  # the default 1e-6 differs here: the test can fail
+        assert_close(normlab.rms_norm(x, w), want)
+    h = (x.float() + r.float()).to(dtype)
+    y, h_out = normlab.add_rms_norm(x, r, w, eps=None)
+    assert torch.equal(h_out, h)
+    assert_close(y, F.rms_norm(h.double(), (40,), w.double(), eps=torch.finfo(torch.float32).eps))
 
 
 MODULE_ARGS = [

@@ -27,6 +27,8 @@ from normlab._host import (
 )
 from normlab.norms import block_row, config, row, split_row
 
+FP32_EPS = torch.finfo(torch.float32).eps  # eps=None: the fp32 compute's eps, as F.rms_norm
+
 STRATEGIES = config.STRATEGIES
 LAYOUTS = config.LAYOUTS
 
@@ -584,8 +586,11 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, strategy="auto", layout="a
     ``strategy`` in ("auto", "atomic", "two_stage", "persistent") picks the backward's dγ
     reduction; ``layout`` in ("auto", "row", "block_row") the kernels: "block_row" packs many
     narrow rows (at most 256 columns) per program, "row" runs one row per program forward and
-    one row per backward tile, "auto" lets ``norms.config.plan`` decide.
+    one row per backward tile, "auto" lets ``norms.config.plan`` decide. ``eps=None`` takes
+    ``torch.finfo(torch.float32).eps``, as ``F.rms_norm`` does for every input dtype.
     """
+    if eps is None:
+        eps = FP32_EPS
     y = _replayed_call("rms_norm", x, None, weight, None, eps, offset, True, strategy, layout)
     if y is not None:
         return y
@@ -615,6 +620,8 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
     stored h. One kernel reads x and the residual once and writes y and h; gradients from y and
     h flow into both x and the residual. ``residual`` must match x's shape, dtype and device;
     the other arguments as for :func:`rms_norm`."""
+    if eps is None:
+        eps = FP32_EPS
     out = _replayed_call("add_rms_norm", x, residual, weight, None, eps, offset, True,
                          strategy, layout)  # fmt: skip
     if out is not None:
