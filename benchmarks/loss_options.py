@@ -3,6 +3,7 @@
     python3 benchmarks/loss_options.py --out out/loss_options.jsonl [--M 4096 --V 131072]
     python3 benchmarks/loss_options.py --summary out/loss_options.jsonl    # the verdicts, no GPU
     python3 benchmarks/loss_options.py --out out/smoke.jsonl --quick       # CPU: the interpreter
+    python3 benchmarks/loss_options.py --ship out/loss_options.jsonl       # -> normlab/data/
 
 Times forward+backward of each normlab variant (temperature, loss mask, forward KL, JSD, label
 smoothing, z-loss, softcap, an fp32 teacher) beside its base op, and Liger-Kernel's equivalent
@@ -12,6 +13,10 @@ fused-add RMSNorm (``liger_kernel.ops.fused_add_rms_norm``). Prints each variant
 ratio to the base op (target <= 1.05) and to Liger's (target: below 1, normlab faster), what the
 fused add saves against the bytes it does not move, and writes one record per measurement (the
 variant named in its note), rewritten after each measurement.
+
+``--ship`` copies a recorded run into ``normlab/data/<card>-loss-options.json`` (what notebook 07
+plots, read by ``normlab.bench.devdata.loss_options``): each measurement's variant, its base
+variant, impl, shape, dtypes and device µs, with the run's card, date, commit and command.
 
 Liger's cross-entropy writes its gradient into its input, so its calls get their own copy of the
 logits. Liger's JSD takes log-probabilities: its timed call includes the two fp32 log-softmaxes.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import time
 from pathlib import Path
@@ -30,9 +36,9 @@ from pathlib import Path
 import torch
 
 import normlab
-from normlab.bench import budget, device_info, prewarm
+from normlab.bench import budget, devdata, device_info, prewarm
 from normlab.bench.device import git_commit
-from normlab.bench.records import portable_command, read_records, replace_jsonl
+from normlab.bench.records import card_slug, portable_command, read_records, replace_jsonl
 from normlab.bench.sweep import CPU_LABEL, measure
 from normlab.bench.traffic import element_size
 from normlab.losses import config as loss_config
@@ -71,6 +77,7 @@ VARIANTS = {
     "cross_entropy softcap": ("cross_entropy", "cross_entropy"),
     "cross_entropy all three": ("cross_entropy", "cross_entropy"),
 }
+TARGET_DTYPES = {"reverse_kl fp32 teacher": "fp32"}  # the others' targets are in the logits' dtype
 FUSED_ADD = "add_rms_norm"
 SEPARATE_ADD = "rms_norm on a separate add"
 LIGER_ADD = "liger fused add"
@@ -243,11 +250,37 @@ def summary(records) -> str:
     return "\n".join(lines) if lines else "no loss_options records"
 
 
+def shipped(records, sources) -> dict:
+    """The recorded run as ``normlab/data/<card>-loss-options.json`` holds it: ``meta`` (card,
+    date, commit, versions, command, source files) and one row per valid measurement."""
+    records = [r for r in records if r.valid and r.device_us]
+    if not records:
+        raise ValueError("no valid loss_options records to ship")
+    runs = {(r.card, r.commit) for r in records}
+    if len(runs) > 1:
+        raise ValueError(f"records of several runs (card, commit): {sorted(runs)}; ship one")
+    first = records[0]
+    meta = {"card": first.card, "date": min(r.date for r in records)[:10], "commit": first.commit,
+            "torch": first.torch, "triton": first.triton, "command": first.command,
+            "source": [Path(s).name for s in sources],
+            "note": "forward+backward device µs, L2 flushed (benchmarks/loss_options.py)"}
+    rows = []
+    for r in records:
+        variant = _variant(r)
+        base = VARIANTS[variant][0] if variant in VARIANTS else None
+        rows.append({"variant": variant, "base": base, "op": r.op, "impl": r.impl, "M": r.M,
+                     "N": r.N, "dtype": r.dtype, "target_dtype": TARGET_DTYPES.get(variant),
+                     "device_us": r.device_us, "roofline_gbps": r.roofline_gbps})
+    return {"meta": meta, "rows": rows}
+
+
 def main(argv=None) -> int:
     argv = list(argv) if argv is not None else sys.argv[1:]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--summary", type=Path, nargs="+", help="recorded runs: print, no GPU")
+    parser.add_argument("--ship", type=Path, nargs="+",
+                        help="a recorded run: copy it into normlab/data/ for notebook 07, no GPU")
     parser.add_argument("--M", type=int, default=4096)
     parser.add_argument("--V", type=int, default=131072)
     parser.add_argument("--N", type=int, default=4096, help="the fused add's hidden size")
@@ -275,6 +308,20 @@ def main(argv=None) -> int:
         maxnreg_note += f"; {form} register caps {caps or 'none'}"
     if args.summary:
         print(summary([r for path in args.summary for r in read_records(path)]))
+        return 0
+    if args.ship:
+        missing = [str(p) for p in args.ship if not p.is_file()]
+        if missing:
+            parser.error(f"--ship: no such file: {', '.join(missing)}")
+        try:
+            data = shipped([r for p in args.ship for r in read_records(p)], args.ship)
+        except ValueError as exc:
+            parser.error(f"--ship: {exc}")
+        out = Path(devdata.DATA) / f"{card_slug(data['meta']['card'])}-{devdata.LOSS_OPTIONS}"
+        rows = ",\n".join(f"  {json.dumps(row)}" for row in data["rows"])  # a row a line
+        out.write_text(f'{{"meta": {json.dumps(data["meta"])},\n "rows": [\n{rows}\n]}}\n',
+                       encoding="utf-8")  # fmt: skip
+        print(f"wrote {len(data['rows'])} rows to {out}")
         return 0
     if args.out is None and args.warm_shard is None:
         parser.error("--out is required (or --summary FILE.jsonl)")
@@ -312,7 +359,8 @@ def main(argv=None) -> int:
         t0 = time.time()
         try:
             rec = measure(call, op, impl, M, N, dtype, "fwd+bwd", device=dev, reps=args.reps,
-                          warmup=1 if args.quick else 3, command=command, commit=commit)
+                          warmup=1 if args.quick else 3, command=command, commit=commit,
+                          target_dtype=TARGET_DTYPES.get(name))  # fmt: skip
         except Exception as exc:  # one that cannot run is reported, the others go on
             print(f"skip {impl} {name}: {exc!r}"[:300], flush=True)
             continue

@@ -88,6 +88,24 @@ def test_full_model_counts_params_stats_and_partials():
     assert traffic.bytes_moved("copy", "fwd", M, N, "bf16", model="full") == 2 * M * N * e
 
 
+@pytest.mark.parametrize("op", ["reverse_kl", "forward_kl", "jsd", "soft_cross_entropy"])
+@pytest.mark.parametrize("model", ["minimal", "full"])
+def test_a_teacher_in_its_own_dtype_is_read_at_its_size(op, model):
+    """An fp32 teacher beside bf16 logits: the target read counts 4 bytes a logit, not 2 (8
+    against 6 forward+backward, 6 against 4 forward); a teacher in the logits' dtype, nothing."""
+    for direction, extra in (("fwd+bwd", 2), ("fwd", 2)):
+        same = traffic.bytes_moved(op, direction, M, N, "bf16", model=model)
+        assert traffic.bytes_moved(op, direction, M, N, "bf16", model=model,
+                                   target_dtype="bf16") == same  # fmt: skip
+        assert traffic.bytes_moved(op, direction, M, N, "bf16", model=model,
+                                   target_dtype=torch.float32) == same + extra * M * N  # fmt: skip
+    assert traffic.bytes_moved(op, "fwd+bwd", M, N, "bf16", target_dtype="fp32") == 8 * M * N
+    with pytest.raises(ValueError, match="no target logits"):
+        traffic.bytes_moved("cross_entropy", "fwd+bwd", M, N, "bf16", target_dtype="fp32")
+    with pytest.raises(ValueError, match="no target logits"):
+        traffic.bytes_moved("rms_norm", "fwd", M, N, "bf16", target_dtype="fp32")
+
+
 @pytest.mark.parametrize(
     "args, match",
     [

@@ -1,6 +1,7 @@
 """benchmarks/loss_options.py and benchmarks/vocab_population.py: their CPU smoke runs, their
 verdicts from records, the wall-clock budget and the parallel Triton warm-up they share."""
 
+import dataclasses
 import json
 import math
 import sys
@@ -223,6 +224,9 @@ def test_loss_options_quick_run_prints_the_verdicts(options, tmp_path, capsys):
     assert "fused residual add saves" in text
     assert options.main(["--summary", str(out)]) == 0
     assert "options over their base op: 10 measured" in capsys.readouterr().out
+    # bytes: an fp32 teacher is read at 4 bytes a logit (2 + 4 + 2), the others at 2 (2 + 2 + 2)
+    unit = {r["note"].rsplit("variant ", 1)[-1]: r["bytes"] / (r["M"] * r["N"]) for r in rows}
+    assert (unit["reverse_kl fp32 teacher"], unit["reverse_kl"], unit["jsd"]) == (8, 6, 6)
 
 
 # ---- the shared pieces ---------------------------------------------------------------------------
@@ -384,3 +388,36 @@ def test_norm_population_reps_grow_for_short_calls():
     assert pop.member_reps(4, 100.0, 4 * 10**6, roofline) == 40
     assert pop.member_reps(4, 1000.0, 4 * 10**6, roofline) == pop.MAX_REPS  # capped
     assert pop.member_reps(10, 100.0, 4 * 10**9, roofline) == 10  # a long call keeps --reps
+
+
+def test_loss_options_ship_writes_what_notebook_07_reads(options, tmp_path, monkeypatch, capsys):
+    """--ship copies one recorded run into normlab/data/<card>-loss-options.json: each row's
+    variant, base variant and target dtype, read back by devdata.loss_options; a mix of runs or
+    a missing file is refused with a clear error."""
+    from normlab.bench import devdata
+
+    monkeypatch.setattr(devdata, "DATA", tmp_path)
+    recs = [_opt("normlab", "reverse_kl", 100.0), _opt("normlab", "reverse_kl fp32 teacher", 140.0),
+            _opt("liger", "jsd", 900.0), _opt("normlab", options.FUSED_ADD, 75.0),
+            _opt("normlab", "cross_entropy", 50.0, valid=False)]  # fmt: skip
+    src = tmp_path / "run.jsonl"
+    write_jsonl(recs, src)
+    assert options.main(["--ship", str(src)]) == 0
+    assert "wrote 4 rows" in capsys.readouterr().out  # the invalid record is left out
+    meta, rows = devdata.loss_options("synthetic", data_dir=tmp_path)
+    assert (meta["card"], meta["commit"], meta["source"]) == ("Synthetic", "c", ["run.jsonl"])
+    by = {(r["impl"], r["variant"]): r for r in rows}
+    teacher = by[("normlab", "reverse_kl fp32 teacher")]
+    assert (teacher["base"], teacher["target_dtype"], teacher["device_us"]) == (
+        "reverse_kl", "fp32", 140.0)
+    assert by[("normlab", "reverse_kl")]["base"] is None
+    assert by[("liger", "jsd")]["base"] == "reverse_kl"
+    assert by[("normlab", options.FUSED_ADD)]["base"] is None
+    assert devdata.loss_options("no-such-card", data_dir=tmp_path) is None
+    other = tmp_path / "other.jsonl"
+    write_jsonl([*recs[:1], dataclasses.replace(recs[1], commit="d")], other)
+    for argv, message in (([str(other)], "several runs"), ([str(tmp_path / "nope.jsonl")],
+                                                          "no such file")):
+        with pytest.raises(SystemExit) as exc:
+            options.main(["--ship", *argv])
+        assert exc.value.code == 2 and message in capsys.readouterr().err

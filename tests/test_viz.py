@@ -657,3 +657,49 @@ def test_best_peers_skips_ours_invalid_and_nonpositive_times():
     assert best[plots.peer_key(base)]["impl"] == "compile"
     speedups = {t["impl"]: t["speedup"] for t in plots.speedup_table(recs)}
     assert speedups == {"normlab": 2.0, "normlab[persistent]": 4.0}
+
+
+# ---- what an option costs ------------------------------------------------------------------------
+
+
+def _option_rows():
+    def row(variant, impl, us, *, base=None, op="reverse_kl", target=None, M=4, N=1000):
+        return {"variant": variant, "base": base, "op": op, "impl": impl, "M": M, "N": N,
+                "dtype": "bf16", "target_dtype": target, "device_us": us, "roofline_gbps": 100.0}
+
+    return [row("reverse_kl", "normlab", 100.0), row("jsd", "normlab", 200.0, base="reverse_kl"),
+            row("jsd", "liger", 1000.0, base="reverse_kl"),
+            row("reverse_kl fp32 teacher", "normlab", 140.0, base="reverse_kl", target="fp32"),
+            row("cross_entropy softcap", "normlab", 60.0, base="cross_entropy", op="cross_entropy"),
+            row("add_rms_norm", "normlab", 75.0, op="add_rms_norm", M=1000, N=1000),
+            row("rms_norm on a separate add", "normlab", 130.0, op="add_rms_norm", M=1000, N=1000),
+            row("liger fused add", "liger", 99.0, op="add_rms_norm", M=1000, N=1000)]
+
+
+def test_option_cost_table_divides_by_the_base_op_and_its_bytes():
+    """Each option over normlab's base op (Liger's too, over the same base), and the bytes
+    model's own ratio: 8/6 for an fp32 teacher, 1 for JSD; an option whose base op was not
+    measured is left out."""
+    table = {t["variant"]: t for t in viz.option_cost_table(_option_rows())}
+    assert set(table) == {"jsd", "reverse_kl fp32 teacher"}
+    assert table["jsd"]["ratio"] == 2.0 and table["jsd"]["liger_ratio"] == 10.0
+    assert table["jsd"]["bytes_ratio"] == 1.0
+    teacher = table["reverse_kl fp32 teacher"]
+    assert teacher["ratio"] == pytest.approx(1.4) and teacher["liger_ratio"] is None
+    assert teacher["bytes_ratio"] == pytest.approx(8 / 6)
+
+
+def test_option_figures_name_the_run_and_draw_the_models():
+    meta = {"card": "Synthetic", "date": "2031-01-01", "commit": "c"}
+    fig = viz.option_costs(meta, _option_rows())
+    assert "recorded: Synthetic, 2031-01-01, commit c" in fig.layout.title.text
+    normlab, liger, model, target = fig.data
+    assert list(normlab.y) == [2.0, pytest.approx(1.4)] and list(liger.y) == [10.0]
+    assert list(model.y) == [1.0, pytest.approx(8 / 6)] and set(target.y) == {1.05}
+    add = viz.fused_add_costs(meta, _option_rows())
+    bars, line = add.data
+    assert list(bars.y) == [130.0, 75.0, 99.0]
+    # 3 units of 1000 x 1000 x 2 bytes not moved = 6 MB at 100 GB/s = 60 µs: 130 - 60
+    assert list(line.y) == [pytest.approx(70.0)] * 2 and "6 MB" in line.name
+    assert "no loss-option" in viz.option_costs(meta, []).layout.title.text
+    assert "no fused-add" in viz.fused_add_costs(meta, _option_rows()[:5]).layout.title.text

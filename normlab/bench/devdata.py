@@ -4,8 +4,10 @@ Both ship in ``normlab/data/``: the host overhead of every op beside torch's
 (``nvidia-h200-host-overhead.json``, from ``normlab.bench.overhead``; a copy of
 ``benchmarks/data/overhead_*_h200.json``), and two runs of the launch-config sweeps
 (``nvidia-h200-launch-sweeps.json``: the two timing modes at 16384x1024 and a registers/spills
-A/B; the full file is ``benchmarks/data/dev/sweep_launch_configs_h200.json``). Each reader
-returns None when its file is not there.
+A/B; the full file is ``benchmarks/data/dev/sweep_launch_configs_h200.json``), and a run of the
+loss options and the fused residual add beside their base ops (``nvidia-h200-loss-options.json``,
+written by ``benchmarks/loss_options.py --ship`` from a ``benchmarks/data/loss_options_*.jsonl``).
+Each reader returns None when its file is not there.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from normlab.bench.records import DATA_DIR
 DATA = DATA_DIR
 HOST_OVERHEAD = "nvidia-h200-host-overhead.json"
 SWEEPS = "nvidia-h200-launch-sweeps.json"
+LOSS_OPTIONS = "loss-options.json"  # after the card's slug: nvidia-h200-loss-options.json
 
 
 def _path(name: str, data_dir: str | Path | None) -> Path | None:
@@ -73,3 +76,15 @@ def register_ab(commit: str, data_dir: str | Path | None = None) -> tuple[dict, 
              "device_us": statistics.median(c["samples"]), "rounds": len(c["samples"])}
             for c in cells.values()]
     return meta, rows
+
+
+def loss_options(card_slug: str = "nvidia-h200",
+                 data_dir: str | Path | None = None) -> tuple[dict, list[dict]] | None:
+    """(meta, rows) of a recorded loss-options run: card, date, commit, versions and command, and
+    per measurement its variant ("cross_entropy softcap"), base variant (None for a base op or
+    the fused add), op, impl, M, N, dtype, target dtype (None: the logits') and device µs."""
+    path = _path(f"{card_slug}-{LOSS_OPTIONS}", data_dir)
+    if path is None:
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data["meta"], data["rows"]

@@ -244,20 +244,23 @@ def measure(
     date: str | None = None,
     commit: str | None = None,
     shape_set: str | None = None,
+    target_dtype: torch.dtype | str | None = None,
 ) -> Record:
     """One record: time ``run()`` (one call of ``op`` on an M x N input) with ``time_call`` and
     divide the bytes model by its device time. ``sweep`` calls this for each case; call it
     directly for a callable the registry has no knob for (e.g. a launcher keyword).
 
     ``roofline_gbps`` defaults to ``device``'s measured copy bandwidth; ``strategy`` (or a
-    loss's form), ``layout`` and ``block_cap`` only label the record.
+    loss's form), ``layout`` and ``block_cap`` only label the record; ``target_dtype`` is a soft
+    loss's target dtype where it differs from ``dtype`` (the bytes model reads it at its size).
     """
     if reps is None:
         reps = DEFAULT_REPS["gpu" if _runtime.DEVICE == "cuda" else "cpu"]
     if roofline_gbps is None:
         roofline_gbps = device.roofline_gbps
     timing = time_call(run, reps=reps, warmup=warmup)
-    n_bytes = traffic.bytes_moved(op, direction, M, N, dtype, model=model)
+    n_bytes = traffic.bytes_moved(op, direction, M, N, dtype, model=model,
+                                  target_dtype=target_dtype)  # fmt: skip
     achieved = traffic.gbps(n_bytes, timing.device_us)
     rec = Record(
         op=op,

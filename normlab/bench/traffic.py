@@ -21,6 +21,9 @@ cross_entropy (labels)              fwd+bwd    2·M·N·e   read logits, write d
 copy                                fwd        2·M·N·e   read src, write dst
 ==================================  =========  ==============================================
 
+A soft loss's target may come in its own dtype (``target_dtype``, e.g. an fp32 teacher beside
+bf16 logits): its read then counts ``M·N·e_target`` in place of ``M·N·e``.
+
 The add-norms' backward writes one dx, the gradient of both x and the residual. Peers that add
 and normalize in separate kernels move more (h is written, then read back); their GB/s here is
 the effective bandwidth of the fused op's bytes.
@@ -93,11 +96,13 @@ def bytes_moved(
     model: str = "minimal",
     weight_dtype: torch.dtype | str | None = None,
     n_partials: int = 0,
+    target_dtype: torch.dtype | str | None = None,
 ) -> int:
     """Bytes one call of ``op`` in ``direction`` moves to or from HBM (see the module docstring).
 
     ``weight_dtype`` defaults to ``dtype``; ``n_partials`` (``full`` model only) is the number of
-    fp32 partial rows a two-stage parameter-gradient reduction writes and reads back.
+    fp32 partial rows a two-stage parameter-gradient reduction writes and reads back;
+    ``target_dtype`` (soft losses only) is the target logits' dtype, by default ``dtype``.
     """
     family = _family(op)
     if (family, direction) not in _MINIMAL:
@@ -108,8 +113,12 @@ def bytes_moved(
         raise ValueError(f"shape must be positive, got {n_rows}x{n_cols}")
     if n_partials < 0:
         raise ValueError(f"n_partials must be >= 0, got {n_partials}")
+    if target_dtype is not None and family != "soft":
+        raise ValueError(f"op {op!r} has no target logits: target_dtype is for {SOFT_LOSS_OPS}")
     e = element_size(dtype)
     total = _MINIMAL[(family, direction)] * n_rows * n_cols * e
+    if target_dtype is not None:  # the target read once, in its own dtype
+        total += n_rows * n_cols * (element_size(target_dtype) - e)
     if model == "minimal" or family == "copy":
         return total
 

@@ -954,6 +954,116 @@ def contention_figure(
     return fig
 
 
+# ---- what an option costs: the loss options and the fused residual add --------------------------
+
+OPTION_COST_TARGET = 1.05  # issue target: an option's forward+backward at most 5% over its base op
+ADD_BYTES = 3  # an elementwise add of two M×N tensors: read both, write one (units of M·N·e)
+
+
+def _meta_text(meta: Mapping) -> str:
+    return (f"recorded: {meta.get('card', 'unknown card')}, {meta.get('date', 'undated')}, "
+            f"commit {meta.get('commit', '?')}")
+
+
+def option_cost_table(rows: Iterable[Mapping]) -> list[dict]:
+    """Per option of a recorded loss-options run (``normlab.bench.devdata.loss_options``): its
+    forward+backward time over its base op's (both normlab's), Liger-Kernel's time over the
+    same base where Liger has the option, and what the bytes model alone predicts (the option's
+    minimal bytes over the base op's: only a teacher in a wider dtype moves more)."""
+    from normlab.bench.traffic import bytes_moved
+
+    by = {(r["impl"], r["variant"]): r for r in rows}
+    table = []
+    for r in rows:
+        if r["impl"] != "normlab" or not r.get("base") or ("normlab", r["base"]) not in by:
+            continue
+        base = by[("normlab", r["base"])]
+        shape = (r["M"], r["N"], r["dtype"])
+        bytes_ratio = (bytes_moved(r["op"], "fwd+bwd", *shape, target_dtype=r.get("target_dtype"))
+                       / bytes_moved(base["op"], "fwd+bwd", *shape))  # fmt: skip
+        liger = by.get(("liger", r["variant"]))
+        table.append({"variant": r["variant"], "base": r["base"], "device_us": r["device_us"],
+                      "base_us": base["device_us"], "ratio": r["device_us"] / base["device_us"],
+                      "bytes_ratio": bytes_ratio,
+                      "liger_ratio": liger["device_us"] / base["device_us"] if liger else None})
+    return table
+
+
+def option_costs(meta: Mapping, rows: Iterable[Mapping], title: str | None = None) -> go.Figure:
+    """Each loss option's forward+backward time over its base op's (normlab's, = 1), beside
+    Liger-Kernel's time for the same option over that base, the bytes model's prediction and
+    the 5% target: an option costs what it adds to the resource that binds (bytes or
+    arithmetic), not what it adds to the code."""
+    table = option_cost_table(rows)
+    head = title or "What each loss option costs: forward+backward ÷ its base op"
+    if not table:
+        return empty_figure("no loss-option measurements with their base op", head)
+    names = [t["variant"] for t in table]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=names, y=[t["ratio"] for t in table], name="normlab",
+                         customdata=[[t["device_us"], t["base"], t["base_us"]] for t in table],
+                         hovertemplate="<b>%{x}</b><br>%{y:.3f}× its base op<br>"
+                         "%{customdata[0]:.1f} µs against %{customdata[1]}'s "
+                         "%{customdata[2]:.1f}<extra></extra>"))
+    liger = [t for t in table if t["liger_ratio"] is not None]
+    if liger:
+        fig.add_trace(go.Bar(x=[t["variant"] for t in liger], y=[t["liger_ratio"] for t in liger],
+                             name="Liger-Kernel (÷ normlab's base op)",
+                             hovertemplate="<b>%{x}</b><br>Liger: %{y:.3f}× normlab's base op"
+                             "<extra></extra>"))
+    fig.add_trace(go.Scatter(x=names, y=[t["bytes_ratio"] for t in table], mode="markers",
+                             name="bytes model: the option's bytes ÷ the base op's",
+                             marker={"symbol": "line-ew-open", "size": 28, "color": "black"}))
+    # the target as a trace, not an hline: a log axis misplaces an hline's annotation
+    fig.add_trace(go.Scatter(x=[names[0], names[-1]], y=[OPTION_COST_TARGET] * 2, mode="lines",
+                             line={"dash": "dash", "color": "gray"},
+                             name=f"target: {OPTION_COST_TARGET}× the base op"))
+    shape = {(r["M"], r["N"], r["dtype"]) for r in rows if r.get("base")}
+    where = ", ".join(f"{m}×{n} {d}" for m, n, d in sorted(shape))
+    ticks = [0.8, 1, 1.5, 2, 3, 5, 10, 20]
+    _layout(fig, title=f"{head}<br><sup>{html.escape(_meta_text(meta))}; {where}</sup>",
+            barmode="group", yaxis={"type": "log", "title": "time ÷ normlab's base op (log)",
+                                    "tickvals": ticks, "ticktext": [f"{t:g}×" for t in ticks]},
+            xaxis_title="option", legend_title_text="")
+    return fig
+
+
+def fused_add_costs(meta: Mapping, rows: Iterable[Mapping], title: str | None = None) -> go.Figure:
+    """The fused residual add's forward+backward beside ``rms_norm`` on a separately computed
+    sum and Liger-Kernel's fused add, with what the bytes model predicts for the fused kernel:
+    the separate path's time less the bytes it moves and the fused one does not, at the measured
+    copy bandwidth. Separately, the add (3 units of M·N·e), the norm (5) and autograd's sum of
+    h's two gradients (3) move 11; fused, 8 (``normlab.bench.traffic``)."""
+    from normlab.bench.traffic import bytes_moved, element_size
+
+    head = title or "The fused residual add: forward+backward"
+    by = {r["variant"]: r for r in rows if r.get("op") == "add_rms_norm"}
+    separate, fused = by.get("rms_norm on a separate add"), by.get("add_rms_norm")
+    if separate is None or fused is None:
+        return empty_figure("no fused-add measurements", head)
+    M, N, dtype = fused["M"], fused["N"], fused["dtype"]
+    unit = M * N * element_size(dtype)
+    separate_bytes = 2 * ADD_BYTES * unit + bytes_moved("rms_norm", "fwd+bwd", M, N, dtype)
+    saved = separate_bytes - bytes_moved("add_rms_norm", "fwd+bwd", M, N, dtype)
+    predicted = separate["device_us"] - saved / fused["roofline_gbps"] / 1e3
+    bars = [("rms_norm on a separate add", separate), ("add_rms_norm", fused),
+            ("Liger-Kernel's fused add", by.get("liger fused add"))]
+    bars = [(name, r) for name, r in bars if r is not None]
+    names = [n for n, _ in bars]
+    fig = go.Figure(go.Bar(x=names, y=[r["device_us"] for _, r in bars],
+                           marker_color=[PALETTE[i] for i in range(len(bars))],
+                           text=[f"{r['device_us']:.1f} µs" for _, r in bars],
+                           textposition="outside", showlegend=False))
+    fig.add_trace(go.Scatter(x=[names[0], names[-1]], y=[predicted] * 2, mode="lines",
+                             line={"dash": "dash", "color": "black"},
+                             name=f"bytes model: separate − {saved / 1e6:.0f} MB at the "
+                             f"{fused['roofline_gbps']:.0f} GB/s copy = {predicted:.1f} µs"))
+    _layout(fig, title=f"{head}<br><sup>{html.escape(_meta_text(meta))}; {M}×{N} {dtype}</sup>",
+            yaxis_title="device µs (forward+backward)", xaxis_title="",
+            legend={"orientation": "h", "y": -0.15})
+    return fig
+
+
 # ---- a plain table -----------------------------------------------------------------------------
 
 TABLE_COLUMNS = (

@@ -66,4 +66,4 @@ for op in ("rms_norm", "layer_norm"):
 viz.gbps_vs_shape(viz.select(recorded, op="rms_norm", direction="bwd", shape_set=None), source="recorded")
 
 # %% [markdown]
-# [← 05-reverse-kl-fused-vs-split](05-reverse-kl-fused-vs-split.ipynb) · [all notebooks](../README.md#notebooks)
+# [← 05-reverse-kl-fused-vs-split](05-reverse-kl-fused-vs-split.ipynb) · [all notebooks](../README.md#notebooks) · [07-options-and-the-fused-add →](07-options-and-the-fused-add.ipynb)
