@@ -217,6 +217,30 @@ def check_zero_probability(dtype) -> None:
                {"pattern": 0.0, "loss": REL_TOL[dtype], "grad": _tol(want_g[~inf], dtype)})
 
 
+def check_smoothing_minus_inf(dtype) -> None:
+    """Label smoothing sums every logit, so a -inf logit makes torch's smoothed loss +inf, with
+    a finite gradient: in whole tiles, in the last tile, at a ragged row end off its 16-byte
+    frame (V = 50257), beside a clean row and an ignored row holding -inf, in every form."""
+    for V, form in itertools.product((50257, 131072), LOSS_FORMS):
+        x = 2 * torch.randn(4, V, device="cuda")
+        x[0, 100:9000] = float("-inf")
+        x[1, V - 3] = x[3, 7] = float("-inf")
+        labels = torch.tensor([1, 2, 3, -100], device="cuda")
+        x = x.to(dtype).requires_grad_()
+        loss = normlab.cross_entropy(x, labels, form=form, reduction="none", label_smoothing=0.1)
+        (g,) = torch.autograd.grad(loss.sum(), x)
+        xr = x.detach().double().requires_grad_()
+        want = ref.cross_entropy_ref(xr, labels, reduction="none", label_smoothing=0.1)
+        (want_g,) = torch.autograd.grad(want.sum(), xr)
+        loss, want = loss.detach(), want.detach()
+        inf = torch.isinf(want)
+        same = torch.equal(torch.isinf(loss), inf) and bool(torch.isfinite(g).all())
+        record(f"cross_entropy smoothing -inf logits 4x{V} {dtype} form={form}",
+               {"pattern": 0.0 if same else float("inf"), "loss": _rel(loss[~inf], want[~inf]),
+                "grad": _rel(g, want_g)},
+               {"pattern": 0.0, "loss": REL_TOL[dtype], "grad": _tol(want_g, dtype)})
+
+
 LOSS_OPTION_CASES = {  # name -> (normlab function, fp64 reference, keyword options, labels?)
     "forward_kl": ("forward_kl", ref.forward_kl_ref, {}, False),
     "jsd beta=0.3": ("jsd", ref.jsd_ref, {"beta": 0.3}, False),
@@ -544,6 +568,7 @@ def main(argv=None) -> int:
             for dtype in (*dtypes, torch.float16):
                 check_losses(dtype)
             check_zero_probability(dtypes[0])
+            check_smoothing_minus_inf(dtypes[0])
         elif part == "loss_options":
             for dtype in dtypes:
                 check_loss_options(dtype, prefixes)

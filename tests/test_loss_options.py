@@ -383,6 +383,31 @@ def test_label_smoothing_is_torch_s():
 
 
 @pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_label_smoothing_keeps_torch_s_inf_for_a_minus_inf_logit(form, dtype):
+    # Smoothing sums every logit, so one -inf logit makes torch's smoothed loss +inf (its
+    # gradient stays finite: -eps / V there). A -inf logit in a whole tile, in the ragged last
+    # tile and in the first tile (bf16 rows of 301 columns start off 16-byte boundaries: the
+    # aligned frames' peeled edge tiles), beside a row with none and an ignored row whose -inf
+    # stays uncounted; the masked lanes past the row's end must not count as -inf.
+    x, labels = _ce_inputs(301, n_rows=6)
+    x = x.to(dtype)
+    x[0, 70] = x[1, 296] = x[2, 1] = x[1, 2] = float("-inf")  # row 1 is ignored
+    labels[1], labels[4] = 3, -100
+    x[4, 100] = float("-inf")
+    out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=64,
+                      label_smoothing=0.2, reduction="none")  # fmt: skip
+    ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, label_smoothing=0.2,
+                                  reduction="none")  # fmt: skip
+    assert torch.isinf(ref_out[[0, 1, 2]]).all() and ref_out[4] == 0
+    assert torch.equal(torch.isinf(out), torch.isinf(ref_out)) and (out[[0, 1, 2]] > 0).all()
+    finite = torch.isfinite(ref_out)
+    assert_close(out[finite], ref_out[finite], dtype=torch.float32, reduce_len=301)
+    assert torch.isfinite(grad.float()).all() and torch.isfinite(ref_grad).all()
+    _assert_rows_close(grad, ref_grad, _row_scale(ref_grad), _grad_rel(dtype), form)
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_softcap_bounds_the_logits(form):
     # Huge logits under a cap of 3: finite, as the capped reference; -inf logits become -3. The
     # cap's derivative 1 - tanh^2 is ~1e-9 at |logit| ~ 1e4, 0 in fp32: an absolute floor.

@@ -260,11 +260,12 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
       reverse KL  sum e_x ((x - m_x) - (t - m_t))   ->  L = acc / s_x - log s_x + log s_t
       soft CE     sum e_t (x - m_x)                 ->  L = log s_x - acc / s_t
       forward KL  sum e_t ((t - m_t) - (x - m_x))   ->  L = acc / s_t - log s_t + log s_x
-    JSD keeps no acc here (see jsd_sums). Label CE with SMOOTH keeps s_t = sum x, unshifted, a
-    -inf logit counted 0 (a masked lane, or a masked vocab: torch's smoothed loss is inf there),
-    except in a WHOLE tile (no masked lane) under a softcap, whose held tanh is never -inf;
-    on a ONE_LANE tile (LANE == BLOCK) with SMOOTH_TILE_SUM, s_t is (1, BLOCK / SMOOTH_PART)
-    partial sums, each tile adding its parts (row_statistics reduces them once a row).
+    JSD keeps no acc here (see jsd_sums). Label CE with SMOOTH keeps s_t = sum x, unshifted: a
+    WHOLE tile (no masked lane) sums x, so a -inf logit makes the sum -inf and the smoothed loss
+    +inf, as torch's; an edge tile sums t, load_edge_tile's CE_SMOOTH view of x whose lanes
+    outside the row are 0 and whose -inf logits stay -inf. On a ONE_LANE tile (LANE == BLOCK)
+    with SMOOTH_TILE_SUM, s_t is (1, BLOCK / SMOOTH_PART) partial sums, each tile adding its
+    parts (row_statistics reduces them once a row).
     Both tile maxima come from one two-operand reduction (PAIRED_MAXIMA; two tl.max under the
     interpreter). The three sums stay separate tl.sum calls: the Triton interpreter folds a
     multi-operand reduction sequentially in fp32, which the CPU tests can tell apart.
@@ -279,10 +280,7 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
         e_x = exp_shifted(x, new_x[:, None], xparam, XFORM)
         s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=1)
         if SMOOTH:
-            if (XFORM >= SOFTCAP) and WHOLE:  # an FSETP and an FSEL a logit fewer
-                x0 = x
-            else:
-                x0 = tl.where(x == float("-inf"), 0.0, x)
+            x0 = x if WHOLE else t  # t: x with the masked lanes 0 (load_edge_tile's CE_SMOOTH)
             if SMOOTH_TILE_SUM and ONE_LANE:
                 parts = tl.reshape(x0, (1, x.shape[1] // SMOOTH_PART, SMOOTH_PART),
                                    can_reorder=True)  # fmt: skip
@@ -400,7 +398,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     if ALIGN > 1:  # a constexpr branch: compiled only for the aligned frames
         if first > 0:
             x, t = load_edge_tile(x_row, t_row, cols, lo, hi, xparam, KIND, "evict_last", ALIGN,
-                                  XFORM)  # fmt: skip
+                                  XFORM, SMOOTH)  # fmt: skip
             m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND,
                                                   SMOOTH, LANE == BLOCK, XFORM)  # fmt: skip
     for i in range(first, n_full):
@@ -426,10 +424,11 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
                 t_last = transform(t_last, xparam, XFORM)
         else:
             x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, xparam,
-                                             KIND, "evict_last", ALIGN, XFORM)  # fmt: skip
+                                             KIND, "evict_last", ALIGN, XFORM,
+                                             SMOOTH)  # fmt: skip
     else:
         x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, xparam,
-                                         KIND, "evict_last", ALIGN, XFORM)  # fmt: skip
+                                         KIND, "evict_last", ALIGN, XFORM, SMOOTH)  # fmt: skip
     m_x, s_x, m_t, s_t, acc = online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, xparam, KIND,
                                           SMOOTH, LANE == BLOCK, XFORM)  # fmt: skip
     if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):
@@ -444,9 +443,11 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
 
 @triton.jit
 def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
-                    EVICTION: tl.constexpr, ALIGN: tl.constexpr, XFORM: tl.constexpr):  # fmt: skip
+                    EVICTION: tl.constexpr, ALIGN: tl.constexpr, XFORM: tl.constexpr,
+                    CE_SMOOTH: tl.constexpr = False):  # fmt: skip
     """Columns offs of a frame as fp32 (transformed: see transform), -inf outside [lo, hi) (the
-    first or last tile).
+    first or last tile). Label CE's t is x; with CE_SMOOTH it is x with 0 outside [lo, hi), the
+    lanes label smoothing's logit sum adds (a -inf logit inside stays -inf, as in torch's sum).
 
     ALIGN > 1: loaded in whole 16-byte vectors, the outside lanes dropped in registers; an exact
     mask would split every vector into 2-byte loads. A vector loaded here holds one of the row's
@@ -461,7 +462,7 @@ def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
         x = tl.load(x_row + offs, mask=in_vec, other=float("-inf"), eviction_policy=EVICTION)
         x = tl.where(keep, transform(x.to(tl.float32), xparam, XFORM), float("-inf"))
         if KIND == CE:
-            t = x
+            t = tl.where(keep, x, 0.0) if CE_SMOOTH else x
         else:
             t = tl.load(t_row + offs, mask=in_vec, other=float("-inf"), eviction_policy=EVICTION)
             t = tl.where(keep, transform(t.to(tl.float32), xparam, XFORM), float("-inf"))
@@ -472,7 +473,7 @@ def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
         if XFORM >= SOFTCAP:  # the cap maps -inf to -xparam: outside lanes stay -inf
             x = tl.where(keep, x, float("-inf"))
         if KIND == CE:
-            t = x
+            t = tl.where(keep, x, 0.0) if CE_SMOOTH else x
         else:
             t = tl.load(t_row + offs, mask=keep, other=float("-inf"), eviction_policy=EVICTION)
             t = transform(t.to(tl.float32), xparam, XFORM)
