@@ -262,8 +262,9 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
       forward KL  sum e_t ((t - m_t) - (x - m_x))   ->  L = acc / s_t - log s_t + log s_x
     JSD keeps no acc here (see jsd_sums). Label CE with SMOOTH keeps s_t = sum x, unshifted: a
     WHOLE tile (no masked lane) sums x, so a -inf logit makes the sum -inf and the smoothed loss
-    +inf, as torch's; an edge tile sums t, load_edge_tile's CE_SMOOTH view of x whose lanes
-    outside the row are 0 and whose -inf logits stay -inf. On a ONE_LANE tile (LANE == BLOCK)
+    +inf, as torch's; an edge tile sums x less its -inf lanes, and its t (load_edge_tile's
+    CE_SMOOTH flags: 1 for a grid row holding a -inf logit of the row) adds -inf back where the
+    row has one. On a ONE_LANE tile (LANE == BLOCK)
     with SMOOTH_TILE_SUM, s_t is (1, BLOCK / SMOOTH_PART) partial sums, each tile adding its
     parts (row_statistics reduces them once a row).
     Both tile maxima come from one two-operand reduction (PAIRED_MAXIMA; two tl.max under the
@@ -280,13 +281,20 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
         e_x = exp_shifted(x, new_x[:, None], xparam, XFORM)
         s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=1)
         if SMOOTH:
-            x0 = x if WHOLE else t  # t: x with the masked lanes 0 (load_edge_tile's CE_SMOOTH)
+            if WHOLE:
+                x0 = x
+            else:  # masked lanes and -inf logits alike count 0 here; t's flags add -inf after
+                x0 = tl.where(x == float("-inf"), 0.0, x)
             if SMOOTH_TILE_SUM and ONE_LANE:
                 parts = tl.reshape(x0, (1, x.shape[1] // SMOOTH_PART, SMOOTH_PART),
                                    can_reorder=True)  # fmt: skip
                 s_t = s_t + tl.sum(parts, axis=2)
+                if not WHOLE:
+                    s_t = s_t + tl.where(t > 0, float("-inf"), 0.0)[:, None]
             else:
                 s_t = s_t + tl.sum(x0, axis=1)
+                if not WHOLE:
+                    s_t = s_t + tl.where(t > 0, float("-inf"), 0.0)
     else:
         raw_t = m_t
         old_t = safe_max(m_t)
@@ -417,7 +425,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
                              eviction_policy="evict_last").to(tl.float32)  # fmt: skip
             x_last = transform(x_last, xparam, XFORM)
             if KIND == CE:
-                t_last = x_last
+                t_last = minus_inf_flags(x_last, cols >= 0) if SMOOTH else x_last
             else:
                 t_last = tl.load(t_row + n_full * BLOCK + cols,
                                  eviction_policy="evict_last").to(tl.float32)  # fmt: skip
@@ -431,6 +439,8 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
                                          KIND, "evict_last", ALIGN, XFORM, SMOOTH)  # fmt: skip
     m_x, s_x, m_t, s_t, acc = online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, xparam, KIND,
                                           SMOOTH, LANE == BLOCK, XFORM)  # fmt: skip
+    if KIND == CE:  # the gradient pass holds x alone (t_last was smoothing's flags)
+        t_last = x_last
     if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):
         s_t = tl.sum(s_t, axis=1)  # the one lane's logit sum, once a row
     m_x, s_x, m_t, s_t, acc = fold_stats(m_x, s_x, m_t, s_t, acc,
@@ -442,12 +452,20 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
 
 
 @triton.jit
+def minus_inf_flags(x, keep):
+    """1.0 for each grid row of a tile holding a -inf logit where keep (its row's columns), else
+    0: label smoothing's edge tiles (online_tile)."""
+    return tl.max(tl.where(keep & (x == float("-inf")), 1.0, 0.0), axis=1)
+
+
+@triton.jit
 def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
                     EVICTION: tl.constexpr, ALIGN: tl.constexpr, XFORM: tl.constexpr,
                     CE_SMOOTH: tl.constexpr = False):  # fmt: skip
     """Columns offs of a frame as fp32 (transformed: see transform), -inf outside [lo, hi) (the
-    first or last tile). Label CE's t is x; with CE_SMOOTH it is x with 0 outside [lo, hi), the
-    lanes label smoothing's logit sum adds (a -inf logit inside stays -inf, as in torch's sum).
+    first or last tile). Label CE's t is x; with CE_SMOOTH it is one flag a grid row instead, 1
+    where the row holds a -inf logit inside [lo, hi) (label smoothing's sum is then -inf, as
+    torch's; online_tile), so that no second tile is held.
 
     ALIGN > 1: loaded in whole 16-byte vectors, the outside lanes dropped in registers; an exact
     mask would split every vector into 2-byte loads. A vector loaded here holds one of the row's
@@ -462,7 +480,7 @@ def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
         x = tl.load(x_row + offs, mask=in_vec, other=float("-inf"), eviction_policy=EVICTION)
         x = tl.where(keep, transform(x.to(tl.float32), xparam, XFORM), float("-inf"))
         if KIND == CE:
-            t = tl.where(keep, x, 0.0) if CE_SMOOTH else x
+            t = minus_inf_flags(x, keep) if CE_SMOOTH else x
         else:
             t = tl.load(t_row + offs, mask=in_vec, other=float("-inf"), eviction_policy=EVICTION)
             t = tl.where(keep, transform(t.to(tl.float32), xparam, XFORM), float("-inf"))
@@ -473,7 +491,7 @@ def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
         if XFORM >= SOFTCAP:  # the cap maps -inf to -xparam: outside lanes stay -inf
             x = tl.where(keep, x, float("-inf"))
         if KIND == CE:
-            t = tl.where(keep, x, 0.0) if CE_SMOOTH else x
+            t = minus_inf_flags(x, keep) if CE_SMOOTH else x
         else:
             t = tl.load(t_row + offs, mask=keep, other=float("-inf"), eviction_policy=EVICTION)
             t = transform(t.to(tl.float32), xparam, XFORM)
