@@ -147,14 +147,15 @@ def reverse_kl_ref(logits: torch.Tensor, target_logits: torch.Tensor, reduction:
     """KL(p || q) per row, p = softmax(logits / T), q = softmax(target_logits / T), over the last
     dim.
 
-    ``sum_j p_j (log p_j - log q_j)``; terms with p_j = 0 count 0 (so -inf logits are allowed).
+    ``sum_j p_j (log p_j - log q_j)``; terms with p_j = 0 count 0 (so -inf logits are allowed);
+    a NaN probability (a NaN or +inf logit) makes its row's loss and gradient NaN, as torch's.
     "mean" averages over rows (batchmean), or over the rows where ``loss_mask`` is True (the
     others count 0). No T^2 factor. fp32 math (fp64 if given fp64).
     """
     log_p, log_q = _log_probs(logits, target_logits, temperature)
     p = log_p.exp()
     # where() inside the product keeps autograd free of 0 * inf at p = 0 (masked vocab).
-    per_row = (p * torch.where(p > 0, log_p - log_q, 0.0)).sum(-1)
+    per_row = (p * torch.where(p != 0, log_p - log_q, 0.0)).sum(-1)  # NaN p: NaN, as torch
     return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1], loss_mask)
 
 
@@ -166,7 +167,7 @@ def forward_kl_ref(logits: torch.Tensor, target_logits: torch.Tensor, reduction:
     :func:`reverse_kl_ref`."""
     log_p, log_q = _log_probs(logits, target_logits, temperature)
     q = log_q.exp()
-    per_row = (q * torch.where(q > 0, log_q - log_p, 0.0)).sum(-1)
+    per_row = (q * torch.where(q != 0, log_q - log_p, 0.0)).sum(-1)
     return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1], loss_mask)
 
 
@@ -179,9 +180,9 @@ def jsd_ref(logits: torch.Tensor, target_logits: torch.Tensor, reduction: str = 
     log_p, log_q = _log_probs(logits, target_logits, temperature)
     p, q = log_p.exp(), log_q.exp()
     m = beta * q + (1 - beta) * p
-    log_m = torch.where(m > 0, m, 1.0).log()  # m = 0 only where p = q = 0 (terms skipped)
-    kl_p = (p * torch.where(p > 0, log_p - log_m, 0.0)).sum(-1)
-    kl_q = (q * torch.where(q > 0, log_q - log_m, 0.0)).sum(-1)
+    log_m = torch.where(m != 0, m, 1.0).log()  # m = 0 only where p = q = 0 (terms skipped)
+    kl_p = (p * torch.where(p != 0, log_p - log_m, 0.0)).sum(-1)
+    kl_q = (q * torch.where(q != 0, log_q - log_m, 0.0)).sum(-1)
     per_row = beta * kl_q + (1 - beta) * kl_p
     return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1], loss_mask)
 
@@ -196,7 +197,7 @@ def soft_cross_entropy_ref(logits: torch.Tensor, target_logits: torch.Tensor,
     """
     log_p, log_q = _log_probs(logits, target_logits, temperature)
     q = log_q.exp()
-    per_row = -(q * torch.where(q > 0, log_p, 0.0)).sum(-1)
+    per_row = -(q * torch.where(q != 0, log_p, 0.0)).sum(-1)
     return _reduce_rows(per_row.flatten(), reduction, logits.shape[:-1], loss_mask)
 
 

@@ -111,6 +111,39 @@ def test_zero_probability_columns(loss, form):
            f"{loss} {form}")
 
 
+TORCH_COMPOSITES = {  # per row, torch's own ops: what NaN propagation is checked against
+    "reverse_kl": lambda x, t: torch.nn.functional.kl_div(
+        t.log_softmax(-1), x.log_softmax(-1), log_target=True, reduction="none").sum(-1),
+    "forward_kl": lambda x, t: torch.nn.functional.kl_div(
+        x.log_softmax(-1), t.log_softmax(-1), log_target=True, reduction="none").sum(-1),
+    "soft_cross_entropy": lambda x, t: torch.nn.functional.cross_entropy(
+        x, t.softmax(-1), reduction="none"),
+}
+
+
+@pytest.mark.parametrize("special", ["nan", "inf"])
+@pytest.mark.parametrize("loss", list(DIST))
+@pytest.mark.parametrize("form", FORMS)
+def test_a_nan_target_row_is_nan_as_torch_s(loss, form, special):
+    # A NaN or +inf target logit makes its row's q NaN: torch's ops give that row a NaN loss
+    # and a NaN gradient in every column, the other rows untouched. So do the kernels and the
+    # fp64 reference (a reference that skipped NaN terms as zero-probability ones would not).
+    x, t = _dist_inputs((3, 40))
+    t[0, 7] = float(special)
+    fn, rfn = DIST[loss]
+    out, grad = _call(fn, x, t, form=form, block_cap=16, reduction="none")
+    ref_out, ref_grad = _ref_call(rfn, x, t, reduction="none")
+    for o, g in ((out, grad), (ref_out, ref_grad)):
+        assert torch.isnan(o[0]) and torch.isnan(g[0]).all(), loss
+        assert torch.isfinite(o[1:]).all() and torch.isfinite(g[1:]).all(), loss
+    if loss in TORCH_COMPOSITES:
+        xt = x.clone().requires_grad_()
+        torch_out = TORCH_COMPOSITES[loss](xt, t)
+        (torch_grad,) = torch.autograd.grad(torch_out.sum(), xt)
+        assert torch.isnan(torch_out[0]) and torch.isnan(torch_grad[0]).all()
+    _check(out[1:], grad[1:], ref_out[1:], ref_grad[1:], torch.float32, 40, f"{loss} {form}")
+
+
 @pytest.mark.parametrize("loss,form", latin([*DIST, "cross_entropy"], FORMS))
 def test_strided_loss_mask(loss, form):
     """A loss_mask that is a strided view (every other element of a longer mask) masks the rows
