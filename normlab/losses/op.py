@@ -1062,14 +1062,16 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
 
     logits (..., V) float32/float16/bfloat16; labels (...) int64 or int32, each in [0, V) or
     equal to ``ignore_index``. Ignored rows have loss 0 and gradient 0; "mean" divides by the
-    number of non-ignored rows (NaN when all are ignored, as torch; the gradient is then 0).
+    number of non-ignored rows (NaN when all are ignored, as torch; the gradient is then 0). An
+    ignored row is not read, so its gradient stays 0 even where its logits hold NaN or +inf
+    (torch's log-softmax makes that row NaN; Liger-Kernel's, like normlab's, skips it).
     Gradient ``softmax(x) - onehot(label)`` times grad_output. The loss is fp32. With V = 0
     every label must be ignored (any other is out of range, as torch's IndexError).
 
     Options, in this order: ``softcap`` c > 0 replaces the logits by c tanh(logits / c) (Gemma
     2's final-logit softcapping); ``label_smoothing`` eps in [0, 1] is F.cross_entropy's:
     (1 - eps) (lse - x[label]) + eps (lse - mean_j x_j), "mean" over non-ignored rows (a -inf
-    logit counts 0 in that mean, where torch's loss is inf); ``z_loss`` z >= 0 adds
+    logit makes that row's loss +inf, as torch's); ``z_loss`` z >= 0 adds
     z lse(x)^2 per non-ignored row (PaLM's auxiliary loss); ``loss_mask`` (bool, shaped like
     labels) drops rows as ignore_index does.
 
