@@ -2,7 +2,8 @@
 
 Each exercise is a small function the reader writes in a notebook cell: the bytes an op must move,
 the columns one chunk of the looped forward covers, the dγ partial rows a grid writes, the bytes
-its reduce kernel reads, the layout the planner picks, the programs that fit on an SM. The cell
+its reduce kernel reads, the layout the planner picks, the programs that fit on an SM, the bytes
+of a distillation loss whose teacher comes in its own dtype. The cell
 holds a stub that calls :func:`solution` (so the notebook runs end to end, and CI checks the
 shipped answers); the reader replaces that line with their own code. :func:`check` then compares
 the function with normlab's own reference (``normlab.bench.bytes_moved``, the planner in
@@ -72,6 +73,11 @@ def _programs_per_sm(n_regs: int, num_warps: int) -> int:
     return min(65536 // (per_warp * num_warps), 64 // num_warps, 32)
 
 
+def _teacher_bytes(M: int, V: int, logit_bytes: int, teacher_bytes: int) -> int:
+    # forward+backward: read the logits and the teacher once each, write d logits (logits' dtype)
+    return M * V * (2 * logit_bytes + teacher_bytes)
+
+
 _SOLUTIONS: dict[str, Callable] = {
     "rms_norm_bytes": _rms_norm_bytes,
     "chunk_columns": _chunk_columns,
@@ -79,6 +85,7 @@ _SOLUTIONS: dict[str, Callable] = {
     "reduce_read_bytes": _reduce_read_bytes,
     "uses_block_row": _uses_block_row,
     "programs_per_sm": _programs_per_sm,
+    "teacher_bytes": _teacher_bytes,
 }
 EXERCISES = tuple(_SOLUTIONS)
 
@@ -139,6 +146,11 @@ def _ref_uses_block_row(M, N):
 
 def _ref_programs_per_sm(n_regs, num_warps):
     return occupancy.programs_per_sm(n_regs, num_warps)
+
+
+def _ref_teacher_bytes(M, V, logit_bytes, teacher_bytes):
+    return bytes_moved("reverse_kl", "fwd+bwd", M, V, _DTYPES[logit_bytes],
+                       target_dtype=_DTYPES[teacher_bytes])  # fmt: skip
 
 
 def _norm_bwd_cases():
@@ -243,6 +255,17 @@ def _hint_occupancy(args, got, want):
             f"{lim.max_warps}-warp and {lim.max_programs}-program limits")
 
 
+def _hint_teacher(args, got, want):
+    M, V, e, et = args
+    if got == 3 * M * V * e:
+        return f"the teacher is read at its own size: {et} bytes a logit here, not {e}"
+    if got == M * V * (e + et):
+        return "forward+backward also writes the gradient of the logits, in the logits' dtype"
+    if got == M * V * 2 * (e + et):
+        return "the teacher gets no gradient: it is read once and nothing of its size is written"
+    return "read the logits and the teacher once each, write d logits: M·V·(2·e + e_teacher)"
+
+
 @dataclass(frozen=True)
 class _Exercise:
     reference: Callable
@@ -281,6 +304,12 @@ _EXERCISES: dict[str, _Exercise] = {
         [(64, 4), (72, 4), (40, 4), (24, 4), (32, 1), (128, 16), (255, 8), (56, 2), (34, 8)],
         lambda a: f"{a[0]} registers per thread, {a[1]} warp(s)", _hint_occupancy,
         "the SM limits of compute capability 9.0 (bench.occupancy)"),
+    "teacher_bytes": _Exercise(
+        _ref_teacher_bytes,
+        [(M, V, e, et) for M, V in ((4096, 131072), (37, 50257)) for e, et in
+         ((2, 2), (2, 4), (4, 4), (4, 2))],
+        lambda a: f"{a[0]}×{a[1]}, logits of {a[2]} bytes, a teacher of {a[3]}", _hint_teacher,
+        "normlab.bench.bytes_moved(..., target_dtype=)"),
 }
 
 

@@ -175,3 +175,13 @@ def test_occupancy_limits():
         occupancy.programs_per_sm(0, 4)
     with pytest.raises(ValueError, match="exceeds 255"):
         occupancy.programs_per_sm(256, 4)
+
+
+def test_teacher_bytes_wrong_answers_are_explained():
+    """An fp32 teacher beside bf16 logits: 8 bytes a logit forward+backward; the usual slips
+    (the teacher at the logits' size, no gradient write, a gradient for the teacher) get their
+    hint."""
+    assert exercises.check("teacher_bytes", lambda M, V, e, et: M * V * (2 * e + et)).passed
+    assert "own size: 4 bytes" in _wrong("teacher_bytes", lambda M, V, e, et: 3 * M * V * e)
+    assert "writes the gradient" in _wrong("teacher_bytes", lambda M, V, e, et: M * V * (e + et))
+    assert "no gradient" in _wrong("teacher_bytes", lambda M, V, e, et: 2 * M * V * (e + et))

@@ -205,6 +205,28 @@ for row in viz.option_cost_table(options):
           f"{row['bytes_ratio']:>8.3f} {liger:>13}")
 
 # %% [markdown]
+# ### Exercise: predict an fp32 teacher's bytes
+#
+# A distillation loss reads the student's logits and the teacher's, and writes the gradient of
+# the student's logits. Write its forward+backward bytes for M rows of V logits, the logits at
+# `logit_bytes` a value and the teacher at `teacher_bytes`. Then check it against normlab's
+# bytes model: its ratio to the all-bf16 case is the black tick of the fp32 teacher above.
+
+# %%
+from normlab import exercises
+
+
+def teacher_bytes(M: int, V: int, logit_bytes: int, teacher_bytes: int) -> int:
+    """Minimal HBM bytes of reverse KL's forward+backward with a teacher in its own dtype."""
+    # ▶ YOUR ANSWER: replace this line with your own code
+    return exercises.solution("teacher_bytes")(M, V, logit_bytes, teacher_bytes)
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+exercises.check("teacher_bytes", teacher_bytes)
+
+# %% [markdown]
 # Read the table by what each option adds a logit:
 #
 # - **Bytes.** An fp32 teacher moves 8 bytes a logit against 6: the bytes model says 1.33×, and
