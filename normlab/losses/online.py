@@ -264,9 +264,9 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
     WHOLE tile (no masked lane) sums x, so a -inf logit makes the sum -inf and the smoothed loss
     +inf, as torch's; an edge tile sums x less its -inf lanes, and its t (load_edge_tile's
     CE_SMOOTH flags: 1 for a grid row holding a -inf logit of the row) adds -inf back where the
-    row has one. On a ONE_LANE tile (LANE == BLOCK)
-    with SMOOTH_TILE_SUM, s_t is (1, BLOCK / SMOOTH_PART) partial sums, each tile adding its
-    parts (row_statistics reduces them once a row).
+    row has one. On a ONE_LANE tile (LANE == BLOCK) with SMOOTH_TILE_SUM, s_t is
+    (1, BLOCK / SMOOTH_PART) partial sums, each tile adding its parts (row_statistics reduces
+    them once a row).
     Both tile maxima come from one two-operand reduction (PAIRED_MAXIMA; two tl.max under the
     interpreter). The three sums stay separate tl.sum calls: the Triton interpreter folds a
     multi-operand reduction sequentially in fp32, which the CPU tests can tell apart.
