@@ -38,9 +38,10 @@ import torch
 import normlab
 from normlab.bench import budget, devdata, device_info, prewarm
 from normlab.bench.device import git_commit
+from normlab.bench.population import OPTION_COST_TARGET
 from normlab.bench.records import card_slug, portable_command, read_records, replace_jsonl
 from normlab.bench.sweep import CPU_LABEL, measure
-from normlab.bench.traffic import element_size
+from normlab.bench.traffic import bytes_moved, separate_add_bytes
 from normlab.losses import config as loss_config
 
 
@@ -59,7 +60,6 @@ def register_caps(text: str) -> dict[int, int]:
     return caps
 
 
-OPTION_COST_TARGET = 1.05  # an option's forward+backward over its base op's
 LABEL_CE_OPTIONS = {"label_smoothing": 0.1, "z_loss": 1e-4, "softcap": 30.0}  # each one's value
 # variant -> (its base variant or None, the op of its bytes model)
 VARIANTS = {
@@ -81,11 +81,6 @@ TARGET_DTYPES = {"reverse_kl fp32 teacher": "fp32"}  # the others' targets are i
 FUSED_ADD = "add_rms_norm"
 SEPARATE_ADD = "rms_norm on a separate add"
 LIGER_ADD = "liger fused add"
-# Bytes of forward+backward in units of M*N*e. Fused (normlab.bench.traffic): read x, r, write
-# y, h; read h, dy, dh, write dx. Separate: the add reads x, r, writes h; the norm reads h,
-# writes y; its backward reads h, dy, writes dh'; autograd's dh + dh' reads two, writes one.
-FUSED_ADD_BYTES = 8
-SEPARATE_ADD_BYTES = 11
 
 
 def _loss_calls(M, V, dtype, device):
@@ -234,8 +229,8 @@ def summary(records) -> str:
     if ("normlab", FUSED_ADD) in us and ("normlab", SEPARATE_ADD) in us:
         fused, separate = us[("normlab", FUSED_ADD)], us[("normlab", SEPARATE_ADD)]
         saved_us = separate.device_us - fused.device_us
-        saved_bytes = (SEPARATE_ADD_BYTES - FUSED_ADD_BYTES) * fused.M * fused.N * element_size(
-            fused.dtype)
+        shape = ("fwd+bwd", fused.M, fused.N, fused.dtype)
+        saved_bytes = separate_add_bytes(FUSED_ADD, *shape) - bytes_moved(FUSED_ADD, *shape)
         if fused.roofline_gbps:
             bytes_us = saved_bytes / fused.roofline_gbps / 1e3
             verdict = "met" if saved_us >= bytes_us else "missed"

@@ -793,3 +793,16 @@ def test_loss_options_benchmark_runs_on_cpu(tmp_path):
     variants = {r["note"].split("variant ")[-1] for r in rows}
     assert {"jsd", "cross_entropy all three", "add_rms_norm"} <= variants
     assert all(r["device_us"] > 0 for r in rows)
+
+
+def test_separate_add_bytes_count_the_add_and_autograd_s_sum():
+    """Unfused, the residual add moves 3 units of M·N·e in its own kernel and autograd's sum of
+    h's two gradients 3 more: forward 2 + 3, backward 3 + 3, both 11, against the fused op's 8."""
+    e = 2
+    for op in ("add_rms_norm", "add_layer_norm"):
+        units = {d: traffic.separate_add_bytes(op, d, M, N, "bf16") / (M * N * e)
+                 for d in ("fwd", "bwd", "fwd+bwd")}  # fmt: skip
+        assert units == {"fwd": 5, "bwd": 6, "fwd+bwd": 11}
+        assert traffic.bytes_moved(op, "fwd+bwd", M, N, "bf16") == 8 * M * N * e
+    with pytest.raises(ValueError, match="no separate add"):
+        traffic.separate_add_bytes("rms_norm", "fwd", M, N)

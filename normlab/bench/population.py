@@ -27,6 +27,7 @@ PEERS_SET = "peers"
 VOCAB_SET = "vocab_population"  # the losses' population (benchmarks/vocab_population.py)
 PEERS_TARGET = 0.98  # normlab / best peer at each of the 11 peer shapes
 LN_BWD_TARGET_US = 430.0  # LayerNorm backward at 32768 x 8192, bf16
+OPTION_COST_TARGET = 1.05  # a loss option's forward+backward over its base op's
 
 
 @dataclass(frozen=True)

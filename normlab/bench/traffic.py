@@ -143,6 +143,22 @@ def bytes_moved(
     return total
 
 
+ADD_UNITS = 3  # an elementwise add of two M×N tensors in its own kernel: read both, write one
+
+
+def separate_add_bytes(op: str, direction: str, n_rows: int, n_cols: int,
+                       dtype: torch.dtype | str = torch.bfloat16) -> int:
+    """Minimal bytes of ``op`` (an add-norm) computed the unfused way: the residual add in its own
+    kernel, then the norm; backward, the norm's, then autograd's sum of h's two gradients. The
+    fused op moves ``bytes_moved(op, ...)``: forward+backward 11 against 8 units of M·N·e."""
+    if _family(op) != "add_norm":
+        raise ValueError(f"op {op!r} has no separate add: expected one of {ADD_NORM_OPS}")
+    norm = op.removeprefix("add_")
+    adds = {"fwd": 1, "bwd": 1, "fwd+bwd": 2}[direction]
+    return (bytes_moved(norm, direction, n_rows, n_cols, dtype)
+            + adds * ADD_UNITS * n_rows * n_cols * element_size(dtype))  # fmt: skip
+
+
 def gbps(n_bytes: float, time_us: float | None) -> float | None:
     """Achieved bandwidth in GB/s (1 GB = 1e9 B); None when there is no time."""
     if time_us is None:

@@ -425,7 +425,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
                              eviction_policy="evict_last").to(tl.float32)  # fmt: skip
             x_last = transform(x_last, xparam, XFORM)
             if KIND == CE:
-                t_last = minus_inf_flags(x_last, cols >= 0) if SMOOTH else x_last
+                t_last = minus_inf_flags(x_last, cols >= 0) if SMOOTH else x_last  # all kept
             else:
                 t_last = tl.load(t_row + n_full * BLOCK + cols,
                                  eviction_policy="evict_last").to(tl.float32)  # fmt: skip

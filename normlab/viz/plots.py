@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from normlab.bench.population import OPTION_COST_TARGET
 from normlab.norms import config as norm_config
 
 SOURCES = ("live", "recorded")
@@ -956,10 +957,6 @@ def contention_figure(
 
 # ---- what an option costs: the loss options and the fused residual add --------------------------
 
-OPTION_COST_TARGET = 1.05  # issue target: an option's forward+backward at most 5% over its base op
-ADD_BYTES = 3  # an elementwise add of two M×N tensors: read both, write one (units of M·N·e)
-
-
 def _meta_text(meta: Mapping) -> str:
     return (f"recorded: {meta.get('card', 'unknown card')}, {meta.get('date', 'undated')}, "
             f"commit {meta.get('commit', '?')}")
@@ -1032,9 +1029,8 @@ def fused_add_costs(meta: Mapping, rows: Iterable[Mapping], title: str | None = 
     """The fused residual add's forward+backward beside ``rms_norm`` on a separately computed
     sum and Liger-Kernel's fused add, with what the bytes model predicts for the fused kernel:
     the separate path's time less the bytes it moves and the fused one does not, at the measured
-    copy bandwidth. Separately, the add (3 units of M·N·e), the norm (5) and autograd's sum of
-    h's two gradients (3) move 11; fused, 8 (``normlab.bench.traffic``)."""
-    from normlab.bench.traffic import bytes_moved, element_size
+    copy bandwidth (``normlab.bench.traffic.separate_add_bytes``: 11 units of M·N·e against 8)."""
+    from normlab.bench.traffic import bytes_moved, separate_add_bytes
 
     head = title or "The fused residual add: forward+backward"
     by = {r["variant"]: r for r in rows if r.get("op") == "add_rms_norm"}
@@ -1042,9 +1038,8 @@ def fused_add_costs(meta: Mapping, rows: Iterable[Mapping], title: str | None = 
     if separate is None or fused is None:
         return empty_figure("no fused-add measurements", head)
     M, N, dtype = fused["M"], fused["N"], fused["dtype"]
-    unit = M * N * element_size(dtype)
-    separate_bytes = 2 * ADD_BYTES * unit + bytes_moved("rms_norm", "fwd+bwd", M, N, dtype)
-    saved = separate_bytes - bytes_moved("add_rms_norm", "fwd+bwd", M, N, dtype)
+    shape = ("fwd+bwd", M, N, dtype)
+    saved = separate_add_bytes("add_rms_norm", *shape) - bytes_moved("add_rms_norm", *shape)
     predicted = separate["device_us"] - saved / fused["roofline_gbps"] / 1e3
     bars = [("rms_norm on a separate add", separate), ("add_rms_norm", fused),
             ("Liger-Kernel's fused add", by.get("liger fused add"))]

@@ -63,7 +63,7 @@ print(f"  {meta['command']}")
 # NBVAL_CHECK_OUTPUT
 M, N, dtype = 4096, 4096, "bf16"
 unit = M * N * traffic.element_size(dtype)
-separate = 2 * viz.plots.ADD_BYTES * unit + traffic.bytes_moved("rms_norm", "fwd+bwd", M, N, dtype)
+separate = traffic.separate_add_bytes("add_rms_norm", "fwd+bwd", M, N, dtype)
 fused = traffic.bytes_moved("add_rms_norm", "fwd+bwd", M, N, dtype)
 print(f"{M}x{N} {dtype}, forward+backward: separate {separate / unit:.0f} units = "
       f"{separate / 1e6:.1f} MB, fused {fused / unit:.0f} units = {fused / 1e6:.1f} MB, "
