@@ -1,7 +1,7 @@
 """SASS instructions per loop of the loss kernels, by option, compiled for sm_90 (no GPU).
 
     python3 benchmarks/kernel_loops.py [--form fused|chunked] [--block 4096 --warps 4]
-        [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--plain-exp]
+        [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--plain-exp] [--poly-exp2]
         [--out FILE]
 
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
@@ -44,6 +44,8 @@ if "--one-hot-in-loop" in sys.argv:  # read by normlab.losses.online at import
     os.environ["NORMLAB_LOSS_LABEL_AFTER"] = "0"
 if "--plain-exp" in sys.argv:  # likewise
     os.environ["NORMLAB_LOSS_FAST_EXP"] = "0"
+if "--poly-exp2" in sys.argv:  # likewise
+    os.environ["NORMLAB_LOSS_POLY_EXP2"] = "1"
 
 import torch
 
@@ -170,6 +172,8 @@ def main(argv=None) -> int:
                              "(NORMLAB_LOSS_LABEL_AFTER=0)")
     parser.add_argument("--plain-exp", action="store_true",
                         help="tl.exp, not the one-instruction exp (NORMLAB_LOSS_FAST_EXP=0)")
+    parser.add_argument("--poly-exp2", action="store_true",
+                        help="softcap's gradient exp on the FMA pipe (NORMLAB_LOSS_POLY_EXP2=1)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers per thread (as the chunked "
                         "form's launch does at some tiles)")
     parser.add_argument("--target", choices=("bf16", "fp32"), default="bf16",
@@ -202,7 +206,8 @@ def main(argv=None) -> int:
              + "; loops with 60+ instructions"
              + ("; label CE's one-hot in the gradient loop" if args.one_hot_in_loop
                 else "; label CE's one-hot after the loops")
-             + ("; tl.exp" if args.plain_exp else "; exp as one ex2.approx.ftz")]
+             + ("; tl.exp" if args.plain_exp else "; exp as one ex2.approx.ftz")
+             + ("; softcap's gradient exp as poly_exp2" if args.poly_exp2 else "")]
     for name, variant in VARIANTS.items():
         kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form,
                                  args.maxnreg, args.target)  # fmt: skip

@@ -693,6 +693,8 @@ def test_records_name_the_host_switches_that_are_on(monkeypatch):
     rec = measure(lambda: x * 2, "copy", "torch", 8, 16, torch.float32, "fwd", device=device,
                   reps=1, warmup=0)  # fmt: skip
     assert rec.note.endswith("; NORMLAB_LOSS_LABEL_AFTER=0; NORMLAB_LOSS_FAST_EXP=0"), rec.note
+    monkeypatch.setattr(online, "SOFTCAP_POLY_EXP2", True)
+    assert device_mod.host_switches()[-1] == "NORMLAB_LOSS_POLY_EXP2=1"
 
 
 def test_sweep_reports_cases_that_cannot_run(monkeypatch):

@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+import triton
 import triton.language as tl
 from helpers import assert_close, latin
 from test_entropy import _assert_rows_close, _grad_rel, _row_scale
@@ -691,6 +692,62 @@ def test_softcap_far_above_the_logits(form):
                       reduction="none")  # fmt: skip
     ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, softcap=1e3, reduction="none")
     _check(out, grad, ref_out, ref_grad, torch.float32, 129, form)
+
+
+@triton.jit
+def _poly_exp2_kernel(v_ptr, out3_ptr, out5_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    keep = offs < n
+    v = tl.load(v_ptr + offs, mask=keep)
+    tl.store(out3_ptr + offs, online.poly_exp2(v, 3), mask=keep)
+    tl.store(out5_ptr + offs, online.poly_exp2(v, 5), mask=keep)
+
+
+def test_poly_exp2_against_fp64():
+    # The FMA pipe's 2^v (softcap's gradient with SOFTCAP_POLY_EXP2), each degree within its
+    # stated relative error over every exponent it builds, the reduction's rounding ties
+    # (v = k + 1/2) included; below -126 it gives 2^-126, NaN stays NaN. A coefficient, the
+    # exponent's bias or the reduction off by one fails this.
+    v = torch.cat([torch.linspace(-126.0, 3.0, 100003), torch.arange(-126, 4) + 0.5,
+                   torch.rand(4096) * -126.0])  # fmt: skip
+    special = torch.tensor([float("nan"), float("-inf"), -1e4, -126.5])
+    v = torch.cat([v, special])  # NaN first
+    out3, out5 = torch.empty_like(v), torch.empty_like(v)
+    _poly_exp2_kernel[(triton.cdiv(v.numel(), 1024),)](v, out3, out5, v.numel(), BLOCK=1024)
+    want = torch.exp2(v.double().clamp(min=-126.0))
+    for out, bound in ((out3, 7.6e-5), (out5, 2.5e-7)):
+        rel = (out[:-4].double() / want[:-4] - 1.0).abs()  # the last three: 2^-126
+        assert rel.max() < bound, (rel.max().item(), bound)
+        assert torch.isnan(out[-4])
+    # degree 3 is not degree 5: the coarse one is no better than 1e-5
+    assert (out3[:-4].double() / want[:-4] - 1.0).abs().max() > 1e-5
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_softcap_gradient_exp_on_the_fma_pipe(form, dtype, monkeypatch):
+    # SOFTCAP_POLY_EXP2 (NORMLAB_LOSS_POLY_EXP2=1): the gradient pass's e^v from poly_exp2
+    # (degree 5 here, where the interpreter's tanh is exact; 3 on a GPU's tanh.approx), the
+    # statistics' from the usual exp. Against fp64: V = 301 (ragged and edge tiles), an ignored
+    # row, a -inf logit, softcap alone and with the other options, a NaN row.
+    n_cols = 301
+    x = (torch.randn(6, n_cols) * 8).to(dtype)
+    x[2, 40] = float("-inf")
+    labels = torch.tensor([0, -100, 40 + 1, 150, 300, 64])
+    _, mufu_grad = _call(normlab.cross_entropy, x.float(), labels, form=form, softcap=4.0)
+    monkeypatch.setattr(online, "SOFTCAP_POLY_EXP2", tl.constexpr(True))
+    _, poly_grad = _call(normlab.cross_entropy, x.float(), labels, form=form, softcap=4.0)
+    assert not torch.equal(poly_grad, mufu_grad)  # the switch reaches the kernels
+    for kw in ({"softcap": 4.0}, {"softcap": 30.0},
+               {"label_smoothing": 0.1, "z_loss": 1e-2, "softcap": 4.0}):  # fmt: skip
+        out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=64,
+                          reduction="none", **kw)  # fmt: skip
+        ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, reduction="none", **kw)
+        _check(out, grad, ref_out, ref_grad, dtype, n_cols, f"{form} {kw}")
+        assert (grad[1] == 0).all()
+    x[4, 7] = float("nan")
+    _, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=64, softcap=4.0)
+    assert torch.isnan(grad[4]).all() and torch.isfinite(grad[[0, 2, 3, 5]]).all()
 
 
 def test_temperature_and_jsd_take_the_held_state_cap(monkeypatch):

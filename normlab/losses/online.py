@@ -91,6 +91,16 @@ LABEL_AFTER: tl.constexpr = tl.constexpr(os.environ.get("NORMLAB_LOSS_LABEL_AFTE
 # no PTX); NORMLAB_LOSS_FAST_EXP=0 turns it off.
 FAST_EXP: tl.constexpr = tl.constexpr(
     not _runtime.INTERPRET and os.environ.get("NORMLAB_LOSS_FAST_EXP", "1") != "0")
+# Softcap's gradient pass takes e^v from poly_exp2 (the FMA pipe) instead of ex2.approx: its two
+# tanh and two exp a logit put four MUFU ops a logit on a pipe of 16 a clock an SM, whose time at
+# V = 131072 is level with its bytes' (docs/planner.md#softcaps-exp-on-the-fma-pipe). The
+# statistics' pass keeps the MUFU exp, so the loss is unchanged. Off until timed on a GPU;
+# NORMLAB_LOSS_POLY_EXP2=1 turns it on.
+SOFTCAP_POLY_EXP2: tl.constexpr = tl.constexpr(
+    os.environ.get("NORMLAB_LOSS_POLY_EXP2", "0") != "0")
+# 1.5 * 2^23 + 127: v + EXP2_ROUND (round to nearest) holds round(v) + 127 in its low mantissa
+# bits, 2^round(v)'s exponent field (poly_exp2).
+EXP2_ROUND: tl.constexpr = tl.constexpr(12583039.0)
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 FLT_MAX: tl.constexpr = tl.constexpr(3.4028234663852886e38)
 LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
@@ -131,6 +141,29 @@ def fast_exp_shifted(v, c):
                                          [tl.fma(v, LOG2E, -(c * LOG2E))], dtype=tl.float32,
                                          is_pure=True, pack=1)  # fmt: skip
     return tl.exp(v - c)
+
+
+@triton.jit
+def poly_exp2(v, DEGREE: tl.constexpr):
+    """2^v with no MUFU op: 2^round(v) built in the exponent bits, times a minimax polynomial of
+    2^r on r = v - round(v) in [-1/2, 1/2] (Cody and Waite's reduction; FlashAttention-4 takes
+    exp2 to the FMA pipe likewise). Relative error in fp32, DEGREE 3: 7.5e-5 (2^-13.7, for a
+    16-bit result); 5: 2.2e-7 (2^-22.1, about 2 ulp). Coefficients: ``scripts/exp2_poly.py``.
+    Nine instructions at DEGREE 3 (a clamp, three FADD, three FFMA, a shift, a multiply).
+    Arguments below -126 give 2^-126 (not a denormal or 0); NaN gives NaN; for v <= 127."""
+    v = tl.maximum(v, -126.0, propagate_nan=tl.PropagateNan.ALL)
+    t = v + EXP2_ROUND
+    r = v - (t - EXP2_ROUND)  # exact: t - EXP2_ROUND is round(v)
+    if DEGREE == 3:
+        q = tl.fma(tl.fma(tl.fma(0.0551716685295105, r, 0.2426111251115799), r,
+                          0.6932609677314758), r, 0.9999280571937561)  # fmt: skip
+    else:
+        tl.static_assert(DEGREE == 5, "poly_exp2: DEGREE 3 or 5")
+        q = tl.fma(tl.fma(tl.fma(tl.fma(tl.fma(0.0013276472454890609, r, 0.009675540961325169),
+                                        r, 0.05550713092088699), r, 0.24022120237350464), r,
+                          0.6931469440460205), r, 1.0000001192092896)  # fmt: skip
+    scale = (t.to(tl.int32, bitcast=True) << 23).to(tl.float32, bitcast=True)  # 2^round(v)
+    return q * scale
 
 
 @triton.jit
@@ -214,15 +247,24 @@ def loss_logit(v, xparam, XFORM: tl.constexpr):
 
 
 @triton.jit
-def exp_shifted(v, shift, xparam, XFORM: tl.constexpr):
+def exp_shifted(v, shift, xparam, XFORM: tl.constexpr, POLY: tl.constexpr = False):
     """e^shifted(v, shift). A softcap's held tanh is bounded (|v| <= 1, and the shift at most c
     + log V), so with FAST_EXP its c, log2 e and the shift fold into one FFMA: v (c log2 e) -
     shift log2 e into ex2.approx.ftz.f32, each rounding at most (c + log V) 2^-24 of the
-    exponent. Unbounded logits take fast_exp of shifted (exact near the max at any size)."""
-    if (XFORM >= SOFTCAP) and FAST_EXP:
-        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r",
-                                         [tl.fma(v, xparam * LOG2E, -(shift * LOG2E))],
-                                         dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
+    exponent; with POLY into poly_exp2, of degree 3 where the tanh is tanh.approx (16-bit
+    logits, so a 16-bit gradient), 5 otherwise. Unbounded logits take fast_exp of shifted
+    (exact near the max at any size)."""
+    if (XFORM >= SOFTCAP) and (FAST_EXP or POLY):
+        arg = tl.fma(v, xparam * LOG2E, -(shift * LOG2E))
+        if POLY:
+            if XFORM == SOFTCAP_APPROX:
+                e = poly_exp2(arg, 3)
+            else:
+                e = poly_exp2(arg, 5)
+        else:
+            e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [arg],
+                                          dtype=tl.float32, is_pure=True, pack=1)  # fmt: skip
+        return e
     return fast_exp(shifted(v, shift, xparam, XFORM))
 
 
@@ -622,7 +664,7 @@ def tile_grad(x, t, cols, shift_x, shift_t, log_s_x, log_s_t, kl_shift, label, s
     (1 - beta) and a temperature's 1 / T are in scale (the host's).
     """
     if (KIND == CE) and (XFORM >= SOFTCAP):  # one FFMA a logit (exp_shifted)
-        p = exp_shifted(x, shift_x + log_s_x, xparam, XFORM)
+        p = exp_shifted(x, shift_x + log_s_x, xparam, XFORM, SOFTCAP_POLY_EXP2)
     else:
         xs = shifted(x, shift_x, xparam, XFORM)
         p = fast_exp_shifted(xs, log_s_x)
