@@ -199,6 +199,22 @@ def test_jsd_beta(form, beta):
 
 
 @pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("beta", [0.1, 0.9])
+def test_jsd_nearly_disjoint_rows(form, beta):
+    # Logits scaled by 10 over 4099 columns: p and q put their mass on different columns, the
+    # loss sits near its bound H(beta) and the gradient (1 - b) p (R_p - softplus(z)) is ~1e-8 of
+    # p. A softplus taken as a difference of logs near log p (|log p| 2^-24 of absolute error)
+    # is off by up to the gradient's whole size here; softplus of z keeps it to fp32.
+    torch.manual_seed(11)
+    x, t = _dist_inputs((2, 4099), scale=10.0)
+    out, grad = _call(normlab.jsd, x, t, beta=beta, form=form, reduction="none")
+    ref_out, ref_grad = _ref_call(ref.jsd_ref, x, t, beta=beta, reduction="none")
+    bound = -beta * math.log(beta) - (1 - beta) * math.log(1 - beta)  # H(beta)
+    assert (bound - ref_out).abs().max() < 1e-3  # the regime: a saturated loss
+    _check(out, grad, ref_out, ref_grad, torch.float32, 4099, f"beta {beta}")
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_forward_kl_is_soft_ce_minus_target_entropy(form):
     # KL(q || p) = H(q, p) - H(q): the same gradient as soft CE, the loss lower by H(q).
     x, t = _dist_inputs((3, 129))
