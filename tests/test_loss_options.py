@@ -722,7 +722,7 @@ def _poly_exp2_kernel(v_ptr, out3_ptr, out5_ptr, n, BLOCK: tl.constexpr):
 def test_poly_exp2_against_fp64():
     # The FMA pipe's 2^v (softcap's gradient with SOFTCAP_POLY_EXP2), each degree within its
     # stated relative error over every exponent it builds, the reduction's rounding ties
-    # (v = k + 1/2) included; below -126 it gives 2^-126, NaN stays NaN. A coefficient, the
+    # (v = k + 1/2) included; below -126 about 2^-126, NaN stays NaN. A coefficient, the
     # exponent's bias or the reduction off by one fails this.
     v = torch.cat([torch.linspace(-126.0, 3.0, 100003), torch.arange(-126, 4) + 0.5,
                    torch.rand(4096) * -126.0])  # fmt: skip

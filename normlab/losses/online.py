@@ -150,7 +150,7 @@ def poly_exp2(v, DEGREE: tl.constexpr):
     exp2 to the FMA pipe likewise). Relative error in fp32, DEGREE 3: 7.5e-5 (2^-13.7, for a
     16-bit result); 5: 2.2e-7 (2^-22.1, about 2 ulp). Coefficients: ``scripts/exp2_poly.py``.
     Nine instructions at DEGREE 3 (a clamp, three FADD, three FFMA, a shift, a multiply).
-    Arguments below -126 give 2^-126 (not a denormal or 0); NaN gives NaN; for v <= 127."""
+    Arguments below -126 give about 2^-126, not 0; NaN gives NaN; for v <= 127."""
     v = tl.maximum(v, -126.0, propagate_nan=tl.PropagateNan.ALL)
     t = v + EXP2_ROUND
     r = v - (t - EXP2_ROUND)  # exact: t - EXP2_ROUND is round(v)
