@@ -192,6 +192,9 @@
 # as the population was: which misses outlast the run-to-run spread).
 # polyexp (softcap's gradient exp on the FMA pipe, NORMLAB_LOSS_POLY_EXP2=1: label CE's option
 # checks with it, then the options' times without and with it, twice, interleaved).
+# lossprofile (Nsight Compute on the losses at 4096x131072: the DRAM bytes against the bytes
+# model, where the warps stall, the MUFU (XU) pipe's load; softcap without and with the FMA-pipe
+# exp).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -199,8 +202,8 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, polyexp or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | polyexp | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, polyexp, lossprofile or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | polyexp | lossprofile | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -1172,6 +1175,22 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
           --max-seconds 55
       done
     done
+    ;;
+  lossprofile)  # what limits the losses at 4096x131072: DRAM bytes, stalls, the XU pipe
+    ncu_loss() {  # ncu_loss NAME POLY CASE [--options ...]
+      local name=$1 poly=$2
+      shift 2
+      step "ncu_$name" 120 env NORMLAB_LOSS_POLY_EXP2=$poly ncu --clock-control none \
+        --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section WarpStateStats --section Occupancy --section ComputeWorkloadAnalysis \
+        --section InstructionStats --section LaunchStats --metrics \
+        dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active \
+        --page details python3 benchmarks/profile_kernels.py "$@"
+    }
+    ncu_loss reverse_kl 0 reverse_kl:chunked:-:4096x131072
+    ncu_loss cross_entropy 0 cross_entropy:chunked:-:4096x131072
+    ncu_loss softcap 0 cross_entropy:chunked:-:4096x131072 --options softcap=30
+    ncu_loss softcap_poly 1 cross_entropy:chunked:-:4096x131072 --options softcap=30
     ;;
   lossvocab)  # the three losses over the vocabulary population, beside their peers
     step vocab_lossvocab 450 python3 benchmarks/vocab_population.py \

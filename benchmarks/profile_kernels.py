@@ -2,19 +2,22 @@
 
     ncu --clock-control none --profile-from-start off --metrics ... \
         python3 benchmarks/profile_kernels.py reverse_kl:chunked:2048:4096x50257
+    python3 benchmarks/profile_kernels.py cross_entropy:chunked:-:4096x131072 --options softcap=30
 
 Case: ``<op>:<form or impl>:<block cap or ->:<rows>x<cols>``; ops reverse_kl, soft_cross_entropy,
 cross_entropy (forms of normlab, or ``compile``), rms_norm / layer_norm (``normlab``, ``compile``;
 direction fwd, the training forward as the benchmarks time it (inputs require grad, so the
-saved statistics are written), or ``bwd`` as ``rms_norm-bwd``). The case runs three times
-unprofiled (compiles, warms the allocator), then once profiled. With ``--code DIR``,
-torch.compile's generated code for the case is written to DIR.
+saved statistics are written), or ``bwd`` as ``rms_norm-bwd``). ``--options`` passes a loss's
+float options (``softcap=30,label_smoothing=0.1``) to normlab's op and the reference. The case
+runs three times unprofiled (compiles, warms the allocator), then once profiled. With ``--code
+DIR``, torch.compile's generated code for the case is written to DIR.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -23,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 
-def _case(spec: str):
+def _case(spec: str, options: dict[str, float] | None = None):
     op, impl, cap, shape = spec.split(":")
     rows, cols = (int(v) for v in shape.split("x"))
     cap = None if cap == "-" else int(cap)
@@ -64,11 +67,13 @@ def _case(spec: str):
         other = torch.randint(0, cols, (rows,), device=dev, generator=gen)
     else:
         other = torch.randn(rows, cols, device=dev, dtype=torch.bfloat16, generator=gen) * 2
+    options = options or {}
     if impl == "compile":
-        fn = torch.compile(getattr(ref, f"{op}_ref"), dynamic=False)
+        reference = getattr(ref, f"{op}_ref")
+        fn = torch.compile(lambda a, b: reference(a, b, **options), dynamic=False)
     else:
         public = getattr(normlab, op)
-        fn = lambda a, b: public(a, b, form=impl, block_cap=cap)
+        fn = lambda a, b: public(a, b, form=impl, block_cap=cap, **options)
     x.requires_grad_(True)
 
     def step():
@@ -82,8 +87,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("case")
     parser.add_argument("--code", default=None)
+    parser.add_argument("--options", default="", help="a loss's float options: name=value,...")
     args = parser.parse_args()
-    run, two_phase = _case(args.case)
+    try:
+        options = {k: float(v) for k, v in (o.split("=") for o in args.options.split(",") if o)}
+    except ValueError:
+        parser.error(f"--options: name=value pairs separated by commas, not {args.options!r}")
+    parts = args.case.split(":")
+    if len(parts) != 4 or not re.fullmatch(r"[1-9]\d*x[1-9]\d*", parts[3]) or not (
+            parts[2] == "-" or parts[2].isdigit()):  # fmt: skip
+        parser.error(f"case: <op>:<form or impl>:<block cap or ->:<rows>x<cols>, not {args.case!r}")
+    if options and args.case.startswith(("rms_norm", "layer_norm")):
+        parser.error("--options: for the losses only")
+    run, two_phase = _case(args.case, options)
     for _ in range(3):
         r = run()
         if two_phase:
@@ -93,7 +109,7 @@ def main() -> None:
         from torch._inductor.utils import run_and_get_code
 
         torch._dynamo.reset()
-        run2, _ = _case(args.case)
+        run2, _ = _case(args.case, options)
         _, codes = run_and_get_code(lambda: run2()() if two_phase else run2())
         os.makedirs(args.code, exist_ok=True)
         with open(os.path.join(args.code, args.case.replace(":", "_") + ".py"), "w") as f:
