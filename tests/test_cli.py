@@ -448,6 +448,12 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/compiled_host_profile.py", ["--shape", "4by8"], "is not MxN"),
     ("benchmarks/compiled_host_profile.py", ["--op", "kl"], "is not rms_norm, layer_norm"),
     ("benchmarks/compiled_host_profile.py", [], "needs a CUDA GPU"),
+    ("benchmarks/profile_kernels.py", ["reverse_kl:chunked:4096x131072"], "case: <op>"),
+    ("benchmarks/profile_kernels.py", ["reverse_kl:chunked:-:4096by8"], "case: <op>"),
+    ("benchmarks/profile_kernels.py", ["cross_entropy:chunked:-:8x8", "--options", "softcap"],
+     "--options: name=value"),
+    ("benchmarks/profile_kernels.py", ["rms_norm:normlab:-:8x8", "--options", "softcap=3"],
+     "for the losses only"),
 ])  # fmt: skip
 def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path):
     """Bad arguments (and no GPU here) exit 2 with the reason, before anything is measured."""
@@ -515,3 +521,26 @@ def test_kernel_loops_counts_the_options_instructions():
     assert chunked.returncode == 0, chunked.stderr[-2000:]
     assert chunked.stdout.startswith("_entropy_chunked_kernel, sm_90")
     assert chunked.stdout.count("registers") == len(variants) and "loop of" in chunked.stdout
+
+
+def test_kernel_loops_poly_exp2_takes_a_mufu_op_off_softcap():
+    """--poly-exp2 (NORMLAB_LOSS_POLY_EXP2=1) compiles softcap's gradient exp on the FMA pipe:
+    softcap and the three options together run one MUFU op a logit fewer and more instructions;
+    label CE without a softcap compiles as before."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    runs = {}
+    for flag in ([], ["--poly-exp2"]):
+        proc = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--block", "512",
+                               "--warps", "2", *flag], cwd=root, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs[bool(flag)] = {name: (float(ins), float(mufu)) for name, ins, mufu in re.findall(
+            r"^([^:\n]+):.*; ([\d.]+) instructions and ([\d.]+) MUFU a logit", proc.stdout, re.M)}
+    assert "softcap's gradient exp as poly_exp2" in proc.stdout
+    off, on = runs[False], runs[True]
+    for name in ("cross_entropy softcap", "cross_entropy all three"):
+        assert abs(off[name][1] - on[name][1] - 1.0) < 0.05, (name, off[name], on[name])
+        assert on[name][0] > off[name][0] + 4, (name, off[name], on[name])
+    assert on["cross_entropy"] == off["cross_entropy"] and on["jsd"] == off["jsd"]
