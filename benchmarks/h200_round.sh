@@ -1166,13 +1166,14 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     done
     ;;
   polyexp)  # softcap's gradient exp on the FMA pipe: checked, then timed off and on, twice
-    step gpu_check_polyexp 150 env NORMLAB_LOSS_POLY_EXP2=1 python3 benchmarks/gpu_check.py \
-      --out "$OUT/gpu_check_polyexp.json" --quick --only loss_options --loss-options cross_entropy
+    step gpu_check_polyexp 200 env NORMLAB_LOSS_POLY_EXP2=1 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_polyexp.json" --dtypes bf16,fp32 --only loss_options \
+      --loss-options cross_entropy
     for run in 1 2; do
       for poly in 0 1; do
         step loss_options_poly${poly}_$run 90 env NORMLAB_LOSS_POLY_EXP2=$poly python3 \
           benchmarks/loss_options.py --out "$OUT/loss_options_poly${poly}_$run.jsonl" --reps 10 \
-          --max-seconds 55
+          --max-seconds 50
       done
     done
     ;;
