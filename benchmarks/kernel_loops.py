@@ -3,6 +3,7 @@
     python3 benchmarks/kernel_loops.py [--form fused|chunked] [--block 4096 --warps 4]
         [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--plain-exp] [--poly-exp2]
         [--out FILE]
+    python3 benchmarks/kernel_loops.py --ship benchmarks/data/kernel_loops_*_sm90.txt ...
 
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
 label CE's form at V >= 65536) ahead of time for an H100/H200 (``sm_90``) with this machine's
@@ -21,6 +22,12 @@ at 4 warp instructions a clock an SM (one per scheduler) and 16 MUFU results a c
 CUDA C Programming Guide's throughput table, compute capability 9.0), ``--sms`` SMs and
 ``--clock-ghz``. Compare them with the op's measured device time and its bytes at copy speed.
 
+``--ship`` parses recorded outputs (files named ``kernel_loops_<what>_<commit>_sm90.txt``) into
+``normlab/data/sm90-loss-loops.json``, which notebook 07 plots beside the measured times
+(``normlab.bench.devdata.loss_loops``, ``normlab.viz.option_bounds``): per variant, the
+compile's kernel, tile, warps, register cap and switches, its registers and stack, and its
+instructions and MUFU operations a logit, with ``--sms`` and ``--clock-ghz`` as the model's.
+
 The compile needs no GPU, but normlab must define its kernels compiled rather than interpreted:
 this script makes ``torch.cuda.is_available`` answer True before importing normlab, and launches
 nothing. Triton's code generation changes between versions: say which one a figure came from.
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import math
 import os
 import re
@@ -55,6 +63,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from normlab.bench import devdata, pipes  # noqa: E402
 from normlab.bench.sweep import parse_shapes  # noqa: E402
 from normlab.losses import config  # noqa: E402
 from normlab.losses.chunked import _entropy_chunked_kernel  # noqa: E402
@@ -158,12 +167,65 @@ def analyse(kernel) -> tuple[dict, list]:
     return resources, loops
 
 
+_HEADER = re.compile(r"^_entropy_(?P<kernel>\w+)_kernel, sm_(?P<arch>\d+), triton (?P<triton>\S+), "
+                     r"tile (?P<tile>\d+) at (?P<warps>\d+) warps .*?, (?P<target>\w+) target"
+                     r"(?:, at most (?P<maxnreg>\d+) registers)?;")
+_VARIANT = re.compile(r"^(?P<variant>[^:\n]+): (?P<registers>\d+) registers, (?P<stack>\d+) B "
+                      r"stack, \d+ B shared; (?P<instructions>[\d.]+) instructions and "
+                      r"(?P<mufu>[\d.]+) MUFU a logit")
+_SOURCE = re.compile(r"^kernel_loops_.*_(?P<commit>[0-9a-f]{7,40})_sm(?P<arch>\d+)\.txt$")
+
+
+def parse_loops(text: str, name: str) -> list[dict]:
+    """The variants of one recorded output ``name`` (``kernel_loops_<what>_<commit>_sm90.txt``)
+    as rows: its compile (kernel, tile, warps, register cap, switches) and its counts."""
+    source = _SOURCE.match(name)
+    lines = text.splitlines()
+    header = _HEADER.match(lines[0]) if lines else None
+    if source is None or header is None:
+        raise ValueError(f"{name}: not a kernel_loops output named kernel_loops_<what>_<commit>_"
+                         "sm<arch>.txt")
+    compile_ = {"source": name, "commit": source["commit"], "kernel": header["kernel"],
+                "arch": f"sm_{header['arch']}", "triton": header["triton"],
+                "tile": int(header["tile"]), "warps": int(header["warps"]),
+                "maxnreg": int(header["maxnreg"]) if header["maxnreg"] else None,
+                "target": header["target"],
+                "poly_exp2": "softcap's gradient exp as poly_exp2" in lines[0],
+                "one_hot_in_loop": "one-hot in the gradient loop" in lines[0],
+                "plain_exp": "; tl.exp" in lines[0]}  # fmt: skip
+    rows = []
+    for line in lines[1:]:
+        m = _VARIANT.match(line)
+        if m:
+            rows.append({**compile_, "variant": m["variant"], "registers": int(m["registers"]),
+                         "stack": int(m["stack"]), "instructions": float(m["instructions"]),
+                         "mufu": float(m["mufu"])})  # fmt: skip
+    if not rows:
+        raise ValueError(f"{name}: no variant lines")
+    return rows
+
+
+def shipped(paths: list[Path], sms: int, clock_ghz: float, argv: list[str]) -> dict:
+    """``normlab/data/sm90-loss-loops.json``: the rows of every file, and the model's rates."""
+    from normlab.bench.records import portable_command
+
+    rows = [row for path in paths for row in parse_loops(path.read_text(), path.name)]
+    meta = {"model": {"sm_count": sms, "clock_ghz": clock_ghz,
+                      "issue_per_clock_sm": pipes.ISSUE_PER_CLOCK_SM,
+                      "mufu_per_clock_sm": pipes.MUFU_PER_CLOCK_SM},
+            "command": portable_command([sys.executable, *argv]),
+            "note": "SASS counts compiled without a GPU (not a measurement): instructions and "
+                    "MUFU operations a logit over a loss kernel's tile loops"}  # fmt: skip
+    return {"meta": meta, "rows": rows}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--block", type=int, default=4096, help="the column tile (a power of 2)")
     parser.add_argument("--warps", type=int, default=4)
     parser.add_argument("--arch", type=int, default=90, help="the SM version (90: H100/H200)")
-    parser.add_argument("--out", type=Path, help="also write the lines here")
+    parser.add_argument("--out", type=Path, help="also write the lines here (with --ship: the "
+                        "JSON, instead of normlab/data/sm90-loss-loops.json)")
     parser.add_argument("--form", choices=("fused", "chunked"), default="fused",
                         help="the kernel: fused (a row a program) or chunked (label CE's form "
                              "at V >= 65536)")
@@ -182,7 +244,27 @@ def main(argv=None) -> int:
     parser.add_argument("--sms", type=int, default=132, help="SMs of the model (H200: 132)")
     parser.add_argument("--clock-ghz", type=float, default=1.98,
                         help="SM clock of the model (H200 boost: 1.98)")
+    parser.add_argument("--ship", type=Path, nargs="+", metavar="TXT",
+                        help="recorded outputs -> normlab/data/sm90-loss-loops.json (no compile)")
+    argv = list(argv) if argv is not None else sys.argv[1:]
     args = parser.parse_args(argv)
+    if args.ship:
+        if args.sms <= 0 or not args.clock_ghz > 0:
+            parser.error("--sms and --clock-ghz must be positive")
+        missing = [str(p) for p in args.ship if not p.is_file()]
+        if missing:
+            parser.error(f"--ship: no such file: {', '.join(missing)}")
+        try:
+            data = shipped(args.ship, args.sms, args.clock_ghz,
+                           ["benchmarks/kernel_loops.py", *argv])
+        except ValueError as err:
+            parser.error(f"--ship: {err}")
+        out = args.out or devdata.DATA / devdata.LOSS_LOOPS
+        rows = ",\n".join(f"  {json.dumps(row)}" for row in data["rows"])  # a row a line
+        meta = json.dumps(data["meta"], indent=1)
+        out.write_text(f'{{"meta": {meta},\n "rows": [\n{rows}\n ]}}\n', encoding="utf-8")
+        print(f"wrote {out} ({len(data['rows'])} variants from {len(args.ship)} files)")
+        return 0
     try:
         shapes = parse_shapes(args.shape)
     except ValueError:
@@ -215,12 +297,13 @@ def main(argv=None) -> int:
         tile_loops = [(count, ops) for count, ops in loops if ops.get("MUFU")]
         issued = sum(count for count, _ in tile_loops) / per_thread
         mufu = sum(ops["MUFU"] for _, ops in tile_loops) / per_thread
-        us_a_clock_a_logit = n_logits / args.sms / (args.clock_ghz * 1e3)
+        issue = pipes.issue_us(issued, n_logits, args.sms, args.clock_ghz)
         lines.append(f"{name}: {res.get('REG', 0)} registers, {res.get('STACK', 0)} B stack, "
                      f"{kernel.metadata.shared} B shared; "
                      f"{issued:.1f} instructions and {mufu:.1f} MUFU a logit: at {args.shape} "
-                     f"at least {issued / (32 * 4) * us_a_clock_a_logit:.0f} us to issue, "
-                     f"{mufu / 16 * us_a_clock_a_logit:.0f} us of MUFU (model)")
+                     f"at least {issue:.0f} us to issue, "
+                     f"{pipes.mufu_us(mufu, n_logits, args.sms, args.clock_ghz):.0f} us of MUFU "
+                     "(model)")
         for count, ops in loops:
             if count >= 60:  # the tile loops, not the label count or the fill
                 top = ", ".join(f"{op} {n}" for op, n in ops.most_common(8))

@@ -544,3 +544,40 @@ def test_kernel_loops_poly_exp2_takes_a_mufu_op_off_softcap():
         assert abs(off[name][1] - on[name][1] - 1.0) < 0.05, (name, off[name], on[name])
         assert on[name][0] > off[name][0] + 4, (name, off[name], on[name])
     assert on["cross_entropy"] == off["cross_entropy"] and on["jsd"] == off["jsd"]
+
+
+def test_kernel_loops_ship_remakes_the_shipped_counts(tmp_path):
+    """normlab/data/sm90-loss-loops.json is what --ship makes of its recorded sources in
+    benchmarks/data (read by devdata.loss_loops); a file that is not kernel_loops output, or not
+    named by its commit, is refused. Its chunked counts are of the launch label CE takes at the
+    options run's shape (form, tile, warps, register cap): the figure beside the measured times
+    compares like with like."""
+    from normlab.bench import devdata
+    from normlab.losses import config
+
+    root = Path(__file__).resolve().parents[1]
+    meta, rows = devdata.loss_loops()
+    sources = sorted({r["source"] for r in rows})
+    out = tmp_path / "loops.json"
+    proc = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--out", str(out),
+                           "--ship", *(f"benchmarks/data/{s}" for s in sources)], cwd=root,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    remade_meta, remade = devdata.loss_loops(out.name, data_dir=tmp_path)
+    assert remade == rows and remade_meta["model"] == meta["model"]
+    assert meta["model"]["issue_per_clock_sm"] == 128 and meta["model"]["mufu_per_clock_sm"] == 16
+    _, options = devdata.loss_options()
+    (shape,) = {(r["M"], r["N"]) for r in options if r["op"] == "cross_entropy"}
+    form, tile = config.entropy_auto("cross_entropy", shape[1], False, n_rows=shape[0],
+                                     sm_count=meta["model"]["sm_count"])  # fmt: skip
+    for r in rows:
+        assert (r["kernel"], r["tile"], r["warps"], r["maxnreg"]) == (
+            form, tile, config.ENTROPY_CHUNKED_WARPS, config.ENTROPY_CHUNKED_MAXNREG.get(tile)), r
+    bad = tmp_path / "kernel_loops_x_sm90.txt"
+    bad.write_text("not a kernel_loops output\n")
+    for name in (bad, root / "README.md"):
+        proc = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--out", str(out),
+                               "--ship", str(name)], cwd=root, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+        assert proc.returncode == 2 and "--ship:" in proc.stderr, proc.stderr[-500:]

@@ -689,6 +689,50 @@ def test_option_cost_table_divides_by_the_base_op_and_its_bytes():
     assert teacher["bytes_ratio"] == pytest.approx(8 / 6)
 
 
+def _loop_rows():
+    def row(variant, instructions, mufu, poly=False):
+        return {"variant": variant, "poly_exp2": poly, "instructions": instructions,
+                "mufu": mufu, "commit": "s"}
+
+    return [row("cross_entropy", 16.0, 2.0), row("cross_entropy softcap", 20.0, 4.0),
+            row("cross_entropy softcap", 28.0, 3.0, poly=True),
+            row("cross_entropy z_loss", 30.0, 2.0, poly=True),  # not a model-only variant
+            row("cross_entropy", 99.0, 9.0),  # a second row of a variant: the first is taken
+            row("reverse_kl", 35.0, 3.0)]  # no label CE measurement: left out
+
+
+def test_option_bounds_put_each_pipe_beside_the_measured_time():
+    """Label CE's rows: bytes at the run's copy speed, instructions at 128 a clock an SM and MUFU
+    ops at 16, over M N logits on the model's SMs and clock; a switch's counts only for the
+    model-only variants, with no measured time."""
+    model = {"sm_count": 2, "clock_ghz": 1.0}
+    rows = [{"variant": v, "op": "cross_entropy", "impl": "normlab", "M": 4, "N": 1000,
+             "dtype": "bf16", "device_us": us, "roofline_gbps": 100.0}
+            for v, us in (("cross_entropy", 50.0), ("cross_entropy softcap", 60.0))]
+    rows.append({**rows[0], "impl": "liger", "device_us": 1.0})
+    table = viz.option_bound_table(rows, _loop_rows(), model)
+    got = {(t["variant"], t["poly_exp2"]): t for t in table}
+    assert set(got) == {("cross_entropy", False), ("cross_entropy softcap", False),
+                        ("cross_entropy softcap", True)}
+    base, capped, poly = (got[("cross_entropy", False)], got[("cross_entropy softcap", False)],
+                          got[("cross_entropy softcap", True)])  # fmt: skip
+    # 2 units of 4 x 1000 x 2 bytes = 16000 B at 100 GB/s = 0.16 µs
+    assert base["bytes_us"] == pytest.approx(0.16) and base["device_us"] == 50.0
+    # 16 instructions x 4000 logits / (128 x 2 SMs x 1 GHz) = 0.25 µs; 2 MUFU: 0.25 µs
+    assert base["issue_us"] == pytest.approx(0.25) and base["mufu_us"] == pytest.approx(0.25)
+    assert capped["mufu_us"] == pytest.approx(0.5) and capped["device_us"] == 60.0
+    assert poly["device_us"] is None and poly["mufu_us"] == pytest.approx(0.375)
+    fig = viz.option_bounds({"card": "Synthetic", "date": "2031-01-01", "commit": "c"}, rows,
+                            {"model": model}, _loop_rows())  # fmt: skip
+    measured, bytes_, issue, mufu = fig.data
+    assert list(measured.x) == [50.0, 60.0] and len(mufu.x) == 3
+    assert list(bytes_.x) == [pytest.approx(0.16)] * 3 and issue.x[0] == pytest.approx(0.25)
+    assert "exp on the FMA pipe (model only)" in mufu.y[-1]
+    assert "2 SMs at 1.0 GHz" in fig.layout.title.text
+    empty = viz.option_bounds({}, [], {"model": model}, [])
+    assert "no label cross-entropy" in empty.layout.title.text
+
+
 def test_option_figures_name_the_run_and_draw_the_models():
     meta = {"card": "Synthetic", "date": "2031-01-01", "commit": "c"}
     fig = viz.option_costs(meta, _option_rows())

@@ -6,8 +6,10 @@ Both ship in ``normlab/data/``: the host overhead of every op beside torch's
 (``nvidia-h200-launch-sweeps.json``: the two timing modes at 16384x1024 and a registers/spills
 A/B; the full file is ``benchmarks/data/dev/sweep_launch_configs_h200.json``), and a run of the
 loss options and the fused residual add beside their base ops (``nvidia-h200-loss-options.json``,
-written by ``benchmarks/loss_options.py --ship`` from a ``benchmarks/data/loss_options_*.jsonl``).
-Each reader returns None when its file is not there.
+written by ``benchmarks/loss_options.py --ship`` from a ``benchmarks/data/loss_options_*.jsonl``),
+and the loss kernels' SASS counts compiled for sm_90 (``sm90-loss-loops.json``, written by
+``benchmarks/kernel_loops.py --ship`` from ``benchmarks/data/kernel_loops_*_sm90.txt``; counts,
+not a measurement). Each reader returns None when its file is not there.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ DATA = DATA_DIR
 HOST_OVERHEAD = "nvidia-h200-host-overhead.json"
 SWEEPS = "nvidia-h200-launch-sweeps.json"
 LOSS_OPTIONS = "loss-options.json"  # after the card's slug: nvidia-h200-loss-options.json
+LOSS_LOOPS = "sm90-loss-loops.json"
 
 
 def _path(name: str, data_dir: str | Path | None) -> Path | None:
@@ -84,6 +87,19 @@ def loss_options(card_slug: str = "nvidia-h200",
     per measurement its variant ("cross_entropy softcap"), base variant (None for a base op or
     the fused add), op, impl, M, N, dtype, target dtype (None: the logits') and device µs."""
     path = _path(f"{card_slug}-{LOSS_OPTIONS}", data_dir)
+    if path is None:
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data["meta"], data["rows"]
+
+
+def loss_loops(name: str = LOSS_LOOPS,
+               data_dir: str | Path | None = None) -> tuple[dict, list[dict]] | None:
+    """(meta, rows) of the loss kernels' recorded SASS counts: the model's SM count, clock and
+    pipe rates (``normlab.bench.pipes``), and per compiled variant ("cross_entropy softcap") its
+    source file, commit, kernel (fused or chunked), tile, warps, register cap, switches
+    (``poly_exp2``), registers, stack, and instructions and MUFU operations a logit."""
+    path = _path(name, data_dir)
     if path is None:
         return None
     data = json.loads(path.read_text(encoding="utf-8"))

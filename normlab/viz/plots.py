@@ -1059,6 +1059,82 @@ def fused_add_costs(meta: Mapping, rows: Iterable[Mapping], title: str | None = 
     return fig
 
 
+def option_bound_table(rows: Iterable[Mapping], loops: Iterable[Mapping], model: Mapping,
+                       model_only: Iterable[str] = ("cross_entropy softcap",)) -> list[dict]:
+    """Per label cross-entropy variant of a recorded loss-options run (normlab's rows) with
+    recorded SASS counts (``normlab.bench.devdata.loss_loops``), the least time of each pipe
+    that can bind at that run's shape: its bytes at the run's measured copy speed, issuing its
+    instructions and running its MUFU operations (``normlab.bench.pipes``, at ``model``'s SM
+    count and clock), beside the measured time. Counts compiled with a switch on
+    (``poly_exp2``) come as model-only rows (``device_us`` None, not timed) for the variants in
+    ``model_only``: those whose other code is as timed. The first row of each (variant, switch)
+    in ``loops`` is taken."""
+    from normlab.bench import pipes
+    from normlab.bench.traffic import bytes_moved
+
+    measured = {r["variant"]: r for r in rows
+                if r["impl"] == "normlab" and r["op"] == "cross_entropy"}  # fmt: skip
+    counts: dict[tuple[str, bool], Mapping] = {}
+    for c in loops:
+        counts.setdefault((c["variant"], bool(c.get("poly_exp2"))), c)
+    table = []
+    model_only = set(model_only)
+    for (variant, poly), c in counts.items():
+        shape_of = measured.get(variant)
+        if shape_of is None or (poly and variant not in model_only):
+            continue
+        M, N, dtype = shape_of["M"], shape_of["N"], shape_of["dtype"]
+        gbps, n_logits = shape_of["roofline_gbps"], M * N
+        sms, ghz = model["sm_count"], model["clock_ghz"]
+        table.append({
+            "variant": variant, "poly_exp2": poly, "M": M, "N": N, "dtype": dtype,
+            "device_us": None if poly else shape_of["device_us"],
+            "bytes_us": bytes_moved("cross_entropy", "fwd+bwd", M, N, dtype) / gbps / 1e3,
+            "issue_us": pipes.issue_us(c["instructions"], n_logits, sms, ghz),
+            "mufu_us": pipes.mufu_us(c["mufu"], n_logits, sms, ghz),
+            "instructions": c["instructions"], "mufu": c["mufu"], "commit": c.get("commit")})
+    return table
+
+
+def option_bounds(meta: Mapping, rows: Iterable[Mapping], loops_meta: Mapping,
+                  loops: Iterable[Mapping], model_only: Iterable[str] = ("cross_entropy softcap",),
+                  title: str | None = None) -> go.Figure:  # fmt: skip
+    """Label cross-entropy and its options: the measured time beside the least time of each
+    pipe (``option_bound_table``). An option costs time where it adds to the pipe that binds:
+    softcap's two tanh a logit bring its MUFU time level with its bytes'; label smoothing's
+    added sum and z-loss's row scalar stay under every bound. Model-only rows (a switch not
+    timed) have no measured bar."""
+    head = title or "What bounds label cross-entropy and its options: forward+backward"
+    table = option_bound_table(rows, loops, loops_meta["model"], model_only)
+    if not table:
+        return empty_figure("no label cross-entropy measurements with SASS counts", head)
+    names = [t["variant"].replace("cross_entropy", "label CE")
+             + (", exp on the FMA pipe (model only)" if t["poly_exp2"] else "") for t in table]
+    fig = go.Figure()
+    timed = [(n, t) for n, t in zip(names, table, strict=True) if t["device_us"] is not None]
+    fig.add_trace(go.Bar(y=[n for n, _ in timed], x=[t["device_us"] for _, t in timed],
+                         orientation="h", name="measured (device µs)", marker_color=PALETTE[0],
+                         hovertemplate="%{y}: %{x:.1f} µs measured<extra></extra>"))
+    for key, label, color in (("bytes_us", "its bytes at the measured copy speed", PALETTE[1]),
+                              ("issue_us", "issuing its instructions (model)", PALETTE[2]),
+                              ("mufu_us", "its MUFU ops (model)", PALETTE[3])):
+        fig.add_trace(go.Bar(y=names, x=[t[key] for t in table], orientation="h", name=label,
+                             marker_color=color,
+                             customdata=[[t["instructions"], t["mufu"]] for t in table],
+                             hovertemplate="%{y}: %{x:.0f} µs (%{customdata[0]:.1f} instructions, "
+                                           "%{customdata[1]:.1f} MUFU a logit)<extra></extra>"))
+    model = loops_meta["model"]
+    commits = ", ".join(sorted({str(t["commit"]) for t in table}))
+    first = table[0]
+    sub = (f"{html.escape(_meta_text(meta))}; {first['M']}×{first['N']} {first['dtype']}; SASS "
+           f"counts at {html.escape(commits)}, bounds on {model['sm_count']} SMs at "
+           f"{model['clock_ghz']} GHz")
+    _layout(fig, title=f"{head}<br><sup>{sub}</sup>", barmode="group",
+            xaxis_title="µs (forward+backward)", yaxis={"autorange": "reversed"},
+            legend={"orientation": "h", "y": -0.2}, height=120 + 70 * len(table))
+    return fig
+
+
 # ---- a plain table -----------------------------------------------------------------------------
 
 TABLE_COLUMNS = (

@@ -245,6 +245,56 @@ exercises.check("teacher_bytes", teacher_bytes)
 # [the shorter loss loops](../docs/notes/2026-12-05-shorter-loss-loops-timed.md) and on
 # [JSD's one log1p a logit](../docs/notes/2026-12-03-jsd-one-log1p-and-the-fused-add-registers.md).
 #
+# ### Three floors under a loss kernel
+#
+# A kernel cannot finish before its bytes have moved at copy speed. It also cannot finish before
+# the SMs have issued its instructions, or before the special-function unit (MUFU: `ex2`, `lg2`,
+# `tanh`) has returned its results. For $n$ logits, counts of $I$ instructions and $U$ MUFU
+# operations a logit, $S$ SMs at clock $f$:
+#
+# $$
+# t \;\ge\; \max\Big(\frac{\text{bytes}}{B_\text{copy}},\;
+#   \frac{I\,n}{128\,S f},\; \frac{U\,n}{16\,S f}\Big),
+# $$
+#
+# 128 thread instructions and 16 MUFU results a clock an SM on an H100 or H200
+# (`normlab.bench.pipes`). $I$ and $U$ come from the kernel's SASS, compiled for sm_90 without a
+# GPU (`benchmarks/kernel_loops.py`, shipped as `normlab/data/sm90-loss-loops.json`). Those are
+# counts, not measurements. The counts at `6afadb7` are of the loss kernels the recorded run timed
+# (`eb932e5`; between the two, only a switch that was off by default was removed). Label CE at
+# this shape runs its chunked kernel at tile 4096, and those are the counts shown:
+
+# %%
+loops_meta, loops = devdata.loss_loops()  # SASS counts (sm_90, Triton 3.6), not a measurement
+viz.option_bounds(meta, options, loops_meta, loops)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"{'label CE':<44} {'measured':>9} {'bytes':>7} {'issue':>7} {'MUFU':>7}   (µs)")
+for row in viz.option_bound_table(options, loops, loops_meta["model"]):
+    name = row["variant"] + (", FMA-pipe exp (model only)" if row["poly_exp2"] else "")
+    measured = f"{row['device_us']:.1f}" if row["device_us"] is not None else "–"
+    print(f"{name:<44} {measured:>9} {row['bytes_us']:>7.0f} {row['issue_us']:>7.0f} "
+          f"{row['mufu_us']:>7.0f}")
+
+# %% [markdown]
+# Read it row by row:
+#
+# - **Label CE** runs above all three floors. The bytes are the highest of them, and the time
+#   sits well above that floor: latency, not a pipe.
+# - **z-loss** adds one number a row and moves no floor.
+# - **Softcap** adds two `tanh` a logit on the MUFU pipe. That lifts its MUFU floor to the level
+#   of its bytes, and its time rises with it.
+# - **Label smoothing** adds a sum of the logits: about one instruction a logit, still far under
+#   every floor. Yet it costs about as much as softcap. The model does not explain that, so the
+#   model is not the whole story.
+# - **The last row is a prediction, not a measurement.** It computes softcap's gradient
+#   exponential on the FMA pipe with a polynomial instead of on MUFU
+#   (`NORMLAB_LOSS_POLY_EXP2=1`). That trades one MUFU operation a logit for about nine
+#   instructions, and leaves both floors under the bytes. It is off by default until a GPU run
+#   times it
+#   ([note](../docs/notes/2026-12-05-softcap-exp-on-the-fma-pipe.md)).
+#
 # ## Live measurement
 #
 # The fused add against the separate add, timed here. Tiny under the interpreter (the timings
