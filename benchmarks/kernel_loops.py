@@ -20,7 +20,8 @@ operations a logit over the loops that hold a MUFU op (the tile loops, each run 
 row), and the least time to issue them and to run the MUFU ops over ``--shape`` (M x V) logits,
 at 4 warp instructions a clock an SM (one per scheduler) and 16 MUFU results a clock an SM (the
 CUDA C Programming Guide's throughput table, compute capability 9.0), ``--sms`` SMs and
-``--clock-ghz``. Compare them with the op's measured device time and its bytes at copy speed.
+``--clock-ghz`` (``normlab.bench.pipes``). Compare them with the op's measured device time and
+its bytes at copy speed.
 
 ``--ship`` parses recorded outputs (files named ``kernel_loops_<what>_<commit>_sm90.txt``) into
 ``normlab/data/sm90-loss-loops.json``, which notebook 07 plots beside the measured times
