@@ -1100,10 +1100,8 @@ def option_bounds(meta: Mapping, rows: Iterable[Mapping], loops_meta: Mapping,
                   loops: Iterable[Mapping], model_only: Iterable[str] = ("cross_entropy softcap",),
                   title: str | None = None) -> go.Figure:  # fmt: skip
     """Label cross-entropy and its options: the measured time beside the least time of each
-    pipe (``option_bound_table``). An option costs time where it adds to the pipe that binds:
-    softcap's two tanh a logit bring its MUFU time level with its bytes'; label smoothing's
-    added sum and z-loss's row scalar stay under every bound. Model-only rows (a switch not
-    timed) have no measured bar."""
+    pipe (``option_bound_table``), so a reader sees which floor an option lifts and whether the
+    time follows. Model-only rows (a switch not timed) have no measured bar."""
     head = title or "What bounds label cross-entropy and its options: forward+backward"
     table = option_bound_table(rows, loops, loops_meta["model"], model_only)
     if not table:
