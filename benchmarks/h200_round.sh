@@ -193,8 +193,8 @@
 # polyexp (softcap's gradient exp on the FMA pipe, NORMLAB_LOSS_POLY_EXP2=1: label CE's option
 # checks with it, then the options' times without and with it, twice, interleaved).
 # lossprofile (Nsight Compute on the losses at 4096x131072: the DRAM bytes against the bytes
-# model, where the warps stall, the MUFU (XU) pipe's load; softcap without and with the FMA-pipe
-# exp).
+# model, where the warps stall, the MUFU (XU) pipe's load; label smoothing, and softcap without
+# and with the FMA-pipe exp).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -1190,6 +1190,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     }
     ncu_loss reverse_kl 0 reverse_kl:chunked:-:4096x131072
     ncu_loss cross_entropy 0 cross_entropy:chunked:-:4096x131072
+    ncu_loss smoothing 0 cross_entropy:chunked:-:4096x131072 --options label_smoothing=0.1
     ncu_loss softcap 0 cross_entropy:chunked:-:4096x131072 --options softcap=30
     ncu_loss softcap_poly 1 cross_entropy:chunked:-:4096x131072 --options softcap=30
     ;;
