@@ -1181,7 +1181,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     ncu_loss() {  # ncu_loss NAME POLY CASE [--options ...]
       local name=$1 poly=$2
       shift 2
-      step "ncu_$name" 120 env NORMLAB_LOSS_POLY_EXP2=$poly ncu --clock-control none \
+      step "ncu_$name" 110 env NORMLAB_LOSS_POLY_EXP2=$poly ncu --clock-control none \
         --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \
         --section WarpStateStats --section Occupancy --section ComputeWorkloadAnalysis \
         --section InstructionStats --section LaunchStats --metrics \
