@@ -1059,8 +1059,13 @@ def fused_add_costs(meta: Mapping, rows: Iterable[Mapping], title: str | None = 
     return fig
 
 
+# Variants whose counts with a switch on differ from the timed code by that switch alone
+# (option_bound_table's model-only rows).
+MODEL_ONLY = ("cross_entropy softcap",)
+
+
 def option_bound_table(rows: Iterable[Mapping], loops: Iterable[Mapping], model: Mapping,
-                       model_only: Iterable[str] = ("cross_entropy softcap",)) -> list[dict]:
+                       model_only: Iterable[str] = MODEL_ONLY) -> list[dict]:
     """Per label cross-entropy variant of a recorded loss-options run (normlab's rows) with
     recorded SASS counts (``normlab.bench.devdata.loss_loops``), the least time of each pipe
     that can bind at that run's shape: its bytes at the run's measured copy speed, issuing its
@@ -1097,7 +1102,7 @@ def option_bound_table(rows: Iterable[Mapping], loops: Iterable[Mapping], model:
 
 
 def option_bounds(meta: Mapping, rows: Iterable[Mapping], loops_meta: Mapping,
-                  loops: Iterable[Mapping], model_only: Iterable[str] = ("cross_entropy softcap",),
+                  loops: Iterable[Mapping], model_only: Iterable[str] = MODEL_ONLY,
                   title: str | None = None) -> go.Figure:  # fmt: skip
     """Label cross-entropy and its options: the measured time beside the least time of each
     pipe (``option_bound_table``), so a reader sees which floor an option lifts and whether the

@@ -285,7 +285,7 @@ for row in viz.option_bound_table(options, loops, loops_meta["model"]):
 # - **z-loss** adds one number a row and moves no floor.
 # - **Softcap** adds two `tanh` a logit on the MUFU pipe. That lifts its MUFU floor to the level
 #   of its bytes, and its time rises with it.
-# - **Label smoothing** adds a sum of the logits: about one instruction a logit, still far under
+# - **Label smoothing** adds a sum of the logits: a few instructions a logit, still far under
 #   every floor. Yet it costs about as much as softcap. The model does not explain that, so the
 #   model is not the whole story.
 # - **The last row is a prediction, not a measurement.** It computes softcap's gradient
