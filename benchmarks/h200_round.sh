@@ -190,6 +190,7 @@
 # test: the loss checks, -inf logits included, and the options' times).
 # worstfwd (the population's members below 0.90x, all forwards, timed twice beside the peers
 # as the population was: which misses outlast the run-to-run spread).
+# smoothinf (the loss checks and every loss option after label smoothing's -inf fix).
 # polyexp (softcap's gradient exp on the FMA pipe, NORMLAB_LOSS_POLY_EXP2=1: label CE's option
 # checks with it, then the options' times without and with it, twice, interleaved).
 # lossprofile (Nsight Compute on the losses at 4096x131072: the DRAM bytes against the bytes
@@ -1164,6 +1165,10 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
         --out "$OUT/population_worstfwd$run.jsonl" --reps 4 --timed-us 100 \
         --families random,model,narrow --impls normlab,torch,compile,liger --cells "$worst"
     done
+    ;;
+  smoothinf)  # the loss checks after label smoothing's -inf fix (45713cf), every loss option
+    step gpu_check_smoothinf 500 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_smoothinf.json" --quick --only losses,loss_options
     ;;
   polyexp)  # softcap's gradient exp on the FMA pipe: checked, then timed off and on, twice
     step gpu_check_polyexp 200 env NORMLAB_LOSS_POLY_EXP2=1 python3 benchmarks/gpu_check.py \
