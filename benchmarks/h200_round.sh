@@ -191,6 +191,9 @@
 # worstfwd (the population's members below 0.90x, all forwards, timed twice beside the peers
 # as the population was: which misses outlast the run-to-run spread).
 # smoothinf (the loss checks and every loss option after label smoothing's -inf fix).
+# threadstats (label CE's one-lane statistics per thread, NORMLAB_LOSS_THREAD_STATS=1: the loss
+# checks with it, then the options' times without and with it, twice, interleaved); abfirst (the
+# shipped loss checks, then the loss options with each new switch once).
 # polyexp (softcap's gradient exp on the FMA pipe, NORMLAB_LOSS_POLY_EXP2=1: label CE's option
 # checks with it, then the options' times without and with it, twice, interleaved).
 # lossprofile (Nsight Compute on the losses at 4096x131072: the DRAM bytes against the bytes
@@ -1169,6 +1172,26 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   smoothinf)  # the loss checks after label smoothing's -inf fix (45713cf), every loss option
     step gpu_check_smoothinf 500 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_smoothinf.json" --quick --only losses,loss_options
+    ;;
+  threadstats)  # label CE's one-lane statistics per thread: checked, then timed off and on, twice
+    step gpu_check_threadstats 240 env NORMLAB_LOSS_THREAD_STATS=1 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_threadstats.json" --dtypes bf16,fp32 --only losses,loss_options \
+      --loss-options cross_entropy
+    for run in 1 2; do
+      for ts in 0 1; do
+        step loss_options_threads${ts}_$run 90 env NORMLAB_LOSS_THREAD_STATS=$ts python3 \
+          benchmarks/loss_options.py --out "$OUT/loss_options_threads${ts}_$run.jsonl" --reps 10 \
+          --max-seconds 50
+      done
+    done
+    ;;
+  abfirst)  # the shipped loss checks; then label CE's options with each new switch, once
+    step gpu_check_smoothinf 380 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_smoothinf.json" --quick --only losses,loss_options
+    for sw in NONE=0 NORMLAB_LOSS_THREAD_STATS=1 NORMLAB_LOSS_POLY_EXP2=1; do
+      step "loss_options_${sw%%=*}" 60 env "$sw" python3 benchmarks/loss_options.py \
+        --out "$OUT/loss_options_${sw%%=*}.jsonl" --reps 10 --max-seconds 40
+    done
     ;;
   polyexp)  # softcap's gradient exp on the FMA pipe: checked, then timed off and on, twice
     step gpu_check_polyexp 200 env NORMLAB_LOSS_POLY_EXP2=1 python3 benchmarks/gpu_check.py \

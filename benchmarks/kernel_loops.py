@@ -2,7 +2,7 @@
 
     python3 benchmarks/kernel_loops.py [--form fused|chunked] [--block 4096 --warps 4]
         [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--plain-exp] [--poly-exp2]
-        [--out FILE]
+        [--thread-stats] [--out FILE]
     python3 benchmarks/kernel_loops.py --ship benchmarks/data/kernel_loops_*_sm90.txt ...
 
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
@@ -55,6 +55,8 @@ if "--plain-exp" in sys.argv:  # likewise
     os.environ["NORMLAB_LOSS_FAST_EXP"] = "0"
 if "--poly-exp2" in sys.argv:  # likewise
     os.environ["NORMLAB_LOSS_POLY_EXP2"] = "1"
+if "--thread-stats" in sys.argv:  # read by normlab.losses.config at import
+    os.environ["NORMLAB_LOSS_THREAD_STATS"] = "1"
 
 import torch
 
@@ -124,6 +126,8 @@ def compile_variant(kind, xform, smooth, zloss, block, warps, arch, form="fused"
     signature = {n: types[n] if n in types else "constexpr" for n in names if n in types
                  or n in constants}  # fmt: skip
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
+    constants["THREADS"] = config.entropy_threads(kind, block, warps, 2)  # bf16 logits
+    signature["THREADS"] = "constexpr"
     src = ASTSource(kernel, signature, constants, attrs)
     options = {"num_warps": warps} if maxnreg is None else {"num_warps": warps, "maxnreg": maxnreg}
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
@@ -192,6 +196,7 @@ def parse_loops(text: str, name: str) -> list[dict]:
                 "maxnreg": int(header["maxnreg"]) if header["maxnreg"] else None,
                 "target": header["target"],
                 "poly_exp2": "softcap's gradient exp as poly_exp2" in lines[0],
+                "thread_stats": "label CE's statistics per thread" in lines[0],
                 "one_hot_in_loop": "one-hot in the gradient loop" in lines[0],
                 "plain_exp": "; tl.exp" in lines[0]}  # fmt: skip
     rows = []
@@ -237,6 +242,9 @@ def main(argv=None) -> int:
                         help="tl.exp, not the one-instruction exp (NORMLAB_LOSS_FAST_EXP=0)")
     parser.add_argument("--poly-exp2", action="store_true",
                         help="softcap's gradient exp on the FMA pipe (NORMLAB_LOSS_POLY_EXP2=1)")
+    parser.add_argument("--thread-stats", action="store_true",
+                        help="label CE's one-lane statistics per thread "
+                             "(NORMLAB_LOSS_THREAD_STATS=1)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers per thread (as the chunked "
                         "form's launch does at some tiles)")
     parser.add_argument("--target", choices=("bf16", "fp32"), default="bf16",
@@ -290,7 +298,8 @@ def main(argv=None) -> int:
              + ("; label CE's one-hot in the gradient loop" if args.one_hot_in_loop
                 else "; label CE's one-hot after the loops")
              + ("; tl.exp" if args.plain_exp else "; exp as one ex2.approx.ftz")
-             + ("; softcap's gradient exp as poly_exp2" if args.poly_exp2 else "")]
+             + ("; softcap's gradient exp as poly_exp2" if args.poly_exp2 else "")
+             + ("; label CE's statistics per thread" if args.thread_stats else "")]
     for name, variant in VARIANTS.items():
         kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form,
                                  args.maxnreg, args.target)  # fmt: skip

@@ -765,6 +765,70 @@ def test_softcap_gradient_exp_on_the_fma_pipe(form, dtype, monkeypatch):
     assert torch.isnan(grad[4]).all() and torch.isfinite(grad[[0, 2, 3, 5]]).all()
 
 
+def test_thread_statistics_rule(monkeypatch):
+    # config.entropy_threads: 32 num_warps for label CE's one-lane tiles with the switch on, where
+    # a thread holds whole 16-byte vectors of the tile; 0 otherwise.
+    ce, rkl, lane_max = config.CE, config.KINDS["reverse_kl"], config.ENTROPY_LANE_MAX_BLOCK
+    assert config.entropy_threads(ce, 4096, 4, 2) == 0  # off by default
+    monkeypatch.setattr(config, "ENTROPY_THREAD_STATS", True)
+    assert config.entropy_threads(ce, 4096, 4, 2) == 128  # 4 vectors of 8 a thread
+    assert config.entropy_threads(ce, 4096, 4, 4) == 128
+    assert config.entropy_threads(ce, 2 * lane_max, 4, 2) == 128  # the narrowest one-lane tile
+    assert config.entropy_threads(ce, lane_max, 4, 2) == 0  # lanes of a few columns
+    assert config.entropy_threads(rkl, 4096, 4, 2) == 0  # label CE only
+    assert config.entropy_threads(ce, 4096, 32, 2) == 0  # 1024 threads x 8 > the tile
+    assert config.entropy_threads(ce, 8192, 16, 2) == 512
+    assert config.entropy_threads(ce, 8192, 16, 4) == 512
+
+
+@pytest.mark.parametrize("form", ["fused", "chunked"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_label_ce_statistics_per_thread(form, dtype, monkeypatch):
+    # ENTROPY_THREAD_STATS: label CE's one-lane tiles keep a max and sum-exp per thread
+    # (online.thread_grid). One-lane tiles of 256 at one warp (the lane limit and the chunked
+    # warps moved down for the interpreter): V = 1031 (a prime: rows off 16 bytes in bf16, so
+    # framed, with a peeled first tile and an edge tile), -inf logits in a whole and in an
+    # edge tile, an ignored row, each option, a NaN row; against fp64.
+    monkeypatch.setattr(config, "ENTROPY_THREAD_STATS", True)
+    monkeypatch.setattr(config, "ENTROPY_LANE_MAX_BLOCK", 128)
+    monkeypatch.setattr(config, "ENTROPY_CHUNKED_WARPS", 1)
+    from normlab.losses import chunked
+
+    module = fused if form == "fused" else chunked
+    threads = []
+
+    def record(fn, grid, *args, _real=module.launch, **kwargs):
+        if "THREADS" in kwargs:  # the loss kernel, not the rescale
+            threads.append(kwargs["THREADS"])
+        return _real(fn, grid, *args, **kwargs)
+
+    monkeypatch.setattr(module, "launch", record)
+    n_cols = 1031
+    x = (torch.randn(6, n_cols) * 3).to(dtype)
+    x[2, 40] = float("-inf")
+    x[3, n_cols - 2] = float("-inf")
+    labels = torch.tensor([0, -100, 41, 150, n_cols - 1, 64])
+    for kw in ({}, {"label_smoothing": 0.1}, {"z_loss": 1e-2}, {"softcap": 4.0},
+               {"label_smoothing": 0.1, "z_loss": 1e-2, "softcap": 4.0}):  # fmt: skip
+        threads.clear()
+        out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=256,
+                          reduction="none", **kw)  # fmt: skip
+        assert threads and set(threads) == {32}, threads  # the per-thread path ran
+        ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, reduction="none", **kw)
+        if "label_smoothing" in kw and "softcap" not in kw:  # -inf logits: +inf, as torch's
+            assert torch.isinf(out[[2, 3]]).all() and torch.isinf(ref_out[[2, 3]]).all()
+            keep = [0, 1, 4, 5]
+            _check(out[keep], grad[keep], ref_out[keep], ref_grad[keep], dtype, n_cols, str(kw))
+        else:
+            _check(out, grad, ref_out, ref_grad, dtype, n_cols, f"{form} {kw}")
+        assert (grad[1] == 0).all() and out[1] == 0
+    x[4, 7] = float("nan")
+    out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=256,
+                      reduction="none")  # fmt: skip
+    assert torch.isnan(out[4]) and torch.isnan(grad[4]).all()
+    assert torch.isfinite(grad[[0, 2, 3, 5]]).all()
+
+
 def test_temperature_and_jsd_take_the_held_state_cap(monkeypatch):
     # The chunked form holds its last tile across its wait: with a temperature or JSD it takes
     # at most ENTROPY_CHUNKED_HELD_STATE_CAP (config). The rule at the measured vocabularies:

@@ -139,6 +139,7 @@ def _entropy_chunked_kernel(
     HAS_MASK: tl.constexpr = False,
     SMOOTH: tl.constexpr = False,
     ZLOSS: tl.constexpr = False,
+    THREADS: tl.constexpr = 0,  # label CE's statistics per thread (config.entropy_threads)
 ):
     """Chunked form: n_chunks programs share one row, each owning a chunk of whole tiles.
 
@@ -212,7 +213,8 @@ def _entropy_chunked_kernel(
     n_slots = n_rows * n_chunks
     if (PHASE == 1) or (PHASE == 3):
         m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = row_statistics(
-            x_row, t_row, lo, hi, xparam, KIND, BLOCK, LANE, ALIGN, False, XFORM, SMOOTH
+            x_row, t_row, lo, hi, xparam, KIND, BLOCK, LANE, ALIGN, False, XFORM, SMOOTH,
+            THREADS,
         )
         store_raw_stats(stats_ptr, row * n_chunks + chunk, n_slots, m_x, s_x, m_t, s_t, acc)
     else:
@@ -301,6 +303,7 @@ def launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, a
     else:
         launches = (1, 4, 2) if n_stats == 7 else (1, 2)
     extra = config.kernel_args(spec, mask, x.element_size())
+    threads = config.entropy_threads(spec.kind, block, options["num_warps"], x.element_size())
     reduce = 0 if out is None else config.REDUCE_CODES[spec.reduction]
     for phase in launches:
         launch(_entropy_chunked_kernel, (n_rows * n_chunks,),
@@ -313,4 +316,4 @@ def launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, a
                MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None,
                REDUCE=reduce if phase == launches[-1] else 0, BLOCK=block,
                LANE=config.entropy_lane(block), CHUNKS_POW2=next_pow2(n_chunks), **frames,
-               **extra, **options)  # fmt: skip
+               **extra, THREADS=threads, **options)  # fmt: skip

@@ -75,6 +75,7 @@ def _entropy_fused_kernel(
     HAS_MASK: tl.constexpr = False,
     SMOOTH: tl.constexpr = False,
     ZLOSS: tl.constexpr = False,
+    THREADS: tl.constexpr = 0,  # label CE's statistics per thread (config.entropy_threads)
 ):
     """One row's loss and gradient in one launch (see module docstring)."""
     xparam, beta, smoothing, uniform_weight, z_loss = fp32_options(xparam, beta, smoothing,
@@ -110,7 +111,8 @@ def _entropy_fused_kernel(
         x_label = tl.where(bad, float("nan"), loss_logit(x_label, xparam, XFORM))
         label = label + lead
     m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = row_statistics(
-        x_row, t_row, lead, lead + n_cols, xparam, KIND, BLOCK, LANE, ALIGN, True, XFORM, SMOOTH
+        x_row, t_row, lead, lead + n_cols, xparam, KIND, BLOCK, LANE, ALIGN, True, XFORM, SMOOTH,
+        THREADS,
     )
     if KIND == JSD:  # a second pass, now that p and q are known; acc becomes R_p
         log_s_x = tl.log(s_x)
@@ -192,7 +194,9 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
            KIND=spec.kind, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
            MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None, REDUCE=reduce,
            BLOCK=block, LANE=config.entropy_lane(block), **config.frames(x, t, grad, block),
-           **config.kernel_args(spec, mask, x.element_size()), **options)  # fmt: skip
+           **config.kernel_args(spec, mask, x.element_size()),
+           THREADS=config.entropy_threads(spec.kind, block, options["num_warps"], x.element_size()),
+           **options)  # fmt: skip
 
 
 def launch_rescale(grad, grad_out):

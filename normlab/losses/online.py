@@ -289,9 +289,17 @@ def tile_cols(BLOCK: tl.constexpr, LANE: tl.constexpr):
 
 
 @triton.jit
+def thread_grid(x, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """A one-lane tile (1, BLOCK) as (BLOCK / (THREADS VEC), THREADS, VEC): column a THREADS VEC
+    + b VEC + c at [a, b, c], so axis 1 is the thread that loaded it (VEC columns a 16-byte
+    vector, THREADS = 32 num_warps): reducing axes 2 and 0 stays in each thread's registers."""
+    return tl.reshape(x, (x.shape[1] // (THREADS * VEC), THREADS, VEC))
+
+
+@triton.jit
 def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOTH: tl.constexpr,
-                ONE_LANE: tl.constexpr, XFORM: tl.constexpr,
-                WHOLE: tl.constexpr = False):  # fmt: skip
+                ONE_LANE: tl.constexpr, XFORM: tl.constexpr, WHOLE: tl.constexpr = False,
+                THREADS: tl.constexpr = 0, VEC: tl.constexpr = 8):  # fmt: skip
     """Fold one held fp32 tile (a tile_cols grid, -inf on masked lanes; see transform) into
     running statistics, in the loss's units (a temperature's 1 / T or a softcap's c applied
     here: ``shifted``, ``scaled``), kept per lane (per grid row: vectors of BLOCK // LANE).
@@ -308,7 +316,9 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
     CE_SMOOTH flags: 1 for a grid row holding a -inf logit of the row) adds -inf back where the
     row has one. On a ONE_LANE tile (LANE == BLOCK) with SMOOTH_TILE_SUM, s_t is
     (1, BLOCK / SMOOTH_PART) partial sums, each tile adding its parts (row_statistics reduces
-    them once a row).
+    them once a row). With THREADS > 0 (label CE's one-lane tiles; config.entropy_threads), m_x,
+    s_x and smoothing's s_t are one value per thread instead (thread_grid): a tile reduces in
+    registers, with no cross-warp exchange.
     Both tile maxima come from one two-operand reduction (PAIRED_MAXIMA; two tl.max under the
     interpreter). The three sums stay separate tl.sum calls: the Triton interpreter folds a
     multi-operand reduction sequentially in fp32, which the CPU tests can tell apart.
@@ -317,7 +327,18 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
     # (the safe 0 would give exp(0 - new) = inf for a row whose logits all sit below -88).
     raw_x = m_x
     old_x = safe_max(m_x)
-    if KIND == CE:
+    if KIND == CE and (THREADS > 0):
+        xg = thread_grid(x, THREADS, VEC)
+        m_x = tl.maximum(m_x, scaled(tl.max(tl.max(xg, axis=2), axis=0), xparam, XFORM))
+        new_x = safe_max(m_x)
+        e_x = exp_shifted(xg, new_x[None, :, None], xparam, XFORM)
+        s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(tl.sum(e_x, axis=2), axis=0)
+        if SMOOTH:  # as below; t's flag (one grid row) adds -inf to every thread's sum
+            x0 = xg if WHOLE else tl.where(xg == float("-inf"), 0.0, xg)
+            s_t = s_t + tl.sum(tl.sum(x0, axis=2), axis=0)
+            if not WHOLE:  # t is one grid row: its flag as a scalar (no layout change)
+                s_t = s_t + tl.min(tl.where(t > 0, float("-inf"), 0.0), axis=0)
+    elif KIND == CE:
         m_x = tl.maximum(m_x, scaled(tl.max(x, axis=1), xparam, XFORM))
         new_x = safe_max(m_x)
         e_x = exp_shifted(x, new_x[:, None], xparam, XFORM)
@@ -423,7 +444,8 @@ def tile_span(lo, hi, BLOCK: tl.constexpr, ALIGN: tl.constexpr, CLAMP_HI: tl.con
 @triton.jit
 def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.constexpr,
                     LANE: tl.constexpr, ALIGN: tl.constexpr, CLAMP_HI: tl.constexpr,
-                    XFORM: tl.constexpr, SMOOTH: tl.constexpr):  # fmt: skip
+                    XFORM: tl.constexpr, SMOOTH: tl.constexpr,
+                    THREADS: tl.constexpr = 0):  # fmt: skip
     """Online statistics of the columns [lo, hi) of a frame (lo < FRAME, 0 when ALIGN == 1):
     whole tiles unmasked in a loop, then the last tile (masked unless whole: see grad_pass);
     with lo > 0 the first tile is masked too.
@@ -434,12 +456,21 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     stores are evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us without the
     hints; benchmarks/data/dev/sweep_launch_configs_h200.json, "entropy"). Label smoothing's
     logit sum over one-lane tiles is kept in partial sums (SMOOTH_TILE_SUM), reduced here.
+    THREADS > 0 (label CE, LANE == BLOCK): statistics a thread, folded here (online_tile).
     """
     cols = tile_cols(BLOCK, LANE)
-    m_x = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
-    s_x = tl.zeros([BLOCK // LANE], tl.float32)
+    VEC: tl.constexpr = 128 // x_row.dtype.element_ty.primitive_bitwidth  # one 16-byte vector
+    if THREADS > 0:
+        tl.static_assert((KIND == CE) and (LANE == BLOCK) and (BLOCK % (THREADS * VEC) == 0))
+        m_x = tl.full([THREADS], float("-inf"), tl.float32)
+        s_x = tl.zeros([THREADS], tl.float32)
+    else:
+        m_x = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
+        s_x = tl.zeros([BLOCK // LANE], tl.float32)
     m_t = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
-    if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):  # see online_tile
+    if SMOOTH and (THREADS > 0):
+        s_t = tl.zeros([THREADS], tl.float32)
+    elif SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):  # see online_tile
         s_t = tl.zeros([1, BLOCK // SMOOTH_PART], tl.float32)
     else:
         s_t = tl.zeros([BLOCK // LANE], tl.float32)
@@ -450,7 +481,8 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
             x, t = load_edge_tile(x_row, t_row, cols, lo, hi, xparam, KIND, "evict_last", ALIGN,
                                   XFORM, SMOOTH)  # fmt: skip
             m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND,
-                                                  SMOOTH, LANE == BLOCK, XFORM)  # fmt: skip
+                                                  SMOOTH, LANE == BLOCK, XFORM, False, THREADS,
+                                                  VEC)  # fmt: skip
     for i in range(first, n_full):
         x = tl.load(x_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
         x = transform(x, xparam, XFORM)
@@ -460,7 +492,8 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
             t = tl.load(t_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
             t = transform(t, xparam, XFORM)
         m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND,
-                                              SMOOTH, LANE == BLOCK, XFORM, True)  # fmt: skip
+                                              SMOOTH, LANE == BLOCK, XFORM, True, THREADS,
+                                              VEC)  # fmt: skip
     if ALIGN > 1:
         if (hi == (n_full + 1) * BLOCK) & (lo <= n_full * BLOCK):  # whole (an inner chunk's)
             x_last = tl.load(x_row + n_full * BLOCK + cols,
@@ -480,10 +513,13 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
         x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, xparam,
                                          KIND, "evict_last", ALIGN, XFORM, SMOOTH)  # fmt: skip
     m_x, s_x, m_t, s_t, acc = online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, xparam, KIND,
-                                          SMOOTH, LANE == BLOCK, XFORM)  # fmt: skip
+                                          SMOOTH, LANE == BLOCK, XFORM, False, THREADS,
+                                          VEC)  # fmt: skip
     if KIND == CE:  # the gradient pass holds x alone (t_last was smoothing's flags)
         t_last = x_last
-    if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):
+    if SMOOTH and (THREADS > 0):
+        s_t = tl.sum(s_t, axis=0, keep_dims=True)  # the one lane's logit sum, once a row
+    elif SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):
         s_t = tl.sum(s_t, axis=1)  # the one lane's logit sum, once a row
     m_x, s_x, m_t, s_t, acc = fold_stats(m_x, s_x, m_t, s_t, acc,
                                           tl.full([BLOCK // LANE], 1, tl.int1), KIND,
