@@ -176,7 +176,8 @@ def host_switches() -> list[str]:
     """The switches that differ from this mode's default (records note them: they change which
     launches a call makes, or what a kernel does): the replay, the losses' in-kernel sum, the
     lean launch, label smoothing's partial logit sums, label CE's one-hot after the gradient
-    loops, the losses' one-instruction exp, softcap's gradient exp on the FMA pipe."""
+    loops, the losses' one-instruction exp, softcap's gradient exp on the FMA pipe, label CE's
+    statistics per thread."""
     from normlab.losses import online  # a kernel module: imported only where asked
 
     out = []
@@ -195,4 +196,6 @@ def host_switches() -> list[str]:
         out.append("NORMLAB_LOSS_FAST_EXP=0")
     if online.SOFTCAP_POLY_EXP2:
         out.append("NORMLAB_LOSS_POLY_EXP2=1")
+    if loss_config.ENTROPY_THREAD_STATS:
+        out.append("NORMLAB_LOSS_THREAD_STATS=1")
     return out
