@@ -695,9 +695,9 @@ def test_records_name_the_host_switches_that_are_on(monkeypatch):
     assert rec.note.endswith("; NORMLAB_LOSS_LABEL_AFTER=0; NORMLAB_LOSS_FAST_EXP=0"), rec.note
     monkeypatch.setattr(online, "SOFTCAP_POLY_EXP2", True)
     assert device_mod.host_switches()[-1] == "NORMLAB_LOSS_POLY_EXP2=1"
-    monkeypatch.setattr(device_mod.loss_config, "ENTROPY_THREAD_STATS", True)
+    monkeypatch.setattr(device_mod.loss_config, "ENTROPY_THREAD_STATS", False)
     assert device_mod.host_switches()[-2:] == ["NORMLAB_LOSS_POLY_EXP2=1",
-                                               "NORMLAB_LOSS_THREAD_STATS=1"]  # fmt: skip
+                                               "NORMLAB_LOSS_THREAD_STATS=0"]  # fmt: skip
 
 
 def test_sweep_reports_cases_that_cannot_run(monkeypatch):

@@ -766,12 +766,13 @@ def test_softcap_gradient_exp_on_the_fma_pipe(form, dtype, monkeypatch):
 
 
 def test_thread_statistics_rule(monkeypatch):
-    # config.entropy_threads: 32 num_warps for label CE's one-lane tiles with the switch on, where
-    # a thread holds whole 16-byte vectors of the tile; 0 otherwise.
+    # config.entropy_threads: 32 num_warps for label CE's one-lane tiles (not with label
+    # smoothing), where a thread holds whole 16-byte vectors of the tile; 0 otherwise or with
+    # the switch off.
     ce, rkl, lane_max = config.CE, config.KINDS["reverse_kl"], config.ENTROPY_LANE_MAX_BLOCK
-    assert config.entropy_threads(ce, 4096, 4, 2) == 0  # off by default
-    monkeypatch.setattr(config, "ENTROPY_THREAD_STATS", True)
+    assert config.ENTROPY_THREAD_STATS  # on by default
     assert config.entropy_threads(ce, 4096, 4, 2) == 128  # 4 vectors of 8 a thread
+    assert config.entropy_threads(ce, 4096, 4, 2, smoothing=True) == 0
     assert config.entropy_threads(ce, 4096, 4, 4) == 128
     assert config.entropy_threads(ce, 2 * lane_max, 4, 2) == 128  # the narrowest one-lane tile
     assert config.entropy_threads(ce, lane_max, 4, 2) == 0  # lanes of a few columns
@@ -779,19 +780,28 @@ def test_thread_statistics_rule(monkeypatch):
     assert config.entropy_threads(ce, 4096, 32, 2) == 0  # 1024 threads x 8 > the tile
     assert config.entropy_threads(ce, 8192, 16, 2) == 512
     assert config.entropy_threads(ce, 8192, 16, 4) == 512
+    monkeypatch.setattr(config, "ENTROPY_THREAD_STATS", False)
+    assert config.entropy_threads(ce, 4096, 4, 2) == 0
+    spec = config.Spec(ce, "fused", 4096, "mean", -100, None, 0, 10)
+    assert not config.smooths(spec)
+    assert not config.smooths(spec._replace(options=config.Options(z_loss=1e-4)))
+    assert config.smooths(spec._replace(options=config.Options(label_smoothing=0.1)))
 
 
 @pytest.mark.parametrize("form", ["fused", "chunked"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_label_ce_statistics_per_thread(form, dtype, monkeypatch):
     # ENTROPY_THREAD_STATS: label CE's one-lane tiles keep a max and sum-exp per thread
-    # (online.thread_grid). One-lane tiles of 256 at one warp (the lane limit and the chunked
-    # warps moved down for the interpreter): V = 1031 (a prime: rows off 16 bytes in bf16, so
-    # framed, with a peeled first tile and an edge tile), -inf logits in a whole and in an
-    # edge tile, an ignored row, each option, a NaN row; against fp64.
+    # (online.thread_grid); label smoothing's per-thread logit sum is forced on as well. One-lane
+    # tiles of 256 at one warp (the lane limit and the chunked warps moved down for the
+    # interpreter): V = 1031 (a prime: rows off 16 bytes in bf16, so framed, with a peeled first
+    # tile and an edge tile), -inf logits in a whole and in an edge tile, an ignored row, each
+    # option, a NaN row; against fp64.
     monkeypatch.setattr(config, "ENTROPY_THREAD_STATS", True)
     monkeypatch.setattr(config, "ENTROPY_LANE_MAX_BLOCK", 128)
     monkeypatch.setattr(config, "ENTROPY_CHUNKED_WARPS", 1)
+    rule = config.entropy_threads
+    monkeypatch.setattr(config, "entropy_threads", lambda *a: rule(*a[:4]))  # smoothing too
     from normlab.losses import chunked
 
     module = fused if form == "fused" else chunked
@@ -813,7 +823,8 @@ def test_label_ce_statistics_per_thread(form, dtype, monkeypatch):
         threads.clear()
         out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=256,
                           reduction="none", **kw)  # fmt: skip
-        assert threads and set(threads) == {32}, threads  # the per-thread path ran
+        # the per-thread path ran (label smoothing's only where forced, as here: see the rule)
+        assert threads and set(threads) == {32}, threads
         ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, reduction="none", **kw)
         if "label_smoothing" in kw and "softcap" not in kw:  # -inf logits: +inf, as torch's
             assert torch.isinf(out[[2, 3]]).all() and torch.isinf(ref_out[[2, 3]]).all()

@@ -196,6 +196,6 @@ def host_switches() -> list[str]:
         out.append("NORMLAB_LOSS_FAST_EXP=0")
     if online.SOFTCAP_POLY_EXP2:
         out.append("NORMLAB_LOSS_POLY_EXP2=1")
-    if loss_config.ENTROPY_THREAD_STATS:
-        out.append("NORMLAB_LOSS_THREAD_STATS=1")
+    if not loss_config.ENTROPY_THREAD_STATS:
+        out.append("NORMLAB_LOSS_THREAD_STATS=0")
     return out

@@ -221,19 +221,26 @@ def entropy_lane(block: int) -> int:
 
 # Label CE's one-lane tiles keep a running max and sum-exp per thread (of the columns it loads)
 # and fold them once a row: no cross-warp exchange a tile, 1/32 more exp a logit at tile 4096 and
-# 4 warps (docs/planner.md#statistics-per-thread). Off until timed: NORMLAB_LOSS_THREAD_STATS=1.
-ENTROPY_THREAD_STATS = os.environ.get("NORMLAB_LOSS_THREAD_STATS", "0") != "0"
+# 4 warps. Not with label smoothing: its per-thread logit sum spilled the chunked kernel and ran
+# 3-6% slower (docs/planner.md#statistics-per-thread). NORMLAB_LOSS_THREAD_STATS=0 turns it off.
+ENTROPY_THREAD_STATS = os.environ.get("NORMLAB_LOSS_THREAD_STATS", "1") != "0"
 
 
-def entropy_threads(kind: int, block: int, num_warps: int, logit_bytes: int) -> int:
-    """The kernels' THREADS: 32 num_warps where label CE's one-lane tiles of ``block`` columns
-    keep statistics per thread (ENTROPY_THREAD_STATS; each thread a whole number of 16-byte
-    vectors of the tile), else 0."""
+def entropy_threads(kind: int, block: int, num_warps: int, logit_bytes: int,
+                    smoothing: bool = False) -> int:  # fmt: skip
+    """The kernels' THREADS: 32 num_warps where label CE (without label smoothing) keeps its
+    one-lane tiles' statistics per thread (ENTROPY_THREAD_STATS; each thread a whole number of
+    16-byte vectors of the tile), else 0."""
     threads = 32 * num_warps
-    if (not ENTROPY_THREAD_STATS or kind != CE or entropy_lane(block) != block
+    if (not ENTROPY_THREAD_STATS or kind != CE or smoothing or entropy_lane(block) != block
             or block % (threads * (16 // logit_bytes))):  # fmt: skip
         return 0
     return threads
+
+
+def smooths(spec: Spec) -> bool:
+    """Whether a call takes label smoothing (entropy_threads)."""
+    return spec.options is not None and spec.options.label_smoothing > 0
 
 
 # ---- frames of unaligned rows --------------------------------------------------------------------

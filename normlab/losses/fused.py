@@ -195,7 +195,8 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
            MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None, REDUCE=reduce,
            BLOCK=block, LANE=config.entropy_lane(block), **config.frames(x, t, grad, block),
            **config.kernel_args(spec, mask, x.element_size()),
-           THREADS=config.entropy_threads(spec.kind, block, options["num_warps"], x.element_size()),
+           THREADS=config.entropy_threads(spec.kind, block, options["num_warps"], x.element_size(),
+                                          config.smooths(spec)),
            **options)  # fmt: skip
 
 
