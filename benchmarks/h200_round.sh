@@ -310,6 +310,15 @@ off_on() {  # off_on VAR NAME SECONDS CELLS: normlab alone over CELLS with VAR=0
       --out "$OUT/${2}_$on.jsonl" --reps 4 --timed-us 100 --impls normlab --cells "$4"
   done
 }
+options_off_on() {  # options_off_on VAR NAME: the loss options with VAR=0, then 1, twice
+  local run on
+  for run in 1 2; do
+    for on in 0 1; do
+      step "loss_options_${2}${on}_$run" 90 env "$1=$on" python3 benchmarks/loss_options.py \
+        --out "$OUT/loss_options_${2}${on}_$run.jsonl" --reps 10 --max-seconds 50
+    done
+  done
+}
 check_norms() {  # every norm strategy x layout against fp64 at gpu_check's shapes, bf16
   step gpu_check_norms 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
     --quick --only norms
@@ -1172,25 +1181,13 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step gpu_check_threadstats 240 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_threadstats.json" --dtypes bf16,fp32 --only losses,loss_options \
       --loss-options cross_entropy
-    for run in 1 2; do
-      for ts in 0 1; do
-        step loss_options_threads${ts}_$run 90 env NORMLAB_LOSS_THREAD_STATS=$ts python3 \
-          benchmarks/loss_options.py --out "$OUT/loss_options_threads${ts}_$run.jsonl" --reps 10 \
-          --max-seconds 50
-      done
-    done
+    options_off_on NORMLAB_LOSS_THREAD_STATS threads
     ;;
   polyexp)  # softcap's gradient exp on the FMA pipe: checked, then timed off and on, twice
     step gpu_check_polyexp 200 env NORMLAB_LOSS_POLY_EXP2=1 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_polyexp.json" --dtypes bf16,fp32 --only loss_options \
       --loss-options cross_entropy
-    for run in 1 2; do
-      for poly in 0 1; do
-        step loss_options_poly${poly}_$run 90 env NORMLAB_LOSS_POLY_EXP2=$poly python3 \
-          benchmarks/loss_options.py --out "$OUT/loss_options_poly${poly}_$run.jsonl" --reps 10 \
-          --max-seconds 50
-      done
-    done
+    options_off_on NORMLAB_LOSS_POLY_EXP2 poly
     ;;
   lossprofile)  # what limits the losses at 4096x131072: DRAM bytes, stalls, the XU pipe
     ncu_loss() {  # ncu_loss NAME POLY CASE [--options ...]
