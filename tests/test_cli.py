@@ -546,6 +546,32 @@ def test_kernel_loops_poly_exp2_takes_a_mufu_op_off_softcap():
     assert on["cross_entropy"] == off["cross_entropy"] and on["jsd"] == off["jsd"]
 
 
+def test_kernel_loops_thread_stats_shorten_label_ce():
+    """Label CE's one-lane tiles keep their statistics per thread by default: the fused kernel at
+    tile 4096 runs fewer instructions a logit than with --no-thread-stats
+    (NORMLAB_LOSS_THREAD_STATS=0, a cross-warp reduction a tile), for label CE, z-loss and
+    softcap; label smoothing (alone or with the others) and the other losses compile as
+    before."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    runs = {}
+    for flag in ([], ["--no-thread-stats"]):
+        proc = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--block", "4096",
+                               "--warps", "4", *flag], cwd=root, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert ("label CE's statistics per thread" in proc.stdout.splitlines()[0]) == (not flag)
+        runs[not flag] = {name: float(ins) for name, ins in re.findall(
+            r"^([^:\n]+):.*; ([\d.]+) instructions and", proc.stdout, re.M)}
+    on, off = runs[True], runs[False]
+    for name in ("cross_entropy", "cross_entropy z_loss", "cross_entropy softcap"):
+        assert on[name] < off[name] - 0.5, (name, off[name], on[name])
+    for name in ("cross_entropy label_smoothing", "cross_entropy all three", "reverse_kl",
+                 "soft_cross_entropy", "jsd"):  # fmt: skip
+        assert on[name] == off[name], (name, off[name], on[name])
+
+
 def test_kernel_loops_ship_remakes_the_shipped_counts(tmp_path):
     """normlab/data/sm90-loss-loops.json is what --ship makes of its recorded sources in
     benchmarks/data (read by devdata.loss_loops); a file that is not kernel_loops output, or not
