@@ -523,23 +523,27 @@ def test_kernel_loops_counts_the_options_instructions():
     assert chunked.stdout.count("registers") == len(variants) and "loop of" in chunked.stdout
 
 
+def _kernel_loops_counts(*args):
+    """(header, {variant: (instructions, MUFU ops) a logit}) of a kernel_loops.py run."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", *args], cwd=root,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = {name: (float(ins), float(mufu)) for name, ins, mufu in re.findall(
+        r"^([^:\n]+):.*; ([\d.]+) instructions and ([\d.]+) MUFU a logit", proc.stdout, re.M)}
+    return proc.stdout.splitlines()[0], counts
+
+
 def test_kernel_loops_poly_exp2_takes_a_mufu_op_off_softcap():
     """--poly-exp2 (NORMLAB_LOSS_POLY_EXP2=1) compiles softcap's gradient exp on the FMA pipe:
     softcap and the three options together run one MUFU op a logit fewer and more instructions;
     label CE without a softcap compiles as before."""
-    import re
-
-    root = Path(__file__).resolve().parents[1]
-    runs = {}
-    for flag in ([], ["--poly-exp2"]):
-        proc = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--block", "512",
-                               "--warps", "2", *flag], cwd=root, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        runs[bool(flag)] = {name: (float(ins), float(mufu)) for name, ins, mufu in re.findall(
-            r"^([^:\n]+):.*; ([\d.]+) instructions and ([\d.]+) MUFU a logit", proc.stdout, re.M)}
-    assert "softcap's gradient exp as poly_exp2" in proc.stdout
-    off, on = runs[False], runs[True]
+    _, off = _kernel_loops_counts("--block", "512", "--warps", "2")
+    header, on = _kernel_loops_counts("--block", "512", "--warps", "2", "--poly-exp2")
+    assert "softcap's gradient exp as poly_exp2" in header
     for name in ("cross_entropy softcap", "cross_entropy all three"):
         assert abs(off[name][1] - on[name][1] - 1.0) < 0.05, (name, off[name], on[name])
         assert on[name][0] > off[name][0] + 4, (name, off[name], on[name])
@@ -552,21 +556,12 @@ def test_kernel_loops_thread_stats_shorten_label_ce():
     (NORMLAB_LOSS_THREAD_STATS=0, a cross-warp reduction a tile), for label CE, z-loss and
     softcap; label smoothing (alone or with the others) and the other losses compile as
     before."""
-    import re
-
-    root = Path(__file__).resolve().parents[1]
-    runs = {}
-    for flag in ([], ["--no-thread-stats"]):
-        proc = subprocess.run([sys.executable, "benchmarks/kernel_loops.py", "--block", "4096",
-                               "--warps", "4", *flag], cwd=root, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert ("label CE's statistics per thread" in proc.stdout.splitlines()[0]) == (not flag)
-        runs[not flag] = {name: float(ins) for name, ins in re.findall(
-            r"^([^:\n]+):.*; ([\d.]+) instructions and", proc.stdout, re.M)}
-    on, off = runs[True], runs[False]
+    header_on, on = _kernel_loops_counts("--block", "4096", "--warps", "4")
+    header_off, off = _kernel_loops_counts("--block", "4096", "--warps", "4", "--no-thread-stats")
+    assert "label CE's statistics per thread" in header_on
+    assert "label CE's statistics per thread" not in header_off
     for name in ("cross_entropy", "cross_entropy z_loss", "cross_entropy softcap"):
-        assert on[name] < off[name] - 0.5, (name, off[name], on[name])
+        assert on[name][0] < off[name][0] - 0.5, (name, off[name], on[name])
     for name in ("cross_entropy label_smoothing", "cross_entropy all three", "reverse_kl",
                  "soft_cross_entropy", "jsd"):  # fmt: skip
         assert on[name] == off[name], (name, off[name], on[name])
