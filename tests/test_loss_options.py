@@ -783,25 +783,26 @@ def test_thread_statistics_rule(monkeypatch):
     monkeypatch.setattr(config, "ENTROPY_THREAD_STATS", False)
     assert config.entropy_threads(ce, 4096, 4, 2) == 0
     spec = config.Spec(ce, "fused", 4096, "mean", -100, None, 0, 10)
-    assert not config.smooths(spec)
-    assert not config.smooths(spec._replace(options=config.Options(z_loss=1e-4)))
-    assert config.smooths(spec._replace(options=config.Options(label_smoothing=0.1)))
+    # the launchers pass kernel_args' SMOOTH as smoothing
+    assert not config.kernel_args(spec, None).get("SMOOTH", False)
+    z_loss = spec._replace(options=config.Options(z_loss=1e-4))
+    assert not config.kernel_args(z_loss, None)["SMOOTH"]
+    smoothed = spec._replace(options=config.Options(label_smoothing=0.1))
+    assert config.kernel_args(smoothed, None)["SMOOTH"]
 
 
 @pytest.mark.parametrize("form", ["fused", "chunked"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_label_ce_statistics_per_thread(form, dtype, monkeypatch):
     # ENTROPY_THREAD_STATS: label CE's one-lane tiles keep a max and sum-exp per thread
-    # (online.thread_grid); label smoothing's per-thread logit sum is forced on as well. One-lane
-    # tiles of 256 at one warp (the lane limit and the chunked warps moved down for the
-    # interpreter): V = 1031 (a prime: rows off 16 bytes in bf16, so framed, with a peeled first
-    # tile and an edge tile), -inf logits in a whole and in an edge tile, an ignored row, each
-    # option, a NaN row; against fp64.
+    # (online.thread_grid), label smoothing's calls the old path. One-lane tiles of 256 at one
+    # warp (the lane limit and the chunked warps moved down for the interpreter): V = 1031 (a
+    # prime: rows off 16 bytes in bf16, so framed, with a peeled first tile and an edge tile),
+    # -inf logits in a whole and in an edge tile, an ignored row, each option, a NaN row; against
+    # fp64.
     monkeypatch.setattr(config, "ENTROPY_THREAD_STATS", True)
     monkeypatch.setattr(config, "ENTROPY_LANE_MAX_BLOCK", 128)
     monkeypatch.setattr(config, "ENTROPY_CHUNKED_WARPS", 1)
-    rule = config.entropy_threads
-    monkeypatch.setattr(config, "entropy_threads", lambda *a: rule(*a[:4]))  # smoothing too
     from normlab.losses import chunked
 
     module = fused if form == "fused" else chunked
@@ -823,8 +824,8 @@ def test_label_ce_statistics_per_thread(form, dtype, monkeypatch):
         threads.clear()
         out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=256,
                           reduction="none", **kw)  # fmt: skip
-        # the per-thread path ran (label smoothing's only where forced, as here: see the rule)
-        assert threads and set(threads) == {32}, threads
+        # the per-thread path ran, but with label smoothing (the rule)
+        assert threads and set(threads) == ({0} if "label_smoothing" in kw else {32}), threads
         ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, reduction="none", **kw)
         if "label_smoothing" in kw and "softcap" not in kw:  # -inf logits: +inf, as torch's
             assert torch.isinf(out[[2, 3]]).all() and torch.isinf(ref_out[[2, 3]]).all()

@@ -239,11 +239,6 @@ def entropy_threads(kind: int, block: int, num_warps: int, logit_bytes: int,
     return threads
 
 
-def smooths(spec: Spec) -> bool:
-    """Whether a call takes label smoothing (entropy_threads)."""
-    return spec.options is not None and spec.options.label_smoothing > 0
-
-
 # ---- frames of unaligned rows --------------------------------------------------------------------
 
 # Rows off 16-byte boundaries (V = 50257) are read from the 128-byte boundary before them: whole

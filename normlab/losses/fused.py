@@ -186,6 +186,9 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
     maxnreg = config.ENTROPY_FUSED_MAXNREG.get(block)
     if maxnreg is not None:  # a register cap per thread (none by default: config)
         options["maxnreg"] = maxnreg
+    extra = config.kernel_args(spec, mask, x.element_size())
+    threads = config.entropy_threads(spec.kind, block, options["num_warps"], x.element_size(),
+                                     extra.get("SMOOTH", False))  # fmt: skip
     launch(_entropy_fused_kernel, (n_rows,),
            x, t, labels, grad if grad is not None else x, loss_rows,
            n_valid if n_valid is not None else loss_rows, out if out is not None else loss_rows,
@@ -194,10 +197,7 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
            KIND=spec.kind, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
            MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None, REDUCE=reduce,
            BLOCK=block, LANE=config.entropy_lane(block), **config.frames(x, t, grad, block),
-           **config.kernel_args(spec, mask, x.element_size()),
-           THREADS=config.entropy_threads(spec.kind, block, options["num_warps"], x.element_size(),
-                                          config.smooths(spec)),
-           **options)  # fmt: skip
+           **extra, THREADS=threads, **options)  # fmt: skip
 
 
 def launch_rescale(grad, grad_out):

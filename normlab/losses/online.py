@@ -316,9 +316,9 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
     CE_SMOOTH flags: 1 for a grid row holding a -inf logit of the row) adds -inf back where the
     row has one. On a ONE_LANE tile (LANE == BLOCK) with SMOOTH_TILE_SUM, s_t is
     (1, BLOCK / SMOOTH_PART) partial sums, each tile adding its parts (row_statistics reduces
-    them once a row). With THREADS > 0 (label CE's one-lane tiles; config.entropy_threads), m_x,
-    s_x and smoothing's s_t are one value per thread instead (thread_grid): a tile reduces in
-    registers, with no cross-warp exchange.
+    them once a row). With THREADS > 0 (label CE's one-lane tiles without label smoothing;
+    config.entropy_threads), m_x and s_x are one value per thread instead (thread_grid): a tile
+    reduces in registers, with no cross-warp exchange.
     Both tile maxima come from one two-operand reduction (PAIRED_MAXIMA; two tl.max under the
     interpreter). The three sums stay separate tl.sum calls: the Triton interpreter folds a
     multi-operand reduction sequentially in fp32, which the CPU tests can tell apart.
@@ -333,11 +333,6 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
         new_x = safe_max(m_x)
         e_x = exp_shifted(xg, new_x[None, :, None], xparam, XFORM)
         s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(tl.sum(e_x, axis=2), axis=0)
-        if SMOOTH:  # as below; t's flag (one grid row) adds -inf to every thread's sum
-            x0 = xg if WHOLE else tl.where(xg == float("-inf"), 0.0, xg)
-            s_t = s_t + tl.sum(tl.sum(x0, axis=2), axis=0)
-            if not WHOLE:  # t is one grid row: its flag as a scalar (no layout change)
-                s_t = s_t + tl.min(tl.where(t > 0, float("-inf"), 0.0), axis=0)
     elif KIND == CE:
         m_x = tl.maximum(m_x, scaled(tl.max(x, axis=1), xparam, XFORM))
         new_x = safe_max(m_x)
@@ -456,21 +451,20 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     stores are evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us without the
     hints; benchmarks/data/dev/sweep_launch_configs_h200.json, "entropy"). Label smoothing's
     logit sum over one-lane tiles is kept in partial sums (SMOOTH_TILE_SUM), reduced here.
-    THREADS > 0 (label CE, LANE == BLOCK): statistics a thread, folded here (online_tile).
+    THREADS > 0 (label CE without SMOOTH, LANE == BLOCK): statistics a thread, folded here.
     """
     cols = tile_cols(BLOCK, LANE)
     VEC: tl.constexpr = 128 // x_row.dtype.element_ty.primitive_bitwidth  # one 16-byte vector
     if THREADS > 0:
-        tl.static_assert((KIND == CE) and (LANE == BLOCK) and (BLOCK % (THREADS * VEC) == 0))
+        tl.static_assert((KIND == CE) and (not SMOOTH) and (LANE == BLOCK)
+                         and (BLOCK % (THREADS * VEC) == 0))  # fmt: skip
         m_x = tl.full([THREADS], float("-inf"), tl.float32)
         s_x = tl.zeros([THREADS], tl.float32)
     else:
         m_x = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
         s_x = tl.zeros([BLOCK // LANE], tl.float32)
     m_t = tl.full([BLOCK // LANE], float("-inf"), tl.float32)
-    if SMOOTH and (THREADS > 0):
-        s_t = tl.zeros([THREADS], tl.float32)
-    elif SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):  # see online_tile
+    if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):  # see online_tile
         s_t = tl.zeros([1, BLOCK // SMOOTH_PART], tl.float32)
     else:
         s_t = tl.zeros([BLOCK // LANE], tl.float32)
@@ -517,9 +511,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
                                           VEC)  # fmt: skip
     if KIND == CE:  # the gradient pass holds x alone (t_last was smoothing's flags)
         t_last = x_last
-    if SMOOTH and (THREADS > 0):
-        s_t = tl.sum(s_t, axis=0, keep_dims=True)  # the one lane's logit sum, once a row
-    elif SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):
+    if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):
         s_t = tl.sum(s_t, axis=1)  # the one lane's logit sum, once a row
     m_x, s_x, m_t, s_t, acc = fold_stats(m_x, s_x, m_t, s_t, acc,
                                           tl.full([BLOCK // LANE], 1, tl.int1), KIND,
