@@ -434,25 +434,27 @@ def test_label_smoothing_is_torch_s():
 
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_label_smoothing_keeps_torch_s_inf_for_a_minus_inf_logit(form, dtype):
+@pytest.mark.parametrize("n_cols", [301, 304])
+def test_label_smoothing_keeps_torch_s_inf_for_a_minus_inf_logit(form, dtype, n_cols):
     # Smoothing sums every logit, so one -inf logit makes torch's smoothed loss +inf (its
     # gradient stays finite: -eps / V there). A -inf logit in a whole tile, in the ragged last
-    # tile and in the first tile (bf16 rows of 301 columns start off 16-byte boundaries: the
-    # aligned frames' peeled edge tiles), beside a row with none and an ignored row whose -inf
-    # stays uncounted; the masked lanes past the row's end must not count as -inf.
-    x, labels = _ce_inputs(301, n_rows=6)
+    # tile, in the first tile (rows of 301 columns start off 16-byte boundaries: the aligned
+    # frames' peeled edge tiles) and in column 200 (rows of 304 are aligned: the chunked form's
+    # first chunk ends there in an edge tile), beside a row with none and an ignored row whose
+    # -inf stays uncounted; the masked lanes past the row's end must not count as -inf.
+    x, labels = _ce_inputs(n_cols, n_rows=6)
     x = x.to(dtype)
-    x[0, 70] = x[1, 296] = x[2, 1] = x[1, 2] = float("-inf")  # row 1 is ignored
-    labels[1], labels[4] = 3, -100
+    x[0, 70] = x[1, 296] = x[2, 1] = x[5, 200] = float("-inf")
+    labels[1], labels[4] = 3, -100  # row 4 is ignored
     x[4, 100] = float("-inf")
     out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=64,
                       label_smoothing=0.2, reduction="none")  # fmt: skip
     ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, label_smoothing=0.2,
                                   reduction="none")  # fmt: skip
-    assert torch.isinf(ref_out[[0, 1, 2]]).all() and ref_out[4] == 0
-    assert torch.equal(torch.isinf(out), torch.isinf(ref_out)) and (out[[0, 1, 2]] > 0).all()
+    assert torch.isinf(ref_out[[0, 1, 2, 5]]).all() and ref_out[4] == 0
+    assert torch.equal(torch.isinf(out), torch.isinf(ref_out)) and (out[[0, 1, 2, 5]] > 0).all()
     finite = torch.isfinite(ref_out)
-    assert_close(out[finite], ref_out[finite], dtype=torch.float32, reduce_len=301)
+    assert_close(out[finite], ref_out[finite], dtype=torch.float32, reduce_len=n_cols)
     assert torch.isfinite(grad.float()).all() and torch.isfinite(ref_grad).all()
     _assert_rows_close(grad, ref_grad, _row_scale(ref_grad), _grad_rel(dtype), form)
 
@@ -766,13 +768,16 @@ def test_softcap_gradient_exp_on_the_fma_pipe(form, dtype, monkeypatch):
 
 
 def test_thread_statistics_rule(monkeypatch):
-    # config.entropy_threads: 32 num_warps for label CE's one-lane tiles (not with label
-    # smoothing), where a thread holds whole 16-byte vectors of the tile; 0 otherwise or with
-    # the switch off.
+    # config.entropy_threads: 32 num_warps for label CE's one-lane tiles (label smoothing only
+    # under its switch), where a thread holds whole 16-byte vectors of the tile; 0 otherwise or
+    # with the switch off.
     ce, rkl, lane_max = config.CE, config.KINDS["reverse_kl"], config.ENTROPY_LANE_MAX_BLOCK
     assert config.ENTROPY_THREAD_STATS  # on by default
     assert config.entropy_threads(ce, 4096, 4, 2) == 128  # 4 vectors of 8 a thread
+    monkeypatch.setattr(config, "ENTROPY_THREAD_STATS_SMOOTH", False)
     assert config.entropy_threads(ce, 4096, 4, 2, smoothing=True) == 0
+    monkeypatch.setattr(config, "ENTROPY_THREAD_STATS_SMOOTH", True)
+    assert config.entropy_threads(ce, 4096, 4, 2, smoothing=True) == 128
     assert config.entropy_threads(ce, 4096, 4, 4) == 128
     assert config.entropy_threads(ce, 2 * lane_max, 4, 2) == 128  # the narrowest one-lane tile
     assert config.entropy_threads(ce, lane_max, 4, 2) == 0  # lanes of a few columns
@@ -793,14 +798,17 @@ def test_thread_statistics_rule(monkeypatch):
 
 @pytest.mark.parametrize("form", ["fused", "chunked"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_label_ce_statistics_per_thread(form, dtype, monkeypatch):
+@pytest.mark.parametrize("smooth_threads", [False, True])
+def test_label_ce_statistics_per_thread(form, dtype, smooth_threads, monkeypatch):
     # ENTROPY_THREAD_STATS: label CE's one-lane tiles keep a max and sum-exp per thread
-    # (online.thread_grid), label smoothing's calls the old path. One-lane tiles of 256 at one
+    # (online.thread_grid); label smoothing's calls too under ENTROPY_THREAD_STATS_SMOOTH, else
+    # the old path. One-lane tiles of 256 at one
     # warp (the lane limit and the chunked warps moved down for the interpreter): V = 1031 (a
     # prime: rows off 16 bytes in bf16, so framed, with a peeled first tile and an edge tile),
     # -inf logits in a whole and in an edge tile, an ignored row, each option, a NaN row; against
     # fp64.
     monkeypatch.setattr(config, "ENTROPY_THREAD_STATS", True)
+    monkeypatch.setattr(config, "ENTROPY_THREAD_STATS_SMOOTH", smooth_threads)
     monkeypatch.setattr(config, "ENTROPY_LANE_MAX_BLOCK", 128)
     monkeypatch.setattr(config, "ENTROPY_CHUNKED_WARPS", 1)
     from normlab.losses import chunked
@@ -824,8 +832,9 @@ def test_label_ce_statistics_per_thread(form, dtype, monkeypatch):
         threads.clear()
         out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=256,
                           reduction="none", **kw)  # fmt: skip
-        # the per-thread path ran, but with label smoothing (the rule)
-        assert threads and set(threads) == ({0} if "label_smoothing" in kw else {32}), threads
+        # the per-thread path ran (with label smoothing only under its switch)
+        old_path = "label_smoothing" in kw and not smooth_threads
+        assert threads and set(threads) == ({0} if old_path else {32}), threads
         ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, reduction="none", **kw)
         if "label_smoothing" in kw and "softcap" not in kw:  # -inf logits: +inf, as torch's
             assert torch.isinf(out[[2, 3]]).all() and torch.isinf(ref_out[[2, 3]]).all()

@@ -310,15 +310,12 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
       reverse KL  sum e_x ((x - m_x) - (t - m_t))   ->  L = acc / s_x - log s_x + log s_t
       soft CE     sum e_t (x - m_x)                 ->  L = log s_x - acc / s_t
       forward KL  sum e_t ((t - m_t) - (x - m_x))   ->  L = acc / s_t - log s_t + log s_x
-    JSD keeps no acc here (see jsd_sums). Label CE with SMOOTH keeps s_t = sum x, unshifted: a
-    WHOLE tile (no masked lane) sums x, so a -inf logit makes the sum -inf and the smoothed loss
-    +inf, as torch's; an edge tile sums x less its -inf lanes, and its t (load_edge_tile's
-    CE_SMOOTH flags: 1 for a grid row holding a -inf logit of the row) adds -inf back where the
-    row has one. On a ONE_LANE tile (LANE == BLOCK) with SMOOTH_TILE_SUM, s_t is
-    (1, BLOCK / SMOOTH_PART) partial sums, each tile adding its parts (row_statistics reduces
-    them once a row). With THREADS > 0 (label CE's one-lane tiles without label smoothing;
-    config.entropy_threads), m_x and s_x are one value per thread instead (thread_grid): a tile
-    reduces in registers, with no cross-warp exchange.
+    JSD keeps no acc here (see jsd_sums). Label CE with SMOOTH keeps s_t = sum x, unshifted, in
+    smoothing_sums' shape: a WHOLE tile (no masked lane) sums x, so a -inf logit makes the sum
+    -inf and the smoothed loss +inf, as torch's; an edge tile's t is load_edge_tile's sums of its
+    kept columns. With THREADS > 0 (label CE's one-lane tiles; config.entropy_threads), m_x and
+    s_x are one value per thread instead (thread_grid): a tile reduces in registers, with no
+    cross-warp exchange.
     Both tile maxima come from one two-operand reduction (PAIRED_MAXIMA; two tl.max under the
     interpreter). The three sums stay separate tl.sum calls: the Triton interpreter folds a
     multi-operand reduction sequentially in fp32, which the CPU tests can tell apart.
@@ -327,32 +324,23 @@ def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOT
     # (the safe 0 would give exp(0 - new) = inf for a row whose logits all sit below -88).
     raw_x = m_x
     old_x = safe_max(m_x)
-    if KIND == CE and (THREADS > 0):
-        xg = thread_grid(x, THREADS, VEC)
-        m_x = tl.maximum(m_x, scaled(tl.max(tl.max(xg, axis=2), axis=0), xparam, XFORM))
-        new_x = safe_max(m_x)
-        e_x = exp_shifted(xg, new_x[None, :, None], xparam, XFORM)
-        s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(tl.sum(e_x, axis=2), axis=0)
-    elif KIND == CE:
-        m_x = tl.maximum(m_x, scaled(tl.max(x, axis=1), xparam, XFORM))
-        new_x = safe_max(m_x)
-        e_x = exp_shifted(x, new_x[:, None], xparam, XFORM)
-        s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=1)
-        if SMOOTH:
+    if KIND == CE:
+        if THREADS > 0:
+            xg = thread_grid(x, THREADS, VEC)
+            m_x = tl.maximum(m_x, scaled(tl.max(tl.max(xg, axis=2), axis=0), xparam, XFORM))
+            new_x = safe_max(m_x)
+            e_x = exp_shifted(xg, new_x[None, :, None], xparam, XFORM)
+            s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(tl.sum(e_x, axis=2), axis=0)
+        else:
+            m_x = tl.maximum(m_x, scaled(tl.max(x, axis=1), xparam, XFORM))
+            new_x = safe_max(m_x)
+            e_x = exp_shifted(x, new_x[:, None], xparam, XFORM)
+            s_x = s_x * tl.exp(raw_x - new_x) + tl.sum(e_x, axis=1)
+        if SMOOTH:  # an edge tile's t already holds the sums of its kept columns
             if WHOLE:
-                x0 = x
-            else:  # masked lanes and -inf logits alike count 0 here; t's flags add -inf after
-                x0 = tl.where(x == float("-inf"), 0.0, x)
-            if SMOOTH_TILE_SUM and ONE_LANE:
-                parts = tl.reshape(x0, (1, x.shape[1] // SMOOTH_PART, SMOOTH_PART),
-                                   can_reorder=True)  # fmt: skip
-                s_t = s_t + tl.sum(parts, axis=2)
-                if not WHOLE:
-                    s_t = s_t + tl.where(t > 0, float("-inf"), 0.0)[:, None]
+                s_t = s_t + smoothing_sums(x)
             else:
-                s_t = s_t + tl.sum(x0, axis=1)
-                if not WHOLE:
-                    s_t = s_t + tl.where(t > 0, float("-inf"), 0.0)
+                s_t = s_t + t
     else:
         raw_t = m_t
         old_t = safe_max(m_t)
@@ -456,7 +444,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     cols = tile_cols(BLOCK, LANE)
     VEC: tl.constexpr = 128 // x_row.dtype.element_ty.primitive_bitwidth  # one 16-byte vector
     if THREADS > 0:
-        tl.static_assert((KIND == CE) and (not SMOOTH) and (LANE == BLOCK)
+        tl.static_assert((KIND == CE) and ((not SMOOTH) or SMOOTH_TILE_SUM) and (LANE == BLOCK)
                          and (BLOCK % (THREADS * VEC) == 0))  # fmt: skip
         m_x = tl.full([THREADS], float("-inf"), tl.float32)
         s_x = tl.zeros([THREADS], tl.float32)
@@ -494,7 +482,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
                              eviction_policy="evict_last").to(tl.float32)  # fmt: skip
             x_last = transform(x_last, xparam, XFORM)
             if KIND == CE:
-                t_last = minus_inf_flags(x_last, cols >= 0) if SMOOTH else x_last  # all kept
+                t_last = smoothing_sums(x_last) if SMOOTH else x_last  # all kept
             else:
                 t_last = tl.load(t_row + n_full * BLOCK + cols,
                                  eviction_policy="evict_last").to(tl.float32)  # fmt: skip
@@ -509,7 +497,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     m_x, s_x, m_t, s_t, acc = online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, xparam, KIND,
                                           SMOOTH, LANE == BLOCK, XFORM, False, THREADS,
                                           VEC)  # fmt: skip
-    if KIND == CE:  # the gradient pass holds x alone (t_last was smoothing's flags)
+    if KIND == CE:  # the gradient pass holds x alone (t_last was smoothing's sums)
         t_last = x_last
     if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):
         s_t = tl.sum(s_t, axis=1)  # the one lane's logit sum, once a row
@@ -522,10 +510,15 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
 
 
 @triton.jit
-def minus_inf_flags(x, keep):
-    """1.0 for each grid row of a tile holding a -inf logit where keep (its row's columns), else
-    0: label smoothing's edge tiles (online_tile)."""
-    return tl.max(tl.where(keep & (x == float("-inf")), 1.0, 0.0), axis=1)
+def smoothing_sums(x):
+    """Label smoothing's sums of a tile's logits (a tile_cols grid), as online_tile keeps them:
+    on a one-lane tile with SMOOTH_TILE_SUM, (1, BLOCK / SMOOTH_PART) partial sums, each within
+    a thread (row_statistics reduces them once a row); else one sum a grid row."""
+    if SMOOTH_TILE_SUM and (x.shape[0] == 1):
+        return tl.sum(tl.reshape(x, (1, x.shape[1] // SMOOTH_PART, SMOOTH_PART),
+                                 can_reorder=True), axis=2)  # fmt: skip
+    else:
+        return tl.sum(x, axis=1)
 
 
 @triton.jit
@@ -533,9 +526,9 @@ def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
                     EVICTION: tl.constexpr, ALIGN: tl.constexpr, XFORM: tl.constexpr,
                     CE_SMOOTH: tl.constexpr = False):  # fmt: skip
     """Columns offs of a frame as fp32 (transformed: see transform), -inf outside [lo, hi) (the
-    first or last tile). Label CE's t is x; with CE_SMOOTH it is one flag a grid row instead, 1
-    where the row holds a -inf logit inside [lo, hi) (label smoothing's sum is then -inf, as
-    torch's; online_tile), so that no second tile is held.
+    first or last tile). Label CE's t is x; with CE_SMOOTH it is smoothing_sums of the columns
+    in [lo, hi) instead (a -inf logit there makes its sum -inf, as torch's), reduced within each
+    thread, so that no second tile is held and no warp waits for another.
 
     ALIGN > 1: loaded in whole 16-byte vectors, the outside lanes dropped in registers; an exact
     mask would split every vector into 2-byte loads. A vector loaded here holds one of the row's
@@ -550,7 +543,7 @@ def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
         x = tl.load(x_row + offs, mask=in_vec, other=float("-inf"), eviction_policy=EVICTION)
         x = tl.where(keep, transform(x.to(tl.float32), xparam, XFORM), float("-inf"))
         if KIND == CE:
-            t = minus_inf_flags(x, keep) if CE_SMOOTH else x
+            t = smoothing_sums(tl.where(keep, x, 0.0)) if CE_SMOOTH else x
         else:
             t = tl.load(t_row + offs, mask=in_vec, other=float("-inf"), eviction_policy=EVICTION)
             t = tl.where(keep, transform(t.to(tl.float32), xparam, XFORM), float("-inf"))
@@ -561,7 +554,7 @@ def load_edge_tile(x_row, t_row, offs, lo, hi, xparam, KIND: tl.constexpr,
         if XFORM >= SOFTCAP:  # the cap maps -inf to -xparam: outside lanes stay -inf
             x = tl.where(keep, x, float("-inf"))
         if KIND == CE:
-            t = minus_inf_flags(x, keep) if CE_SMOOTH else x
+            t = smoothing_sums(tl.where(keep, x, 0.0)) if CE_SMOOTH else x
         else:
             t = tl.load(t_row + offs, mask=keep, other=float("-inf"), eviction_policy=EVICTION)
             t = transform(t.to(tl.float32), xparam, XFORM)
