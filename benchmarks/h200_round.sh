@@ -193,10 +193,11 @@
 # threadstats (label CE's one-lane statistics per thread, the default since 9f01452 but for label
 # smoothing: the loss checks and label CE's options in bf16 and fp32, then the options' times
 # with NORMLAB_LOSS_THREAD_STATS=0 and 1, twice, interleaved).
-# smooththreads (label smoothing's edge tiles summed within each thread, and its calls with
-# statistics per thread too, NORMLAB_LOSS_THREAD_STATS_SMOOTH=1: the loss checks with it on in
-# bf16 and fp32 and label CE's options with it off in bf16; then the options' times with
-# statistics per thread off, on but for smoothing, and on for smoothing too).
+# smooththreads (at 0f637cd: label smoothing's edge tiles summed within each thread, and its
+# calls with statistics per thread too, NORMLAB_LOSS_THREAD_STATS_SMOOTH=1, a switch removed
+# since: the loss checks with it on in bf16 and fp32 and label CE's options with it off in bf16;
+# then the options' times with statistics per thread off, on but for smoothing, and on for
+# smoothing too).
 # cevocab (label CE over the vocabulary population beside its peers, statistics per thread the
 # default).
 # polyexp (softcap's gradient exp on the FMA pipe, NORMLAB_LOSS_POLY_EXP2=1: label CE's option

@@ -2,7 +2,7 @@
 
     python3 benchmarks/kernel_loops.py [--form fused|chunked] [--block 4096 --warps 4]
         [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--plain-exp] [--poly-exp2]
-        [--no-thread-stats] [--thread-stats-smooth] [--out FILE]
+        [--no-thread-stats] [--out FILE]
     python3 benchmarks/kernel_loops.py --ship benchmarks/data/kernel_loops_*_sm90.txt ...
 
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
@@ -57,8 +57,6 @@ if "--poly-exp2" in sys.argv:  # likewise
     os.environ["NORMLAB_LOSS_POLY_EXP2"] = "1"
 if "--no-thread-stats" in sys.argv:  # read by normlab.losses.config at import
     os.environ["NORMLAB_LOSS_THREAD_STATS"] = "0"
-if "--thread-stats-smooth" in sys.argv:  # likewise
-    os.environ["NORMLAB_LOSS_THREAD_STATS_SMOOTH"] = "1"
 
 import torch
 
@@ -128,7 +126,8 @@ def compile_variant(kind, xform, smooth, zloss, block, warps, arch, form="fused"
     signature = {n: types[n] if n in types else "constexpr" for n in names if n in types
                  or n in constants}  # fmt: skip
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
-    constants["THREADS"] = config.entropy_threads(kind, block, warps, 2, smooth)  # bf16 logits
+    constants["THREADS"] = config.entropy_threads(  # bf16 logits
+        kind, block, warps, 2, form == "fused" and xform >= config.XFORMS["softcap"])
     signature["THREADS"] = "constexpr"
     src = ASTSource(kernel, signature, constants, attrs)
     options = {"num_warps": warps} if maxnreg is None else {"num_warps": warps, "maxnreg": maxnreg}
@@ -199,7 +198,6 @@ def parse_loops(text: str, name: str) -> list[dict]:
                 "target": header["target"],
                 "poly_exp2": "softcap's gradient exp as poly_exp2" in lines[0],
                 "thread_stats": "label CE's statistics per thread" in lines[0],
-                "thread_stats_smooth": "label smoothing's too" in lines[0],
                 "one_hot_in_loop": "one-hot in the gradient loop" in lines[0],
                 "plain_exp": "; tl.exp" in lines[0]}  # fmt: skip
     rows = []
@@ -248,9 +246,6 @@ def main(argv=None) -> int:
     parser.add_argument("--no-thread-stats", action="store_true",
                         help="label CE's one-lane statistics across the warps, as before "
                              "(NORMLAB_LOSS_THREAD_STATS=0)")
-    parser.add_argument("--thread-stats-smooth", action="store_true",
-                        help="label smoothing's calls with statistics per thread too "
-                             "(NORMLAB_LOSS_THREAD_STATS_SMOOTH=1)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers per thread (as the chunked "
                         "form's launch does at some tiles)")
     parser.add_argument("--target", choices=("bf16", "fp32"), default="bf16",
@@ -305,9 +300,7 @@ def main(argv=None) -> int:
                 else "; label CE's one-hot after the loops")
              + ("; tl.exp" if args.plain_exp else "; exp as one ex2.approx.ftz")
              + ("; softcap's gradient exp as poly_exp2" if args.poly_exp2 else "")
-             + ("; label CE's statistics per thread" if config.ENTROPY_THREAD_STATS else "")
-             + (", label smoothing's too" if config.ENTROPY_THREAD_STATS
-                and config.ENTROPY_THREAD_STATS_SMOOTH else "")]
+             + ("; label CE's statistics per thread" if config.ENTROPY_THREAD_STATS else "")]
     for name, variant in VARIANTS.items():
         kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form,
                                  args.maxnreg, args.target)  # fmt: skip

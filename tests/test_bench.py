@@ -698,8 +698,6 @@ def test_records_name_the_host_switches_that_are_on(monkeypatch):
     monkeypatch.setattr(device_mod.loss_config, "ENTROPY_THREAD_STATS", False)
     assert device_mod.host_switches()[-2:] == ["NORMLAB_LOSS_POLY_EXP2=1",
                                                "NORMLAB_LOSS_THREAD_STATS=0"]  # fmt: skip
-    monkeypatch.setattr(device_mod.loss_config, "ENTROPY_THREAD_STATS_SMOOTH", True)
-    assert device_mod.host_switches()[-1] == "NORMLAB_LOSS_THREAD_STATS_SMOOTH=1"
 
 
 def test_sweep_reports_cases_that_cannot_run(monkeypatch):

@@ -768,16 +768,13 @@ def test_softcap_gradient_exp_on_the_fma_pipe(form, dtype, monkeypatch):
 
 
 def test_thread_statistics_rule(monkeypatch):
-    # config.entropy_threads: 32 num_warps for label CE's one-lane tiles (label smoothing only
-    # under its switch), where a thread holds whole 16-byte vectors of the tile; 0 otherwise or
-    # with the switch off.
+    # config.entropy_threads: 32 num_warps for label CE's one-lane tiles (not a softcap in the
+    # fused form), where a thread holds whole 16-byte vectors of the tile; 0 otherwise or with
+    # the switch off.
     ce, rkl, lane_max = config.CE, config.KINDS["reverse_kl"], config.ENTROPY_LANE_MAX_BLOCK
     assert config.ENTROPY_THREAD_STATS  # on by default
     assert config.entropy_threads(ce, 4096, 4, 2) == 128  # 4 vectors of 8 a thread
-    monkeypatch.setattr(config, "ENTROPY_THREAD_STATS_SMOOTH", False)
-    assert config.entropy_threads(ce, 4096, 4, 2, smoothing=True) == 0
-    monkeypatch.setattr(config, "ENTROPY_THREAD_STATS_SMOOTH", True)
-    assert config.entropy_threads(ce, 4096, 4, 2, smoothing=True) == 128
+    assert config.entropy_threads(ce, 4096, 4, 2, fused_softcap=True) == 0
     assert config.entropy_threads(ce, 4096, 4, 4) == 128
     assert config.entropy_threads(ce, 2 * lane_max, 4, 2) == 128  # the narrowest one-lane tile
     assert config.entropy_threads(ce, lane_max, 4, 2) == 0  # lanes of a few columns
@@ -788,27 +785,28 @@ def test_thread_statistics_rule(monkeypatch):
     monkeypatch.setattr(config, "ENTROPY_THREAD_STATS", False)
     assert config.entropy_threads(ce, 4096, 4, 2) == 0
     spec = config.Spec(ce, "fused", 4096, "mean", -100, None, 0, 10)
-    # the launchers pass kernel_args' SMOOTH as smoothing
-    assert not config.kernel_args(spec, None).get("SMOOTH", False)
-    z_loss = spec._replace(options=config.Options(z_loss=1e-4))
-    assert not config.kernel_args(z_loss, None)["SMOOTH"]
-    smoothed = spec._replace(options=config.Options(label_smoothing=0.1))
-    assert config.kernel_args(smoothed, None)["SMOOTH"]
+    # the fused launcher passes kernel_args' XFORM at or past softcap's (either tanh) as
+    # fused_softcap
+    softcap = config.XFORMS["softcap"]
+    assert config.kernel_args(spec, None).get("XFORM", 0) < softcap  # no options: {}
+    capped = spec._replace(options=config.Options(softcap=30.0))
+    assert config.kernel_args(capped, None, 2)["XFORM"] >= softcap
+    assert config.kernel_args(capped, None, 4)["XFORM"] >= softcap
+    hot = spec._replace(options=config.Options(temperature=2.0))
+    assert config.kernel_args(hot, None)["XFORM"] < softcap
 
 
 @pytest.mark.parametrize("form", ["fused", "chunked"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("smooth_threads", [False, True])
-def test_label_ce_statistics_per_thread(form, dtype, smooth_threads, monkeypatch):
+def test_label_ce_statistics_per_thread(form, dtype, monkeypatch):
     # ENTROPY_THREAD_STATS: label CE's one-lane tiles keep a max and sum-exp per thread
-    # (online.thread_grid); label smoothing's calls too under ENTROPY_THREAD_STATS_SMOOTH, else
-    # the old path. One-lane tiles of 256 at one
+    # (online.thread_grid), a softcap's calls in the fused form the old path. One-lane tiles of
+    # 256 at one
     # warp (the lane limit and the chunked warps moved down for the interpreter): V = 1031 (a
     # prime: rows off 16 bytes in bf16, so framed, with a peeled first tile and an edge tile),
     # -inf logits in a whole and in an edge tile, an ignored row, each option, a NaN row; against
     # fp64.
     monkeypatch.setattr(config, "ENTROPY_THREAD_STATS", True)
-    monkeypatch.setattr(config, "ENTROPY_THREAD_STATS_SMOOTH", smooth_threads)
     monkeypatch.setattr(config, "ENTROPY_LANE_MAX_BLOCK", 128)
     monkeypatch.setattr(config, "ENTROPY_CHUNKED_WARPS", 1)
     from normlab.losses import chunked
@@ -832,8 +830,8 @@ def test_label_ce_statistics_per_thread(form, dtype, smooth_threads, monkeypatch
         threads.clear()
         out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=256,
                           reduction="none", **kw)  # fmt: skip
-        # the per-thread path ran (with label smoothing only under its switch)
-        old_path = "label_smoothing" in kw and not smooth_threads
+        # the per-thread path ran (not for a softcap in the fused form)
+        old_path = "softcap" in kw and form == "fused"
         assert threads and set(threads) == ({0} if old_path else {32}), threads
         ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, reduction="none", **kw)
         if "label_smoothing" in kw and "softcap" not in kw:  # -inf logits: +inf, as torch's

@@ -198,6 +198,4 @@ def host_switches() -> list[str]:
         out.append("NORMLAB_LOSS_POLY_EXP2=1")
     if not loss_config.ENTROPY_THREAD_STATS:
         out.append("NORMLAB_LOSS_THREAD_STATS=0")
-    if loss_config.ENTROPY_THREAD_STATS_SMOOTH:
-        out.append("NORMLAB_LOSS_THREAD_STATS_SMOOTH=1")
     return out

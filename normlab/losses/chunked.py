@@ -303,8 +303,7 @@ def launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, a
     else:
         launches = (1, 4, 2) if n_stats == 7 else (1, 2)
     extra = config.kernel_args(spec, mask, x.element_size())
-    threads = config.entropy_threads(spec.kind, block, options["num_warps"], x.element_size(),
-                                     extra.get("SMOOTH", False))  # fmt: skip
+    threads = config.entropy_threads(spec.kind, block, options["num_warps"], x.element_size())
     reduce = 0 if out is None else config.REDUCE_CODES[spec.reduction]
     for phase in launches:
         launch(_entropy_chunked_kernel, (n_rows * n_chunks,),

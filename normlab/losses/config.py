@@ -221,24 +221,19 @@ def entropy_lane(block: int) -> int:
 
 # Label CE's one-lane tiles keep a running max and sum-exp per thread (of the columns it loads)
 # and fold them once a row: no cross-warp exchange a tile, 1/32 more exp a logit at tile 4096 and
-# 4 warps. Not with label smoothing: its per-thread logit sum spilled the chunked kernel and ran
-# 2.7-5.6% slower on an H100 (docs/planner.md#statistics-per-thread). NORMLAB_LOSS_THREAD_STATS=0
-# turns it off.
+# 4 warps. Not for softcap in the fused form: there it ran 1.3-3.2% slower on an H100, where the
+# chunked form's ran 1.6% faster (docs/planner.md#statistics-per-thread).
+# NORMLAB_LOSS_THREAD_STATS=0 turns it off.
 ENTROPY_THREAD_STATS = os.environ.get("NORMLAB_LOSS_THREAD_STATS", "1") != "0"
-# NORMLAB_LOSS_THREAD_STATS_SMOOTH=1: label smoothing's calls too, their logit sums kept as the
-# old path keeps them (online.smoothing_sums); timed against the old path in h200_round.sh
-# smooththreads.
-ENTROPY_THREAD_STATS_SMOOTH = os.environ.get("NORMLAB_LOSS_THREAD_STATS_SMOOTH", "0") == "1"
 
 
 def entropy_threads(kind: int, block: int, num_warps: int, logit_bytes: int,
-                    smoothing: bool = False) -> int:  # fmt: skip
-    """The kernels' THREADS: 32 num_warps where label CE (with label smoothing only under
-    ENTROPY_THREAD_STATS_SMOOTH) keeps its one-lane tiles' statistics per thread
-    (ENTROPY_THREAD_STATS; each thread a whole number of 16-byte vectors of the tile), else 0."""
+                    fused_softcap: bool = False) -> int:  # fmt: skip
+    """The kernels' THREADS: 32 num_warps where label CE keeps its one-lane tiles' statistics
+    per thread (ENTROPY_THREAD_STATS; each thread a whole number of 16-byte vectors of the tile;
+    not ``fused_softcap``: a softcap in the fused form), else 0."""
     threads = 32 * num_warps
-    if (not ENTROPY_THREAD_STATS or kind != CE or (smoothing and not ENTROPY_THREAD_STATS_SMOOTH)
-            or entropy_lane(block) != block
+    if (not ENTROPY_THREAD_STATS or kind != CE or fused_softcap or entropy_lane(block) != block
             or block % (threads * (16 // logit_bytes))):  # fmt: skip
         return 0
     return threads

@@ -188,7 +188,7 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
         options["maxnreg"] = maxnreg
     extra = config.kernel_args(spec, mask, x.element_size())
     threads = config.entropy_threads(spec.kind, block, options["num_warps"], x.element_size(),
-                                     extra.get("SMOOTH", False))  # fmt: skip
+                                     extra.get("XFORM", 0) >= config.XFORMS["softcap"])  # fmt: skip
     launch(_entropy_fused_kernel, (n_rows,),
            x, t, labels, grad if grad is not None else x, loss_rows,
            n_valid if n_valid is not None else loss_rows, out if out is not None else loss_rows,
