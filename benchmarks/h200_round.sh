@@ -190,9 +190,10 @@
 # test: the loss checks, -inf logits included, and the options' times).
 # worstfwd (the population's members below 0.90x, all forwards, timed twice beside the peers
 # as the population was: which misses outlast the run-to-run spread).
-# threadstats (label CE's one-lane statistics per thread, the default since 9f01452 but for label
-# smoothing: the loss checks and label CE's options in bf16 and fp32, then the options' times
-# with NORMLAB_LOSS_THREAD_STATS=0 and 1, twice, interleaved).
+# threadstats (label CE's one-lane statistics per thread, the default since 9f01452, for label
+# smoothing too since 8093623 but not a softcap in the fused form: the loss checks and label CE's
+# options in bf16 and fp32, then the options' times at V = 131072 (chunked) and 32768 (fused)
+# with NORMLAB_LOSS_THREAD_STATS=0 and 1).
 # smooththreads (at 0f637cd: label smoothing's edge tiles summed within each thread, and its
 # calls with statistics per thread too, NORMLAB_LOSS_THREAD_STATS_SMOOTH=1, a switch removed
 # since: the loss checks with it on in bf16 and fp32 and label CE's options with it off in bf16;
@@ -1185,10 +1186,16 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     done
     ;;
   threadstats)  # label CE's statistics per thread: checked, then timed off and on, twice
-    step gpu_check_threadstats 240 python3 benchmarks/gpu_check.py \
+    step gpu_check_threadstats 210 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_threadstats.json" --dtypes bf16,fp32 --only losses,loss_options \
       --loss-options cross_entropy
-    options_off_on NORMLAB_LOSS_THREAD_STATS threads
+    for vocab in 131072 32768; do
+      for on in 0 1; do
+        step "loss_options_threads${on}_V$vocab" 85 env NORMLAB_LOSS_THREAD_STATS=$on python3 \
+          benchmarks/loss_options.py --V $vocab --out "$OUT/loss_options_threads${on}_V$vocab.jsonl" \
+          --reps 10 --max-seconds 40
+      done
+    done
     ;;
   smooththreads)  # label smoothing with statistics per thread: checked, then timed
     step gpu_check_smooththreads 200 env NORMLAB_LOSS_THREAD_STATS_SMOOTH=1 python3 \
