@@ -298,8 +298,8 @@ def thread_grid(x, THREADS: tl.constexpr, VEC: tl.constexpr):
 
 @triton.jit
 def online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND: tl.constexpr, SMOOTH: tl.constexpr,
-                ONE_LANE: tl.constexpr, XFORM: tl.constexpr, WHOLE: tl.constexpr = False,
-                THREADS: tl.constexpr = 0, VEC: tl.constexpr = 8):  # fmt: skip
+                XFORM: tl.constexpr, WHOLE: tl.constexpr = False, THREADS: tl.constexpr = 0,
+                VEC: tl.constexpr = 8):  # fmt: skip
     """Fold one held fp32 tile (a tile_cols grid, -inf on masked lanes; see transform) into
     running statistics, in the loss's units (a temperature's 1 / T or a softcap's c applied
     here: ``shifted``, ``scaled``), kept per lane (per grid row: vectors of BLOCK // LANE).
@@ -463,8 +463,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
             x, t = load_edge_tile(x_row, t_row, cols, lo, hi, xparam, KIND, "evict_last", ALIGN,
                                   XFORM, SMOOTH)  # fmt: skip
             m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND,
-                                                  SMOOTH, LANE == BLOCK, XFORM, False, THREADS,
-                                                  VEC)  # fmt: skip
+                                                  SMOOTH, XFORM, False, THREADS, VEC)  # fmt: skip
     for i in range(first, n_full):
         x = tl.load(x_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
         x = transform(x, xparam, XFORM)
@@ -474,8 +473,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
             t = tl.load(t_row + i * BLOCK + cols, eviction_policy="evict_last").to(tl.float32)
             t = transform(t, xparam, XFORM)
         m_x, s_x, m_t, s_t, acc = online_tile(x, t, m_x, s_x, m_t, s_t, acc, xparam, KIND,
-                                              SMOOTH, LANE == BLOCK, XFORM, True, THREADS,
-                                              VEC)  # fmt: skip
+                                              SMOOTH, XFORM, True, THREADS, VEC)  # fmt: skip
     if ALIGN > 1:
         if (hi == (n_full + 1) * BLOCK) & (lo <= n_full * BLOCK):  # whole (an inner chunk's)
             x_last = tl.load(x_row + n_full * BLOCK + cols,
@@ -495,8 +493,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
         x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + cols, lo, hi, xparam,
                                          KIND, "evict_last", ALIGN, XFORM, SMOOTH)  # fmt: skip
     m_x, s_x, m_t, s_t, acc = online_tile(x_last, t_last, m_x, s_x, m_t, s_t, acc, xparam, KIND,
-                                          SMOOTH, LANE == BLOCK, XFORM, False, THREADS,
-                                          VEC)  # fmt: skip
+                                          SMOOTH, XFORM, False, THREADS, VEC)  # fmt: skip
     if KIND == CE:  # the gradient pass holds x alone (t_last was smoothing's sums)
         t_last = x_last
     if SMOOTH and (SMOOTH_TILE_SUM and (LANE == BLOCK)):
