@@ -287,12 +287,16 @@ for row in viz.option_bound_table(options, loops, loops_meta["model"]):
 #   of its bytes, and its time rises with it.
 # - **Label smoothing** adds a sum of the logits: a few instructions a logit, still far under
 #   every floor. Yet it costs about as much as softcap. The model does not explain that, so the
-#   model is not the whole story.
+#   model is not the whole story. The SASS later showed what it misses: once a chunk, label
+#   smoothing's last tile held a reduction across the warps, during which no warp of the program
+#   issues a load. Summed within each thread instead, label smoothing came down to about its base
+#   op's time on an H100 (timed after this recorded run:
+#   [note](../docs/notes/2026-12-05-smoothing-edge-tiles-in-each-thread.md)).
 # - **The last row is a prediction, not a measurement.** It computes softcap's gradient
 #   exponential on the FMA pipe with a polynomial instead of on MUFU
 #   (`NORMLAB_LOSS_POLY_EXP2=1`). That trades one MUFU operation a logit for about nine
-#   instructions, and leaves both floors under the bytes. It is off by default until a GPU run
-#   times it
+#   instructions, and leaves both floors under the bytes. Timed on an H100, it was slower, so it
+#   stays off; the H200 run is still to come
 #   ([note](../docs/notes/2026-12-05-softcap-exp-on-the-fma-pipe.md)).
 #
 # ## Live measurement
