@@ -71,9 +71,10 @@ SOFTCAP_APPROX: tl.constexpr = tl.constexpr(3)  # the same with tanh.approx.f32 
 PAIRED_MAXIMA: tl.constexpr = tl.constexpr(not _runtime.INTERPRET)
 # Label smoothing's sum of the logits over a one-lane tile (LANE == BLOCK, tiles above
 # config.ENTROPY_LANE_MAX_BLOCK): each SMOOTH_PART logits a thread holds are summed in registers
-# into BLOCK / SMOOTH_PART fp32 accumulators (in any order: only their total is used), reduced
-# once a row, so a tile adds no cross-warp reduction (a third one beside the max and the
-# sum-exp otherwise), and no tile-shaped accumulator (docs/planner.md#smoothings-partial-sums).
+# into BLOCK / SMOOTH_PART fp32 accumulators (an order-keeping reshape: Triton 3.10 drops
+# can_reorder), reduced once a row, so a tile adds no cross-warp reduction (a third one beside
+# the max and the sum-exp otherwise), and no tile-shaped accumulator
+# (docs/planner.md#smoothings-partial-sums).
 # NORMLAB_LOSS_SMOOTH_TILE_SUM=0: one tl.sum per tile, as lanes of a few columns always do.
 SMOOTH_TILE_SUM: tl.constexpr = tl.constexpr(
     os.environ.get("NORMLAB_LOSS_SMOOTH_TILE_SUM", "1") != "0")
@@ -512,8 +513,7 @@ def smoothing_sums(x):
     on a one-lane tile with SMOOTH_TILE_SUM, (1, BLOCK / SMOOTH_PART) partial sums, each within
     a thread (row_statistics reduces them once a row); else one sum a grid row."""
     if SMOOTH_TILE_SUM and (x.shape[0] == 1):
-        return tl.sum(tl.reshape(x, (1, x.shape[1] // SMOOTH_PART, SMOOTH_PART),
-                                 can_reorder=True), axis=2)  # fmt: skip
+        return tl.sum(tl.reshape(x, (1, x.shape[1] // SMOOTH_PART, SMOOTH_PART)), axis=2)
     else:
         return tl.sum(x, axis=1)
 
