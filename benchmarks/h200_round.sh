@@ -1185,7 +1185,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
         --families random,model,narrow --impls normlab,torch,compile,liger --cells "$worst"
     done
     ;;
-  threadstats)  # label CE's statistics per thread: checked, then timed off and on, twice
+  threadstats)  # label CE's statistics per thread: checked, then timed off and on
     step gpu_check_threadstats 210 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_threadstats.json" --dtypes bf16,fp32 --only losses,loss_options \
       --loss-options cross_entropy

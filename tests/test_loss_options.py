@@ -792,8 +792,8 @@ def test_thread_statistics_rule(monkeypatch):
     capped = spec._replace(options=config.Options(softcap=30.0))
     assert config.kernel_args(capped, None, 2)["XFORM"] >= softcap
     assert config.kernel_args(capped, None, 4)["XFORM"] >= softcap
-    hot = spec._replace(options=config.Options(temperature=2.0))
-    assert config.kernel_args(hot, None)["XFORM"] < softcap
+    hot = spec._replace(kind=config.KINDS["reverse_kl"], options=config.Options(temperature=2))
+    assert config.kernel_args(hot, None)["XFORM"] < softcap  # a temperature is not a softcap
 
 
 @pytest.mark.parametrize("form", ["fused", "chunked"])
@@ -801,11 +801,10 @@ def test_thread_statistics_rule(monkeypatch):
 def test_label_ce_statistics_per_thread(form, dtype, monkeypatch):
     # ENTROPY_THREAD_STATS: label CE's one-lane tiles keep a max and sum-exp per thread
     # (online.thread_grid), a softcap's calls in the fused form the old path. One-lane tiles of
-    # 256 at one
-    # warp (the lane limit and the chunked warps moved down for the interpreter): V = 1031 (a
-    # prime: rows off 16 bytes in bf16, so framed, with a peeled first tile and an edge tile),
-    # -inf logits in a whole and in an edge tile, an ignored row, each option, a NaN row; against
-    # fp64.
+    # 256 at one warp (the lane limit and the chunked warps moved down for the interpreter):
+    # V = 1031 (a prime: rows off 16 bytes in bf16, so framed, with a peeled first tile and an
+    # edge tile), -inf logits in a whole and in an edge tile, an ignored row, each option, a NaN
+    # row; against fp64.
     monkeypatch.setattr(config, "ENTROPY_THREAD_STATS", True)
     monkeypatch.setattr(config, "ENTROPY_LANE_MAX_BLOCK", 128)
     monkeypatch.setattr(config, "ENTROPY_CHUNKED_WARPS", 1)
