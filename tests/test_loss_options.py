@@ -840,6 +840,18 @@ def test_label_ce_statistics_per_thread(form, dtype, monkeypatch):
         else:
             _check(out, grad, ref_out, ref_grad, dtype, n_cols, f"{form} {kw}")
         assert (grad[1] == 0).all() and out[1] == 0
+    # label smoothing's one sum a tile (NORMLAB_LOSS_SMOOTH_TILE_SUM=0) beside statistics per
+    # thread
+    monkeypatch.setattr(online, "SMOOTH_TILE_SUM", tl.constexpr(False))
+    threads.clear()
+    kw = {"label_smoothing": 0.1}
+    out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=256,
+                      reduction="none", **kw)  # fmt: skip
+    assert set(threads) == {32}, threads
+    ref_out, ref_grad = _ref_call(ref.cross_entropy_ref, x, labels, reduction="none", **kw)
+    assert torch.isinf(out[[2, 3]]).all()
+    keep = [0, 1, 4, 5]
+    _check(out[keep], grad[keep], ref_out[keep], ref_grad[keep], dtype, n_cols, "one sum a tile")
     x[4, 7] = float("nan")
     out, grad = _call(normlab.cross_entropy, x, labels, form=form, block_cap=256,
                       reduction="none")  # fmt: skip

@@ -440,13 +440,13 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     stores are evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us without the
     hints; benchmarks/data/dev/sweep_launch_configs_h200.json, "entropy"). Label smoothing's
     logit sum over one-lane tiles is kept in partial sums (SMOOTH_TILE_SUM), reduced here.
-    THREADS > 0 (label CE without SMOOTH, LANE == BLOCK): statistics a thread, folded here.
+    THREADS > 0 (label CE, LANE == BLOCK): statistics a thread, folded here; label smoothing's
+    sum keeps its own shape (smoothing_sums).
     """
     cols = tile_cols(BLOCK, LANE)
     VEC: tl.constexpr = 128 // x_row.dtype.element_ty.primitive_bitwidth  # one 16-byte vector
     if THREADS > 0:
-        tl.static_assert((KIND == CE) and ((not SMOOTH) or SMOOTH_TILE_SUM) and (LANE == BLOCK)
-                         and (BLOCK % (THREADS * VEC) == 0))  # fmt: skip
+        tl.static_assert((KIND == CE) and (LANE == BLOCK) and (BLOCK % (THREADS * VEC) == 0))
         m_x = tl.full([THREADS], float("-inf"), tl.float32)
         s_x = tl.zeros([THREADS], tl.float32)
     else:
