@@ -75,7 +75,8 @@ from normlab.losses.fused import _entropy_fused_kernel  # noqa: E402
 POINTERS = {"x_ptr": "*bf16", "t_ptr": "*bf16", "labels_ptr": "*i64", "grad_ptr": "*bf16",
             "loss_ptr": "*fp32", "n_valid_ptr": "*fp32", "out_ptr": "*fp32",
             "ticket_ptr": "*i32", "mask_ptr": "*i1"}  # fmt: skip
-SCALARS = {"grad_scale": "fp32", "ignore_index": "i32", "n_cols": "i32", "x_row_stride": "i32",
+SCALARS = {"grad_scale": "fp32", "ignore_index": "i32", "n_rows": "i32", "n_cols": "i32",
+           "x_row_stride": "i32",
            "t_row_stride": "i32", "grad_row_stride": "i32", "xparam": "fp32", "beta": "fp32",
            "smoothing": "fp32", "uniform_weight": "fp32", "z_loss": "fp32"}  # fmt: skip
 ALIGNED = ("x_ptr", "t_ptr", "labels_ptr", "grad_ptr", "loss_ptr", "n_valid_ptr", "out_ptr",

@@ -379,6 +379,32 @@ def test_rescale_grid_strides_rows(reduction):
     _check("reverse_kl", out, grad, ref_out, ref_grad, torch.float32, 40, reduction)
 
 
+@pytest.mark.parametrize("loss,reduction,programs",
+                         latin(LOSSES, ["mean", "sum", "none"], [1, 3, 4]))
+def test_fused_grid_fewer_programs_than_rows(loss, reduction, programs, monkeypatch):
+    # The fused kernel's persistent grid: 1, 3 or 4 programs stride 11 rows (label CE's row 1
+    # ignored, so a mean counts 10), each row's loss and gradient, and the launch's reduction
+    # by its last program, as the fp64 reference gives them.
+    from functools import partial
+
+    from normlab.losses import fused, op
+
+    grids = []
+
+    def launch_spy(*args, **kwargs):
+        grids.append(kwargs["programs"])
+        return fused.launch_fused(*args, **kwargs)
+
+    monkeypatch.setattr(op, "launch_fused", partial(launch_spy, programs=programs))
+    x, other = _inputs(loss, (11, 300), torch.float32)
+    weight = torch.tensor(3.0) if reduction != "none" else torch.randn(11)
+    out, grad = _run(loss, x, other, weight=weight, form="fused", block_cap=64,
+                     reduction=reduction)  # fmt: skip
+    ref_out, ref_grad = _ref(loss, x, other, reduction=reduction, weight=weight)
+    assert grids == [programs]
+    _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, reduction)
+
+
 @pytest.mark.parametrize("form", ALL_FORMS)
 def test_ignored_labels_and_all_ignored(form):
     x = torch.randn(6, 100)

@@ -200,7 +200,7 @@ def _entropy_chunked_kernel(
                 fill_zero(grad_row, lo, hi, BLOCK)
             if REDUCE > 0:
                 if chunk == 0:
-                    finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_valid_ptr,
+                    finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_rows, n_valid_ptr,
                                      labels_ptr, mask_ptr, ignore_index, KIND, REDUCE,
                                      MEAN_OVER_VALID, COUNT, HAS_MASK)  # fmt: skip
             return
@@ -261,7 +261,7 @@ def _entropy_chunked_kernel(
                            SMOOTH, ZLOSS)  # fmt: skip
             if REDUCE > 0:
                 if chunk == 0:
-                    finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_valid_ptr,
+                    finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_rows, n_valid_ptr,
                                      labels_ptr, mask_ptr, ignore_index, KIND, REDUCE,
                                      MEAN_OVER_VALID, COUNT, HAS_MASK)  # fmt: skip
 

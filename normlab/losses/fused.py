@@ -50,6 +50,7 @@ def _entropy_fused_kernel(
     ticket_ptr,  # (1,) int32, 0 between launches (REDUCE only)
     grad_scale,
     ignore_index,
+    n_rows,
     n_cols,
     x_row_stride,
     t_row_stride,
@@ -76,68 +77,87 @@ def _entropy_fused_kernel(
     SMOOTH: tl.constexpr = False,
     ZLOSS: tl.constexpr = False,
     THREADS: tl.constexpr = 0,  # label CE's statistics per thread (config.entropy_threads)
+    PERSISTENT: tl.constexpr = False,  # fewer programs than rows, each strides the rows
 ):
-    """One row's loss and gradient in one launch (see module docstring)."""
+    """Each row's loss and gradient in one launch (see module docstring): one program a row, or
+    (PERSISTENT) a grid of fewer programs that stride the rows (config.entropy_fused_programs)."""
     xparam, beta, smoothing, uniform_weight, z_loss = fp32_options(xparam, beta, smoothing,
                                                                    uniform_weight, z_loss)
-    row = tl.program_id(0).to(tl.int64)
-    n_rows = tl.num_programs(0)  # one program per row
-    if (KIND == CE) or HAS_MASK:
-        skipped = False
-        if KIND == CE:
-            skipped = tl.load(labels_ptr + row) == ignore_index
-        if HAS_MASK:
-            skipped = skipped | masked_out(mask_ptr, row)
-        if skipped:  # loss 0, gradient 0, logits never read
-            tl.store(loss_ptr + row, 0.0)
-            if COMPUTE_GRAD and not ACCUMULATE:
-                fill_zero(grad_ptr + row * grad_row_stride, 0, n_cols, BLOCK)
-            if REDUCE > 0:
-                finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_valid_ptr, labels_ptr,
-                                 mask_ptr, ignore_index, KIND, REDUCE, MEAN_OVER_VALID, COUNT,
-                                 HAS_MASK)  # fmt: skip
-            return
-    x_off, t_off, grad_off, lead = row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
-                                               ALIGN, FRAME)  # fmt: skip
-    x_row = x_ptr + x_off
-    t_row = t_ptr + t_off
-    grad_row = grad_ptr + grad_off
-    label = 0
-    x_label = 0.0
-    bad = False
-    if KIND == CE:
-        label, _ignored, bad = load_label(labels_ptr, row, ignore_index, 0, n_cols)
-        x_label = tl.load(x_row + lead + tl.where(bad, 0, label)).to(tl.float32)
-        x_label = tl.where(bad, float("nan"), loss_logit(x_label, xparam, XFORM))
-        label = label + lead
-    m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = row_statistics(
-        x_row, t_row, lead, lead + n_cols, xparam, KIND, BLOCK, LANE, ALIGN, True, XFORM, SMOOTH,
-        THREADS,
-    )
-    if KIND == JSD:  # a second pass, now that p and q are known; acc becomes R_p
-        log_s_x = tl.log(s_x)
-        log_s_t = tl.log(s_t)
-        acc, r_q = jsd_sums(x_row, t_row, lead, lead + n_cols, safe_max(m_x), safe_max(m_t),
-                             log_s_x, log_s_t, xparam, beta, BLOCK, LANE, ALIGN,
-                             XFORM)  # fmt: skip
-        loss = jsd_loss(acc, r_q, log_s_x, log_s_t, beta)
+    scale = tl.cast(grad_scale, tl.float32)
+    if COMPUTE_GRAD and MEAN_OVER_VALID:
+        scale = scale / counted_rows(n_valid_ptr, labels_ptr, mask_ptr, ignore_index, n_rows,
+                                     KIND, HAS_MASK, COUNT)  # fmt: skip
+    if PERSISTENT:
+        for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
+            _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr,
+                       tl.cast(row, tl.int64), scale, ignore_index, n_cols, x_row_stride,
+                       t_row_stride, grad_row_stride, xparam, beta, smoothing, uniform_weight,
+                       z_loss, KIND, COMPUTE_GRAD, ACCUMULATE, BLOCK, LANE, ALIGN, FRAME, XFORM,
+                       HAS_MASK, SMOOTH, ZLOSS, THREADS)  # fmt: skip
     else:
-        loss = finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight, z_loss, KIND,
-                           SMOOTH, ZLOSS)  # fmt: skip
-    tl.store(loss_ptr + row, loss)
-    if COMPUTE_GRAD:
-        scale = tl.cast(grad_scale, tl.float32)
-        if MEAN_OVER_VALID:
-            scale = scale / counted_rows(n_valid_ptr, labels_ptr, mask_ptr, ignore_index, n_rows,
-                                         KIND, HAS_MASK, COUNT)  # fmt: skip
-        grad_pass(x_row, t_row, grad_row, lead, lead + n_cols, x_last, t_last, n_full, first,
-                   m_x, s_x, m_t, s_t, acc, label, bad, scale, xparam, beta, smoothing,
-                   uniform_weight, z_loss, KIND, ACCUMULATE, BLOCK, LANE, ALIGN, XFORM, SMOOTH,
-                   ZLOSS)  # fmt: skip
+        _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr,
+                   tl.program_id(0).to(tl.int64), scale, ignore_index, n_cols, x_row_stride,
+                   t_row_stride, grad_row_stride, xparam, beta, smoothing, uniform_weight, z_loss,
+                   KIND, COMPUTE_GRAD, ACCUMULATE, BLOCK, LANE, ALIGN, FRAME, XFORM, HAS_MASK,
+                   SMOOTH, ZLOSS, THREADS)  # fmt: skip
     if REDUCE > 0:
-        finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_valid_ptr, labels_ptr,
-                         mask_ptr, ignore_index, KIND, REDUCE, MEAN_OVER_VALID, COUNT,
+        finish_reduction(loss_ptr, out_ptr, ticket_ptr, tl.num_programs(0), n_rows, n_valid_ptr,
+                         labels_ptr, mask_ptr, ignore_index, KIND, REDUCE, MEAN_OVER_VALID, COUNT,
                          HAS_MASK)  # fmt: skip
+
+
+@triton.jit
+def _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr, row, scale, ignore_index,
+               n_cols, x_row_stride, t_row_stride, grad_row_stride, xparam, beta, smoothing,
+               uniform_weight, z_loss, KIND: tl.constexpr, COMPUTE_GRAD: tl.constexpr,
+               ACCUMULATE: tl.constexpr, BLOCK: tl.constexpr, LANE: tl.constexpr,
+               ALIGN: tl.constexpr, FRAME: tl.constexpr, XFORM: tl.constexpr,
+               HAS_MASK: tl.constexpr, SMOOTH: tl.constexpr, ZLOSS: tl.constexpr,
+               THREADS: tl.constexpr):  # fmt: skip
+    """Row ``row``'s loss into loss_ptr and (COMPUTE_GRAD) its gradient times ``scale``."""
+    skipped = False
+    if KIND == CE:
+        skipped = tl.load(labels_ptr + row) == ignore_index
+    if HAS_MASK:
+        skipped = skipped | masked_out(mask_ptr, row)
+    if skipped:  # loss 0, gradient 0, logits never read
+        tl.store(loss_ptr + row, 0.0)
+        if COMPUTE_GRAD and not ACCUMULATE:
+            fill_zero(grad_ptr + row * grad_row_stride, 0, n_cols, BLOCK)
+    else:
+        x_off, t_off, grad_off, lead = row_frames(row, x_row_stride, t_row_stride,
+                                                   grad_row_stride, ALIGN, FRAME)  # fmt: skip
+        x_row = x_ptr + x_off
+        t_row = t_ptr + t_off
+        grad_row = grad_ptr + grad_off
+        label = 0
+        x_label = 0.0
+        bad = False
+        if KIND == CE:
+            label, _ignored, bad = load_label(labels_ptr, row, ignore_index, 0, n_cols)
+            x_label = tl.load(x_row + lead + tl.where(bad, 0, label)).to(tl.float32)
+            x_label = tl.where(bad, float("nan"), loss_logit(x_label, xparam, XFORM))
+            label = label + lead
+        m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = row_statistics(
+            x_row, t_row, lead, lead + n_cols, xparam, KIND, BLOCK, LANE, ALIGN, True, XFORM,
+            SMOOTH, THREADS,
+        )
+        if KIND == JSD:  # a second pass, now that p and q are known; acc becomes R_p
+            log_s_x = tl.log(s_x)
+            log_s_t = tl.log(s_t)
+            acc, r_q = jsd_sums(x_row, t_row, lead, lead + n_cols, safe_max(m_x), safe_max(m_t),
+                                 log_s_x, log_s_t, xparam, beta, BLOCK, LANE, ALIGN,
+                                 XFORM)  # fmt: skip
+            loss = jsd_loss(acc, r_q, log_s_x, log_s_t, beta)
+        else:
+            loss = finish_loss(m_x, s_x, s_t, acc, x_label, smoothing, uniform_weight, z_loss,
+                               KIND, SMOOTH, ZLOSS)  # fmt: skip
+        tl.store(loss_ptr + row, loss)
+        if COMPUTE_GRAD:
+            grad_pass(x_row, t_row, grad_row, lead, lead + n_cols, x_last, t_last, n_full, first,
+                       m_x, s_x, m_t, s_t, acc, label, bad, scale, xparam, beta, smoothing,
+                       uniform_weight, z_loss, KIND, ACCUMULATE, BLOCK, LANE, ALIGN, XFORM,
+                       SMOOTH, ZLOSS)  # fmt: skip
 
 
 @triton.jit
@@ -170,13 +190,15 @@ def _entropy_grad_rescale_kernel(
 
 
 def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate,
-                 mask=None, out=None, ticket=None):  # fmt: skip
+                 mask=None, out=None, ticket=None, *, programs=None):  # fmt: skip
     """Loss rows of x (and, with compute_grad, the gradient into grad) in one launch; with
     ``out`` (a () fp32 tensor) and ``ticket`` (``op._reduction_buffers``'), also their sum or
     mean (spec.reduction) into ``out``. ``n_valid``: the fp32 count a mean over counted rows
     divides by, or None: the kernel counts (``config.count_in_kernel``). Unread pointers
-    (labels, grad) may be any tensor; mask: the flat loss_mask or None."""
+    (labels, grad) may be any tensor; mask: the flat loss_mask or None. ``programs``: the grid
+    (None: one program a row; fewer stride the rows)."""
     n_rows, n_cols = x.shape
+    programs = n_rows if programs is None else max(1, min(programs, n_rows))
     block = config.tile(n_cols, spec.block_cap)
     scale, over_valid = config.grad_scale(spec, n_rows)
     is_ce = spec.kind == config.CE
@@ -189,15 +211,15 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
     extra = config.kernel_args(spec, mask, x.element_size())
     threads = config.entropy_threads(spec.kind, block, options["num_warps"], x.element_size(),
                                      extra.get("XFORM", 0) >= config.XFORMS["softcap"])  # fmt: skip
-    launch(_entropy_fused_kernel, (n_rows,),
+    launch(_entropy_fused_kernel, (programs,),
            x, t, labels, grad if grad is not None else x, loss_rows,
            n_valid if n_valid is not None else loss_rows, out if out is not None else loss_rows,
-           ticket if ticket is not None else loss_rows, scale, spec.ignore_index, n_cols,
+           ticket if ticket is not None else loss_rows, scale, spec.ignore_index, n_rows, n_cols,
            x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
            KIND=spec.kind, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
            MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None, REDUCE=reduce,
            BLOCK=block, LANE=config.entropy_lane(block), **config.frames(x, t, grad, block),
-           **extra, THREADS=threads, **options)  # fmt: skip
+           **extra, THREADS=threads, PERSISTENT=programs < n_rows, **options)  # fmt: skip
 
 
 def launch_rescale(grad, grad_out):

@@ -815,20 +815,20 @@ def counted_rows(n_valid_ptr, labels_ptr, mask_ptr, ignore_index, n_rows, KIND: 
 
 
 @triton.jit
-def finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_rows, n_valid_ptr, labels_ptr, mask_ptr,
-                     ignore_index, KIND: tl.constexpr, REDUCE: tl.constexpr,
+def finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_callers, n_rows, n_valid_ptr, labels_ptr,
+                     mask_ptr, ignore_index, KIND: tl.constexpr, REDUCE: tl.constexpr,
                      MEAN_OVER_VALID: tl.constexpr, COUNT: tl.constexpr,
                      HAS_MASK: tl.constexpr):  # fmt: skip
-    """The reduced loss into out_ptr, by the last of the launch's n_rows programs that store a
-    row's loss (each calls this once, after that store): REDUCE 1 sums the rows, 2 takes their
-    mean (over counted_rows with MEAN_OVER_VALID, else over n_rows), in fp32 and in row order
-    whichever program is last. ticket_ptr is an int32 that is 0 before the launch; the last
-    program sets it back to 0 (the host keeps one per stream). As CUDA's threadFenceReduction
-    sample: each program publishes its store with a release, the last one reads after an acquire
-    (bypassing L1)."""
+    """The reduced loss of n_rows rows into out_ptr, by the last of the launch's n_callers
+    programs that store loss rows (each calls this once, after its stores): REDUCE 1 sums the
+    rows, 2 takes their mean (over counted_rows with MEAN_OVER_VALID, else over n_rows), in fp32
+    and in row order whichever program is last. ticket_ptr is an int32 that is 0 before the
+    launch; the last program sets it back to 0 (the host keeps one per stream). As CUDA's
+    threadFenceReduction sample: each program publishes its stores with a release, the last one
+    reads after an acquire (bypassing L1)."""
     tl.debug_barrier()  # every thread's store happens before the release
     done = tl.atomic_add(ticket_ptr, 1, sem="acq_rel")
-    if done == n_rows - 1:
+    if done == n_callers - 1:
         acc = tl.zeros([REDUCE_BLOCK], tl.float32)
         for start in range(0, n_rows, REDUCE_BLOCK):
             offs = start + tl.arange(0, REDUCE_BLOCK)
