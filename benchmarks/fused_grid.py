@@ -106,7 +106,7 @@ def main(argv=None) -> int:
                     if not run_budget.allows(last_s):
                         print(f"stopped at the time limit: {len(records)} measured")
                         raise StopIteration
-                    programs = None if grid is None else grid * sms
+                    programs = args.M if grid is None else grid * sms
                     loss_op.launch_fused = functools.partial(launch_fused, programs=programs)
                     t0 = time.time()
                     rec = measure(run, name, "normlab", args.M, V, dtype, "fwd+bwd",

@@ -239,6 +239,32 @@ def entropy_threads(kind: int, block: int, num_warps: int, logit_bytes: int,
     return threads
 
 
+# ---- the fused form's grid -----------------------------------------------------------------------
+
+# A row's program reads the row twice (the statistics, then the gradient pass from the last tile
+# back), and one program a row keeps as many rows in flight as the registers allow. A grid of
+# ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM that stride the rows ran 0.86-0.97x its time at
+# 16384-65536 columns on an H100 (label CE and reverse KL, 1024-16384 rows; eight an SM, 1.01-
+# 1.04x). Rows under ENTROPY_FUSED_STRIDE_MIN_BYTES of logits ran 1.03-1.5x, where many programs'
+# row starts overlap; rows off 16-byte boundaries (50257) 1.15x
+# (docs/planner.md#the-fused-forms-grid). NORMLAB_LOSS_FUSED_STRIDE=0: one program a row.
+ENTROPY_FUSED_STRIDE = os.environ.get("NORMLAB_LOSS_FUSED_STRIDE", "1") != "0"
+ENTROPY_FUSED_PROGRAMS_PER_SM = 4
+ENTROPY_FUSED_STRIDE_MIN_BYTES = 32 * 1024
+
+
+def entropy_fused_programs(n_rows: int, n_cols: int, logit_bytes: int, aligned: bool,
+                           sm_count: int) -> int | None:  # fmt: skip
+    """The fused kernel's grid: ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM striding the rows,
+    for rows of at least ENTROPY_FUSED_STRIDE_MIN_BYTES of logits on 16-byte boundaries
+    (``aligned``) and more rows than that grid; None: one program a row."""
+    programs = ENTROPY_FUSED_PROGRAMS_PER_SM * sm_count
+    if (not ENTROPY_FUSED_STRIDE or not aligned or n_rows <= programs
+            or n_cols * logit_bytes < ENTROPY_FUSED_STRIDE_MIN_BYTES):  # fmt: skip
+        return None
+    return programs
+
+
 # ---- frames of unaligned rows --------------------------------------------------------------------
 
 # Rows off 16-byte boundaries (V = 50257) are read from the 128-byte boundary before them: whole

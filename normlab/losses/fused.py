@@ -196,8 +196,13 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
     mean (spec.reduction) into ``out``. ``n_valid``: the fp32 count a mean over counted rows
     divides by, or None: the kernel counts (``config.count_in_kernel``). Unread pointers
     (labels, grad) may be any tensor; mask: the flat loss_mask or None. ``programs``: the grid
-    (None: one program a row; fewer stride the rows)."""
+    (None: ``config.entropy_fused_programs``' with compute_grad, else one program a row; fewer
+    programs than rows stride them)."""
     n_rows, n_cols = x.shape
+    if programs is None and compute_grad:  # the gradient pass re-reads the row
+        aligned = n_cols % 16 == 0 and x.stride(0) % 16 == 0
+        programs = config.entropy_fused_programs(n_rows, n_cols, x.element_size(), aligned,
+                                                 _runtime.sm_count(x.device.index))  # fmt: skip
     programs = n_rows if programs is None else max(1, min(programs, n_rows))
     block = config.tile(n_cols, spec.block_cap)
     scale, over_valid = config.grad_scale(spec, n_rows)
