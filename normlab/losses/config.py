@@ -253,13 +253,15 @@ ENTROPY_FUSED_PROGRAMS_PER_SM = 4
 ENTROPY_FUSED_STRIDE_MIN_BYTES = 32 * 1024
 
 
-def entropy_fused_programs(n_rows: int, n_cols: int, logit_bytes: int, aligned: bool,
-                           sm_count: int) -> int | None:  # fmt: skip
+def entropy_fused_programs(kind: int, n_rows: int, n_cols: int, logit_bytes: int, aligned: bool,
+                           has_mask: bool, sm_count: int) -> int | None:  # fmt: skip
     """The fused kernel's grid: ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM striding the rows,
     for rows of at least ENTROPY_FUSED_STRIDE_MIN_BYTES of logits on 16-byte boundaries
-    (``aligned``) and more rows than that grid; None: one program a row."""
+    (``aligned``) and more rows than that grid; None: one program a row. Not for JSD, whose
+    three passes keep the SMs' pipes busy (1.07x), nor with a loss_mask, whose skipped rows
+    leave the striding programs uneven (1.04x)."""
     programs = ENTROPY_FUSED_PROGRAMS_PER_SM * sm_count
-    if (not ENTROPY_FUSED_STRIDE or not aligned or n_rows <= programs
+    if (not ENTROPY_FUSED_STRIDE or kind == JSD or has_mask or not aligned or n_rows <= programs
             or n_cols * logit_bytes < ENTROPY_FUSED_STRIDE_MIN_BYTES):  # fmt: skip
         return None
     return programs

@@ -201,7 +201,8 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
     n_rows, n_cols = x.shape
     if programs is None and compute_grad:  # the gradient pass re-reads the row
         aligned = n_cols % 16 == 0 and x.stride(0) % 16 == 0
-        programs = config.entropy_fused_programs(n_rows, n_cols, x.element_size(), aligned,
+        programs = config.entropy_fused_programs(spec.kind, n_rows, n_cols, x.element_size(),
+                                                 aligned, mask is not None,
                                                  _runtime.sm_count(x.device.index))  # fmt: skip
     programs = n_rows if programs is None else max(1, min(programs, n_rows))
     block = config.tile(n_cols, spec.block_cap)
