@@ -2,7 +2,7 @@
 
     python3 benchmarks/kernel_loops.py [--form fused|chunked] [--block 4096 --warps 4]
         [--maxnreg 64] [--target fp32] [--one-hot-in-loop] [--plain-exp] [--poly-exp2]
-        [--no-thread-stats] [--out FILE]
+        [--no-thread-stats] [--persistent] [--out FILE]
     python3 benchmarks/kernel_loops.py --ship benchmarks/data/kernel_loops_*_sm90.txt ...
 
 Compiles ``losses.fused._entropy_fused_kernel`` (or ``losses.chunked._entropy_chunked_kernel``,
@@ -109,16 +109,19 @@ CHUNKED_CONSTANTS = {"PHASE": 3, "CHUNKS_POW2": 8}
 
 
 def compile_variant(kind, xform, smooth, zloss, block, warps, arch, form="fused", maxnreg=None,
-                    target="bf16"):  # fmt: skip
+                    target="bf16", persistent=False):  # fmt: skip
     """The compiled kernel of one variant (forward+backward: COMPUTE_GRAD, a mean over the
     counted rows, aligned rows) in ``form`` (fused or chunked), its registers capped at
-    ``maxnreg`` (None: no cap), the target logits in ``target`` ("bf16" or "fp32")."""
+    ``maxnreg`` (None: no cap), the target logits in ``target`` ("bf16" or "fp32"); the fused
+    form's programs striding the rows with ``persistent``."""
     constants = {"KIND": kind, "COMPUTE_GRAD": True, "ACCUMULATE": False,
                  "MEAN_OVER_VALID": True, "COUNT": True, "REDUCE": 0, "BLOCK": block,
                  "LANE": config.entropy_lane(block), "ALIGN": 1, "FRAME": 1, "XFORM": xform,
                  "HAS_MASK": False, "SMOOTH": smooth, "ZLOSS": zloss}  # fmt: skip
     kernel = _entropy_fused_kernel
     types = {**POINTERS, **SCALARS, "t_ptr": f"*{target}"}
+    if form == "fused" and persistent:
+        constants["PERSISTENT"] = True
     if form == "chunked":
         kernel = _entropy_chunked_kernel
         types = {**types, **CHUNKED_POINTERS, **CHUNKED_SCALARS}
@@ -141,7 +144,7 @@ def _tool(name: str) -> str:
 
 def analyse(kernel) -> tuple[dict, list]:
     """(resource usage, loops): loops as (instructions, opcode counts), one per backward
-    branch of the SASS."""
+    branch of the SASS that encloses no other."""
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
         cubin.write_bytes(kernel.asm["cubin"])
@@ -163,14 +166,17 @@ def analyse(kernel) -> tuple[dict, list]:
                 labels[name] = addr
             pending = []
             instrs.append((addr, re.sub(r"^@!?U?P\w+\s+", "", m.group(2))))
-    loops = []
+    spans = []
     for addr, text in instrs:
         target = _BRANCH.search(text)
         if target and labels.get(target.group(1), addr + 1) <= addr:
-            start = labels[target.group(1)]
-            body = [t for a, t in instrs if start <= a <= addr]
-            ops = collections.Counter(t.split()[0].split(".")[0] for t in body)
-            loops.append((len(body), ops))
+            spans.append((labels[target.group(1)], addr))
+    loops = []
+    for start, end in spans:  # innermost: a loop around others (a row loop) counts them twice
+        if any(start <= s and e <= end and (s, e) != (start, end) for s, e in spans):
+            continue
+        body = [t for a, t in instrs if start <= a <= end]
+        loops.append((len(body), collections.Counter(t.split()[0].split(".")[0] for t in body)))
     return resources, loops
 
 
@@ -247,6 +253,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-thread-stats", action="store_true",
                         help="label CE's one-lane statistics across the warps, as before "
                              "(NORMLAB_LOSS_THREAD_STATS=0)")
+    parser.add_argument("--persistent", action="store_true",
+                        help="the fused form's programs striding the rows (a grid of fewer "
+                             "programs than rows: config.entropy_fused_programs)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers per thread (as the chunked "
                         "form's launch does at some tiles)")
     parser.add_argument("--target", choices=("bf16", "fp32"), default="bf16",
@@ -285,6 +294,8 @@ def main(argv=None) -> int:
     n_logits = math.prod(shapes[0])
     if args.sms <= 0 or not args.clock_ghz > 0:
         parser.error("--sms and --clock-ghz must be positive")
+    if args.persistent and args.form != "fused":
+        parser.error("--persistent is the fused form's grid")
     if args.maxnreg is not None and not 24 <= args.maxnreg <= 255:
         parser.error("--maxnreg must be in [24, 255]")
     if args.block < 16 or args.block & (args.block - 1):
@@ -301,10 +312,11 @@ def main(argv=None) -> int:
                 else "; label CE's one-hot after the loops")
              + ("; tl.exp" if args.plain_exp else "; exp as one ex2.approx.ftz")
              + ("; softcap's gradient exp as poly_exp2" if args.poly_exp2 else "")
-             + ("; label CE's statistics per thread" if config.ENTROPY_THREAD_STATS else "")]
+             + ("; label CE's statistics per thread" if config.ENTROPY_THREAD_STATS else "")
+             + ("; programs striding the rows" if args.persistent else "")]
     for name, variant in VARIANTS.items():
         kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form,
-                                 args.maxnreg, args.target)  # fmt: skip
+                                 args.maxnreg, args.target, args.persistent)  # fmt: skip
         res, loops = analyse(kernel)
         tile_loops = [(count, ops) for count, ops in loops if ops.get("MUFU")]
         issued = sum(count for count, _ in tile_loops) / per_thread

@@ -405,6 +405,60 @@ def test_fused_grid_fewer_programs_than_rows(loss, reduction, programs, monkeypa
     _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, reduction)
 
 
+def test_fused_grid_rule(monkeypatch):
+    # A grid of ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM from one row more than it holds, at
+    # ENTROPY_FUSED_STRIDE_MIN_BYTES of logits a row (bytes, not columns), rows on 16-byte
+    # boundaries; never for JSD or a loss_mask, nor with the switch off.
+    sms, per_sm = 132, config.ENTROPY_FUSED_PROGRAMS_PER_SM
+    grid = per_sm * sms
+    cols = config.ENTROPY_FUSED_STRIDE_MIN_BYTES // 2  # bf16
+
+    def programs(kind="cross_entropy", rows=grid + 1, n_cols=cols, logit_bytes=2, aligned=True,
+                 has_mask=False):  # fmt: skip
+        return config.entropy_fused_programs(config.KINDS[kind], rows, n_cols, logit_bytes,
+                                             aligned, has_mask, sms)  # fmt: skip
+
+    for kind in ("cross_entropy", "reverse_kl", "soft_cross_entropy", "forward_kl"):
+        assert programs(kind) == grid
+    assert programs(rows=grid) is None and programs(rows=16 * grid) == grid
+    assert programs(n_cols=cols - 16) is None and programs(n_cols=2 * cols) == grid
+    assert programs(n_cols=cols // 2, logit_bytes=4) == grid
+    assert programs(n_cols=cols // 2 - 4, logit_bytes=4) is None
+    assert programs(aligned=False) is None
+    assert programs("jsd") is None and programs(has_mask=True) is None
+    monkeypatch.setattr(config, "ENTROPY_FUSED_STRIDE", False)
+    assert programs() is None
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_fused_launch_takes_the_grid_rule(loss, monkeypatch):
+    # With the row bound lowered to 64 bytes, 21 rows of 48 fp32 columns take the interpreter's
+    # 4 SMs x ENTROPY_FUSED_PROGRAMS_PER_SM programs with a gradient, and match fp64; a call
+    # without a gradient and rows off 16-byte boundaries (50 columns) take one program a row.
+    from normlab.losses import fused
+
+    grids = []
+    launch = fused.launch
+
+    def launch_spy(kernel, grid, *args, **kwargs):
+        if kernel is fused._entropy_fused_kernel:
+            grids.append(grid[0])
+        return launch(kernel, grid, *args, **kwargs)
+
+    monkeypatch.setattr(fused, "launch", launch_spy)
+    monkeypatch.setattr(config, "ENTROPY_FUSED_STRIDE_MIN_BYTES", 64)
+    grid = config.ENTROPY_FUSED_PROGRAMS_PER_SM * 4
+    x, other = _inputs(loss, (21, 48), torch.float32, scale=1.0)
+    out, grad = _run(loss, x, other, form="fused", block_cap=16)
+    ref_out, ref_grad = _ref(loss, x, other)
+    _check(loss, out, grad, ref_out, ref_grad, torch.float32, 48)
+    with torch.no_grad():
+        FNS[loss][0](x, other, form="fused", block_cap=16)
+    x, other = _inputs(loss, (21, 50), torch.float32)
+    _run(loss, x, other, form="fused", block_cap=16)
+    assert grids == [grid, 21, 21]
+
+
 @pytest.mark.parametrize("form", ALL_FORMS)
 def test_ignored_labels_and_all_ignored(form):
     x = torch.randn(6, 100)

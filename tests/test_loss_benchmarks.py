@@ -1,4 +1,4 @@
-"""benchmarks/loss_options.py and benchmarks/vocab_population.py: their CPU smoke runs, their
+"""benchmarks/loss_options.py, vocab_population.py and fused_grid.py: their CPU smoke runs, their
 verdicts from records, the wall-clock budget and the parallel Triton warm-up they share."""
 
 import dataclasses
@@ -421,3 +421,27 @@ def test_loss_options_ship_writes_what_notebook_07_reads(options, tmp_path, monk
         with pytest.raises(SystemExit) as exc:
             options.main(["--ship", *argv])
         assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+# ---- the fused form's grid ---------------------------------------------------------------------
+
+
+def test_fused_grid_quick_run_checks_each_grid_and_records_it(tmp_path, capsys):
+    grid = _script("fused_grid")
+    out = tmp_path / "grid.jsonl"
+    assert grid.main(["--out", str(out), "--quick", "--per-sm", "1,2", "--ops",
+                      "cross_entropy"]) == 0  # fmt: skip
+    rows = read_jsonl(out)
+    assert [r.note.split("; grid ")[-1] for r in rows] == ["one a row", "1 an SM", "2 an SM"]
+    assert all(r.strategy == "fused" and r.M == 16 for r in rows)
+    assert "0 grids differ from one a row" in capsys.readouterr().out
+
+
+def test_fused_grid_rejects_bad_arguments(capsys):
+    grid = _script("fused_grid")
+    for argv in (["--quick"], ["--out", "x", "--ops", "jsd"], ["--out", "x", "--V", "3y"],
+                 ["--out", "x", "--per-sm", "0"]):  # fmt: skip
+        with pytest.raises(SystemExit) as exc:
+            grid.main(argv)
+        assert exc.value.code == 2
+    capsys.readouterr()

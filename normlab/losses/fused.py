@@ -1,4 +1,4 @@
-"""The fused form: one program per row writes its loss and its gradient in one launch.
+"""The fused form: a program writes a row's loss and its gradient, in one launch.
 
 ``_entropy_fused_kernel`` (KIND: the loss) runs an online max / sum-exp pass over column tiles of
 ``min(next_pow2(V), block_cap)``, then the gradient pass in reverse tile order (the last tile is
@@ -7,7 +7,9 @@ https://github.com/ServiceNow/Fast-LLM/issues/497, for the block cap). The gradi
 reduction's 1/n) is written during the forward and saved; the backward only rescales it by
 grad_output (``_entropy_grad_rescale_kernel``, in place; ``op`` decides when). The loss rows'
 sum or mean is the kernel's too: its last program adds them up (``online.finish_reduction``), so
-a call is one launch.
+a call is one launch. The gradient pass reads the row a second time, from L2 while few rows are in
+flight: for long aligned rows a grid of a few programs an SM strides the rows instead of one
+program a row (``config.entropy_fused_programs``).
 """
 
 from __future__ import annotations
