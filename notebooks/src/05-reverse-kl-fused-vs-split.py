@@ -58,6 +58,15 @@ print(viz.recorded_summary(recorded))
 # planner (`normlab.losses.config.entropy_auto`) picks per vocabulary class. A call with fewer
 # rows than the GPU has SMs takes the chunked form instead, with chunks as short as one tile, so
 # that its rows spread over the SMs (`config.chunk_layout`).
+#
+# The fused form's second read finds its row in L2 only while the rows *in flight* fit there:
+# one program a row keeps as many rows in flight as the registers let reside, for label
+# cross-entropy at V = 32768 about 1000 rows of 64 KB, more than an H100's 50 MiB of L2. So
+# for rows of 32 KiB of logits or more, a grid of 4 programs per SM strides the rows instead
+# (`config.entropy_fused_programs`). On an H100 that took reverse KL at 4096 × 16384 from 188
+# to 172 µs and label cross-entropy at 4096 × 32768 from 255 to 221 µs; shorter rows ran
+# slower that way, since one program a row overlaps many rows' starts
+# ([the note](../docs/notes/2026-12-05-the-fused-forms-grid.md)).
 
 # %%
 # NBVAL_CHECK_OUTPUT
