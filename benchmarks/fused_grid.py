@@ -2,17 +2,18 @@
 
     python3 benchmarks/fused_grid.py --out out/fused_grid.jsonl [--M 4096]
         [--V 16384,32768,65536] [--ops cross_entropy,reverse_kl] [--per-sm 2,3,4,5,6,8]
+        [--dtype bf16|fp32]
     python3 benchmarks/fused_grid.py --out out/smoke.jsonl --quick     # CPU: the interpreter
 
 The fused kernel reads a row twice: the statistics pass, then the gradient pass, in reverse tile
 order, which finds the row in L2 only while the rows in flight (programs resident on the SMs times
 the bytes of a row) fit in it. One program a row puts as many rows in flight as the registers
 allow; a persistent grid of P programs an SM (``fused.launch_fused(programs=)``) puts P × SMs.
-Times forward+backward (device µs, L2 flushed) of each loss in the fused form at its ``auto``
-tile, one program a row and P an SM, with the rows in flight against L2 printed beside it. One
-record per case (the grid in its note), rewritten after each. Replay is off in this process, so
-each case launches its own grid. Each grid's loss and gradient must equal one program a row's
-bitwise (the exit status says whether they did).
+Times forward+backward (device µs, L2 flushed; bf16 or fp32 logits) of each loss in the fused
+form at its ``auto`` tile, one program a row and P an SM, with the rows in flight against L2
+printed beside it. One record per case (the grid in its note), rewritten after each. Replay is
+off in this process, so each case launches its own grid. Each grid's loss and gradient must
+equal one program a row's bitwise (the exit status says whether they did).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def main(argv=None) -> int:
     parser.add_argument("--V", default="16384,32768,65536", help="vocabularies, a comma list")
     parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--per-sm", default="1,2,3,4,5,6,8", help="persistent programs an SM")
+    parser.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="the logits'")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 reps (CPU smoke)")
     budget.add_arguments(parser)
@@ -86,21 +88,22 @@ def main(argv=None) -> int:
     if args.quick:
         args.M, vocabs, args.reps = 16, [300], 2
     _launch.REPLAY = False  # each case's grid launches as given
-    device, dtype = normlab.DEVICE, torch.bfloat16
+    device = normlab.DEVICE
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     dev = device_info()
     sms, l2 = _runtime.sm_count(), _runtime.l2_bytes()
     command = portable_command(["python3", "benchmarks/fused_grid.py", *argv])
     commit = git_commit()
     if normlab.INTERPRET:
         print(CPU_LABEL)
-    print(f"{dev.card}: {sms} SMs, L2 {l2 / 2**20:.0f} MiB; {args.M} rows, bf16, fwd+bwd")
+    print(f"{dev.card}: {sms} SMs, L2 {l2 / 2**20:.0f} MiB; {args.M} rows, {args.dtype}, fwd+bwd")
     records, last_s, failed = [], 0.0, 0
     launch_fused = loss_op.launch_fused
     try:
         for name in ops:
             for V in vocabs:
                 run, cap = _call(name, args.M, V, dtype, device)
-                row_bytes = V * 2 * (1 if name == "cross_entropy" else 2)
+                row_bytes = V * dtype.itemsize * (1 if name == "cross_entropy" else 2)
                 base = expect = None
                 for grid in [None, *per_sm]:
                     if not run_budget.allows(last_s):
