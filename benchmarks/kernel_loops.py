@@ -120,8 +120,8 @@ def compile_variant(kind, xform, smooth, zloss, block, warps, arch, form="fused"
                  "HAS_MASK": False, "SMOOTH": smooth, "ZLOSS": zloss}  # fmt: skip
     kernel = _entropy_fused_kernel
     types = {**POINTERS, **SCALARS, "t_ptr": f"*{target}"}
-    if form == "fused" and persistent:
-        constants["PERSISTENT"] = True
+    if form == "fused":  # every constexpr in the signature: Triton 3.9 takes no defaults here
+        constants["PERSISTENT"] = persistent
     if form == "chunked":
         kernel = _entropy_chunked_kernel
         types = {**types, **CHUNKED_POINTERS, **CHUNKED_SCALARS}

@@ -28,7 +28,8 @@ def test_wheel_contents(tmp_path):
         infos = z.infolist()
         names = {i.filename for i in infos}
     unpacked = sum(i.file_size for i in infos)
-    assert unpacked < 2 * 2**20, f"wheel unpacks to {unpacked / 2**20:.1f} MiB"
+    # about 1.3 MiB of recorded runs (the first H200 run's records as text, 0.9 MiB) and the code
+    assert unpacked < 2.25 * 2**20, f"wheel unpacks to {unpacked / 2**20:.2f} MiB"
     assert "normlab/py.typed" in names
     assert any(n.endswith("licenses/LICENSE") for n in names)
     assert not any("/dev/" in n or n.endswith(".ipynb") for n in names)
