@@ -2,7 +2,7 @@
 
     python3 benchmarks/fused_grid.py --out out/fused_grid.jsonl [--M 4096]
         [--V 16384,32768,65536] [--ops cross_entropy,reverse_kl] [--per-sm 2,3,4,5,6,8]
-        [--dtype bf16|fp32]
+        [--dtype bf16|fp32] [--ignored 0.5]
     python3 benchmarks/fused_grid.py --out out/smoke.jsonl --quick     # CPU: the interpreter
 
 The fused kernel reads a row twice: the statistics pass, then the gradient pass, in reverse tile
@@ -43,11 +43,13 @@ def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
 
 
-def _call(name, M, V, dtype, device):
-    """A forward+backward of loss ``name`` in the fused form at its auto tile cap."""
+def _call(name, M, V, dtype, device, ignored=0.0):
+    """A forward+backward of loss ``name`` in the fused form at its auto tile cap; label CE with
+    a random ``ignored`` share of its rows' labels at ignore_index (skipped rows)."""
     x = torch.randn(M, V, device=device, dtype=dtype) * 3
     if name == "cross_entropy":
         other = torch.randint(0, V, (M,), device=device)
+        other[torch.rand(M, device=device) < ignored] = -100
     else:
         other = torch.randn(M, V, device=device, dtype=dtype) * 3
     cap = loss_config.ENTROPY_AUTO[name][
@@ -72,6 +74,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--per-sm", default="1,2,3,4,5,6,8", help="persistent programs an SM")
     parser.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="the logits'")
+    parser.add_argument("--ignored", type=float, default=0.0,
+                        help="label CE: the share of rows whose label is ignore_index")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 reps (CPU smoke)")
     budget.add_arguments(parser)
@@ -85,6 +89,8 @@ def main(argv=None) -> int:
     unknown = sorted(set(ops) - set(OPS))
     if unknown or not vocabs or not per_sm or min(vocabs + per_sm) < 1 or args.M < 1:
         parser.error(f"ops from {sorted(OPS)}, positive M, V and --per-sm (unknown: {unknown})")
+    if not 0.0 <= args.ignored < 1.0:
+        parser.error("--ignored is a share of the rows, in [0, 1)")
     if args.quick:
         args.M, vocabs, args.reps = 16, [300], 2
     _launch.REPLAY = False  # each case's grid launches as given
@@ -102,7 +108,7 @@ def main(argv=None) -> int:
     try:
         for name in ops:
             for V in vocabs:
-                run, cap = _call(name, args.M, V, dtype, device)
+                run, cap = _call(name, args.M, V, dtype, device, args.ignored)
                 row_bytes = V * dtype.itemsize * (1 if name == "cross_entropy" else 2)
                 base = expect = None
                 for grid in [None, *per_sm]:
@@ -121,7 +127,9 @@ def main(argv=None) -> int:
                     expect = got if grid is None else expect
                     same = all(torch.equal(a, b) for a, b in zip(got, expect, strict=True))
                     label = "one a row" if grid is None else f"{grid} an SM"
-                    rec = dataclasses.replace(rec, note=f"{rec.note}; grid {label}")
+                    skipped = f"; {args.ignored:g} of the labels ignored" \
+                        if args.ignored and name == "cross_entropy" else ""  # fmt: skip
+                    rec = dataclasses.replace(rec, note=f"{rec.note}; grid {label}{skipped}")
                     records.append(rec)
                     replace_jsonl(records, args.out)
                     base = rec.device_us if grid is None else base

@@ -211,7 +211,8 @@
 # fusedstride (the fused form's grid rule: the loss checks, ragged rows one a row against 4 an
 # SM, label CE and reverse KL over the vocabulary population with the rule off and on).
 # fusedrule (the grid rule as it ships, JSD and loss_mask calls left out: the loss checks, bf16
-# and fp32; the options at 32768 with the rule off and on; 600 and 800 rows, and fp32 logits).
+# and fp32; the options at 32768 with the rule off and on; 600 and 800 rows, fp32 logits, and
+# label CE with half its labels ignored).
 # fusedvocab (label CE and reverse KL over the vocabulary population beside their peers).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
@@ -1252,6 +1253,9 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     done
     step fused_grid_fp32 60 python3 benchmarks/fused_grid.py --out "$OUT/fused_grid_fp32.jsonl" \
       --dtype fp32 --V 4096,8192,16384 --per-sm 4 --max-seconds 50
+    step fused_grid_ignored 60 python3 benchmarks/fused_grid.py \
+      --out "$OUT/fused_grid_ignored.jsonl" --ops cross_entropy --ignored 0.5 --V 16384,32768 \
+      --per-sm 4 --max-seconds 50
     ;;
   fusedvocab)  # label CE and reverse KL over the vocabulary population, beside their peers
     step vocab_fusedvocab 560 python3 benchmarks/vocab_population.py \

@@ -435,12 +435,17 @@ def test_fused_grid_quick_run_checks_each_grid_and_records_it(tmp_path, capsys):
     assert [r.note.split("; grid ")[-1] for r in rows] == ["one a row", "1 an SM", "2 an SM"]
     assert all(r.strategy == "fused" and r.M == 16 for r in rows)
     assert "0 grids differ from one a row" in capsys.readouterr().out
+    # label CE with half its rows ignored: skipped rows stride with the rest
+    assert grid.main(["--out", str(out), "--quick", "--per-sm", "1", "--ops", "cross_entropy",
+                      "--ignored", "0.5"]) == 0  # fmt: skip
+    assert all(r.note.endswith("; 0.5 of the labels ignored") for r in read_jsonl(out))
+    assert "0 grids differ from one a row" in capsys.readouterr().out
 
 
 def test_fused_grid_rejects_bad_arguments(capsys):
     grid = _script("fused_grid")
     for argv in (["--quick"], ["--out", "x", "--ops", "jsd"], ["--out", "x", "--V", "3y"],
-                 ["--out", "x", "--per-sm", "0"]):  # fmt: skip
+                 ["--out", "x", "--per-sm", "0"], ["--out", "x", "--ignored", "1"]):  # fmt: skip
         with pytest.raises(SystemExit) as exc:
             grid.main(argv)
         assert exc.value.code == 2
