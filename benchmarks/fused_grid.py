@@ -52,8 +52,7 @@ def _call(name, M, V, dtype, device, ignored=0.0):
         other[torch.rand(M, device=device) < ignored] = -100
     else:
         other = torch.randn(M, V, device=device, dtype=dtype) * 3
-    cap = loss_config.ENTROPY_AUTO[name][
-        loss_config.ENTROPY_AUTO_CLASSES.index(loss_config.entropy_vocab_class(V))][1]
+    _, cap = loss_config.entropy_auto(name, V, distributed=False)
     logits = x.requires_grad_()
 
     def run():

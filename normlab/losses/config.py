@@ -246,7 +246,7 @@ def entropy_threads(kind: int, block: int, num_warps: int, logit_bytes: int,
 # ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM that stride the rows ran 0.86-0.97x its time at
 # 16384-65536 columns on an H100 (label CE and reverse KL, 1024-16384 rows; eight an SM, 1.01-
 # 1.04x). Rows under ENTROPY_FUSED_STRIDE_MIN_BYTES of logits ran 1.03-1.5x, where many programs'
-# row starts overlap; rows off 16-byte boundaries (50257) 1.15x
+# row starts overlap; unaligned rows (50257, read through frames) 1.15x
 # (docs/planner.md#the-fused-forms-grid). NORMLAB_LOSS_FUSED_STRIDE=0: one program a row.
 ENTROPY_FUSED_STRIDE = os.environ.get("NORMLAB_LOSS_FUSED_STRIDE", "1") != "0"
 ENTROPY_FUSED_PROGRAMS_PER_SM = 4
@@ -256,10 +256,10 @@ ENTROPY_FUSED_STRIDE_MIN_BYTES = 32 * 1024
 def entropy_fused_programs(kind: int, n_rows: int, n_cols: int, logit_bytes: int, aligned: bool,
                            has_mask: bool, sm_count: int) -> int | None:  # fmt: skip
     """The fused kernel's grid: ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM striding the rows,
-    for rows of at least ENTROPY_FUSED_STRIDE_MIN_BYTES of logits on 16-byte boundaries
-    (``aligned``) and more rows than that grid; None: one program a row. Not for JSD, whose
-    three passes keep the SMs' pipes busy (1.07x), nor with a loss_mask, whose skipped rows
-    leave the striding programs uneven (1.04x)."""
+    for rows of at least ENTROPY_FUSED_STRIDE_MIN_BYTES of logits that Triton sees aligned
+    (``aligned``: rows_seen_aligned) and more rows than that grid; None: one program a row.
+    Not for JSD, whose three passes keep the SMs' pipes busy (1.07x), nor with a loss_mask,
+    whose skipped rows leave the striding programs uneven (1.04x)."""
     programs = ENTROPY_FUSED_PROGRAMS_PER_SM * sm_count
     if (not ENTROPY_FUSED_STRIDE or kind == JSD or has_mask or not aligned or n_rows <= programs
             or n_cols * logit_bytes < ENTROPY_FUSED_STRIDE_MIN_BYTES):  # fmt: skip
@@ -278,13 +278,19 @@ ENTROPY_FRAME_BYTES = 128
 _NO_FRAMES = MappingProxyType({"ALIGN": 1, "FRAME": 1})
 
 
+def rows_seen_aligned(x, t, grad) -> bool:
+    """Does Triton already see every row of x, t and grad aligned (V and the row strides
+    multiples of 16, its divisibility hint)?"""
+    return (x.shape[1] % 16 == 0 and x.stride(0) % 16 == 0 and t.stride(0) % 16 == 0
+            and (grad is None or grad.stride(0) % 16 == 0))  # fmt: skip
+
+
 def frames(x, t, grad, block: int) -> Mapping[str, int]:
     """The kernels' ALIGN and FRAME (see online.row_frames). ALIGN: columns per 16 bytes; 1 when
     Triton already sees aligned rows, when the tensors' rows are not aligned alike, or when a tile
     is narrower than 16 bytes. FRAME: columns per ENTROPY_FRAME_BYTES where every tensor starts on
     such a boundary and a tile is that wide, else ALIGN."""
-    if (x.shape[1] % 16 == 0 and x.stride(0) % 16 == 0 and t.stride(0) % 16 == 0
-            and (grad is None or grad.stride(0) % 16 == 0)):  # fmt: skip
+    if rows_seen_aligned(x, t, grad):
         return _NO_FRAMES
     tensors = (x, t) if grad is None else (x, t, grad)
     if not all(map(plain_tensor, tensors)):  # torch.compile's traced tensors have no address

@@ -89,7 +89,7 @@ def _entropy_fused_kernel(
     if COMPUTE_GRAD and MEAN_OVER_VALID:
         scale = scale / counted_rows(n_valid_ptr, labels_ptr, mask_ptr, ignore_index, n_rows,
                                      KIND, HAS_MASK, COUNT)  # fmt: skip
-    if PERSISTENT:
+    if PERSISTENT:  # (one program a row keeps no loop: its code as timed before the grid)
         for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
             _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr,
                        tl.cast(row, tl.int64), scale, ignore_index, n_cols, x_row_stride,
@@ -202,9 +202,9 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
     programs than rows stride them)."""
     n_rows, n_cols = x.shape
     if programs is None and compute_grad:  # the gradient pass re-reads the row
-        aligned = n_cols % 16 == 0 and x.stride(0) % 16 == 0
         programs = config.entropy_fused_programs(spec.kind, n_rows, n_cols, x.element_size(),
-                                                 aligned, mask is not None,
+                                                 config.rows_seen_aligned(x, t, grad),
+                                                 mask is not None,
                                                  _runtime.sm_count(x.device.index))  # fmt: skip
     programs = n_rows if programs is None else max(1, min(programs, n_rows))
     block = config.tile(n_cols, spec.block_cap)
