@@ -210,9 +210,9 @@
 # of 1-8 programs an SM, checked bitwise against one a row; then the loss options at 32768).
 # fusedstride (the fused form's grid rule: the loss checks, ragged rows one a row against 4 an
 # SM, label CE and reverse KL over the vocabulary population with the rule off and on).
-# fusedrule (the grid rule as it ships, JSD and loss_mask calls left out: the loss checks, bf16
-# and fp32; the options at 32768 with the rule off and on; 600 and 800 rows, fp32 logits, and
-# label CE with half its labels ignored).
+# fusedrule (the grid rule as it ships, JSD and loss_mask calls left out: label CE with half its
+# labels ignored; the options at 32768 with the rule off and on; 600 and 800 rows, fp32 logits;
+# the loss checks, bf16 and fp32, for the time left).
 # fusedvocab (label CE and reverse KL over the vocabulary population beside their peers).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
@@ -1239,23 +1239,23 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
         --directions fwd+bwd --out "$OUT/vocab_stride$on.jsonl" --reps 6 --max-seconds 140
     done
     ;;
-  fusedrule)  # the fused grid rule as it ships: checks, the options off and on, untimed bands
-    step gpu_check_fusedrule 230 python3 benchmarks/gpu_check.py \
-      --out "$OUT/gpu_check_fusedrule.json" --dtypes bf16,fp32 --only losses,loss_options
-    for on in 0 1; do
-      step "loss_options_V32768_stride$on" 100 env NORMLAB_LOSS_FUSED_STRIDE=$on python3 \
-        benchmarks/loss_options.py --V 32768 --out "$OUT/loss_options_V32768_stride$on.jsonl" \
-        --reps 10 --max-seconds 80
-    done
-    for rows in 600 800; do
-      step "fused_grid_M$rows" 50 python3 benchmarks/fused_grid.py \
-        --out "$OUT/fused_grid_M$rows.jsonl" --M $rows --V 16384,32768 --per-sm 4 --max-seconds 40
-    done
-    step fused_grid_fp32 60 python3 benchmarks/fused_grid.py --out "$OUT/fused_grid_fp32.jsonl" \
-      --dtype fp32 --V 4096,8192,16384 --per-sm 4 --max-seconds 50
+  fusedrule)  # the fused grid rule as it ships: ignored labels first, the options, then checks
     step fused_grid_ignored 60 python3 benchmarks/fused_grid.py \
       --out "$OUT/fused_grid_ignored.jsonl" --ops cross_entropy --ignored 0.5 --V 16384,32768 \
       --per-sm 4 --max-seconds 50
+    for on in 0 1; do
+      step "loss_options_V32768_stride$on" 90 env NORMLAB_LOSS_FUSED_STRIDE=$on python3 \
+        benchmarks/loss_options.py --V 32768 --out "$OUT/loss_options_V32768_stride$on.jsonl" \
+        --reps 10 --max-seconds 70
+    done
+    for rows in 600 800; do
+      step "fused_grid_M$rows" 45 python3 benchmarks/fused_grid.py \
+        --out "$OUT/fused_grid_M$rows.jsonl" --M $rows --V 16384,32768 --per-sm 4 --max-seconds 35
+    done
+    step fused_grid_fp32 50 python3 benchmarks/fused_grid.py --out "$OUT/fused_grid_fp32.jsonl" \
+      --dtype fp32 --V 4096,8192,16384 --per-sm 4 --max-seconds 40
+    step gpu_check_fusedrule 150 python3 benchmarks/gpu_check.py \
+      --out "$OUT/gpu_check_fusedrule.json" --dtypes bf16,fp32 --only losses,loss_options
     ;;
   fusedvocab)  # label CE and reverse KL over the vocabulary population, beside their peers
     step vocab_fusedvocab 560 python3 benchmarks/vocab_population.py \
