@@ -379,12 +379,13 @@ def test_rescale_grid_strides_rows(reduction):
     _check("reverse_kl", out, grad, ref_out, ref_grad, torch.float32, 40, reduction)
 
 
-@pytest.mark.parametrize("loss,reduction,programs",
-                         latin(LOSSES, ["mean", "sum", "none"], [1, 3, 4]))
-def test_fused_grid_fewer_programs_than_rows(loss, reduction, programs, monkeypatch):
-    # The fused kernel's persistent grid: 1, 3 or 4 programs stride 11 rows (label CE's row 1
-    # ignored, so a mean counts 10), each row's loss and gradient, and the launch's reduction
-    # by its last program, as the fp64 reference gives them.
+@pytest.mark.parametrize("loss,reduction,programs,queue",
+                         latin(LOSSES, ["mean", "sum", "none"], [1, 3, 4], [True, False]))
+def test_fused_grid_fewer_programs_than_rows(loss, reduction, programs, queue, monkeypatch):
+    # The fused kernel's persistent grid: 1, 3 or 4 programs take 11 rows from the queue, or
+    # stride them (label CE's rows 1 and 6 ignored, so a mean counts 9): each row's loss and
+    # gradient, and the launch's reduction by its last program, as the fp64 reference gives
+    # them; the kept ticket and queue are back at 0 for the next launch.
     from functools import partial
 
     from normlab.losses import fused, op
@@ -396,34 +397,43 @@ def test_fused_grid_fewer_programs_than_rows(loss, reduction, programs, monkeypa
         return fused.launch_fused(*args, **kwargs)
 
     monkeypatch.setattr(op, "launch_fused", partial(launch_spy, programs=programs))
+    monkeypatch.setattr(config, "ENTROPY_FUSED_QUEUE", queue)
     x, other = _inputs(loss, (11, 300), torch.float32)
+    if loss == "cross_entropy":
+        other[6] = -100
     weight = torch.tensor(3.0) if reduction != "none" else torch.randn(11)
     out, grad = _run(loss, x, other, weight=weight, form="fused", block_cap=64,
                      reduction=reduction)  # fmt: skip
     ref_out, ref_grad = _ref(loss, x, other, reduction=reduction, weight=weight)
     assert grids == [programs]
     _check(loss, out, grad, ref_out, ref_grad, torch.float32, 300, reduction)
+    ticket, _rows = op._reduction_buffers(x.device, 11)
+    assert ticket.tolist() == [0, 0]
 
 
 def test_fused_grid_rule(monkeypatch):
-    # A grid of ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM from one row more than it holds, at
-    # ENTROPY_FUSED_STRIDE_MIN_BYTES of logits a row (bytes, not columns), rows on 16-byte
-    # boundaries; never for JSD or a loss_mask, nor with the switch off.
+    # A grid of ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM for rows of at least
+    # ENTROPY_FUSED_STRIDE_MIN_COLS columns (whatever their dtype) on 16-byte boundaries, two
+    # rows a program or more, and a last round that idles at most ENTROPY_FUSED_TAIL_WASTE of
+    # the rows' slots; never for JSD or a loss_mask, nor with the switch off.
     sms, per_sm = 132, config.ENTROPY_FUSED_PROGRAMS_PER_SM
     grid = per_sm * sms
-    cols = config.ENTROPY_FUSED_STRIDE_MIN_BYTES // 2  # bf16
+    cols, waste = config.ENTROPY_FUSED_STRIDE_MIN_COLS, config.ENTROPY_FUSED_TAIL_WASTE
 
-    def programs(kind="cross_entropy", rows=grid + 1, n_cols=cols, logit_bytes=2, aligned=True,
+    def programs(kind="cross_entropy", rows=2 * grid, n_cols=cols, aligned=True,
                  has_mask=False):  # fmt: skip
-        return config.entropy_fused_programs(config.KINDS[kind], rows, n_cols, logit_bytes,
-                                             aligned, has_mask, sms)  # fmt: skip
+        return config.entropy_fused_programs(config.KINDS[kind], rows, n_cols, aligned,
+                                             has_mask, sms)  # fmt: skip
 
     for kind in ("cross_entropy", "reverse_kl", "soft_cross_entropy", "forward_kl"):
         assert programs(kind) == grid
-    assert programs(rows=grid) is None and programs(rows=16 * grid) == grid
     assert programs(n_cols=cols - 16) is None and programs(n_cols=2 * cols) == grid
-    assert programs(n_cols=cols // 2, logit_bytes=4) == grid
-    assert programs(n_cols=cols // 2 - 4, logit_bytes=4) is None
+    # rounds of the grid: one is one program a row; two from 2 x grid / (1 + waste) rows
+    two = math.ceil(2 * grid / (1 + waste))
+    assert programs(rows=grid) is None and programs(rows=grid + 1) is None
+    assert programs(rows=two - 1) is None and programs(rows=two) == grid
+    assert programs(rows=2 * grid + 1) is None and programs(rows=3 * grid) == grid
+    assert programs(rows=16 * grid + 1) == grid and programs(rows=10**7) == grid
     assert programs(aligned=False) is None
     assert programs("jsd") is None and programs(has_mask=True) is None
     monkeypatch.setattr(config, "ENTROPY_FUSED_STRIDE", False)
@@ -432,9 +442,11 @@ def test_fused_grid_rule(monkeypatch):
 
 @pytest.mark.parametrize("loss", LOSSES)
 def test_fused_launch_takes_the_grid_rule(loss, monkeypatch):
-    # With the row bound lowered to 64 bytes, 21 rows of 48 fp32 columns take the interpreter's
-    # 4 SMs x ENTROPY_FUSED_PROGRAMS_PER_SM programs with a gradient, and match fp64; a call
-    # without a gradient and rows off 16-byte boundaries (50 columns) take one program a row.
+    # With the column bound lowered to 32, 31 rows of 48 fp32 columns (two rounds, one slot
+    # idle) take the interpreter's 4 SMs x ENTROPY_FUSED_PROGRAMS_PER_SM programs with a
+    # gradient and a mean, and match fp64; a call without a gradient, a call whose loss rows
+    # come back unreduced (no ticket, so no queue) and rows off 16-byte boundaries (50
+    # columns) take one program a row.
     from normlab.losses import fused
 
     grids = []
@@ -446,17 +458,18 @@ def test_fused_launch_takes_the_grid_rule(loss, monkeypatch):
         return launch(kernel, grid, *args, **kwargs)
 
     monkeypatch.setattr(fused, "launch", launch_spy)
-    monkeypatch.setattr(config, "ENTROPY_FUSED_STRIDE_MIN_BYTES", 64)
+    monkeypatch.setattr(config, "ENTROPY_FUSED_STRIDE_MIN_COLS", 32)
     grid = config.ENTROPY_FUSED_PROGRAMS_PER_SM * 4
-    x, other = _inputs(loss, (21, 48), torch.float32, scale=1.0)
+    x, other = _inputs(loss, (31, 48), torch.float32, scale=1.0)
     out, grad = _run(loss, x, other, form="fused", block_cap=16)
     ref_out, ref_grad = _ref(loss, x, other)
     _check(loss, out, grad, ref_out, ref_grad, torch.float32, 48)
     with torch.no_grad():
         FNS[loss][0](x, other, form="fused", block_cap=16)
-    x, other = _inputs(loss, (21, 50), torch.float32)
+    _run(loss, x, other, form="fused", block_cap=16, reduction="none")
+    x, other = _inputs(loss, (31, 50), torch.float32)
     _run(loss, x, other, form="fused", block_cap=16)
-    assert grids == [grid, 21, 21]
+    assert grids == [grid, 31, 31, 31]
 
 
 @pytest.mark.parametrize("form", ALL_FORMS)

@@ -245,24 +245,33 @@ def entropy_threads(kind: int, block: int, num_warps: int, logit_bytes: int,
 # back), and one program a row keeps as many rows in flight as the registers allow. A grid of
 # ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM that stride the rows ran 0.86-0.97x its time at
 # 16384-65536 columns on an H100 (label CE and reverse KL, 1024-16384 rows; eight an SM, 1.01-
-# 1.04x). Rows under ENTROPY_FUSED_STRIDE_MIN_BYTES of logits ran 1.03-1.5x, where many programs'
-# row starts overlap; unaligned rows (50257, read through frames) 1.15x
-# (docs/planner.md#the-fused-forms-grid). NORMLAB_LOSS_FUSED_STRIDE=0: one program a row.
+# 1.04x). Rows under ENTROPY_FUSED_STRIDE_MIN_COLS ran 1.01-1.5x (bf16 and fp32 alike: columns,
+# not bytes, separate them); unaligned rows (50257, read through frames) 1.15x; 600 and 800 rows,
+# whose last round leaves most of the grid idle, 1.04-1.17x (docs/planner.md#the-fused-forms-grid).
+# The programs take rows from a queue (ENTROPY_FUSED_QUEUE; 0: they stride them), so rows that
+# skip (ignored labels) leave no program with more work than the rest.
+# NORMLAB_LOSS_FUSED_STRIDE=0: one program a row.
 ENTROPY_FUSED_STRIDE = os.environ.get("NORMLAB_LOSS_FUSED_STRIDE", "1") != "0"
+ENTROPY_FUSED_QUEUE = os.environ.get("NORMLAB_LOSS_FUSED_QUEUE", "1") != "0"
 ENTROPY_FUSED_PROGRAMS_PER_SM = 4
-ENTROPY_FUSED_STRIDE_MIN_BYTES = 32 * 1024
+ENTROPY_FUSED_STRIDE_MIN_COLS = 16384
+ENTROPY_FUSED_TAIL_WASTE = 0.1  # the grid saves 3-14%: a last round idler than this loses it
 
 
-def entropy_fused_programs(kind: int, n_rows: int, n_cols: int, logit_bytes: int, aligned: bool,
-                           has_mask: bool, sm_count: int) -> int | None:  # fmt: skip
-    """The fused kernel's grid: ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM striding the rows,
-    for rows of at least ENTROPY_FUSED_STRIDE_MIN_BYTES of logits that Triton sees aligned
-    (``aligned``: rows_seen_aligned) and more rows than that grid; None: one program a row.
-    Not for JSD, whose three passes keep the SMs' pipes busy (1.07x), nor with a loss_mask,
-    whose skipped rows leave the striding programs uneven (1.04x)."""
+def entropy_fused_programs(kind: int, n_rows: int, n_cols: int, aligned: bool, has_mask: bool,
+                           sm_count: int) -> int | None:  # fmt: skip
+    """The fused kernel's grid: ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM taking the rows in
+    turn, for rows of at least ENTROPY_FUSED_STRIDE_MIN_COLS columns that Triton sees aligned
+    (``aligned``: rows_seen_aligned), at least two rows a program, and row slots (rounds x
+    programs) at most 1 + ENTROPY_FUSED_TAIL_WASTE times the rows; None: one program a row.
+    Not for JSD, whose three passes keep the SMs' pipes busy (1.07x), nor with a loss_mask
+    (1.04x, when the programs strode the rows). The launcher asks only for calls that take a
+    gradient and reduce in the kernel (the queue lives beside the reduction's ticket)."""
     programs = ENTROPY_FUSED_PROGRAMS_PER_SM * sm_count
-    if (not ENTROPY_FUSED_STRIDE or kind == JSD or has_mask or not aligned or n_rows <= programs
-            or n_cols * logit_bytes < ENTROPY_FUSED_STRIDE_MIN_BYTES):  # fmt: skip
+    rounds = -(-n_rows // programs)
+    if (not ENTROPY_FUSED_STRIDE or kind == JSD or has_mask or not aligned
+            or n_cols < ENTROPY_FUSED_STRIDE_MIN_COLS or rounds < 2
+            or rounds * programs > (1 + ENTROPY_FUSED_TAIL_WASTE) * n_rows):  # fmt: skip
         return None
     return programs
 

@@ -8,12 +8,13 @@ reduction's 1/n) is written during the forward and saved; the backward only resc
 grad_output (``_entropy_grad_rescale_kernel``, in place; ``op`` decides when). The loss rows'
 sum or mean is the kernel's too: its last program adds them up (``online.finish_reduction``), so
 a call is one launch. The gradient pass reads the row a second time, from L2 while few rows are in
-flight: for long aligned rows a grid of a few programs an SM strides the rows instead of one
-program a row (``config.entropy_fused_programs``).
+flight: for long aligned rows a grid of a few programs an SM takes the rows from a queue instead
+of one program a row (``config.entropy_fused_programs``).
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -49,7 +50,7 @@ def _entropy_fused_kernel(
     loss_ptr,  # (n_rows,) fp32 per-row loss (0 where ignored or masked)
     n_valid_ptr,  # (1,) fp32 count of counted rows (MEAN_OVER_VALID without COUNT only)
     out_ptr,  # () fp32 reduced loss (REDUCE only; see online.finish_reduction)
-    ticket_ptr,  # (1,) int32, 0 between launches (REDUCE only)
+    ticket_ptr,  # (2,) int32, 0 between launches: the reduction's ticket, the row queue
     grad_scale,
     ignore_index,
     n_rows,
@@ -79,17 +80,32 @@ def _entropy_fused_kernel(
     SMOOTH: tl.constexpr = False,
     ZLOSS: tl.constexpr = False,
     THREADS: tl.constexpr = 0,  # label CE's statistics per thread (config.entropy_threads)
-    PERSISTENT: tl.constexpr = False,  # fewer programs than rows, each strides the rows
+    PERSISTENT: tl.constexpr = 0,  # fewer programs than rows: 1 stride them, 2 take them in turn
 ):
     """Each row's loss and gradient in one launch (see module docstring): one program a row, or
-    (PERSISTENT) a grid of fewer programs that stride the rows (config.entropy_fused_programs)."""
+    (PERSISTENT) a grid of fewer programs that take the rows from a queue in ticket_ptr[1] (2)
+    or stride them (1) (config.entropy_fused_programs)."""
     xparam, beta, smoothing, uniform_weight, z_loss = fp32_options(xparam, beta, smoothing,
                                                                    uniform_weight, z_loss)
     scale = tl.cast(grad_scale, tl.float32)
     if COMPUTE_GRAD and MEAN_OVER_VALID:
         scale = scale / counted_rows(n_valid_ptr, labels_ptr, mask_ptr, ignore_index, n_rows,
                                      KIND, HAS_MASK, COUNT)  # fmt: skip
-    if PERSISTENT:  # (one program a row keeps no loop: its code as timed before the grid)
+    if PERSISTENT == 2:  # a queue of rows: each program takes the next row no program has taken
+        queue_ptr = ticket_ptr + 1
+        row = tl.atomic_add(queue_ptr, 1, sem="relaxed")
+        while row < n_rows:
+            next_row = tl.atomic_add(queue_ptr, 1, sem="relaxed")  # taken before the row's work
+            _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr,
+                       tl.cast(row, tl.int64), scale, ignore_index, n_cols, x_row_stride,
+                       t_row_stride, grad_row_stride, xparam, beta, smoothing, uniform_weight,
+                       z_loss, KIND, COMPUTE_GRAD, ACCUMULATE, BLOCK, LANE, ALIGN, FRAME, XFORM,
+                       HAS_MASK, SMOOTH, ZLOSS, THREADS)  # fmt: skip
+            row = next_row
+        # Each program's last take is its one past the rows: the highest is the queue's last use.
+        if row == n_rows + tl.num_programs(0) - 1:
+            tl.store(queue_ptr, 0)
+    elif PERSISTENT:  # (one program a row keeps no loop: its code as timed before the grid)
         for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
             _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr,
                        tl.cast(row, tl.int64), scale, ignore_index, n_cols, x_row_stride,
@@ -194,19 +210,23 @@ def _entropy_grad_rescale_kernel(
 def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate,
                  mask=None, out=None, ticket=None, *, programs=None):  # fmt: skip
     """Loss rows of x (and, with compute_grad, the gradient into grad) in one launch; with
-    ``out`` (a () fp32 tensor) and ``ticket`` (``op._reduction_buffers``'), also their sum or
-    mean (spec.reduction) into ``out``. ``n_valid``: the fp32 count a mean over counted rows
-    divides by, or None: the kernel counts (``config.count_in_kernel``). Unread pointers
-    (labels, grad) may be any tensor; mask: the flat loss_mask or None. ``programs``: the grid
-    (None: ``config.entropy_fused_programs``' with compute_grad, else one program a row; fewer
-    programs than rows stride them)."""
+    ``out`` (a () fp32 tensor) and ``ticket`` (``op._reduction_buffers``': its row queue too),
+    also their sum or mean (spec.reduction) into ``out``. ``n_valid``: the fp32 count a mean
+    over counted rows divides by, or None: the kernel counts (``config.count_in_kernel``).
+    Unread pointers (labels, grad) may be any tensor; mask: the flat loss_mask or None.
+    ``programs``: the grid (None: ``config.entropy_fused_programs``' for calls with a gradient
+    and a ticket, else one program a row). Fewer programs than rows take them from a queue, or
+    stride them (config.ENTROPY_FUSED_QUEUE)."""
     n_rows, n_cols = x.shape
-    if programs is None and compute_grad:  # the gradient pass re-reads the row
-        programs = config.entropy_fused_programs(spec.kind, n_rows, n_cols, x.element_size(),
+    if programs is None and compute_grad and ticket is not None:  # the gradient pass re-reads
+        programs = config.entropy_fused_programs(spec.kind, n_rows, n_cols,
                                                  config.rows_seen_aligned(x, t, grad),
                                                  mask is not None,
                                                  _runtime.sm_count(x.device.index))  # fmt: skip
     programs = n_rows if programs is None else max(1, min(programs, n_rows))
+    persistent = 0 if programs == n_rows else 2 if config.ENTROPY_FUSED_QUEUE else 1
+    if persistent == 2 and ticket is None:  # a grid asked for without the reduction's ticket
+        ticket = torch.zeros(2, dtype=torch.int32, device=x.device)
     block = config.tile(n_cols, spec.block_cap)
     scale, over_valid = config.grad_scale(spec, n_rows)
     is_ce = spec.kind == config.CE
@@ -227,7 +247,7 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
            KIND=spec.kind, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
            MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None, REDUCE=reduce,
            BLOCK=block, LANE=config.entropy_lane(block), **config.frames(x, t, grad, block),
-           **extra, THREADS=threads, PERSISTENT=programs < n_rows, **options)  # fmt: skip
+           **extra, THREADS=threads, PERSISTENT=persistent, **options)  # fmt: skip
 
 
 def launch_rescale(grad, grad_out):

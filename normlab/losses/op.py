@@ -84,9 +84,10 @@ def _current_raw_stream(index):
 
 
 def _reduction_buffers(device, n_rows):
-    """(ticket, rows) of a loss reduced in the kernel (online.finish_reduction): a (1,) int32
-    ticket counter, 0 between launches (each launch's last program resets it), and an fp32
-    buffer of at least n_rows for the loss rows on their way to the sum. On a GPU one pair is
+    """(ticket, rows) of a loss reduced in the kernel (online.finish_reduction): a (2,) int32
+    ticket counter and the fused grid's row queue, 0 between launches (each launch's last user
+    resets them), and an fp32 buffer of at least n_rows for the loss rows on their way to the
+    sum. On a GPU one pair is
     kept for the default stream (its launches run in order; under the interpreter, one per
     thread). A call on any other stream gets a fresh pair: a CUDA graph being captured (zeroed
     inside the graph, never the pair a replay could race with), or the side stream that
@@ -94,14 +95,14 @@ def _reduction_buffers(device, n_rows):
     must not outlive the call (a kept pair failed their check of live allocations)."""
     if device.type == "cuda":
         if _current_raw_stream(device.index) != 0 or torch.cuda.is_current_stream_capturing():
-            return (torch.zeros(1, dtype=torch.int32, device=device),
+            return (torch.zeros(2, dtype=torch.int32, device=device),
                     torch.empty(n_rows, dtype=_F32, device=device))  # fmt: skip
         key = device.index
     else:
         key = (device, threading.get_ident())
     buffers = _REDUCTION_BUFFERS.get(key)
     if buffers is None or buffers[1].shape[0] < n_rows:
-        ticket = torch.zeros(1, dtype=torch.int32, device=device) if buffers is None \
+        ticket = torch.zeros(2, dtype=torch.int32, device=device) if buffers is None \
             else buffers[0]  # fmt: skip
         rows = torch.empty(next_pow2(n_rows), dtype=_F32, device=device)
         buffers = _REDUCTION_BUFFERS[key] = (ticket, rows)
@@ -564,8 +565,8 @@ def _entropy_fwd_op(
     spec = _local_spec(kind, form, block_cap, reduction, ignore_index, logits.shape[-1],
                        loss_mask, temperature, beta, label_smoothing, z_loss, softcap)  # fmt: skip
     n_rows = logits.numel() // logits.shape[-1]
-    # A graph keeps no buffer between calls: a fresh ticket (0) and loss rows per call.
-    buffers = (logits.new_zeros((1,), dtype=torch.int32), logits.new_empty((n_rows,), dtype=_F32))
+    # A graph keeps no buffer between calls: a fresh ticket and queue (0) and loss rows per call.
+    buffers = (logits.new_zeros((2,), dtype=torch.int32), logits.new_empty((n_rows,), dtype=_F32))
     with _launch.traced():
         out = _loss_forward(spec, logits, other, loss_mask, compute_grad, buffers=buffers)
     return _fwd_outputs(logits, reduction, *out)
