@@ -412,42 +412,53 @@ def test_fused_grid_fewer_programs_than_rows(loss, reduction, programs, queue, m
 
 
 def test_fused_grid_rule(monkeypatch):
-    # A grid of ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM for rows of at least
-    # ENTROPY_FUSED_STRIDE_MIN_COLS columns (whatever their dtype) on 16-byte boundaries, two
-    # rows a program or more, and a last round that idles at most ENTROPY_FUSED_TAIL_WASTE of
-    # the rows' slots; never for JSD or a loss_mask, nor with the switch off.
-    sms, per_sm = 132, config.ENTROPY_FUSED_PROGRAMS_PER_SM
+    # Label CE takes a grid of ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM where the grid's
+    # rows fill ENTROPY_FUSED_L2_FILL of the L2 (bytes, so fp32 rows count double), on 16-byte
+    # boundaries, two rows a program or more, and a last round that idles at most
+    # ENTROPY_FUSED_TAIL_WASTE of the row slots; never another loss or a loss_mask, nor with
+    # the switch off.
+    sms, per_sm, l2 = 132, config.ENTROPY_FUSED_PROGRAMS_PER_SM, 60 * 2**20
     grid = per_sm * sms
-    cols, waste = config.ENTROPY_FUSED_STRIDE_MIN_COLS, config.ENTROPY_FUSED_TAIL_WASTE
+    (low, high), waste = config.ENTROPY_FUSED_L2_FILL, config.ENTROPY_FUSED_TAIL_WASTE
+    cols = 16 * math.ceil(low * l2 / (grid * 2) / 16)  # the fewest aligned bf16 columns in it
 
-    def programs(kind="cross_entropy", rows=2 * grid, n_cols=cols, aligned=True,
+    def programs(kind="cross_entropy", rows=2 * grid, n_cols=cols, logit_bytes=2, aligned=True,
                  has_mask=False):  # fmt: skip
-        return config.entropy_fused_programs(config.KINDS[kind], rows, n_cols, aligned,
-                                             has_mask, sms)  # fmt: skip
+        return config.entropy_fused_programs(config.KINDS[kind], rows, n_cols, logit_bytes,
+                                             aligned, has_mask, sms, l2)  # fmt: skip
 
-    for kind in ("cross_entropy", "reverse_kl", "soft_cross_entropy", "forward_kl"):
-        assert programs(kind) == grid
-    assert programs(n_cols=cols - 16) is None and programs(n_cols=2 * cols) == grid
+    assert programs() == grid
+    for kind in ("reverse_kl", "soft_cross_entropy", "forward_kl", "jsd"):
+        assert programs(kind) is None
+    # the L2's fill: from low (inclusive) to high (inclusive), in bytes
+    assert programs(n_cols=cols - 16) is None
+    top = 16 * math.floor(high * l2 / (grid * 2) / 16)
+    assert programs(n_cols=top) == grid and programs(n_cols=top + 16) is None
+    assert programs(n_cols=cols // 2 + 16, logit_bytes=4) == grid
+    assert programs(n_cols=cols // 2 - 16, logit_bytes=4) is None
     # rounds of the grid: one is one program a row; two from 2 x grid / (1 + waste) rows
     two = math.ceil(2 * grid / (1 + waste))
     assert programs(rows=grid) is None and programs(rows=grid + 1) is None
     assert programs(rows=two - 1) is None and programs(rows=two) == grid
     assert programs(rows=2 * grid + 1) is None and programs(rows=3 * grid) == grid
     assert programs(rows=16 * grid + 1) == grid and programs(rows=10**7) == grid
-    assert programs(aligned=False) is None
-    assert programs("jsd") is None and programs(has_mask=True) is None
+    assert programs(aligned=False) is None and programs(has_mask=True) is None
+    assert config.entropy_fused_programs(config.CE, 2 * grid, cols, 2, True, False, sms, 0) \
+        is None  # no L2 known (the interpreter)  # fmt: skip
     monkeypatch.setattr(config, "ENTROPY_FUSED_STRIDE", False)
     assert programs() is None
 
 
 @pytest.mark.parametrize("loss", LOSSES)
 def test_fused_launch_takes_the_grid_rule(loss, monkeypatch):
-    # With the column bound lowered to 32, 31 rows of 48 fp32 columns (two rounds, one slot
-    # idle) take the interpreter's 4 SMs x ENTROPY_FUSED_PROGRAMS_PER_SM programs with a
-    # gradient and a mean, and match fp64; a call without a gradient, a call whose loss rows
-    # come back unreduced (no ticket, so no queue) and rows off 16-byte boundaries (50
-    # columns) take one program a row.
-    from normlab.losses import fused
+    # With an L2 of 4096 bytes, 31 rows of 48 fp32 columns (the grid's 16 rows fill 0.75 of
+    # it; two rounds, one slot idle) take the interpreter's 4 SMs x 4 programs for label CE
+    # with a gradient, whether its mean is summed in the kernel (twice: the second call
+    # replays), in torch (logits above ENTROPY_REDUCE_MAX_BYTES) or not at all, and match
+    # fp64, the kept queue back at 0. The other losses, a call without a gradient and rows
+    # off 16-byte boundaries (44 columns) take one program a row.
+    from normlab import _runtime
+    from normlab.losses import fused, op
 
     grids = []
     launch = fused.launch
@@ -458,18 +469,29 @@ def test_fused_launch_takes_the_grid_rule(loss, monkeypatch):
         return launch(kernel, grid, *args, **kwargs)
 
     monkeypatch.setattr(fused, "launch", launch_spy)
-    monkeypatch.setattr(config, "ENTROPY_FUSED_STRIDE_MIN_COLS", 32)
+    monkeypatch.setattr(_runtime, "l2_bytes", lambda device=None: 4096)
     grid = config.ENTROPY_FUSED_PROGRAMS_PER_SM * 4
     x, other = _inputs(loss, (31, 48), torch.float32, scale=1.0)
-    out, grad = _run(loss, x, other, form="fused", block_cap=16)
+    if loss == "cross_entropy":
+        other[::3] = -100  # rows that skip
     ref_out, ref_grad = _ref(loss, x, other)
-    _check(loss, out, grad, ref_out, ref_grad, torch.float32, 48)
+    for _ in range(2):
+        out, grad = _run(loss, x, other, form="fused", block_cap=16)
+        _check(loss, out, grad, ref_out, ref_grad, torch.float32, 48)
+    ref_rows, ref_grad_rows = _ref(loss, x, other, reduction="none")
+    out, grad = _run(loss, x, other, form="fused", block_cap=16, reduction="none")
+    _check(loss, out, grad, ref_rows, ref_grad_rows, torch.float32, 48, "none")
+    with monkeypatch.context() as m:
+        m.setattr(config, "ENTROPY_REDUCE_MAX_BYTES", 0)
+        out, grad = _run(loss, x, other, form="fused", block_cap=16)
+        _check(loss, out, grad, ref_out, ref_grad, torch.float32, 48)
     with torch.no_grad():
         FNS[loss][0](x, other, form="fused", block_cap=16)
-    _run(loss, x, other, form="fused", block_cap=16, reduction="none")
-    x, other = _inputs(loss, (31, 50), torch.float32)
+    x, other = _inputs(loss, (31, 44), torch.float32)
     _run(loss, x, other, form="fused", block_cap=16)
-    assert grids == [grid, 31, 31, 31]
+    taken = grid if loss == "cross_entropy" else 31
+    assert grids == [taken] * 4 + [31, 31]
+    assert op._reduction_buffers(x.device, 1)[0].tolist() == [0, 0]
 
 
 @pytest.mark.parametrize("form", ALL_FORMS)

@@ -114,7 +114,8 @@ def _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, accumulate, b
     kernel (config.reduce_in_kernel; else by torch); the gradient (compute_grad) into grad. One
     launch (two or three of the chunked form under the interpreter), plus a torch count for a
     mean over counted rows where config.count_in_kernel says the kernel should not count.
-    ``buffers``: the (ticket, rows) pair it reduces through (default: _reduction_buffers')."""
+    ``buffers``: the (ticket, rows) pair it reduces through (default: _reduction_buffers'); a
+    call that sums in torch reads only its ticket, for the fused grid's row queue."""
     n_rows, n_cols = x.shape
     n_valid = None
     in_kernel = config.reduce_in_kernel(n_rows, n_cols, x.element_size())
@@ -127,17 +128,22 @@ def _grad_in_forward(spec, x, t, labels, mask, grad, compute_grad, accumulate, b
             n_valid = _n_valid(spec, labels, mask)
     run = launch_fused if spec.form == "fused" else launch_chunked
     if spec.reduction == "none" or not in_kernel:
-        loss_rows = _launch.buffer((n_rows,), _F32, x.device)
-        run(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate, mask)
-        return loss_rows if spec.reduction == "none" else _reduce(spec, loss_rows, n_valid, ())
-    out = _launch.buffer((), _F32, x.device)
-    ticket, loss_rows = buffers or _reduction_buffers(x.device, n_rows)
+        loss_rows, out = _launch.buffer((n_rows,), _F32, x.device), None
+        ticket = None  # a ticket only for the fused grid's row queue
+        if config.takes_fused_grid(spec, compute_grad):
+            ticket = (buffers or _reduction_buffers(x.device, 1))[0]
+    else:
+        out = _launch.buffer((), _F32, x.device)
+        ticket, loss_rows = buffers or _reduction_buffers(x.device, n_rows)
     try:
         run(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, accumulate, mask, out,
             ticket)  # fmt: skip
     except BaseException:
-        ticket.zero_()  # a launch stopped part way (the interpreter) may have taken tickets
+        if ticket is not None:  # a launch stopped part way (the interpreter) may have taken some
+            ticket.zero_()
         raise
+    if out is None:
+        return loss_rows if spec.reduction == "none" else _reduce(spec, loss_rows, n_valid, ())
     return out
 
 
@@ -283,13 +289,14 @@ class _Signature:
     the kernels' frames (config.frames reads it; a CUDA allocation is 512-byte aligned, so on a
     GPU there is one). ``replayable`` turns False where a call could not be recorded."""
 
-    __slots__ = ("compute_grad", "forwards", "n_rows", "reduce_in_kernel", "replayable",
+    __slots__ = ("compute_grad", "forwards", "n_rows", "queue", "reduce_in_kernel", "replayable",
                  "rescales", "spec")
 
     def __init__(self, spec, n_rows, n_cols, esize, compute_grad):
         self.spec, self.n_rows, self.compute_grad = spec, n_rows, compute_grad
         self.reduce_in_kernel = (spec.reduction != "none"
                                  and config.reduce_in_kernel(n_rows, n_cols, esize))  # fmt: skip
+        self.queue = config.takes_fused_grid(spec, compute_grad)  # a ticket, for its row queue
         self.forwards: dict = {}
         self.rescales: dict = {}  # the backward's in-place rescale, by grad_output's dims
         self.replayable = True
@@ -299,8 +306,11 @@ class _Signature:
         n_rows, device = self.n_rows, logits.device
         grad = (logits.new_empty((n_rows, logits.shape[-1])) if self.compute_grad
                 else None)  # fmt: skip
-        ticket, rows = (_reduction_buffers(device, n_rows) if self.reduce_in_kernel
-                        else (None, None))  # fmt: skip
+        ticket, rows = None, None
+        if self.reduce_in_kernel:
+            ticket, rows = _reduction_buffers(device, n_rows)
+        elif self.queue:
+            ticket = _reduction_buffers(device, 1)[0]
         frame = None if grad is None else not grad.data_ptr() % config.ENTROPY_FRAME_BYTES
         replay = self.forwards.get(frame)
         if replay is not None:
