@@ -412,41 +412,49 @@ def test_fused_grid_fewer_programs_than_rows(loss, reduction, programs, queue, m
 
 
 def test_fused_grid_rule(monkeypatch):
-    # Label CE takes a grid of ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM where the grid's
-    # rows fill ENTROPY_FUSED_L2_FILL of the L2 (bytes, so fp32 rows count double), on 16-byte
+    # A grid of ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM where the grid's rows fill
+    # ENTROPY_FUSED_L2_FILL of the L2 (bytes, so fp32 rows count double), on 16-byte
     # boundaries, two rows a program or more, and a last round that idles at most
-    # ENTROPY_FUSED_TAIL_WASTE of the row slots; never another loss or a loss_mask, nor with
-    # the switch off.
+    # ENTROPY_FUSED_TAIL_WASTE of the row slots; only for label CE's fused form with a
+    # gradient, without softcap or a loss_mask, and the switch on.
     sms, per_sm, l2 = 132, config.ENTROPY_FUSED_PROGRAMS_PER_SM, 60 * 2**20
     grid = per_sm * sms
     (low, high), waste = config.ENTROPY_FUSED_L2_FILL, config.ENTROPY_FUSED_TAIL_WASTE
     cols = 16 * math.ceil(low * l2 / (grid * 2) / 16)  # the fewest aligned bf16 columns in it
 
-    def programs(kind="cross_entropy", rows=2 * grid, n_cols=cols, logit_bytes=2, aligned=True,
-                 has_mask=False):  # fmt: skip
-        return config.entropy_fused_programs(config.KINDS[kind], rows, n_cols, logit_bytes,
-                                             aligned, has_mask, sms, l2)  # fmt: skip
+    def programs(rows=2 * grid, n_cols=cols, logit_bytes=2, aligned=True, l2_bytes=l2):
+        return config.entropy_fused_programs(rows, n_cols, logit_bytes, aligned, sms, l2_bytes)
 
     assert programs() == grid
-    for kind in ("reverse_kl", "soft_cross_entropy", "forward_kl", "jsd"):
-        assert programs(kind) is None
     # the L2's fill: from low (inclusive) to high (inclusive), in bytes
     assert programs(n_cols=cols - 16) is None
     top = 16 * math.floor(high * l2 / (grid * 2) / 16)
     assert programs(n_cols=top) == grid and programs(n_cols=top + 16) is None
     assert programs(n_cols=cols // 2 + 16, logit_bytes=4) == grid
     assert programs(n_cols=cols // 2 - 16, logit_bytes=4) is None
+    assert programs(l2_bytes=0) is None  # no L2 known (the interpreter)
     # rounds of the grid: one is one program a row; two from 2 x grid / (1 + waste) rows
     two = math.ceil(2 * grid / (1 + waste))
     assert programs(rows=grid) is None and programs(rows=grid + 1) is None
     assert programs(rows=two - 1) is None and programs(rows=two) == grid
     assert programs(rows=2 * grid + 1) is None and programs(rows=3 * grid) == grid
     assert programs(rows=16 * grid + 1) == grid and programs(rows=10**7) == grid
-    assert programs(aligned=False) is None and programs(has_mask=True) is None
-    assert config.entropy_fused_programs(config.CE, 2 * grid, cols, 2, True, False, sms, 0) \
-        is None  # no L2 known (the interpreter)  # fmt: skip
+    assert programs(aligned=False) is None
+
+    def takes(kind="cross_entropy", form="fused", compute_grad=True, **options):
+        opts = config.Options(**options)
+        spec = config.Spec(config.KINDS[kind], form, 4096, "mean", -100, None, 0, cols,
+                           config.options(config.KINDS[kind], *opts))  # fmt: skip
+        return config.takes_fused_grid(spec, compute_grad)
+
+    assert takes() and takes(label_smoothing=0.1) and takes(z_loss=1e-4)
+    for kind in ("reverse_kl", "soft_cross_entropy", "forward_kl", "jsd"):
+        assert not takes(kind)
+    assert not takes(form="chunked") and not takes(form="split")
+    assert not takes(compute_grad=False)
+    assert not takes(softcap=30.0) and not takes(has_mask=True)
     monkeypatch.setattr(config, "ENTROPY_FUSED_STRIDE", False)
-    assert programs() is None
+    assert not takes()
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -455,8 +463,8 @@ def test_fused_launch_takes_the_grid_rule(loss, monkeypatch):
     # it; two rounds, one slot idle) take the interpreter's 4 SMs x 4 programs for label CE
     # with a gradient, whether its mean is summed in the kernel (twice: the second call
     # replays), in torch (logits above ENTROPY_REDUCE_MAX_BYTES) or not at all, and match
-    # fp64, the kept queue back at 0. The other losses, a call without a gradient and rows
-    # off 16-byte boundaries (44 columns) take one program a row.
+    # fp64, the kept queue back at 0. The other losses, a call without a gradient, softcap and
+    # rows off 16-byte boundaries (44 columns) take one program a row.
     from normlab import _runtime
     from normlab.losses import fused, op
 
@@ -487,10 +495,12 @@ def test_fused_launch_takes_the_grid_rule(loss, monkeypatch):
         _check(loss, out, grad, ref_out, ref_grad, torch.float32, 48)
     with torch.no_grad():
         FNS[loss][0](x, other, form="fused", block_cap=16)
+    if loss == "cross_entropy":
+        _run(loss, x, other, form="fused", block_cap=16, softcap=30.0)
     x, other = _inputs(loss, (31, 44), torch.float32)
     _run(loss, x, other, form="fused", block_cap=16)
     taken = grid if loss == "cross_entropy" else 31
-    assert grids == [taken] * 4 + [31, 31]
+    assert grids == [taken] * 4 + [31] * (3 if loss == "cross_entropy" else 2)
     assert op._reduction_buffers(x.device, 1)[0].tolist() == [0, 0]
 
 

@@ -246,12 +246,14 @@ def entropy_threads(kind: int, block: int, num_warps: int, logit_bytes: int,
 # ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM that take the rows from a queue keeps P x SMs.
 # Label CE ran 0.87-0.94x one program a row where that grid's rows filled ENTROPY_FUSED_L2_FILL
 # of the L2 (32768 bf16 columns: 0.66 of an H100's, 0.55 of an H200's), and 1.00-1.09x beside
-# it (16384 and 65536 columns on an H200). The two-input losses ran 1.03-1.07x on an H200 (4096
-# rows); JSD 1.07x, a loss_mask 1.04x (on an H100, striding); unaligned rows (50257, read
-# through frames) 1.15x; 600 and 800 rows, whose last round leaves most of the grid idle,
-# 1.04-1.17x (docs/planner.md#the-fused-forms-grid). A queue, not a stride, so rows that skip
-# (ignored labels) leave no program more work than the rest (ENTROPY_FUSED_QUEUE; 0: stride).
-# NORMLAB_LOSS_FUSED_STRIDE=0: one program a row.
+# it (16384 and 65536 columns on an H200). Left out (docs/planner.md#the-fused-forms-grid):
+# - the two-input losses, 1.03-1.07x on an H200 (4096 rows), and JSD, 1.07x on an H100;
+# - softcap, whose tanh wants the warps one program a row keeps resident: 1.11-1.14x on an H200;
+# - a loss_mask, 1.04x (on an H100, striding);
+# - unaligned rows (50257, read through frames), 1.15x;
+# - 600 and 800 rows, whose last round leaves most of the grid idle, 1.04-1.17x.
+# A queue, not a stride, so rows that skip (ignored labels) leave no program more work than the
+# rest (ENTROPY_FUSED_QUEUE; 0: stride). NORMLAB_LOSS_FUSED_STRIDE=0: one program a row.
 ENTROPY_FUSED_STRIDE = os.environ.get("NORMLAB_LOSS_FUSED_STRIDE", "1") != "0"
 ENTROPY_FUSED_QUEUE = os.environ.get("NORMLAB_LOSS_FUSED_QUEUE", "1") != "0"
 ENTROPY_FUSED_PROGRAMS_PER_SM = 4
@@ -260,25 +262,27 @@ ENTROPY_FUSED_TAIL_WASTE = 0.1  # the grid saves 6-13%: a last round idler than 
 
 
 def takes_fused_grid(spec: Spec, compute_grad: bool) -> bool:
-    """Whether a call may take the fused grid (entropy_fused_programs): label CE's fused form
-    with a gradient. Such a call hands the launcher a ticket, whose second int is the queue."""
-    return spec.kind == CE and spec.form == "fused" and compute_grad and ENTROPY_FUSED_STRIDE
+    """Whether a call may take the fused grid (above; its shapes: entropy_fused_programs):
+    label CE's fused form with a gradient, without softcap or a loss_mask. Such a call hands
+    the launcher a ticket, whose second int is the row queue."""
+    opts = spec.options
+    return (ENTROPY_FUSED_STRIDE and spec.kind == CE and spec.form == "fused" and compute_grad
+            and (opts is None or not (opts.softcap or opts.has_mask)))  # fmt: skip
 
 
-def entropy_fused_programs(kind: int, n_rows: int, n_cols: int, logit_bytes: int, aligned: bool,
-                           has_mask: bool, sm_count: int, l2_bytes: int) -> int | None:  # fmt: skip
-    """The fused kernel's grid for label CE (above): ENTROPY_FUSED_PROGRAMS_PER_SM programs an
-    SM taking the rows in turn, where that grid's rows (n_cols x logit_bytes each) fill
+def entropy_fused_programs(n_rows: int, n_cols: int, logit_bytes: int, aligned: bool,
+                           sm_count: int, l2_bytes: int) -> int | None:  # fmt: skip
+    """The fused grid of a call that takes_fused_grid: ENTROPY_FUSED_PROGRAMS_PER_SM programs
+    an SM taking the rows in turn, where that grid's rows (n_cols x logit_bytes each) fill
     ENTROPY_FUSED_L2_FILL of the L2, Triton sees the rows aligned (``aligned``:
     rows_seen_aligned), there are at least two rows a program, and the row slots (rounds x
     programs) are at most 1 + ENTROPY_FUSED_TAIL_WASTE times the rows; else None: one program
-    a row. Never with a loss_mask."""
+    a row."""
     programs = ENTROPY_FUSED_PROGRAMS_PER_SM * sm_count
     rounds = -(-n_rows // programs)
     low, high = ENTROPY_FUSED_L2_FILL
     fill = programs * n_cols * logit_bytes
-    if (not ENTROPY_FUSED_STRIDE or kind != CE or has_mask or not aligned
-            or not low * l2_bytes <= fill <= high * l2_bytes or rounds < 2
+    if (not aligned or not low * l2_bytes <= fill <= high * l2_bytes or rounds < 2
             or rounds * programs > (1 + ENTROPY_FUSED_TAIL_WASTE) * n_rows):  # fmt: skip
         return None
     return programs

@@ -214,15 +214,15 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
     also their sum or mean (spec.reduction) into ``out``. ``n_valid``: the fp32 count a mean
     over counted rows divides by, or None: the kernel counts (``config.count_in_kernel``).
     Unread pointers (labels, grad) may be any tensor; mask: the flat loss_mask or None.
-    ``programs``: the grid (None: ``config.entropy_fused_programs``' for calls with a gradient
-    and a ticket, ``config.takes_fused_grid``; else one program a row). Fewer programs than
+    ``programs``: the grid (None: ``config.entropy_fused_programs``' for a call that
+    ``config.takes_fused_grid`` and has a ticket; else one program a row). Fewer programs than
     rows take them from a queue, or stride them (config.ENTROPY_FUSED_QUEUE)."""
     n_rows, n_cols = x.shape
-    if programs is None and compute_grad and ticket is not None:  # the gradient pass re-reads
+    if programs is None and ticket is not None and config.takes_fused_grid(spec, compute_grad):
         device = x.device.index
-        programs = config.entropy_fused_programs(spec.kind, n_rows, n_cols, x.element_size(),
+        programs = config.entropy_fused_programs(n_rows, n_cols, x.element_size(),
                                                  config.rows_seen_aligned(x, t, grad),
-                                                 mask is not None, _runtime.sm_count(device),
+                                                 _runtime.sm_count(device),
                                                  _runtime.l2_bytes(device))  # fmt: skip
     programs = n_rows if programs is None else max(1, min(programs, n_rows))
     persistent = 0 if programs == n_rows else 2 if config.ENTROPY_FUSED_QUEUE else 1
