@@ -244,7 +244,7 @@ def entropy_threads(kind: int, block: int, num_warps: int, logit_bytes: int,
 # A row's program reads the row twice (the statistics, then the gradient pass from the last tile
 # back), and one program a row keeps as many rows in flight as the registers allow. A grid of
 # ENTROPY_FUSED_PROGRAMS_PER_SM programs an SM that take the rows from a queue keeps P x SMs.
-# Label CE ran 0.87-0.94x one program a row where that grid's rows filled ENTROPY_FUSED_L2_FILL
+# Label CE ran 0.86-0.94x one program a row where that grid's rows filled ENTROPY_FUSED_L2_FILL
 # of the L2 (32768 bf16 columns: 0.66 of an H100's, 0.55 of an H200's), and 1.00-1.09x beside
 # it (16384 and 65536 columns on an H200). Left out (docs/planner.md#the-fused-forms-grid):
 # - the two-input losses, 1.03-1.07x on an H200 (4096 rows), and JSD, 1.07x on an H100;

@@ -62,11 +62,12 @@ print(viz.recorded_summary(recorded))
 # The fused form's second read finds its row in L2 only while the rows *in flight* fit there:
 # one program a row keeps as many rows in flight as the registers let reside, for label
 # cross-entropy at V = 32768 about 1000 rows of 64 KB, more than an H100's 50 MiB of L2. So
-# for rows of 32 KiB of logits or more, a grid of 4 programs per SM strides the rows instead
-# (`config.entropy_fused_programs`). On an H100 that took reverse KL at 4096 × 16384 from 188
-# to 172 µs and label cross-entropy at 4096 × 32768 from 255 to 221 µs; shorter rows ran
-# slower that way, since one program a row overlaps many rows' starts
-# ([the note](../docs/notes/2026-12-05-the-fused-forms-grid.md)).
+# label cross-entropy takes a grid of 4 programs per SM, which take the rows from a queue,
+# where that grid's rows fill half to three quarters of the L2
+# (`config.entropy_fused_programs`). At 4096 × 32768 that took it from 255 to 218 µs on an
+# H100 and from 191 to 175 µs on an H200. Outside the band, and for the losses with a second
+# input, the H200 ran the grid slower than one program a row
+# ([the note](../docs/notes/2026-12-05-the-fused-grid-queue-and-l2-band.md)).
 
 # %%
 # NBVAL_CHECK_OUTPUT
