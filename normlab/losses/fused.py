@@ -8,8 +8,8 @@ reduction's 1/n) is written during the forward and saved; the backward only resc
 grad_output (``_entropy_grad_rescale_kernel``, in place; ``op`` decides when). The loss rows'
 sum or mean is the kernel's too: its last program adds them up (``online.finish_reduction``), so
 a call is one launch. The gradient pass reads the row a second time, from L2 while few rows are in
-flight: for long aligned rows a grid of a few programs an SM takes the rows from a queue instead
-of one program a row (``config.entropy_fused_programs``).
+flight: for label CE's long aligned rows a grid of a few programs an SM takes the rows from a
+queue instead of one program a row (``config.entropy_fused_programs``).
 """
 
 from __future__ import annotations
@@ -105,14 +105,14 @@ def _entropy_fused_kernel(
         # Each program's last take is its one past the rows: the highest is the queue's last use.
         if row == n_rows + tl.num_programs(0) - 1:
             tl.store(queue_ptr, 0)
-    elif PERSISTENT:  # (one program a row keeps no loop: its code as timed before the grid)
+    elif PERSISTENT:  # (NORMLAB_LOSS_FUSED_QUEUE=0) the programs stride the rows
         for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
             _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr,
                        tl.cast(row, tl.int64), scale, ignore_index, n_cols, x_row_stride,
                        t_row_stride, grad_row_stride, xparam, beta, smoothing, uniform_weight,
                        z_loss, KIND, COMPUTE_GRAD, ACCUMULATE, BLOCK, LANE, ALIGN, FRAME, XFORM,
                        HAS_MASK, SMOOTH, ZLOSS, THREADS)  # fmt: skip
-    else:
+    else:  # one program a row keeps no loop: its code as timed before the grid
         _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr,
                    tl.program_id(0).to(tl.int64), scale, ignore_index, n_cols, x_row_stride,
                    t_row_stride, grad_row_stride, xparam, beta, smoothing, uniform_weight, z_loss,

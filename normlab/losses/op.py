@@ -87,12 +87,12 @@ def _reduction_buffers(device, n_rows):
     """(ticket, rows) of a loss reduced in the kernel (online.finish_reduction): a (2,) int32
     ticket counter and the fused grid's row queue, 0 between launches (each launch's last user
     resets them), and an fp32 buffer of at least n_rows for the loss rows on their way to the
-    sum. On a GPU one pair is
-    kept for the default stream (its launches run in order; under the interpreter, one per
-    thread). A call on any other stream gets a fresh pair: a CUDA graph being captured (zeroed
-    inside the graph, never the pair a replay could race with), or the side stream that
-    torch.compile's CUDA graph trees warm up on, whose allocations go to the graphs' pool and
-    must not outlive the call (a kept pair failed their check of live allocations)."""
+    sum. On a GPU one pair is kept for the default stream (its launches run in order; under the
+    interpreter, one per thread). A call on any other stream gets a fresh pair: a CUDA graph
+    being captured (zeroed inside the graph, never the pair a replay could race with), or the
+    side stream that torch.compile's CUDA graph trees warm up on, whose allocations go to the
+    graphs' pool and must not outlive the call (a kept pair failed their check of live
+    allocations)."""
     if device.type == "cuda":
         if _current_raw_stream(device.index) != 0 or torch.cuda.is_current_stream_capturing():
             return (torch.zeros(2, dtype=torch.int32, device=device),
