@@ -329,6 +329,14 @@ off_on() {  # off_on VAR NAME SECONDS CELLS: normlab alone over CELLS with VAR=0
       --out "$OUT/${2}_$on.jsonl" --reps 4 --timed-us 100 --impls normlab --cells "$4"
   done
 }
+stride_options() {  # stride_options NAME: the options at 4096x32768, the fused grid off then on
+  local on
+  for on in 0 1; do
+    step "loss_options_V32768_${1}_stride$on" 75 env NORMLAB_LOSS_FUSED_STRIDE=$on python3 \
+      benchmarks/loss_options.py --V 32768 --out "$OUT/loss_options_V32768_${1}_stride$on.jsonl" \
+      --reps 10 --max-seconds 55
+  done
+}
 options_off_on() {  # options_off_on VAR NAME: the loss options with VAR=0, then 1, twice
   local run on
   for run in 1 2; do
@@ -1272,31 +1280,19 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step fused_grid_M1024_queue 40 python3 benchmarks/fused_grid.py \
       --out "$OUT/fused_grid_M1024_queue.jsonl" --M 1024 --V 16384,32768 --per-sm 4 \
       --max-seconds 30
-    for on in 0 1; do
-      name=loss_options_V32768_queue_stride$on
-      step "$name" 80 env NORMLAB_LOSS_FUSED_STRIDE=$on python3 benchmarks/loss_options.py \
-        --V 32768 --out "$OUT/$name.jsonl" --reps 10 --max-seconds 60
-    done
+    stride_options queue
     step gpu_check_fusedqueue 120 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_fusedqueue.json" --dtypes bf16 --only losses
     ;;
   fusedband)  # label CE's grid in its L2 band: options off and on, the population, checks
-    for on in 0 1; do
-      name=loss_options_V32768_band_stride$on
-      step "$name" 75 env NORMLAB_LOSS_FUSED_STRIDE=$on python3 benchmarks/loss_options.py \
-        --V 32768 --out "$OUT/$name.jsonl" --reps 10 --max-seconds 55
-    done
+    stride_options band
     step vocab_fusedband 300 python3 benchmarks/vocab_population.py --ops cross_entropy \
       --out "$OUT/vocab_fusedband.jsonl" --reps 6 --max-seconds 270
     step gpu_check_fusedband 100 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_fusedband.json" --dtypes bf16 --only loss_options
     ;;
   fusedfinal)  # the grid as it ships: the options off and on, the loss checks
-    for on in 0 1; do
-      name=loss_options_V32768_final_stride$on
-      step "$name" 75 env NORMLAB_LOSS_FUSED_STRIDE=$on python3 benchmarks/loss_options.py \
-        --V 32768 --out "$OUT/$name.jsonl" --reps 10 --max-seconds 55
-    done
+    stride_options final
     step gpu_check_fusedfinal 150 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_fusedfinal.json" --dtypes bf16,fp32 --only losses,loss_options
     ;;
