@@ -510,6 +510,68 @@ def check_loss_replay() -> None:
     _launch.REPLAY = was
 
 
+def check_fused_grid() -> None:
+    """Label CE's fused grid through the public call (config.takes_fused_grid): a shape the rule
+    takes on this card (its rows filling 0.6 of the L2, four rounds; the loss summed by torch),
+    half the labels ignored, each reduction called three times (the third replays where the
+    call records), against fp64 and bitwise against one program a row; the kept ticket and
+    queue back at 0."""
+    from normlab import _runtime
+    from normlab.losses import config as loss_config
+    from normlab.losses import fused
+    from normlab.losses import op as loss_op
+
+    programs = loss_config.ENTROPY_FUSED_PROGRAMS_PER_SM * _runtime.sm_count()
+    fill = sum(loss_config.ENTROPY_FUSED_L2_FILL) / 2 * _runtime.l2_bytes()
+    M, V = 4 * programs, 16 * round(fill / (programs * 2) / 16)
+    grids = []
+    launch = fused.launch
+
+    def launch_spy(kernel, grid, *args, **kwargs):
+        if kernel is fused._entropy_fused_kernel:
+            grids.append(grid[0])
+        return launch(kernel, grid, *args, **kwargs)
+
+    def run(reduction, seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = (3 * torch.randn(M, V, device="cuda", generator=g)).bfloat16().requires_grad_()
+        labels = torch.randint(0, V, (M,), device="cuda", generator=g)
+        labels[torch.rand(M, device="cuda", generator=g) < 0.5] = -100
+        out = normlab.cross_entropy(x, labels, form="fused", reduction=reduction)
+        weight = torch.rand(out.shape, device="cuda", generator=g) + 0.5
+        (grad,) = torch.autograd.grad(out, (x,), weight)
+        return x, labels, weight, out, grad
+
+    switch = loss_config.ENTROPY_FUSED_STRIDE
+    fused.launch = launch_spy
+    try:
+        for reduction in ("mean", "none"):
+            loss_op._SIGNATURES.clear()
+            grids.clear()
+            x, labels, weight, out, grad = [run(reduction, seed) for seed in range(3)][-1]
+            taken = grids == [programs] * 3
+            loss_config.ENTROPY_FUSED_STRIDE = False
+            loss_op._SIGNATURES.clear()
+            _, _, _, row_out, row_grad = run(reduction, 2)
+            loss_config.ENTROPY_FUSED_STRIDE = switch
+            xd = x.detach().double().requires_grad_()
+            want = ref.cross_entropy_ref(xd, labels, reduction=reduction)
+            (want_grad,) = torch.autograd.grad(want, (xd,), weight.double())
+            ticket = loss_op._reduction_buffers(x.device, 1)[0]
+            record(f"fused grid: cross_entropy {M}x{V} bf16 {reduction}, half ignored, "
+                   f"{programs} programs",
+                   {"not_taken": float(not taken),
+                    "differing": float(not torch.equal(out, row_out))
+                    + float(not torch.equal(grad, row_grad)),
+                    "queue_left": float(ticket.abs().sum()),
+                    "loss": _rel(out.detach(), want.detach()), "grad": _rel(grad, want_grad)},
+                   {"not_taken": 0.0, "differing": 0.0, "queue_left": 0.0, "loss": 1e-4,
+                    "grad": 1e-2})  # fmt: skip
+    finally:
+        fused.launch = launch
+        loss_config.ENTROPY_FUSED_STRIDE = switch
+
+
 def check_autotune() -> None:
     code = ("import torch, normlab; from normlab import ref; x = torch.randn(64, 3000, "
             "device='cuda'); w = torch.randn(3000, device='cuda'); "
@@ -524,7 +586,7 @@ def check_autotune() -> None:
 
 
 PARTS = ("norms", "norm_options", "losses", "loss_options", "graphs", "compile", "lean",
-         "replay", "loss_replay", "autotune")
+         "replay", "loss_replay", "fused_grid", "autotune")
 
 
 def main(argv=None) -> int:
@@ -575,7 +637,7 @@ def main(argv=None) -> int:
         else:
             {"graphs": check_graphs, "compile": check_compile, "lean": check_lean_launch,
              "replay": check_replay, "loss_replay": check_loss_replay,
-             "autotune": check_autotune}[part]()  # fmt: skip
+             "fused_grid": check_fused_grid, "autotune": check_autotune}[part]()  # fmt: skip
     failed = [r for r in results if not r["ok"]]
     meta = {"card": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "checks": len(results),
