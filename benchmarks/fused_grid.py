@@ -8,8 +8,8 @@
 The fused kernel reads a row twice: the statistics pass, then the gradient pass, in reverse tile
 order, which finds the row in L2 only while the rows in flight (programs resident on the SMs times
 the bytes of a row) fit in it. One program a row puts as many rows in flight as the registers
-allow; a persistent grid of P programs an SM (``fused.launch_fused(programs=)``) puts P × SMs,
-which take the rows from a queue (NORMLAB_LOSS_FUSED_QUEUE=0: stride them).
+allow; a persistent grid of P programs an SM (``fused.launch_fused(programs=)``), which take
+the rows from a queue, puts P × SMs.
 Times forward+backward (device µs, L2 flushed; bf16 or fp32 logits) of each loss in the fused
 form at its ``auto`` tile, one program a row and P an SM, with the rows in flight against L2
 printed beside it. One record per case (the grid in its note), rewritten after each. Replay is
@@ -102,9 +102,8 @@ def main(argv=None) -> int:
     commit = git_commit()
     if normlab.INTERPRET:
         print(CPU_LABEL)
-    order = "from a queue" if loss_config.ENTROPY_FUSED_QUEUE else "striding"
     print(f"{dev.card}: {sms} SMs, L2 {l2 / 2**20:.0f} MiB; {args.M} rows, {args.dtype}, fwd+bwd;"
-          f" grids take the rows {order}")
+          " grids take the rows from a queue")
     records, last_s, failed = [], 0.0, 0
     launch_fused = loss_op.launch_fused
     try:
@@ -131,7 +130,7 @@ def main(argv=None) -> int:
                     label = "one a row" if grid is None else f"{grid} an SM"
                     skipped = f"; {args.ignored:g} of the labels ignored" \
                         if args.ignored and name == "cross_entropy" else ""  # fmt: skip
-                    taken = "" if grid is None else f" {order}"
+                    taken = "" if grid is None else " from a queue"
                     rec = dataclasses.replace(rec, note=f"{rec.note}; grid {label}{taken}{skipped}")
                     records.append(rec)
                     replace_jsonl(records, args.out)

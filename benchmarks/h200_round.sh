@@ -216,7 +216,8 @@
 # fusedvocab (label CE and reverse KL over the vocabulary population beside their peers).
 # fusedqueue (the fused grid's programs taking rows from a queue against striding them: half the
 # labels ignored, 4096 and 1024 rows, bitwise against one a row; the options with the rule off
-# and on; the loss checks for the time left).
+# and on; the loss checks for the time left). NORMLAB_LOSS_FUSED_QUEUE, the stride's switch,
+# was removed after 171c70c: from then on both halves time the queue.
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform

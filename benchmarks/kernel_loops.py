@@ -113,8 +113,7 @@ def compile_variant(kind, xform, smooth, zloss, block, warps, arch, form="fused"
     """The compiled kernel of one variant (forward+backward: COMPUTE_GRAD, a mean over the
     counted rows, aligned rows) in ``form`` (fused or chunked), its registers capped at
     ``maxnreg`` (None: no cap), the target logits in ``target`` ("bf16" or "fp32"); the fused
-    form's programs taking the rows in turn with ``persistent`` (config.ENTROPY_FUSED_QUEUE:
-    from a queue, else striding them)."""
+    form's programs taking the rows from a queue with ``persistent``."""
     constants = {"KIND": kind, "COMPUTE_GRAD": True, "ACCUMULATE": False,
                  "MEAN_OVER_VALID": True, "COUNT": True, "REDUCE": 0, "BLOCK": block,
                  "LANE": config.entropy_lane(block), "ALIGN": 1, "FRAME": 1, "XFORM": xform,
@@ -122,7 +121,7 @@ def compile_variant(kind, xform, smooth, zloss, block, warps, arch, form="fused"
     kernel = _entropy_fused_kernel
     types = {**POINTERS, **SCALARS, "t_ptr": f"*{target}"}
     if form == "fused":  # every constexpr in the signature: Triton 3.9 takes no defaults here
-        constants["PERSISTENT"] = (2 if config.ENTROPY_FUSED_QUEUE else 1) if persistent else 0
+        constants["PERSISTENT"] = persistent
     if form == "chunked":
         kernel = _entropy_chunked_kernel
         types = {**types, **CHUNKED_POINTERS, **CHUNKED_SCALARS}
@@ -256,8 +255,7 @@ def main(argv=None) -> int:
                              "(NORMLAB_LOSS_THREAD_STATS=0)")
     parser.add_argument("--persistent", action="store_true",
                         help="the fused form's programs taking the rows from a queue (a grid of "
-                             "fewer programs than rows: config.entropy_fused_programs; "
-                             "NORMLAB_LOSS_FUSED_QUEUE=0: striding them)")
+                             "fewer programs than rows: config.entropy_fused_programs)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers per thread (as the chunked "
                         "form's launch does at some tiles)")
     parser.add_argument("--target", choices=("bf16", "fp32"), default="bf16",
@@ -315,8 +313,7 @@ def main(argv=None) -> int:
              + ("; tl.exp" if args.plain_exp else "; exp as one ex2.approx.ftz")
              + ("; softcap's gradient exp as poly_exp2" if args.poly_exp2 else "")
              + ("; label CE's statistics per thread" if config.ENTROPY_THREAD_STATS else "")
-             + (("; programs taking the rows from a queue" if config.ENTROPY_FUSED_QUEUE
-                 else "; programs striding the rows") if args.persistent else "")]
+             + ("; programs taking the rows from a queue" if args.persistent else "")]
     for name, variant in VARIANTS.items():
         kernel = compile_variant(*variant, args.block, args.warps, args.arch, args.form,
                                  args.maxnreg, args.target, args.persistent)  # fmt: skip

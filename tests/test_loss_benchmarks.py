@@ -12,7 +12,6 @@ from helpers import load_script
 
 from normlab.bench import budget, population, prewarm, shapes
 from normlab.bench.records import Record, read_jsonl, write_jsonl
-from normlab.losses import config as loss_config
 
 
 def _script(name):
@@ -427,7 +426,7 @@ def test_loss_options_ship_writes_what_notebook_07_reads(options, tmp_path, monk
 # ---- the fused form's grid ---------------------------------------------------------------------
 
 
-def test_fused_grid_quick_run_checks_each_grid_and_records_it(tmp_path, capsys, monkeypatch):
+def test_fused_grid_quick_run_checks_each_grid_and_records_it(tmp_path, capsys):
     grid = _script("fused_grid")
     out = tmp_path / "grid.jsonl"
     assert grid.main(["--out", str(out), "--quick", "--per-sm", "1,2", "--ops",
@@ -437,12 +436,11 @@ def test_fused_grid_quick_run_checks_each_grid_and_records_it(tmp_path, capsys, 
         ["one a row", "1 an SM from a queue", "2 an SM from a queue"]  # fmt: skip
     assert all(r.strategy == "fused" and r.M == 16 for r in rows)
     assert "0 grids differ from one a row" in capsys.readouterr().out
-    # label CE with half its rows ignored, the programs striding: skipped rows stride too
-    monkeypatch.setattr(loss_config, "ENTROPY_FUSED_QUEUE", False)
+    # label CE with half its rows ignored: skipped rows come from the queue too
     assert grid.main(["--out", str(out), "--quick", "--per-sm", "1", "--ops", "cross_entropy",
                       "--ignored", "0.5"]) == 0  # fmt: skip
     rows = read_jsonl(out)
-    assert rows[1].note.endswith("; grid 1 an SM striding; 0.5 of the labels ignored")
+    assert rows[1].note.endswith("; grid 1 an SM from a queue; 0.5 of the labels ignored")
     assert all(r.note.endswith("; 0.5 of the labels ignored") for r in rows)
     assert "0 grids differ from one a row" in capsys.readouterr().out
 

@@ -253,9 +253,8 @@ def entropy_threads(kind: int, block: int, num_warps: int, logit_bytes: int,
 # - unaligned rows (50257, read through frames), 1.15x;
 # - 600 and 800 rows, whose last round leaves most of the grid idle, 1.04-1.17x.
 # A queue, not a stride, so rows that skip (ignored labels) leave no program more work than the
-# rest (ENTROPY_FUSED_QUEUE; 0: stride). NORMLAB_LOSS_FUSED_STRIDE=0: one program a row.
+# rest. NORMLAB_LOSS_FUSED_STRIDE=0: one program a row.
 ENTROPY_FUSED_STRIDE = os.environ.get("NORMLAB_LOSS_FUSED_STRIDE", "1") != "0"
-ENTROPY_FUSED_QUEUE = os.environ.get("NORMLAB_LOSS_FUSED_QUEUE", "1") != "0"
 ENTROPY_FUSED_PROGRAMS_PER_SM = 4
 ENTROPY_FUSED_L2_FILL = (0.5, 0.75)  # below, one a row's rows fit too; above, the grid's do not
 ENTROPY_FUSED_TAIL_WASTE = 0.1  # the grid saves 6-13%: a last round idler than this loses it

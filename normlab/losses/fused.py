@@ -80,18 +80,18 @@ def _entropy_fused_kernel(
     SMOOTH: tl.constexpr = False,
     ZLOSS: tl.constexpr = False,
     THREADS: tl.constexpr = 0,  # label CE's statistics per thread (config.entropy_threads)
-    PERSISTENT: tl.constexpr = 0,  # fewer programs than rows: 1 stride them, 2 take them in turn
+    PERSISTENT: tl.constexpr = False,  # fewer programs than rows, taking them from a queue
 ):
     """Each row's loss and gradient in one launch (see module docstring): one program a row, or
-    (PERSISTENT) a grid of fewer programs that take the rows from a queue in ticket_ptr[1] (2)
-    or stride them (1) (config.entropy_fused_programs)."""
+    (PERSISTENT) a grid of fewer programs that take the rows from a queue in ticket_ptr[1]
+    (config.entropy_fused_programs)."""
     xparam, beta, smoothing, uniform_weight, z_loss = fp32_options(xparam, beta, smoothing,
                                                                    uniform_weight, z_loss)
     scale = tl.cast(grad_scale, tl.float32)
     if COMPUTE_GRAD and MEAN_OVER_VALID:
         scale = scale / counted_rows(n_valid_ptr, labels_ptr, mask_ptr, ignore_index, n_rows,
                                      KIND, HAS_MASK, COUNT)  # fmt: skip
-    if PERSISTENT == 2:  # a queue of rows: each program takes the next row no program has taken
+    if PERSISTENT:  # a queue of rows: each program takes the next row no program has taken
         queue_ptr = ticket_ptr + 1
         row = tl.atomic_add(queue_ptr, 1, sem="relaxed")
         while row < n_rows:
@@ -105,13 +105,6 @@ def _entropy_fused_kernel(
         # Each program's last take is its one past the rows: the highest is the queue's last use.
         if row == n_rows + tl.num_programs(0) - 1:
             tl.store(queue_ptr, 0)
-    elif PERSISTENT:  # (NORMLAB_LOSS_FUSED_QUEUE=0) the programs stride the rows
-        for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
-            _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr,
-                       tl.cast(row, tl.int64), scale, ignore_index, n_cols, x_row_stride,
-                       t_row_stride, grad_row_stride, xparam, beta, smoothing, uniform_weight,
-                       z_loss, KIND, COMPUTE_GRAD, ACCUMULATE, BLOCK, LANE, ALIGN, FRAME, XFORM,
-                       HAS_MASK, SMOOTH, ZLOSS, THREADS)  # fmt: skip
     else:  # one program a row keeps no loop: its code as timed before the grid
         _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr,
                    tl.program_id(0).to(tl.int64), scale, ignore_index, n_cols, x_row_stride,
@@ -216,7 +209,7 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
     Unread pointers (labels, grad) may be any tensor; mask: the flat loss_mask or None.
     ``programs``: the grid (None: ``config.entropy_fused_programs``' for a call that
     ``config.takes_fused_grid`` and has a ticket; else one program a row). Fewer programs than
-    rows take them from a queue, or stride them (config.ENTROPY_FUSED_QUEUE)."""
+    rows take them from the ticket's queue."""
     n_rows, n_cols = x.shape
     if programs is None and ticket is not None and config.takes_fused_grid(spec, compute_grad):
         device = x.device.index
@@ -225,8 +218,8 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
                                                  _runtime.sm_count(device),
                                                  _runtime.l2_bytes(device))  # fmt: skip
     programs = n_rows if programs is None else max(1, min(programs, n_rows))
-    persistent = 0 if programs == n_rows else 2 if config.ENTROPY_FUSED_QUEUE else 1
-    if persistent == 2 and ticket is None:  # a grid asked for without the reduction's ticket
+    persistent = programs < n_rows
+    if persistent and ticket is None:  # a grid asked for without the reduction's ticket
         ticket = torch.zeros(2, dtype=torch.int32, device=x.device)
     block = config.tile(n_cols, spec.block_cap)
     scale, over_valid = config.grad_scale(spec, n_rows)
