@@ -2,8 +2,10 @@
 
     python3 benchmarks/norm_population.py --out out/norm_population.jsonl [--reps 10]
 
-For each population member (``normlab.bench.shapes.norm_population``): RMSNorm and LayerNorm,
-forward and backward, normlab's default against torch, torch.compile (default mode: one
+For each population member (``normlab.bench.shapes.norm_population``): RMSNorm and LayerNorm
+(``--ops`` adds the fused residual adds, ``add_rms_norm`` and ``add_layer_norm``, whose torch
+peer is ``h = x + r`` then torch's norm of h), forward and backward, normlab's default against
+torch, torch.compile (default mode: one
 compiled function over every member, dynamic after its first recompile), torch.compile with
 ``dynamic=False`` compiled per member (``compile-static``, as a model of fixed shapes gets it;
 runs before 2026-12-03 did not time it) and Liger-Kernel where importable, shape by shape.
@@ -40,6 +42,7 @@ from normlab.bench.sweep import PEERS, measure, parse_shapes
 MAX_REPS = 64
 LAUNCH_FLOOR_US = 1.5  # the shortest kernel the profiler times on an H200 (a one-program store)
 OPS = ("rms_norm", "layer_norm")
+ADD_OPS = ("add_rms_norm", "add_layer_norm")  # measured when named in --ops
 DIRECTIONS = ("fwd", "bwd")
 
 
@@ -55,23 +58,33 @@ def _compiled_peer(op, dynamic=None):
     if op == "rms_norm":
         return torch.compile(lambda x, w, b, eps: F.rms_norm(x, (x.shape[-1],), w, eps),
                              dynamic=dynamic)  # fmt: skip
-    return torch.compile(lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps),
-                         dynamic=dynamic)  # fmt: skip
+    if op == "layer_norm":
+        return torch.compile(lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps),
+                             dynamic=dynamic)  # fmt: skip
+    norm = F.rms_norm if op == "add_rms_norm" else F.layer_norm
+
+    def add_norm(x, r, w, b, eps):  # (y, h) as normlab's add-norms return them
+        h = x + r
+        args = (w, eps) if op == "add_rms_norm" else (w, b, eps)
+        return norm(h, (h.shape[-1],), *args), h
+
+    return torch.compile(add_norm, dynamic=dynamic)
 
 
 def _impls(op, static_compile: bool = False):
+    case = registry.add_norm_case if op in ADD_OPS else registry.norm_case
     out = {
         "normlab": lambda M, N, dt, d: registry.get(op, "normlab").build(M, N, dt, d, "cuda"),
         "torch": lambda M, N, dt, d: registry.get(op, "torch").build(M, N, dt, d, "cuda"),
     }
     compiled = _compiled_peer(op)
-    out["compile"] = lambda M, N, dt, d: registry.norm_case(compiled, op, M, N, dt, d, "cuda")
-    if registry.get(op, "liger").unavailable() is None:
-        out["liger"] = lambda M, N, dt, d: registry.get(op, "liger").build(M, N, dt, d, "cuda")
+    out["compile"] = lambda M, N, dt, d: case(compiled, op, M, N, dt, d, "cuda")
+    liger = registry.REGISTRY[op].get("liger")  # none for add_layer_norm
+    if liger is not None and liger.unavailable() is None:
+        out["liger"] = lambda M, N, dt, d: liger.build(M, N, dt, d, "cuda")
     if static_compile:  # a compile per member
         static = _compiled_peer(op, dynamic=False)
-        out["compile-static"] = lambda M, N, dt, d: registry.norm_case(static, op, M, N, dt, d,
-                                                                       "cuda")  # fmt: skip
+        out["compile-static"] = lambda M, N, dt, d: case(static, op, M, N, dt, d, "cuda")
     return out
 
 
@@ -96,6 +109,8 @@ def main(argv=None) -> int:
                         help="random,model,narrow (the population) and/or peers (the 11 shapes "
                              "of the peers' published table, records shape_set='peers')")
     parser.add_argument("--dtypes", default="bf16,fp16,fp32")
+    parser.add_argument("--ops", default=",".join(OPS),
+                        help=f"a comma list of {', '.join(OPS + ADD_OPS)}")
     parser.add_argument("--shard", default="1/1", help="i/n: every n-th member from the i-th")
     parser.add_argument("--cells", help="MxN[,MxN...]: only these members (of any dtype)")
     parser.add_argument("--impls", help="a comma list of normlab,torch,compile,liger,"
@@ -130,6 +145,9 @@ def main(argv=None) -> int:
     known = ("normlab", "torch", "compile", "liger", "compile-static")
     if args.impls and not set(args.impls.split(",")) <= set(known):
         parser.error(f"--impls takes a comma list of {', '.join(known)}")
+    ops = args.ops.split(",")
+    if bad := [op for op in ops if op not in OPS + ADD_OPS]:
+        parser.error(f"--ops: unknown {', '.join(bad)} (expected {', '.join(OPS + ADD_OPS)})")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (the population's largest members hold 4 GiB tensors)")
     families, dtypes = set(args.families.split(",")), set(args.dtypes.split(","))
@@ -140,13 +158,13 @@ def main(argv=None) -> int:
     command = portable_command(["python3", "benchmarks/norm_population.py",
                                 *(argv if argv is not None else sys.argv[1:])])
     static = not args.impls or "compile-static" in args.impls.split(",")
-    impls = {op: _impls(op, static) for op in OPS}
+    impls = {op: _impls(op, static) for op in ops}
     if args.impls:
         keep = args.impls.split(",")
         impls = {op: {k: v for k, v in d.items() if k in keep} for op, d in impls.items()}
     records, t0 = [], time.time()
     for i, case in enumerate(cases):
-        for op in OPS:
+        for op in ops:
             for direction in DIRECTIONS:
                 reps = member_reps(args.reps, args.timed_us, traffic.bytes_moved(
                     op, direction, case.M, case.N, case.dtype), dev.roofline_gbps)

@@ -5,13 +5,13 @@
     python3 benchmarks/vocab_population.py --out out/smoke.jsonl --quick    # CPU: the interpreter
 
 For each member of ``normlab.bench.shapes.vocab_population`` (82: V from 1000 to 262144, odd and
-ragged ones among them, M from 1 to 16384): label cross-entropy, reverse KL and soft
-cross-entropy, forward and forward+backward (``normlab.bench.registry``'s loss directions),
-normlab's default beside torch.compile (default mode) of the torch composite (``normlab.ref``)
-and Liger-Kernel's cross-entropy where it is importable. Records carry
-``shape_set="vocab_population"``. Prints, per op and direction, the geometric mean of best peer
-µs / normlab µs, the count below 0.90 and the ten worst members, against the target (every
-member >= 0.90x; the geomean has no target here).
+ragged ones among them, M from 1 to 16384): label cross-entropy, reverse KL, soft
+cross-entropy, forward KL and JSD, forward and forward+backward (``normlab.bench.registry``'s
+loss directions), normlab's default beside torch.compile (default mode) of the torch composite
+(``normlab.ref``) and Liger-Kernel where it has the loss (cross-entropy, JSD) and is
+importable. Records carry ``shape_set="vocab_population"``. Prints, per op and direction, the
+geometric mean of best peer µs / normlab µs, the count below 0.90 and the ten worst members,
+against the target (every member >= 0.90x; the geomean has no target here).
 
 Wall time: ``--max-seconds`` / ``--deadline`` (``normlab.bench.budget``) stop starting members;
 records are written every 10 members and at the end. Members run in a fixed shuffled order, so
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import importlib
 import random
 import sys
 import time
@@ -47,7 +48,7 @@ from normlab.bench.sweep import measure, parse_shapes
 from normlab.bench.traffic import LABEL_LOSS_OPS, SOFT_LOSS_OPS
 
 SHAPE_SET = population.VOCAB_SET
-OPS = ("cross_entropy", "reverse_kl", "soft_cross_entropy")
+OPS = ("cross_entropy", "reverse_kl", "soft_cross_entropy", "forward_kl", "jsd")
 DIRECTIONS = registry.LOSS_DIRECTIONS  # fwd (the training forward), fwd+bwd
 IMPLS = ("normlab", "compile", "liger")  # eager and torch on request (--impls)
 QUICK_IMPLS = ("normlab", "eager")  # no torch.compile or Liger on a CPU
@@ -82,13 +83,18 @@ def _compiled_peer(op: str):
     return torch.compile(getattr(ref, f"{op}_ref"))
 
 
-def liger_unavailable() -> str | None:
-    """None when Liger-Kernel's cross-entropy can run here, else why not."""
-    reason = registry.get("cross_entropy", "liger").unavailable()
+# The Liger-Kernel module each loss's peer imports (registry's ``liger`` impls).
+LIGER_MODULES = {"cross_entropy": "liger_kernel.transformers.functional",
+                 "jsd": "liger_kernel.transformers.jsd"}  # fmt: skip
+
+
+def liger_unavailable(op: str = "cross_entropy") -> str | None:
+    """None when Liger-Kernel's peer of ``op`` can run here, else why not."""
+    reason = registry.get(op, "liger").unavailable()
     if reason:
         return reason
     try:
-        from liger_kernel.transformers.functional import liger_cross_entropy  # noqa: F401
+        importlib.import_module(LIGER_MODULES[op])
     except Exception as exc:  # importable but broken (a triton or torch it does not support)
         return f"liger_kernel fails to import: {exc!r}"[:200]
     return None
@@ -106,8 +112,8 @@ def impls_for(op: str, names, device: str, left_out: dict) -> dict:
                 continue
         elif name == "liger":
             if name not in registry.REGISTRY[op]:
-                continue  # Liger-Kernel has no such loss (reverse KL, soft CE) on logits
-            reason = liger_unavailable()
+                continue  # Liger-Kernel has no such loss (reverse KL, soft CE, forward KL)
+            reason = liger_unavailable(op)
         elif name in registry.REGISTRY[op]:
             reason = registry.get(op, name).unavailable()
         else:

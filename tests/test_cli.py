@@ -430,6 +430,8 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/norm_population.py", ["--out", "x", "--timed-us", "-1"], "--timed-us must be"),
     ("benchmarks/norm_population.py", ["--out", "x", "--impls", "normlab,inductor"],
      "--impls takes"),
+    ("benchmarks/norm_population.py", ["--out", "x", "--ops", "rms_norm,add_norm"],
+     "--ops: unknown add_norm"),
     ("benchmarks/norm_fwd_peer_kernel.py", ["--out", "x.jsonl", "--reps", "0"], "--reps must be"),
     ("benchmarks/norm_fwd_peer_kernel.py", ["--out", "x.jsonl", "--cells", "rms_norm:4by8"],
      "--cells takes"),

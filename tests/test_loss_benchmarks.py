@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+import torch
 from helpers import load_script
 
 from normlab.bench import budget, population, prewarm, shapes
@@ -65,7 +66,7 @@ def test_vocab_population_quick_run_writes_tagged_records_and_a_verdict(vocab, t
     # --summary prints the same verdicts from the file, no device needed
     assert vocab.main(["--summary", str(out)]) == 0
     printed = capsys.readouterr().out.strip()
-    assert printed.count("\n") == 7 and text.rstrip().endswith(printed)
+    assert printed.count("\n") == 2 * len(vocab.OPS) + 1 and text.rstrip().endswith(printed)
 
 
 def test_vocab_population_summary_matches_the_cells(vocab):
@@ -110,7 +111,7 @@ def test_vocab_population_warm_shards_cover_every_item_once(vocab, capsys):
     assert {(op, impl) for op, impl, _, _ in items} == {(op, "normlab") for op in vocab.OPS}
     assert {(m, n) for _, _, m, n in items} == {(17, 300), (1, 131), (1, 4099)}
     with_liger = vocab._warm_items(cases, vocab.OPS, ["normlab", "liger"])
-    assert {op for op, impl, _, _ in with_liger if impl == "liger"} == {"cross_entropy"}
+    assert {op for op, impl, _, _ in with_liger if impl == "liger"} == {"cross_entropy", "jsd"}
     for shard in ("1/2", "2/2"):
         assert vocab.main(["--quick", "--warm-shard", shard]) == 0
     text = capsys.readouterr().out
@@ -136,6 +137,15 @@ def test_vocab_population_order_and_peers(vocab):
     assert "compile" in left_out and "liger" not in left_out
     impls = vocab.impls_for("cross_entropy", ["normlab", "liger", "torch"], "cpu", left_out)
     assert list(impls) == ["normlab", "torch"] and "liger" in left_out
+    # Liger has JSD (its own module) and no forward KL; neither loss has a torch op
+    assert set(vocab.OPS) == {"cross_entropy", "reverse_kl", "soft_cross_entropy", "forward_kl",
+                              "jsd"}  # fmt: skip
+    for op, liger in (("jsd", True), ("forward_kl", False)):
+        left_out = {}
+        assert list(vocab.impls_for(op, ["normlab", "liger", "torch"], "cpu", left_out)) == [
+            "normlab"]
+        assert ("liger" in left_out) is liger  # not importable here: left out with its reason
+    assert vocab.LIGER_MODULES["jsd"] == "liger_kernel.transformers.jsd"
 
 
 def test_a_compile_record_without_triton_kernels_is_flagged(vocab):
@@ -167,7 +177,8 @@ def test_vocab_population_runs_its_warm_up_processes(vocab, tmp_path, capsys):
     assert "calls in the processes that finished" in text
     assert f": {len(items)} of {len(items)} calls" in text  # every shard ran all of its calls
     assert "warm-up: " not in text  # no shard failed
-    assert len(out.read_text().splitlines()) == 36
+    # each op x direction x member x impl
+    assert len(out.read_text().splitlines()) == len(vocab.OPS) * 2 * 3 * len(vocab.QUICK_IMPLS)
 
 
 # ---- loss options ------------------------------------------------------------------------------
@@ -377,6 +388,31 @@ def test_loss_options_register_caps_parse_and_reject(options, tmp_path, capsys):
     with pytest.raises(SystemExit):
         options.main(["--out", str(tmp_path / "lo.jsonl"), "--quick", "--fused-maxnreg", "4096:8"])
     assert "--fused-maxnreg: '4096:8': registers must be in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("op", ["add_rms_norm", "add_layer_norm"])
+def test_norm_population_add_norm_peers_compute_the_add_then_the_norm(op):
+    """The fused adds' peers: torch's norm of h = x + r, returning (y, h) as normlab does; the
+    compiled peer's function checked uncompiled against the fp64 reference (a wrong eps, a norm
+    of x instead of h or a dropped bias fails); Liger has a fused add for RMSNorm only."""
+    from normlab import ref
+
+    pop = _script("norm_population")
+    impls = pop._impls(op)
+    assert set(impls) <= {"normlab", "torch", "compile", "liger"}
+    if op == "add_layer_norm":
+        assert "liger" not in impls
+    fn = pop._compiled_peer(op)._torchdynamo_orig_callable
+    g = torch.Generator().manual_seed(3)
+    x, r = (torch.randn(5, 37, generator=g, dtype=torch.float64) for _ in range(2))
+    w = 1 + 0.1 * torch.randn(37, generator=g, dtype=torch.float64)
+    b = 0.1 * torch.randn(37, generator=g, dtype=torch.float64)
+    eps = 0.3  # large, so a wrong eps shows
+    y, h = fn(x, r, w, b, eps)
+    want = (ref.add_rms_norm(x, r, w, eps) if op == "add_rms_norm"
+            else ref.add_layer_norm(x, r, w, b, eps))  # fmt: skip
+    torch.testing.assert_close(h, x + r)
+    torch.testing.assert_close(y, want[0])
 
 
 def test_norm_population_reps_grow_for_short_calls():
