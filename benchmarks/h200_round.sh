@@ -222,7 +222,7 @@
 # JSD). addpop1 / addpop2 (the fused residual add-norms over the population's model widths,
 # bf16, beside torch's add then norm, torch.compile of it and Liger's fused add RMSNorm).
 # dhlate (the fused add's single pass without a prefetch, dh loaded after the row sums: the
-# backward variants at 8192-16384 columns, then the wide model members with
+# backward variants at 8192-16384 columns (LayerNorm at 8192: wider rows take split rows), then the wide model members with
 # NORMLAB_NORM_BWD_DH_LATE off and on beside their peers).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
@@ -1366,8 +1366,10 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     ;;
   dhlate)  # the fused add's dh after the row sums: variants, then the wide members off and on
     step norm_fused_add_dhlate 240 python3 benchmarks/norm_fused_add.py \
-      --out "$OUT/norm_fused_add_dhlate.jsonl" --reps 10 \
+      --out "$OUT/norm_fused_add_dhlate.jsonl" --reps 10 --ops rms_norm \
       --cells 16384x8192,4096x16384,16384x16384,65536x16384,16384x12288,65536x12288
+    step norm_fused_add_dhlate_ln 60 python3 benchmarks/norm_fused_add.py \
+      --out "$OUT/norm_fused_add_dhlate_ln.jsonl" --reps 10 --ops layer_norm --cells 16384x8192
     for late in 0 1; do
       step "population_dhlate_$late" 150 env NORMLAB_NORM_BWD_DH_LATE=$late \
         python3 benchmarks/norm_population.py --ops add_rms_norm,add_layer_norm \
