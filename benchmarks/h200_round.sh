@@ -222,8 +222,8 @@
 # JSD). addpop1 / addpop2 (the fused residual add-norms over the population's model widths,
 # bf16, beside torch's add then norm, torch.compile of it and Liger's fused add RMSNorm).
 # dhlate (the fused add's single pass without a prefetch, dh loaded after the row sums: the
-# backward variants at 8192-16384 columns (LayerNorm at 8192: wider rows take split rows), then the wide model members with
-# NORMLAB_NORM_BWD_DH_LATE off and on beside their peers).
+# backward variants at 8192-16384 columns (LayerNorm at 8192: wider rows take split rows), then
+# the wide model members with NORMLAB_NORM_BWD_DH_LATE off and on beside their peers).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
