@@ -221,9 +221,9 @@
 # jsdvocab (forward KL and JSD over the vocabulary population beside torch.compile and Liger's
 # JSD). addpop1 / addpop2 (the fused residual add-norms over the population's model widths,
 # bf16, beside torch's add then norm, torch.compile of it and Liger's fused add RMSNorm).
-# dhlate (the fused add's single pass without a prefetch, dh loaded after the row sums: the
-# backward variants at 8192-16384 columns (LayerNorm at 8192: wider rows take split rows), then
-# the wide model members with NORMLAB_NORM_BWD_DH_LATE off and on beside their peers).
+# dhlate (the fused add's single pass without a prefetch, dh loaded after the row sums: the wide
+# model members of add_rms_norm with NORMLAB_NORM_BWD_DH_LATE off and on beside their peers, then
+# the backward's variants at 8192-16384 columns).
 # notebooks (every notebook
 # executed on the GPU into docs/h200-notebooks/; its wheels in .whl/nb: `pip download nbclient
 # ipykernel plotly ipywidgets --python-version 3.12 --only-binary=:all: --platform
@@ -1365,18 +1365,16 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --shard "$shard/2"
     ;;
   dhlate)  # the fused add's dh after the row sums: variants, then the wide members off and on
-    step norm_fused_add_dhlate 240 python3 benchmarks/norm_fused_add.py \
-      --out "$OUT/norm_fused_add_dhlate.jsonl" --reps 10 --ops rms_norm \
-      --cells 16384x8192,4096x16384,16384x16384,65536x16384,16384x12288,65536x12288
-    step norm_fused_add_dhlate_ln 60 python3 benchmarks/norm_fused_add.py \
-      --out "$OUT/norm_fused_add_dhlate_ln.jsonl" --reps 10 --ops layer_norm --cells 16384x8192
     for late in 0 1; do
-      step "population_dhlate_$late" 150 env NORMLAB_NORM_BWD_DH_LATE=$late \
-        python3 benchmarks/norm_population.py --ops add_rms_norm,add_layer_norm \
-        --out "$OUT/population_dhlate_$late.jsonl" --reps 4 --timed-us 100 --families model \
+      step "population_dhlate_$late" 120 env NORMLAB_NORM_BWD_DH_LATE=$late \
+        python3 benchmarks/norm_population.py --ops add_rms_norm --out \
+        "$OUT/population_dhlate_$late.jsonl" --reps 4 --timed-us 100 --families model \
         --dtypes bf16 --impls normlab,torch,compile,liger \
-        --cells 512x12288,512x16384,4096x12288,4096x16384,16384x12288,16384x16384,65536x12288,65536x16384
+        --cells 512x16384,4096x12288,4096x16384,16384x12288,16384x16384,65536x12288,65536x16384
     done
+    step norm_fused_add_dhlate 200 python3 benchmarks/norm_fused_add.py \
+      --out "$OUT/norm_fused_add_dhlate.jsonl" --reps 10 --ops rms_norm \
+      --cells 16384x16384,65536x16384,65536x12288,16384x8192
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
