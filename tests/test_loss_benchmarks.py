@@ -415,6 +415,19 @@ def test_norm_population_add_norm_peers_compute_the_add_then_the_norm(op):
     torch.testing.assert_close(y, want[0])
 
 
+def test_norm_population_summary_holds_the_fused_adds_to_no_geomean():
+    pop = _script("norm_population")
+    recs = []
+    for op in ("rms_norm", "add_rms_norm"):  # 1.05x each: under the norms' 1.15x geomean
+        kw = {"op": op, "direction": "fwd", "shape_set": "population"}
+        recs += [_rec("normlab", 100.0, **kw), _rec("liger", 105.0, **kw)]
+    lines = pop.summary(recs).splitlines()
+    (norm,) = [line for line in lines if line.startswith("rms_norm fwd")]
+    (add,) = [line for line in lines if line.startswith("add_rms_norm fwd")]
+    assert "target >= 1.15x" in norm and "missed" in norm
+    assert "no target" in add and add.endswith("met; worst: 8x32000 bf16 1.05")
+
+
 def test_norm_population_reps_grow_for_short_calls():
     pop = _script("norm_population")
     roofline = 4000.0  # GB/s: 4 MB a µs
