@@ -10,9 +10,8 @@ For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
   norm's forward planned at the same shape;
 - the backward of ``add_rms_norm`` / ``add_layer_norm`` (it reads h, dy and dh, writes dx):
   planned (``config.norm_bwd_config``'s ``fused_add`` rules), with no register cap, without
-  the prefetch (with and without the cap), and with it (LayerNorm's planned one has none);
-  without it, dh loaded with the tile and after the row sums (``dh_late``,
-  ``config.bwd_dh_late``), on the planned warps and on 32;
+  the prefetch (with and without the cap), and with it (LayerNorm's planned one has none), and
+  on 32 warps;
 - the plain norm's backward at the same shape, planned and capped at the same budget
   (``config.register_budget``: a rule for every backward would have to leave it level);
 - forward+backward: the fused add, the norm on a separately computed sum, and Liger-Kernel's
@@ -63,10 +62,7 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         "fused add no prefetch": fused(prefetch=False),
         "fused add no prefetch, no cap": fused(prefetch=False, maxnreg=0),
         "fused add prefetching": fused(prefetch=True),
-        "fused add dh with the tile": fused(dh_late=False),
-        "fused add dh after the sums": fused(dh_late=True),
-        "fused add 32 warps": fused(num_warps=32, dh_late=False),
-        "fused add 32 warps, dh after the sums": fused(num_warps=32, dh_late=True),
+        "fused add 32 warps": fused(num_warps=32),
         "plain planned": plain(),
         "plain at the register budget": plain(maxnreg=budget),
     }

@@ -227,11 +227,9 @@ def _backward_case(m, n, dtype, is_rms):
         {"strategy": "two_stage", "two_pass": True, "block_cols": 16},
         {"strategy": "persistent", "two_pass": True, "block_cols": 16},
         {"strategy": "persistent", "prefetch": False},
-        {"strategy": "persistent", "prefetch": False, "dh_late": True},  # dh after the sums
         {"strategy": "persistent", "programs_per_sm": 3},  # paired partial rows
     ],
-    ids=["atomic-2pass", "two_stage-2pass", "persistent-2pass", "no-prefetch", "dh-late",
-         "paired"],
+    ids=["atomic-2pass", "two_stage-2pass", "persistent-2pass", "no-prefetch", "paired"],
 )
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_row_backward_paths_with_dh(is_rms, kw):

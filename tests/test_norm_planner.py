@@ -1263,38 +1263,6 @@ def test_block_row_backward_launch_takes_the_budget(monkeypatch, budget, n):
         assert_close(got, exp, dtype=torch.float32, reduce_len=m)
 
 
-def test_fused_add_dh_after_the_sums_rule(monkeypatch):
-    """dh is loaded after the row sums where a thread holds NORM_BWD_DH_LATE_ELEMS elements of
-    the row (switched on); the launch passes DH_LATE only then, only with dh and no prefetch."""
-    monkeypatch.setattr(config, "NORM_BWD_DH_LATE", True)
-    elems = config.NORM_BWD_DH_LATE_ELEMS
-    assert config.bwd_dh_late(elems * 32 * 16, 16)  # 16384 columns on 16 warps
-    assert not config.bwd_dh_late(elems * 32 * 16 - 1, 16)
-    assert not config.bwd_dh_late(elems * 32 * 16, 32)  # half the elements a thread
-    monkeypatch.setattr(config, "NORM_BWD_DH_LATE", False)
-    assert not config.bwd_dh_late(elems * 32 * 16, 16)
-    monkeypatch.setattr(config, "NORM_BWD_DH_LATE", True)
-    launches = _spy_launches(monkeypatch, row)
-    m, n = 5, 16
-    x, dy, dh = (torch.randn(m, n) for _ in range(3))
-    w = 1 + 0.1 * torch.randn(n)
-    _, _, rstd = row.norm_forward(x, w, None, 1e-6, True)
-    want = row.norm_backward(dy, x, w, None, None, rstd, True, dh=dh, prefetch=False,
-                             dh_late=False)  # fmt: skip
-    for late in (None, True):  # 16 columns on one warp: under the rule; then forced
-        launches.clear()
-        got = row.norm_backward(dy, x, w, None, None, rstd, True, dh=dh, prefetch=False,
-                                dh_late=late)  # fmt: skip
-        (kw,) = [kw for fn, kw in launches if "bwd_persistent" in fn.__name__]
-        assert kw.get("DH_LATE", False) is bool(late)
-        for g, e in zip(got, want, strict=True):
-            torch.testing.assert_close(g, e)
-    launches.clear()
-    row.norm_backward(dy, x, w, None, None, rstd, True, prefetch=False, dh_late=True)
-    (kw,) = [kw for fn, kw in launches if "bwd_persistent" in fn.__name__]
-    assert "DH_LATE" not in kw  # no dh: nothing to load late
-
-
 @pytest.mark.parametrize("is_rms", [True, False])
 def test_fused_add_backward_launch_takes_the_budget(monkeypatch, is_rms):
     """The launch of add_rms_norm / add_layer_norm's backward passes maxnreg; the plain norm's

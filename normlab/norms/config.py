@@ -583,12 +583,6 @@ NORM_BWD_FUSED_ADD_REGISTER_BUDGET = True
 # LayerNorm's fused-add backward does not prefetch: its two row sums beside three prefetched
 # tiles ran slower than loading each tile in turn.
 NORM_BWD_FUSED_ADD_LN_PREFETCH = False
-# Without a prefetch, the fused add's single pass loads dh after the row sums where a thread's
-# share of the row is at least this many elements: x-hat, w*dy, w and the dw accumulator then
-# fill 128 registers alone, and dh loaded with the tile spills (sm_90, Triton 3.6: 16384
-# columns on 16 warps, 240 B a thread). Off until timed: NORMLAB_NORM_BWD_DH_LATE=1.
-NORM_BWD_DH_LATE_ELEMS = 32
-NORM_BWD_DH_LATE = os.environ.get("NORMLAB_NORM_BWD_DH_LATE", "0") == "1"
 NORM_REDUCE_TILES = {  # (BLOCK_M, BLOCK_N, warps) of the reduce kernel, by width and buffers
     1: ((1024, (128, 8, 8)), (4096, (128, 16, 8)), (1 << 62, (16, 32, 8))),
     2: ((1024, (128, 8, 8)), (1 << 62, (128, 32, 4))),
@@ -694,12 +688,6 @@ def _bwd_prefetch(n_cols: int, is_rms: bool, fused_add: bool) -> bool:
     if fused_add and not is_rms:
         return NORM_BWD_FUSED_ADD_LN_PREFETCH
     return _ladder(NORM_BWD_PREFETCH, n_cols)
-
-
-def bwd_dh_late(block_cols: int, num_warps: int) -> bool:
-    """Does the fused add's single pass (no prefetch) load dh after its row sums? Where a
-    thread holds NORM_BWD_DH_LATE_ELEMS elements of a row or more: dh would spill beside them."""
-    return NORM_BWD_DH_LATE and block_cols // (32 * num_warps) >= NORM_BWD_DH_LATE_ELEMS
 
 
 def register_budget(num_warps: int, programs_per_sm: int) -> int:

@@ -630,7 +630,6 @@ def _persistent_single_pass(
     ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
     SHIFT_VEC: tl.constexpr = 0,  # one-row tiles split at a 16-byte boundary: _shifted_bwd_rows
     BODY_B: tl.constexpr = 0,  # _shifted_bwd_rows' second body block (0: one block)
-    DH_LATE: tl.constexpr = False,  # without PREFETCH: dh loaded after the row sums
 ):
     """The persistent backward, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
     tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:
@@ -677,7 +676,7 @@ def _persistent_single_pass(
             dw, db = bwd_tile_single_pass(
                 tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
                 x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT,
-                HAS_DH, BLOCK_ROWS, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS, DH_LATE=DH_LATE,
+                HAS_DH, BLOCK_ROWS, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
@@ -716,14 +715,13 @@ def _norm_bwd_persistent_kernel(
     ROW_ALIGN: tl.constexpr,
     SHIFT_VEC: tl.constexpr = 0,
     BODY_B: tl.constexpr = 0,
-    DH_LATE: tl.constexpr = False,
 ):
     """The single-pass persistent backward (_persistent_single_pass) at a runtime width."""
     _persistent_single_pass(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False,
-        ROW_ALIGN, SHIFT_VEC, BODY_B, DH_LATE,
+        ROW_ALIGN, SHIFT_VEC, BODY_B,
     )  # fmt: skip
 
 
@@ -758,7 +756,6 @@ def _norm_bwd_persistent_static_kernel(
     PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
     SHIFT_VEC: tl.constexpr = 0,
     BODY_B: tl.constexpr = 0,
-    DH_LATE: tl.constexpr = False,
 ):
     """The same at a compile-time width, LayerNorm's row sums paired where PAIR_SUMS
     (config.NORM_BWD_STATIC_COLS: where it measured faster)."""
@@ -766,7 +763,7 @@ def _norm_bwd_persistent_static_kernel(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED,
-        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC, BODY_B, DH_LATE,
+        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC, BODY_B,
     )  # fmt: skip
 
 
@@ -999,7 +996,6 @@ def norm_backward(
     maxnreg=None,
     shift=None,
     roles=None,
-    dh_late=None,
 ):
     """Backward launcher -> (dx, dweight | None, dbias | None).
 
@@ -1011,8 +1007,7 @@ def norm_backward(
     (x2d is then h), added into dx. ``shift``: whether the persistent single pass splits rows
     off a 16-byte boundary at their first one (``_shifted_bwd_rows``; None: ``config``'s rule,
     True: wherever it can run). ``roles``: whether a persistent single pass over one-row tiles
-    is the roles kernel's one launch (None: ``config.bwd_roles``). ``dh_late``: whether the
-    single pass without a prefetch loads dh after the row sums (None: ``config.bwd_dh_late``).
+    is the roles kernel's one launch (None: ``config.bwd_roles``).
     """
     if strategy not in config.STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: expected one of {config.STRATEGIES}")
@@ -1169,14 +1164,10 @@ def norm_backward(
     else:
         static = config.norm_bwd_static_width(n_cols)
         kernel = _norm_bwd_persistent_static_kernel if static else _norm_bwd_persistent_kernel
-        late = (dh is not None and not cfg.prefetch and not vec
-                and (config.bwd_dh_late(tile["BLOCK_COLS"], cfg.num_warps) if dh_late is None
-                     else dh_late))  # fmt: skip
         launch(kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols, *strides,
                float(offset), **flags, **tile, LOOP_STAGES=cfg.loop_stages,
                PREFETCH=cfg.prefetch, PAIRED=paired, ROW_ALIGN=align, SHIFT_VEC=vec, BODY_B=body_b,
                **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}),
-               **({"DH_LATE": True} if late else {}),
                **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))  # fmt: skip
     if (has_w or has_b) and not direct:
         reduce_partials(

@@ -187,15 +187,13 @@ def bwd_tile_single_pass(
     PRELOADED: tl.constexpr = False,
     PAIR_SUMS: tl.constexpr = False,
     dh_pre=None,
-    DH_LATE: tl.constexpr = False,
 ):
     """dx of one BLOCK_ROWS tile whose rows fit in BLOCK_COLS (w: fp32 offset + weight
     [BLOCK_COLS], loaded once per program; HAS_DH adds dh into dx); returns the fp32 tile
     contributions (dy * xhat, dy) to dw and db.
     With PRELOADED, x_pre / dy_pre (and with HAS_DH dh_pre) are this tile's x and dy (and dh),
     already loaded (load_tile). Otherwise dh is loaded with the tile, before its row sums, so
-    its memory round trip overlaps them instead of following them; with DH_LATE after them, so
-    its registers are not live across the sums (config.bwd_dh_late).
+    its memory round trip overlaps them instead of following them.
     PAIR_SUMS: LayerNorm's two row sums in one reduction (one cross-warp exchange, not two)."""
     rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
@@ -203,7 +201,7 @@ def bwd_tile_single_pass(
     mask = row_mask[:, None] & (cols < n_cols)[None, :]
     rows64 = rows.to(tl.int64)
     dh = dh_pre
-    if HAS_DH and not PRELOADED and not DH_LATE:
+    if HAS_DH and not PRELOADED:
         dh = load_rows(dh_ptr, rows64, cols, mask, dh_row_stride)
     mean, rstd = load_row_stats(mean_ptr, rstd_ptr, rows, row_mask, IS_RMS)
     if PRELOADED:
@@ -224,7 +222,7 @@ def bwd_tile_single_pass(
         c1 = tl.sum(xhat * wdy, axis=1) / n_cols
         c2 = tl.sum(wdy, axis=1) / n_cols
     store_dx(dx_ptr, dh_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride,
-             dh_row_stride, IS_RMS, HAS_DH, dh, PRELOADED or not DH_LATE)  # fmt: skip
+             dh_row_stride, IS_RMS, HAS_DH, dh, True)  # fmt: skip
     return dy * xhat, dy
 
 
