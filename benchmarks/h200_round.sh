@@ -330,6 +330,16 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.lo
   echo "== $name: exit $? after ${SECONDS}s"
   tail -n 25 "$OUT/$name.log"
 }
+jsd_vocab() {  # jsd_vocab LIMIT MAX_SECONDS: forward KL and JSD over the vocabulary population
+  step vocab_jsdvocab "$1" python3 benchmarks/vocab_population.py --ops forward_kl,jsd \
+    --out "$OUT/vocab_jsdvocab.jsonl" --reps 6 --max-seconds "$2"
+}
+add_pop() {  # add_pop SHARD LIMIT: the fused add-norms over half the model members, with peers
+  step "population_addpop_$1" "$2" python3 benchmarks/norm_population.py \
+    --ops add_rms_norm,add_layer_norm --out "$OUT/population_addpop_$1.jsonl" --reps 4 \
+    --timed-us 100 --families model --dtypes bf16 --impls normlab,torch,compile,liger \
+    --shard "$1/2"
+}
 # The decode members whose backward config.bwd_roles takes (one-row tiles, 3-64 rows).
 ROLES_MEMBERS=8x768,8x1024,8x1536,8x2048,8x2560,8x2880,8x3072,8x3584,8x4096,8x5120,8x6144,8x7168
 ROLES_MEMBERS=$ROLES_MEMBERS,8x8192,12x973,13x448,14x1022
@@ -1357,15 +1367,10 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/gpu_check_losstriton.json" --quick --only compile,graphs,losses
     ;;
   jsdvocab)  # forward KL and JSD over the vocabulary population, beside their peers
-    step vocab_jsdvocab 540 python3 benchmarks/vocab_population.py --ops forward_kl,jsd \
-      --out "$OUT/vocab_jsdvocab.jsonl" --reps 6 --max-seconds 440
+    jsd_vocab 540 440
     ;;
   addpop1 | addpop2)  # the fused add-norms over the model widths, half a call
-    shard=${STAGE#addpop}
-    step "population_addpop_$shard" 560 python3 benchmarks/norm_population.py \
-      --ops add_rms_norm,add_layer_norm --out "$OUT/population_addpop_$shard.jsonl" --reps 4 \
-      --timed-us 100 --families model --dtypes bf16 --impls normlab,torch,compile,liger \
-      --shard "$shard/2"
+    add_pop "${STAGE#addpop}" 560
     ;;
   dhlatepop)  # the widest fused-add members with dh after the row sums off, then on
     for late in 0 1; do
@@ -1376,14 +1381,9 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     done
     ;;
   h200pops)  # jsdvocab, addpop1 and addpop2, then worstfwd once, in one call
-    step vocab_jsdvocab 200 python3 benchmarks/vocab_population.py --ops forward_kl,jsd \
-      --out "$OUT/vocab_jsdvocab.jsonl" --reps 6 --max-seconds 150
-    for shard in 1 2; do
-      step "population_addpop_$shard" 120 python3 benchmarks/norm_population.py \
-        --ops add_rms_norm,add_layer_norm --out "$OUT/population_addpop_$shard.jsonl" --reps 4 \
-        --timed-us 100 --families model --dtypes bf16 --impls normlab,torch,compile,liger \
-        --shard "$shard/2"
-    done
+    jsd_vocab 200 150
+    add_pop 1 120
+    add_pop 2 120
     step population_worstfwd1 120 python3 benchmarks/norm_population.py \
       --out "$OUT/population_worstfwd1.jsonl" --reps 4 --timed-us 100 \
       --families random,model,narrow --impls normlab,torch,compile,liger --cells "$WORST_FWD"

@@ -60,14 +60,8 @@ def _compiled_peer(op, dynamic=None):
     if op == "layer_norm":
         return torch.compile(lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps),
                              dynamic=dynamic)  # fmt: skip
-    norm = F.rms_norm if op == "add_rms_norm" else F.layer_norm
-
-    def add_norm(x, r, w, b, eps):  # (y, h) as normlab's add-norms return them
-        h = x + r
-        args = (w, eps) if op == "add_rms_norm" else (w, b, eps)
-        return norm(h, (h.shape[-1],), *args), h
-
-    return torch.compile(add_norm, dynamic=dynamic)
+    # the fused adds: torch's add, then its norm of h, returning (y, h) as normlab's do
+    return torch.compile(registry.torch_add_norm(op, compiled=False)(), dynamic=dynamic)
 
 
 def _impls(op, static_compile: bool = False):

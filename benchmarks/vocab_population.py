@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import importlib
 import random
 import sys
 import time
@@ -83,23 +82,6 @@ def _compiled_peer(op: str):
     return torch.compile(getattr(ref, f"{op}_ref"))
 
 
-# The Liger-Kernel module each loss's peer imports (registry's ``liger`` impls).
-LIGER_MODULES = {"cross_entropy": "liger_kernel.transformers.functional",
-                 "jsd": "liger_kernel.transformers.jsd"}  # fmt: skip
-
-
-def liger_unavailable(op: str = "cross_entropy") -> str | None:
-    """None when Liger-Kernel's peer of ``op`` can run here, else why not."""
-    reason = registry.get(op, "liger").unavailable()
-    if reason:
-        return reason
-    try:
-        importlib.import_module(LIGER_MODULES[op])
-    except Exception as exc:  # importable but broken (a triton or torch it does not support)
-        return f"liger_kernel fails to import: {exc!r}"[:200]
-    return None
-
-
 def impls_for(op: str, names, device: str, left_out: dict) -> dict:
     """name -> build(M, N, dtype, direction) for ``op``; an impl that cannot run here is left out
     and its reason kept in ``left_out``."""
@@ -110,14 +92,10 @@ def impls_for(op: str, names, device: str, left_out: dict) -> dict:
             if reason is None:
                 out[name] = _compiled_build(op, device)
                 continue
-        elif name == "liger":
-            if name not in registry.REGISTRY[op]:
-                continue  # Liger-Kernel has no such loss (reverse KL, soft CE, forward KL)
-            reason = liger_unavailable(op)
         elif name in registry.REGISTRY[op]:
             reason = registry.get(op, name).unavailable()
         else:
-            continue  # e.g. "torch" exists for the label loss only
+            continue  # e.g. "torch" for the label loss only, Liger for label CE and JSD only
         if reason is not None:
             left_out[name] = reason
             continue

@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import load_script
 
-from normlab.bench import budget, population, prewarm, shapes
+from normlab.bench import budget, population, prewarm, registry, shapes
 from normlab.bench.records import Record, read_jsonl, write_jsonl
 
 
@@ -145,7 +145,9 @@ def test_vocab_population_order_and_peers(vocab):
         assert list(vocab.impls_for(op, ["normlab", "liger", "torch"], "cpu", left_out)) == [
             "normlab"]
         assert ("liger" in left_out) is liger  # not importable here: left out with its reason
-    assert vocab.LIGER_MODULES["jsd"] == "liger_kernel.transformers.jsd"
+    # each Liger peer checks the module it imports
+    assert left_out == {}
+    assert "liger_kernel.transformers.jsd" in registry.get("jsd", "liger").unavailable()
 
 
 def test_a_compile_record_without_triton_kernels_is_flagged(vocab):

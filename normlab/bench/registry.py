@@ -103,6 +103,9 @@ def implementations(op: str, names: list[str] | None = None) -> list[Impl]:
 
 
 def _needs_module(module: str) -> Callable[[], str | None]:
+    """None where ``module`` imports on a GPU machine, else why not (absent, or broken: a
+    peer built for another triton or torch)."""
+
     def check() -> str | None:
         if _runtime.DEVICE != "cuda":
             return f"{module} needs a CUDA GPU"
@@ -110,7 +113,13 @@ def _needs_module(module: str) -> Callable[[], str | None]:
             found = importlib.util.find_spec(module) is not None
         except ModuleNotFoundError:  # a dotted name whose package is missing
             found = False
-        return None if found else f"{module} is not importable"
+        if not found:
+            return f"{module} is not importable"
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            return f"{module} fails to import: {exc!r}"[:200]
+        return None
 
     return check
 
@@ -346,7 +355,7 @@ def _add_norm_builder(make_fn: Callable[..., Callable], op: str):
     return build
 
 
-def _torch_add_norm(op: str, compiled: bool):
+def torch_add_norm(op: str, compiled: bool):
     """h = x + r, then F.rms_norm / F.layer_norm of h: two kernels eager, one under compile."""
 
     def make():
@@ -392,7 +401,7 @@ for _op in ADD_NORM_OPS:
         Impl(
             _op,
             "torch",
-            _add_norm_builder(_torch_add_norm(_op, False), _op),
+            _add_norm_builder(torch_add_norm(_op, False), _op),
             NORM_DIRECTIONS,
             f"h = x + r; {_unfused}(h)",
         )
@@ -401,7 +410,7 @@ for _op in ADD_NORM_OPS:
         Impl(
             _op,
             "compile",
-            _add_norm_builder(_torch_add_norm(_op, True), _op),
+            _add_norm_builder(torch_add_norm(_op, True), _op),
             NORM_DIRECTIONS,
             f"torch.compile(h = x + r; {_unfused}(h), dynamic=False)",
             unavailable=_compile_available,
@@ -569,7 +578,7 @@ register(
         _loss_builder(_liger_ce, "cross_entropy"),
         LOSS_DIRECTIONS,
         "liger-kernel cross entropy (when importable)",
-        unavailable=_needs_module("liger_kernel"),
+        unavailable=_needs_module("liger_kernel.transformers.functional"),
     )
 )
 register(
@@ -579,7 +588,7 @@ register(
         _loss_builder(_liger_jsd, "jsd"),
         LOSS_DIRECTIONS,
         "liger-kernel LigerJSD(beta=0.5) on log_softmax inputs (when importable)",
-        unavailable=_needs_module("liger_kernel"),
+        unavailable=_needs_module("liger_kernel.transformers.jsd"),
     )
 )
 register(
