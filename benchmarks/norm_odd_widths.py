@@ -23,6 +23,11 @@ The forward of a row cell also runs with the row loaded from its first 16-byte b
 The block-row cells also time the planned tiles with int64 row offsets forced (``int64
 offsets``), the arithmetic every tile took before ``config.row_offsets_int64``.
 
+The block-row backward cells whose padded rows fit ONE_PROGRAM_MAX_ELEMS also time one program
+holding every row in one tile at 4-32 warps (``one program RxW``), which writes dγ/dβ itself:
+no partial rows, no reduce launch (``config.block_row_bwd_one_program``). ``--one-program``
+drops the tile grid and times only those, the planned tile and its prefetch flipped.
+
 ``--block-row-max-cols`` widens the block-row layout for the run, so wider rows' planned kernels
 are the block-row ones and their tiles are the variants.
 
@@ -56,6 +61,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 WARPS = (1, 2, 4, 8)  # 1: a row never leaves its warp at ROW_ALIGN 1 (no cross-warp sums)
 RESIDENT_WARPS = (32, 64)  # warps per SM a persistent grid keeps resident (of 64)
+ONE_PROGRAM_MAX_ELEMS = 65536  # the largest one-program backward tile timed (64 a thread, 32 warps)
 
 
 def programs_per_sm(warps: int) -> list[int]:
@@ -76,7 +82,20 @@ def tile_grid(n: int, tiny_rows: bool = False):
                     yield rows, warps, pps
 
 
-def variants(op, x, w, b, dy, mean, rstd):
+def one_program_grid(m: int, n: int):
+    """The backward's one-program tiles (``config.block_row_bwd_one_program``) of every row, at
+    4-32 warps of 4-64 elements a thread, up to ONE_PROGRAM_MAX_ELEMS padded elements."""
+    rows = config.next_pow2(m)
+    elems = rows * config.next_pow2(n)
+    if elems > ONE_PROGRAM_MAX_ELEMS:
+        return
+    for warps in (4, 8, 16, 32):
+        if 4 <= elems // (32 * warps) <= 64:
+            yield config.BlockRowBwdConfig(block_rows=rows, num_warps=warps, programs_per_sm=1,
+                                           acc_tile=False, prefetch=False)  # fmt: skip
+
+
+def variants(op, x, w, b, dy, mean, rstd, one_program_only=False):
     is_rms, eps = op == "rms_norm", EPS[op]
     m, n = x.shape
     block = config.use_block_row(m, n)
@@ -91,11 +110,17 @@ def variants(op, x, w, b, dy, mean, rstd):
         out["int64 offsets"] = lambda: block_row.launch_backward(
             dy, x, w, b, *stats, is_rms, planned, eps=eps, int64_rows=True)[0]  # fmt: skip
         grid = [planned._replace(prefetch=not planned.prefetch)]
-        for rows, warps, pps in tile_grid(n):
-            grid.append(planned._replace(block_rows=rows, num_warps=warps, programs_per_sm=pps))
+        if not one_program_only:
+            for rows, warps, pps in tile_grid(n):
+                grid.append(planned._replace(block_rows=rows, num_warps=warps,
+                                             programs_per_sm=pps))  # fmt: skip
         for cfg in dict.fromkeys(grid):
             out[f"block-row {cfg.block_rows}x{cfg.num_warps} pps{cfg.programs_per_sm}"
                 f"{' prefetch' if cfg.prefetch else ''}"] = (
+                lambda cfg=cfg: block_row.launch_backward(dy, x, w, b, *stats, is_rms, cfg,
+                                                          eps=eps)[0])  # fmt: skip
+        for cfg in one_program_grid(m, n):
+            out[f"one program {cfg.block_rows}x{cfg.num_warps}"] = (
                 lambda cfg=cfg: block_row.launch_backward(dy, x, w, b, *stats, is_rms, cfg,
                                                           eps=eps)[0])  # fmt: skip
     else:
@@ -165,6 +190,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cells", default=CELLS, help="op:MxN,...")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="bf16")
     parser.add_argument("--direction", choices=("fwd", "bwd", "fwd,bwd"), default="fwd,bwd")
+    parser.add_argument("--one-program", action="store_true",
+                        help="block-row backward variants: the planned tile with its prefetch "
+                             "flipped and the one-program tiles only (no tile grid)")
     parser.add_argument("--block-row-max-cols", type=int, default=config.BLOCK_ROW_MAX_COLS,
                         help="plan and time the block-row kernels on rows up to this wide "
                              "(config.BLOCK_ROW_MAX_COLS for this run)")  # fmt: skip
@@ -214,7 +242,7 @@ def main(argv=None) -> int:
         b = None if is_rms else (0.1 * torch.randn(n, device=device)).to(dtype)
         if "bwd" in args.direction:
             _, mean, rstd = row.norm_forward(x, w, b, EPS[op], is_rms)
-            runs = variants(op, x, w, b, dy, mean, rstd)
+            runs = variants(op, x, w, b, dy, mean, rstd, args.one_program)
             if on_gpu:
                 runs.update(peers(op, x, w, b, dy))
             print(f"{op} bwd {m}x{n} {args.dtype}: " + timed(runs, "bwd", op, m, n), flush=True)

@@ -294,8 +294,8 @@ def _block_row_bwd_kernel(
     rstd_ptr,  # (n_rows,) fp32 rstd from the forward; read only without RECOMPUTE_STATS
     dx_ptr,  # (n_rows, n_cols) input gradient, dtype of x
     dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h; read only if HAS_DH
-    dw_partial_ptr,  # (n_programs, n_cols) fp32 per-program dγ; written only if HAS_WEIGHT
-    db_partial_ptr,  # (n_programs, n_cols) fp32 per-program dβ; written only if HAS_BIAS
+    dw_partial_ptr,  # (n_programs, n_cols) fp32 per-program dγ (one program: dγ); if HAS_WEIGHT
+    db_partial_ptr,  # (n_programs, n_cols) fp32 per-program dβ (one program: dβ); if HAS_BIAS
     n_rows,
     n_cols,
     x_row_stride,
@@ -412,10 +412,13 @@ def _block_row_bwd_kernel(
     if ACC_TILE:
         dw_acc = tl.sum(dw_acc, axis=0)
         db_acc = tl.sum(db_acc, axis=0)
+    # one program: its partial row is dγ/dβ itself, stored in the parameter's dtype
     if HAS_WEIGHT:
-        tl.store(dw_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
+        tl.store(dw_partial_ptr + pid * n_cols + cols,
+                 dw_acc.to(dw_partial_ptr.dtype.element_ty), mask=col_mask)  # fmt: skip
     if HAS_BIAS:
-        tl.store(db_partial_ptr + pid * n_cols + cols, db_acc, mask=col_mask)
+        tl.store(db_partial_ptr + pid * n_cols + cols,
+                 db_acc.to(db_partial_ptr.dtype.element_ty), mask=col_mask)  # fmt: skip
 
 
 # ============================================================================================
@@ -554,8 +557,15 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
     n_programs = max(1, min(n_programs, cdiv(n_rows, cfg.block_rows)))
     dx = buffer((n_rows, n_cols), x.dtype, x.device)
     has_weight = weight is not None
-    dw_partial = buffer((n_programs, n_cols), torch.float32, x.device) if has_weight else None
-    db_partial = buffer((n_programs, n_cols), torch.float32, x.device) if has_bias else None
+    # One program holds every row: its partial row is the result, written in the parameter's
+    # dtype (no workspace, no reduce launch), as row.norm_backward's persistent grid does.
+    direct = n_programs == 1 and grad_weight is None and grad_bias is None
+    if direct:
+        dw_partial = buffer(n_cols, weight.dtype, x.device) if has_weight else None
+        db_partial = buffer(n_cols, bias.dtype, x.device) if has_bias else None
+    else:
+        dw_partial = buffer((n_programs, n_cols), torch.float32, x.device) if has_weight else None
+        db_partial = buffer((n_programs, n_cols), torch.float32, x.device) if has_bias else None
     strides = (x.stride(0), dy.stride(0), dx.stride(0),
                dh.stride(0) if dh is not None else dx.stride(0))  # fmt: skip
     launch(
@@ -589,6 +599,8 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         num_warps=cfg.num_warps,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
+    if direct:
+        return dx, dw_partial, db_partial
     dw = grad_weight if grad_weight is not None else (
         buffer(n_cols, weight.dtype, x.device) if has_weight else None)
     db = grad_bias if grad_bias is not None else (
@@ -676,7 +688,7 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto",
         return dx, dw, db
     one_warp = one_warp_rows(x, dy)
     if rstd is None:
-        cfg = config.block_row_bwd_recompute_config(n_cols, is_rms, one_warp)
+        cfg = config.block_row_bwd_recompute_config(n_cols, is_rms, one_warp, n_rows)
     else:
-        cfg = config.block_row_bwd_config(n_cols, one_warp=one_warp)
+        cfg = config.block_row_bwd_config(n_cols, n_rows=n_rows, one_warp=one_warp)
     return launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg, eps=eps)
