@@ -233,10 +233,11 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-# oneprog (the block-row backward with every row in one program: the norm GPU checks with it
-# planned up to 65536 elements, then its tiles against the planned grid and peers at tiny widths).
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+# oneprog (the block-row backward with every row in one program: its tiles against the planned
+# grid and peers at tiny widths; the population members it plans, off and on); oneprogcheck (the
+# norm GPU checks with it planned up to 65536 elements).
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, oneprogcheck or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | oneprogcheck | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -248,6 +249,8 @@ WORST_FWD=13x448,106x18159,1655x400,8x2048,783x120,8x3584,4096x1024,5265x1
 # tiny widths whose padded rows fit 4096-65536 elements (the one-program backward's range)
 ONE_PROGRAM_RMS=rms_norm:3000x1,rms_norm:5265x1,rms_norm:9000x1,rms_norm:20000x1,rms_norm:50000x1,rms_norm:1184x4,rms_norm:3000x4,rms_norm:6000x4,rms_norm:14000x4,rms_norm:1000x5,rms_norm:3000x5,rms_norm:6000x5,rms_norm:300x15,rms_norm:1000x15,rms_norm:3000x15
 ONE_PROGRAM_CELLS=$ONE_PROGRAM_RMS,${ONE_PROGRAM_RMS//rms_norm/layer_norm}
+# the population's members under 16 columns whose padded rows fit 65536 elements
+ONE_PROGRAM_MEMBERS=3946x10,1763x9,53711x1,1031x14,5265x1,1234x4,1184x4
 # The population's forwards of decode batches (config.decode_rows) and rows of one column.
 ORDERED_CELLS=1x768,1x1024,1x1536,1x2048,1x2560,1x2880,1x3072,1x3584,1x4096,1x5120,1x6144,1x7168,\
 1x8192,1x12288,1x16384,1x53991,1x60954,3x29755,5x3149,8x768,8x1024,8x1536,8x2048,8x2560,8x2880,\
@@ -1385,10 +1388,19 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
         --dtypes bf16 --impls normlab,liger --cells 4096x16384,16384x16384,65536x16384,65536x12288
     done
     ;;
-  oneprog)  # the one-program block-row backward: checked on, then timed beside the planned grid
-    NORMLAB_NORM_BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS=65536 check_norms
-    step norm_one_program 420 python3 benchmarks/norm_odd_widths.py --reps 3 --direction bwd \
+  oneprog)  # the one-program block-row backward: its tiles beside the planned grid and peers,
+    # then the population members it plans, off and on at the largest bound, with peers
+    step norm_one_program 330 python3 benchmarks/norm_odd_widths.py --reps 3 --direction bwd \
       --one-program --cells "$ONE_PROGRAM_CELLS" --out "$OUT/norm_one_program.jsonl"
+    for elems in 0 65536; do
+      step "population_oneprog_$elems" 110 env NORMLAB_NORM_BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS=$elems \
+        python3 benchmarks/norm_population.py --out "$OUT/population_oneprog_$elems.jsonl" \
+        --reps 4 --timed-us 100 --families random --impls normlab,torch,compile,liger \
+        --cells "$ONE_PROGRAM_MEMBERS"
+    done
+    ;;
+  oneprogcheck)  # the norm GPU checks with every block-row backward up to 65536 elements in one
+    NORMLAB_NORM_BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS=65536 check_norms
     ;;
   h200pops)  # jsdvocab, addpop1 and addpop2, then worstfwd once, in one call
     jsd_vocab 200 150
