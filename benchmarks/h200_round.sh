@@ -247,7 +247,7 @@ fi
 # The H200 population's forwards below 0.90x (normlab/data/nvidia-h200-2026-12-03-population).
 WORST_FWD=13x448,106x18159,1655x400,8x2048,783x120,8x3584,4096x1024,5265x1
 # tiny widths whose padded rows fit 4096-65536 elements (the one-program backward's range)
-ONE_PROGRAM_RMS=rms_norm:3000x1,rms_norm:5265x1,rms_norm:9000x1,rms_norm:20000x1,rms_norm:50000x1,rms_norm:1184x4,rms_norm:3000x4,rms_norm:6000x4,rms_norm:14000x4,rms_norm:1000x5,rms_norm:3000x5,rms_norm:6000x5,rms_norm:300x15,rms_norm:1000x15,rms_norm:3000x15
+ONE_PROGRAM_RMS=rms_norm:5265x1,rms_norm:20000x1,rms_norm:50000x1,rms_norm:1184x4,rms_norm:3000x4,rms_norm:14000x4,rms_norm:1000x5,rms_norm:6000x5,rms_norm:300x15,rms_norm:3000x15
 ONE_PROGRAM_CELLS=$ONE_PROGRAM_RMS,${ONE_PROGRAM_RMS//rms_norm/layer_norm}
 # the population's members under 16 columns whose padded rows fit 65536 elements
 ONE_PROGRAM_MEMBERS=3946x10,1763x9,53711x1,1031x14,5265x1,1234x4,1184x4
@@ -1390,7 +1390,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     ;;
   oneprog)  # the one-program block-row backward: its tiles beside the planned grid and peers,
     # then the population members it plans, off and on at the largest bound, with peers
-    step norm_one_program 330 python3 benchmarks/norm_odd_widths.py --reps 3 --direction bwd \
+    step norm_one_program 270 python3 benchmarks/norm_odd_widths.py --reps 3 --direction bwd \
       --one-program --cells "$ONE_PROGRAM_CELLS" --out "$OUT/norm_one_program.jsonl"
     for elems in 0 65536; do
       step "population_oneprog_$elems" 110 env NORMLAB_NORM_BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS=$elems \
