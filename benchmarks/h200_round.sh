@@ -233,9 +233,9 @@
 # Each step has a time limit and writes into $OUT with a log.
 set -uo pipefail
 OUT=${OUT:-out}
-# oneprog (the block-row backward with every row in one program: its tiles against the planned
-# grid and peers at tiny widths; the population members it plans, off and on); oneprogcheck (the
-# norm GPU checks with it planned up to 65536 elements).
+# oneprog (the block-row backward with every row in one program: the norm GPU checks with it
+# planned up to 65536 elements; its tiles against the planned grid and peers at tiny widths; the
+# population members it plans, off and on); oneprogcheck (the norm GPU checks alone).
 STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, oneprogcheck or notebooks}
 case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | oneprogcheck | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
@@ -1388,12 +1388,14 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
         --dtypes bf16 --impls normlab,liger --cells 4096x16384,16384x16384,65536x16384,65536x12288
     done
     ;;
-  oneprog)  # the one-program block-row backward: its tiles beside the planned grid and peers,
-    # then the population members it plans, off and on at the largest bound, with peers
-    step norm_one_program 270 python3 benchmarks/norm_odd_widths.py --reps 3 --direction bwd \
+  oneprog)  # the one-program block-row backward: the norm checks with it on, its tiles beside
+    # the planned grid and peers, then the population members it plans, off and on, with peers
+    step gpu_check_norms 150 env NORMLAB_NORM_BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS=65536 \
+      python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" --quick --only norms
+    step norm_one_program 240 python3 benchmarks/norm_odd_widths.py --reps 3 --direction bwd \
       --one-program --cells "$ONE_PROGRAM_CELLS" --out "$OUT/norm_one_program.jsonl"
     for elems in 0 65536; do
-      step "population_oneprog_$elems" 110 env NORMLAB_NORM_BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS=$elems \
+      step "population_oneprog_$elems" 90 env NORMLAB_NORM_BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS=$elems \
         python3 benchmarks/norm_population.py --out "$OUT/population_oneprog_$elems.jsonl" \
         --reps 4 --timed-us 100 --families random --impls normlab,torch,compile,liger \
         --cells "$ONE_PROGRAM_MEMBERS"
