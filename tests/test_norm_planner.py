@@ -1242,14 +1242,16 @@ def test_block_row_register_budget_is_on_by_default():
                                config.BLOCK_ROW_RECOMPUTE_MAX_COLS[False] + 1, 256])
 def test_block_row_backward_launch_takes_the_budget(monkeypatch, budget, n):
     """The block-row backward's launch passes maxnreg exactly when the rule gives one: stored
-    statistics (LayerNorm past its recompute width) in tiles of 8 warps, not recomputed ones.
+    statistics (LayerNorm past its recompute width) in a grid of 8-warp tiles, not recomputed
+    ones nor one program.
     LayerNorm's gradients against fp64 on both sides of that switch (the interpreter ignores
     the option)."""
     monkeypatch.setattr(config, "BLOCK_ROW_BWD_REGISTER_BUDGET", budget)
     launches = _spy_launches(monkeypatch, block_row)
     m = 67
     capped = (budget and not config.block_row_recompute_stats(n, is_rms=False)
-              and not config.one_warp_contiguous(n, element_size=4))  # 65: one warp, no cap
+              and not config.one_warp_contiguous(n, element_size=4)  # 65: one warp, no cap
+              and config.block_row_bwd_one_program(m, n) is None)  # one program: no cap
     x, gy = torch.randn(m, n), torch.randn(m, n)
     w, b = 1 + 0.1 * torch.randn(n), 0.1 * torch.randn(n)
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
