@@ -25,8 +25,9 @@ offsets``), the arithmetic every tile took before ``config.row_offsets_int64``.
 
 The block-row backward cells whose padded rows fit ONE_PROGRAM_MAX_ELEMS also time one program
 holding every row in one tile at 4-32 warps (``one program RxW``), which writes dγ/dβ itself:
-no partial rows, no reduce launch (``config.block_row_bwd_one_program``). ``--one-program``
-drops the tile grid and times only those, the planned tile and its prefetch flipped.
+no partial rows, no reduce launch (timed on an H100 and not adopted:
+docs/notes/2026-12-06-one-program-tiny-width-backward.md). ``--one-program`` drops the tile
+grid and times only those, the planned tile and its prefetch flipped.
 
 ``--block-row-max-cols`` widens the block-row layout for the run, so wider rows' planned kernels
 are the block-row ones and their tiles are the variants.
@@ -83,8 +84,8 @@ def tile_grid(n: int, tiny_rows: bool = False):
 
 
 def one_program_grid(m: int, n: int):
-    """The backward's one-program tiles (``config.block_row_bwd_one_program``) of every row, at
-    4-32 warps of 4-64 elements a thread, up to ONE_PROGRAM_MAX_ELEMS padded elements."""
+    """One program's tile of every row of the backward, at 4-32 warps of 4-64 elements a
+    thread, up to ONE_PROGRAM_MAX_ELEMS padded elements."""
     rows = config.next_pow2(m)
     elems = rows * config.next_pow2(n)
     if elems > ONE_PROGRAM_MAX_ELEMS:

@@ -496,9 +496,6 @@ def test_backward_config_is_the_measured_default_at_every_width():
     assert configs.block_row_bwd_config(128, num_warps=2, programs_per_sm=3)[1:3] == (2, 3)
 
 
-ONE_PROGRAM_ELEMS = 1024  # the one-program bound these tests set (small: the interpreter)
-
-
 def _count_reduces(monkeypatch) -> list:
     """Record each reduce launch of the block-row backward."""
     calls = []
@@ -508,39 +505,30 @@ def _count_reduces(monkeypatch) -> list:
     return calls
 
 
-# Widths 1, 5 (padded to 8), 15 (to 16); rows one under the bound's (ragged, same padded tile)
-# and one over (the next power of two: the grid of BLOCK_ROW_BWD_TILE_ELEMS tiles).
+# Widths 1, 5 (padded to 8) and 15 (to 16); rows one under the planned tile's (one program) and
+# one over (two tiles: a grid of programs, unless the interpreter's SM count is 1 and the
+# program walks both).
 @pytest.mark.parametrize("n_cols,over", latin([1, 5, 15], [False, True]))
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_one_program_backward_at_its_bound(monkeypatch, is_rms, n_cols, over):
-    monkeypatch.setattr(configs, "BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS", ONE_PROGRAM_ELEMS)
-    rows_at = ONE_PROGRAM_ELEMS // configs.next_pow2(n_cols)
-    n_rows = rows_at + 1 if over else rows_at - 1
-    cfg = configs.block_row_bwd_config(n_cols, n_rows=n_rows)
-    recompute = configs.block_row_bwd_recompute_config(n_cols, is_rms, n_rows=n_rows)
-    if over:  # past the bound: the grid's tiles, as without n_rows
-        assert cfg == configs.block_row_bwd_config(n_cols)
-        assert recompute == configs.block_row_bwd_recompute_config(n_cols, is_rms)
-    else:  # one program, stored statistics or not: every row in one tile, 16 elements a thread
-        assert recompute == cfg
-        assert (cfg.block_rows, cfg.programs_per_sm) == (rows_at, 1)
-        assert cfg.num_warps == max(4, ONE_PROGRAM_ELEMS // (32 * 16))
+def test_backward_of_one_program_writes_the_grads_itself(monkeypatch, is_rms, n_cols, over):
+    cfg = configs.block_row_bwd_config(n_cols)
+    n_rows = cfg.block_rows + 1 if over else cfg.block_rows - 1
     reduces = _count_reduces(monkeypatch)
     x, weight, bias, dy = _make(n_rows, n_cols, torch.bfloat16, True, not is_rms)
     _check_all(x, weight, bias, dy, is_rms, torch.bfloat16)  # stored, then recomputed stats
     # one program writes dγ/dβ in the parameter's dtype itself; a grid's partials are reduced
     n_programs = min(cfg.programs_per_sm * _runtime.sm_count(), -(-n_rows // cfg.block_rows))
+    assert n_programs == (1 if not over else min(2, cfg.programs_per_sm * _runtime.sm_count()))
     assert len(reduces) == (0 if n_programs == 1 else 2)
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_one_program_backward_adds_into_existing_grads(monkeypatch, is_rms):
+def test_backward_of_one_program_adds_into_existing_grads(monkeypatch, is_rms):
     """With grads to add into, one program's fp32 partial row goes through the reduce, which adds
     it (the direct write would overwrite them)."""
-    monkeypatch.setattr(configs, "BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS", ONE_PROGRAM_ELEMS)
     n_rows, n_cols = 200, 3
-    cfg = configs.block_row_bwd_config(n_cols, n_rows=n_rows)
-    assert cfg.programs_per_sm == 1
+    cfg = configs.block_row_bwd_config(n_cols)
+    assert n_rows <= cfg.block_rows  # one tile: one program
     x, weight, bias, dy = _make(n_rows, n_cols, torch.float32, True, not is_rms)
     eps = EPS[is_rms]
     _, mean, rstd = narrow.block_row_forward(x, weight, bias, eps, is_rms)
@@ -557,19 +545,6 @@ def test_one_program_backward_adds_into_existing_grads(monkeypatch, is_rms):
     if bias is not None:
         assert db is grad_b
         assert_close(db, old_b.double() + db_ref, reduce_len=n_rows, msg="dbias")
-
-
-def test_one_program_backward_warps_follow_the_tile(monkeypatch):
-    """16 elements a thread between 4 and 32 warps, up to the bound; off at bound 0."""
-    monkeypatch.setattr(configs, "BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS", 65536)
-    cases = {(64, 1): 4, (2048, 1): 4, (1000, 4): 8, (5265, 1): 16, (3001, 5): 32,
-             (65536, 1): 32, (40000, 2): None, (1, 15): 4}  # fmt: skip
-    for (n_rows, n_cols), warps in cases.items():
-        cfg = configs.block_row_bwd_one_program(n_rows, n_cols)
-        assert (cfg and cfg.num_warps) == warps, (n_rows, n_cols)
-    monkeypatch.setattr(configs, "BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS", 0)
-    assert configs.block_row_bwd_one_program(64, 1) is None
-    assert configs.block_row_bwd_config(1, n_rows=64) == configs.block_row_bwd_config(1)
 
 
 @pytest.mark.parametrize("n_cols", [127, 128])

@@ -365,6 +365,13 @@ def test_narrow_forward_tile_rule():
         # the measured block-row tile's warps, at most one thread an element
         assert tile(5000, 100).num_warps == config.BLOCK_ROW_FWD_TILES[is_rms][128][1]
         assert tile(two, 16).num_warps == 1  # 2 rows x 16 columns
+        # tiles under a warp's 32 elements (tiny widths under a row-layout strategy: 5265 x 1
+        # planned 0 warps, which Triton refuses on a GPU) keep one warp
+        for n in range(1, config.BLOCK_ROW_TINY_COLS + 1):
+            for m in (two, 2 * two, 5265, top - 1):
+                fwd = config.plan(is_rms, m, n, "atomic", sm_count=sms).fwd_tile
+                assert fwd.num_warps >= 1 and fwd.num_warps & (fwd.num_warps - 1) == 0, (m, n)
+                assert fwd.num_warps <= max(1, fwd.block_rows * config.next_pow2(n) // 32)
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
@@ -1242,16 +1249,14 @@ def test_block_row_register_budget_is_on_by_default():
                                config.BLOCK_ROW_RECOMPUTE_MAX_COLS[False] + 1, 256])
 def test_block_row_backward_launch_takes_the_budget(monkeypatch, budget, n):
     """The block-row backward's launch passes maxnreg exactly when the rule gives one: stored
-    statistics (LayerNorm past its recompute width) in a grid of 8-warp tiles, not recomputed
-    ones nor one program.
+    statistics (LayerNorm past its recompute width) in tiles of 8 warps, not recomputed ones.
     LayerNorm's gradients against fp64 on both sides of that switch (the interpreter ignores
     the option)."""
     monkeypatch.setattr(config, "BLOCK_ROW_BWD_REGISTER_BUDGET", budget)
     launches = _spy_launches(monkeypatch, block_row)
     m = 67
     capped = (budget and not config.block_row_recompute_stats(n, is_rms=False)
-              and not config.one_warp_contiguous(n, element_size=4)  # 65: one warp, no cap
-              and config.block_row_bwd_one_program(m, n) is None)  # one program: no cap
+              and not config.one_warp_contiguous(n, element_size=4))  # 65: one warp, no cap
     x, gy = torch.randn(m, n), torch.randn(m, n)
     w, b = 1 + 0.1 * torch.randn(n), 0.1 * torch.randn(n)
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]

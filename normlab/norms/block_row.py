@@ -688,7 +688,7 @@ def block_row_backward(dy, x, weight, bias, mean, rstd, is_rms, strategy="auto",
         return dx, dw, db
     one_warp = one_warp_rows(x, dy)
     if rstd is None:
-        cfg = config.block_row_bwd_recompute_config(n_cols, is_rms, one_warp, n_rows)
+        cfg = config.block_row_bwd_recompute_config(n_cols, is_rms, one_warp)
     else:
-        cfg = config.block_row_bwd_config(n_cols, n_rows=n_rows, one_warp=one_warp)
+        cfg = config.block_row_bwd_config(n_cols, one_warp=one_warp)
     return launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg, eps=eps)

@@ -826,16 +826,6 @@ BLOCK_ROW_BWD_RECOMPUTE_TILES = {
 }
 
 
-# Rows whose padded tile holds at most BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS elements run one program
-# of one tile, which writes dγ/dβ itself: one DRAM round trip and no reduce launch, against a
-# grid's round trip, its partial rows and the reduce's launch. 0: off (NORMLAB_NORM_BLOCK_ROW_
-# BWD_ONE_PROGRAM_ELEMS sets it).
-BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS = int(
-    os.environ.get("NORMLAB_NORM_BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS", "0"))
-BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS_PER_THREAD = 16  # x, dy and their fp32 products in registers
-BLOCK_ROW_BWD_ONE_PROGRAM_WARPS = (4, 32)  # the fewest and most warps of the one program
-
-
 class BlockRowBwdConfig(NamedTuple):
     block_rows: int
     num_warps: int
@@ -850,32 +840,14 @@ def block_row_recompute_stats(n_cols: int, is_rms: bool) -> bool:
     return n_cols <= BLOCK_ROW_RECOMPUTE_MAX_COLS[bool(is_rms)]
 
 
-def block_row_bwd_one_program(n_rows: int, n_cols: int) -> BlockRowBwdConfig | None:
-    """The one-program backward (above) where the rows fit its tile, else None: every row in
-    one tile, BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS_PER_THREAD elements a thread, no register cap."""
-    elems = next_pow2(n_rows) * next_pow2(n_cols)
-    if not 0 < n_rows or elems > BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS:
-        return None
-    lo, hi = BLOCK_ROW_BWD_ONE_PROGRAM_WARPS
-    warps = min(hi, max(lo, elems // (32 * BLOCK_ROW_BWD_ONE_PROGRAM_ELEMS_PER_THREAD)))
-    return BlockRowBwdConfig(block_rows=next_pow2(n_rows), num_warps=warps, programs_per_sm=1,
-                             acc_tile=False, prefetch=False)  # fmt: skip
-
-
-def block_row_bwd_config(n_cols: int, *, n_rows: int = 0, tile_elems: int | None = None,
+def block_row_bwd_config(n_cols: int, *, tile_elems: int | None = None,
                          max_rows: int | None = None, num_warps: int | None = None,
                          programs_per_sm: int | None = None, acc_tile: bool | None = None,
                          prefetch: bool | None = None, one_warp: bool = False,
                          maxnreg: int | None = None) -> BlockRowBwdConfig:  # fmt: skip
-    """Persistent block-row backward launch config; keywords override the rules. ``n_rows``
-    (0: unknown) plans the one-program backward where the rows fit it
-    (``block_row_bwd_one_program``). ``one_warp`` (``one_warp_rows``): one warp a tile of
-    ONE_WARP_BWD_TILE_ELEMS, ONE_WARP_PROGRAMS_PER_SM. ``maxnreg``: 0 for no register cap
-    (None: BLOCK_ROW_BWD_REGISTER_BUDGET's rule)."""
-    if n_rows and not one_warp:
-        whole = block_row_bwd_one_program(n_rows, n_cols)
-        if whole is not None:
-            return whole
+    """Persistent block-row backward launch config; keywords override the rules. ``one_warp``
+    (``one_warp_rows``): one warp a tile of ONE_WARP_BWD_TILE_ELEMS, ONE_WARP_PROGRAMS_PER_SM.
+    ``maxnreg``: 0 for no register cap (None: BLOCK_ROW_BWD_REGISTER_BUDGET's rule)."""
     if one_warp:
         tile_elems = ONE_WARP_BWD_TILE_ELEMS if tile_elems is None else tile_elems
         num_warps = 1 if num_warps is None else num_warps
@@ -898,15 +870,11 @@ def block_row_bwd_config(n_cols: int, *, n_rows: int = 0, tile_elems: int | None
     )
 
 
-def block_row_bwd_recompute_config(n_cols: int, is_rms: bool, one_warp: bool = False,
-                                   n_rows: int = 0) -> BlockRowBwdConfig:  # fmt: skip
-    """The block-row backward's config when it recomputes mean/rstd from x (``n_rows`` as for
-    ``block_row_bwd_config``)."""
+def block_row_bwd_recompute_config(n_cols: int, is_rms: bool,
+                                   one_warp: bool = False) -> BlockRowBwdConfig:  # fmt: skip
+    """The block-row backward's config when it recomputes mean/rstd from x."""
     if one_warp:
         return block_row_bwd_config(n_cols, one_warp=True)
-    whole = block_row_bwd_one_program(n_rows, n_cols) if n_rows else None
-    if whole is not None:
-        return whole
     tile = _ladder(BLOCK_ROW_BWD_RECOMPUTE_TILES[bool(is_rms)], n_cols)
     return block_row_bwd_config(n_cols, maxnreg=0, **tile)  # no cap: BLOCK_ROW_BWD_REGISTER_BUDGET
 
@@ -962,7 +930,8 @@ def narrow_fwd_tile(n_rows: int, n_cols: int, is_rms: bool,
     if rows < 2:
         return None
     warps = BLOCK_ROW_FWD_TILES[bool(is_rms)][max(block_cols, 16)][1]
-    return BlockRowFwdConfig(rows, min(warps, rows * block_cols // 32))
+    # no more warps than a thread an element, and one at least (a tile of 2 x 1 is 2 elements)
+    return BlockRowFwdConfig(rows, max(1, min(warps, rows * block_cols // 32)))
 
 
 # Unaligned rows a little wider than the block-row layout, in many rows: one row per program

@@ -113,12 +113,12 @@ def _backward_launch(dy, dh, x2d, weight, bias, mean, rstd, eps, offset, is_rms,
     plan = _plan(x2d, is_rms, strategy, layout)
     dy = unit_col_stride(dy)
     if plan.layout == "block_row" and x2d.numel():
-        n_rows, n_cols = x2d.shape
+        n_cols = x2d.shape[1]
         one_warp = block_row.one_warp_rows(x2d, dy, dh)
         if rstd is None:
-            cfg = config.block_row_bwd_recompute_config(n_cols, is_rms, one_warp, n_rows)
+            cfg = config.block_row_bwd_recompute_config(n_cols, is_rms, one_warp)
         else:
-            cfg = config.block_row_bwd_config(n_cols, n_rows=n_rows, one_warp=one_warp)
+            cfg = config.block_row_bwd_config(n_cols, one_warp=one_warp)
         return block_row.launch_backward(dy, x2d, weight, bias, mean, rstd, is_rms, cfg,
                                          eps=eps, offset=offset, dh=dh)  # fmt: skip
     if plan.bwd_split is not None:
