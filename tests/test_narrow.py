@@ -518,7 +518,6 @@ def test_backward_of_one_program_writes_the_grads_itself(monkeypatch, is_rms, n_
     _check_all(x, weight, bias, dy, is_rms, torch.bfloat16)  # stored, then recomputed stats
     # one program writes dγ/dβ in the parameter's dtype itself; a grid's partials are reduced
     n_programs = min(cfg.programs_per_sm * _runtime.sm_count(), -(-n_rows // cfg.block_rows))
-    assert n_programs == (1 if not over else min(2, cfg.programs_per_sm * _runtime.sm_count()))
     assert len(reduces) == (0 if n_programs == 1 else 2)
 
 
