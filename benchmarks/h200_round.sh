@@ -247,7 +247,7 @@ if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as 
 fi
 # The H200 population's forwards below 0.90x (normlab/data/nvidia-h200-2026-12-03-population).
 WORST_FWD=13x448,106x18159,1655x400,8x2048,783x120,8x3584,4096x1024,5265x1
-# tiny widths whose padded rows fit 4096-65536 elements (the one-program backward's range)
+# tiny widths whose padded rows fit 8192-65536 elements (the one-program backward's range)
 ONE_PROGRAM_RMS=rms_norm:5265x1,rms_norm:20000x1,rms_norm:50000x1,rms_norm:1184x4,rms_norm:3000x4,rms_norm:14000x4,rms_norm:1000x5,rms_norm:6000x5,rms_norm:300x15,rms_norm:3000x15
 ONE_PROGRAM_CELLS=$ONE_PROGRAM_RMS,${ONE_PROGRAM_RMS//rms_norm/layer_norm}
 # the population's members under 16 columns whose padded rows fit 65536 elements
