@@ -14,6 +14,9 @@ For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
   on 32 warps;
 - the plain norm's backward at the same shape, planned and capped at the same budget
   (``config.register_budget``: a rule for every backward would have to leave it level);
+- RMSNorm's backward in Liger-Kernel's order (``row.norm_backward(dw_first=True)``), with w
+  loaded every row, with each program's rows contiguous, fused and plain, beside Liger-Kernel's
+  fused-add backward alone;
 - forward+backward: the fused add, the norm on a separately computed sum, and Liger-Kernel's
   fused-add RMSNorm.
 
@@ -56,7 +59,7 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         return "rms_norm" if is_rms else "layer_norm", (
             lambda: row.norm_backward(dy, h, w, b, mean, rstd, is_rms, **kw))
 
-    return {
+    variants = {
         "fused add planned": fused(),
         "fused add no register cap": fused(maxnreg=0),
         "fused add no prefetch": fused(prefetch=False),
@@ -66,6 +69,39 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         "plain planned": plain(),
         "plain at the register budget": plain(maxnreg=budget),
     }
+    if is_rms:  # Liger-Kernel's order (row.norm_backward's dw_first), and its variants
+        order = {"prefetch": False, "dw_first": True}
+        variants.update({
+            "fused add dw first": fused(**order),
+            "fused add dw first, w reloaded": fused(**order, w_reload=True),
+            "fused add dw first, contiguous rows": fused(**order, contiguous=True),
+            "fused add contiguous rows": fused(prefetch=False, contiguous=True),
+            "plain dw first": plain(**order),
+            "plain dw first, w reloaded": plain(**order, w_reload=True),
+        })  # fmt: skip
+        liger = _liger_backward(h, w, dy, dh, rstd)
+        if liger is not None:
+            variants["liger fused add backward"] = ("add_rms_norm", liger)
+    return variants
+
+
+def _liger_backward(h, w, dy, dh, rstd):
+    """Liger-Kernel's fused-add RMSNorm backward alone (its kernel and dW sum, as its autograd
+    Function calls them, casting mode "llama"); None without Liger."""
+    try:
+        from liger_kernel.ops import fused_add_rms_norm as liger
+        from liger_kernel.ops.utils import calculate_settings
+    except Exception:  # not installed: no peer
+        return None
+    block, warps = calculate_settings(h.shape[1])
+    llama = liger._str_to_casting_mode["llama"]
+
+    def run():  # (dx, dw, no db) as row.norm_backward returns them
+        dx, _, dw = liger.fused_add_rms_norm_backward(dy, dh, h, w, rstd, 0.0, llama, block,
+                                                      warps, 2, False)  # fmt: skip
+        return dx, dw, None
+
+    return run
 
 
 def _forward_variants(x, r, w, b, is_rms):
@@ -158,7 +194,8 @@ def main(argv=None) -> int:
         """Time one variant (its record kept) once its outputs match ``want`` (None: unchecked)."""
         if want is not None and not all(close(g, e) for g, e in zip(run(), want, strict=True)):
             return f"{name} MISMATCH"
-        rec = measure(run, bytes_op, f"normlab {name}", m, n, "bf16", direction, device=dev,
+        impl = name if name.startswith("liger") else f"normlab {name}"
+        rec = measure(run, bytes_op, impl, m, n, "bf16", direction, device=dev,
                       reps=args.reps, command=command, shape_set="norm_fused_add")
         records.append(rec)
         return f"{name} {rec.device_us:.1f}"
