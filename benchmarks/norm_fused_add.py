@@ -2,6 +2,7 @@
 against the plain norm's.
 
     python3 benchmarks/norm_fused_add.py --out out/norm_fused_add.jsonl [--reps 10] [--cells ...]
+        [--ops rms_norm,layer_norm] [--bwd "fused add planned,liger fused add backward"]
 
 For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
 
@@ -14,13 +15,12 @@ For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
   on 32 warps;
 - the plain norm's backward at the same shape, planned and capped at the same budget
   (``config.register_budget``: a rule for every backward would have to leave it level);
-- RMSNorm's backward in Liger-Kernel's order (``row.norm_backward(dw_first=True)``), with w
-  loaded every row, with each program's rows contiguous, fused and plain, beside Liger-Kernel's
-  fused-add backward alone;
+- Liger-Kernel's fused-add RMSNorm backward alone, its kernel and its dW sum;
 - forward+backward: the fused add, the norm on a separately computed sum, and Liger-Kernel's
   fused-add RMSNorm.
 
-Every variant's outputs are checked against the planned one's before it is timed.
+``--bwd`` times only the backward variants it names. Every variant's outputs are checked
+against the planned one's before it is timed.
 Records carry ``shape_set="norm_fused_add"`` and the variant in ``impl``.
 """
 
@@ -69,19 +69,9 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         "plain planned": plain(),
         "plain at the register budget": plain(maxnreg=budget),
     }
-    if is_rms:  # Liger-Kernel's order (row.norm_backward's dw_first), and its variants
-        order = {"prefetch": False, "dw_first": True}
-        variants.update({
-            "fused add dw first": fused(**order),
-            "fused add dw first, w reloaded": fused(**order, w_reload=True),
-            "fused add dw first, contiguous rows": fused(**order, contiguous=True),
-            "fused add contiguous rows": fused(prefetch=False, contiguous=True),
-            "plain dw first": plain(**order),
-            "plain dw first, w reloaded": plain(**order, w_reload=True),
-        })  # fmt: skip
-        liger = _liger_backward(h, w, dy, dh, rstd)
-        if liger is not None:
-            variants["liger fused add backward"] = ("add_rms_norm", liger)
+    liger = _liger_backward(h, w, dy, dh, rstd) if is_rms else None
+    if liger is not None:
+        variants["liger fused add backward"] = ("add_rms_norm", liger)
     return variants
 
 
@@ -173,6 +163,8 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--cells", default=CELLS, help="MxN[,MxN...]")
     parser.add_argument("--ops", default="rms_norm,layer_norm")
+    parser.add_argument("--bwd", default=None,
+                        help="only these backward variants, comma-separated (no forwards)")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
@@ -210,21 +202,27 @@ def main(argv=None) -> int:
             dy, dh = torch.randn(m, n, **bf16), torch.randn(m, n, **bf16)
             h = (x.float() + r.float()).to(torch.bfloat16)
             _, mean, rstd = row.norm_forward(h, w, b, EPS[op], is_rms)
-            forwards = _forward_variants(x, r, w, b, is_rms)
-            want = forwards["fused add forward planned"][1]()
-            line = [f"{op} {m}x{n} fwd:"]
-            for name, (bytes_op, run) in forwards.items():  # the plain one has no h to check
-                check = None if name.startswith("plain") else want
-                line.append(time_checked(name, bytes_op, run, check, m, n, "fwd"))
-            print(" | ".join(line), flush=True)
+            if args.bwd is None:
+                forwards = _forward_variants(x, r, w, b, is_rms)
+                want = forwards["fused add forward planned"][1]()
+                line = [f"{op} {m}x{n} fwd:"]
+                for name, (bytes_op, run) in forwards.items():  # the plain one: no h to check
+                    check = None if name.startswith("plain") else want
+                    line.append(time_checked(name, bytes_op, run, check, m, n, "fwd"))
+                print(" | ".join(line), flush=True)
             variants = _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms)
             wants = {plain: variants["plain planned" if plain else "fused add planned"][1]()
                      for plain in (False, True)}  # fmt: skip
             line = [f"{op} {m}x{n} bwd:"]
             for name, (bytes_op, run) in variants.items():
+                if args.bwd is not None and name not in args.bwd.split(","):
+                    continue
                 check = wants[name.startswith("plain")]
                 line.append(time_checked(name, bytes_op, run, check, m, n, "bwd"))
             print(" | ".join(line), flush=True)
+            if args.bwd is not None:
+                write_jsonl(records, args.out)
+                continue
             xg, rg = x.clone().requires_grad_(), r.clone().requires_grad_()
             wg = w.clone().requires_grad_()
             bg = None if b is None else b.clone().requires_grad_()

@@ -49,7 +49,6 @@ from normlab.norms import config
 from normlab.norms.reduce import reduce_partials
 from normlab.norms.tiles import (
     add_pair,
-    bwd_rms_tile_dw_first,
     bwd_tile_single_pass,
     bwd_tile_two_pass,
     known_bwd_layout,
@@ -631,9 +630,6 @@ def _persistent_single_pass(
     ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
     SHIFT_VEC: tl.constexpr = 0,  # one-row tiles split at a 16-byte boundary: _shifted_bwd_rows
     BODY_B: tl.constexpr = 0,  # _shifted_bwd_rows' second body block (0: one block)
-    CONTIGUOUS: tl.constexpr = False,  # each program a contiguous run of tiles (no PREFETCH)
-    DW_FIRST: tl.constexpr = False,  # RMSNorm's tiles by tiles.bwd_rms_tile_dw_first (no PREFETCH)
-    W_RELOAD: tl.constexpr = False,  # w loaded every tile (no PREFETCH): no registers across them
 ):
     """The persistent backward, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
     tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:
@@ -657,8 +653,6 @@ def _persistent_single_pass(
     dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
-    tl.static_assert(not (PREFETCH and (CONTIGUOUS or W_RELOAD or DW_FIRST)),
-                     "the PREFETCH loop has none of CONTIGUOUS, W_RELOAD, DW_FIRST")
     if PREFETCH:
         x_next, dy_next, dh_next = load_tile(x_ptr, dy_ptr, dh_ptr, pid, n_rows, n_cols,
                                              x_row_stride, dy_row_stride, dh_row_stride,
@@ -678,29 +672,14 @@ def _persistent_single_pass(
             dw_acc += dw
             db_acc += db
     else:
-        start, stop, step = pid, n_tiles, n_programs
-        if CONTIGUOUS:
-            per_program = tl.cdiv(n_tiles, n_programs)
-            start, step = pid * per_program, 1
-            stop = tl.minimum(start + per_program, n_tiles)
-        for tile in tl.range(start, stop, step, num_stages=LOOP_STAGES):
-            w_tile = w
-            if W_RELOAD:
-                w_tile = load_weight(w_ptr, cols, cols < n_cols, offset, HAS_WEIGHT)
-            if DW_FIRST and IS_RMS:
-                dw_acc = bwd_rms_tile_dw_first(
-                    tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w_tile, rstd_ptr, dw_acc, n_rows,
-                    n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride,
-                    HAS_WEIGHT, HAS_DH, BLOCK_ROWS, BLOCK_COLS,
-                )  # fmt: skip
-            else:
-                dw, db = bwd_tile_single_pass(
-                    tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w_tile, mean_ptr, rstd_ptr, n_rows,
-                    n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS,
-                    HAS_WEIGHT, HAS_DH, BLOCK_ROWS, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
-                )  # fmt: skip
-                dw_acc += dw
-                db_acc += db
+        for tile in tl.range(pid, n_tiles, n_programs, num_stages=LOOP_STAGES):
+            dw, db = bwd_tile_single_pass(
+                tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+                x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT,
+                HAS_DH, BLOCK_ROWS, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
+            )  # fmt: skip
+            dw_acc += dw
+            db_acc += db
     slot = (pid // 2 if PAIRED else pid).to(tl.int64)
     store_partials(dw_partial_ptr + slot * n_cols, db_partial_ptr + slot * n_cols, dw_acc,
                     db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS, PAIRED)  # fmt: skip
@@ -736,16 +715,13 @@ def _norm_bwd_persistent_kernel(
     ROW_ALIGN: tl.constexpr,
     SHIFT_VEC: tl.constexpr = 0,
     BODY_B: tl.constexpr = 0,
-    CONTIGUOUS: tl.constexpr = False,
-    DW_FIRST: tl.constexpr = False,
-    W_RELOAD: tl.constexpr = False,
 ):
     """The single-pass persistent backward (_persistent_single_pass) at a runtime width."""
     _persistent_single_pass(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False,
-        ROW_ALIGN, SHIFT_VEC, BODY_B, CONTIGUOUS, DW_FIRST, W_RELOAD,
+        ROW_ALIGN, SHIFT_VEC, BODY_B,
     )  # fmt: skip
 
 
@@ -780,9 +756,6 @@ def _norm_bwd_persistent_static_kernel(
     PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
     SHIFT_VEC: tl.constexpr = 0,
     BODY_B: tl.constexpr = 0,
-    CONTIGUOUS: tl.constexpr = False,
-    DW_FIRST: tl.constexpr = False,
-    W_RELOAD: tl.constexpr = False,
 ):
     """The same at a compile-time width, LayerNorm's row sums paired where PAIR_SUMS
     (config.NORM_BWD_STATIC_COLS: where it measured faster)."""
@@ -790,7 +763,7 @@ def _norm_bwd_persistent_static_kernel(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED,
-        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC, BODY_B, CONTIGUOUS, DW_FIRST, W_RELOAD,
+        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC, BODY_B,
     )  # fmt: skip
 
 
@@ -1023,9 +996,6 @@ def norm_backward(
     maxnreg=None,
     shift=None,
     roles=None,
-    contiguous=False,
-    dw_first=False,
-    w_reload=False,
 ):
     """Backward launcher -> (dx, dweight | None, dbias | None).
 
@@ -1037,10 +1007,7 @@ def norm_backward(
     (x2d is then h), added into dx. ``shift``: whether the persistent single pass splits rows
     off a 16-byte boundary at their first one (``_shifted_bwd_rows``; None: ``config``'s rule,
     True: wherever it can run). ``roles``: whether a persistent single pass over one-row tiles
-    is the roles kernel's one launch (None: ``config.bwd_roles``). ``contiguous``,
-    ``dw_first``, ``w_reload``: the single pass over unshifted tiles with each program's tiles in
-    one run, in Liger-Kernel's order, with w loaded every tile (``_persistent_single_pass``);
-    experiments, off in every plan.
+    is the roles kernel's one launch (None: ``config.bwd_roles``).
     """
     if strategy not in config.STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: expected one of {config.STRATEGIES}")
@@ -1201,9 +1168,6 @@ def norm_backward(
                float(offset), **flags, **tile, LOOP_STAGES=cfg.loop_stages,
                PREFETCH=cfg.prefetch, PAIRED=paired, ROW_ALIGN=align, SHIFT_VEC=vec, BODY_B=body_b,
                **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}),
-               **({"CONTIGUOUS": True} if contiguous else {}),
-               **({"DW_FIRST": True} if dw_first else {}),
-               **({"W_RELOAD": True} if w_reload else {}),
                **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))  # fmt: skip
     if (has_w or has_b) and not direct:
         reduce_partials(

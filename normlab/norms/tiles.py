@@ -227,38 +227,6 @@ def bwd_tile_single_pass(
 
 
 @triton.jit
-def bwd_rms_tile_dw_first(tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, rstd_ptr, dw_acc, n_rows,
-                          n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride,
-                          HAS_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr,
-                          BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):  # fmt: skip
-    """bwd_tile_single_pass for RMSNorm in Liger-Kernel's order (an experiment, off in every
-    plan): dy * xhat added into ``dw_acc`` before the row sum, so dy's registers are free
-    across it; dx = rstd * wdy + c * x with one scalar c; dh loaded after the sum. Returns the
-    new dw_acc."""
-    rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    cols = tl.arange(0, BLOCK_COLS)
-    row_mask = rows < n_rows
-    mask = row_mask[:, None] & (cols < n_cols)[None, :]
-    rows64 = rows.to(tl.int64)
-    x, dy = load_x_dy(x_ptr, dy_ptr, rows64, cols, mask, x_row_stride, dy_row_stride)
-    rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
-    x = x.to(tl.float32)
-    dy = dy.to(tl.float32)
-    dw_acc += dy * (x * rstd[:, None])
-    if HAS_WEIGHT:
-        wdy = dy * w[None, :]
-    else:
-        wdy = dy
-    c = -(rstd * rstd * rstd) * (tl.sum(x * wdy, axis=1) / n_cols)
-    dx = rstd[:, None] * wdy + c[:, None] * x
-    if HAS_DH:
-        dx += load_rows(dh_ptr, rows64, cols, mask, dh_row_stride).to(tl.float32)
-    tl.store(dx_ptr + rows64[:, None] * dx_row_stride + cols[None, :],
-             dx.to(dx_ptr.dtype.element_ty), mask=mask)  # fmt: skip
-    return dw_acc
-
-
-@triton.jit
 def bwd_tile_two_pass(
     tile,
     is_first,
