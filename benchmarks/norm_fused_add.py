@@ -16,6 +16,8 @@ For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
 - the plain norm's backward at the same shape, planned and capped at the same budget
   (``config.register_budget``: a rule for every backward would have to leave it level);
 - Liger-Kernel's fused-add RMSNorm backward alone, its kernel and its dW sum;
+- experiments: the single pass with each program's columns rotated (``rotate``), and the
+  planned backward on inputs whose rows lie 64 columns apart;
 - forward+backward: the fused add, the norm on a separately computed sum, and Liger-Kernel's
   fused-add RMSNorm.
 
@@ -69,10 +71,28 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         "plain planned": plain(),
         "plain at the register budget": plain(maxnreg=budget),
     }
+    # Experiments: each program's columns rotated by quarters or halves of the row
+    # (row.norm_backward's rotate), and the inputs' rows 64 columns apart (not a power of two).
+    variants.update({
+        "fused add rotated quarters": fused(prefetch=False, rotate=4),
+        "fused add rotated halves": fused(prefetch=False, rotate=2),
+        "plain rotated quarters": plain(prefetch=False, rotate=4),
+    })  # fmt: skip
+    hp, dyp, dhp = (_padded(t) for t in (h, dy, dh))
+    variants["fused add padded inputs"] = ("add_" + ("rms_norm" if is_rms else "layer_norm"), (
+        lambda: row.norm_backward(dyp, hp, w, b, mean, rstd, is_rms, dh=dhp)))
+    variants["plain padded inputs"] = ("rms_norm" if is_rms else "layer_norm", (
+        lambda: row.norm_backward(dyp, hp, w, b, mean, rstd, is_rms)))
     liger = _liger_backward(h, w, dy, dh, rstd) if is_rms else None
     if liger is not None:
         variants["liger fused add backward"] = ("add_rms_norm", liger)
     return variants
+
+
+def _padded(t, pad=64):
+    """t's values in rows ``pad`` columns longer than t's (a view of its first columns)."""
+    return torch.empty(t.shape[0], t.shape[1] + pad, dtype=t.dtype, device=t.device)[
+        :, : t.shape[1]].copy_(t)  # fmt: skip
 
 
 def _liger_backward(h, w, dy, dh, rstd):
