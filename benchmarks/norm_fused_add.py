@@ -16,8 +16,9 @@ For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
 - the plain norm's backward at the same shape, planned and capped at the same budget
   (``config.register_budget``: a rule for every backward would have to leave it level);
 - Liger-Kernel's fused-add RMSNorm backward alone, its kernel and its dW sum;
-- experiments: the single pass with each program's columns rotated (``rotate``), and the
-  planned backward on inputs whose rows lie 64 columns apart;
+- experiments: the single pass with each program's columns rotated (``rotate``), the planned
+  backward on inputs whose rows lie 64 columns apart, the two-pass kernel at several tiles and
+  the split-row backward;
 - forward+backward: the fused add, the norm on a separately computed sum, and Liger-Kernel's
   fused-add RMSNorm.
 
@@ -40,7 +41,7 @@ from normlab import _runtime
 from normlab.bench import device_info
 from normlab.bench.records import portable_command, write_jsonl
 from normlab.bench.sweep import measure, parse_shapes
-from normlab.norms import config, row
+from normlab.norms import config, row, split_row
 
 # About 16.8M elements a cell (32 MiB a bf16 tensor), across the single-pass widths.
 CELLS = "21845x768,16384x1024,8192x2048,5461x3072,4096x4096,3276x5120,2048x8192"
@@ -78,6 +79,23 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         "fused add rotated halves": fused(prefetch=False, rotate=2),
         "plain rotated quarters": plain(prefetch=False, rotate=4),
     })  # fmt: skip
+    # Two passes over column chunks (the second mostly from L2), and the split-row backward.
+    two = {"two_pass": True, "strategy": "persistent"}
+    for who, make in (("fused add", fused), ("plain", plain)):
+        variants.update({
+            f"{who} two pass 4x4096": make(**two),
+            f"{who} two pass 1x4096 on 8 warps 4 a SM": make(**two, block_rows=1, block_cols=4096,
+                                                           num_warps=8, programs_per_sm=4),
+            f"{who} two pass 2x4096": make(**two, block_rows=2, block_cols=4096),
+            f"{who} two pass 1x8192": make(**two, block_rows=1, block_cols=8192),
+        })  # fmt: skip
+    split = config.split_row_bwd_plan(*h.shape, _runtime.sm_count())
+    for who, gh in (("fused add", dh), ("plain", None)):
+        variants[f"{who} split rows"] = (
+            ("add_" if gh is not None else "") + ("rms_norm" if is_rms else "layer_norm"),
+            lambda gh=gh: split_row.split_row_backward(
+                dy, h, w, b, mean, rstd, is_rms, split.chunk, dh=gh,
+                rows_per_group=split.rows_per_group, sums_chunk=split.sums))  # fmt: skip
     hp, dyp, dhp = (_padded(t) for t in (h, dy, dh))
     variants["fused add padded inputs"] = ("add_" + ("rms_norm" if is_rms else "layer_norm"), (
         lambda: row.norm_backward(dyp, hp, w, b, mean, rstd, is_rms, dh=dhp)))
