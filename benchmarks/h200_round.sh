@@ -239,8 +239,9 @@ OUT=${OUT:-out}
 # GPU checks); addorder (the norm GPU checks, then RMSNorm's backward past 8192 columns, fused
 # add and plain, beside Liger's fused-add backward; at 467bcc6 also in Liger-Kernel's order, with
 # w loaded every row and with contiguous rows: level, and removed since); addwidth (RMSNorm's
-# backward, fused add and plain, beside Liger's, at widths just under 16384 and at 16384; with
-# each program's columns rotated, and on inputs whose rows lie 64 columns apart); addtwopass
+# backward, fused add and plain, beside Liger's, at widths just under 16384 and at 16384; on
+# inputs whose rows lie 64 columns apart; at 361ec48 also with each program's columns rotated by
+# quarters or halves of the row: level, and removed since); addtwopass
 # (RMSNorm's backward past 12288 columns, fused add and plain, in two passes over column chunks
 # and split by rows, beside the planned single pass and Liger's fused add).
 STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, normcheck, addorder, addwidth, addtwopass or notebooks}
@@ -1419,7 +1420,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     ;;
   addwidth)  # is 16384 columns slower per byte than the widths under it, and Liger's not?
     step norm_fused_width 240 python3 benchmarks/norm_fused_add.py --ops rms_norm --reps 10 \
-      --bwd "fused add planned,plain planned,liger fused add backward,fused add rotated quarters,fused add rotated halves,plain rotated quarters,fused add padded inputs,plain padded inputs" \
+      --bwd "fused add planned,plain planned,liger fused add backward,fused add padded inputs,plain padded inputs" \
       --cells 65536x16384,65536x16376,65536x16000,65536x14336,65536x12288,16384x16384 \
       --out "$OUT/norm_fused_width.jsonl"
     ;;

@@ -16,9 +16,8 @@ For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
 - the plain norm's backward at the same shape, planned and capped at the same budget
   (``config.register_budget``: a rule for every backward would have to leave it level);
 - Liger-Kernel's fused-add RMSNorm backward alone, its kernel and its dW sum;
-- experiments: the single pass with each program's columns rotated (``rotate``), the planned
-  backward on inputs whose rows lie 64 columns apart, the two-pass kernel at several tiles and
-  the split-row backward;
+- the planned backward on inputs whose rows lie 64 columns apart, the two-pass kernel at
+  several tiles and the split-row backward;
 - forward+backward: the fused add, the norm on a separately computed sum, and Liger-Kernel's
   fused-add RMSNorm.
 
@@ -72,13 +71,6 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         "plain planned": plain(),
         "plain at the register budget": plain(maxnreg=budget),
     }
-    # Experiments: each program's columns rotated by quarters or halves of the row
-    # (row.norm_backward's rotate), and the inputs' rows 64 columns apart (not a power of two).
-    variants.update({
-        "fused add rotated quarters": fused(prefetch=False, rotate=4),
-        "fused add rotated halves": fused(prefetch=False, rotate=2),
-        "plain rotated quarters": plain(prefetch=False, rotate=4),
-    })  # fmt: skip
     # Two passes over column chunks (the second mostly from L2), and the split-row backward.
     two = {"two_pass": True, "strategy": "persistent"}
     for who, make in (("fused add", fused), ("plain", plain)):
@@ -96,6 +88,7 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
             lambda gh=gh: split_row.split_row_backward(
                 dy, h, w, b, mean, rstd, is_rms, split.chunk, dh=gh,
                 rows_per_group=split.rows_per_group, sums_chunk=split.sums))  # fmt: skip
+    # The inputs' rows 64 columns apart: a row stride that is not a power of two.
     hp, dyp, dhp = (_padded(t) for t in (h, dy, dh))
     variants["fused add padded inputs"] = ("add_" + ("rms_norm" if is_rms else "layer_norm"), (
         lambda: row.norm_backward(dyp, hp, w, b, mean, rstd, is_rms, dh=dhp)))

@@ -40,6 +40,8 @@ DATA_GLOB = "normlab/data/*.jsonl"
 POPULATION_GLOB = "normlab/data/*-population.jsonl.gz"
 # The vocabulary population is read here only, so it lives with the development records.
 VOCAB_GLOB = "benchmarks/data/vocab_population_*.jsonl.gz"
+# The fused residual add-norms over the population's model members.
+FUSED_ADD_GLOB = "benchmarks/data/population_addpop_*_h200.jsonl.gz"
 # An eighth of the population beside torch.compile compiled per member (dynamic=False).
 STATIC_COMPILE_GLOB = "benchmarks/data/population_static_compile_*.jsonl.gz"
 OUTPUT = REPO / "docs" / "results.md"
@@ -52,6 +54,10 @@ OP_NAMES = {
     "reverse_kl": "reverse KL",
     "soft_cross_entropy": "soft-target cross-entropy",
     "cross_entropy": "label cross-entropy",
+    "forward_kl": "forward KL",
+    "jsd": "JSD",
+    "add_rms_norm": "`add_rms_norm`",
+    "add_layer_norm": "`add_layer_norm`",
 }
 DIRECTION_ORDER = ("fwd", "bwd", "fwd+bwd")
 DIRECTION_NAMES = {"fwd": "forward", "bwd": "backward", "fwd+bwd": "forward+backward"}
@@ -405,6 +411,7 @@ def render(paths: list[Path]) -> str:
     out.append(population_section(sorted(REPO.glob(POPULATION_GLOB))))
     out.append(static_compile_section(sorted(REPO.glob(STATIC_COMPILE_GLOB))))
     out.append(vocab_section(sorted(REPO.glob(VOCAB_GLOB))))
+    out.append(fused_add_section(sorted(REPO.glob(FUSED_ADD_GLOB))))
     out.append("## Runs\n\n" + runs_table(records))
     for key, group in _groups(records):
         group_cells = cells(group)
@@ -522,6 +529,25 @@ def vocab_section(paths: list[Path]) -> str:
         f"({_commits(records)}; `benchmarks/data/README.md` has the run's log). Target: "
         f"every member ≥ {population.TARGET_EVERY_SHAPE}×; the geomean has none. "
         "`python3 benchmarks/vocab_population.py --summary FILE` prints the same for any run.\n\n"
+        + verdict_table(verdicts)
+    )
+
+
+def fused_add_section(paths: list[Path]) -> str:
+    """The fused residual add-norms over the population's model members: the same verdicts with
+    no geomean target."""
+    records = [r for p in paths for r in read_records(p)]
+    verdicts = population.verdicts(records, geomean_target=None)
+    if not verdicts:
+        return ""
+    return (
+        "## The fused add-norms\n\n"
+        "`add_rms_norm` and `add_layer_norm` ÷ the fastest of torch (`x + residual`, then "
+        "`F.rms_norm` / `F.layer_norm`, returning both), torch.compile of that and Liger-Kernel's "
+        "fused-add RMSNorm, measured in the same process, over the population's model members "
+        f"(bf16) in {', '.join(f'`{relative(p)}`' for p in paths)} ({_commits(records)}; "
+        "`benchmarks/data/README.md` has the runs' logs). Target: every member ≥ "
+        f"{population.TARGET_EVERY_SHAPE}×; the geomean has none.\n\n"
         + verdict_table(verdicts)
     )
 

@@ -516,26 +516,6 @@ def test_backward_prefetch(is_rms, m, n, block_rows):
         assert (a is None and c is None) or torch.equal(a, c)
 
 
-@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-@pytest.mark.parametrize("rotate", [2, 4])
-@pytest.mark.parametrize("m,n,block_rows", [(1, 7, 1), (37, 100, 4), (131, 33, 1)], ids=str)
-def test_backward_rotated_columns(is_rms, rotate, m, n, block_rows):
-    """The single pass with each program's columns rotated (an experiment): right against fp64,
-    with and without the fused add's dh, at widths whose masked columns wrap to the front."""
-    kw = {"rotate": rotate, "block_rows": block_rows, "prefetch": False, "programs_per_sm": 2}
-    _check_backward(m, n, torch.bfloat16, is_rms, "persistent", **kw)
-    x, w, b = _inputs(m, n, torch.float32, is_rms)
-    dy, dh = torch.randn(m, n), torch.randn(m, n)
-    _, mean, rstd = K.norm_forward(x, w, b, 1e-5, is_rms)
-    dx, dw, db = K.norm_backward(dy, x, w, b, mean, rstd, is_rms, strategy="persistent", dh=dh,
-                                 **kw)  # fmt: skip
-    rdx, rdw, rdb = ref.norm_backward(dy.double(), x.double(), _d(w), _d(b), 1e-5, is_rms)
-    assert_close(dx, rdx + dh.double(), msg="dx with dh")
-    assert_close(dw, rdw, reduce_len=m, msg="dweight with dh")
-    if b is not None:
-        assert_close(db, rdb, reduce_len=m, msg="dbias with dh")
-
-
 @pytest.mark.parametrize("paired", [False, True], ids=["plain-sums", "paired-sums"])
 def test_backward_layer_norm_paired_row_sums(monkeypatch, paired):
     """LayerNorm's constant-width backward with its two row sums in one paired reduction (the

@@ -630,7 +630,6 @@ def _persistent_single_pass(
     ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
     SHIFT_VEC: tl.constexpr = 0,  # one-row tiles split at a 16-byte boundary: _shifted_bwd_rows
     BODY_B: tl.constexpr = 0,  # _shifted_bwd_rows' second body block (0: one block)
-    ROTATE: tl.constexpr = 0,  # experiment: program p's lanes start ROTATE-ths of a row in
 ):
     """The persistent backward, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
     tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:
@@ -650,13 +649,10 @@ def _persistent_single_pass(
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_COLS)
-    if ROTATE > 0:  # (pid % ROTATE) ROTATE-ths of a row in, wrapping: one permutation a program
-        cols = (cols + (pid % ROTATE) * (BLOCK_COLS // ROTATE)) % BLOCK_COLS
     w = load_weight(w_ptr, cols, cols < n_cols, offset, HAS_WEIGHT)
     dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
-    tl.static_assert(ROTATE == 0 or not PREFETCH, "ROTATE: the loop without PREFETCH only")
     if PREFETCH:
         x_next, dy_next, dh_next = load_tile(x_ptr, dy_ptr, dh_ptr, pid, n_rows, n_cols,
                                              x_row_stride, dy_row_stride, dh_row_stride,
@@ -680,13 +676,13 @@ def _persistent_single_pass(
             dw, db = bwd_tile_single_pass(
                 tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
                 x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT,
-                HAS_DH, BLOCK_ROWS, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS, cols=cols,
+                HAS_DH, BLOCK_ROWS, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
     slot = (pid // 2 if PAIRED else pid).to(tl.int64)
     store_partials(dw_partial_ptr + slot * n_cols, db_partial_ptr + slot * n_cols, dw_acc,
-                    db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS, PAIRED, cols)  # fmt: skip
+                    db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS, PAIRED)  # fmt: skip
 
 
 @triton.jit
@@ -719,14 +715,13 @@ def _norm_bwd_persistent_kernel(
     ROW_ALIGN: tl.constexpr,
     SHIFT_VEC: tl.constexpr = 0,
     BODY_B: tl.constexpr = 0,
-    ROTATE: tl.constexpr = 0,
 ):
     """The single-pass persistent backward (_persistent_single_pass) at a runtime width."""
     _persistent_single_pass(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False,
-        ROW_ALIGN, SHIFT_VEC, BODY_B, ROTATE,
+        ROW_ALIGN, SHIFT_VEC, BODY_B,
     )  # fmt: skip
 
 
@@ -761,7 +756,6 @@ def _norm_bwd_persistent_static_kernel(
     PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
     SHIFT_VEC: tl.constexpr = 0,
     BODY_B: tl.constexpr = 0,
-    ROTATE: tl.constexpr = 0,
 ):
     """The same at a compile-time width, LayerNorm's row sums paired where PAIR_SUMS
     (config.NORM_BWD_STATIC_COLS: where it measured faster)."""
@@ -769,7 +763,7 @@ def _norm_bwd_persistent_static_kernel(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED,
-        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC, BODY_B, ROTATE,
+        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC, BODY_B,
     )  # fmt: skip
 
 
@@ -1002,7 +996,6 @@ def norm_backward(
     maxnreg=None,
     shift=None,
     roles=None,
-    rotate=0,
 ):
     """Backward launcher -> (dx, dweight | None, dbias | None).
 
@@ -1014,9 +1007,7 @@ def norm_backward(
     (x2d is then h), added into dx. ``shift``: whether the persistent single pass splits rows
     off a 16-byte boundary at their first one (``_shifted_bwd_rows``; None: ``config``'s rule,
     True: wherever it can run). ``roles``: whether a persistent single pass over one-row tiles
-    is the roles kernel's one launch (None: ``config.bwd_roles``). ``rotate``: an experiment,
-    off in every plan: the single pass without a prefetch, program p's columns starting
-    (p % rotate) rotate-ths of the row in (``_persistent_single_pass``'s ROTATE).
+    is the roles kernel's one launch (None: ``config.bwd_roles``).
     """
     if strategy not in config.STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: expected one of {config.STRATEGIES}")
@@ -1177,7 +1168,6 @@ def norm_backward(
                float(offset), **flags, **tile, LOOP_STAGES=cfg.loop_stages,
                PREFETCH=cfg.prefetch, PAIRED=paired, ROW_ALIGN=align, SHIFT_VEC=vec, BODY_B=body_b,
                **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}),
-               **({"ROTATE": rotate} if rotate else {}),
                **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))  # fmt: skip
     if (has_w or has_b) and not direct:
         reduce_partials(

@@ -187,7 +187,6 @@ def bwd_tile_single_pass(
     PRELOADED: tl.constexpr = False,
     PAIR_SUMS: tl.constexpr = False,
     dh_pre=None,
-    cols=None,
 ):
     """dx of one BLOCK_ROWS tile whose rows fit in BLOCK_COLS (w: fp32 offset + weight
     [BLOCK_COLS], loaded once per program; HAS_DH adds dh into dx); returns the fp32 tile
@@ -195,12 +194,9 @@ def bwd_tile_single_pass(
     With PRELOADED, x_pre / dy_pre (and with HAS_DH dh_pre) are this tile's x and dy (and dh),
     already loaded (load_tile). Otherwise dh is loaded with the tile, before its row sums, so
     its memory round trip overlaps them instead of following them.
-    PAIR_SUMS: LayerNorm's two row sums in one reduction (one cross-warp exchange, not two).
-    ``cols``: the tile's columns in the order its lanes hold them (None: 0 .. BLOCK_COLS - 1),
-    as w and the caller's accumulators hold them."""
+    PAIR_SUMS: LayerNorm's two row sums in one reduction (one cross-warp exchange, not two)."""
     rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    if cols is None:
-        cols = tl.arange(0, BLOCK_COLS)
+    cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
     mask = row_mask[:, None] & (cols < n_cols)[None, :]
     rows64 = rows.to(tl.int64)
@@ -323,12 +319,9 @@ def store_partials(
     HAS_BIAS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     ADD: tl.constexpr = False,
-    cols=None,
 ):
-    """Store (or, ADD, atomically add into a zeroed row shared by two programs) a partial row
-    (``cols``: as bwd_tile_single_pass's)."""
-    if cols is None:
-        cols = tl.arange(0, BLOCK_COLS)
+    """Store (or, ADD, atomically add into a zeroed row shared by two programs) a partial row."""
+    cols = tl.arange(0, BLOCK_COLS)
     if HAS_WEIGHT:
         put_row(dw_out_ptr + cols, tl.sum(dw_acc, axis=0), cols < n_cols, ADD)
     if HAS_BIAS:
