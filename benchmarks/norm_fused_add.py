@@ -242,6 +242,10 @@ def main(argv=None) -> int:
                     line.append(time_checked(name, bytes_op, run, check, m, n, "fwd"))
                 print(" | ".join(line), flush=True)
             variants = _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms)
+            unknown = set(args.bwd.split(",")) - set(variants) if args.bwd is not None else ()
+            if unknown:
+                parser.error(f"--bwd: no variant {', '.join(sorted(unknown))} for {op}; "
+                             f"they are: {', '.join(variants)}")  # fmt: skip
             wants = {plain: variants["plain planned" if plain else "fused add planned"][1]()
                      for plain in (False, True)}  # fmt: skip
             line = [f"{op} {m}x{n} bwd:"]
