@@ -16,8 +16,8 @@ import argparse
 import sys
 
 import torch
+from norm_bwd_variants import parse_cells
 
-from normlab.bench.sweep import parse_shapes
 from normlab.norms import row
 
 
@@ -25,10 +25,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", default="65536x12288,65536x14336", help="MxN[,MxN...]")
     args = parser.parse_args(argv)
-    try:
-        cells = parse_shapes(args.cells)
-    except ValueError:
-        parser.error("--cells takes MxN,MxN,... (integers)")
+    cells = parse_cells(parser, args.cells)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     try:

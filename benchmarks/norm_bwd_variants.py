@@ -59,6 +59,14 @@ def _variants(x, w, b, dy, mean, rstd, is_rms, sms):
     return out
 
 
+def parse_cells(parser, text):
+    """``--cells``' shapes (``MxN,MxN,...``), or the parser's error: exit 2, naming the form."""
+    try:
+        return parse_shapes(text)
+    except ValueError:
+        parser.error("--cells takes MxN,MxN,... (integers)")
+
+
 def close(a, b) -> bool:
     """Does a launcher variant's output match the planned one's (within 2% of its largest
     entry; both None counts)?"""
@@ -78,10 +86,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
-    try:
-        cells = parse_shapes(args.cells)
-    except ValueError:
-        parser.error("--cells takes MxN,MxN,... (integers)")
+    cells = parse_cells(parser, args.cells)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     dev, sms = device_info(), _runtime.sm_count()

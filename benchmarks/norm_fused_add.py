@@ -33,13 +33,13 @@ import sys
 from pathlib import Path
 
 import torch
-from norm_bwd_variants import close
+from norm_bwd_variants import close, parse_cells
 
 import normlab
 from normlab import _runtime
 from normlab.bench import device_info
 from normlab.bench.records import portable_command, write_jsonl
-from normlab.bench.sweep import measure, parse_shapes
+from normlab.bench.sweep import measure
 from normlab.norms import config, row, split_row
 
 # About 16.8M elements a cell (32 MiB a bf16 tensor), across the single-pass widths.
@@ -199,10 +199,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
-    try:
-        cells = parse_shapes(args.cells)
-    except ValueError:
-        parser.error("--cells takes MxN,MxN,... (integers)")
+    cells = parse_cells(parser, args.cells)
     ops = args.ops.split(",")
     if any(op not in EPS for op in ops):
         parser.error(f"--ops: a comma list of {', '.join(EPS)}")

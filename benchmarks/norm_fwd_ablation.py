@@ -21,11 +21,12 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
+from norm_bwd_variants import parse_cells
 
 from normlab import ref
 from normlab.bench import device_info, registry
 from normlab.bench.records import portable_command, write_jsonl
-from normlab.bench.sweep import measure, parse_shapes
+from normlab.bench.sweep import measure
 from normlab.norms import op as norm_op
 
 CELLS = "1x768,1x8192,8x4096,14x1024,261x1104,512x768,512x1024,783x120,4096x1024"
@@ -91,10 +92,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
-    try:
-        cells = parse_shapes(args.cells)
-    except ValueError:
-        parser.error("--cells takes MxN,MxN,... (integers)")
+    cells = parse_cells(parser, args.cells)
     if any(m < 1 or n < 8 or n % 8 for m, n in cells):
         parser.error("--cells: M >= 1 and N a multiple of 8 (the kernel's alignment hint)")
     if not torch.cuda.is_available():
