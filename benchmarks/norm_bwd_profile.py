@@ -17,6 +17,7 @@ import sys
 
 import torch
 from norm_bwd_variants import parse_cells
+from norm_fused_add import liger_backward
 
 from normlab.norms import row
 
@@ -28,24 +29,17 @@ def main(argv=None) -> int:
     cells = parse_cells(parser, args.cells)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
-    try:
-        from liger_kernel.ops import fused_add_rms_norm as liger
-        from liger_kernel.ops.utils import calculate_settings
-    except Exception:  # not installed: normlab's kernels only
-        liger = None
     for m, n in cells:
         bf16 = {"dtype": torch.bfloat16, "device": "cuda"}
         h, dy, dh = (torch.randn(m, n, **bf16) for _ in range(3))
         w = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
         _, _, rstd = row.norm_forward(h, w, None, 1e-6, True)
+        liger = liger_backward(h, w, dy, dh, rstd)  # None without Liger-Kernel
         for _ in range(2):
             row.norm_backward(dy, h, w, None, None, rstd, True, dh=dh)
             row.norm_backward(dy, h, w, None, None, rstd, True)
             if liger is not None:
-                block, warps = calculate_settings(n)
-                liger.fused_add_rms_norm_backward(dy, dh, h, w, rstd, 0.0,
-                                                  liger._str_to_casting_mode["llama"], block,
-                                                  warps, 2, False)  # fmt: skip
+                liger()
         torch.cuda.synchronize()
         print(f"{m}x{n}: launched", flush=True)
     return 0

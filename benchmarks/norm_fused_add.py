@@ -29,6 +29,7 @@ Records carry ``shape_set="norm_fused_add"`` and the variant in ``impl``.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -88,13 +89,15 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
             lambda gh=gh: split_row.split_row_backward(
                 dy, h, w, b, mean, rstd, is_rms, split.chunk, dh=gh,
                 rows_per_group=split.rows_per_group, sums_chunk=split.sums))  # fmt: skip
-    # The inputs' rows 64 columns apart: a row stride that is not a power of two.
-    hp, dyp, dhp = (_padded(t) for t in (h, dy, dh))
+    # The inputs' rows 64 columns apart: a row stride that is not a power of two (the copies
+    # made at the variant's first call, its check, so unselected variants allocate nothing).
+    padded = functools.cache(lambda: tuple(_padded(t) for t in (h, dy, dh)))
     variants["fused add padded inputs"] = ("add_" + ("rms_norm" if is_rms else "layer_norm"), (
-        lambda: row.norm_backward(dyp, hp, w, b, mean, rstd, is_rms, dh=dhp)))
+        lambda: row.norm_backward(padded()[1], padded()[0], w, b, mean, rstd, is_rms,
+                                  dh=padded()[2])))  # fmt: skip
     variants["plain padded inputs"] = ("rms_norm" if is_rms else "layer_norm", (
-        lambda: row.norm_backward(dyp, hp, w, b, mean, rstd, is_rms)))
-    liger = _liger_backward(h, w, dy, dh, rstd) if is_rms else None
+        lambda: row.norm_backward(padded()[1], padded()[0], w, b, mean, rstd, is_rms)))
+    liger = liger_backward(h, w, dy, dh, rstd) if is_rms else None
     if liger is not None:
         variants["liger fused add backward"] = ("add_rms_norm", liger)
     return variants
@@ -106,7 +109,7 @@ def _padded(t, pad=64):
         :, : t.shape[1]].copy_(t)  # fmt: skip
 
 
-def _liger_backward(h, w, dy, dh, rstd):
+def liger_backward(h, w, dy, dh, rstd):
     """Liger-Kernel's fused-add RMSNorm backward alone (its kernel and dW sum, as its autograd
     Function calls them, casting mode "llama"); None without Liger."""
     try:
