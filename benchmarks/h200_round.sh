@@ -1437,11 +1437,15 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/norm_fused_twopass.jsonl"
     ;;
   addprofile)  # what changes between 12288 and 14336 columns, as the profiler counts it
-    step norm_bwd_profile 400 ncu --clock-control none \
-      --kernel-name regex:'norm_bwd_persistent|fused_add_rms_norm_backward' \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-      --section LaunchStats --section Occupancy --section SchedulerStats \
-      python3 benchmarks/norm_bwd_profile.py --cells 65536x12288,65536x14336
+    step norm_bwd_profile 400 ncu --clock-control none --set full --import-source no \
+      --kernel-name regex:'norm_bwd|fused_add_rms_norm_backward' -o "$OUT/norm_bwd_profile" \
+      python3 benchmarks/norm_bwd_profile.py --cells 65536x12288,65536x13312,65536x14336
+    step norm_fused_cliff 240 python3 benchmarks/norm_fused_add.py --ops rms_norm --reps 10 \
+      --bwd "fused add planned,fused add 32 warps,fused add no register cap,plain planned,liger fused add backward" \
+      --cells 65536x12288,65536x12800,65536x13312,65536x13824,65536x14336,65536x16384 \
+      --out "$OUT/norm_fused_cliff.jsonl"
+    step norm_bwd_profile_details 120 ncu -i "$OUT/norm_bwd_profile.ncu-rep" --page details
+    step norm_bwd_profile_raw 120 ncu -i "$OUT/norm_bwd_profile.ncu-rep" --page raw --csv
     ;;
   h200pops)  # jsdvocab, addpop1 and addpop2, then worstfwd once, in one call
     jsd_vocab 200 150
