@@ -227,6 +227,33 @@ def bwd_tile_single_pass(
 
 
 @triton.jit
+def bwd_tile_dw_first(tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, dw_acc, db_acc,
+                      n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride,
+                      IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr,
+                      BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):  # fmt: skip
+    """bwd_tile_single_pass in Liger-Kernel's order: the tile's dγ/dβ added into ``dw_acc`` and
+    ``db_acc`` before the row sums, so dy's registers are free across them, and dh loaded after
+    them. Returns the accumulators."""
+    rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_COLS)
+    row_mask = rows < n_rows
+    mask = row_mask[:, None] & (cols < n_cols)[None, :]
+    rows64 = rows.to(tl.int64)
+    mean, rstd = load_row_stats(mean_ptr, rstd_ptr, rows, row_mask, IS_RMS)
+    xhat, dy, wdy = load_xhat_wdy(x_ptr, dy_ptr, w, rows64, cols, mask, mean, rstd,
+                                  x_row_stride, dy_row_stride, IS_RMS, HAS_WEIGHT)  # fmt: skip
+    dw_acc += dy * xhat
+    db_acc += dy
+    c1 = tl.sum(xhat * wdy, axis=1) / n_cols
+    c2 = c1  # unread by RMSNorm
+    if not IS_RMS:
+        c2 = tl.sum(wdy, axis=1) / n_cols
+    store_dx(dx_ptr, dh_ptr, rows64, cols, mask, xhat, wdy, c1, c2, rstd, dx_row_stride,
+             dh_row_stride, IS_RMS, HAS_DH)  # fmt: skip
+    return dw_acc, db_acc
+
+
+@triton.jit
 def bwd_tile_two_pass(
     tile,
     is_first,
