@@ -1059,9 +1059,9 @@ def norm_backward(
     (x2d is then h), added into dx. ``shift``: whether the persistent single pass splits rows
     off a 16-byte boundary at their first one (``_shifted_bwd_rows``; None: ``config``'s rule,
     True: wherever it can run). ``roles``: whether a persistent single pass over one-row tiles
-    is the roles kernel's one launch (None: ``config.bwd_roles``). ``dw_first``: the persistent single
-    pass adds dγ/dβ before its row sums and loads dh after them; ``w_reload``: it loads w every
-    tile (experiments, off in every plan; not with a prefetch).
+    is the roles kernel's one launch (None: ``config.bwd_roles``). ``dw_first``: the persistent
+    single pass adds dγ/dβ before its row sums and loads dh after them; ``w_reload``: it loads w
+    every tile (experiments, off in every plan; not with a prefetch).
     """
     if strategy not in config.STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: expected one of {config.STRATEGIES}")
