@@ -1447,17 +1447,28 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step norm_bwd_profile_details 120 ncu -i "$OUT/norm_bwd_profile.ncu-rep" --page details
     step norm_bwd_profile_raw 120 ncu -i "$OUT/norm_bwd_profile.ncu-rep" --page raw --csv
     ;;
-  addliger)  # the single pass in Liger-Kernel's order, unshifted and shifted, past 8192 columns
-    v="fused add planned,plain planned"
+  addliger)  # RMSNorm's backward in Liger-Kernel's order past 12288 columns: the norm checks,
+    # the single pass's variants, then the members it plans with peers, and with it off
+    step gpu_check_norms 300 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
+      --quick --only norms,norm_options
+    v="fused add planned,plain planned,liger fused add backward"
     for who in "fused add" plain; do
-      v="$v,$who unshifted 8 warps,$who unshifted 16 warps,$who unshifted 8 warps dw first"
-      v="$v,$who Liger order 8 warps,$who Liger order 16 warps,$who shifted Liger order"
+      v="$v,$who shifted,$who unshifted 8 warps,$who unshifted 16 warps"
+      v="$v,$who Liger order 8 warps,$who Liger order 16 warps"
     done
-    cells=65536x8704,65536x9693,65536x12288,65536x12800,65536x14336,65536x16384,16384x16384,4096x16384
-    step norm_fused_liger 300 python3 benchmarks/norm_fused_add.py --ops rms_norm --reps 10 \
-      --bwd "$v,liger fused add backward" --cells "$cells" --out "$OUT/norm_fused_liger.jsonl"
-    step norm_fused_liger_ln 200 python3 benchmarks/norm_fused_add.py --ops layer_norm \
-      --reps 10 --bwd "$v" --cells "$cells" --out "$OUT/norm_fused_liger_ln.jsonl"
+    step norm_fused_liger 240 python3 benchmarks/norm_fused_add.py --ops rms_norm --reps 10 \
+      --bwd "$v" --out "$OUT/norm_fused_liger.jsonl" --cells \
+      65536x12288,65536x12296,65536x12800,65536x14336,65536x16384,16384x16384,4096x16384,512x16384
+    wide=512x16384,4096x16384,16384x16384,65536x16384
+    for on in 1 0; do
+      step "population_liger_$on" 150 env NORMLAB_NORM_BWD_LIGER_ORDER=$on \
+        python3 benchmarks/norm_population.py --ops rms_norm --out "$OUT/population_liger_$on.jsonl" \
+        --reps 4 --timed-us 100 --families model --impls normlab,torch,compile,liger --cells "$wide"
+      step "population_addliger_$on" 150 env NORMLAB_NORM_BWD_LIGER_ORDER=$on \
+        python3 benchmarks/norm_population.py --ops add_rms_norm --dtypes bf16 --reps 4 \
+        --out "$OUT/population_addliger_$on.jsonl" --timed-us 100 --families model \
+        --impls normlab,torch,compile,liger --cells "$wide"
+    done
     ;;
   h200pops)  # jsdvocab, addpop1 and addpop2, then worstfwd once, in one call
     jsd_vocab 200 150

@@ -18,8 +18,8 @@ For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
 - Liger-Kernel's fused-add RMSNorm backward alone, its kernel and its dW sum;
 - the planned backward on inputs whose rows lie 64 columns apart, the two-pass kernel at
   several tiles and the split-row backward;
-- the single pass unshifted on 8 and 16 warps, and in Liger-Kernel's order (``dw_first``: dγ/dβ
-  before the row sums, dh after them; ``w_reload``: w loaded every row), shifted and not;
+- the single pass over one-row tiles shifted, unshifted on 8 and 16 warps, and in Liger-Kernel's
+  order (``liger_order``: dγ/dβ before the row sums, dh after them, w loaded every row);
 - forward+backward: the fused add, the norm on a separately computed sum, and Liger-Kernel's
   fused-add RMSNorm.
 
@@ -74,18 +74,16 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         "plain planned": plain(),
         "plain at the register budget": plain(maxnreg=budget),
     }
-    # Liger-Kernel's order (dγ/dβ before the row sums, dh after them), w loaded every row, in
-    # the unshifted single pass on 8 or 16 warps and in the shifted one.
-    order = {"prefetch": False, "dw_first": True, "w_reload": True}
+    # The single pass over one-row tiles: shifted (the plan past 8192 columns up to 12288),
+    # unshifted in the planned order, and in Liger-Kernel's (liger_order) on 8 and 16 warps.
     for who, make in (("fused add", fused), ("plain", plain)):
+        planned_order = {"liger_order": False, "prefetch": False}
         variants.update({
-            f"{who} unshifted 8 warps": make(shift=False, prefetch=False, num_warps=8),
-            f"{who} unshifted 16 warps": make(shift=False, prefetch=False, num_warps=16),
-            f"{who} unshifted 8 warps dw first": make(shift=False, num_warps=8, prefetch=False,
-                                                      dw_first=True),
-            f"{who} Liger order 8 warps": make(shift=False, num_warps=8, **order),
-            f"{who} Liger order 16 warps": make(shift=False, num_warps=16, **order),
-            f"{who} shifted Liger order": make(**order),
+            f"{who} shifted": make(shift=True, **planned_order),
+            f"{who} unshifted 8 warps": make(shift=False, num_warps=8, **planned_order),
+            f"{who} unshifted 16 warps": make(shift=False, num_warps=16, **planned_order),
+            f"{who} Liger order 8 warps": make(liger_order=True, num_warps=8),
+            f"{who} Liger order 16 warps": make(liger_order=True, num_warps=16),
         })  # fmt: skip
     # Two passes over column chunks (the second mostly from L2), and the split-row backward.
     two = {"two_pass": True, "strategy": "persistent"}

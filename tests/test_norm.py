@@ -209,6 +209,66 @@ def test_bwd_shift_rule(monkeypatch):
     assert configs.bwd_shift_vec(2, least, (least,) * 4, force=True) == 8
 
 
+def test_bwd_liger_order_rule(monkeypatch):
+    """RMSNorm's vector-aligned one-row tiles run in Liger-Kernel's order where the shifted tile
+    would hold more than NORM_BWD_SHIFT_MAX_PER_THREAD elements a thread on
+    NORM_BWD_SHIFT_WARPS warps: past 12288 columns (bf16 and fp32 alike), not at it; never for
+    LayerNorm or rows not vector aligned; the switch off, never."""
+    assert configs.NORM_BWD_SHIFT_MAX_PER_THREAD == 12288 // (32 * configs.NORM_BWD_SHIFT_WARPS)
+    for n in (12296, 14336, 16376, 16384):
+        assert configs.bwd_liger_order(n, True, 8, 2)
+        assert not configs.bwd_liger_order(n, False, 8, 2)  # LayerNorm
+        assert not configs.bwd_liger_order(n, True, 1, 2)  # rows not vector aligned
+    for n in (8192, 9693, 12288):
+        assert not configs.bwd_liger_order(n, True, 8, 2)
+    assert not configs.bwd_liger_order(12288, True, 4, 4)  # fp32: 8192 + 4096 as well
+    assert configs.bwd_liger_order(12292, True, 4, 4)
+    assert not configs.bwd_liger_order(12292, True, 2, 4)
+    monkeypatch.setattr(configs, "NORM_BWD_SHIFT_MAX_PER_THREAD", 64)  # the quantity decides
+    assert not configs.bwd_liger_order(16384, True, 8, 2)
+    monkeypatch.setattr(configs, "NORM_BWD_SHIFT_MAX_PER_THREAD", 48)
+    monkeypatch.setattr(configs, "NORM_BWD_LIGER_ORDER", False)
+    assert not configs.bwd_liger_order(16384, True, 8, 2)
+
+
+# 19 rows over 16 programs, some two rows: one vector + 1, primes, one past a power of two.
+@pytest.mark.parametrize("dtype,is_rms,n,fused,has_w", [
+    (torch.bfloat16, True, 9, False, True), (torch.bfloat16, True, 37, True, True),
+    (torch.bfloat16, False, 37, True, True), (torch.float32, True, 97, True, False),
+    (torch.float32, False, 70, False, True), (torch.bfloat16, True, 1031, True, True)],
+    ids=str)  # fmt: skip
+def test_liger_order_backward_matches_fp64(monkeypatch, dtype, is_rms, n, fused, has_w):
+    """The single pass in Liger-Kernel's order forced (16 programs, w loaded every row): dx, dw
+    and db against fp64 with an offset, LayerNorm's bias, no weight, the fused add's dh; the
+    launch unshifted, without a prefetch."""
+    launched = _record_backward_launches(monkeypatch, "LIGER_ORDER", "SHIFT_VEC", "PREFETCH")
+    x, w, b = _inputs(19, n, dtype, is_rms, offset=2.0)
+    dy = torch.randn(19, n).to(dtype)
+    dh = torch.randn(19, n).to(dtype) if fused else None
+    if has_w:
+        _check_shifted_backward(x, dy, w, b, is_rms, dh, liger_order=True, block_rows=1,
+                                programs_per_sm=4)
+    else:
+        _, mean, rstd = K.norm_forward(x, None, None, 1e-5, is_rms, shift=False)
+        dx, dw, _ = K.norm_backward(dy, x, None, None, mean, rstd, is_rms, dh=dh,
+                                    liger_order=True, block_rows=1, programs_per_sm=4)  # fmt: skip
+        rdx, _, _ = ref.norm_backward(_d(dy), _d(x), None, None, 1e-5, is_rms)
+        assert dw is None
+        assert_close(dx, rdx + _d(dh) if fused else rdx, msg="dx")
+    assert launched == [(16, True, 0, False)]
+
+
+def test_liger_order_refuses_what_it_cannot_run():
+    """liger_order=True with a shift, a prefetch or a two-pass plan is a clear error."""
+    x, w, _ = _inputs(8, 64, torch.float32, True)
+    dy = torch.randn(8, 64)
+    _, mean, rstd = K.norm_forward(x, w, None, 1e-5, True)
+    for kw in ({"shift": True}, {"prefetch": True}, {"two_pass": True},
+               {"strategy": "two_stage"}):  # fmt: skip
+        with pytest.raises(ValueError, match="liger_order"):
+            K.norm_backward(dy, x, w, None, mean, rstd, True, liger_order=True, **kw)
+
+
 def test_bwd_shift_programs_rule():
     """The shifted grid rounds down to a multiple of the vector, and is taken only where that
     adds at most NORM_BWD_SHIFT_MAX_ROW_GROWTH to the rows a program walks (forced: any grid of
@@ -293,24 +353,27 @@ def test_shifted_backward_needs_strides_alike(monkeypatch, pad, vec):
     assert [shift for _, shift in launched] == [vec]
 
 
-@pytest.mark.parametrize("n,want", [(8192, (0, 0, 8192)), (8193, (8, 0, 8192)),
-                                    (8200, (8, 8, 8192)), (12288, (8, 4096, 8192))], ids=str)
+@pytest.mark.parametrize("n,want", [(8192, (0, 0, 8192, False)), (8193, (8, 0, 8192, False)),
+                                    (8200, (8, 8, 8192, False)), (12288, (8, 4096, 8192, False)),
+                                    (12296, (0, 0, 16384, True))], ids=str)  # fmt: skip
 def test_shifted_backward_launched_by_rule(monkeypatch, n, want):
     """Planned on 16 SMs (16 rows: one a program), the RMSNorm backward's one-row tiles take the
     shifted kernel on 8 warps just past NORM_BWD_SHIFT_MIN_COLS, in the body blocks of
-    config.bwd_body_blocks, and the static kernel at it; fp64 agrees. (The decode batches' roles
-    aside: at this scale 16 rows are one.)"""
+    config.bwd_body_blocks, and the static kernel at it; one vector past 12288 columns, the
+    unshifted kernel in Liger-Kernel's order on NORM_BWD_LIGER_ORDER_WARPS warps; fp64 agrees.
+    (The decode batches' roles aside: at this scale 16 rows are one.)"""
     monkeypatch.setattr(_runtime, "sm_count", lambda *args: 16)
     monkeypatch.setattr(configs, "NORM_BWD_ROLES", False)
     launched = _record_backward_launches(monkeypatch, "SHIFT_VEC", "BODY_B", "BLOCK_COLS",
-                                         "num_warps")  # fmt: skip
+                                         "LIGER_ORDER", "num_warps")  # fmt: skip
     x, w, _ = _inputs(16, n, torch.bfloat16, True)
     x.requires_grad_()
     w.requires_grad_()
     dy = torch.randn(16, n).to(torch.bfloat16)
     normlab.rms_norm(x, w, 1e-6, layout="row").backward(dy)
-    shifted = want[0] > 0
-    assert launched == [(16, *want, configs.NORM_BWD_SHIFT_WARPS if shifted else 16)]
+    warps = (configs.NORM_BWD_SHIFT_WARPS if want[0] else
+             configs.NORM_BWD_LIGER_ORDER_WARPS if want[3] else 16)  # fmt: skip
+    assert launched == [(16, *want, warps)]
     rdx, rdw, _ = ref.norm_backward(_d(dy), _d(x.detach()), _d(w.detach()), None, 1e-6, True)
     assert_close(x.grad, rdx, msg="dx")
     assert_close(w.grad, rdw, reduce_len=16, msg="dweight")

@@ -142,6 +142,28 @@ NORM_BWD_SHIFT_MAX_ROW_GROWTH = 1 / 16  # 132 programs -> 128: 3% more rows each
 NORM_BWD_TWO_BODY_BLOCKS = os.environ.get("NORMLAB_NORM_BWD_TWO_BLOCKS", "1") != "0"
 
 
+# RMSNorm's vector-aligned rows whose shifted tile would hold more than
+# NORM_BWD_SHIFT_MAX_PER_THREAD elements a thread (one 16384-column block past 12288 columns)
+# spill it: 240 B a thread with the fused add's dh. They take the unshifted single pass in
+# Liger-Kernel's order instead (tiles.bwd_tile_dw_first, w loaded every row), which holds x̂, w·dy
+# and dγ across the row sum: no spill on NORM_BWD_LIGER_ORDER_WARPS warps. LayerNorm's dβ and
+# second row sum ran slower in that order (docs/planner.md#liger-kernels-order).
+# NORMLAB_NORM_BWD_LIGER_ORDER=0: never (an A/B switch).
+NORM_BWD_LIGER_ORDER = os.environ.get("NORMLAB_NORM_BWD_LIGER_ORDER", "1") != "0"
+NORM_BWD_SHIFT_MAX_PER_THREAD = 48  # 12288 columns on 8 warps: x, dy, dh, w, dγ in 255 registers
+NORM_BWD_LIGER_ORDER_WARPS = 16  # 32 elements a thread at 16384 columns: 3 x 32 registers live
+
+
+def bwd_liger_order(n_cols: int, is_rms: bool, row_align: int, element_size: int) -> bool:
+    """Does the single-pass backward of one-row tiles run in Liger-Kernel's order, unshifted
+    (above)? RMSNorm, rows vector aligned (``row_align``), the shifted tile past
+    NORM_BWD_SHIFT_MAX_PER_THREAD elements a thread."""
+    vec = VECTOR_BYTES // element_size
+    per_thread = sum(bwd_body_blocks(n_cols, vec)) // (32 * NORM_BWD_SHIFT_WARPS)
+    return (NORM_BWD_LIGER_ORDER and is_rms and row_align == vec
+            and per_thread > NORM_BWD_SHIFT_MAX_PER_THREAD)  # fmt: skip
+
+
 def bwd_shift_vec(element_size: int, n_cols: int, strides: tuple[int, ...],
                   force: bool = False) -> int:
     """The vector (elements) of the shifted backward for one-row tiles, or 0 (the grid is

@@ -498,32 +498,12 @@ def _put_shifted(out_ptr, head, tail, cols, cols_b, edge, head_mask, body_mask, 
 
 
 @triton.jit
-def _shifted_weight(w_ptr, offset, head, tail, cols, cols_b, edge, head_mask, body_mask,
-                    body_b_mask, tail_mask, HAS_WEIGHT: tl.constexpr, BLOCK_B: tl.constexpr,
-                    EVICTION: tl.constexpr, APART: tl.constexpr):  # fmt: skip
-    """offset + w in fp32 at the parts of _load_shifted (1.0 each without HAS_WEIGHT)."""
-    if HAS_WEIGHT:
-        offset = tl.cast(offset, tl.float32)
-        w_h = tl.load(w_ptr + edge, mask=head_mask, other=0.0).to(tl.float32) + offset
-        w_a = load_param_f32(w_ptr + head + cols, body_mask, False, EVICTION, APART) + offset
-        w_b = w_h
-        if BLOCK_B > 0:
-            w_b = load_param_f32(w_ptr + head + cols_b, body_b_mask, False, EVICTION,
-                                 APART) + offset  # fmt: skip
-        w_t = tl.load(w_ptr + tail + edge, mask=tail_mask, other=0.0).to(tl.float32) + offset
-    else:
-        w_h, w_a, w_b, w_t = 1.0, 1.0, 1.0, 1.0
-    return w_h, w_a, w_b, w_t
-
-
-@triton.jit
 def _shifted_bwd_rows(
     x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
     n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DH: tl.constexpr,
     BLOCK_COLS: tl.constexpr, BLOCK_B: tl.constexpr, PAIRED: tl.constexpr,
-    PAIR_SUMS: tl.constexpr, VEC: tl.constexpr, DW_FIRST: tl.constexpr, W_RELOAD: tl.constexpr,
-    ALIGNED: tl.constexpr,
+    PAIR_SUMS: tl.constexpr, VEC: tl.constexpr,
 ):  # fmt: skip
     """_persistent_single_pass over one-row tiles, each row split as in _shifted_row: a head up
     to its first 16-byte boundary, a body of whole vectors, a tail. The body is one block of
@@ -536,11 +516,7 @@ def _shifted_bwd_rows(
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     first = pid.to(tl.int64)  # the program's rows: first, first + n_programs, ...
-    if ALIGNED:  # every row starts on a vector: no head, and w's body loads as x's do
-        head, n_body, tail = _shifted_split(0, n_cols, VEC)
-    else:
-        head, n_body, tail = _shifted_split((first * x_row_stride % VEC).to(tl.int32), n_cols,
-                                            VEC)  # fmt: skip
+    head, n_body, tail = _shifted_split((first * x_row_stride % VEC).to(tl.int32), n_cols, VEC)
     cols = tl.arange(0, BLOCK_COLS)
     edge = tl.arange(0, VEC)
     if BLOCK_B > 0:
@@ -549,9 +525,16 @@ def _shifted_bwd_rows(
         cols_b = edge  # unread
     head_mask, tail_mask = edge < head, tail + edge < n_cols
     body_mask, body_b_mask = cols < n_body, cols_b < n_body
-    w_h, w_a, w_b, w_t = _shifted_weight(w_ptr, offset, head, tail, cols, cols_b, edge,
-                                         head_mask, body_mask, body_b_mask, tail_mask,
-                                         HAS_WEIGHT, BLOCK_B, "", not ALIGNED)  # fmt: skip
+    if HAS_WEIGHT:
+        offset = tl.cast(offset, tl.float32)
+        w_h = tl.load(w_ptr + edge, mask=head_mask, other=0.0).to(tl.float32) + offset
+        w_a = load_param_f32(w_ptr + head + cols, body_mask, False, "", True) + offset
+        w_b = w_h
+        if BLOCK_B > 0:
+            w_b = load_param_f32(w_ptr + head + cols_b, body_b_mask, False, "", True) + offset
+        w_t = tl.load(w_ptr + tail + edge, mask=tail_mask, other=0.0).to(tl.float32) + offset
+    else:
+        w_h, w_a, w_b, w_t = 1.0, 1.0, 1.0, 1.0
     dw_h, dw_t = tl.zeros([VEC], dtype=tl.float32), tl.zeros([VEC], dtype=tl.float32)
     dw_a = tl.zeros([BLOCK_COLS], dtype=tl.float32)
     dw_b = tl.zeros(cols_b.shape, dtype=tl.float32)
@@ -565,7 +548,7 @@ def _shifted_bwd_rows(
             dy_ptr, row * dy_row_stride, head, tail, cols, cols_b, edge, head_mask, body_mask,
             body_b_mask, tail_mask, BLOCK_B, VEC)  # fmt: skip
         dh_h, dh_a, dh_b, dh_t = x_h, x_a, x_b, x_t  # unread without HAS_DH
-        if HAS_DH and not DW_FIRST:
+        if HAS_DH:
             dh_h, dh_a, dh_b, dh_t = _load_shifted(
                 dh_ptr, row * dh_row_stride, head, tail, cols, cols_b, edge, head_mask,
                 body_mask, body_b_mask, tail_mask, BLOCK_B, VEC)  # fmt: skip
@@ -574,17 +557,9 @@ def _shifted_bwd_rows(
             mean = 0.0
         else:
             mean = tl.load(mean_ptr + row)
-        if W_RELOAD:
-            w_h, w_a, w_b, w_t = _shifted_weight(w_ptr, offset, head, tail, cols, cols_b, edge,
-                                                 head_mask, body_mask, body_b_mask, tail_mask,
-                                                 HAS_WEIGHT, BLOCK_B, "evict_last",
-                                                 not ALIGNED)  # fmt: skip
         xhat_h, dy_h, wdy_h = _xhat_wdy_part(x_h, dy_h, w_h, head_mask, mean, rstd, IS_RMS)
         xhat_a, dy_a, wdy_a = _xhat_wdy_part(x_a, dy_a, w_a, body_mask, mean, rstd, IS_RMS)
         xhat_t, dy_t, wdy_t = _xhat_wdy_part(x_t, dy_t, w_t, tail_mask, mean, rstd, IS_RMS)
-        if DW_FIRST:  # dy's registers free before the row sums
-            dw_h, dw_a, dw_t = dw_h + dy_h * xhat_h, dw_a + dy_a * xhat_a, dw_t + dy_t * xhat_t
-            db_h, db_a, db_t = db_h + dy_h, db_a + dy_a, db_t + dy_t
         s1 = tl.sum(xhat_h * wdy_h, axis=0) + tl.sum(xhat_t * wdy_t, axis=0)
         s2 = tl.sum(wdy_h, axis=0) + tl.sum(wdy_t, axis=0)
         if IS_RMS:
@@ -596,8 +571,6 @@ def _shifted_bwd_rows(
             s1, s2 = s1 + tl.sum(xhat_a * wdy_a, axis=0), s2 + tl.sum(wdy_a, axis=0)
         if BLOCK_B > 0:
             xhat_b, dy_b, wdy_b = _xhat_wdy_part(x_b, dy_b, w_b, body_b_mask, mean, rstd, IS_RMS)
-            if DW_FIRST:
-                dw_b, db_b = dw_b + dy_b * xhat_b, db_b + dy_b
             s1 += tl.sum(xhat_b * wdy_b, axis=0)
             s2 += tl.sum(wdy_b, axis=0)
         c1 = s1 / n_cols
@@ -605,10 +578,6 @@ def _shifted_bwd_rows(
             c2 = 0.0
         else:
             c2 = s2 / n_cols
-        if HAS_DH and DW_FIRST:  # dh after the row sums: no registers across them
-            dh_h, dh_a, dh_b, dh_t = _load_shifted(
-                dh_ptr, row * dh_row_stride, head, tail, cols, cols_b, edge, head_mask,
-                body_mask, body_b_mask, tail_mask, BLOCK_B, VEC)  # fmt: skip
         dx_start = row * dx_row_stride
         dx_body = dx_ptr + known_multiple(dx_start + head, VEC)
         _store_dx_part(dx_ptr + dx_start + edge, xhat_h, wdy_h, dh_h, c1, c2, rstd, head_mask,
@@ -616,14 +585,12 @@ def _shifted_bwd_rows(
         _store_dx_part(dx_body + cols, xhat_a, wdy_a, dh_a, c1, c2, rstd, body_mask, HAS_DH)
         _store_dx_part(dx_ptr + dx_start + tail + edge, xhat_t, wdy_t, dh_t, c1, c2, rstd,
                        tail_mask, HAS_DH)  # fmt: skip
-        if not DW_FIRST:
-            dw_h, dw_a, dw_t = dw_h + dy_h * xhat_h, dw_a + dy_a * xhat_a, dw_t + dy_t * xhat_t
-            db_h, db_a, db_t = db_h + dy_h, db_a + dy_a, db_t + dy_t
+        dw_h, dw_a, dw_t = dw_h + dy_h * xhat_h, dw_a + dy_a * xhat_a, dw_t + dy_t * xhat_t
+        db_h, db_a, db_t = db_h + dy_h, db_a + dy_a, db_t + dy_t
         if BLOCK_B > 0:
             _store_dx_part(dx_body + cols_b, xhat_b, wdy_b, dh_b, c1, c2, rstd, body_b_mask,
                            HAS_DH)  # fmt: skip
-            if not DW_FIRST:
-                dw_b, db_b = dw_b + dy_b * xhat_b, db_b + dy_b
+            dw_b, db_b = dw_b + dy_b * xhat_b, db_b + dy_b
     slot = (pid // 2 if PAIRED else pid).to(tl.int64)
     if HAS_WEIGHT:
         _put_shifted(dw_partial_ptr + slot * n_cols, head, tail, cols, cols_b, edge, head_mask,
@@ -664,8 +631,7 @@ def _persistent_single_pass(
     ROW_ALIGN: tl.constexpr,  # the row strides and n_cols are multiples of this: vector loads
     SHIFT_VEC: tl.constexpr = 0,  # one-row tiles split at a 16-byte boundary: _shifted_bwd_rows
     BODY_B: tl.constexpr = 0,  # _shifted_bwd_rows' second body block (0: one block)
-    DW_FIRST: tl.constexpr = False,  # dγ/dβ added before the row sums (no PREFETCH)
-    W_RELOAD: tl.constexpr = False,  # w loaded every tile, not held across them (no PREFETCH)
+    LIGER_ORDER: tl.constexpr = False,  # tiles.bwd_tile_dw_first, w loaded every tile
 ):
     """The persistent backward, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
     tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:
@@ -677,7 +643,7 @@ def _persistent_single_pass(
             x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr,
             db_partial_ptr, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
             dh_row_stride, offset, IS_RMS, HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_COLS, BODY_B,
-            PAIRED, PAIR_SUMS, SHIFT_VEC, DW_FIRST, W_RELOAD, ROW_ALIGN % SHIFT_VEC == 0,
+            PAIRED, PAIR_SUMS, SHIFT_VEC,
         )  # fmt: skip
         return
     n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
@@ -707,25 +673,23 @@ def _persistent_single_pass(
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
+    elif LIGER_ORDER:  # w, like dy, live for a tile only: x̂, w·dy and dγ across its row sums
+        for tile in tl.range(pid, n_tiles, n_programs, num_stages=LOOP_STAGES):
+            dw_acc, db_acc = bwd_tile_dw_first(
+                tile, x_ptr, dy_ptr, dx_ptr, dh_ptr,
+                load_weight(w_ptr, cols, cols < n_cols, offset, HAS_WEIGHT), mean_ptr, rstd_ptr,
+                dw_acc, db_acc, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
+                dh_row_stride, IS_RMS, HAS_WEIGHT, HAS_DH, BLOCK_ROWS, BLOCK_COLS,
+            )  # fmt: skip
     else:
         for tile in tl.range(pid, n_tiles, n_programs, num_stages=LOOP_STAGES):
-            w_tile = w
-            if W_RELOAD:
-                w_tile = load_weight(w_ptr, cols, cols < n_cols, offset, HAS_WEIGHT)
-            if DW_FIRST:
-                dw_acc, db_acc = bwd_tile_dw_first(
-                    tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w_tile, mean_ptr, rstd_ptr, dw_acc,
-                    db_acc, n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride,
-                    dh_row_stride, IS_RMS, HAS_WEIGHT, HAS_DH, BLOCK_ROWS, BLOCK_COLS,
-                )  # fmt: skip
-            else:
-                dw, db = bwd_tile_single_pass(
-                    tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w_tile, mean_ptr, rstd_ptr, n_rows,
-                    n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS,
-                    HAS_WEIGHT, HAS_DH, BLOCK_ROWS, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
-                )  # fmt: skip
-                dw_acc += dw
-                db_acc += db
+            dw, db = bwd_tile_single_pass(
+                tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
+                x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT,
+                HAS_DH, BLOCK_ROWS, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
+            )  # fmt: skip
+            dw_acc += dw
+            db_acc += db
     slot = (pid // 2 if PAIRED else pid).to(tl.int64)
     store_partials(dw_partial_ptr + slot * n_cols, db_partial_ptr + slot * n_cols, dw_acc,
                     db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS, PAIRED)  # fmt: skip
@@ -761,15 +725,14 @@ def _norm_bwd_persistent_kernel(
     ROW_ALIGN: tl.constexpr,
     SHIFT_VEC: tl.constexpr = 0,
     BODY_B: tl.constexpr = 0,
-    DW_FIRST: tl.constexpr = False,
-    W_RELOAD: tl.constexpr = False,
+    LIGER_ORDER: tl.constexpr = False,
 ):
     """The single-pass persistent backward (_persistent_single_pass) at a runtime width."""
     _persistent_single_pass(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED, False,
-        ROW_ALIGN, SHIFT_VEC, BODY_B, DW_FIRST, W_RELOAD,
+        ROW_ALIGN, SHIFT_VEC, BODY_B, LIGER_ORDER,
     )  # fmt: skip
 
 
@@ -804,8 +767,7 @@ def _norm_bwd_persistent_static_kernel(
     PAIR_SUMS: tl.constexpr,  # LayerNorm's two row sums in one reduction
     SHIFT_VEC: tl.constexpr = 0,
     BODY_B: tl.constexpr = 0,
-    DW_FIRST: tl.constexpr = False,
-    W_RELOAD: tl.constexpr = False,
+    LIGER_ORDER: tl.constexpr = False,
 ):
     """The same at a compile-time width, LayerNorm's row sums paired where PAIR_SUMS
     (config.NORM_BWD_STATIC_COLS: where it measured faster)."""
@@ -813,7 +775,7 @@ def _norm_bwd_persistent_static_kernel(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED,
-        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC, BODY_B, DW_FIRST, W_RELOAD,
+        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC, BODY_B, LIGER_ORDER,
     )  # fmt: skip
 
 
@@ -1046,8 +1008,7 @@ def norm_backward(
     maxnreg=None,
     shift=None,
     roles=None,
-    dw_first=None,
-    w_reload=None,
+    liger_order=None,
 ):
     """Backward launcher -> (dx, dweight | None, dbias | None).
 
@@ -1059,9 +1020,9 @@ def norm_backward(
     (x2d is then h), added into dx. ``shift``: whether the persistent single pass splits rows
     off a 16-byte boundary at their first one (``_shifted_bwd_rows``; None: ``config``'s rule,
     True: wherever it can run). ``roles``: whether a persistent single pass over one-row tiles
-    is the roles kernel's one launch (None: ``config.bwd_roles``). ``dw_first``: the persistent
-    single pass adds dγ/dβ before its row sums and loads dh after them; ``w_reload``: it loads w
-    every tile (experiments, off in every plan; not with a prefetch).
+    is the roles kernel's one launch (None: ``config.bwd_roles``). ``liger_order``: whether it
+    runs in Liger-Kernel's order, unshifted (``tiles.bwd_tile_dw_first``, w loaded every tile;
+    None: ``config.bwd_liger_order``).
     """
     if strategy not in config.STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: expected one of {config.STRATEGIES}")
@@ -1100,12 +1061,14 @@ def norm_backward(
     sm_count = _runtime.sm_count(device.index)
 
     def plan(shifted):  # shifted rows are one-row tiles
+        warps = (config.NORM_BWD_SHIFT_WARPS if shifted
+                 else config.NORM_BWD_LIGER_ORDER_WARPS if liger_order else None)  # fmt: skip
         return config.norm_bwd_config(
             strategy, n_rows, n_cols, is_rms=bool(is_rms), two_pass=two_pass,
             block_rows=1 if shifted else block_rows, block_cols=block_cols,
-            num_warps=config.NORM_BWD_SHIFT_WARPS if shifted and num_warps is None else num_warps,
+            num_warps=warps if num_warps is None else num_warps,
             programs_per_sm=programs_per_sm, loop_stages=loop_stages,
-            prefetch=False if shifted else prefetch,
+            prefetch=False if shifted or liger_order else prefetch,
             paired_partials=paired_partials,
             aligned=align * x2d.element_size() == config.VECTOR_BYTES,
             sm_count=sm_count, fused_add=dh is not None, maxnreg=maxnreg,
@@ -1122,7 +1085,14 @@ def norm_backward(
     vec = 0
     one_pass = not two_pass if two_pass is not None else not config.norm_bwd_two_pass(
         n_cols, bool(is_rms), n_rows)  # fmt: skip
-    if strategy == "persistent" and one_pass and block_rows in (None, 1) and shift is not False:
+    one_row_tiles = strategy == "persistent" and one_pass and block_rows in (None, 1)
+    if liger_order is None:
+        liger_order = (one_row_tiles and not shift and not prefetch
+                       and config.bwd_liger_order(n_cols, bool(is_rms), align,
+                                                  x2d.element_size()))  # fmt: skip
+    elif liger_order and (not (strategy == "persistent" and one_pass) or shift or prefetch):
+        raise ValueError("liger_order=True: the persistent single pass, unshifted, no prefetch")
+    if one_row_tiles and shift is not False and not liger_order:
         vec = config.bwd_shift_vec(x2d.element_size(), n_cols, strides, force=bool(shift))
     cfg = plan(bool(vec))
     if vec:
@@ -1141,8 +1111,6 @@ def norm_backward(
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": has_w, "HAS_BIAS": has_b,
              "HAS_DH": dh is not None}  # fmt: skip
     tile = {"BLOCK_ROWS": cfg.block_rows, "BLOCK_COLS": cfg.block_cols, "num_warps": cfg.num_warps}
-    if (dw_first or w_reload) and (strategy != "persistent" or cfg.two_pass or cfg.prefetch):
-        raise ValueError("dw_first and w_reload order the single pass without a prefetch only")
     body_b = 0
     if vec and block_cols is None:  # the shifted rows' body in one block or two
         tile["BLOCK_COLS"], body_b = config.bwd_body_blocks(n_cols, vec)
@@ -1178,7 +1146,8 @@ def norm_backward(
     else:
         tiles_per_program = cfg.rows_per_program // cfg.block_rows
         n_programs = cdiv(n_tiles, tiles_per_program)
-    if (strategy == "persistent" and not cfg.two_pass and not vec and (has_w or has_b)
+    if (strategy == "persistent" and not cfg.two_pass and not vec and not liger_order
+            and (has_w or has_b)
             and grad_weight is None and grad_bias is None
             and (config.bwd_roles(n_rows, n_cols, n_programs, cfg.block_rows, tile["BLOCK_COLS"])
                  if roles is None
@@ -1223,7 +1192,7 @@ def norm_backward(
         launch(kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols, *strides,
                float(offset), **flags, **tile, LOOP_STAGES=cfg.loop_stages,
                PREFETCH=cfg.prefetch, PAIRED=paired, ROW_ALIGN=align, SHIFT_VEC=vec, BODY_B=body_b,
-               DW_FIRST=bool(dw_first), W_RELOAD=bool(w_reload),
+               LIGER_ORDER=bool(liger_order),
                **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}),
                **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))  # fmt: skip
     if (has_w or has_b) and not direct:
