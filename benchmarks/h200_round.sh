@@ -246,8 +246,8 @@ OUT=${OUT:-out}
 # and split by rows, beside the planned single pass and Liger's fused add); addprofile (Nsight
 # Compute's sections of RMSNorm's backward, fused add and plain, and Liger's fused-add backward,
 # at 65536 rows of 12288 and 14336 columns).
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, normcheck, addorder, addwidth, addtwopass, addprofile, addliger or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | normcheck | addorder | addwidth | addtwopass | addprofile | addliger | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, normcheck, addorder, addwidth, addtwopass, addprofile, addliger, addligerpop or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | normcheck | addorder | addwidth | addtwopass | addprofile | addliger | addligerpop | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
@@ -393,6 +393,27 @@ static_compile_subset() {  # an eighth of the bf16 population beside torch.compi
   step population_static_compile 480 python3 benchmarks/norm_population.py --reps 4 \
     --timed-us 100 --dtypes bf16 --shard 1/8 --impls normlab,torch,compile,liger,compile-static \
     --out "$OUT/population_static_compile.jsonl"
+}
+liger_order_runs() {  # the single pass's variants past 12288 columns, then the members
+  # Liger-Kernel's order plans, with peers, and with it off
+  v="fused add planned,plain planned,liger fused add backward"
+  for who in "fused add" plain; do
+    v="$v,$who shifted,$who unshifted 8 warps,$who unshifted 16 warps"
+    v="$v,$who Liger order 8 warps,$who Liger order 16 warps"
+  done
+  step norm_fused_liger 240 python3 benchmarks/norm_fused_add.py --ops rms_norm --reps 10 \
+    --bwd "$v" --out "$OUT/norm_fused_liger.jsonl" --cells \
+    65536x12288,65536x12296,65536x12800,65536x14336,65536x16384,16384x16384,4096x16384,512x16384
+  wide=512x16384,4096x16384,16384x16384,65536x16384
+  for on in 1 0; do
+    step "population_liger_$on" 150 env NORMLAB_NORM_BWD_LIGER_ORDER=$on \
+      python3 benchmarks/norm_population.py --ops rms_norm --out "$OUT/population_liger_$on.jsonl" \
+      --reps 4 --timed-us 100 --families model --impls normlab,torch,compile,liger --cells "$wide"
+    step "population_addliger_$on" 150 env NORMLAB_NORM_BWD_LIGER_ORDER=$on \
+      python3 benchmarks/norm_population.py --ops add_rms_norm --dtypes bf16 --reps 4 \
+      --out "$OUT/population_addliger_$on.jsonl" --timed-us 100 --families model \
+      --impls normlab,torch,compile,liger --cells "$wide"
+  done
 }
 case $STAGE in
   check)
@@ -1448,27 +1469,13 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step norm_bwd_profile_raw 120 ncu -i "$OUT/norm_bwd_profile.ncu-rep" --page raw --csv
     ;;
   addliger)  # RMSNorm's backward in Liger-Kernel's order past 12288 columns: the norm checks,
-    # the single pass's variants, then the members it plans with peers, and with it off
+    # then liger_order_runs
     step gpu_check_norms 300 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
       --quick --only norms,norm_options
-    v="fused add planned,plain planned,liger fused add backward"
-    for who in "fused add" plain; do
-      v="$v,$who shifted,$who unshifted 8 warps,$who unshifted 16 warps"
-      v="$v,$who Liger order 8 warps,$who Liger order 16 warps"
-    done
-    step norm_fused_liger 240 python3 benchmarks/norm_fused_add.py --ops rms_norm --reps 10 \
-      --bwd "$v" --out "$OUT/norm_fused_liger.jsonl" --cells \
-      65536x12288,65536x12296,65536x12800,65536x14336,65536x16384,16384x16384,4096x16384,512x16384
-    wide=512x16384,4096x16384,16384x16384,65536x16384
-    for on in 1 0; do
-      step "population_liger_$on" 150 env NORMLAB_NORM_BWD_LIGER_ORDER=$on \
-        python3 benchmarks/norm_population.py --ops rms_norm --out "$OUT/population_liger_$on.jsonl" \
-        --reps 4 --timed-us 100 --families model --impls normlab,torch,compile,liger --cells "$wide"
-      step "population_addliger_$on" 150 env NORMLAB_NORM_BWD_LIGER_ORDER=$on \
-        python3 benchmarks/norm_population.py --ops add_rms_norm --dtypes bf16 --reps 4 \
-        --out "$OUT/population_addliger_$on.jsonl" --timed-us 100 --families model \
-        --impls normlab,torch,compile,liger --cells "$wide"
-    done
+    liger_order_runs
+    ;;
+  addligerpop)  # liger_order_runs alone
+    liger_order_runs
     ;;
   h200pops)  # jsdvocab, addpop1 and addpop2, then worstfwd once, in one call
     jsd_vocab 200 150
