@@ -269,43 +269,6 @@ def test_liger_order_refuses_what_it_cannot_run():
             K.norm_backward(dy, x, w, None, mean, rstd, True, liger_order=True, **kw)
 
 
-def test_one_tile_bwd_warps_rule(monkeypatch):
-    """One program holding its one tile takes a warp per NORM_BWD_ONE_TILE_LANE_ELEMS * 32 tile
-    elements: one up to 1024 elements, never more than the planned warps; the switch off, the
-    planned ones."""
-    lane = configs.NORM_BWD_ONE_TILE_LANE_ELEMS
-    assert lane == 32
-    assert configs.one_tile_bwd_warps(1024, 4) == 1
-    assert configs.one_tile_bwd_warps(512, 4) == 1
-    assert configs.one_tile_bwd_warps(2048, 4) == 2
-    assert configs.one_tile_bwd_warps(8192, 16) == 8
-    assert configs.one_tile_bwd_warps(8192, 4) == 4  # never past the plan
-    monkeypatch.setattr(configs, "NORM_BWD_ONE_TILE_LANE_ELEMS", 16)
-    assert configs.one_tile_bwd_warps(1024, 4) == 2
-    monkeypatch.setattr(configs, "NORM_BWD_ONE_TILE_WARPS", False)
-    assert configs.one_tile_bwd_warps(1024, 4) == 4
-
-
-@pytest.mark.parametrize("m,n,fused", [(1, 768, True), (1, 1031, False), (1, 4096, True),
-                                       (3, 100, False)], ids=str)  # fmt: skip
-def test_one_tile_backward_launched_by_rule(monkeypatch, m, n, fused):
-    """Planned, a backward whose one program holds its one tile launches one_tile_bwd_warps of
-    the tile (a row of one or a few rows' block) without a prefetch or a register cap; dx, dγ
-    and dβ match fp64, both norms (the fused add's dh with one)."""
-    launched = _record_launches(monkeypatch, ("_norm_bwd_persistent_kernel",
-                                              "_norm_bwd_persistent_static_kernel"),
-                                ("num_warps", "PREFETCH", "BLOCK_ROWS", "BLOCK_COLS", "maxnreg"),
-                                grid=True)  # fmt: skip
-    for is_rms in (True, False):
-        x, w, b = _inputs(m, n, torch.bfloat16, is_rms)
-        dy = torch.randn(m, n).to(torch.bfloat16)
-        dh = torch.randn(m, n).to(torch.bfloat16) if fused else None
-        _check_shifted_backward(x, dy, w, b, is_rms, dh)
-        grid, warps, prefetch, rows, cols, maxnreg = launched.pop()
-        assert grid == 1 and not prefetch and maxnreg is None
-        assert warps == max(1, rows * cols // 1024), (rows, cols, warps)
-
-
 def test_bwd_shift_programs_rule():
     """The shifted grid rounds down to a multiple of the vector, and is taken only where that
     adds at most NORM_BWD_SHIFT_MAX_ROW_GROWTH to the rows a program walks (forced: any grid of
@@ -737,8 +700,7 @@ def _record_launches(monkeypatch, names, keys, grid=False):
 
         def __getitem__(self, grid_):
             def launch(*args, **kwargs):
-                values = (grid_[0],) * grid + tuple(kwargs.get(k) if k == "maxnreg" else kwargs[k]
-                                                    for k in keys)  # fmt: skip
+                values = (grid_[0],) * grid + tuple(kwargs[k] for k in keys)
                 launched.append(values if len(values) > 1 else values[0])
                 return self.real[grid_](*args, **kwargs)
 

@@ -203,21 +203,6 @@ def bwd_shift_programs(n_programs: int, n_rows: int, vec: int, force: bool = Fal
     return programs if force or rows <= planned * (1 + NORM_BWD_SHIFT_MAX_ROW_GROWTH) else 0
 
 
-# A backward of one tile in one program waits on its row sums alone. With 32 elements a lane
-# (one warp per 1024 tile elements, at most the planned warps) the sums of a row up to 1024
-# columns are shuffles inside one warp: no shared-memory exchange, no barrier
-# (docs/planner.md#one-tile-backward-warps). NORMLAB_NORM_BWD_ONE_TILE_WARPS=0: the planned warps.
-NORM_BWD_ONE_TILE_WARPS = os.environ.get("NORMLAB_NORM_BWD_ONE_TILE_WARPS", "1") != "0"
-NORM_BWD_ONE_TILE_LANE_ELEMS = 32
-
-
-def one_tile_bwd_warps(tile_elems: int, planned: int) -> int:
-    """Warps of a backward whose one program holds its one tile (above)."""
-    if not NORM_BWD_ONE_TILE_WARPS:
-        return planned
-    return max(1, min(planned, tile_elems // (32 * NORM_BWD_ONE_TILE_LANE_ELEMS)))
-
-
 def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:
     """How many times the grid fills the card (below 1, SMs idle)."""
     return n_programs / max(1, programs_per_sm * sm_count)

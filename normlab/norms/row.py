@@ -1169,12 +1169,6 @@ def norm_backward(
     may_pair = (cfg.paired_partials if paired_partials is not None else cfg.paired_partials
                 and config.pair_partials(n_programs, sm_count))  # fmt: skip
     paired = may_pair and strategy == "persistent" and not cfg.two_pass and not direct
-    prefetch_tiles, maxnreg_launch = cfg.prefetch, cfg.maxnreg
-    if direct and n_tiles == 1 and num_warps is None and not vec and not cfg.two_pass:
-        # one tile in one program: its planned warps' budget and next tile are moot
-        tile["num_warps"] = config.one_tile_bwd_warps(cfg.block_rows * tile["BLOCK_COLS"],
-                                                      cfg.num_warps)  # fmt: skip
-        prefetch_tiles, maxnreg_launch = False, None
     n_partials = cdiv(n_programs, 2) if paired else n_programs
     if direct:
         dw_partial, db_partial = (dw if has_w else dummy), (db if has_b else dummy)
@@ -1197,10 +1191,10 @@ def norm_backward(
         kernel = _norm_bwd_persistent_static_kernel if static else _norm_bwd_persistent_kernel
         launch(kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols, *strides,
                float(offset), **flags, **tile, LOOP_STAGES=cfg.loop_stages,
-               PREFETCH=prefetch_tiles, PAIRED=paired, ROW_ALIGN=align, SHIFT_VEC=vec,
-               BODY_B=body_b, LIGER_ORDER=bool(liger_order),
+               PREFETCH=cfg.prefetch, PAIRED=paired, ROW_ALIGN=align, SHIFT_VEC=vec, BODY_B=body_b,
+               LIGER_ORDER=bool(liger_order),
                **({"PAIR_SUMS": PAIRED_ROW_SUMS} if static else {}),
-               **({"maxnreg": maxnreg_launch} if maxnreg_launch else {}))  # fmt: skip
+               **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))  # fmt: skip
     if (has_w or has_b) and not direct:
         reduce_partials(
             dw_partial if has_w else None,
