@@ -25,8 +25,10 @@ How dw/db are summed over the rows is the ``strategy``:
   chunks, pass 2 re-reads x/dy, writes dx and adds into the program's partial row). A grid of
   one program writes dw/db itself, with no workspace and no second kernel. One-row tiles past
   the compile-time width split each row at its first 16-byte boundary, the body in one or two
-  blocks (``_shifted_bwd_rows``). A decode batch instead splits its programs by role, rows'
-  dx and columns' dw/db in one launch (``_norm_bwd_roles_kernel``, ``config.bwd_roles``).
+  blocks (``_shifted_bwd_rows``); RMSNorm's aligned rows past 12288 columns instead run in
+  Liger-Kernel's order (``tiles.bwd_tile_dw_first``, ``config.bwd_liger_order``). A decode
+  batch splits its programs by role, rows' dx and columns' dw/db in one launch
+  (``_norm_bwd_roles_kernel``, ``config.bwd_roles``).
 
 Partials are fp32 and summed in fp32 by ``_reduce_partials_kernel``, which can add into an
 existing ``.grad``; ``two_stage`` and ``persistent`` are bitwise deterministic. The kernel names
