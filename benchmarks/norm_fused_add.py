@@ -19,7 +19,8 @@ For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
 - the planned backward on inputs whose rows lie 64 columns apart, the two-pass kernel at
   several tiles and the split-row backward;
 - the single pass over one-row tiles shifted, unshifted on 8 and 16 warps, and in Liger-Kernel's
-  order (``liger_order``: dγ/dβ before the row sums, dh after them, w loaded every row);
+  order (``liger_order``: dγ/dβ before the row sums, dh after them, w loaded every row); the
+  planned tile on 8 and 32 warps, and two programs an SM on 8;
 - forward+backward: the fused add, the norm on a separately computed sum, and Liger-Kernel's
   fused-add RMSNorm.
 
@@ -84,6 +85,9 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
             f"{who} unshifted 16 warps": make(shift=False, num_warps=16, **planned_order),
             f"{who} Liger order 8 warps": make(liger_order=True, num_warps=8),
             f"{who} Liger order 16 warps": make(liger_order=True, num_warps=16),
+            f"{who} on 8 warps": make(num_warps=8),
+            f"{who} on 32 warps": make(num_warps=32),
+            f"{who} 2 a SM on 8 warps": make(num_warps=8, programs_per_sm=2),
         })  # fmt: skip
     # Two passes over column chunks (the second mostly from L2), and the split-row backward.
     two = {"two_pass": True, "strategy": "persistent"}
