@@ -269,40 +269,6 @@ def test_liger_order_refuses_what_it_cannot_run():
             K.norm_backward(dy, x, w, None, mean, rstd, True, liger_order=True, **kw)
 
 
-def test_ln_wide_tile_warps_rule(monkeypatch):
-    """LayerNorm's aligned single-pass tiles past 4096 up to 8192 elements plan 8 warps; RMSNorm,
-    rows not vector aligned, the two-pass tile, narrower and wider tiles keep NORM_BWD_WARPS'
-    ladder; the switch off, the ladder."""
-    def warps(n, is_rms=False, **kw):
-        return configs.norm_bwd_config("persistent", 32768, n, is_rms=is_rms, sm_count=132,
-                                       **kw).num_warps  # fmt: skip
-    lo, hi = configs.NORM_BWD_LN_WIDE_TILE
-    assert (lo, hi, configs.NORM_BWD_LN_WIDE_TILE_WARPS) == (4096, 8192, 8)
-    for n in (lo + 1, 6144, 7168, hi):
-        assert warps(n) == 8
-        assert warps(n, is_rms=True) == 16
-        assert warps(n, aligned=False) == 16
-        assert warps(n, fused_add=True) == 8
-    assert warps(hi, two_pass=True) == configs.NORM_BWD_TWO_PASS_WARPS
-    assert warps(lo) == 8 and warps(2048) == 4  # the ladder's own
-    assert warps(hi + 8, two_pass=False) == 16  # a 16384-element tile
-    monkeypatch.setattr(configs, "NORM_BWD_LN_WARPS", False)
-    assert warps(hi) == 16
-
-
-@pytest.mark.parametrize("n", [4104, 8192], ids=str)
-def test_ln_wide_tile_launched_on_8_warps(monkeypatch, n):
-    """Planned on 16 SMs, LayerNorm's backward of 40 rows (past a decode batch's roles) at 4104
-    and 8192 columns launches 8 warps; dx, dγ, dβ (and the fused add's dh) match fp64."""
-    monkeypatch.setattr(_runtime, "sm_count", lambda *args: 16)
-    launched = _record_backward_launches(monkeypatch, "num_warps")
-    for dh in (None, torch.randn(40, n).to(torch.bfloat16)):
-        x, w, b = _inputs(40, n, torch.bfloat16, False)
-        dy = torch.randn(40, n).to(torch.bfloat16)
-        _check_shifted_backward(x, dy, w, b, False, dh)
-        assert launched.pop()[1] == 8
-
-
 def test_bwd_shift_programs_rule():
     """The shifted grid rounds down to a multiple of the vector, and is taken only where that
     adds at most NORM_BWD_SHIFT_MAX_ROW_GROWTH to the rows a program walks (forced: any grid of

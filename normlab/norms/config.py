@@ -584,13 +584,6 @@ NORM_BWD_TWO_PASS_WARPS = 16
 # vectors: their 16384-element tiles keep 32 warps, which do not spill
 # (docs/planner.md#backward-warps).
 NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))
-# LayerNorm's aligned single-pass tiles past 4096 up to 8192 elements on 8 warps, 32 elements a
-# thread: its row sums, a latency every row pays, cross 8 warps instead of 16; 1.8-4.4% faster
-# from 6144 columns on an H100 (docs/planner.md#backward-warps).
-# NORMLAB_NORM_BWD_LN_WARPS=0: NORM_BWD_WARPS' 16.
-NORM_BWD_LN_WARPS = os.environ.get("NORMLAB_NORM_BWD_LN_WARPS", "1") != "0"
-NORM_BWD_LN_WIDE_TILE = (4096, 8192)  # tile elements: above the first, up to the second
-NORM_BWD_LN_WIDE_TILE_WARPS = 8
 NORM_BWD_UNALIGNED_WARPS = ((2048, 4), (4096, 8), (8192, 16), (1 << 62, 32))
 # Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
 NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
@@ -800,11 +793,7 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
             block_rows = norm_bwd_block_rows(n_rows, next_pow2(block_cols), sm_count)
     block_rows, block_cols = next_pow2(block_rows), next_pow2(block_cols)
     if num_warps is None:
-        lo, hi = NORM_BWD_LN_WIDE_TILE
-        ln_wide = (NORM_BWD_LN_WARPS and not is_rms and aligned and not two_pass
-                   and lo < block_rows * block_cols <= hi)  # fmt: skip
         num_warps = (NORM_BWD_TWO_PASS_WARPS if two_pass and strategy == "persistent"
-                     else NORM_BWD_LN_WIDE_TILE_WARPS if ln_wide
                      else _ladder(NORM_BWD_WARPS if aligned else NORM_BWD_UNALIGNED_WARPS,
                                   block_rows * block_cols))  # fmt: skip
     if programs_per_sm is None:
