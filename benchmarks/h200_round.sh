@@ -399,13 +399,18 @@ static_compile_subset() {  # an eighth of the bf16 population beside torch.compi
     --timed-us 100 --dtypes bf16 --shard 1/8 --impls normlab,torch,compile,liger,compile-static \
     --out "$OUT/population_static_compile.jsonl"
 }
+bwd_variants() {  # bwd_variants NAME...: norm_fused_add.py's planned backwards, Liger's fused
+  # add's, and each NAME for the fused add and the plain norm, comma-joined for --bwd
+  local v="fused add planned,plain planned,liger fused add backward" who name
+  for who in "fused add" plain; do
+    for name in "$@"; do v="$v,$who $name"; done
+  done
+  echo "$v"
+}
 liger_order_runs() {  # the single pass's variants past 12288 columns, then the members
   # Liger-Kernel's order plans, with peers, and with it off
-  v="fused add planned,plain planned,liger fused add backward"
-  for who in "fused add" plain; do
-    v="$v,$who shifted,$who unshifted 8 warps,$who unshifted 16 warps"
-    v="$v,$who Liger order 8 warps,$who Liger order 16 warps"
-  done
+  v=$(bwd_variants shifted "unshifted 8 warps" "unshifted 16 warps" "Liger order 8 warps" \
+    "Liger order 16 warps")
   step norm_fused_liger 240 python3 benchmarks/norm_fused_add.py --ops rms_norm --reps 10 \
     --bwd "$v" --out "$OUT/norm_fused_liger.jsonl" --cells \
     65536x12288,65536x12296,65536x12800,65536x14336,65536x16384,16384x16384,4096x16384,512x16384
@@ -1453,11 +1458,8 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/norm_fused_width.jsonl"
     ;;
   addtwopass)  # the single pass's cliff past 12288 columns against two passes and split rows
-    variants="fused add planned,plain planned,liger fused add backward"
-    for who in "fused add" plain; do
-      variants="$variants,$who two pass 4x4096,$who two pass 1x4096 on 8 warps 4 a SM"
-      variants="$variants,$who two pass 2x4096,$who two pass 1x8192,$who split rows"
-    done
+    variants=$(bwd_variants "two pass 4x4096" "two pass 1x4096 on 8 warps 4 a SM" \
+      "two pass 2x4096" "two pass 1x8192" "split rows")
     step norm_fused_twopass 240 python3 benchmarks/norm_fused_add.py --ops rms_norm --reps 10 \
       --bwd "$variants" --cells 65536x16384,65536x14336,16384x16384,4096x16384,65536x12288 \
       --out "$OUT/norm_fused_twopass.jsonl"
