@@ -39,7 +39,7 @@ results: list[dict] = []
 
 def _rel(out, want, scale: float = 0.0) -> float:
     """‖out − want‖ / max(‖want‖, scale); NaN must sit where the reference has NaN."""
-    out, want = out.double(), want.double()
+    out, want = out.detach().double(), want.detach().double()
     nan = torch.isnan(want)
     if not torch.equal(torch.isnan(out), nan):
         return float("inf")
