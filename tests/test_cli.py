@@ -458,6 +458,11 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
      "--options: name=value"),
     ("benchmarks/profile_kernels.py", ["rms_norm:normlab:-:8x8", "--options", "softcap=3"],
      "for the losses only"),
+    ("benchmarks/norm_bwd_spills.py", ["--cells", "0x8"], "--cells takes"),
+    ("benchmarks/norm_bwd_spills.py", ["--dtypes", "fp8"], "--dtypes: a comma list"),
+    ("benchmarks/norm_bwd_spills.py", ["--ops", "kl"], "--ops: a comma list"),
+    ("benchmarks/norm_bwd_spills.py", ["--fused", "maybe"], "--fused: no, yes"),
+    ("benchmarks/norm_bwd_spills.py", ["--sms", "0"], "--sms must be >= 1"),
 ])  # fmt: skip
 def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path):
     """Bad arguments (and no GPU here) exit 2 with the reason, before anything is measured."""
@@ -465,6 +470,30 @@ def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path)
     proc = subprocess.run([sys.executable, script, *args], cwd=root, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(root)})
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-500:]
+
+
+def test_norm_bwd_spills_finds_the_spilling_plan():
+    """benchmarks/norm_bwd_spills.py compiles the planned backward for sm_90 without a GPU: the
+    fused add's backward at 16384 columns in Liger-Kernel's order (16 warps, 128 registers)
+    spills far less than the shifted tile the plan took before (NORMLAB_NORM_BWD_LIGER_ORDER=0)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    stacks = {}
+    for on in ("1", "0"):
+        proc = subprocess.run([sys.executable, "benchmarks/norm_bwd_spills.py", "--cells",
+                               "512x16384", "--dtypes", "bf16", "--ops", "rms_norm", "--fused",
+                               "yes"], cwd=root, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(root),
+                                   "NORMLAB_NORM_BWD_LIGER_ORDER": on})  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        line = re.search(r"^add_rms_norm 512x16384 bf16: _norm_bwd_persistent_kernel grid "
+                         r"(\d+), \{'num_warps': (\d+), 'maxnreg': (\d+)\}: (\d+) registers, "
+                         r"(\d+) B stack$", proc.stdout, re.M)  # fmt: skip
+        assert line, proc.stdout
+        stacks[on] = tuple(int(v) for v in line.groups())
+    assert stacks["1"][:3] == (132, 16, 128) and stacks["0"][:3] == (128, 8, 255)
+    assert stacks["1"][4] < 64 < 4 * 64 < stacks["0"][4], stacks
 
 
 def test_kernel_loops_counts_the_options_instructions():

@@ -1,0 +1,130 @@
+"""Registers and spills of the planned norm backward, compiled for sm_90 (no GPU).
+
+    python3 benchmarks/norm_bwd_spills.py [--cells 65536x4096,65536x16384] [--dtypes bf16,fp32]
+        [--ops rms_norm,layer_norm] [--fused no,yes] [--sms 132]
+
+For each cell, norm and dtype, ``row.norm_backward`` plans the backward as on a card of ``--sms``
+SMs, with the launches captured instead of run. Each launch of the row kernels is then compiled
+ahead of time for an H100/H200 (``sm_90``) with this machine's Triton and its ``ptxas``. The
+script prints the kernel, its grid, warps and register cap, and the registers and stack a thread
+takes (ptxas' ``STACK``: local memory). A planned kernel that spills in its row loop once fell off
+a cliff: past 12288 columns the shifted tile spilled 240 B a thread and the fused add's backward
+ran 33% slower per byte (docs/notes/2026-12-06-liger-order-past-12288-columns.md). This finds
+such plans without a GPU.
+
+``--fused yes`` plans the fused add's backward (it reads dh too). Only the row layout is
+covered: LayerNorm past 8192 columns and rows under one a SM take the split-row kernel at the
+API, and narrow rows the block-row one. Register allocation changes between Triton versions, so
+say which version a figure came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "0"  # compiled kernels, even when a caller interprets
+os.environ["NORMLAB_MODE"] = "auto"
+
+import torch
+
+torch.cuda.is_available = lambda: True  # compiled kernels on a machine without a GPU
+
+import triton  # noqa: E402
+from kernel_loops import analyse  # noqa: E402
+from norm_bwd_variants import parse_cells  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from normlab import _runtime  # noqa: E402
+from normlab.norms import reduce, row  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
+OPTIONS = ("num_warps", "num_stages", "maxnreg")  # launch options, not kernel arguments
+
+
+@contextlib.contextmanager
+def captured_launches(sms: int):
+    """Launches of row.norm_backward (its kernels and the reduce's) listed, not run, planned
+    for ``sms`` SMs."""
+    launches = []
+    saved = row.launch, reduce.launch, _runtime.sm_count
+    row.launch = lambda fn, grid, *args, **kwargs: launches.append((fn, grid, args, kwargs))
+    reduce.launch = lambda *args, **kwargs: None
+    _runtime.sm_count = lambda *args, **kwargs: sms
+    try:
+        yield launches
+    finally:
+        row.launch, reduce.launch, _runtime.sm_count = saved
+
+
+def compile_launch(fn, args, kwargs, arch: int = 90):
+    """The launch compiled for ``arch``: pointers and integers divisible by 16 specialized as
+    Triton specializes them, every constexpr in the signature (by keyword, else its default)."""
+    names = fn.arg_names
+    options = {k: v for k, v in kwargs.items() if k in OPTIONS}
+    constants = {k: v for k, v in kwargs.items() if k not in OPTIONS}
+    signature, attrs = {}, {}
+    for name, value in zip([n for n in names if n not in constants], args, strict=False):
+        index = (names.index(name),)
+        if isinstance(value, torch.Tensor):
+            signature[name] = POINTER_TYPES[value.dtype]
+            attrs[index] = [["tt.divisibility", 16]]
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i64" if abs(value) >= 2**31 else "i32"
+            if value and value % 16 == 0:
+                attrs[index] = [["tt.divisibility", 16]]
+    for param in fn.params:
+        if param.name not in signature:
+            signature[param.name] = "constexpr"
+            constants.setdefault(param.name, param.default)
+    source = ASTSource(fn, signature, constants, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options), options
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", default="65536x4096,65536x8192,65536x12288,65536x16384",
+                        help="MxN[,MxN...]")
+    parser.add_argument("--dtypes", default="bf16,fp32")
+    parser.add_argument("--ops", default="rms_norm,layer_norm")
+    parser.add_argument("--fused", default="no,yes", help="no, yes or both (no,yes)")
+    parser.add_argument("--sms", type=int, default=132)
+    args = parser.parse_args(argv)
+    cells = parse_cells(parser, args.cells)
+    dtypes, ops, fused = (args.dtypes.split(","), args.ops.split(","), args.fused.split(","))
+    if not set(dtypes) <= set(DTYPES):
+        parser.error(f"--dtypes: a comma list of {', '.join(DTYPES)}")
+    if not set(ops) <= {"rms_norm", "layer_norm"}:
+        parser.error("--ops: a comma list of rms_norm, layer_norm")
+    if not set(fused) <= {"no", "yes"}:
+        parser.error("--fused: no, yes or no,yes")
+    if args.sms < 1:
+        parser.error("--sms must be >= 1")
+    print(f"triton {triton.__version__}, sm_90, planned for {args.sms} SMs")
+    for (m, n), op, dtype, add in itertools.product(cells, ops, dtypes, fused):
+        is_rms, dt = op == "rms_norm", DTYPES[dtype]
+        x, dy = torch.empty(m, n, dtype=dt), torch.empty(m, n, dtype=dt)
+        w = torch.empty(n, dtype=dt)
+        b = None if is_rms else torch.empty(n, dtype=dt)
+        mean, rstd = (None if is_rms else torch.empty(m)), torch.empty(m)
+        dh = torch.empty(m, n, dtype=dt) if add == "yes" else None
+        with captured_launches(args.sms) as launches:
+            row.norm_backward(dy, x, w, b, mean, rstd, is_rms, dh=dh)
+        for fn, grid, fn_args, kwargs in launches:
+            kernel, options = compile_launch(fn, fn_args, kwargs)
+            resources, _ = analyse(kernel)
+            name = ("add_" if dh is not None else "") + op
+            print(f"{name} {m}x{n} {dtype}: {fn.__name__} grid {grid[0]}, {options}: "
+                  f"{resources['REG']} registers, {resources['STACK']} B stack", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
