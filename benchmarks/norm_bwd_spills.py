@@ -1,7 +1,7 @@
 """Registers and spills of the planned norm backward, compiled for sm_90 (no GPU).
 
     python3 benchmarks/norm_bwd_spills.py [--cells 65536x4096,65536x16384] [--dtypes bf16,fp32]
-        [--ops rms_norm,layer_norm] [--fused no,yes] [--sms 132]
+        [--ops rms_norm,layer_norm] [--fused no,yes] [--sms 132] [--set prefetch=False ...]
 
 For each cell, norm and dtype, ``row.norm_backward`` plans the backward as on a card of ``--sms``
 SMs, with the launches captured instead of run. Each launch of the row kernels is then compiled
@@ -12,7 +12,9 @@ a cliff: past 12288 columns the shifted tile spilled 240 B a thread and the fuse
 ran 33% slower per byte (docs/notes/2026-12-06-liger-order-past-12288-columns.md). This finds
 such plans without a GPU.
 
-``--fused yes`` plans the fused add's backward (it reads dh too). Only the row layout is
+``--fused yes`` plans the fused add's backward (it reads dh too). ``--set KEY=VALUE`` passes a
+keyword of ``row.norm_backward`` (a Python literal: ``prefetch=False``, ``maxnreg=0``,
+``num_warps=8``) to every plan, to see what a rule's alternative would take. Only the row layout is
 covered: LayerNorm past 8192 columns and rows under one a SM take the split-row kernel at the
 API, and narrow rows the block-row one. Register allocation changes between Triton versions, so
 say which version a figure came from.
@@ -21,7 +23,9 @@ say which version a figure came from.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
+import inspect
 import itertools
 import os
 import sys
@@ -45,6 +49,9 @@ from normlab.norms import reduce, row  # noqa: E402
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
 OPTIONS = ("num_warps", "num_stages", "maxnreg")  # launch options, not kernel arguments
+# row.norm_backward's keywords that --set may pass (--fused passes dh)
+KEYWORDS = {name for name, p in inspect.signature(row.norm_backward).parameters.items()
+            if p.kind is p.KEYWORD_ONLY and name != "dh"}  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -96,6 +103,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", default="rms_norm,layer_norm")
     parser.add_argument("--fused", default="no,yes", help="no, yes or both (no,yes)")
     parser.add_argument("--sms", type=int, default=132)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a row.norm_backward keyword for every plan (repeatable)")
     args = parser.parse_args(argv)
     cells = parse_cells(parser, args.cells)
     dtypes, ops, fused = (args.dtypes.split(","), args.ops.split(","), args.fused.split(","))
@@ -107,7 +116,17 @@ def main(argv=None) -> int:
         parser.error("--fused: no, yes or no,yes")
     if args.sms < 1:
         parser.error("--sms must be >= 1")
-    print(f"triton {triton.__version__}, sm_90, planned for {args.sms} SMs")
+    keywords = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            keywords[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parser.error(f"--set {item!r}: KEY=VALUE with a Python literal value")
+        if key not in KEYWORDS:
+            parser.error(f"--set {item!r}: {key!r} is not one of {', '.join(sorted(KEYWORDS))}")
+    print(f"triton {triton.__version__}, sm_90, planned for {args.sms} SMs"
+          + (f", with {keywords}" if keywords else ""))
     for (m, n), op, dtype, add in itertools.product(cells, ops, dtypes, fused):
         is_rms, dt = op == "rms_norm", DTYPES[dtype]
         x, dy = torch.empty(m, n, dtype=dt), torch.empty(m, n, dtype=dt)
@@ -116,7 +135,7 @@ def main(argv=None) -> int:
         mean, rstd = (None if is_rms else torch.empty(m)), torch.empty(m)
         dh = torch.empty(m, n, dtype=dt) if add == "yes" else None
         with captured_launches(args.sms) as launches:
-            row.norm_backward(dy, x, w, b, mean, rstd, is_rms, dh=dh)
+            row.norm_backward(dy, x, w, b, mean, rstd, is_rms, dh=dh, **keywords)
         for fn, grid, fn_args, kwargs in launches:
             kernel, options = compile_launch(fn, fn_args, kwargs)
             resources, _ = analyse(kernel)

@@ -463,6 +463,8 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/norm_bwd_spills.py", ["--ops", "kl"], "--ops: a comma list"),
     ("benchmarks/norm_bwd_spills.py", ["--fused", "maybe"], "--fused: no, yes"),
     ("benchmarks/norm_bwd_spills.py", ["--sms", "0"], "--sms must be >= 1"),
+    ("benchmarks/norm_bwd_spills.py", ["--set", "prefetch=Fals"], "a Python literal value"),
+    ("benchmarks/norm_bwd_spills.py", ["--set", "dh=None"], "'dh' is not one of"),
 ])  # fmt: skip
 def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path):
     """Bad arguments (and no GPU here) exit 2 with the reason, before anything is measured."""
