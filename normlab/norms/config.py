@@ -146,8 +146,9 @@ NORM_BWD_TWO_BODY_BLOCKS = os.environ.get("NORMLAB_NORM_BWD_TWO_BLOCKS", "1") !=
 # NORM_BWD_SHIFT_MAX_PER_THREAD elements a thread (one 16384-column block past 12288 columns)
 # spill it: 240 B a thread with the fused add's dh. They take the unshifted single pass in
 # Liger-Kernel's order instead (tiles.bwd_tile_dw_first, w loaded every row), which holds x̂, w·dy
-# and dγ across the row sum: no spill on NORM_BWD_LIGER_ORDER_WARPS warps. LayerNorm's dβ and
-# second row sum ran slower in that order (docs/planner.md#liger-kernels-order).
+# and dγ across the row sum: on NORM_BWD_LIGER_ORDER_WARPS warps 16 B of spill with dh, none
+# without. LayerNorm's dβ and second row sum ran slower in that order
+# (docs/planner.md#liger-kernels-order).
 # NORMLAB_NORM_BWD_LIGER_ORDER=0: never (an A/B switch).
 NORM_BWD_LIGER_ORDER = os.environ.get("NORMLAB_NORM_BWD_LIGER_ORDER", "1") != "0"
 NORM_BWD_SHIFT_MAX_PER_THREAD = 48  # 12288 columns on 8 warps: x, dy, dh, w, dγ in 255 registers
