@@ -1469,7 +1469,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --kernel-name regex:'norm_bwd|fused_add_rms_norm_backward' -o "$OUT/norm_bwd_profile" \
       python3 benchmarks/norm_bwd_profile.py --cells 65536x12288,65536x13312,65536x14336
     step norm_fused_cliff 240 python3 benchmarks/norm_fused_add.py --ops rms_norm --reps 10 \
-      --bwd "fused add planned,fused add 32 warps,fused add no register cap,plain planned,liger fused add backward" \
+      --bwd "fused add planned,fused add on 32 warps,fused add no register cap,plain planned,liger fused add backward" \
       --cells 65536x12288,65536x12800,65536x13312,65536x13824,65536x14336,65536x16384 \
       --out "$OUT/norm_fused_cliff.jsonl"
     step norm_bwd_profile_details 120 ncu -i "$OUT/norm_bwd_profile.ncu-rep" --page details

@@ -71,7 +71,6 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         "fused add no prefetch": fused(prefetch=False),
         "fused add no prefetch, no cap": fused(prefetch=False, maxnreg=0),
         "fused add prefetching": fused(prefetch=True),
-        "fused add 32 warps": fused(num_warps=32),
         "plain planned": plain(),
         "plain at the register budget": plain(maxnreg=budget),
     }
