@@ -3,8 +3,10 @@ against the plain norm's.
 
     python3 benchmarks/norm_fused_add.py --out out/norm_fused_add.jsonl [--reps 10] [--cells ...]
         [--ops rms_norm,layer_norm] [--bwd "fused add planned,liger fused add backward"]
+        [--dtype bf16|fp16|fp32]
 
-For each cell (op, M x N, bf16), timed in one process (device time, L2 flushed):
+For each cell (op, M x N, ``--dtype``: bf16 unless named), timed in one process (device time,
+L2 flushed):
 
 - the forward of ``add_rms_norm`` / ``add_layer_norm`` (it reads x and the residual, writes y
   and h) planned, at other warps and as a persistent grid of one-row tiles, beside the plain
@@ -49,6 +51,7 @@ from normlab.norms import config, row, split_row
 # About 16.8M elements a cell (32 MiB a bf16 tensor), across the single-pass widths.
 CELLS = "21845x768,16384x1024,8192x2048,5461x3072,4096x4096,3276x5120,2048x8192"
 EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 FWD_WARPS = (4, 8, 16)  # the forward's warps beside its planned ones
 FWD_PERSISTENT_PER_SM = (2, 4)  # programs a SM of the forward's persistent one-row grid
 
@@ -215,6 +218,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", default="rms_norm,layer_norm")
     parser.add_argument("--bwd", default=None,
                         help="only these backward variants, comma-separated (no forwards)")
+    parser.add_argument("--dtype", choices=DTYPES, default="bf16")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
@@ -234,7 +238,7 @@ def main(argv=None) -> int:
         if want is not None and not all(close(g, e) for g, e in zip(run(), want, strict=True)):
             return f"{name} MISMATCH"
         impl = name if name.startswith("liger") else f"normlab {name}"
-        rec = measure(run, bytes_op, impl, m, n, "bf16", direction, device=dev,
+        rec = measure(run, bytes_op, impl, m, n, args.dtype, direction, device=dev,
                       reps=args.reps, command=command, shape_set="norm_fused_add")
         records.append(rec)
         return f"{name} {rec.device_us:.1f}"
@@ -242,12 +246,13 @@ def main(argv=None) -> int:
     for m, n in cells:
         for op in ops:
             is_rms = op == "rms_norm"
-            bf16 = {"dtype": torch.bfloat16, "device": "cuda"}
-            x, r = torch.randn(m, n, **bf16), torch.randn(m, n, **bf16)
-            w = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
-            b = None if is_rms else (0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
-            dy, dh = torch.randn(m, n, **bf16), torch.randn(m, n, **bf16)
-            h = (x.float() + r.float()).to(torch.bfloat16)
+            dtype = DTYPES[args.dtype]
+            like = {"dtype": dtype, "device": "cuda"}
+            x, r = torch.randn(m, n, **like), torch.randn(m, n, **like)
+            w = (1 + 0.1 * torch.randn(n, device="cuda")).to(dtype)
+            b = None if is_rms else (0.1 * torch.randn(n, device="cuda")).to(dtype)
+            dy, dh = torch.randn(m, n, **like), torch.randn(m, n, **like)
+            h = (x.float() + r.float()).to(dtype)
             _, mean, rstd = row.norm_forward(h, w, b, EPS[op], is_rms)
             if args.bwd is None:
                 forwards = _forward_variants(x, r, w, b, is_rms)
@@ -282,7 +287,7 @@ def main(argv=None) -> int:
             for name, run in _forward_backward(xg, rg, wg, bg, dy, dh, is_rms).items():
                 impl = "liger" if name.startswith("liger") else "normlab"
                 rec = measure(run, add_op, f"{impl} {name}" if impl == "normlab" else impl, m, n,
-                              "bf16", "fwd+bwd", device=dev, reps=args.reps, command=command,
+                              args.dtype, "fwd+bwd", device=dev, reps=args.reps, command=command,
                               shape_set="norm_fused_add")  # fmt: skip
                 records.append(rec)
                 line.append(f"{name} {rec.device_us:.1f}")

@@ -374,6 +374,7 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/norm_fused_add.py", ["--out", "x.jsonl", "--reps", "0"], "--reps must be"),
     ("benchmarks/norm_fused_add.py", ["--out", "x.jsonl", "--cells", "3x"], "--cells takes"),
     ("benchmarks/norm_fused_add.py", ["--out", "x.jsonl", "--ops", "rms"], "--ops: a comma"),
+    ("benchmarks/norm_fused_add.py", ["--out", "x.jsonl", "--dtype", "fp64"], "invalid choice"),
     ("benchmarks/norm_fused_add.py", ["--out", "x.jsonl"], "needs a CUDA GPU"),
     ("benchmarks/norm_bwd_profile.py", ["--cells", "3x"], "--cells takes"),
     ("benchmarks/norm_bwd_profile.py", [], "needs a CUDA GPU"),

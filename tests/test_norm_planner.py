@@ -1304,3 +1304,52 @@ def test_fused_add_backward_launch_takes_the_budget(monkeypatch, is_rms):
     torch.autograd.grad(y, [xl], gy)
     bwd = [kw for fn, kw in launches if "bwd_persistent" in fn.__name__]
     assert len(bwd) == 1 and "maxnreg" not in bwd[0]
+
+
+def test_prefetch_registers_rule(monkeypatch):
+    """The prefetched tile's registers: three tiles (h, dy, dh) of 16 elements a thread for the
+    fused add, two for the plain backward, at the rows' element size. With the bound on, only
+    the fp32 fused add (48 > 32) loads each tile in turn; LayerNorm's fused add never
+    prefetches; an explicit prefetch is kept. Off, the width alone decides."""
+    assert config.prefetch_registers(2048, 4, 4, True) == 48
+    assert config.prefetch_registers(2048, 4, 4, False) == 32
+    assert config.prefetch_registers(2048, 4, 2, True) == 24
+    assert config.prefetch_registers(8192, 16, 4, True) == 48  # 16 elements a thread again
+
+    def plan(n_cols, elem_bytes, fused_add, is_rms=True, **kw):
+        return config.norm_bwd_config("persistent", 4096, n_cols, is_rms=is_rms,
+                                      fused_add=fused_add, elem_bytes=elem_bytes, sm_count=SMS,
+                                      **kw)  # fmt: skip
+
+    for bound in (False, True):
+        monkeypatch.setattr(config, "NORM_BWD_PREFETCH_REGS_BOUND", bound)
+        for n in (768, 1024, 2048, 4096, 8192):
+            assert plan(n, 4, True).prefetch is not bound
+            assert plan(n, 2, True).prefetch and plan(n, 4, False).prefetch
+            assert plan(n, 2, False).prefetch and plan(n, 4, True, prefetch=True).prefetch
+            assert not plan(n, 4, True, is_rms=False).prefetch
+        assert not config.norm_bwd_config("persistent", 4096, 12288, fused_add=True,
+                                          elem_bytes=2).prefetch  # fmt: skip
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["off", "on"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fused_add_backward_launch_prefetch_by_registers(monkeypatch, bound, dtype):
+    """The planned launch of add_rms_norm's backward prefetches unless the bound is on and its
+    rows are fp32; the gradients match fp64 either way."""
+    monkeypatch.setattr(config, "NORM_BWD_PREFETCH_REGS_BOUND", bound)
+    launches = _spy_launches(monkeypatch, row)
+    m, n = 41, 1031
+    x, r, w = torch.randn(m, n), torch.randn(m, n), 1 + 0.1 * torch.randn(n)
+    gy, gh = torch.randn(m, n), torch.randn(m, n)
+    leaves = [t.to(dtype).requires_grad_() for t in (x, r, w)]
+    y, h = normlab.add_rms_norm(*leaves)
+    grads = torch.autograd.grad((y, h), leaves, (gy.to(dtype), gh.to(dtype)))
+    bwd = [kw for fn, kw in launches if "bwd_persistent" in fn.__name__]
+    assert len(bwd) == 1 and bwd[0]["PREFETCH"] is not (bound and dtype == torch.float32)
+    refs = [t.to(dtype).double().requires_grad_() for t in (x, r, w)]
+    hd = (refs[0] + refs[1]).to(dtype).double()  # y is the norm of the stored h
+    want = torch.autograd.grad((ref.rms_norm(hd, refs[2], 1e-6), refs[0] + refs[1]), refs,
+                               (gy.to(dtype).double(), gh.to(dtype).double()))  # fmt: skip
+    for got, exp in zip(grads, want, strict=True):
+        assert_close(got, exp, dtype=dtype, reduce_len=n)

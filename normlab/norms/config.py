@@ -597,6 +597,13 @@ NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
 NORM_BWD_ATOMIC_BLOCK_ROWS = 1
 NORM_BWD_LOOP_STAGES = 1  # software pipelining measured slower than the register prefetch
 NORM_BWD_PREFETCH = ((8192, True), (1 << 62, False))  # the next tile's loads fit in registers
+# The prefetched next tile is held as loaded beside the working tile's fp32 values. The fused
+# add's fp32 rows prefetch three tiles (h, dy, dh) of 16 elements a thread, 48 registers, and
+# spill 88-112 B at the fused add's 128-register budget; bf16's 24 and the plain fp32 backward's
+# 32 do not (docs/planner.md#the-prefetchs-registers). NORMLAB_NORM_BWD_PREFETCH_REGS=1: bound
+# the prefetch by them.
+NORM_BWD_PREFETCH_MAX_REGS = 32
+NORM_BWD_PREFETCH_REGS_BOUND = os.environ.get("NORMLAB_NORM_BWD_PREFETCH_REGS", "0") == "1"
 # An SM's register file (64K 32-bit registers on sm_70 through sm_90).
 SM_REGISTERS = 65536
 # The fused add's single-pass backward prefetches a third row tile (dh): left alone, ptxas takes
@@ -706,10 +713,18 @@ class NormBwdConfig:
     maxnreg: int | None = None  # persistent single-pass only: registers a thread (None: ptxas's)
 
 
-def _bwd_prefetch(n_cols: int, is_rms: bool, fused_add: bool) -> bool:
+def prefetch_registers(tile_elems: int, num_warps: int, elem_bytes: int, fused_add: bool) -> int:
+    """32-bit registers a thread holds for the prefetched next tile: x and dy (and the fused
+    add's dh), ``tile_elems`` elements each of ``elem_bytes``, as loaded."""
+    return (3 if fused_add else 2) * tile_elems * elem_bytes // (4 * 32 * num_warps)
+
+
+def _bwd_prefetch(n_cols: int, is_rms: bool, fused_add: bool, prefetch_regs: int) -> bool:
     """Does the single-pass backward load its next tile before working on this one?"""
     if fused_add and not is_rms:
         return NORM_BWD_FUSED_ADD_LN_PREFETCH
+    if NORM_BWD_PREFETCH_REGS_BOUND and prefetch_regs > NORM_BWD_PREFETCH_MAX_REGS:
+        return False
     return _ladder(NORM_BWD_PREFETCH, n_cols)
 
 
@@ -762,14 +777,15 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
                     programs_per_sm: int | None = None, loop_stages: int | None = None,
                     prefetch: bool | None = None, paired_partials: bool | None = None,
                     aligned: bool = True, sm_count: int = 0, one_warp: bool = False,
-                    fused_add: bool = False,
+                    fused_add: bool = False, elem_bytes: int = 2,
                     maxnreg: int | None = None) -> NormBwdConfig:  # fmt: skip
     """Row backward launch config for ``strategy`` (not "auto"); keywords override the rules.
     ``aligned``: every row starts on a 16-byte boundary (``row_align``), so loads are vectors;
     ``sm_count`` (0: unknown) bounds the rows a tile shares (norm_bwd_block_rows).
     ``one_warp`` (``one_warp_rows``): single-pass persistent tiles of ONE_WARP_BWD_TILE_ELEMS
     (one row at least) in one warp, ONE_WARP_PROGRAMS_PER_SM. ``fused_add``: the backward of
-    add_rms_norm / add_layer_norm (it reads dh too). ``maxnreg``: 0 for no register cap."""
+    add_rms_norm / add_layer_norm (it reads dh too); ``elem_bytes``: the rows' element size.
+    ``maxnreg``: 0 for no register cap."""
     if two_pass is None:
         two_pass = norm_bwd_two_pass(n_cols, is_rms, n_rows)
     if block_cols is None:
@@ -817,7 +833,9 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
         programs_per_sm=programs_per_sm,
         rows_per_program=rows_per_program,
         loop_stages=NORM_BWD_LOOP_STAGES if loop_stages is None else loop_stages,
-        prefetch=bool(_bwd_prefetch(n_cols, is_rms, fused_add) if prefetch is None else prefetch),
+        prefetch=bool(_bwd_prefetch(n_cols, is_rms, fused_add, prefetch_registers(
+            block_rows * block_cols, num_warps, elem_bytes, fused_add))
+            if prefetch is None else prefetch),  # fmt: skip
         paired_partials=bool(paired_partials),
         maxnreg=maxnreg or None,
     )

@@ -1073,7 +1073,8 @@ def norm_backward(
             prefetch=False if shifted or liger_order else prefetch,
             paired_partials=paired_partials,
             aligned=align * x2d.element_size() == config.VECTOR_BYTES,
-            sm_count=sm_count, fused_add=dh is not None, maxnreg=maxnreg,
+            sm_count=sm_count, fused_add=dh is not None, elem_bytes=x2d.element_size(),
+            maxnreg=maxnreg,
             one_warp=not shifted and config.one_warp_rows(n_cols, align, x2d.element_size()),
         )  # fmt: skip
 
