@@ -600,10 +600,10 @@ NORM_BWD_PREFETCH = ((8192, True), (1 << 62, False))  # the next tile's loads fi
 # The prefetched next tile is held as loaded beside the working tile's fp32 values. The fused
 # add's fp32 rows prefetch three tiles (h, dy, dh) of 16 elements a thread, 48 registers, and
 # spill 88-112 B at the fused add's 128-register budget; bf16's 24 and the plain fp32 backward's
-# 32 do not (docs/planner.md#the-prefetchs-registers). NORMLAB_NORM_BWD_PREFETCH_REGS=1: bound
-# the prefetch by them.
+# 32 do not. Past the bound each tile loads in turn (docs/planner.md#the-prefetchs-registers);
+# NORMLAB_NORM_BWD_PREFETCH_REGS=0: no bound.
 NORM_BWD_PREFETCH_MAX_REGS = 32
-NORM_BWD_PREFETCH_REGS_BOUND = os.environ.get("NORMLAB_NORM_BWD_PREFETCH_REGS", "0") == "1"
+NORM_BWD_PREFETCH_REGS_BOUND = os.environ.get("NORMLAB_NORM_BWD_PREFETCH_REGS", "1") != "0"
 # An SM's register file (64K 32-bit registers on sm_70 through sm_90).
 SM_REGISTERS = 65536
 # The fused add's single-pass backward prefetches a third row tile (dh): left alone, ptxas takes
