@@ -14,7 +14,7 @@ worst cells, against the targets (every shape >= 0.90x, geomean >= 1.15x; the fu
 no geomean target); ``--summary FILE.jsonl`` prints that for recorded runs.
 
 ``--replace BASE NEW --out FILE`` merges recorded runs (no GPU): BASE's records with every member
-that NEW re-measured taken from NEW, peers and all.
+(op and shape) that NEW re-measured taken from NEW, peers and all.
 
 ``--timed-us T`` raises a member's reps until its timed calls add up to about T µs of device
 time (at most ``MAX_REPS``), estimated from its bytes at the copy roofline plus
@@ -184,15 +184,15 @@ def main(argv=None) -> int:
 
 
 def replace_members(base, new) -> list:
-    """``base``'s records with every member that ``new`` measured (same M, N, dtype and shape
-    set) taken from ``new`` instead, all its implementations together: a member's peers stay
-    from the same run as its normlab."""
+    """``base``'s records with every member that ``new`` measured (same op, M, N, dtype and
+    shape set) taken from ``new`` instead, all its implementations together: a member's peers
+    stay from the same run as its normlab, and another op's records of the shape stay."""
     remeasured = {_member(r) for r in new}
     return [r for r in base if _member(r) not in remeasured] + list(new)
 
 
 def _member(rec) -> tuple:
-    return rec.M, rec.N, rec.dtype, rec.shape_set
+    return rec.op, rec.M, rec.N, rec.dtype, rec.shape_set
 
 
 def summary(records) -> str:

@@ -330,18 +330,22 @@ def test_peer_shapes_are_judged_apart_from_the_population():
 
 def test_replace_members_takes_a_member_whole_from_the_new_run(tmp_path):
     """A re-measured member comes from the new run with all its implementations (a peer the new
-    run lacks is dropped, not kept from the old run); other members and the peer shapes stay."""
+    run lacks is dropped, not kept from the old run); other members, another op's records of
+    the same shape and the peer shapes stay."""
     kw = {"op": "rms_norm", "direction": "fwd", "shape_set": "population"}
     base = [_rec("normlab", 100.0, **kw), _rec("torch", 90.0, **kw), _rec("liger", 80.0, **kw),
             _rec("normlab", 10.0, M=3, **kw), _rec("torch", 20.0, M=3, **kw),
-            _rec("normlab", 50.0, **{**kw, "shape_set": "peers"})]
+            _rec("normlab", 50.0, **{**kw, "shape_set": "peers"}),
+            _rec("normlab", 60.0, **{**kw, "op": "layer_norm"})]
     new = [_rec("normlab", 70.0, **kw), _rec("torch", 91.0, **kw)]
     script = _script("norm_population")
     merged = script.replace_members(base, new)
-    assert sorted((r.M, r.impl, r.device_us, r.shape_set) for r in merged) == [
-        (3, "normlab", 10.0, "population"), (3, "torch", 20.0, "population"),
-        (8, "normlab", 50.0, "peers"), (8, "normlab", 70.0, "population"),
-        (8, "torch", 91.0, "population")]
+    assert sorted((r.op, r.M, r.impl, r.device_us, r.shape_set) for r in merged) == [
+        ("layer_norm", 8, "normlab", 60.0, "population"),
+        ("rms_norm", 3, "normlab", 10.0, "population"),
+        ("rms_norm", 3, "torch", 20.0, "population"), ("rms_norm", 8, "normlab", 50.0, "peers"),
+        ("rms_norm", 8, "normlab", 70.0, "population"),
+        ("rms_norm", 8, "torch", 91.0, "population")]
     paths = [write_jsonl(rs, tmp_path / f"{name}.jsonl") for name, rs in (("b", base), ("n", new))]
     out = tmp_path / "merged.jsonl.gz"
     script.main(["--replace", *map(str, paths), "--out", str(out)])
