@@ -15,8 +15,9 @@ L2 flushed):
   planned (``config.norm_bwd_config``'s ``fused_add`` rules), with no register cap, without
   the prefetch (with and without the cap), and with it (LayerNorm's planned one has none), and
   on 32 warps;
-- the plain norm's backward at the same shape, planned and capped at the same budget
-  (``config.register_budget``: a rule for every backward would have to leave it level);
+- the plain norm's backward at the same shape, planned, capped at the same budget
+  (``config.register_budget``: a rule for every backward would have to leave it level), and
+  without and with its prefetch;
 - Liger-Kernel's fused-add RMSNorm backward alone, its kernel and its dW sum;
 - the planned backward on inputs whose rows lie 64 columns apart, the two-pass kernel at
   several tiles and the split-row backward;
@@ -76,6 +77,8 @@ def _backward_variants(h, w, b, dy, dh, mean, rstd, is_rms):
         "fused add prefetching": fused(prefetch=True),
         "plain planned": plain(),
         "plain at the register budget": plain(maxnreg=budget),
+        "plain no prefetch": plain(prefetch=False),
+        "plain prefetching": plain(prefetch=True),
     }
     # The single pass over one-row tiles: shifted (the plan past 8192 columns up to 12288),
     # unshifted in the planned order, and in Liger-Kernel's (liger_order) on 8 and 16 warps.
