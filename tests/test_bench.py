@@ -285,6 +285,23 @@ def test_split_calls_refuses_unattributable_traces(events, match):
         timing.split_calls(events, reps=1)
 
 
+def test_split_calls_of_warm_calls_open_at_the_open_kernel():
+    """time_warm's windows open at OPEN_KERNEL, not at a flush: a flush kernel inside a warm
+    window is the call's own work (kept), and two openers without a marker are refused."""
+    events = _events((timing.OPEN_KERNEL, 1.0), ("_norm_bwd_kernel", 20.0),
+                     (timing.MARKER_KERNEL, 1.0), ("set_up", 9.0), (timing.OPEN_KERNEL, 1.0),
+                     (timing.FLUSH_KERNEL, 5.0), (timing.MARKER_KERNEL, 1.0))  # fmt: skip
+    assert timing.split_calls(events, reps=2, opener=timing.OPEN_KERNEL) == [
+        [("_norm_bwd_kernel", 20.0)], [(timing.FLUSH_KERNEL, 5.0)]]
+    with pytest.raises(timing.BenchError, match="two window openers"):
+        timing.split_calls(_events((timing.OPEN_KERNEL, 1.0), (timing.OPEN_KERNEL, 1.0)),
+                           reps=1, opener=timing.OPEN_KERNEL)  # fmt: skip
+    with pytest.raises(timing.BenchError, match="without an opener"):  # a flush opens no window
+        timing.split_calls(_events((timing.FLUSH_KERNEL, 1.0), ("k", 1.0),
+                                   (timing.MARKER_KERNEL, 1.0)), reps=1,
+                           opener=timing.OPEN_KERNEL)  # fmt: skip
+
+
 def test_time_call_on_cpu():
     x = torch.randn(256, 256)
     t = timing.time_call(lambda: x @ x, reps=4, warmup=1)

@@ -35,6 +35,7 @@ FLUSH_MIN_BYTES = 512 * 2**20  # a 512 MB write; at least 2x L2 in any case
 _FLUSH_BLOCK = 4096
 FLUSH_KERNEL = "_l2_flush_kernel"
 MARKER_KERNEL = "_bench_marker_kernel"
+OPEN_KERNEL = "_bench_open_kernel"  # opens a warm call's window: no flush
 
 
 class BenchError(RuntimeError):
@@ -58,6 +59,14 @@ def _bench_marker_kernel(
 ):
     """Closes a timed call's window on the GPU timeline; does nothing useful."""
     tl.store(flag_ptr, 1)
+
+
+@triton.jit
+def _bench_open_kernel(
+    flag_ptr,  # (1,) int32 scratch
+):
+    """Opens a warm call's window on the GPU timeline (time_warm) without touching L2."""
+    tl.store(flag_ptr, 0)
 
 
 @dataclass
@@ -92,6 +101,9 @@ class _GpuTools:
     def marker(self) -> None:
         _bench_marker_kernel[(1,)](self.flag)
 
+    def open(self) -> None:
+        _bench_open_kernel[(1,)](self.flag)
+
 
 _TOOLS: _GpuTools | None = None
 
@@ -119,19 +131,23 @@ def _gpu_events(prof) -> list[tuple[float, float, str]]:
     return out
 
 
-def split_calls(events: list[tuple[float, float, str]], reps: int) -> list[list[tuple[str, float]]]:
-    """Group GPU activities into calls: each call is what lies between a flush kernel and the
-    next marker kernel. Anything outside these windows (untimed set-up) is dropped."""
+def split_calls(events: list[tuple[float, float, str]], reps: int,
+                opener: str = FLUSH_KERNEL) -> list[list[tuple[str, float]]]:  # fmt: skip
+    """Group GPU activities into calls: each call is what lies between an ``opener`` kernel (the
+    L2 flush; OPEN_KERNEL for warm calls) and the next marker kernel. Anything outside these
+    windows (untimed set-up) is dropped."""
+    one, two = (("a flush", "two L2 flushes") if opener == FLUSH_KERNEL
+                else ("an opener", "two window openers"))  # fmt: skip
     calls: list[list[tuple[str, float]]] = []
     current: list[tuple[str, float]] | None = None
     for _, dur, name in events:
-        if FLUSH_KERNEL in name:
+        if opener in name:
             if current is not None:
-                raise BenchError("two L2 flushes without a marker between them")
+                raise BenchError(f"{two} without a marker between them")
             current = []
         elif MARKER_KERNEL in name:
             if current is None:
-                raise BenchError("a marker kernel without a flush before it")
+                raise BenchError(f"a marker kernel without {one} before it")
             calls.append(current)
             current = None
         elif current is not None:
@@ -238,9 +254,11 @@ def time_call(run: Callable[[], Any], *, reps: int = 30, warmup: int = 3) -> Tim
 
 
 def time_warm(run: Callable[[], Any], *, reps: int = 30, warmup: int = 3) -> float:
-    """µs per call of ``run()`` called back to back with no L2 flush, so inputs that fit in L2
-    stay there: the warm timing that flatters a kernel (``time_call`` flushes before each call).
-    GPU: CUDA events around the ``reps`` calls; CPU: ``time.perf_counter``."""
+    """Device µs per call of ``run()`` called back to back with no L2 flush, so inputs that fit
+    in L2 stay there: the warm timing that flatters a kernel. GPU: the same measure as
+    ``time_call``'s ``device_us`` (the call's kernels summed from the profiler), each call opened
+    by a one-program kernel instead of the flush; host time between calls is not in it, as it
+    is not in ``device_us``. CPU: ``time.perf_counter`` per call, the mean."""
     if reps < 1:
         raise ValueError(f"reps must be >= 1, got {reps}")
     for _ in range(warmup):
@@ -250,11 +268,18 @@ def time_warm(run: Callable[[], Any], *, reps: int = 30, warmup: int = 3) -> flo
         for _ in range(reps):
             run()
         return (time.perf_counter() - t0) * 1e6 / reps
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    from torch.profiler import ProfilerActivity, profile
+
+    tools = _tools()
     torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        run()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / reps
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                tools.open()
+                out = run()
+                tools.marker()
+                del out
+            torch.cuda.synchronize()
+    calls = split_calls(_gpu_events(prof), reps, opener=OPEN_KERNEL)
+    return statistics.fmean(sum(d for _, d in call) for call in calls)
