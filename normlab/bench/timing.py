@@ -158,9 +158,26 @@ def split_calls(events: list[tuple[float, float, str]], reps: int,
     return calls
 
 
-def _time_gpu(run: Callable[[], Any], reps: int, warmup: int) -> Timing:
+def _profiled_calls(run: Callable[[], Any], reps: int, open_window: Callable[[], None],
+                    opener: str) -> list[list[tuple[str, float]]]:  # fmt: skip
+    """(kernel, µs) of each of ``reps`` calls of ``run()`` from the profiler, each call between
+    ``open_window()`` (the flush, or the warm opener) and the marker kernel (split_calls)."""
     from torch.profiler import ProfilerActivity, profile
 
+    with warnings.catch_warnings():
+        # torch 2.11 warns once that events are cleared per cycle; we use one cycle
+        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                open_window()
+                out = run()
+                _tools().marker()
+                del out
+            torch.cuda.synchronize()
+    return split_calls(_gpu_events(prof), reps, opener)
+
+
+def _time_gpu(run: Callable[[], Any], reps: int, warmup: int) -> Timing:
     tools = _tools()
     for _ in range(warmup):
         run()
@@ -185,18 +202,7 @@ def _time_gpu(run: Callable[[], Any], reps: int, warmup: int) -> Timing:
         walls.append(start.elapsed_time(end) * 1e3)
         del out
 
-    with warnings.catch_warnings():
-        # torch 2.11 warns once that events are cleared per cycle; we use one cycle
-        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(reps):
-                tools.flush()
-                out = run()
-                tools.marker()
-                del out
-            torch.cuda.synchronize()
-    calls = split_calls(_gpu_events(prof), reps)
-
+    calls = _profiled_calls(run, reps, tools.flush, FLUSH_KERNEL)
     device = [sum(d for _, d in call) for call in calls]
     kernels: dict[str, float] = {}
     for call in calls:
@@ -268,18 +274,6 @@ def time_warm(run: Callable[[], Any], *, reps: int = 30, warmup: int = 3) -> flo
         for _ in range(reps):
             run()
         return (time.perf_counter() - t0) * 1e6 / reps
-    from torch.profiler import ProfilerActivity, profile
-
-    tools = _tools()
     torch.cuda.synchronize()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(reps):
-                tools.open()
-                out = run()
-                tools.marker()
-                del out
-            torch.cuda.synchronize()
-    calls = split_calls(_gpu_events(prof), reps, opener=OPEN_KERNEL)
+    calls = _profiled_calls(run, reps, _tools().open, OPEN_KERNEL)
     return statistics.fmean(sum(d for _, d in call) for call in calls)
