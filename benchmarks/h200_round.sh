@@ -406,6 +406,15 @@ static_compile_subset() {  # an eighth of the bf16 population beside torch.compi
     --timed-us 100 --dtypes bf16 --shard 1/8 --impls normlab,torch,compile,liger,compile-static \
     --out "$OUT/population_static_compile.jsonl"
 }
+notebooks_on() {  # notebooks_on LIMIT [NOTEBOOK...]: the notebooks (default all) executed, their
+  # wheels from .whl/nb; the copies and summary.json travel as $OUT/notebooks.tgz (one file)
+  local limit=$1
+  shift
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/nbsite .whl/nb/*.whl && export PYTHONPATH=${PYTHONPATH:-$PWD}:/tmp/nbsite
+  timeout "$limit" python3 scripts/execute_notebooks.py "$@" --out "$OUT/notebooks"
+  tar -czf "$OUT/notebooks.tgz" -C "$OUT" notebooks && rm -r "$OUT/notebooks"
+}
 bwd_variants() {  # bwd_variants NAME...: norm_fused_add.py's planned backwards, Liger's fused
   # add's, and each NAME for the fused add and the plain norm, comma-joined for --bwd
   local v="fused add planned,plain planned,liger fused add backward" who name
@@ -1523,9 +1532,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --dtypes fp32 --families model,random --impls normlab,torch,compile,liger --reps 4 \
       --timed-us 100 --out "$OUT/population_fp32add.jsonl"
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/nbsite .whl/nb/*.whl && export PYTHONPATH=${PYTHONPATH:-$PWD}:/tmp/nbsite
-      timeout 280 python3 scripts/execute_notebooks.py --out "$OUT/notebooks"
+      notebooks_on 280
     fi
     ;;
   plainfp32)  # the plain backward's prefetch by dtype at the population's model widths
@@ -1541,10 +1548,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   warmcold)  # time_warm against time_call on the RMSNorm backward; on an H200, notebook 03
     step warm_vs_cold 120 python3 benchmarks/warm_vs_cold.py
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/nbsite .whl/nb/*.whl && export PYTHONPATH=${PYTHONPATH:-$PWD}:/tmp/nbsite
-      timeout 200 python3 scripts/execute_notebooks.py \
-        notebooks/03-bounded-partials-and-wide-rows.ipynb --out "$OUT/notebooks"
+      notebooks_on 200 notebooks/03-bounded-partials-and-wide-rows.ipynb
     fi
     ;;
   h200pops)  # jsdvocab, addpop1 and addpop2, then worstfwd once, in one call
@@ -1556,9 +1560,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --families random,model,narrow --impls normlab,torch,compile,liger --cells "$WORST_FWD"
     ;;
   notebooks)  # every notebook executed live: nbclient, ipykernel, plotly, ipywidgets as wheels
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/nbsite .whl/nb/*.whl && export PYTHONPATH=${PYTHONPATH:-$PWD}:/tmp/nbsite
-    timeout 480 python3 scripts/execute_notebooks.py --out "$OUT"  # 7 copies and summary.json
+    notebooks_on 480
     ;;
   flushstate)
     step l2_flush_state 300 python3 benchmarks/l2_flush_state.py --reps 20 \
