@@ -75,11 +75,9 @@ def test_norm_combination_matches_fp64(seed):
     gys = [torch.randn(o.shape, dtype=dt) for o in out]
     grads = torch.autograd.grad(out, leaves, gys)
 
-    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
-    xd = ref_leaves[0]
-    rd = ref_leaves[1] if r is not None else None
-    wd = ref_leaves[1 + (r is not None)] if w is not None else None
-    bd = ref_leaves[-1] if b is not None else None
+    xd, rd, wd, bd = (None if t is None else t.detach().double().requires_grad_()
+                      for t in (x, r, w, b))  # fmt: skip
+    ref_leaves = [t for t in (xd, rd, wd, bd) if t is not None]
     weight = None if wd is None else wd + c["offset"]
     if rd is None:
         hd = xd
