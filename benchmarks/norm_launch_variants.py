@@ -18,13 +18,15 @@ or not at 8-32 warps, and without it the rows split at their first 16-byte bound
 (``prefetch on|off wW shifted|unshifted``; the runs before ``6b0ce9a`` also timed shifted rows
 with the prefetch, since removed); past 8192 columns, shifted rows at 4-16 warps and 1 or 2
 programs an SM (``shifted wW ppsP``).
-Every variant's outputs are checked against the planned call's before it is timed. Records
+``--only REGEX`` times the variants whose name matches (and the default). Every variant's
+outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -181,9 +183,15 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--cells", default=CELLS, help="op:fwd|bwd:MxN[:dtype],...")
     parser.add_argument("--peers", default="torch,compile,liger")
+    parser.add_argument("--only", default=None, metavar="REGEX",
+                        help="time only the variants whose name matches (the default always)")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be >= 1")
+    try:
+        only = re.compile(args.only) if args.only is not None else None
+    except re.error as exc:
+        parser.error(f"--only: not a regular expression ({exc})")
     try:
         cells = _parse(args.cells)
     except ValueError as exc:
@@ -216,6 +224,8 @@ def main(argv=None) -> int:
             return rec
 
         for name, run in variants.items():
+            if only is not None and name != "default" and not only.search(name):
+                continue
             try:
                 got = run()
             except Exception as exc:  # a variant the kernel cannot take is a result too

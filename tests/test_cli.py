@@ -410,6 +410,8 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
      "--cells takes"),
     ("benchmarks/norm_launch_variants.py", ["--out", "x.jsonl", "--cells", "rms_norm:fwd:0x4"],
      "--cells takes"),
+    ("benchmarks/norm_launch_variants.py", ["--out", "x.jsonl", "--only", "row w(2"],
+     "--only: not a regular expression"),
     ("benchmarks/norm_launch_variants.py", ["--out", "x.jsonl"], "needs a CUDA GPU"),
     ("benchmarks/norm_fwd_ablation.py", ["--out", "x.jsonl", "--cells", "4x12"],
      "a multiple of 8"),
