@@ -1353,3 +1353,57 @@ def test_fused_add_backward_launch_prefetch_by_registers(monkeypatch, bound, dty
                                (gy.to(dtype).double(), gh.to(dtype).double()))  # fmt: skip
     for got, exp in zip(grads, want, strict=True):
         assert_close(got, exp, dtype=dtype, reduce_len=n)
+
+
+def test_one_row_forward_warps_and_early_parameters_rule(monkeypatch):
+    """One row a program, at any row count: up to NORM_FWD_ONE_WARP_MAX_BLOCK padded columns on
+    one warp; w/b loaded with x wherever a thread holds at most
+    NORM_FWD_EARLY_ANY_ROWS_MAX_PER_THREAD row values (beyond that, only in decode batches).
+    At each switch, on and off; the planner's row counts are past the decode batches."""
+    sms, rows = 132, 132 * 100
+    for on in (True, False):
+        monkeypatch.setattr(config, "NORM_FWD_ONE_WARP", on)
+        monkeypatch.setattr(config, "NORM_FWD_EARLY_ANY_ROWS", on)
+        for is_rms in (True, False):
+            for n in (1, 37, 256):
+                cfg = config.norm_fwd_config(n, is_rms, rows, sms)
+                assert cfg.num_warps == (1 if on else 2) and cfg.early_params is on
+            cfg = config.norm_fwd_config(257, is_rms, rows, sms)  # 512 on 2 warps: 8 a thread
+            assert cfg.num_warps == 2 and cfg.block_size // 64 == 8 and cfg.early_params is on
+            cfg = config.norm_fwd_config(513, False, rows, sms)  # 16 a thread: decode batches
+            assert cfg.block_size // (32 * cfg.num_warps) == 16 and not cfg.early_params
+            assert config.norm_fwd_config(513, False, 4 * sms, sms).early_params
+    # an fp32 RMSNorm row of 513-1024 columns keeps its one warp and loads w after its sum
+    assert not config.norm_fwd_config(1000, True, rows, sms, element_size=4).early_params
+
+
+@pytest.mark.parametrize("on", [False, True], ids=["off", "on"])
+@pytest.mark.parametrize("n", [37, 256, 257, 400])
+def test_one_row_forward_rule_launch_against_fp64(monkeypatch, on, n):
+    """The planned one-row forward past the decode batches (17 rows on the interpreter's 4 SMs):
+    its warps and EARLY_PARAMS follow the rule, and y (with bias, offset and a fused add's h)
+    matches fp64 either way."""
+    monkeypatch.setattr(config, "NORM_FWD_ONE_WARP", on)
+    monkeypatch.setattr(config, "NORM_FWD_EARLY_ANY_ROWS", on)
+    launches = _spy_launches(monkeypatch, row)
+    m = 4 * SMS + 1
+    x, r = torch.randn(m, n) + 2.0, torch.randn(m, n)
+    w, b = 0.5 * torch.randn(n), 0.1 * torch.randn(n)
+    for is_rms in (True, False):
+        launches.clear()
+        if is_rms:
+            y, h = normlab.add_rms_norm(x, r, w, offset=1.0)
+        else:
+            y, h = normlab.add_layer_norm(x, r, w, b, offset=1.0)
+        (kw,) = [kw for fn, kw in launches if fn.__name__ == "_norm_fwd_kernel"]
+        assert kw["num_warps"] == (1 if on and n <= 256 else 2)
+        assert kw["EARLY_PARAMS"] is on
+        hd = x.double() + r.double()
+        want = (ref.rms_norm(hd, 1.0 + w.double(), 1e-6) if is_rms
+                else ref.layer_norm(hd, 1.0 + w.double(), b.double(), 1e-5))  # fmt: skip
+        assert_close(h, hd)
+        assert_close(y, want, reduce_len=n)
+        y = normlab.rms_norm(x, w) if is_rms else normlab.layer_norm(x, w, b)
+        want = (ref.rms_norm(x.double(), w.double(), 1e-6) if is_rms
+                else ref.layer_norm(x.double(), w.double(), b.double(), 1e-5))  # fmt: skip
+        assert_close(y, want, reduce_len=n)

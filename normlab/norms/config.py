@@ -239,6 +239,17 @@ def one_warp_contiguous(n_cols: int, element_size: int = 2) -> bool:
 # (docs/planner.md#the-forwards-block).
 NORM_FWD_MAX_BLOCK = 32768
 NORM_FWD_WARPS = ((1024, 2), (2048, 4), (8192, 8), (32768, 16))  # ~16 B per thread per load
+# A row of up to 256 padded columns (8 values a lane) runs one row a program on one warp: its sums
+# stay inside the warp, with no shared-memory exchange and barrier between warps
+# (docs/planner.md#narrow-rows-on-one-warp). NORMLAB_NORM_FWD_ONE_WARP=0: NORM_FWD_WARPS' warps.
+NORM_FWD_ONE_WARP_MAX_BLOCK = 256
+NORM_FWD_ONE_WARP = os.environ.get("NORMLAB_NORM_FWD_ONE_WARP", "1") != "0"
+# Up to 8 row values a thread, w and b load with x at any row count: loaded after the row's sums
+# they are a second round trip each program waits on, and holding them costs a few registers,
+# not a program an SM (docs/planner.md#the-parameters-with-x). NORMLAB_NORM_FWD_EARLY_ROWS=0:
+# only decode batches load them early.
+NORM_FWD_EARLY_ANY_ROWS_MAX_PER_THREAD = 8
+NORM_FWD_EARLY_ANY_ROWS = os.environ.get("NORMLAB_NORM_FWD_EARLY_ROWS", "1") != "0"
 # Rows wider than one block are walked twice (sums, then normalize from L2) in small chunks of
 # one 16-byte vector a thread, which leave registers for several rows in flight per SM.
 NORM_FWD_WIDE_CHUNK = 2048
@@ -411,6 +422,8 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
         return NormFwdConfig(block_size=NORM_FWD_WIDE_CHUNK, num_warps=NORM_FWD_WIDE_WARPS)
     block = min(next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
     warps = _ladder(NORM_FWD_WARPS, block)
+    if NORM_FWD_ONE_WARP and block <= NORM_FWD_ONE_WARP_MAX_BLOCK:
+        warps = 1
     few_rows = n_rows is not None and sm_count and decode_rows(n_rows, n_cols, sm_count)
     if (few_rows and NORM_FWD_DECODE_WARPS and n_rows <= sm_count
             and block <= NORM_FWD_DECODE_SPREAD_MAX_BLOCK):  # fmt: skip
@@ -422,7 +435,10 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
     if looped is not None and n_cols % looped[0]:
         looped = None  # a ragged last chunk is masked and re-read: one block reads the row once
     if looped is None:
-        early = few_rows and block <= NORM_FWD_EARLY_MAX_PER_THREAD * 32 * warps
+        per_thread = block // (32 * warps)
+        early = ((few_rows and per_thread <= NORM_FWD_EARLY_MAX_PER_THREAD)
+                 or (NORM_FWD_EARLY_ANY_ROWS
+                     and per_thread <= NORM_FWD_EARLY_ANY_ROWS_MAX_PER_THREAD))  # fmt: skip
         return NormFwdConfig(block_size=block, num_warps=warps, early_params=bool(early))
     wave = NORM_FWD_RMS_ONE_WAVE.get(next_pow2(n_cols))
     if wave and n_rows is not None and sm_count:
