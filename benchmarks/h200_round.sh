@@ -262,8 +262,8 @@ OUT=${OUT:-out}
 # loaded with x or after the row's sums, at 1-8 warps, beside torch and Liger-Kernel; on an H200,
 # notebook 03 executed); onewaverule (one warp for one-row forwards of up to 256 columns and w/b
 # with x up to 8 values a thread, NORMLAB_NORM_FWD_ONE_WARP and NORMLAB_NORM_FWD_EARLY_ROWS: the
-# norm checks, the population members they change off and on, then beside their peers; on an
-# H200, notebook 03 executed).
+# norm checks, the population members they change beside their peers, then normlab alone with
+# both off; on an H200, notebook 03 executed).
 STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, normcheck, addorder, addwidth, addtwopass, addprofile, addliger, addligerpop, lnwarps, addfp32, addfp32pop, plainfp32, warmcold, onewave, onewaverule or notebooks}
 case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | normcheck | addorder | addwidth | addtwopass | addprofile | addliger | addligerpop | lnwarps | addfp32 | addfp32pop | plainfp32 | warmcold | onewave | onewaverule | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
@@ -1570,17 +1570,16 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     fi
     ;;
   onewaverule)  # the one-row forward's one warp and early parameters: checks, members off/on, peers
-    check_norms
+    step gpu_check_norms 150 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
+      --quick --only norms
     members=593x37,783x120,868x136,1655x400,10885x408,12182x373
-    for on in 0 1; do
-      step "population_onewave_$on" 120 env NORMLAB_NORM_FWD_ONE_WARP=$on \
-        NORMLAB_NORM_FWD_EARLY_ROWS=$on python3 benchmarks/norm_population.py \
-        --ops rms_norm,layer_norm --families random --impls normlab --reps 4 --timed-us 100 \
-        --cells "$members" --out "$OUT/population_onewave_$on.jsonl"
-    done
-    step population_onewave_peers 200 python3 benchmarks/norm_population.py \
+    step population_onewave_peers 150 python3 benchmarks/norm_population.py \
       --ops rms_norm,layer_norm --families random --impls normlab,torch,compile,liger --reps 4 \
       --timed-us 100 --cells "$members" --out "$OUT/population_onewave_peers.jsonl"
+    step population_onewave_0 90 env NORMLAB_NORM_FWD_ONE_WARP=0 NORMLAB_NORM_FWD_EARLY_ROWS=0 \
+      python3 benchmarks/norm_population.py --ops rms_norm,layer_norm --families random \
+      --impls normlab --reps 4 --timed-us 100 --cells "$members" \
+      --out "$OUT/population_onewave_0.jsonl"
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       notebooks_on 150 notebooks/03-bounded-partials-and-wide-rows.ipynb
     fi
