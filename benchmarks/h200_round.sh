@@ -1570,18 +1570,18 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     fi
     ;;
   onewaverule)  # the one-row forward's one warp and early parameters: checks, members off/on, peers
-    step gpu_check_norms 150 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
+    step gpu_check_norms 120 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
       --quick --only norms
     members=593x37,783x120,868x136,1655x400,10885x408,12182x373
-    step population_onewave_peers 150 python3 benchmarks/norm_population.py \
+    step population_onewave_peers 120 python3 benchmarks/norm_population.py \
       --ops rms_norm,layer_norm --families random --impls normlab,torch,compile,liger --reps 4 \
       --timed-us 100 --cells "$members" --out "$OUT/population_onewave_peers.jsonl"
-    step population_onewave_0 90 env NORMLAB_NORM_FWD_ONE_WARP=0 NORMLAB_NORM_FWD_EARLY_ROWS=0 \
+    step population_onewave_0 60 env NORMLAB_NORM_FWD_ONE_WARP=0 NORMLAB_NORM_FWD_EARLY_ROWS=0 \
       python3 benchmarks/norm_population.py --ops rms_norm,layer_norm --families random \
       --impls normlab --reps 4 --timed-us 100 --cells "$members" \
       --out "$OUT/population_onewave_0.jsonl"
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      notebooks_on 150 notebooks/03-bounded-partials-and-wide-rows.ipynb
+      notebooks_on 120 notebooks/03-bounded-partials-and-wide-rows.ipynb
     fi
     ;;
   h200pops)  # jsdvocab, addpop1 and addpop2, then worstfwd once, in one call
