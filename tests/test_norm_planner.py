@@ -1407,3 +1407,18 @@ def test_one_row_forward_rule_launch_against_fp64(monkeypatch, on, n):
         want = (ref.rms_norm(x.double(), w.double(), 1e-6) if is_rms
                 else ref.layer_norm(x.double(), w.double(), b.double(), 1e-5))  # fmt: skip
         assert_close(y, want, reduce_len=n)
+
+
+@pytest.mark.parametrize("m", [1, 4 * SMS + 1], ids=["decode", "past-decode"])
+@pytest.mark.parametrize("n", [37, 400])
+def test_early_parameters_keep_the_sign_of_zero(m, n):
+    """With w and b loaded with x (EARLY_PARAMS) and no bias, y = xhat * w adds no 0.0: a zero x
+    times a negative weight stays -0.0, as in torch's F.rms_norm."""
+    x = torch.randn(m, n)
+    x[:, ::3] = 0.0
+    w = -(1 + torch.rand(n))
+    y = normlab.rms_norm(x, w)
+    want = torch.nn.functional.rms_norm(x, (n,), w, 1e-6)
+    assert torch.equal(torch.signbit(y), torch.signbit(want))
+    assert torch.signbit(y[:, ::3]).all()
+    assert_close(y, ref.rms_norm(x.double(), w.double(), 1e-6), reduce_len=n)

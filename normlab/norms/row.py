@@ -248,7 +248,9 @@ def _norm_fwd_kernel(
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
         y = xc * rstd
         if EARLY_PARAMS:
-            y = y * w + b
+            y = y * w
+            if HAS_BIAS:  # (+ 0.0 would turn a -0.0 into +0.0; torch's keeps its sign)
+                y = y + b
         else:
             if HAS_WEIGHT:
                 y = y * (load_param_f32(w_ptr + cols, mask, EVEN_COLS, "", PARAMS_APART) + offset)
