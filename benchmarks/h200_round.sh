@@ -1587,11 +1587,11 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     ;;
   onewaveh200)  # on an H200 only: the members the one-row forward rules change, notebook 03
     nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || exit 3
-    step population_onewave_peers 120 python3 benchmarks/norm_population.py \
+    step population_onewave_peers 100 python3 benchmarks/norm_population.py \
       --ops rms_norm,layer_norm --families random --impls normlab,torch,compile,liger --reps 4 \
       --timed-us 100 --cells 593x37,783x120,868x136,1655x400,10885x408,12182x373 \
       --out "$OUT/population_onewave_peers.jsonl"
-    notebooks_on 150 notebooks/03-bounded-partials-and-wide-rows.ipynb
+    notebooks_on 120 notebooks/03-bounded-partials-and-wide-rows.ipynb
     ;;
   h200pops)  # jsdvocab, addpop1 and addpop2, then worstfwd once, in one call
     jsd_vocab 200 150
