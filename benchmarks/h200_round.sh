@@ -422,6 +422,16 @@ notebooks_on() {  # notebooks_on LIMIT [NOTEBOOK...]: the notebooks (default all
   timeout "$limit" python3 scripts/execute_notebooks.py "$@" --out "$OUT/notebooks"
   tar -czf "$OUT/notebooks.tgz" -C "$OUT" notebooks && rm -r "$OUT/notebooks"
 }
+on_h200() {  # on_h200: is this card an H200?
+  nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200
+}
+# The population members whose one-row forward the one-warp and early-parameter rules change.
+ONE_WAVE_MEMBERS=593x37,783x120,868x136,1655x400,10885x408,12182x373
+one_wave_peers() {  # one_wave_peers LIMIT: those members beside torch, torch.compile and Liger
+  step population_onewave_peers "$1" python3 benchmarks/norm_population.py \
+    --ops rms_norm,layer_norm --families random --impls normlab,torch,compile,liger --reps 4 \
+    --timed-us 100 --cells "$ONE_WAVE_MEMBERS" --out "$OUT/population_onewave_peers.jsonl"
+}
 bwd_variants() {  # bwd_variants NAME...: norm_fused_add.py's planned backwards, Liger's fused
   # add's, and each NAME for the fused add and the plain norm, comma-joined for --bwd
   local v="fused add planned,plain planned,liger fused add backward" who name
@@ -1538,9 +1548,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step population_fp32add 300 python3 benchmarks/norm_population.py --ops add_rms_norm \
       --dtypes fp32 --families model,random --impls normlab,torch,compile,liger --reps 4 \
       --timed-us 100 --out "$OUT/population_fp32add.jsonl"
-    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      notebooks_on 280
-    fi
+    on_h200 && notebooks_on 280
     ;;
   plainfp32)  # the plain backward's prefetch by dtype at the population's model widths
     v="plain planned,plain no prefetch,plain prefetching"
@@ -1554,9 +1562,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     ;;
   warmcold)  # time_warm against time_call on the RMSNorm backward; on an H200, notebook 03
     step warm_vs_cold 120 python3 benchmarks/warm_vs_cold.py
-    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      notebooks_on 200 notebooks/03-bounded-partials-and-wide-rows.ipynb
-    fi
+    on_h200 && notebooks_on 200 notebooks/03-bounded-partials-and-wide-rows.ipynb
     ;;
   onewave)  # one-row forwards of about one wave: w/b early or late, 1-8 warps, beside peers
     cells=783x120,1000x120,868x136,593x37,800x400,1655x400,3000x400,8000x400,1500x768
@@ -1566,31 +1572,21 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step norm_fwd_onewave 420 python3 benchmarks/norm_launch_variants.py --reps 6 \
       --peers torch,liger --only '^row w(1|2|4|8) (early|late)$' \
       --out "$OUT/norm_fwd_onewave.jsonl" --cells "${cells%,}"
-    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      notebooks_on 150 notebooks/03-bounded-partials-and-wide-rows.ipynb
-    fi
+    on_h200 && notebooks_on 150 notebooks/03-bounded-partials-and-wide-rows.ipynb
     ;;
   onewaverule)  # the one-row forward's one warp and early parameters: checks, members off/on, peers
     step gpu_check_norms 120 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
       --quick --only norms
-    members=593x37,783x120,868x136,1655x400,10885x408,12182x373
-    step population_onewave_peers 120 python3 benchmarks/norm_population.py \
-      --ops rms_norm,layer_norm --families random --impls normlab,torch,compile,liger --reps 4 \
-      --timed-us 100 --cells "$members" --out "$OUT/population_onewave_peers.jsonl"
+    one_wave_peers 120
     step population_onewave_0 60 env NORMLAB_NORM_FWD_ONE_WARP=0 NORMLAB_NORM_FWD_EARLY_ROWS=0 \
       python3 benchmarks/norm_population.py --ops rms_norm,layer_norm --families random \
-      --impls normlab --reps 4 --timed-us 100 --cells "$members" \
+      --impls normlab --reps 4 --timed-us 100 --cells "$ONE_WAVE_MEMBERS" \
       --out "$OUT/population_onewave_0.jsonl"
-    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      notebooks_on 120 notebooks/03-bounded-partials-and-wide-rows.ipynb
-    fi
+    on_h200 && notebooks_on 120 notebooks/03-bounded-partials-and-wide-rows.ipynb
     ;;
   onewaveh200)  # on an H200 only: the members the one-row forward rules change, notebook 03
-    nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || exit 3
-    step population_onewave_peers 100 python3 benchmarks/norm_population.py \
-      --ops rms_norm,layer_norm --families random --impls normlab,torch,compile,liger --reps 4 \
-      --timed-us 100 --cells 593x37,783x120,868x136,1655x400,10885x408,12182x373 \
-      --out "$OUT/population_onewave_peers.jsonl"
+    on_h200 || exit 3
+    one_wave_peers 100
     notebooks_on 120 notebooks/03-bounded-partials-and-wide-rows.ipynb
     ;;
   h200pops)  # jsdvocab, addpop1 and addpop2, then worstfwd once, in one call
