@@ -471,6 +471,11 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/norm_bwd_spills.py", ["--sms", "0"], "--sms must be >= 1"),
     ("benchmarks/norm_bwd_spills.py", ["--set", "prefetch=Fals"], "a Python literal value"),
     ("benchmarks/norm_bwd_spills.py", ["--set", "dh=None"], "'dh' is not one of"),
+    ("benchmarks/inductor_norm_bwd.py", ["--out", "x", "--ops", "rms"], "--ops: unknown rms"),
+    ("benchmarks/inductor_norm_bwd.py", ["--out", "x", "--modes", "fast"], "--modes: unknown fast"),
+    ("benchmarks/inductor_norm_bwd.py", ["--out", "x", "--reps", "0"], "--reps must be"),
+    ("benchmarks/inductor_norm_bwd.py", ["--out", "x", "--cells", "8by8"], "--cells takes"),
+    ("benchmarks/inductor_norm_bwd.py", ["--out", "x"], "needs a CUDA GPU"),
 ])  # fmt: skip
 def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path):
     """Bad arguments (and no GPU here) exit 2 with the reason, before anything is measured."""
