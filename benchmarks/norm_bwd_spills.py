@@ -71,14 +71,19 @@ def captured_launches(sms: int):
 
 def compile_launch(fn, args, kwargs, arch: int = 90):
     """The launch compiled for ``arch``: pointers and integers divisible by 16 specialized as
-    Triton specializes them, every constexpr in the signature (by keyword, else its default)."""
+    Triton specializes them, every constexpr in the signature (by keyword or position, else its
+    default): a static width passed by position compiles as the constant it is on a GPU."""
     names = fn.arg_names
     options = {k: v for k, v in kwargs.items() if k in OPTIONS}
     constants = {k: v for k, v in kwargs.items() if k not in OPTIONS}
     signature, attrs = {}, {}
+    is_constexpr = {p.name: p.is_constexpr for p in fn.params}
     for name, value in zip([n for n in names if n not in constants], args, strict=False):
         index = (names.index(name),)
-        if isinstance(value, torch.Tensor):
+        if is_constexpr[name]:  # a constexpr passed by position (a static width)
+            signature[name] = "constexpr"
+            constants[name] = value
+        elif isinstance(value, torch.Tensor):
             signature[name] = POINTER_TYPES[value.dtype]
             attrs[index] = [["tt.divisibility", 16]]
         elif isinstance(value, float):
