@@ -267,8 +267,9 @@ OUT=${OUT:-out}
 # beside their peers, then notebook 03 executed); h200refresh (on an H200 only: the population's
 # forwards below 0.90x, the one-row rules' members and the peer shapes below target, both norms
 # and directions beside torch, torch.compile and Liger-Kernel, then notebook 03 executed);
-# inductorbwd (torch.compile's norm backward, default and max-autotune, beside normlab's at 8192
-# columns, with the Triton kernels Inductor generated and the configs it kept).
+# inductorbwd (LayerNorm's backward with its dx in two FMAs off and on, NORMLAB_NORM_BWD_DX_FOLD,
+# twice; torch.compile's norm backward, default and max-autotune, beside normlab's at 32768 x 8192,
+# with the Triton kernels Inductor generated and the configs it kept).
 STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, normcheck, addorder, addwidth, addtwopass, addprofile, addliger, addligerpop, lnwarps, addfp32, addfp32pop, plainfp32, warmcold, onewave, onewaverule, onewaveh200, h200refresh, inductorbwd or notebooks}
 case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | normcheck | addorder | addwidth | addtwopass | addprofile | addliger | addligerpop | lnwarps | addfp32 | addfp32pop | plainfp32 | warmcold | onewave | onewaverule | onewaveh200 | h200refresh | inductorbwd | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
@@ -429,6 +430,8 @@ notebooks_on() {  # notebooks_on LIMIT [NOTEBOOK...]: the notebooks (default all
 on_h200() {  # on_h200: is this card an H200?
   nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200
 }
+# LayerNorm backwards of one row a tile at 1024-8192 columns, and the peers' 32768 x 8192.
+DX_FOLD_CELLS=32768x8192,16384x8192,4096x8192,65536x4096,16384x5120,4096x1024,65536x768,512x2048
 # The population members whose one-row forward the one-warp and early-parameter rules change.
 ONE_WAVE_MEMBERS=593x37,783x120,868x136,1655x400,10885x408,12182x373
 one_wave_peers() {  # one_wave_peers LIMIT: those members beside torch, torch.compile and Liger
@@ -1602,8 +1605,14 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/population_refresh.jsonl"
     notebooks_on 150 notebooks/03-bounded-partials-and-wide-rows.ipynb
     ;;
-  inductorbwd)  # Inductor's norm backward beside normlab's, its kernels and kept configs
-    step inductor_norm_bwd 540 python3 benchmarks/inductor_norm_bwd.py --out "$OUT/inductor" \
+  inductorbwd)  # LayerNorm's dx in two FMAs off and on; Inductor's norm backward, its kernels
+    for run in 0a 1a 0b 1b; do  # NORMLAB_NORM_BWD_DX_FOLD off and on, twice
+      NORMLAB_NORM_BWD_DX_FOLD=${run:0:1} step "population_dxfold_$run" 50 python3 \
+        benchmarks/norm_population.py --ops layer_norm --impls normlab --reps 6 --timed-us 100 \
+        --families random,model,narrow,peers --cells "$DX_FOLD_CELLS" \
+        --out "$OUT/population_dxfold_$run.jsonl"
+    done
+    step inductor_norm_bwd 330 python3 benchmarks/inductor_norm_bwd.py --out "$OUT/inductor" \
       --cells 32768x8192 --ops layer_norm,rms_norm --reps 10
     tar -czf "$OUT/inductor.tgz" -C "$OUT" inductor && rm -r "$OUT/inductor"
     ;;

@@ -88,7 +88,6 @@ def main(argv=None) -> int:
     dev = device_info()
     command = portable_command(["python3", "benchmarks/inductor_norm_bwd.py",
                                 *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
-    records = []
     for m, n in cells:
         for op in ops:
             impls = {"normlab": lambda M, N, dt, d, op=op: registry.get(op, "normlab").build(
@@ -102,7 +101,7 @@ def main(argv=None) -> int:
                 run = build(m, n, torch.bfloat16, "bwd")
                 rec = measure(run, op, impl, m, n, torch.bfloat16, "bwd", device=dev,
                               reps=args.reps, command=command)  # fmt: skip
-                records.append(rec)
+                write_jsonl([rec], args.out / "records.jsonl", append=True)  # kept if cut short
                 print(f"{op} bwd {m}x{n} {impl}: {rec.device_us:.1f} us "
                       f"({rec.gbps:.0f} GB/s)", flush=True)  # fmt: skip
                 if impl != "normlab":
@@ -114,7 +113,6 @@ def main(argv=None) -> int:
                     text += [f"\n# ---- {Path(p).name}\n{src}" for p, src in sources.items()]
                     (args.out / name).write_text("\n".join(text))
                     torch._dynamo.reset()
-    write_jsonl(records, args.out / "records.jsonl")
     return 0
 
 

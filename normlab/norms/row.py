@@ -636,6 +636,7 @@ def _persistent_single_pass(
     SHIFT_VEC: tl.constexpr = 0,  # one-row tiles split at a 16-byte boundary: _shifted_bwd_rows
     BODY_B: tl.constexpr = 0,  # _shifted_bwd_rows' second body block (0: one block)
     LIGER_ORDER: tl.constexpr = False,  # tiles.bwd_tile_dw_first, w loaded every tile
+    WHOLE_COLS: tl.constexpr = False,  # n_cols == BLOCK_COLS at compile time: x̂ unmasked
 ):
     """The persistent backward, single pass: a fixed grid grid-strides BLOCK_ROWS x BLOCK_COLS row
     tiles (BLOCK_COLS >= n_cols) and folds them into one fp32 partial row per program (PAIRED:
@@ -674,6 +675,7 @@ def _persistent_single_pass(
                 tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
                 x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT,
                 HAS_DH, BLOCK_ROWS, BLOCK_COLS, x_cur, dy_cur, True, PAIR_SUMS, dh_cur,
+                WHOLE_COLS,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
@@ -690,7 +692,7 @@ def _persistent_single_pass(
             dw, db = bwd_tile_single_pass(
                 tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w, mean_ptr, rstd_ptr, n_rows, n_cols,
                 x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, IS_RMS, HAS_WEIGHT,
-                HAS_DH, BLOCK_ROWS, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS,
+                HAS_DH, BLOCK_ROWS, BLOCK_COLS, PAIR_SUMS=PAIR_SUMS, WHOLE_COLS=WHOLE_COLS,
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
@@ -779,7 +781,7 @@ def _norm_bwd_persistent_static_kernel(
         x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr, rstd_ptr, dw_partial_ptr, db_partial_ptr,
         n_rows, n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, offset, IS_RMS,
         HAS_WEIGHT, HAS_BIAS, HAS_DH, BLOCK_ROWS, BLOCK_COLS, LOOP_STAGES, PREFETCH, PAIRED,
-        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC, BODY_B, LIGER_ORDER,
+        PAIR_SUMS, ROW_ALIGN, SHIFT_VEC, BODY_B, LIGER_ORDER, n_cols == BLOCK_COLS,
     )  # fmt: skip
 
 

@@ -12,6 +12,10 @@ dx = dresidual = dh + the norm's dx (HAS_DH).
 import triton
 import triton.language as tl
 
+from normlab.norms import config
+
+DX_FOLD: tl.constexpr = tl.constexpr(config.NORM_BWD_DX_FOLD)  # LayerNorm's dx in two FMAs
+
 
 @triton.jit
 def known_multiple(value, ROW_ALIGN: tl.constexpr):
@@ -87,11 +91,14 @@ def load_x_dy(x_ptr, dy_ptr, rows64, cols, mask, x_row_stride, dy_row_stride):
 
 @triton.jit
 def xhat_wdy(x, dy, w, mask, mean, rstd, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr):
-    """fp32 (xhat, dy, w * dy) from a loaded tile (see load_xhat_wdy)."""
+    """fp32 (xhat, dy, w * dy) from a loaded tile (see load_xhat_wdy); ``mask`` None: the tile's
+    columns are whole (rows past the matrix load x and rstd as 0: their x̂ is 0 unmasked)."""
     x = x.to(tl.float32)
     dy = dy.to(tl.float32)
     if IS_RMS:
         xhat = x * rstd[:, None]
+    elif mask is None:
+        xhat = (x - mean[:, None]) * rstd[:, None]
     else:
         # Masked columns would give -mean * rstd; zero them so they add nothing to c1 or dw.
         xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
@@ -125,6 +132,8 @@ def store_dx(
     tile's dh as the caller loaded it)."""
     if IS_RMS:
         dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
+    elif DX_FOLD:  # rstd folded into the row's constants (config.NORM_BWD_DX_FOLD)
+        dx = wdy * rstd[:, None] - (xhat * (c1 * rstd)[:, None] + (c2 * rstd)[:, None])
     else:
         dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
     if HAS_DH:
@@ -187,6 +196,7 @@ def bwd_tile_single_pass(
     PRELOADED: tl.constexpr = False,
     PAIR_SUMS: tl.constexpr = False,
     dh_pre=None,
+    WHOLE_COLS: tl.constexpr = False,
 ):
     """dx of one BLOCK_ROWS tile whose rows fit in BLOCK_COLS (w: fp32 offset + weight
     [BLOCK_COLS], loaded once per program; HAS_DH adds dh into dx); returns the fp32 tile
@@ -194,7 +204,8 @@ def bwd_tile_single_pass(
     With PRELOADED, x_pre / dy_pre (and with HAS_DH dh_pre) are this tile's x and dy (and dh),
     already loaded (load_tile). Otherwise dh is loaded with the tile, before its row sums, so
     its memory round trip overlaps them instead of following them.
-    PAIR_SUMS: LayerNorm's two row sums in one reduction (one cross-warp exchange, not two)."""
+    PAIR_SUMS: LayerNorm's two row sums in one reduction (one cross-warp exchange, not two).
+    WHOLE_COLS: n_cols == BLOCK_COLS at compile time: x̂ unmasked (xhat_wdy)."""
     rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
@@ -205,12 +216,13 @@ def bwd_tile_single_pass(
         dh = load_rows(dh_ptr, rows64, cols, mask, dh_row_stride)
     mean, rstd = load_row_stats(mean_ptr, rstd_ptr, rows, row_mask, IS_RMS)
     if PRELOADED:
-        xhat, dy, wdy = xhat_wdy(x_pre, dy_pre, w, mask, mean, rstd, IS_RMS, HAS_WEIGHT)
+        x, dy = x_pre, dy_pre
     else:
-        xhat, dy, wdy = load_xhat_wdy(
-            x_ptr, dy_ptr, w, rows64, cols, mask, mean, rstd,
-            x_row_stride, dy_row_stride, IS_RMS, HAS_WEIGHT,
-        )  # fmt: skip
+        x, dy = load_x_dy(x_ptr, dy_ptr, rows64, cols, mask, x_row_stride, dy_row_stride)
+    if WHOLE_COLS:
+        xhat, dy, wdy = xhat_wdy(x, dy, w, None, mean, rstd, IS_RMS, HAS_WEIGHT)
+    else:
+        xhat, dy, wdy = xhat_wdy(x, dy, w, mask, mean, rstd, IS_RMS, HAS_WEIGHT)
     if IS_RMS:
         c1 = tl.sum(xhat * wdy, axis=1) / n_cols
         c2 = c1  # unread
