@@ -268,8 +268,9 @@ OUT=${OUT:-out}
 # forwards below 0.90x, the one-row rules' members and the peer shapes below target, both norms
 # and directions beside torch, torch.compile and Liger-Kernel, then notebook 03 executed);
 # inductorbwd (LayerNorm's backward with its dx in two FMAs off and on, NORMLAB_NORM_BWD_DX_FOLD,
-# twice; torch.compile's norm backward, default and max-autotune, beside normlab's at 32768 x 8192,
-# with the Triton kernels Inductor generated and the configs it kept).
+# twice; the row loop software-pipelined in 2-3 stages against the prefetch; torch.compile's norm
+# backward, default and max-autotune, beside normlab's at 32768 x 8192, with the Triton kernels
+# Inductor generated and the configs it kept).
 STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, normcheck, addorder, addwidth, addtwopass, addprofile, addliger, addligerpop, lnwarps, addfp32, addfp32pop, plainfp32, warmcold, onewave, onewaverule, onewaveh200, h200refresh, inductorbwd or notebooks}
 case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | normcheck | addorder | addwidth | addtwopass | addprofile | addliger | addligerpop | lnwarps | addfp32 | addfp32pop | plainfp32 | warmcold | onewave | onewaverule | onewaveh200 | h200refresh | inductorbwd | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
@@ -1607,12 +1608,16 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     ;;
   inductorbwd)  # LayerNorm's dx in two FMAs off and on; Inductor's norm backward, its kernels
     for run in 0a 1a 0b 1b; do  # NORMLAB_NORM_BWD_DX_FOLD off and on, twice
-      NORMLAB_NORM_BWD_DX_FOLD=${run:0:1} step "population_dxfold_$run" 50 python3 \
+      NORMLAB_NORM_BWD_DX_FOLD=${run:0:1} step "population_dxfold_$run" 40 python3 \
         benchmarks/norm_population.py --ops layer_norm --impls normlab --reps 6 --timed-us 100 \
         --families random,model,narrow,peers --cells "$DX_FOLD_CELLS" \
         --out "$OUT/population_dxfold_$run.jsonl"
     done
-    step inductor_norm_bwd 330 python3 benchmarks/inductor_norm_bwd.py --out "$OUT/inductor" \
+    step launch_variants_stages 90 python3 benchmarks/norm_launch_variants.py \
+      --out "$OUT/launch_variants_stages.jsonl" --reps 6 --only "stages|prefetch on w16 uns" \
+      --peers liger \
+      --cells layer_norm:bwd:32768x8192,rms_norm:bwd:32768x8192,layer_norm:bwd:16384x4096
+    step inductor_norm_bwd 280 python3 benchmarks/inductor_norm_bwd.py --out "$OUT/inductor" \
       --cells 32768x8192 --ops layer_norm,rms_norm --reps 10
     tar -czf "$OUT/inductor.tgz" -C "$OUT" inductor && rm -r "$OUT/inductor"
     ;;

@@ -16,8 +16,9 @@ persistent kernel and a reduce (``roles on|off``; by role on 1-16 warps, ``roles
 for one-row tiles, the next row prefetched
 or not at 8-32 warps, and without it the rows split at their first 16-byte boundary or not
 (``prefetch on|off wW shifted|unshifted``; the runs before ``6b0ce9a`` also timed shifted rows
-with the prefetch, since removed); past 8192 columns, shifted rows at 4-16 warps and 1 or 2
-programs an SM (``shifted wW ppsP``).
+with the prefetch, since removed), or the row loop software-pipelined through shared memory in
+2 or 3 stages on 8 or 16 warps (``stages S wW``); past 8192 columns, shifted rows at 4-16 warps
+and 1 or 2 programs an SM (``shifted wW ppsP``).
 ``--only REGEX`` times the variants whose name matches (and the default). Every variant's
 outputs are checked against the planned call's before it is timed. Records
 carry ``shape_set="norm_launch_variants"`` and the variant in ``impl``.
@@ -135,6 +136,12 @@ def _bwd_variants(x, w, b, dy, mean, rstd, is_rms, sms):
                                  row.norm_backward(dy, x, w, b, mean, rstd, is_rms,
                                                    prefetch=prefetch, num_warps=warps,
                                                    shift=shift))  # fmt: skip
+        for stages in (2, 3):  # the loop software-pipelined through shared memory, no prefetch
+            for warps in (8, 16):
+                out[f"stages {stages} w{warps}"] = (
+                    lambda stages=stages, warps=warps: row.norm_backward(
+                        dy, x, w, b, mean, rstd, is_rms, prefetch=False, loop_stages=stages,
+                        num_warps=warps, shift=False))  # fmt: skip
     if block_cols > 8192:  # the runtime-width single pass: shifted rows on fewer warps, 2 an SM
         for warps in (4, 8, 16):
             for per_sm in (1, 2):
