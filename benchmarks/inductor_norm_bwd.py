@@ -39,19 +39,22 @@ def _compiled(op: str, mode: str):
 
 def _kernel_sources() -> dict[str, str]:
     """Every module Inductor's code cache holds, by path: the compiled graphs and their kernels."""
+    return {m.__file__: Path(m.__file__).read_text() for m in _cached_modules()
+            if getattr(m, "__file__", None)}  # fmt: skip
+
+
+def _cached_modules() -> list:
+    """The modules of Inductor's code cache (a list in torch 2.11, a dict in later releases)."""
     from torch._inductor.codecache import PyCodeCache
 
-    return {getattr(m, "__file__", key): Path(m.__file__).read_text()
-            for key, m in list(PyCodeCache.modules.items())
-            if getattr(m, "__file__", None)}  # fmt: skip
+    mods = PyCodeCache.modules
+    return list(mods.values() if isinstance(mods, dict) else mods)
 
 
 def _kept_configs(paths) -> list[str]:
     """The launch config each kernel of these modules runs (its autotuner keeps one launcher)."""
-    from torch._inductor.codecache import PyCodeCache
-
     out = []
-    for m in list(PyCodeCache.modules.values()):
+    for m in _cached_modules():
         if getattr(m, "__file__", None) not in paths:
             continue
         for name, obj in vars(m).items():
