@@ -616,6 +616,13 @@ NORM_BWD_PARTIALS_MAX_SHARE = 0.5
 NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
 NORM_BWD_ATOMIC_BLOCK_ROWS = 1
 NORM_BWD_LOOP_STAGES = 1  # software pipelining measured slower than the register prefetch
+# except for LayerNorm's one-row tiles of NORM_BWD_LN_STAGED_COLS padded columns: beside its second
+# row sum and dβ, the prefetched next row leaves too few warps to hide the loads, and the loop
+# pipelined through shared memory in NORM_BWD_LN_STAGES stages keeps more rows in flight
+# (docs/planner.md#layernorms-row-loop-in-stages). NORMLAB_NORM_BWD_LN_STAGES=0: the prefetch.
+NORM_BWD_LN_STAGES = 3
+NORM_BWD_LN_STAGED_COLS = (2048, 8192)
+NORM_BWD_LN_STAGED = os.environ.get("NORMLAB_NORM_BWD_LN_STAGES", "1") != "0"
 NORM_BWD_PREFETCH = ((8192, True), (1 << 62, False))  # the next tile's loads fit in registers
 # The prefetched next tile is held as loaded beside the working tile's fp32 values. The fused
 # add's fp32 rows prefetch three tiles (h, dy, dh) of 16 elements a thread, 48 registers, and
@@ -748,6 +755,15 @@ def _bwd_prefetch(n_cols: int, is_rms: bool, fused_add: bool, prefetch_regs: int
     return _ladder(NORM_BWD_PREFETCH, n_cols)
 
 
+def bwd_ln_staged(block_cols: int, block_rows: int, is_rms: bool, fused_add: bool) -> bool:
+    """Does a LayerNorm single pass pipeline its row loop in NORM_BWD_LN_STAGES stages instead
+    of prefetching (above)? One-row tiles of NORM_BWD_LN_STAGED_COLS padded columns, not the
+    fused add's (it does not prefetch)."""
+    lo, hi = NORM_BWD_LN_STAGED_COLS
+    return (NORM_BWD_LN_STAGED and not is_rms and not fused_add and block_rows == 1
+            and lo <= block_cols <= hi)  # fmt: skip
+
+
 def register_budget(num_warps: int, programs_per_sm: int) -> int:
     """Registers a thread may take with ``programs_per_sm`` programs of ``num_warps`` warps
     resident on one SM: the register file over their threads, in ptxas' steps of 8, at most
@@ -841,6 +857,9 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
     if paired_partials is None:
         paired_partials = (programs_per_sm > NORM_BWD_PARTIALS_PER_SM
                            and strategy == "persistent" and not two_pass)  # fmt: skip
+    if (loop_stages is None and prefetch is None and strategy == "persistent" and not two_pass
+            and not one_warp and bwd_ln_staged(block_cols, block_rows, is_rms, fused_add)):
+        loop_stages, prefetch = NORM_BWD_LN_STAGES, False
     if maxnreg is None and fused_add and NORM_BWD_FUSED_ADD_REGISTER_BUDGET \
             and strategy == "persistent" and not two_pass:  # fmt: skip
         maxnreg = planned_maxnreg(num_warps, programs_per_sm, one_warp)
