@@ -267,8 +267,8 @@ OUT=${OUT:-out}
 # beside their peers, then notebook 03 executed); h200refresh (on an H200 only: the population's
 # forwards below 0.90x, the one-row rules' members and the peer shapes below target, both norms
 # and directions beside torch, torch.compile and Liger-Kernel, then notebook 03 executed);
-# inductorbwd (LayerNorm's backward with its dx in two FMAs off and on, NORMLAB_NORM_BWD_DX_FOLD,
-# twice; the row loop software-pipelined in 2-3 stages against the prefetch; torch.compile's norm
+# inductorbwd (LayerNorm's backward with its dx in two FMAs off and on, NORMLAB_NORM_BWD_DX_FOLD
+# at 22ee0a3, since removed, twice; the row loop software-pipelined in 2-3 stages against the prefetch; torch.compile's norm
 # backward, default and max-autotune, beside normlab's at 32768 x 8192, with the Triton kernels
 # Inductor generated and the configs it kept); lnstages (LayerNorm's one-row backward tiles of
 # 2048-8192 padded columns pipelined in stages, NORMLAB_NORM_BWD_LN_STAGES: the norm checks, the

@@ -231,29 +231,6 @@ def test_bwd_liger_order_rule(monkeypatch):
     assert not configs.bwd_liger_order(16384, True, 8, 2)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("dtype,n,fused", [(torch.float32, 37, True), (torch.bfloat16, 1031, False),
-                                          (torch.float16, 2048, True)], ids=str)  # fmt: skip
-def test_layer_norm_dx_fold_matches_fp64(monkeypatch, strategy, dtype, n, fused):
-    """LayerNorm's dx with rstd folded into the row's constants (config.NORM_BWD_DX_FOLD) and
-    unfolded, rows far from zero mean, with the fused add's dh: both against fp64, and the two
-    forms round differently in fp32 (the switch reaches the kernel)."""
-    from normlab.norms import tiles
-
-    x, w, b = _inputs(19, n, dtype, False, offset=2.0)
-    dy = torch.randn(19, n).to(dtype)
-    dh = torch.randn(19, n).to(dtype) if fused else None
-    dxs = []
-    for fold in (False, True):
-        monkeypatch.setattr(tiles, "DX_FOLD", triton.language.constexpr(fold))
-        _check_shifted_backward(x, dy, w, b, False, dh, strategy=strategy, shift=False)
-        _, mean, rstd = K.norm_forward(x, w, b, 1e-5, False, shift=False)
-        dxs.append(K.norm_backward(dy, x, w, b, mean, rstd, False, strategy=strategy,
-                                   shift=False)[0])  # fmt: skip
-    if dtype == torch.float32:
-        assert not torch.equal(dxs[0], dxs[1])
-
-
 # 19 rows over 16 programs, some two rows: one vector + 1, primes, one past a power of two.
 @pytest.mark.parametrize("dtype,is_rms,n,fused,has_w", [
     (torch.bfloat16, True, 9, False, True), (torch.bfloat16, True, 37, True, True),

@@ -1422,3 +1422,50 @@ def test_early_parameters_keep_the_sign_of_zero(m, n):
     assert torch.equal(torch.signbit(y), torch.signbit(want))
     assert torch.signbit(y[:, ::3]).all()
     assert_close(y, ref.rms_norm(x.double(), w.double(), 1e-6), reduce_len=n)
+
+
+def test_layer_norm_staged_backward_rule(monkeypatch):
+    """LayerNorm's single pass over one-row tiles of NORM_BWD_LN_STAGED_COLS padded columns
+    pipelines its row loop in NORM_BWD_LN_STAGES stages with no prefetch; narrower tiles of
+    several rows, wider rows, RMSNorm, the fused add and explicit knobs keep theirs; the switch
+    off, never."""
+    def plan(n, is_rms=False, **kw):
+        return config.norm_bwd_config("persistent", 16384, n, is_rms=is_rms, sm_count=132, **kw)
+
+    lo, hi = config.NORM_BWD_LN_STAGED_COLS
+    assert (lo, hi) == (2048, 8192) and config.NORM_BWD_LN_STAGES == 3
+    for on in (True, False):
+        monkeypatch.setattr(config, "NORM_BWD_LN_STAGED", on)
+        for n in (1025, 2048, 2049, 4096, 5000, 8192):  # padded 2048-8192: one row a tile
+            cfg = plan(n)
+            assert cfg.block_rows == 1 and lo <= cfg.block_cols <= hi
+            assert (cfg.loop_stages, cfg.prefetch) == ((3, False) if on else (1, True))
+            assert (plan(n, True).loop_stages, plan(n, True).prefetch) == (1, True)  # RMSNorm
+            assert plan(n, fused_add=True).loop_stages == 1
+            assert (plan(n, prefetch=True).loop_stages, plan(n, loop_stages=2).loop_stages) \
+                == (1, 2)  # fmt: skip
+        assert plan(1024).block_rows == 2 and plan(1024).loop_stages == 1
+        assert plan(8193).loop_stages == 1
+
+
+@pytest.mark.parametrize("on", [False, True], ids=["off", "on"])
+@pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 2048), (torch.float32, 2049),
+                                     (torch.bfloat16, 8192)], ids=str)  # fmt: skip
+def test_layer_norm_staged_backward_launch_against_fp64(monkeypatch, on, dtype, n):
+    """The planned LayerNorm backward at a staged width: LOOP_STAGES and PREFETCH follow the
+    rule, and dx, dγ, dβ match fp64 (rows far from zero mean, more rows than programs, the
+    exact static width 2048 and 8192 with x̂ unmasked, 2049 padded)."""
+    monkeypatch.setattr(config, "NORM_BWD_LN_STAGED", on)
+    launches = _spy_launches(monkeypatch, row)
+    m = 10 * SMS + 1  # past the decode batches' backward by role
+    x = (torch.randn(m, n) + 3.0).to(dtype).requires_grad_()
+    w = (1 + 0.1 * torch.randn(n)).to(dtype).requires_grad_()
+    b = (0.1 * torch.randn(n)).to(dtype).requires_grad_()
+    dy = torch.randn(m, n).to(dtype)
+    grads = torch.autograd.grad(normlab.layer_norm(x, w, b), (x, w, b), dy)
+    (kw,) = [kw for fn, kw in launches if "bwd_persistent" in fn.__name__]
+    assert (kw["LOOP_STAGES"], kw["PREFETCH"]) == ((3, False) if on else (1, True))
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    want = torch.autograd.grad(ref.layer_norm(*leaves, 1e-5), leaves, dy.double())
+    for got, exp, reduce_len in zip(grads, want, (n, m, m), strict=True):
+        assert_close(got, exp, dtype=dtype, reduce_len=reduce_len)

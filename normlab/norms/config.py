@@ -141,11 +141,6 @@ NORM_BWD_SHIFT_MAX_ROW_GROWTH = 1 / 16  # 132 programs -> 128: 3% more rows each
 # body blocks pad it less (docs/planner.md#two-body-blocks). NORMLAB_NORM_BWD_TWO_BLOCKS=0: one.
 NORM_BWD_TWO_BODY_BLOCKS = os.environ.get("NORMLAB_NORM_BWD_TWO_BLOCKS", "1") != "0"
 
-# LayerNorm's dx = w·dy·rstd − (x̂·c1·rstd + c2·rstd): rstd folded into the row's two constants,
-# two FMAs an element where (w·dy − (x̂·c1 + c2))·rstd issues three instructions
-# (docs/planner.md#layernorms-dx-in-two-fmas). NORMLAB_NORM_BWD_DX_FOLD=0: unfolded.
-NORM_BWD_DX_FOLD = os.environ.get("NORMLAB_NORM_BWD_DX_FOLD", "1") != "0"
-
 # RMSNorm's vector-aligned rows whose shifted tile would hold more than
 # NORM_BWD_SHIFT_MAX_PER_THREAD elements a thread (one 16384-column block past 12288 columns)
 # spill it: 240 B a thread with the fused add's dh. They take the unshifted single pass in

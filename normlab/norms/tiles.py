@@ -12,10 +12,6 @@ dx = dresidual = dh + the norm's dx (HAS_DH).
 import triton
 import triton.language as tl
 
-from normlab.norms import config
-
-DX_FOLD: tl.constexpr = tl.constexpr(config.NORM_BWD_DX_FOLD)  # LayerNorm's dx in two FMAs
-
 
 @triton.jit
 def known_multiple(value, ROW_ALIGN: tl.constexpr):
@@ -132,8 +128,6 @@ def store_dx(
     tile's dh as the caller loaded it)."""
     if IS_RMS:
         dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
-    elif DX_FOLD:  # rstd folded into the row's constants (config.NORM_BWD_DX_FOLD)
-        dx = wdy * rstd[:, None] - (xhat * (c1 * rstd)[:, None] + (c2 * rstd)[:, None])
     else:
         dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
     if HAS_DH:
