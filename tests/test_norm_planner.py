@@ -1195,12 +1195,14 @@ def test_fused_add_backward_compiles_within_its_planned_occupancy(n_cols):
     assert (odd.num_warps == 1) == config.one_warp_rows(n_cols + 1, 1, 2)
     assert odd.maxnreg == (None if odd.num_warps == 1 else config.register_budget(
         odd.num_warps, odd.programs_per_sm))
-    # LayerNorm's fused-add backward loads each tile in turn; its plain one, and RMSNorm's
-    # fused one, prefetch (up to 8192 columns)
+    # LayerNorm's fused-add backward loads each tile in turn; RMSNorm's fused one prefetches
+    # (up to 8192 columns), and LayerNorm's plain one where its row loop is not staged
     ln = config.norm_bwd_config("persistent", 4096, n_cols, is_rms=False, fused_add=True)
     assert not ln.prefetch and ln.maxnreg == config.register_budget(ln.num_warps,
                                                                      ln.programs_per_sm)
-    assert config.norm_bwd_config("persistent", 4096, n_cols, is_rms=False).prefetch
+    plain = config.norm_bwd_config("persistent", 4096, n_cols, is_rms=False)
+    assert plain.prefetch is not config.bwd_ln_staged(plain.block_cols, plain.block_rows, False,
+                                                      False)  # fmt: skip
     assert config.norm_bwd_config("persistent", 4096, n_cols, is_rms=False, fused_add=True,
                                   prefetch=True).prefetch  # fmt: skip
 
