@@ -272,7 +272,7 @@ OUT=${OUT:-out}
 # backward, default and max-autotune, beside normlab's at 32768 x 8192, with the Triton kernels
 # Inductor generated and the configs it kept); lnstages (LayerNorm's one-row backward tiles of
 # 2048-8192 padded columns pipelined in stages, NORMLAB_NORM_BWD_LN_STAGES: the norm checks, the
-# population's members 1025-8192 columns wide with it off and on, normlab alone).
+# members 1025-8192 columns wide with it off and on, normlab alone).
 STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, normcheck, addorder, addwidth, addtwopass, addprofile, addliger, addligerpop, lnwarps, addfp32, addfp32pop, plainfp32, warmcold, onewave, onewaverule, onewaveh200, h200refresh, inductorbwd, lnstages or notebooks}
 case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | normcheck | addorder | addwidth | addtwopass | addprofile | addliger | addligerpop | lnwarps | addfp32 | addfp32pop | plainfp32 | warmcold | onewave | onewaverule | onewaveh200 | h200refresh | inductorbwd | lnstages | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
@@ -433,15 +433,11 @@ notebooks_on() {  # notebooks_on LIMIT [NOTEBOOK...]: the notebooks (default all
 on_h200() {  # on_h200: is this card an H200?
   nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200
 }
-# The population's members 1025-8192 columns wide (LayerNorm's staged row loop), and the peers'.
-LN_STAGED_CELLS=1x1536,1x4096,1x8192,8x2048,8x8192,75x3310,110x2640,261x1110,512x1536,512x2048,\
-512x2560,512x2880,512x3072,512x3584,512x4096,512x5120,512x6144,512x7168,512x8192,627x2479,\
-1687x1718,1990x2326,3079x2526,4096x1536,4096x2048,4096x2560,4096x2880,4096x3072,4096x3584,\
-4096x4096,4096x5120,4096x6144,4096x7168,4096x8192,6062x7412,7526x3956,15080x1464,16384x1536,\
-16384x2048,16384x2560,16384x2880,16384x3072,16384x3584,16384x4096,16384x5120,16384x6144,\
-16384x7168,16384x8192,58399x5845,65536x1536,65536x2048,65536x2560,65536x2880,65536x3072,\
-65536x3584,65536x4096,65536x5120,65536x6144,65536x7168,65536x8192,74711x1906,80806x4323,\
-189780x1485,245086x5924,263731x1457,32768x8192,2048x16384
+# Population members 1025-8192 columns wide (LayerNorm's staged row loop), and the peers'.
+LN_STAGED_CELLS=1x4096,75x3310,110x2640,512x2048,512x4096,512x8192,627x2479,1687x1718,1990x2326,\
+3079x2526,4096x1536,4096x2048,4096x2880,4096x4096,4096x5120,4096x8192,6062x7412,7526x3956,\
+15080x1464,16384x2048,16384x3072,16384x4096,16384x6144,16384x8192,58399x5845,65536x1536,\
+65536x2560,65536x4096,65536x7168,65536x8192,74711x1906,80806x4323,189780x1485,32768x8192
 # LayerNorm backwards of one row a tile at 1024-8192 columns, and the peers' 32768 x 8192.
 DX_FOLD_CELLS=32768x8192,16384x8192,4096x8192,65536x4096,16384x5120,4096x1024,65536x768,512x2048
 # The population members whose one-row forward the one-warp and early-parameter rules change.
@@ -1620,7 +1616,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   lnstages)  # LayerNorm's row loop in stages: the norm checks, its members off and on
     check_norms
     for run in 0 1; do
-      NORMLAB_NORM_BWD_LN_STAGES=$run step "population_lnstages_$run" 150 python3 \
+      NORMLAB_NORM_BWD_LN_STAGES=$run step "population_lnstages_$run" 110 python3 \
         benchmarks/norm_population.py --ops layer_norm --impls normlab --reps 4 --timed-us 100 \
         --families random,model,narrow,peers --cells "$LN_STAGED_CELLS" \
         --out "$OUT/population_lnstages_$run.jsonl"
