@@ -1614,9 +1614,10 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     notebooks_on 150 notebooks/03-bounded-partials-and-wide-rows.ipynb
     ;;
   lnstages)  # LayerNorm's row loop in stages: the norm checks, its members off and on
-    check_norms
+    step gpu_check_norms 150 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
+      --quick --only norms
     for run in 0 1; do
-      NORMLAB_NORM_BWD_LN_STAGES=$run step "population_lnstages_$run" 110 python3 \
+      NORMLAB_NORM_BWD_LN_STAGES=$run step "population_lnstages_$run" 90 python3 \
         benchmarks/norm_population.py --ops layer_norm --impls normlab --reps 4 --timed-us 100 \
         --families random,model,narrow,peers --cells "$LN_STAGED_CELLS" \
         --out "$OUT/population_lnstages_$run.jsonl"
