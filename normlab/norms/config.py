@@ -141,6 +141,7 @@ NORM_BWD_SHIFT_MAX_ROW_GROWTH = 1 / 16  # 132 programs -> 128: 3% more rows each
 # body blocks pad it less (docs/planner.md#two-body-blocks). NORMLAB_NORM_BWD_TWO_BLOCKS=0: one.
 NORM_BWD_TWO_BODY_BLOCKS = os.environ.get("NORMLAB_NORM_BWD_TWO_BLOCKS", "1") != "0"
 
+
 # RMSNorm's vector-aligned rows whose shifted tile would hold more than
 # NORM_BWD_SHIFT_MAX_PER_THREAD elements a thread (one 16384-column block past 12288 columns)
 # spill it: 240 B a thread with the fused add's dh. They take the unshifted single pass in
@@ -610,10 +611,10 @@ NORM_BWD_PARTIALS_PER_SM = 2  # the partial rows' bound: past it, two programs s
 NORM_BWD_PARTIALS_MAX_SHARE = 0.5
 NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM = 32
 NORM_BWD_ATOMIC_BLOCK_ROWS = 1
-NORM_BWD_LOOP_STAGES = 1  # software pipelining measured slower than the register prefetch
-# except for LayerNorm's one-row tiles of NORM_BWD_LN_STAGED_COLS padded columns: beside its second
-# row sum and dβ, the prefetched next row leaves too few warps to hide the loads, and the loop
-# pipelined through shared memory in NORM_BWD_LN_STAGES stages keeps more rows in flight
+NORM_BWD_LOOP_STAGES = 1  # software pipelining measured slower than the register prefetch,
+# but for LayerNorm's one-row tiles of NORM_BWD_LN_STAGED_COLS padded columns: beside its second
+# row sum and dβ, one prefetched row in flight leaves the loads' latency uncovered, and the loop
+# pipelined through shared memory in NORM_BWD_LN_STAGES stages keeps two rows in flight
 # (docs/planner.md#layernorms-row-loop-in-stages). NORMLAB_NORM_BWD_LN_STAGES=0: the prefetch.
 NORM_BWD_LN_STAGES = 3
 NORM_BWD_LN_STAGED_COLS = (2048, 8192)
