@@ -441,6 +441,15 @@ LN_STAGED_CELLS=1x4096,75x3310,110x2640,512x2048,512x4096,512x8192,627x2479,1687
 65536x2560,65536x4096,65536x7168,65536x8192,74711x1906,80806x4323,189780x1485,32768x8192
 # LayerNorm backwards of one row a tile at 1024-8192 columns, and the peers' 32768 x 8192.
 DX_FOLD_CELLS=32768x8192,16384x8192,4096x8192,65536x4096,16384x5120,4096x1024,65536x768,512x2048
+ln_stages_ab() {  # ln_stages_ab LIMIT TIMED_US: LN_STAGED_CELLS with the staged loop off, then on
+  local run
+  for run in 0 1; do
+    NORMLAB_NORM_BWD_LN_STAGES=$run step "population_lnstages_$run" "$1" python3 \
+      benchmarks/norm_population.py --ops layer_norm --impls normlab --reps 4 --timed-us "$2" \
+      --families random,model,narrow,peers --cells "$LN_STAGED_CELLS" \
+      --out "$OUT/population_lnstages_$run.jsonl"
+  done
+}
 # The population members whose one-row forward the one-warp and early-parameter rules change.
 ONE_WAVE_MEMBERS=593x37,783x120,868x136,1655x400,10885x408,12182x373
 one_wave_peers() {  # one_wave_peers LIMIT: those members beside torch, torch.compile and Liger
@@ -1617,20 +1626,10 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   lnstages)  # LayerNorm's row loop in stages: the norm checks, its members off and on
     step gpu_check_norms 150 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_norms.json" \
       --quick --only norms
-    for run in 0 1; do
-      NORMLAB_NORM_BWD_LN_STAGES=$run step "population_lnstages_$run" 90 python3 \
-        benchmarks/norm_population.py --ops layer_norm --impls normlab --reps 4 --timed-us 100 \
-        --families random,model,narrow,peers --cells "$LN_STAGED_CELLS" \
-        --out "$OUT/population_lnstages_$run.jsonl"
-    done
+    ln_stages_ab 90 100
     ;;
   lnstagesab)  # LayerNorm's row loop in stages off and on, normlab alone, the members only
-    for run in 0 1; do
-      NORMLAB_NORM_BWD_LN_STAGES=$run step "population_lnstages_$run" 65 python3 \
-        benchmarks/norm_population.py --ops layer_norm --impls normlab --reps 4 --timed-us 60 \
-        --families random,model,narrow,peers --cells "$LN_STAGED_CELLS" \
-        --out "$OUT/population_lnstages_$run.jsonl"
-    done
+    ln_stages_ab 65 60
     ;;
   inductorbwd)  # LayerNorm's dx in two FMAs off and on; Inductor's norm backward, its kernels
     for run in 0a 1a 0b 1b; do  # NORMLAB_NORM_BWD_DX_FOLD off and on, twice
