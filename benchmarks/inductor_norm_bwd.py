@@ -44,11 +44,10 @@ def _kernel_sources() -> dict[str, str]:
 
 
 def _cached_modules() -> list:
-    """The modules of Inductor's code cache (a list in torch 2.11, a dict in later releases)."""
+    """The modules of Inductor's code cache (a list in torch 2.11 to 2.13)."""
     from torch._inductor.codecache import PyCodeCache
 
-    mods = PyCodeCache.modules
-    return list(mods.values() if isinstance(mods, dict) else mods)
+    return list(PyCodeCache.modules)
 
 
 def _kept_configs(paths) -> list[str]:
