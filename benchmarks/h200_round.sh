@@ -267,13 +267,13 @@ OUT=${OUT:-out}
 # beside their peers, then notebook 03 executed); h200refresh (on an H200 only: the population's
 # forwards below 0.90x, the one-row rules' members and the peer shapes below target, both norms
 # and directions beside torch, torch.compile and Liger-Kernel, then notebook 03 executed);
-# inductorbwd (LayerNorm's backward with its dx in two FMAs off and on, NORMLAB_NORM_BWD_DX_FOLD
-# at 22ee0a3, since removed, twice; the row loop software-pipelined in 2-3 stages against the prefetch; torch.compile's norm
-# backward, default and max-autotune, beside normlab's at 32768 x 8192, with the Triton kernels
-# Inductor generated and the configs it kept); lnstages (LayerNorm's one-row backward tiles of
-# 2048-8192 padded columns pipelined in stages, NORMLAB_NORM_BWD_LN_STAGES: the norm checks, the
-# members 1025-8192 columns wide with it off and on, normlab alone); lnstagesab (those members
-# off and on alone, within 140 s).
+# inductorbwd (the row loop software-pipelined in 2-3 stages against the prefetch; torch.compile's
+# norm backward, default and max-autotune, beside normlab's at 32768 x 8192, with the Triton
+# kernels Inductor generated and the configs it kept; at 22ee0a3 it first timed LayerNorm's dx in
+# two FMAs off and on, NORMLAB_NORM_BWD_DX_FOLD, since removed); lnstages (LayerNorm's one-row
+# backward tiles of 2048-8192 padded columns pipelined in stages, NORMLAB_NORM_BWD_LN_STAGES: the
+# norm checks, the members 1025-8192 columns wide with it off and on, normlab alone); lnstagesab
+# (those members off and on alone, within 140 s).
 STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, normcheck, addorder, addwidth, addtwopass, addprofile, addliger, addligerpop, lnwarps, addfp32, addfp32pop, plainfp32, warmcold, onewave, onewaverule, onewaveh200, h200refresh, inductorbwd, lnstages, lnstagesab or notebooks}
 case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | normcheck | addorder | addwidth | addtwopass | addprofile | addliger | addligerpop | lnwarps | addfp32 | addfp32pop | plainfp32 | warmcold | onewave | onewaverule | onewaveh200 | h200refresh | inductorbwd | lnstages | lnstagesab | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
@@ -439,8 +439,6 @@ LN_STAGED_CELLS=1x4096,75x3310,110x2640,512x2048,512x4096,512x8192,627x2479,1687
 3079x2526,4096x1536,4096x2048,4096x2880,4096x4096,4096x5120,4096x8192,6062x7412,7526x3956,\
 15080x1464,16384x2048,16384x3072,16384x4096,16384x6144,16384x8192,58399x5845,65536x1536,\
 65536x2560,65536x4096,65536x7168,65536x8192,74711x1906,80806x4323,189780x1485,32768x8192
-# LayerNorm backwards of one row a tile at 1024-8192 columns, and the peers' 32768 x 8192.
-DX_FOLD_CELLS=32768x8192,16384x8192,4096x8192,65536x4096,16384x5120,4096x1024,65536x768,512x2048
 ln_stages_ab() {  # ln_stages_ab LIMIT TIMED_US: LN_STAGED_CELLS with the staged loop off, then on
   local run
   for run in 0 1; do
@@ -1631,13 +1629,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   lnstagesab)  # LayerNorm's row loop in stages off and on, normlab alone, the members only
     ln_stages_ab 65 60
     ;;
-  inductorbwd)  # LayerNorm's dx in two FMAs off and on; Inductor's norm backward, its kernels
-    for run in 0a 1a 0b 1b; do  # NORMLAB_NORM_BWD_DX_FOLD off and on, twice
-      NORMLAB_NORM_BWD_DX_FOLD=${run:0:1} step "population_dxfold_$run" 40 python3 \
-        benchmarks/norm_population.py --ops layer_norm --impls normlab --reps 6 --timed-us 100 \
-        --families random,model,narrow,peers --cells "$DX_FOLD_CELLS" \
-        --out "$OUT/population_dxfold_$run.jsonl"
-    done
+  inductorbwd)  # the row loop in stages against the prefetch; Inductor's backward, its kernels
     step launch_variants_stages 90 python3 benchmarks/norm_launch_variants.py \
       --out "$OUT/launch_variants_stages.jsonl" --reps 6 --only "stages|prefetch on w16 uns" \
       --peers liger \
