@@ -42,6 +42,8 @@ POPULATION_GLOB = "normlab/data/*-population.jsonl.gz"
 VOCAB_GLOB = "benchmarks/data/vocab_population_*.jsonl.gz"
 # The fused residual add-norms over the population's model members.
 FUSED_ADD_GLOB = "benchmarks/data/population_addpop_*_h200.jsonl.gz"
+# The whole population at one later commit on an H100, when no H200 could be had.
+H100_POPULATION_GLOB = "benchmarks/data/population_all_*_h100.jsonl.gz"
 # An eighth of the population beside torch.compile compiled per member (dynamic=False).
 STATIC_COMPILE_GLOB = "benchmarks/data/population_static_compile_*.jsonl.gz"
 OUTPUT = REPO / "docs" / "results.md"
@@ -409,6 +411,7 @@ def render(paths: list[Path]) -> str:
     )
     out.append("## Summary\n\n" + summary_table(records))
     out.append(population_section(sorted(REPO.glob(POPULATION_GLOB))))
+    out.append(h100_population_section(sorted(REPO.glob(H100_POPULATION_GLOB))))
     out.append(static_compile_section(sorted(REPO.glob(STATIC_COMPILE_GLOB))))
     out.append(vocab_section(sorted(REPO.glob(VOCAB_GLOB))))
     out.append(fused_add_section(sorted(REPO.glob(FUSED_ADD_GLOB))))
@@ -472,6 +475,28 @@ def population_section(paths: list[Path]) -> str:
         f"{population.TARGET_GEOMEAN}×. `python3 benchmarks/norm_population.py --summary FILE` "
         "prints the same for any run; the cliff maps are in notebook 06 and the HTML report.\n\n"
         + verdict_table(population.verdicts(members)) + peers_text
+    )
+
+
+def h100_population_section(paths: list[Path]) -> str:
+    """The same verdicts over the whole population on an H100 at one later commit: the code of
+    today against the same peers, on the card that could be had (targets are the H200's)."""
+    records = [r for p in paths for r in read_records(p)]
+    if not records:
+        return ""
+    members = population.without_peers(records)
+    peers = population.peer_lines(records)
+    cards = ", ".join(sorted({r.card for r in records}))
+    return (
+        "### The whole population on an H100\n\n"
+        f"The H200 runs above predate later rules. The same members and peers at "
+        f"{_commits(records)} on an {cards} "
+        f"({', '.join(f'`{relative(p)}`' for p in paths)}; `benchmarks/data/README.md` has the "
+        "command), judged by the same rules; the targets are stated for the H200:\n\n"
+        + verdict_table(population.verdicts(members))
+        + ("\nThe peer shapes in the same run (`benchmarks/data/README.md` says which ran; the "
+           "32768×8192 target is the H200's, whose copy bandwidth is 1.4× the H100's):\n\n"
+           + "".join(f"- {line}\n" for line in peers) if peers else "")  # fmt: skip
     )
 
 

@@ -832,6 +832,50 @@ def test_rms_forward_one_wave_rule(monkeypatch):
     assert_close(y, _ref_fwd(x, w, None, 1e-6, True))
 
 
+def test_rms_forward_looped_rows_fit_l2_rule():
+    """The looped row only while the rows its resident programs hold between their two reads
+    (programs an SM x SMs, at most the rows, x row bytes) fit half the L2
+    (configs.looped_rows_fit_l2): at 132 SMs and 50 MiB, fp32 rows of 16384 columns loop up to
+    400 rows (4 programs of 16 warps an SM) and take one 16384-column block from 401; bf16 rows
+    and fp32 rows of 12288 and 8192 columns fit at any row count; the one-wave 8-warp grid at
+    8192 columns holds twice the programs, so fp32 loops up to 800 rows there; no L2 given, or
+    the switch off: the loop at any row count."""
+    sms, l2 = 132, 50 * 2**20
+    looped, one_block = configs.NormFwdConfig(4096, 16), configs.NormFwdConfig(16384, 16)
+    assert configs.norm_fwd_config(16384, True, 400, sms, element_size=4, l2_bytes=l2) == looped
+    assert configs.norm_fwd_config(16384, True, 401, sms, element_size=4, l2_bytes=l2) == one_block
+    for n, size in ((16384, 2), (12288, 4), (8192, 4)):
+        assert configs.norm_fwd_config(n, True, 10**6, sms, element_size=size,
+                                       l2_bytes=l2).block_size < n  # fmt: skip
+    wave = configs.NormFwdConfig(*configs.NORM_FWD_RMS_ONE_WAVE[8192][2])
+    assert configs.norm_fwd_config(8192, True, 800, sms, element_size=4, l2_bytes=l2) == wave
+    assert configs.norm_fwd_config(8192, True, 801, sms, element_size=4,
+                                   l2_bytes=l2).block_size == 8192  # fmt: skip
+    assert configs.norm_fwd_config(8192, True, 801, sms, element_size=2, l2_bytes=l2) == wave
+    for l2_given in (None, 0):
+        assert configs.norm_fwd_config(16384, True, 10**6, sms, element_size=4,
+                                       l2_bytes=l2_given) == looped  # fmt: skip
+    assert configs.norm_fwd_config(16384, False, 401, sms, element_size=4,
+                                   l2_bytes=l2) == one_block  # LayerNorm never loops  # fmt: skip
+
+
+def test_rms_forward_past_the_l2_launches_one_block(monkeypatch):
+    """The launch asks the device's L2 (here a stand-in of 1 MiB on the interpreter's 4 "SMs"):
+    fp32 rows of 8192 columns past the one-wave window, 4 programs of 16 warps an SM, hold 16
+    rows x 32 KiB = 512 KiB, half the L2, and loop; one KiB less L2 and the row is one block; both
+    match fp64."""
+    sms = _runtime.sm_count()
+    launched = _record_forward_launches(monkeypatch, "BLOCK_SIZE")
+    x, w, _ = _inputs(configs.NORM_FWD_RMS_ONE_WAVE[8192][1] * sms + 1, 8192, torch.float32, True)
+    want = _ref_fwd(x, w, None, 1e-6, True)
+    for l2, block in ((2**20, 4096), (2**20 - 1024, 8192)):
+        monkeypatch.setattr(_runtime, "l2_bytes", lambda device=None, l2=l2: l2)
+        launched.clear()
+        y = _fwd(x, w, None, 1e-6, True, layout="row")
+        assert launched == [block]
+        assert_close(y, want)
+
+
 def test_forward_int64_rows_only_where_needed():
     """int32 row offsets while rows x row stride stays below 2**31 for x and y."""
     rows = 2**31 // 8192  # rows x stride == 2**31: the last offset needs int64

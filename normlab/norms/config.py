@@ -258,9 +258,17 @@ NORM_FWD_MAX_PAD_WASTE = 0.125  # the masked tail a row's chunks may add (split-
 NORM_FWD_AUTOTUNE_BLOCKS = (512, 1024, 2048, 4096, 8192)  # the opt-in NORMLAB_AUTOTUNE space
 NORM_FWD_AUTOTUNE_WARPS = (4, 8, 16)
 # RMSNorm reads a wide row twice (the second time from L2) in 16-byte-per-thread chunks: fewer
-# registers per program, so more programs per SM hide the DRAM latency (width -> chunk, warps).
+# registers per program, so more programs per SM hide the DRAM latency (width -> chunk, warps;
+# docs/planner.md#rmsnorms-looped-row).
 NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (4096, 16),
                        16384: (4096, 16)}  # fmt: skip
+# The rows the looped programs hold between their two reads (resident programs x row bytes) stay
+# within this share of the L2, which y's stores and the next rows' first reads pass through too;
+# past it the second read goes to DRAM, so the row is one block read once.
+# NORMLAB_NORM_FWD_LOOP_L2=0: the L2 is not asked.
+NORM_FWD_LOOP_L2_SHARE = 0.5
+NORM_FWD_LOOP_L2 = os.environ.get("NORMLAB_NORM_FWD_LOOP_L2", "1") != "0"
+MAX_WARPS_PER_SM = 64  # sm_80 and sm_90
 # At 8192 columns, grids of 4-8 rows per SM fit one wave of 8-warp programs but not of 16-warp ones.
 NORM_FWD_RMS_ONE_WAVE = {8192: (4, 8, (4096, 8))}
 # fp32 RMSNorm rows of 513-1024 columns run one row a program on one warp: the row's one sum
@@ -411,13 +419,24 @@ def decode_rows(n_rows: int, n_cols: int, sm_count: int) -> bool:
     return n_rows <= _ladder(NORM_FWD_DECODE_ROWS_PER_SM, next_pow2(n_cols)) * sm_count
 
 
+def looped_rows_fit_l2(n_rows: int, n_cols: int, num_warps: int, element_size: int,
+                       sm_count: int, l2_bytes: int) -> bool:
+    """Do the rows a looped forward holds between its two reads fit NORM_FWD_LOOP_L2_SHARE of the
+    L2? Resident rows: the programs of ``num_warps`` warps every SM holds, at most ``n_rows``."""
+    per_sm = min(MAX_WARPS_PER_SM // num_warps, ONE_WARP_PROGRAMS_PER_SM)
+    held = min(n_rows, per_sm * sm_count) * n_cols * element_size
+    return held <= NORM_FWD_LOOP_L2_SHARE * l2_bytes
+
+
 def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None,
                     sm_count: int | None = None, fused_add: bool = False,
-                    element_size: int = 2) -> NormFwdConfig:  # fmt: skip
+                    element_size: int = 2,
+                    l2_bytes: int | None = None) -> NormFwdConfig:  # fmt: skip
     """The one-row-per-program forward's chunk and warps (``n_rows``/``sm_count`` left out: the
     row-count rules are ignored). ``fused_add``: the row is h = x + residual, which a looped
     forward would write in its first pass and read back in its second, so it stays one block.
-    ``element_size``: bytes per element of x."""
+    ``element_size``: bytes per element of x. ``l2_bytes`` (left out or 0: not asked): the
+    looped row only where its re-read rows fit the L2 (``looped_rows_fit_l2``)."""
     if n_cols > NORM_FWD_MAX_BLOCK:  # (the last chunk's padding is under 2048 / 32768 = 6%)
         return NormFwdConfig(block_size=NORM_FWD_WIDE_CHUNK, num_warps=NORM_FWD_WIDE_WARPS)
     block = min(next_pow2(n_cols), NORM_FWD_MAX_BLOCK)
@@ -434,17 +453,21 @@ def norm_fwd_config(n_cols: int, is_rms: bool = False, n_rows: int | None = None
               and not fused_add else None)  # fmt: skip
     if looped is not None and n_cols % looped[0]:
         looped = None  # a ragged last chunk is masked and re-read: one block reads the row once
+    wave = NORM_FWD_RMS_ONE_WAVE.get(next_pow2(n_cols))
+    if looped is not None and wave and n_rows is not None and sm_count:
+        lo, hi, cfg = wave
+        if lo * sm_count < n_rows <= hi * sm_count:
+            looped = cfg
+    if (looped is not None and NORM_FWD_LOOP_L2 and l2_bytes and n_rows and sm_count
+            and not looped_rows_fit_l2(n_rows, n_cols, looped[1], element_size, sm_count,
+                                       l2_bytes)):  # fmt: skip
+        looped = None  # the second read would come from DRAM: one block reads the row once
     if looped is None:
         per_thread = block // (32 * warps)
         early = ((few_rows and per_thread <= NORM_FWD_EARLY_MAX_PER_THREAD)
                  or (NORM_FWD_EARLY_ANY_ROWS
                      and per_thread <= NORM_FWD_EARLY_ANY_ROWS_MAX_PER_THREAD))  # fmt: skip
         return NormFwdConfig(block_size=block, num_warps=warps, early_params=bool(early))
-    wave = NORM_FWD_RMS_ONE_WAVE.get(next_pow2(n_cols))
-    if wave and n_rows is not None and sm_count:
-        lo, hi, cfg = wave
-        if lo * sm_count < n_rows <= hi * sm_count:
-            return NormFwdConfig(*cfg)
     return NormFwdConfig(*looped)
 
 

@@ -945,8 +945,10 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     b_arg = bias if bias is not None else stats
     args = (x2d, r, y, h, w_arg, b_arg, mean if mean is not None else stats, stats)
     row_align = config.kernel_row_align(math.gcd(*strides), x2d.element_size())
-    cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(x2d.device.index),
-                                 residual is not None, x2d.element_size())  # fmt: skip
+    device = x2d.device.index
+    cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(device),
+                                 residual is not None, x2d.element_size(),
+                                 _runtime.l2_bytes(device))  # fmt: skip
     block = next_pow2(block_size) if block_size else cfg.block_size
     warps = num_warps or cfg.num_warps
     if params_apart is None:
