@@ -436,6 +436,8 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/kernel_loops.py", ["--shape", "0x8"], "--shape takes MxV"),
     ("benchmarks/kernel_loops.py", ["--sms", "0"], "must be positive"),
     ("benchmarks/norm_population.py", ["--out", "x", "--timed-us", "-1"], "--timed-us must be"),
+    ("benchmarks/norm_population.py", ["--out", "x", "--peers-timed-us", "2e6"],
+     "--peers-timed-us must be"),
     ("benchmarks/norm_population.py", ["--out", "x", "--impls", "normlab,inductor"],
      "--impls takes"),
     ("benchmarks/norm_population.py", ["--out", "x", "--ops", "rms_norm,add_norm"],
