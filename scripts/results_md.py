@@ -479,8 +479,8 @@ def population_section(paths: list[Path]) -> str:
 
 
 def h100_population_section(paths: list[Path]) -> str:
-    """The same verdicts over the whole population on an H100 at one later commit: the code of
-    today against the same peers, on the card that could be had (targets are the H200's)."""
+    """The same verdicts over the whole population on an H100 at one later commit than the H200
+    records: that commit's rules against the same peers (the targets are the H200's)."""
     records = [r for p in paths for r in read_records(p)]
     if not records:
         return ""

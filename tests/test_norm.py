@@ -832,7 +832,7 @@ def test_rms_forward_one_wave_rule(monkeypatch):
     assert_close(y, _ref_fwd(x, w, None, 1e-6, True))
 
 
-def test_rms_forward_looped_rows_fit_l2_rule():
+def test_rms_forward_looped_rows_fit_l2_rule(monkeypatch):
     """The looped row only while the rows its resident programs hold between their two reads
     (programs an SM x SMs, at most the rows, x row bytes) fit half the L2
     (configs.looped_rows_fit_l2): at 132 SMs and 50 MiB, fp32 rows of 16384 columns loop up to
@@ -855,8 +855,11 @@ def test_rms_forward_looped_rows_fit_l2_rule():
     for l2_given in (None, 0):
         assert configs.norm_fwd_config(16384, True, 10**6, sms, element_size=4,
                                        l2_bytes=l2_given) == looped  # fmt: skip
+    # LayerNorm never loops
     assert configs.norm_fwd_config(16384, False, 401, sms, element_size=4,
-                                   l2_bytes=l2) == one_block  # LayerNorm never loops  # fmt: skip
+                                   l2_bytes=l2) == one_block  # fmt: skip
+    monkeypatch.setattr(configs, "NORM_FWD_LOOP_L2", False)
+    assert configs.norm_fwd_config(16384, True, 10**6, sms, element_size=4, l2_bytes=l2) == looped
 
 
 def test_rms_forward_past_the_l2_launches_one_block(monkeypatch):
