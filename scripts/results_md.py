@@ -452,6 +452,12 @@ def _commits(records) -> str:
     return f"commit{'s' if len(commits) > 1 else ''} " + ", ".join(f"`{c}`" for c in commits)
 
 
+def peer_bullets(records, lead: str) -> str:
+    """The peer shapes' verdict lines (``population.peer_lines``) under ``lead``; "" if none."""
+    peers = population.peer_lines(records)
+    return f"\n{lead}:\n\n" + "".join(f"- {line}\n" for line in peers) if peers else ""
+
+
 def population_section(paths: list[Path]) -> str:
     """The shape population against its targets: per op and direction, the geomean of best peer
     / normlab, the members below 0.90x and the five worst (``normlab.bench.population``); then
@@ -460,10 +466,9 @@ def population_section(paths: list[Path]) -> str:
     if not records:
         return ""
     members = population.without_peers(records)
-    peers = population.peer_lines(records)
-    peers_text = ("\nThe 11 peer shapes, timed in the same runs (records tagged "
-                  f"`shape_set: \"{population.PEERS_SET}\"`, not among the members above):\n\n"
-                  + "".join(f"- {line}\n" for line in peers)) if peers else ""  # fmt: skip
+    peers_text = peer_bullets(records, "The 11 peer shapes, timed in the same runs (records tagged "
+                              f"`shape_set: \"{population.PEERS_SET}\"`, not among the members "
+                              "above)")  # fmt: skip
     one_run = len({r.commit for r in members}) == 1
     covers = "gives its commands" if one_run else "says which members each run covers"
     return (
@@ -485,7 +490,6 @@ def h100_population_section(paths: list[Path]) -> str:
     if not records:
         return ""
     members = population.without_peers(records)
-    peers = population.peer_lines(records)
     cards = ", ".join(sorted({r.card for r in records}))
     return (
         "### The whole population on an H100\n\n"
@@ -494,9 +498,9 @@ def h100_population_section(paths: list[Path]) -> str:
         f"({', '.join(f'`{relative(p)}`' for p in paths)}; `benchmarks/data/README.md` has the "
         "command), judged by the same rules; the targets are stated for the H200:\n\n"
         + verdict_table(population.verdicts(members))
-        + ("\nThe peer shapes in the same run (`benchmarks/data/README.md` says which ran; the "
-           "32768×8192 target is the H200's, whose copy bandwidth is 1.4× the H100's):\n\n"
-           + "".join(f"- {line}\n" for line in peers) if peers else "")  # fmt: skip
+        + peer_bullets(records, "The peer shapes in the same run (`benchmarks/data/README.md` "
+                       "says which ran; the 32768×8192 target is the H200's, whose copy bandwidth "
+                       "is 1.4× the H100's)")  # fmt: skip
     )
 
 

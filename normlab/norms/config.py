@@ -217,6 +217,7 @@ def waves(n_programs: int, programs_per_sm: int, sm_count: int) -> float:
 ONE_WARP_MAX_COLS = 1024  # the widest row one warp takes: 32 elements a lane
 ONE_WARP_FWD_TILE_ELEMS = 1024  # the block-row forward's tile: 32 elements a lane
 ONE_WARP_BWD_TILE_ELEMS = 512  # the backward's (x, dy, two fp32 accumulators): 16 a lane
+MAX_WARPS_PER_SM = 64  # resident warps an SM holds (sm_80, sm_90)
 ONE_WARP_PROGRAMS_PER_SM = 32  # the most programs an SM holds: 32 of its 64 warps
 
 
@@ -268,7 +269,6 @@ NORM_FWD_RMS_LOOPED = {1024: (512, 2), 2048: (1024, 4), 4096: (2048, 8), 8192: (
 # NORMLAB_NORM_FWD_LOOP_L2=0: the L2 is not asked.
 NORM_FWD_LOOP_L2_SHARE = 0.5
 NORM_FWD_LOOP_L2 = os.environ.get("NORMLAB_NORM_FWD_LOOP_L2", "1") != "0"
-MAX_WARPS_PER_SM = 64  # sm_80 and sm_90
 # At 8192 columns, grids of 4-8 rows per SM fit one wave of 8-warp programs but not of 16-warp ones.
 NORM_FWD_RMS_ONE_WAVE = {8192: (4, 8, (4096, 8))}
 # fp32 RMSNorm rows of 513-1024 columns run one row a program on one warp: the row's one sum
