@@ -106,6 +106,7 @@ def _fwd_variants(x, w, b, is_rms, sms):
             for warps in (16, 32):
                 out[f"block 32768 w{warps}"] = (lambda warps=warps: row.norm_forward(
                     x, w, b, eps, is_rms, block_size=32768, num_warps=warps))  # fmt: skip
+    if n > config.SPLIT_ROW_FWD_MIN_COLS:  # each row over several programs, two launches
         for cols in (2048, 4096):
             out[f"split {cols}"] = (lambda cols=cols: split_row.split_row_forward(
                 x, w, b, eps, is_rms, config.split_chunk(cols)))  # fmt: skip

@@ -36,6 +36,7 @@ def test_launches_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, kind, m
     ``launch``'s known keys (replay off)."""
     monkeypatch.setattr(_launch, "REPLAY", replay)
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 1.0)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
@@ -69,6 +70,7 @@ def test_inference_calls_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, 
     """Calls 2 and 3 of an inference signature (3-D input) replay from its own cache, and the
     third x's pointer reaches the launcher."""
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 1.0)
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
     monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
     w, b = torch.rand(n), torch.rand(n)
@@ -136,6 +138,7 @@ def test_unrolled_replays_launch_as_the_generic_one(gpu_path, monkeypatch, kind,
     launcher what the generic replay hands it: the same constants and role pointers, buffers of
     the same shapes and dtypes in the same places, and the same outputs' layout."""
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 1.0)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))

@@ -64,6 +64,7 @@ def small_split(monkeypatch):
     rows a step, so every kernel sees several chunks, a ragged last chunk and a ragged last row
     step at small widths."""
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 1.0)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
@@ -73,23 +74,40 @@ def small_split(monkeypatch):
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
 def test_split_rule_at_its_switches(direction):
-    """Split exactly when there are fewer rows than SMs and the row is wider than
-    SPLIT_ROW_FWD_MIN_COLS (forward) / SPLIT_ROW_BWD_MIN_COLS (backward); only under layout
-    "auto", and the backward only under strategy "auto"."""
+    """Split only with fewer rows than SMs, each wider than SPLIT_ROW_FWD_MIN_COLS (forward) /
+    SPLIT_ROW_BWD_MIN_COLS (backward); only under layout "auto", and the backward only under
+    strategy "auto". The forward splits a row that fits one block only at up to
+    SPLIT_ROW_FWD_MAX_ROWS_PER_SM rows a SM."""
     n = config.SPLIT_ROW_FWD_MIN_COLS if direction == "fwd" else config.SPLIT_ROW_BWD_MIN_COLS
     sms = 132
+    few = int(config.SPLIT_ROW_FWD_MAX_ROWS_PER_SM * sms) if direction == "fwd" else sms - 1
 
     def split(*args, **kwargs):
         plan = config.plan(*args, **kwargs)
         return (plan.fwd_split if direction == "fwd" else plan.bwd_split) is not None
 
-    assert split(True, sms - 1, n + 1, sm_count=sms)
+    assert split(True, few, n + 1, sm_count=sms)
     assert not split(True, sms, n + 1, sm_count=sms)
-    assert not split(True, sms - 1, n, sm_count=sms)
+    assert not split(True, few, n, sm_count=sms)
     assert not split(True, 0, n + 1, sm_count=sms)  # nothing to launch
     assert not split(True, 1, n + 1)  # no SM count, no split
     assert not split(False, 1, n + 1, layout="row", sm_count=sms)
     assert split(False, 1, n + 1, "two_stage", sm_count=sms) == (direction == "fwd")
+
+
+def test_split_forward_rows_per_sm_switch():
+    """A row that fits one block splits at up to SPLIT_ROW_FWD_MAX_ROWS_PER_SM rows a SM and runs
+    one program a row past it; a row wider than one block splits at any row count under the SMs.
+    The bound scales with the SMs."""
+    wide, block = config.SPLIT_ROW_FWD_MIN_COLS + 1, config.NORM_FWD_MAX_BLOCK
+    for sms in (132, 78, 4):
+        few = int(config.SPLIT_ROW_FWD_MAX_ROWS_PER_SM * sms)
+        for n in (wide, block):
+            assert config.split_row_fwd(few, n, sms) == (few > 0)
+            assert not config.split_row_fwd(few + 1, n, sms)
+            assert config.plan(True, few + 1, n, sm_count=sms).fwd_split is None
+        assert config.split_row_fwd(sms - 1, block + 1, sms)
+        assert not config.split_row_fwd(sms, block + 1, sms)
 
 
 def test_split_chunks_follow_their_rules():
@@ -132,6 +150,19 @@ def test_split_chunks_follow_their_rules():
 def test_split_rows_match_fp64(is_rms, m, n, dtype):
     assert config.plan(is_rms, m, n, sm_count=SMS).fwd_split is not None
     _check(m, n, dtype, is_rms)
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_split_forward_rows_per_sm_bound_matches_fp64(monkeypatch, is_rms):
+    """Either side of SPLIT_ROW_FWD_MAX_ROWS_PER_SM (at the interpreter's SMs and a half share):
+    the split rows and the one-block rows past them both match fp64."""
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 0.5)
+    few = SMS // 2
+    for m, split in ((few, True), (few + 1, False)):
+        assert (config.plan(is_rms, m, 67, sm_count=SMS).fwd_split is not None) == split
+        _check(m, 67, torch.float32, is_rms)
 
 
 def test_split_backward_rule_at_its_switches():

@@ -73,6 +73,7 @@ def _grad_recordings():
 
 def _split_small(monkeypatch):
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 1.0)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
     monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
     monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))

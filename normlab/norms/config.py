@@ -299,6 +299,10 @@ NORM_FWD_DECODE_WARPS = os.environ.get("NORMLAB_DECODE_WARPS", "1") != "0"
 # ---- few wide rows: each row split over several programs (norms/split_row.py) -------------
 
 SPLIT_ROW_FWD_MIN_COLS = 16384  # up to here a few rows run one program each, one launch
+# A row that fits one block is read once in one launch; split, it is read twice over two (its
+# sums, then the normalize reading it again from L2). That pays only while one program a row
+# would leave at least three quarters of the SMs idle (docs/planner.md#split-rows).
+SPLIT_ROW_FWD_MAX_ROWS_PER_SM = 0.25
 SPLIT_ROW_BWD_MIN_COLS = 8192  # past the compile-time-width single pass, one program per row tile
 SPLIT_ROW_FWD_COLS = 4096  # forward chunk: 8 KB of bf16 per program, one load per thread-vector
 SPLIT_ROW_BWD_CHUNKS = (2048, 1024, 512, 256, 128)  # the dx kernel's column chunks, widest first
@@ -321,6 +325,15 @@ def split_row(n_rows: int, n_cols: int, sm_count: int, min_cols: int) -> bool:
     """Fewer rows than SMs, each wider than ``min_cols``: one program per row would leave SMs
     idle while each busy one walks its row."""
     return 0 < n_rows < sm_count and n_cols > min_cols
+
+
+def split_row_fwd(n_rows: int, n_cols: int, sm_count: int) -> bool:
+    """Does the forward split its rows? A few rows wider than SPLIT_ROW_FWD_MIN_COLS, and either
+    wider than one block (one program would walk its row twice anyway) or at most
+    SPLIT_ROW_FWD_MAX_ROWS_PER_SM a SM."""
+    if not split_row(n_rows, n_cols, sm_count, SPLIT_ROW_FWD_MIN_COLS):
+        return False
+    return n_cols > NORM_FWD_MAX_BLOCK or n_rows <= SPLIT_ROW_FWD_MAX_ROWS_PER_SM * sm_count
 
 
 def split_row_fwd_chunk(n_cols: int) -> SplitRowChunk:
@@ -1072,7 +1085,7 @@ def plan(is_rms: bool, n_rows: int, n_cols: int, strategy: str = "auto",
         return NormPlan("block_row", None, not block_row_recompute_stats(n_cols, is_rms),
                         "persistent")  # fmt: skip
     auto = layout == "auto" and sm_count is not None
-    split_fwd = auto and split_row(n_rows, n_cols, sm_count, SPLIT_ROW_FWD_MIN_COLS)
+    split_fwd = auto and split_row_fwd(n_rows, n_cols, sm_count)
     split_bwd = (auto and strategy == "auto" and n_rows > 0
                  and n_cols > split_row_bwd_min_cols(is_rms, n_rows, sm_count))  # fmt: skip
     # Row tiles (the wide rows' windows, the narrow rows' tiles) start above the decode rows.
