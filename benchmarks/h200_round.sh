@@ -105,7 +105,8 @@
 # torch.compile per cell); narrowafter, narrowfinal, narrowone (the same and more narrow cells
 # after their rules; narrowone then the staticcompile subset);
 # onerow (the members the split forward's bound moves, beside peers; one-row backwards: the
-# planned tile against one-row tiles, the fused add's variants).
+# planned tile against one-row tiles, the fused add's variants; decode batches of rows not vector
+# aligned, shifted or not).
 # lossregs (the fused loss kernel's register caps: the loss options with none, 72 and 64 registers
 # a thread at tiles 2048 and 4096, at 131072 and 32768 columns; the norms with the fused add
 # inside torch.compile).
@@ -1662,6 +1663,11 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/launch_variants_onerow.jsonl"
     step fused_add_onerow 90 python3 benchmarks/norm_fused_add.py --reps 10 \
       --cells 1x768,1x4096 --out "$OUT/fused_add_onerow.jsonl"
+    cells=$(for op in rms_norm layer_norm; do for c in 8x4099 8x9383 33x9383 8x18159 48x18159 \
+      106x18159 131x18159 12x973 115x577 106x8191; do printf '%s:fwd:%s,' $op "$c"; done; done)
+    step launch_variants_shifted 120 python3 benchmarks/norm_launch_variants.py --reps 8 \
+      --peers liger --only "^row w(4|8|16)( shifted)?$" --cells "${cells%,}" \
+      --out "$OUT/launch_variants_shifted.jsonl"
     ;;
   inductorbwd)  # the row loop in stages against the prefetch; Inductor's backward, its kernels
     step launch_variants_stages 90 python3 benchmarks/norm_launch_variants.py \

@@ -6,7 +6,8 @@ For each cell (op, direction, M x N, dtype): normlab's planned call ("default"),
 launcher with one knob moved, and torch, torch.compile and Liger-Kernel, timed in one process
 (device time, L2 flushed). Forward knobs: the pointwise forward's block and warps for rows of
 one column (``pointwise BxW``), one row per program at 1-16 warps (``row wW``; with
-``early``/``late``, the parameters loaded with x or after the row's sums), the block-row tile
+``early``/``late``, the parameters loaded with x or after the row's sums; ``shifted``, a row not
+vector aligned loaded from its first 16-byte boundary wherever it can be), the block-row tile
 (``tile RxW``: rows by warps, for narrow rows of up to 256 columns and for wide ones), the
 wide-row chunk (``chunk C wW``), one 32768-column block (``block 32768 wW``) and the split-row
 forward (``split C``). Backward knobs: the persistent grid's programs per SM with and without
@@ -75,6 +76,11 @@ def _fwd_variants(x, w, b, is_rms, sms):
                         lambda warps=warps, block=block, early=early: row.norm_forward(
                             x, w, b, eps, is_rms, block_size=block, num_warps=warps,
                             early_params=early))  # fmt: skip
+                if n % (16 // x.element_size()):  # rows not vector aligned: from the first vector
+                    out[f"row w{warps} shifted"] = (
+                        lambda warps=warps, block=block: row.norm_forward(
+                            x, w, b, eps, is_rms, block_size=block, num_warps=warps,
+                            shift=True))  # fmt: skip
         if n == 1:  # rows of one column: the pointwise forward's block and warps
             for block in (64, 128, 256, 512, 1024, 2048):
                 for warps in (1, 2, 4):
