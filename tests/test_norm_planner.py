@@ -436,6 +436,8 @@ def test_backward_tile_rows_rule():
     assert rows(4 * 132, 512, 132) == budget
     assert rows(10**6, 512, 132) == budget  # never past the element budget
     assert rows(13, 512, 0) == budget  # no SM count: the budget alone
+    assert rows(1, 512, 132) == 1 and rows(1, 512, 0) == 1  # never more rows than the call's
+    assert rows(3, 512, 132) == budget == 4 and rows(2, 512, 132) == 2
     assert rows(10**6, 32, 132) == config.NORM_BWD_MAX_BLOCK_ROWS
     assert config.norm_bwd_config("persistent", 13, 448, sm_count=132).block_rows == 1
     assert config.norm_bwd_one_program(config.NORM_BWD_ONE_PROGRAM_TILES)
@@ -444,6 +446,8 @@ def test_backward_tile_rows_rule():
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 @pytest.mark.parametrize(("m", "n", "one_program"), [
+    (1, 448, True),  # one row: a one-row tile
+    (3, 448, True),  # a 4-row tile, one row masked
     (4, 448, True),  # one 4-row tile
     (8, 448, True),  # two: one program still writes dγ/dβ itself
     (9, 448, False),  # one row past: smaller tiles, a grid and the reduce

@@ -704,8 +704,11 @@ def norm_bwd_two_pass(n_cols: int, is_rms: bool, n_rows: int) -> bool:
 def norm_bwd_block_rows(n_rows: int, block_cols: int, sm_count: int = 0) -> int:
     """Rows per single-pass tile: NORM_BWD_TILE_ELEMS elements, unless the rows would then
     leave SMs without a tile (NORM_BWD_TILES_PER_SM; ``sm_count`` 0: no bound). Rows that fit
-    one program's NORM_BWD_ONE_PROGRAM_TILES tiles keep them (norm_bwd_one_program)."""
-    rows = max(1, min(NORM_BWD_TILE_ELEMS // block_cols, NORM_BWD_MAX_BLOCK_ROWS))
+    one program's NORM_BWD_ONE_PROGRAM_TILES tiles keep them (norm_bwd_one_program). A tile
+    holds at most the call's rows (padded to a power of two): a masked row costs every thread its
+    registers and instructions all the same."""
+    rows = max(1, min(NORM_BWD_TILE_ELEMS // block_cols, NORM_BWD_MAX_BLOCK_ROWS,
+                      next_pow2(max(1, n_rows))))  # fmt: skip
     if sm_count and n_rows > NORM_BWD_ONE_PROGRAM_TILES * rows:
         rows = min(rows, prev_pow2(max(1, n_rows // (NORM_BWD_TILES_PER_SM * sm_count))))
     return rows
