@@ -143,8 +143,9 @@ def _tool(name: str) -> str:
 
 
 def analyse(kernel) -> tuple[dict, list]:
-    """(resource usage, loops): loops as (instructions, opcode counts), one per backward
-    branch of the SASS that encloses no other."""
+    """(resource usage, loops): usage as ptxas' REG, STACK, SHARED and the SASS's instruction
+    count (INSTR); loops as (instructions, opcode counts), one per backward branch of the SASS
+    that encloses no other."""
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
         cubin.write_bytes(kernel.asm["cubin"])
@@ -166,6 +167,7 @@ def analyse(kernel) -> tuple[dict, list]:
                 labels[name] = addr
             pending = []
             instrs.append((addr, re.sub(r"^@!?U?P\w+\s+", "", m.group(2))))
+    resources["INSTR"] = len(instrs)
     spans = []
     for addr, text in instrs:
         target = _BRANCH.search(text)

@@ -6,11 +6,11 @@
 For each cell, norm and dtype, ``row.norm_backward`` plans the backward as on a card of ``--sms``
 SMs, with the launches captured instead of run. Each launch of the row kernels is then compiled
 ahead of time for an H100/H200 (``sm_90``) with this machine's Triton and its ``ptxas``. The
-script prints the kernel, its grid, warps and register cap, and the registers and stack a thread
-takes (ptxas' ``STACK``: local memory). A planned kernel that spills in its row loop once fell off
-a cliff: past 12288 columns the shifted tile spilled 240 B a thread and the fused add's backward
-ran 33% slower per byte (docs/notes/2026-12-06-liger-order-past-12288-columns.md). This finds
-such plans without a GPU.
+script prints the kernel, its grid, warps and register cap, the registers and stack a thread
+takes (ptxas' ``STACK``: local memory) and the kernel's SASS instructions. A planned kernel that
+spills in its row loop once fell off a cliff: past 12288 columns the shifted tile spilled 240 B a
+thread and the fused add's backward ran 33% slower per byte
+(docs/notes/2026-12-06-liger-order-past-12288-columns.md). This finds such plans without a GPU.
 
 ``--fused yes`` plans the fused add's backward (it reads dh too). ``--set KEY=VALUE`` passes a
 keyword of ``row.norm_backward`` (a Python literal: ``prefetch=False``, ``maxnreg=0``,
@@ -146,7 +146,8 @@ def main(argv=None) -> int:
             resources, _ = analyse(kernel)
             name = ("add_" if dh is not None else "") + op
             print(f"{name} {m}x{n} {dtype}: {fn.__name__} grid {grid[0]}, {options}: "
-                  f"{resources['REG']} registers, {resources['STACK']} B stack", flush=True)
+                  f"{resources['REG']} registers, {resources['STACK']} B stack, "
+                  f"{resources['INSTR']} instructions", flush=True)
     return 0
 
 
