@@ -98,6 +98,14 @@ def test_shift_rule():
         rows = max(m for m in range(1, many) if configs.decode_rows(m, n, sms))
         assert configs.shift_vec(1, 2, rows, n, sms, n, n) == 0
         assert configs.shift_vec(1, 2, rows + 1, n, sms, n, n) == 8
+    # a decode batch's row of NORM_FWD_DECODE_SHIFT_MIN_BYTES is shifted, a vector less is not
+    big = configs.NORM_FWD_DECODE_SHIFT_MIN_BYTES
+    for size, vec in ((2, 8), (4, 4)):
+        n = big // size + 1
+        assert configs.decode_rows(sms, n, sms)
+        assert configs.shift_vec(1, size, sms, n, sms, n, n) == vec
+        assert configs.shift_vec(1, size, 1, n, sms, n, n) == vec
+        assert configs.shift_vec(1, size, sms, n - vec, sms, n - vec, n - vec) == 0
     least = configs.NORM_FWD_SHIFT_MIN_VECTORS * 8
     assert configs.shift_vec(1, 2, many, least, sms, least + 1, least + 1) == 8
     assert configs.shift_vec(1, 2, many, least - 1, sms, least - 1, least - 1) == 0
@@ -105,6 +113,22 @@ def test_shift_rule():
     assert configs.shift_vec(1, 2, many, 825, sms, 828, 825) == 0
     assert configs.shift_vec(8, 2, 1, 8, sms, 8, 8, force=True) == 8
     assert configs.shift_vec(1, 2, 1, 7, sms, 7, 7, force=True) == 0  # under a vector
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_decode_batch_of_wide_rows_shifted_matches_fp64(monkeypatch, is_rms):
+    """A decode batch (rows up to one a SM here) of odd rows of NORM_FWD_DECODE_SHIFT_MIN_BYTES
+    launches the shifted row, and a vector narrower the unshifted one; both match fp64."""
+    monkeypatch.setattr(configs, "NORM_FWD_DECODE_SHIFT_MIN_BYTES", 2048)
+    launched = _record_forward_launches(monkeypatch, "SHIFT_VEC")
+    sms = normlab._runtime.sm_count()
+    for n, want in ((1025, 8), (1017, 0)):
+        launched.clear()
+        x, w, b = _inputs(sms, n, torch.bfloat16, is_rms)
+        assert configs.decode_rows(sms, n, sms)
+        y = _fwd(x, w, b, 1e-5, is_rms, layout="row")
+        assert launched == [want]
+        assert_close(y, _ref_fwd(x, w, b, 1e-5, is_rms))
 
 
 def test_shifted_params_rule(monkeypatch):

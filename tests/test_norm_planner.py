@@ -1369,6 +1369,26 @@ def test_prefetch_registers_rule(monkeypatch):
                                           elem_bytes=2).prefetch  # fmt: skip
 
 
+def test_fused_layer_norm_backward_of_one_program_prefetches():
+    """LayerNorm's fused-add backward prefetches only where its tiles run in one program
+    (norm_bwd_one_program): one row, and the rows of NORM_BWD_ONE_PROGRAM_TILES tiles; a tile
+    more, it loads each tile in turn. Only the persistent single pass prefetches."""
+
+    def plan(n_rows, n_cols=768, strategy="persistent"):
+        return config.norm_bwd_config(strategy, n_rows, n_cols, is_rms=False, fused_add=True,
+                                      sm_count=132)  # fmt: skip
+
+    for n_cols in (768, 4096):
+        tile = plan(1, n_cols).block_rows
+        assert tile == 1 and plan(1, n_cols).prefetch
+        most = max(m for m in range(1, 64) if config.norm_bwd_one_program(
+            -(-m // plan(m, n_cols).block_rows)))  # fmt: skip
+        assert plan(most, n_cols).prefetch
+        assert not plan(most + 1, n_cols).prefetch
+    assert not plan(1, strategy="two_stage").prefetch
+    assert not plan(1, 16384).prefetch  # past the prefetch's width
+
+
 @pytest.mark.parametrize("bound", [False, True], ids=["off", "on"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_fused_add_backward_launch_prefetch_by_registers(monkeypatch, bound, dtype):

@@ -94,6 +94,10 @@ PARAMS_APART = os.environ.get("NORMLAB_NORM_PARAMS_APART", "1") != "0"
 # x's. NORMLAB_NORM_SHIFT=0: never (an A/B switch).
 NORM_FWD_SHIFT = os.environ.get("NORMLAB_NORM_SHIFT", "1") != "0"
 NORM_FWD_SHIFT_MIN_VECTORS = 8  # a row of fewer vectors is mostly head and tail
+# In a decode batch the head's and tail's loads and sums add to a latency-bound call; a row of at
+# least this many bytes loaded element by element costs its program more than they do
+# (docs/planner.md#shifted-rows-forward).
+NORM_FWD_DECODE_SHIFT_MIN_BYTES = 32 << 10
 # A shifted row's w and b as vectors, from copies that one small kernel shifts into place
 # (row._shift_params_kernel), in calls whose x takes longer to read than several such launches
 # (docs/planner.md#shifted-parameter-copies). NORMLAB_NORM_SHIFTED_PARAMS=0: never.
@@ -119,11 +123,13 @@ def shift_vec(row_align: int, element_size: int, n_rows: int, n_cols: int, sm_co
     """The vector (elements) of ``row._shifted_row`` for a one-block forward, or 0. It can run
     where a row holds a vector and y's rows start as far into a vector as x's; it is taken
     (``force``: wherever it can run) for rows loaded element by element (``row_align`` 1), at
-    least NORM_FWD_SHIFT_MIN_VECTORS vectors wide, more than a decode batch."""
+    least NORM_FWD_SHIFT_MIN_VECTORS vectors wide, more than a decode batch unless a row holds
+    NORM_FWD_DECODE_SHIFT_MIN_BYTES."""
     vec = VECTOR_BYTES // element_size
     possible = shift_possible(vec, n_cols, (x_row_stride, y_row_stride))
     wanted = (NORM_FWD_SHIFT and row_align == 1 and n_cols >= NORM_FWD_SHIFT_MIN_VECTORS * vec
-              and not decode_rows(n_rows, n_cols, sm_count))  # fmt: skip
+              and (not decode_rows(n_rows, n_cols, sm_count)
+                   or n_cols * element_size >= NORM_FWD_DECODE_SHIFT_MIN_BYTES))  # fmt: skip
     return vec if possible and (force or wanted) else 0
 
 
@@ -670,7 +676,9 @@ SM_REGISTERS = 65536
 # its planned programs per SM (docs/planner.md#the-fused-adds-backward).
 NORM_BWD_FUSED_ADD_REGISTER_BUDGET = True
 # LayerNorm's fused-add backward does not prefetch: its two row sums beside three prefetched
-# tiles ran slower than loading each tile in turn.
+# tiles ran slower than loading each tile in turn. A backward of one program does: alone on its
+# SM, it loses no program to the prefetch's registers, and its first tile's loads go out first
+# (docs/planner.md#the-fused-adds-backward).
 NORM_BWD_FUSED_ADD_LN_PREFETCH = False
 NORM_REDUCE_TILES = {  # (BLOCK_M, BLOCK_N, warps) of the reduce kernel, by width and buffers
     1: ((1024, (128, 8, 8)), (4096, (128, 16, 8)), (1 << 62, (16, 32, 8))),
@@ -781,9 +789,11 @@ def prefetch_registers(tile_elems: int, num_warps: int, elem_bytes: int, fused_a
     return (3 if fused_add else 2) * tile_elems * elem_bytes // (4 * 32 * num_warps)
 
 
-def _bwd_prefetch(n_cols: int, is_rms: bool, fused_add: bool, prefetch_regs: int) -> bool:
-    """Does the single-pass backward load its next tile before working on this one?"""
-    if fused_add and not is_rms:
+def _bwd_prefetch(n_cols: int, is_rms: bool, fused_add: bool, prefetch_regs: int,
+                  one_program: bool = False) -> bool:  # fmt: skip
+    """Does the single-pass backward load its next tile before working on this one?
+    ``one_program``: the call's tiles run in one program (norm_bwd_one_program)."""
+    if fused_add and not is_rms and not one_program:
         return NORM_BWD_FUSED_ADD_LN_PREFETCH
     if NORM_BWD_PREFETCH_REGS_BOUND and prefetch_regs > NORM_BWD_PREFETCH_MAX_REGS:
         return False
@@ -908,7 +918,9 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
         rows_per_program=rows_per_program,
         loop_stages=NORM_BWD_LOOP_STAGES if loop_stages is None else loop_stages,
         prefetch=bool(_bwd_prefetch(n_cols, is_rms, fused_add, prefetch_registers(
-            block_rows * block_cols, num_warps, elem_bytes, fused_add))
+            block_rows * block_cols, num_warps, elem_bytes, fused_add),
+            strategy == "persistent" and not two_pass
+            and norm_bwd_one_program(-(-n_rows // block_rows)))
             if prefetch is None else prefetch),  # fmt: skip
         paired_partials=bool(paired_partials),
         maxnreg=maxnreg or None,
