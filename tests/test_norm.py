@@ -121,7 +121,7 @@ def test_decode_batch_of_wide_rows_shifted_matches_fp64(monkeypatch, is_rms):
     launches the shifted row, and a vector narrower the unshifted one; both match fp64."""
     monkeypatch.setattr(configs, "NORM_FWD_DECODE_SHIFT_MIN_BYTES", 2048)
     launched = _record_forward_launches(monkeypatch, "SHIFT_VEC")
-    sms = normlab._runtime.sm_count()
+    sms = _runtime.sm_count()
     for n, want in ((1025, 8), (1017, 0)):
         launched.clear()
         x, w, b = _inputs(sms, n, torch.bfloat16, is_rms)
