@@ -504,10 +504,11 @@ def test_norm_bwd_spills_finds_the_spilling_plan():
         assert proc.returncode == 0, proc.stderr[-2000:]
         line = re.search(r"^add_rms_norm 512x16384 bf16: _norm_bwd_persistent_kernel grid "
                          r"(\d+), \{'num_warps': (\d+), 'maxnreg': (\d+)\}: (\d+) registers, "
-                         r"(\d+) B stack$", proc.stdout, re.M)  # fmt: skip
+                         r"(\d+) B stack, (\d+) instructions$", proc.stdout, re.M)  # fmt: skip
         assert line, proc.stdout
         stacks[on] = tuple(int(v) for v in line.groups())
     assert stacks["1"][:3] == (132, 16, 128) and stacks["0"][:3] == (128, 8, 255)
+    assert stacks["1"][5] > 100 and stacks["0"][5] > 100  # a row loop's SASS, counted
     assert stacks["1"][4] < 64 < 4 * 64 < stacks["0"][4], stacks
 
 
