@@ -327,17 +327,12 @@ def split_chunk(cols: int) -> SplitRowChunk:
     return SplitRowChunk(cols, max(1, min(16, warps)))
 
 
-def split_row(n_rows: int, n_cols: int, sm_count: int, min_cols: int) -> bool:
-    """Fewer rows than SMs, each wider than ``min_cols``: one program per row would leave SMs
-    idle while each busy one walks its row."""
-    return 0 < n_rows < sm_count and n_cols > min_cols
-
-
 def split_row_fwd(n_rows: int, n_cols: int, sm_count: int) -> bool:
-    """Does the forward split its rows? A few rows wider than SPLIT_ROW_FWD_MIN_COLS, and either
-    wider than one block (one program would walk its row twice anyway) or at most
-    SPLIT_ROW_FWD_MAX_ROWS_PER_SM a SM."""
-    if not split_row(n_rows, n_cols, sm_count, SPLIT_ROW_FWD_MIN_COLS):
+    """Does the forward split its rows? Fewer rows than SMs, each wider than
+    SPLIT_ROW_FWD_MIN_COLS (one program a row would leave SMs idle while each busy one walks its
+    row), and either wider than one block (one program would walk its row twice anyway) or at
+    most SPLIT_ROW_FWD_MAX_ROWS_PER_SM a SM."""
+    if not (0 < n_rows < sm_count and n_cols > SPLIT_ROW_FWD_MIN_COLS):
         return False
     return n_cols > NORM_FWD_MAX_BLOCK or n_rows <= SPLIT_ROW_FWD_MAX_ROWS_PER_SM * sm_count
 
