@@ -76,7 +76,7 @@ def _fwd_variants(x, w, b, is_rms, sms):
                         lambda warps=warps, block=block, early=early: row.norm_forward(
                             x, w, b, eps, is_rms, block_size=block, num_warps=warps,
                             early_params=early))  # fmt: skip
-                if n % (16 // x.element_size()):  # rows not vector aligned: from the first vector
+                if n % (config.VECTOR_BYTES // x.element_size()):  # not vector aligned rows
                     out[f"row w{warps} shifted"] = (
                         lambda warps=warps, block=block: row.norm_forward(
                             x, w, b, eps, is_rms, block_size=block, num_warps=warps,
