@@ -44,6 +44,8 @@ VOCAB_GLOB = "benchmarks/data/vocab_population_*.jsonl.gz"
 FUSED_ADD_GLOB = "benchmarks/data/population_addpop_*_h200.jsonl.gz"
 # The whole population at one later commit on an H100, when no H200 could be had.
 H100_POPULATION_GLOB = "benchmarks/data/population_all_*_h100.jsonl.gz"
+# The H200 population's worst members and the peer shapes re-timed on an H200 at a later commit.
+H200_REFRESH_GLOB = "benchmarks/data/population_refresh*_h200.jsonl.gz"
 # An eighth of the population beside torch.compile compiled per member (dynamic=False).
 STATIC_COMPILE_GLOB = "benchmarks/data/population_static_compile_*.jsonl.gz"
 OUTPUT = REPO / "docs" / "results.md"
@@ -412,6 +414,7 @@ def render(paths: list[Path]) -> str:
     out.append("## Summary\n\n" + summary_table(records))
     out.append(population_section(sorted(REPO.glob(POPULATION_GLOB))))
     out.append(h100_population_section(sorted(REPO.glob(H100_POPULATION_GLOB))))
+    out.append(h200_refresh_section(sorted(REPO.glob(H200_REFRESH_GLOB))))
     out.append(static_compile_section(sorted(REPO.glob(STATIC_COMPILE_GLOB))))
     out.append(vocab_section(sorted(REPO.glob(VOCAB_GLOB))))
     out.append(fused_add_section(sorted(REPO.glob(FUSED_ADD_GLOB))))
@@ -501,6 +504,32 @@ def h100_population_section(paths: list[Path]) -> str:
         + peer_bullets(records, "The peer shapes in the same run (`benchmarks/data/README.md` "
                        "says which ran; the 32768×8192 target is the H200's, whose copy bandwidth "
                        "is 1.4× the H100's)")  # fmt: skip
+    )
+
+
+def h200_refresh_section(paths: list[Path]) -> str:
+    """The H200 population's worst members, the one-wave members and three peer shapes re-timed
+    on an H200 at a later commit than the population, each run on its own: a subset, so its
+    geomean is not the population's."""
+    runs = [(path, read_records(path)) for path in paths]
+    runs = sorted(((path, records) for path, records in runs if records),
+                  key=lambda run: min(r.date for r in run[1]))  # fmt: skip
+    if not runs:
+        return ""
+    parts = []
+    for path, records in runs:
+        parts.append(
+            f"`{relative(path)}` ({_commits(records)}, {min(r.date for r in records)[:16]} UTC):"
+            "\n\n" + verdict_table(population.verdicts(population.without_peers(records)))
+            + peer_bullets(records, "Its peer shapes"))
+    return (
+        "### The worst members again, on the H200\n\n"
+        "The population's members below 0.90× at `00779d0`, the one-wave members and the peer "
+        "shapes 4096×4096, 8192×1024 and 32768×8192, re-timed on the H200 after the rules since, "
+        "beside the same peers. A subset: its geomean is over these members only (so its "
+        "geomean target says little), and its torch.compile peer is compiled over these shapes "
+        "alone.\n\n"
+        + "\n".join(parts)
     )
 
 
