@@ -1094,6 +1094,41 @@ def test_reduce_partials_at_each_tile(n_cols, with_bias):
         assert_close(out, part.double().sum(0), reduce_len=37)
 
 
+@pytest.mark.parametrize("n_buffers", [1, 2])
+@pytest.mark.parametrize("n_cols", [1024, 1025, 4097, 18159], ids=str)
+def test_reduce_tile_holds_at_most_the_partial_rows(n_cols, n_buffers, monkeypatch):
+    """The reduce's tile rows are cut to next_pow2(n_partials), never below the partials, with no
+    more warps than give each thread an element; past the table's rows the table's tile stands,
+    and NORM_REDUCE_TILE_FITS_PARTIALS off gives the table's tile at any count."""
+    table_m, table_n, table_warps = configs.norm_reduce_config(n_cols, n_buffers)
+    for n_partials in (1, 2, 3, 4, 5, 16, 17, 127, 128, 129, 1000):
+        block_m, block_n, warps = configs.norm_reduce_config(n_cols, n_buffers, n_partials)
+        assert block_n == table_n
+        assert block_m == min(table_m, 1 << (n_partials - 1).bit_length())
+        assert block_m >= min(n_partials, table_m)
+        assert 1 <= warps <= table_warps and 32 * warps <= max(32, block_m * block_n)
+        if n_partials >= table_m:
+            assert (block_m, warps) == (table_m, table_warps)
+    monkeypatch.setattr(configs, "NORM_REDUCE_TILE_FITS_PARTIALS", False)
+    assert configs.norm_reduce_config(n_cols, n_buffers, 3) == (table_m, table_n, table_warps)
+
+
+@pytest.mark.parametrize("n_partials", [1, 2, 3, 5], ids=str)
+@pytest.mark.parametrize("n_cols", [1024, 4097, 18159], ids=str)
+def test_reduce_partials_of_few_rows(n_cols, n_partials):
+    """A few partial rows (the split rows' groups, a small grid) summed in the cut tile: dγ and
+    dβ in bf16 against the fp64 sum, and added into an existing gradient."""
+    parts = [torch.randn(n_partials, n_cols) for _ in range(2)]
+    outs = [torch.empty(n_cols, dtype=torch.bfloat16) for _ in range(2)]
+    K.reduce_partials(parts[0], parts[1], outs[0], outs[1])
+    for out, part in zip(outs, parts, strict=True):
+        assert_close(out, part.double().sum(0), reduce_len=n_partials)
+    grad = torch.randn(n_cols)
+    expect = grad.double() + parts[0].double().sum(0)
+    K.reduce_partials(parts[0], None, grad, None, accumulate_w=True)
+    assert_close(grad, expect, reduce_len=n_partials + 1)
+
+
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_auto_strategy_and_config_table(is_rms):
     """Each width's backward config: one power-of-two block holding the whole row up to the

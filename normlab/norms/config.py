@@ -679,11 +679,21 @@ NORM_REDUCE_TILES = {  # (BLOCK_M, BLOCK_N, warps) of the reduce kernel, by widt
     1: ((1024, (128, 8, 8)), (4096, (128, 16, 8)), (1 << 62, (16, 32, 8))),
     2: ((1024, (128, 8, 8)), (1 << 62, (128, 32, 4))),
 }
+# The reduce tile holds at most the partial rows there are: rows past them are masked loads that
+# every thread still issues (docs/planner.md#the-reduce-tile).
+NORM_REDUCE_TILE_FITS_PARTIALS = os.environ.get("NORMLAB_NORM_REDUCE_FIT", "1") != "0"
 
 
-def norm_reduce_config(n_cols: int, n_buffers: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, warps) of the reduce kernel summing n_buffers partial workspaces."""
-    return _ladder(NORM_REDUCE_TILES[n_buffers], n_cols)
+def norm_reduce_config(n_cols: int, n_buffers: int,
+                       n_partials: int | None = None) -> tuple[int, int, int]:  # fmt: skip
+    """(BLOCK_M, BLOCK_N, warps) of the reduce kernel summing n_buffers partial workspaces of
+    ``n_partials`` rows: NORM_REDUCE_TILES' tile, its rows cut to next_pow2(n_partials) and its
+    warps to one element a thread at least."""
+    block_m, block_n, warps = _ladder(NORM_REDUCE_TILES[n_buffers], n_cols)
+    if n_partials is not None and NORM_REDUCE_TILE_FITS_PARTIALS:
+        block_m = min(block_m, next_pow2(max(1, n_partials)))
+        warps = max(1, min(warps, block_m * block_n // 32))
+    return block_m, block_n, warps
 
 
 def norm_bwd_static_width(n_cols: int) -> bool:

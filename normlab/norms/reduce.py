@@ -68,7 +68,7 @@ def reduce_partials(
     ref = dw_partial if dw_partial is not None else db_partial
     n_partials, n_cols = ref.shape
     tile_m, tile_n, warps = config.norm_reduce_config(
-        n_cols, int(dw_partial is not None) + int(db_partial is not None)
+        n_cols, int(dw_partial is not None) + int(db_partial is not None), n_partials
     )
     block_m, block_n = block_m or tile_m, block_n or tile_n
     launch(
