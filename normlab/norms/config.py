@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from normlab import _runtime
-from normlab._host import next_pow2, prev_pow2
+from normlab._host import cdiv, next_pow2, prev_pow2
 
 
 def _ladder(table, key: int):
@@ -32,6 +32,11 @@ def _ladder(table, key: int):
 # ---- named quantities --------------------------------------------------------------------------
 
 VECTOR_BYTES = 16  # one 128-bit load per thread: the widest global access
+
+
+def warps_with_elements(num_warps: int, tile_elems: int) -> int:
+    """``num_warps`` cut so that every thread holds an element of the tile, one warp at least."""
+    return max(1, min(num_warps, tile_elems // 32))
 
 
 def row_align(row_stride: int, element_size: int) -> int:
@@ -692,7 +697,7 @@ def norm_reduce_config(n_cols: int, n_buffers: int,
     block_m, block_n, warps = _ladder(NORM_REDUCE_TILES[n_buffers], n_cols)
     if n_partials is not None and NORM_REDUCE_TILE_FITS_PARTIALS:
         block_m = min(block_m, next_pow2(max(1, n_partials)))
-        warps = max(1, min(warps, block_m * block_n // 32))
+        warps = warps_with_elements(warps, block_m * block_n)
     return block_m, block_n, warps
 
 
@@ -881,7 +886,8 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
         raise ValueError(
             f"single-pass backward needs block_cols >= n_cols ({block_cols} < {n_cols})"
         )
-    one_warp = one_warp and strategy == "persistent" and not two_pass
+    single_pass = strategy == "persistent" and not two_pass  # the persistent single pass
+    one_warp = one_warp and single_pass
     if one_warp:
         if block_rows is None:
             block_rows = max(1, ONE_WARP_BWD_TILE_ELEMS // next_pow2(block_cols))
@@ -905,14 +911,16 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
     rows_per_program = max(NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM, block_rows)
     rows_per_program = (rows_per_program + block_rows - 1) // block_rows * block_rows
     if paired_partials is None:
-        paired_partials = (programs_per_sm > NORM_BWD_PARTIALS_PER_SM
-                           and strategy == "persistent" and not two_pass)  # fmt: skip
-    if (loop_stages is None and prefetch is None and strategy == "persistent" and not two_pass
-            and not one_warp and bwd_ln_staged(block_cols, block_rows, is_rms, fused_add)):
+        paired_partials = programs_per_sm > NORM_BWD_PARTIALS_PER_SM and single_pass
+    if (loop_stages is None and prefetch is None and single_pass and not one_warp
+            and bwd_ln_staged(block_cols, block_rows, is_rms, fused_add)):
         loop_stages, prefetch = NORM_BWD_LN_STAGES, False
-    if maxnreg is None and fused_add and NORM_BWD_FUSED_ADD_REGISTER_BUDGET \
-            and strategy == "persistent" and not two_pass:  # fmt: skip
+    if maxnreg is None and fused_add and NORM_BWD_FUSED_ADD_REGISTER_BUDGET and single_pass:
         maxnreg = planned_maxnreg(num_warps, programs_per_sm, one_warp)
+    if prefetch is None:
+        one_program = single_pass and norm_bwd_one_program(cdiv(n_rows, block_rows))
+        prefetch = _bwd_prefetch(n_cols, is_rms, fused_add, prefetch_registers(
+            block_rows * block_cols, num_warps, elem_bytes, fused_add), one_program)
     return NormBwdConfig(
         strategy=strategy,
         two_pass=bool(two_pass),
@@ -922,11 +930,7 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
         programs_per_sm=programs_per_sm,
         rows_per_program=rows_per_program,
         loop_stages=NORM_BWD_LOOP_STAGES if loop_stages is None else loop_stages,
-        prefetch=bool(_bwd_prefetch(n_cols, is_rms, fused_add, prefetch_registers(
-            block_rows * block_cols, num_warps, elem_bytes, fused_add),
-            strategy == "persistent" and not two_pass
-            and norm_bwd_one_program(-(-n_rows // block_rows)))
-            if prefetch is None else prefetch),  # fmt: skip
+        prefetch=bool(prefetch),
         paired_partials=bool(paired_partials),
         maxnreg=maxnreg or None,
     )
@@ -1062,8 +1066,7 @@ def narrow_fwd_tile(n_rows: int, n_cols: int, is_rms: bool,
     if rows < 2:
         return None
     warps = BLOCK_ROW_FWD_TILES[bool(is_rms)][max(block_cols, 16)][1]
-    # no more warps than a thread an element, and one at least (a tile of 2 x 1 is 2 elements)
-    return BlockRowFwdConfig(rows, max(1, min(warps, rows * block_cols // 32)))
+    return BlockRowFwdConfig(rows, warps_with_elements(warps, rows * block_cols))
 
 
 # Unaligned rows a little wider than the block-row layout, in many rows: one row per program
