@@ -272,15 +272,21 @@ def _(dy, dh, x, weight, bias, mean, rstd, eps, offset, is_rms, strategy, layout
 def _norm_fwd_op(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None,
                  bias: torch.Tensor | None, eps: float, offset: float, is_rms: bool,
                  strategy: str, layout: str, need_stats: bool = True) -> _FwdOutputs:  # fmt: skip
-    """(y, h, mean, rstd) as ``planned_forward``'s, absent ones empty (the statistics without
-    ``need_stats``: no backward will run). Also the fake kernel."""
-    args = (x, residual, weight, bias, eps, offset, is_rms, strategy, layout, need_stats)
+    """(y, h, mean, rstd) of x's rows, y and h in x's shape, absent ones empty (the statistics
+    without ``need_stats``: no backward will run). Also the fake kernel. The body checks the
+    arguments as the public function does: in a compiled call it runs at trace time."""
+    name = ("add_" if residual is not None else "") + ("rms_norm" if is_rms else "layer_norm")
+    x2d, weight, bias = _prepare(name, x, weight, bias, eps, offset, strategy, layout)
+    r2d = None if residual is None else _prepare_residual(name, x, residual)
+    args = (x2d, r2d, weight, bias, eps, offset, is_rms, strategy, layout, need_stats)
     if not _launch.is_traced(x):  # called eagerly: as any eager call
-        return _fwd_outputs(*planned_forward(*args), x, need_stats)
-    if not _traced_launches((x, residual), eps, offset):
-        return torch.ops.normlab.norm_fwd_planned(*args)
-    with _launch.traced():
-        return _fwd_outputs(*_forward(*args), x, need_stats)
+        y, h, mean, rstd = _fwd_outputs(*planned_forward(*args), x2d, need_stats)
+    elif not _traced_launches((x2d, r2d), eps, offset):
+        y, h, mean, rstd = torch.ops.normlab.norm_fwd_planned(*args)
+    else:
+        with _launch.traced():
+            y, h, mean, rstd = _fwd_outputs(*_forward(*args), x2d, need_stats)
+    return _like(y, x), (h if residual is None else _like(h, x)), mean, rstd
 
 
 @torch.library.triton_op("normlab::norm_bwd", mutates_args=())
@@ -288,14 +294,18 @@ def _norm_bwd_op(dy: torch.Tensor, dh: torch.Tensor | None, x: torch.Tensor,
                  weight: torch.Tensor | None, bias: torch.Tensor | None, mean: torch.Tensor,
                  rstd: torch.Tensor, eps: float, offset: float, is_rms: bool, strategy: str,
                  layout: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(dx, dweight, dbias) as ``planned_backward``'s, absent ones empty."""
-    args = (dy, dh, x, weight, bias, mean, rstd, eps, offset, is_rms, strategy, layout)
+    """(dx in x's shape, dweight, dbias) as ``planned_backward``'s, absent ones empty; x, dy
+    and dh in the forward's input shape."""
+    rows = (_as_rows(dy), None if dh is None else _as_rows(dh), _as_rows(x))
+    args = (*rows, weight, bias, mean, rstd, eps, offset, is_rms, strategy, layout)
     if not _launch.is_traced(x):
-        return _bwd_outputs(*planned_backward(*_bwd_args(*args)), x)
-    if not _traced_launches((dy, dh, x), eps, offset):
-        return torch.ops.normlab.norm_bwd_planned(*args)
-    with _launch.traced():
-        return _bwd_outputs(*_backward_launch(*_bwd_args(*args)), x)
+        dx, dw, db = _bwd_outputs(*planned_backward(*_bwd_args(*args)), rows[2])
+    elif not _traced_launches(rows, eps, offset):
+        dx, dw, db = torch.ops.normlab.norm_bwd_planned(*args)
+    else:
+        with _launch.traced():
+            dx, dw, db = _bwd_outputs(*_backward_launch(*_bwd_args(*args)), rows[2])
+    return _like(dx, x), dw, db
 
 
 def _setup_context(ctx, inputs, output):
@@ -422,15 +432,21 @@ def _needs_grad(x, residual, weight, bias) -> bool:
 
 
 def _norm(x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout):
-    """y, or (y, h) with a residual: the compiled, autograd or inference path."""
+    """y, or (y, h) with a residual: the autograd or the inference path."""
     args = (x2d, residual, weight, bias, eps, offset, is_rms, strategy, layout)
-    if torch.compiler.is_compiling():
-        need_stats = _needs_grad(x2d, residual, weight, bias)
-        y, h, _, _ = torch.ops.normlab.norm_fwd(*args, need_stats)
-    elif _needs_grad(x2d, residual, weight, bias):
+    if _needs_grad(x2d, residual, weight, bias):
         return _APPLY(*args)
-    else:  # no backward will run: the forward stores no statistics
-        y, h, _, _ = planned_forward(*args, need_stats=False)
+    y, h, _, _ = planned_forward(*args, need_stats=False)  # no backward: no statistics stored
+    return y if residual is None else (y, h)
+
+
+def _compiled_call(x, residual, weight, bias, eps, offset, is_rms, strategy, layout):
+    """y, or (y, h) with a residual, inside torch.compile. Dynamo guards every global its trace
+    reads and checks those guards on each call, so this reads none but the op: the checks and
+    the plan run in the op's body, once, at trace time."""
+    need_stats = _needs_grad(x, residual, weight, bias)
+    y, h, _, _ = torch.ops.normlab.norm_fwd(x, residual, weight, bias, eps, offset, is_rms,
+                                            strategy, layout, need_stats)  # fmt: skip
     return y if residual is None else (y, h)
 
 
@@ -530,7 +546,7 @@ def _replayed_call(name, x, residual, weight, bias, eps, offset, is_rms, strateg
     """y (with a residual, (y, h)) of a call whose signature was checked before (the first call
     of one is checked here), or None where the full path must run (a compiled graph, a tensor
     subclass, no GPU, rows or parameters that would be copied)."""
-    if not _launch.REPLAY or not plain_tensor(x) or torch.compiler.is_compiling():
+    if not _launch.REPLAY or not plain_tensor(x):
         return None
     try:
         grad = _needs_grad(x, residual, weight, bias)
@@ -591,6 +607,8 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, strategy="auto", layout="a
     """
     if eps is None:
         eps = FP32_EPS
+    if torch.compiler.is_compiling():
+        return _compiled_call(x, None, weight, None, eps, offset, True, strategy, layout)
     y = _replayed_call("rms_norm", x, None, weight, None, eps, offset, True, strategy, layout)
     if y is not None:
         return y
@@ -604,6 +622,8 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, offset=0.0, strategy="aut
     """LayerNorm over the last dim: ``(x - mean) / sqrt(var + eps) * (offset + weight) + bias``
     (biased variance, fp32 statistics). ``offset``/``strategy``/``layout`` as for
     :func:`rms_norm`."""
+    if torch.compiler.is_compiling():
+        return _compiled_call(x, None, weight, bias, eps, offset, False, strategy, layout)
     y = _replayed_call("layer_norm", x, None, weight, bias, eps, offset, False, strategy,
                        layout)  # fmt: skip
     if y is not None:
@@ -622,6 +642,8 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
     the other arguments as for :func:`rms_norm`."""
     if eps is None:
         eps = FP32_EPS
+    if torch.compiler.is_compiling():
+        return _compiled_call(x, residual, weight, None, eps, offset, True, strategy, layout)
     out = _replayed_call("add_rms_norm", x, residual, weight, None, eps, offset, True,
                          strategy, layout)  # fmt: skip
     if out is not None:
@@ -635,6 +657,8 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
 def add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, *, offset=0.0,
                    strategy="auto", layout="auto"):  # fmt: skip
     """:func:`add_rms_norm` with LayerNorm: ``(layer_norm(h), h)`` for ``h = x + residual``."""
+    if torch.compiler.is_compiling():
+        return _compiled_call(x, residual, weight, bias, eps, offset, False, strategy, layout)
     out = _replayed_call("add_layer_norm", x, residual, weight, bias, eps, offset, False,
                          strategy, layout)  # fmt: skip
     if out is not None:
