@@ -130,6 +130,14 @@ def check_norms() -> bool:
         ok &= check(f"rms_norm {shape}", lambda x, w: normlab.rms_norm(x, w), xc, wc, traced=True)
         ok &= check(f"layer_norm {shape}", lambda x, w, b: normlab.layer_norm(x, w, b), xc, wc,
                     bc, traced=True)  # fmt: skip
+    # inputs as a caller shapes them: 3-D, columns strided (the op's body makes the rows)
+    x3 = torch.randn(2, 1000, 9, device="cuda", dtype=bf).transpose(1, 2).requires_grad_()
+    w3, b3 = (t[:1000].detach().requires_grad_() for t in (w, b))
+    ok &= check("rms_norm 2x9x1000 strided", lambda x, w: normlab.rms_norm(x, w), x3, w3,
+                traced=True)  # fmt: skip
+    ok &= check("add_layer_norm 2x9x1000 strided",
+                lambda x, w, b: normlab.add_layer_norm(x, x.detach() * 0.5, w, b), x3, w3, b3,
+                traced=True)  # fmt: skip
     # a second shape recompiles with symbolic rows: the opaque planned ops
     x1, w1, _ = _norm_inputs(512, 2048, bf)
     x2 = torch.randn(640, 2048, device="cuda", dtype=bf, requires_grad=True)

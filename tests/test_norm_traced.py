@@ -234,3 +234,76 @@ def test_symbolic_shapes_take_the_planned_op(launches, monkeypatch, is_rms):
     assert_close(grads[0], want[0], msg="dx")
     assert_close(grads[1], want[1], msg="dresidual")
     assert_close(grads[2], want[2], reduce_len=6, msg="dweight")
+
+
+# ---- a compiled call: the checks in the op's body ---------------------------------------------
+
+
+@pytest.mark.slow  # seconds each (compile): out of make test-quick
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_compiled_call_of_strided_nd_inputs(is_rms):
+    """A compiled call hands the op x as the caller shaped it (3-D, columns strided) and a
+    strided weight: the op's body makes the rows and the unit-stride weight. Forward and
+    gradients against fp64."""
+    base = torch.randn(2, 37, 5)
+    x = base.transpose(1, 2)  # (2, 5, 37), column stride 5
+    w = torch.randn(37, 2)[:, 0]  # stride 2
+    b = None if is_rms else torch.randn(37)
+    scale = torch.arange(37.0)
+
+    def loss(x, w, b):
+        fn = normlab.rms_norm if is_rms else normlab.layer_norm
+        y = fn(x, w, eps=EPS[is_rms]) if is_rms else fn(x, w, b, eps=EPS[is_rms])
+        return (y * scale).sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    xc, wc = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    got = compiled(xc, wc, b)
+    grads = torch.autograd.grad(got, (xc, wc))
+    xd, wd = x.double().requires_grad_(True), w.double().requires_grad_(True)
+    yd = ref.rms_norm(xd, wd, EPS[True]) if is_rms else ref.layer_norm(xd, wd, b.double(),
+                                                                       EPS[False])  # fmt: skip
+    want = (yd * scale.double()).sum()
+    expect = torch.autograd.grad(want, (xd, wd))
+    assert_close(got, want.detach(), reduce_len=yd.numel(), msg="loss")
+    assert_close(grads[0], expect[0], msg="dx")
+    assert_close(grads[1], expect[1], reduce_len=10, msg="dweight")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"eps": -1.0}, "eps must be a finite float >= 0"),
+     ({"offset": 1.0, "weight": None}, "needs a weight"),
+     ({"layout": "tiles"}, "layout='tiles'"),
+     ({"weight": torch.ones(7)}, r"weight must have shape \(8,\)")],
+)  # fmt: skip
+def test_compiled_call_names_a_bad_argument(kwargs, message):
+    """Inside torch.compile the public checks run at trace time in the op's body: the error
+    Dynamo raises carries the public message."""
+    args = {"weight": torch.ones(8), **kwargs}
+    fn = torch.compile(lambda x: normlab.rms_norm(x, **args), backend="eager", fullgraph=True)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=message):
+        fn(torch.randn(2, 8))
+
+
+def test_compiled_call_guards_no_normlab_global_but_its_path():
+    """Dynamo checks a guard per global its trace read on every call of the compiled code; a
+    compiled rms_norm reads the public function, the compiled path and the op, none of the
+    checks' or the planner's globals."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    def call(x, w):
+        return normlab.rms_norm(x, w)
+
+    torch._dynamo.reset()
+    def backend(gm, _inputs):  # no Inductor: the guards are Dynamo's
+        return gm.forward
+
+    torch.compile(call, backend=backend, fullgraph=True)(torch.randn(2, 8), torch.ones(8))
+    (entry,) = _debug_get_cache_entry_list(call.__code__)
+    module = "G['__import_normlab_dot_norms_dot_op']"
+    read = {line.split(module, 1)[1].split(",")[0].split(".")[1]
+            for line in str(entry.guard_manager).splitlines() if f"source={module}." in line}
+    assert read == {"_compiled_call", "_needs_grad", "torch"}
