@@ -114,7 +114,7 @@
 # NORMLAB_NORM_REDUCE_FIT: the norm checks, then normlab alone off and on at the members whose
 # backward reduces a few partial rows); leancompile (a compiled norm call that reads no global
 # but its op: host µs per call of the compiled norms and their peers, this tree and the tree
-# before it in turn, twice, the losses a control; the compiled-norm checks). The tree before is
+# before it in turn, twice, label CE a control; the compiled-norm checks). The tree before is
 # made beside this one before the call: mkdir -p old/34bf16c && git archive 34bf16c | tar -x -C
 # old/34bf16c (an untracked folder: it travels with the working tree).
 # lossregs (the fused loss kernel's register caps: the loss options with none, 72 and 64 registers
@@ -1716,8 +1716,8 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step compile_check_lean 150 python3 benchmarks/compile_check.py --norms
     out=$(cd "$OUT" && pwd)
     overhead() {  # overhead NAME: host µs per call of the current directory's tree
-      timeout 150 python3 -m normlab bench --overhead --impl torch,compile,normlab+compile \
-        --out "$out/overhead_$1.json" --no-progress > "$out/overhead_$1.log" 2>&1
+      timeout 120 python3 -m normlab bench --overhead --impl torch,compile,normlab+compile \
+        --op rms_norm,layer_norm,cross_entropy --out "$out/overhead_$1.json" --no-progress > "$out/overhead_$1.log" 2>&1
       echo "== overhead_$1: exit $? after ${SECONDS}s"
       head -n 12 "$out/overhead_$1.log"
     }
