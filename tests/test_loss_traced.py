@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import traced_launch_spy
+from helpers import assert_close, traced_launch_spy
 from test_entropy import FNS, _check, _inputs, _ref
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from normlab import _launch
+import normlab
+from normlab import _launch, ref
 from normlab.losses import chunked, config, fused, op, split
 
 
@@ -55,7 +56,8 @@ def _op_args(loss, form, cap, reduction, compute_grad, options, x, other, mask):
     opts = config.options(kind, kw.get("temperature", 1.0), 0.5, kw.get("label_smoothing", 0.0),
                           kw.get("z_loss", 0.0), 0.0, mask is not None)  # fmt: skip
     spec = config.Spec(kind, form, cap, reduction, -100, None, 0, x.shape[-1], opts)
-    extra = (mask, *op._option_args(spec)) if opts is not None else ()
+    o = spec.options
+    extra = () if o is None else (mask, o.temperature, o.beta, o.label_smoothing, o.z_loss, None)
     return (x, other, kind, form, cap, reduction, -100, compute_grad, *extra)
 
 
@@ -213,3 +215,99 @@ def test_traced_graph_allocates_no_zero_dim_buffer(launches):
     assert loss.target == torch.ops.aten.view.default and loss.args[1] == []
     assert loss.args[0].target == torch.ops.aten.empty.memory_format
     assert loss.args[0].args[0] == [1]
+
+
+# ---- a compiled call: the checks and the form in the op's body -----------------------------------
+
+# (loss, form, options): the form "auto" resolves in the op's body; options travel as given.
+COMPILED = [
+    ("reverse_kl", "auto", {"temperature": 2.0}),
+    ("jsd", "split", {"beta": 0.3}),
+    ("cross_entropy", "auto", {"softcap": 5.0, "label_smoothing": 0.1}),
+    ("cross_entropy", "split", {"z_loss": 1e-2, "ignore_index": 3}),
+    ("forward_kl", "fused", {}),
+]
+REFS = {"reverse_kl": ref.reverse_kl_ref, "jsd": ref.jsd_ref, "forward_kl": ref.forward_kl_ref,
+        "cross_entropy": ref.cross_entropy_ref}  # fmt: skip
+
+
+@pytest.mark.slow  # seconds each (compile): out of make test-quick
+@pytest.mark.parametrize("case", COMPILED, ids=lambda c: f"{c[0]}-{c[1]}-{sorted(c[2])}")
+def test_compiled_call_of_strided_nd_logits(case):
+    """A compiled call hands the op the caller's (2, 3, V) logits with strided columns (and a
+    masked row): the op's body checks them, resolves the form and makes the rows; the split
+    backward makes them again from the saved inputs. Loss and gradient against fp64."""
+    loss, form, options = case
+    v = 70
+    x = (torch.randn(2, v, 3) * 3).transpose(1, 2)  # (2, 3, 70), column stride 3
+    if loss == "cross_entropy":
+        other = torch.randint(0, v, (2, 3))
+        other[0, 1] = options.get("ignore_index", -100)
+    else:
+        other = (torch.randn(2, v, 3) * 3).transpose(1, 2)
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    fn = getattr(normlab, loss)
+
+    def call(x, other, mask):
+        return fn(x, other, form=form, loss_mask=mask, **options)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(call, fullgraph=True, backend="aot_eager")
+    xc = x.clone().requires_grad_()
+    got = compiled(xc, other, mask)
+    (grad,) = torch.autograd.grad(got, xc)
+    xd = x.double().requires_grad_()
+    od = other if loss == "cross_entropy" else other.double()
+    want = REFS[loss](xd, od, loss_mask=mask, **options)
+    (want_grad,) = torch.autograd.grad(want, xd)
+    assert_close(got, want.detach(), reduce_len=v, msg="loss")
+    assert_close(grad, want_grad, reduce_len=v, msg="grad")
+
+
+@pytest.mark.parametrize(
+    ("loss", "kwargs", "message"),
+    [("cross_entropy", {"softcap": 0.0}, "softcap must be > 0"),
+     ("cross_entropy", {"block_cap": 3}, "block_cap must be one of"),
+     ("cross_entropy", {"form": "tiles"}, "form must be one of"),
+     ("reverse_kl", {"temperature": -1.0}, "temperature must be > 0"),
+     ("jsd", {"beta": 1.0}, r"beta must be in \(0, 1\)"),
+     ("reverse_kl", {"reduction": "avg"}, "reduction must be one of")],
+)  # fmt: skip
+def test_compiled_call_names_a_bad_argument(loss, kwargs, message):
+    """Inside torch.compile the public checks run at trace time in the op's body: the error
+    Dynamo raises carries the public message."""
+    x, other = _inputs("cross_entropy" if loss == "cross_entropy" else "reverse_kl", (4, 64),
+                       torch.float32)  # fmt: skip
+    fn = getattr(normlab, loss)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, o: fn(x, o, **kwargs), backend="eager", fullgraph=True)
+    with pytest.raises(Exception, match=message):
+        compiled(x, other)
+
+
+@pytest.mark.parametrize(
+    ("loss", "read"),
+    [("cross_entropy", {"CE", "_compiled_loss", "torch"}),
+     ("reverse_kl", {"KINDS", "_compiled_loss", "_distribution_loss", "torch"})],
+)  # fmt: skip
+def test_compiled_call_guards_no_normlab_global_but_its_path(loss, read):
+    """Dynamo checks a guard per global its trace read on every call of the compiled code; a
+    compiled loss reads its path to the op, none of the checks' or the planner's globals."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    fn = getattr(normlab, loss)
+
+    def call(x, other):
+        return fn(x, other)
+
+    def backend(gm, _inputs):  # no Inductor: the guards are Dynamo's
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(call, backend=backend, fullgraph=True)(*_inputs(loss, (4, 64), torch.float32))
+    (entry,) = _debug_get_cache_entry_list(call.__code__)
+    module = "G['__import_normlab_dot_losses_dot_op']"
+    lines = str(entry.guard_manager).splitlines()
+    got = {ln.split(module, 1)[1].split(",")[0].split(".")[1].split("[")[0]
+           for ln in lines if f"source={module}." in ln}  # fmt: skip
+    assert got == read

@@ -451,12 +451,6 @@ def _local_spec(kind, form, block_cap, reduction, ignore_index, n_cols, loss_mas
     return config.Spec(kind, form, block_cap, reduction, ignore_index, None, 0, n_cols, options)
 
 
-def _option_args(spec):
-    """The options as the ops take them (after their other arguments)."""
-    o = spec.options
-    return (o.temperature, o.beta, o.label_smoothing, o.z_loss, o.softcap)
-
-
 _FwdOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -553,7 +547,7 @@ def _entropy_fwd_op(
     other: torch.Tensor,
     kind: int,
     form: str,
-    block_cap: int,
+    block_cap: int | None,
     reduction: str,
     ignore_index: int,
     compute_grad: bool,
@@ -562,33 +556,70 @@ def _entropy_fwd_op(
     beta: float = 0.5,
     label_smoothing: float = 0.0,
     z_loss: float = 0.0,
-    softcap: float = 0.0,
+    softcap: float | None = None,
 ) -> _FwdOutputs:
     """(loss, grad, row_stats, n_valid) of one unsharded call (see _loss_forward); absent ones
-    are empty tensors. ``other``: target logits, or the labels. Also the fake kernel."""
-    args = (logits, other, kind, form, block_cap, reduction, ignore_index, compute_grad,
-            loss_mask, temperature, beta, label_smoothing, z_loss, softcap)  # fmt: skip
+    are empty tensors. ``other``: target logits, or the labels. The arguments are the public
+    function's (``form`` "auto", ``block_cap`` None), checked here as there: in a compiled call
+    the body runs at trace time. Also the fake kernel."""
+    spec, (x, t, mask) = _op_spec(logits, other, kind, form, block_cap, reduction, ignore_index,
+                                  compute_grad, loss_mask, temperature, beta, label_smoothing,
+                                  z_loss, softcap)  # fmt: skip
+    o = spec.options or config.Options()
+    args = (x, t, kind, spec.form, spec.block_cap, reduction, spec.ignore_index, compute_grad,
+            mask, o.temperature, o.beta, o.label_smoothing, o.z_loss, o.softcap)  # fmt: skip
     if not _launch.is_traced(logits):  # called eagerly: as any eager call
         return _entropy_fwd_eager(*args)
-    if not _traced_launches(kind, logits, other, loss_mask):
+    if not _traced_launches(kind, x, t, mask):
         return torch.ops.normlab.entropy_fwd_planned(*args)
-    spec = _local_spec(kind, form, block_cap, reduction, ignore_index, logits.shape[-1],
-                       loss_mask, temperature, beta, label_smoothing, z_loss, softcap)  # fmt: skip
-    n_rows = logits.numel() // logits.shape[-1]
+    n_rows = x.numel() // x.shape[-1]
     # A graph keeps no buffer between calls: a fresh ticket and queue (0) and loss rows per call.
-    buffers = (logits.new_zeros((2,), dtype=torch.int32), logits.new_empty((n_rows,), dtype=_F32))
+    buffers = (x.new_zeros((2,), dtype=torch.int32), x.new_empty((n_rows,), dtype=_F32))
     with _launch.traced():
-        out = _loss_forward(spec, logits, other, loss_mask, compute_grad, buffers=buffers)
-    return _fwd_outputs(logits, reduction, *out)
+        out = _loss_forward(spec, x, t, mask, compute_grad, buffers=buffers)
+    return _fwd_outputs(x, reduction, *out)
+
+
+_NAMES = {kind: name for name, kind in KINDS.items()}
+
+
+def _op_spec(logits, other, kind, form, block_cap, reduction, ignore_index, compute_grad,
+             loss_mask, temperature, beta, label_smoothing, z_loss, softcap):  # fmt: skip
+    """The public checks of an op call (but a target's requires_grad: the op's tensors carry
+    none); its Spec and rows. A traced call that needs the gradient plans as a compiled one."""
+    name = _NAMES.get(kind)
+    if name is None:
+        raise ValueError(f"normlab::entropy_fwd: kind must be one of {sorted(_NAMES)}, got {kind}")
+    compiled_grad = compute_grad and _launch.is_traced(logits)
+    if kind == CE:
+        return _label_spec(name, logits, other, ignore_index, reduction, label_smoothing, z_loss,
+                           softcap, loss_mask, form, block_cap, None, False,
+                           compiled_grad)  # fmt: skip
+    return _distribution_spec(name, logits, other, form, block_cap, reduction, None, temperature,
+                              loss_mask, beta if kind == config.JSD else None,
+                              compiled_grad)  # fmt: skip
+
+
+def _op_form(logits, other, kind, form, block_cap, compute_grad, temperature):
+    """(form, block cap) that ``_op_spec`` resolves for these arguments, checked before."""
+    compiled_grad = compute_grad and _launch.is_traced(logits)
+    if kind == CE:  # (label CE has no temperature)
+        other, temperature = None, 1.0
+    return _resolve(_NAMES[kind], logits, int(logits.shape[-1]), form, block_cap, None, other,
+                    temperature, compiled_grad)  # fmt: skip
 
 
 def _split_bwd(logits, other, row_stats, g_out, n_valid, kind, block_cap, reduction,
                ignore_index, loss_mask, temperature, beta, label_smoothing, z_loss,
                softcap):  # fmt: skip
+    """The split form's gradient of the forward op's own inputs (columns made unit-stride and
+    labels as the kernels read them again: the op saved the caller's tensors)."""
     spec = _local_spec(kind, "split", block_cap, reduction, ignore_index, logits.shape[-1],
                        loss_mask, temperature, beta, label_smoothing, z_loss,
-                       softcap)  # fmt: skip
-    return _split_grad(spec, logits, other, loss_mask, row_stats, g_out, n_valid)
+                       softcap or 0.0)  # fmt: skip
+    x = _contiguous_rows(logits)
+    t = _label_rows(other, ignore_index) if kind == CE else _contiguous_rows(other)
+    return _split_grad(spec, x, t, loss_mask, row_stats, g_out, n_valid).view(logits.shape)
 
 
 @torch.library.custom_op("normlab::entropy_split_bwd_planned", mutates_args=())
@@ -607,7 +638,7 @@ def _entropy_split_bwd_planned_op(
     beta: float = 0.5,
     label_smoothing: float = 0.0,
     z_loss: float = 0.0,
-    softcap: float = 0.0,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """``entropy_split_bwd`` as an opaque op."""
     return _split_bwd(logits, other, row_stats, g_out, n_valid, kind, block_cap, reduction,
@@ -636,9 +667,10 @@ def _entropy_split_bwd_op(
     beta: float = 0.5,
     label_smoothing: float = 0.0,
     z_loss: float = 0.0,
-    softcap: float = 0.0,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """The split form's d loss / d logits (see _split_grad). Also the fake kernel."""
+    """The split form's d loss / d logits (see _split_grad) of the forward op's inputs, its
+    block cap resolved. Also the fake kernel."""
     args = (logits, other, row_stats, g_out, n_valid, kind, block_cap, reduction, ignore_index,
             loss_mask, temperature, beta, label_smoothing, z_loss, softcap)  # fmt: skip
     if not _launch.is_traced(logits):
@@ -653,8 +685,10 @@ _N_FWD_INPUTS = 14
 
 
 def _setup_context(ctx, inputs, output):
-    logits, other, kind, form, block_cap, reduction, ignore_index, _compute_grad, *rest = inputs
+    logits, other, kind, form, block_cap, reduction, ignore_index, compute_grad, *rest = inputs
     loss_mask, options = (rest[0], tuple(rest[1:])) if rest else (None, ())
+    temperature = options[0] if options else 1.0
+    form, block_cap = _op_form(logits, other, kind, form, block_cap, compute_grad, temperature)
     _, grad, row_stats, n_valid = output
     ctx.args = (kind, form, block_cap, reduction, ignore_index)
     ctx.options = options
@@ -740,11 +774,15 @@ def _sm_count(index) -> int:
     return _runtime.sm_count(index)
 
 
-def _resolve(name, logits, n_cols, form, block_cap, group, target=None, temperature=1.0):
+def _resolve(name, logits, n_cols, form, block_cap, group, target=None, temperature=1.0,
+             compiled_grad=None):  # fmt: skip
+    """(form, block cap) of a call: "auto" and None resolved. ``compiled_grad``: a compiled call
+    that needs the gradient (None: a compiled call of logits that require it)."""
     n_rows = logits.numel() // n_cols if n_cols else 0
     row_bytes = n_cols * (logits.element_size() + (0 if target is None else target.element_size()))
-    compiled_grad = (torch.compiler.is_compiling() and logits.requires_grad
-                     and torch.is_grad_enabled())  # fmt: skip
+    if compiled_grad is None:
+        compiled_grad = (torch.compiler.is_compiling() and logits.requires_grad
+                         and torch.is_grad_enabled())  # fmt: skip
     auto_form, auto_cap = config.entropy_auto(name, n_cols, group is not None, n_rows,
                                               _sm_count(logits.device.index), row_bytes,
                                               compiled_grad, temperature != 1.0)  # fmt: skip
@@ -876,14 +914,8 @@ def _run(name, logits, other, mask, spec, grad_accumulate):
     if grad_accumulate is not None:
         return _accumulate(spec, logits, other, mask, grad_accumulate)
     compute_grad = logits.requires_grad and torch.is_grad_enabled()
-    if torch.compiler.is_compiling():
-        if spec.group is not None:  # Dynamo traces the Function (not the C++ apply)
-            return LossFunction.apply(logits, other, mask, spec)
-        extra = () if spec.options is None else (mask, *_option_args(spec))
-        loss, *_ = torch.ops.normlab.entropy_fwd(logits, other, spec.kind, spec.form,
-                                                 spec.block_cap, spec.reduction, spec.ignore_index,
-                                                 compute_grad, *extra)  # fmt: skip
-        return loss
+    if torch.compiler.is_compiling():  # group= (other calls: _compiled_loss)
+        return LossFunction.apply(logits, other, mask, spec)  # Dynamo traces the Function
     if compute_grad:
         return _APPLY(logits, other, mask, spec)
     return _loss_forward(spec, logits, other, mask, False)[0]
@@ -929,8 +961,28 @@ def _empty_loss(spec, logits, other, mask, with_graph):
     return rows.mean()
 
 
+def _compiled_loss(kind, logits, other, loss_mask, form, block_cap, reduction, ignore_index,
+                   temperature, beta, label_smoothing, z_loss, softcap):  # fmt: skip
+    """The loss inside torch.compile, or None where the full path runs: no element, or a target
+    that requires grad (its error). Dynamo guards every global its trace reads and checks those
+    guards on each call, so this reads the op alone: the checks and the plan run in the op's
+    body, once, at trace time."""
+    if not logits.numel() or (other.requires_grad and torch.is_grad_enabled()):
+        return None
+    compute_grad = logits.requires_grad and torch.is_grad_enabled()
+    return torch.ops.normlab.entropy_fwd(logits, other, kind, form, block_cap, reduction,
+                                         ignore_index, compute_grad, loss_mask, temperature, beta,
+                                         label_smoothing, z_loss, softcap)[0]  # fmt: skip
+
+
 def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, group,
                        grad_accumulate, temperature=1.0, loss_mask=None, beta=None):  # fmt: skip
+    if torch.compiler.is_compiling() and group is None and grad_accumulate is None:
+        loss = _compiled_loss(KINDS[name], logits, target_logits, loss_mask, form, block_cap,
+                              reduction, 0, temperature, 0.5 if beta is None else beta, 0.0,
+                              0.0, None)  # (no defaults read: each would be a guard)
+        if loss is not None:
+            return loss
     key = None
     if group is None and grad_accumulate is None:
         key = _signature_key(name, logits, target_logits, loss_mask,
@@ -941,6 +993,23 @@ def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, 
         if loss is not None:
             return loss
     inputs = (logits, target_logits, loss_mask)
+    if isinstance(target_logits, torch.Tensor) and target_logits.requires_grad and (
+            torch.is_grad_enabled()):  # fmt: skip
+        raise ValueError(
+            f"{name}: no gradient with respect to target_logits is computed; "
+            "pass target_logits.detach()"
+        )
+    spec, rows = _distribution_spec(name, logits, target_logits, form, block_cap, reduction,
+                                    group, temperature, loss_mask, beta)  # fmt: skip
+    if key is not None and key not in _SIGNATURES:
+        return _first_call(key, name, inputs, rows, spec, grad_accumulate)
+    return _run(name, *rows, spec, grad_accumulate)
+
+
+def _distribution_spec(name, logits, target_logits, form, block_cap, reduction, group,
+                       temperature, loss_mask, beta, compiled_grad=None):  # fmt: skip
+    """Check a distribution loss's arguments (but the target's requires_grad); return its Spec
+    and (logits, target_logits, loss_mask) as the kernels take them (columns unit-stride)."""
     block_cap = _check_common(name, logits, form, block_cap, reduction, group)
     if not isinstance(target_logits, torch.Tensor):
         raise TypeError(
@@ -960,22 +1029,14 @@ def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, 
         raise ValueError(
             f"{name}: target_logits on {target_logits.device}, logits on {logits.device}"
         )
-    if target_logits.requires_grad and torch.is_grad_enabled():
-        raise ValueError(
-            f"{name}: no gradient with respect to target_logits is computed; "
-            "pass target_logits.detach()"
-        )
     options = None
     if temperature != 1.0 or loss_mask is not None or beta is not None:
         options = _distribution_options(name, temperature, beta, loss_mask, logits)
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
     form, cap = _resolve(name, logits, n_cols, form, block_cap, group, target_logits,
-                         temperature)
+                         temperature, compiled_grad)  # fmt: skip
     spec = config.Spec(KINDS[name], form, cap, reduction, 0, group, 0, n_cols, options)
-    rows = (_contiguous_rows(logits), _contiguous_rows(target_logits), loss_mask)
-    if key is not None and key not in _SIGNATURES:
-        return _first_call(key, name, inputs, rows, spec, grad_accumulate)
-    return _run(name, *rows, spec, grad_accumulate)
+    return spec, (_contiguous_rows(logits), _contiguous_rows(target_logits), loss_mask)
 
 
 _DISTRIBUTION_ARGS = """
@@ -1096,6 +1157,12 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
     :func:`reverse_kl`.
     """
     name = "cross_entropy"
+    if torch.compiler.is_compiling() and group is None and grad_accumulate is None and (
+            check_labels is None or check_labels is False):  # fmt: skip
+        loss = _compiled_loss(CE, logits, labels, loss_mask, form, block_cap, reduction,
+                              ignore_index, 1.0, 0.5, label_smoothing, z_loss, softcap)
+        if loss is not None:
+            return loss
     key = None
     # (a label check syncs with the host every call: such calls are not replayed)
     if group is None and grad_accumulate is None and (check_labels is False or (
@@ -1109,26 +1176,35 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
         if loss is not None:
             return loss
     inputs = (logits, labels, loss_mask)
+    compiling = torch.compiler.is_compiling()
+    if check_labels is None:
+        check_labels = getattr(logits, "device", None) == _CPU and not compiling
+    elif not isinstance(check_labels, bool):
+        raise TypeError(f"{name}: check_labels must be True, False or None, got {check_labels!r}")
+    if check_labels and compiling:
+        raise ValueError(f"{name}: check_labels=True syncs with the host; not inside torch.compile")
+    spec, rows = _label_spec(name, logits, labels, ignore_index, reduction, label_smoothing,
+                             z_loss, softcap, loss_mask, form, block_cap, group,
+                             check_labels)  # fmt: skip
+    if key is not None and key not in _SIGNATURES:
+        return _first_call(key, name, inputs, rows, spec, grad_accumulate)
+    return _run(name, *rows, spec, grad_accumulate)
+
+
+def _label_spec(name, logits, labels, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                loss_mask, form, block_cap, group, check_labels, compiled_grad=None):  # fmt: skip
+    """Check cross_entropy's arguments (out-of-range labels too, with ``check_labels``); return
+    its Spec and (logits, labels, loss_mask) as the kernels take them."""
     block_cap = _check_common(name, logits, form, block_cap, reduction, group)
     _check_per_row(name, "labels", labels, logits, (torch.int64, torch.int32))
     ignore_index = _ignore_index(name, ignore_index)
-    if labels.dtype == torch.int32 and not _INT32_MIN <= ignore_index <= _INT32_MAX:
-        # torch compares int32 labels with such an int wrapped to int32 (2**40 as 0): int64
-        # labels make the host's counts and checks agree with the kernels (no label equals it).
-        labels = labels.long()
+    labels = _label_rows(labels, ignore_index)
     options = None
     if label_smoothing != 0.0 or z_loss != 0.0 or softcap is not None or loss_mask is not None:
         options = _label_options(name, label_smoothing, z_loss, softcap, loss_mask, logits)
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
     vocab_start, vocab_size = (sharded.vocab_layout(group, n_cols) if group is not None
                                else (0, n_cols))  # fmt: skip
-    compiling = torch.compiler.is_compiling()
-    if check_labels is None:
-        check_labels = logits.device.type == "cpu" and not compiling
-    elif not isinstance(check_labels, bool):
-        raise TypeError(f"{name}: check_labels must be True, False or None, got {check_labels!r}")
-    if check_labels and compiling:
-        raise ValueError(f"{name}: check_labels=True syncs with the host; not inside torch.compile")
     if check_labels:
         bad = (labels != ignore_index) & ((labels < 0) | (labels >= vocab_size))
         if bool(bad.any()):
@@ -1137,10 +1213,17 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
                 f"{name}: label {first} outside [0, {vocab_size}) "
                 f"and != ignore_index={ignore_index}"
             )
-    form, cap = _resolve(name, logits, n_cols, form, block_cap, group)
+    form, cap = _resolve(name, logits, n_cols, form, block_cap, group,
+                         compiled_grad=compiled_grad)  # fmt: skip
     spec = config.Spec(KINDS[name], form, cap, reduction, ignore_index, group, vocab_start,
                        vocab_size, options)  # fmt: skip
-    rows = (_contiguous_rows(logits), labels.contiguous(), loss_mask)
-    if key is not None and key not in _SIGNATURES:
-        return _first_call(key, name, inputs, rows, spec, grad_accumulate)
-    return _run(name, *rows, spec, grad_accumulate)
+    return spec, (_contiguous_rows(logits), labels, loss_mask)
+
+
+def _label_rows(labels, ignore_index):
+    """The labels as the kernels read them: contiguous; int64 where ``ignore_index`` is outside
+    int32's range (torch compares int32 labels with such an int wrapped to int32, 2**40 as 0:
+    int64 labels make the host's counts and checks agree with the kernels)."""
+    if labels.dtype == torch.int32 and not _INT32_MIN <= ignore_index <= _INT32_MAX:
+        labels = labels.long()
+    return labels.contiguous()
