@@ -112,11 +112,13 @@
 # harness, twice, then the planned call and Liger's in norm_launch_variants.py's: which harness's
 # Liger time holds); reducefit (the reduce's tile cut to the partial rows,
 # NORMLAB_NORM_REDUCE_FIT: the norm checks, then normlab alone off and on at the members whose
-# backward reduces a few partial rows); leancompile (a compiled norm call that reads no global
-# but its op: host µs per call of the compiled norms and their peers, this tree and the tree
-# before it in turn, twice, label CE a control; the compiled-norm checks). The tree before is
-# made beside this one before the call: mkdir -p old/34bf16c && git archive 34bf16c | tar -x -C
-# old/34bf16c (an untracked folder: it travels with the working tree).
+# backward reduces a few partial rows); leancompile (compiled calls that read no global but
+# their path to the op: the compiled-norm and compiled-loss checks; host µs per call of RMSNorm,
+# label CE and reverse KL compiled, beside torch's ops compiled, this tree and the package before
+# it in turn, twice).
+# The package before is made beside this tree before the call: mkdir -p old/34bf16c && git
+# archive 34bf16c normlab | tar -x -C old/34bf16c (an untracked folder: it travels with the
+# working tree, which the whole old tree would take past its 64 MiB).
 # lossregs (the fused loss kernel's register caps: the loss options with none, 72 and 64 registers
 # a thread at tiles 2048 and 4096, at 131072 and 32768 columns; the norms with the fused add
 # inside torch.compile).
@@ -1712,12 +1714,13 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --peers liger --only "^row w4$" --cells "${cells%,}" \
       --out "$OUT/launch_variants_liger_fp16.jsonl"
     ;;
-  leancompile)  # a compiled norm call that reads no global but its op, against the tree before
-    step compile_check_lean 150 python3 benchmarks/compile_check.py --norms
+  leancompile)  # compiled calls that read no global but their path to the op, against the tree before
+    step compile_check_lean 200 python3 benchmarks/compile_check.py
     out=$(cd "$OUT" && pwd)
     overhead() {  # overhead NAME: host µs per call of the current directory's tree
-      timeout 120 python3 -m normlab bench --overhead --impl torch,compile,normlab+compile \
-        --op rms_norm,layer_norm,cross_entropy --out "$out/overhead_$1.json" --no-progress > "$out/overhead_$1.log" 2>&1
+      timeout 100 python3 -m normlab bench --overhead --impl torch,compile,normlab+compile \
+        --op rms_norm,cross_entropy,reverse_kl --out "$out/overhead_$1.json" --no-progress \
+        > "$out/overhead_$1.log" 2>&1
       echo "== overhead_$1: exit $? after ${SECONDS}s"
       head -n 12 "$out/overhead_$1.log"
     }
