@@ -115,7 +115,7 @@
 # backward reduces a few partial rows); leancompile (compiled calls that read no global but
 # their path to the op: the compiled-norm and compiled-loss checks; host µs per call of RMSNorm,
 # label CE and reverse KL compiled, beside torch's ops compiled, this tree and the package before
-# it in turn, twice).
+# it; Dynamo's frame and guards alone per compiled call, both packages).
 # The package before is made beside this tree before the call: mkdir -p old/34bf16c && git
 # archive 34bf16c normlab | tar -x -C old/34bf16c (an untracked folder: it travels with the
 # working tree, which the whole old tree would take past its 64 MiB).
@@ -1724,10 +1724,13 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       echo "== overhead_$1: exit $? after ${SECONDS}s"
       head -n 12 "$out/overhead_$1.log"
     }
-    for run in 1 2; do
-      overhead "lean_head$run"
-      (cd old/34bf16c && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=34bf16c overhead "lean_old$run")
-    done
+    overhead lean_head
+    (cd old/34bf16c && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=34bf16c overhead lean_old)
+    # Dynamo's frame and guards alone (the graph replaced by its outputs), both packages
+    step compiled_guards_head 60 python3 benchmarks/compiled_guards.py \
+      --out "$OUT/compiled_guards_head.json"
+    PYTHONPATH=$PWD/old/34bf16c:/tmp/site NORMLAB_COMMIT=34bf16c step compiled_guards_old 60 \
+      python3 benchmarks/compiled_guards.py --out "$OUT/compiled_guards_old.json"
     ;;
   inductorbwd)  # the row loop in stages against the prefetch; Inductor's backward, its kernels
     step launch_variants_stages 90 python3 benchmarks/norm_launch_variants.py \

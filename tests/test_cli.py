@@ -1,6 +1,7 @@
 """The CLI: `python -m normlab info|bench|report`, each with --help, run as a user runs it."""
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -478,6 +479,10 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
     ("benchmarks/inductor_norm_bwd.py", ["--out", "x", "--reps", "0"], "--reps must be"),
     ("benchmarks/inductor_norm_bwd.py", ["--out", "x", "--cells", "8by8"], "--cells takes"),
     ("benchmarks/inductor_norm_bwd.py", ["--out", "x"], "needs a CUDA GPU"),
+    ("benchmarks/compiled_guards.py", ["--out", "x.json", "--op", "kl"], "--op: a comma list"),
+    ("benchmarks/compiled_guards.py", ["--out", "x.json", "--calls", "5"], "--calls must be"),
+    ("benchmarks/compiled_guards.py", ["--out", "x.json", "--rounds", "0"], "--rounds must be"),
+    ("benchmarks/compiled_guards.py", ["--out", "x.csv"], "--out takes FILE.json"),
 ])  # fmt: skip
 def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path):
     """Bad arguments (and no GPU here) exit 2 with the reason, before anything is measured."""
@@ -485,6 +490,24 @@ def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path)
     proc = subprocess.run([sys.executable, script, *args], cwd=root, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(root)})
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-500:]
+
+
+def test_compiled_guards_times_both_implementations(tmp_path):
+    """benchmarks/compiled_guards.py runs here (the interpreter): per op, normlab's and torch's
+    guard trees and µs per call, written to the JSON it names."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "guards.json"
+    proc = subprocess.run([sys.executable, "benchmarks/compiled_guards.py", "--out", str(out),
+                           "--calls", "20", "--rounds", "2", "--op", "rms_norm,cross_entropy"],
+                          cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-800:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["op"], r["impl"]) for r in rows] == [
+        ("rms_norm", "normlab"), ("rms_norm", "torch"),
+        ("cross_entropy", "normlab"), ("cross_entropy", "torch")]  # fmt: skip
+    assert all(r["guard_lines"] > 10 and r["us_per_call"] > 0 and len(r["rounds_us"]) == 2
+               for r in rows)  # fmt: skip
 
 
 def test_norm_bwd_spills_finds_the_spilling_plan():
