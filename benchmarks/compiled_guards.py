@@ -100,6 +100,19 @@ def measure(ops, calls: int, rounds: int) -> list[dict]:
     return rows
 
 
+def _host_cpu() -> str:
+    """The host CPU's model name (Linux), else what platform knows."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="FILE.json")
@@ -127,17 +140,19 @@ def main(argv=None) -> int:
     from normlab.bench.device import git_commit
 
     rows = measure(ops, args.calls, args.rounds)
-    print(f"| op | impl | guard lines | µs per call ({_runtime.DEVICE}, host "
-          f"{platform.processor() or platform.machine()}) |")
+    host = _host_cpu()
+    print(f"| op | impl | guard lines | µs per call ({_runtime.DEVICE}, host {host}) |")
     print("|---|---|---|---|")
     for row in rows:
         print(f"| {row['op']} | {row['impl']} | {row['guard_lines']} | {row['us_per_call']:.2f} |")
     meta = {"device": _runtime.DEVICE, "card": torch.cuda.get_device_name()
-            if _runtime.DEVICE == "cuda" else "cpu (interpreter)", "host": platform.processor(),
+            if _runtime.DEVICE == "cuda" else "cpu (interpreter)", "host": host,
             "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "commit": git_commit(),
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
-            "command": "python3 benchmarks/compiled_guards.py " + " ".join(sys.argv[1:]),
+            "command": "python3 benchmarks/compiled_guards.py " + " ".join(
+                [*sys.argv[1:sys.argv.index("--out") + 1], args.out.name,
+                 *sys.argv[sys.argv.index("--out") + 2:]] if "--out" in sys.argv else sys.argv[1:]),
             "note": "µs per call: Dynamo's frame and guards, the graph replaced by its outputs; "
                     f"median of {args.rounds} rounds of {args.calls} calls"}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
