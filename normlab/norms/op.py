@@ -544,8 +544,8 @@ _REPLAYED_APPLY = function_apply(ReplayedNormFunction)
 
 def _replayed_call(name, x, residual, weight, bias, eps, offset, is_rms, strategy, layout):
     """y (with a residual, (y, h)) of a call whose signature was checked before (the first call
-    of one is checked here), or None where the full path must run (a compiled graph, a tensor
-    subclass, no GPU, rows or parameters that would be copied)."""
+    of one is checked here), or None where the full path must run (a tensor subclass, no GPU,
+    rows or parameters that would be copied)."""
     if not _launch.REPLAY or not plain_tensor(x):
         return None
     try:
