@@ -311,3 +311,37 @@ def test_compiled_call_guards_no_normlab_global_but_its_path(loss, read):
     got = {ln.split(module, 1)[1].split(",")[0].split(".")[1].split("[")[0]
            for ln in lines if f"source={module}." in ln}  # fmt: skip
     assert got == read
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "reverse_kl"])
+def test_traced_body_of_strided_nd_logits(launches, loss):
+    """The traced body of a compiled call's (2, 3, V) logits with strided columns, form "auto"
+    and block_cap None as the public call hands them, launches what an eager call of the
+    resolved form on contiguous rows launches, forward and split backward."""
+    v = 304
+    x = torch.randn(2, v, 3).transpose(1, 2)  # (2, 3, 304), column stride 3
+    if loss == "cross_entropy":
+        other = torch.randint(0, v, (2, 3))
+        other_rows = other.reshape(6)
+    else:
+        other = torch.randn(2, v, 3).transpose(1, 2)
+        other_rows = other.reshape(6, v).contiguous()
+    rows = x.reshape(6, v).contiguous()
+    kind = config.KINDS[loss]
+    with FakeTensorMode() as mode:
+        fx, fo = mode.from_tensor(x), mode.from_tensor(other)
+        form, cap = op._op_form(fx, fo, kind, "auto", None, True, 1.0)
+        traced = torch.ops.normlab.entropy_fwd(fx, fo, kind, "auto", None, "mean", -100, True)
+        fg = mode.from_tensor(torch.tensor(1.0))
+        if form == "split":
+            grad = torch.ops.normlab.entropy_split_bwd(fx, fo, traced[2], fg, traced[3], kind,
+                                                       cap, "mean", -100)  # fmt: skip
+            assert grad.shape == x.shape
+    fwd_traced = list(launches)
+    launches.clear()
+    out = torch.ops.normlab.entropy_fwd(rows, other_rows, kind, form, cap, "mean", -100, True)
+    if form == "split":
+        torch.ops.normlab.entropy_split_bwd(rows, other_rows, out[2], torch.tensor(1.0),
+                                            out[3], kind, cap, "mean", -100)  # fmt: skip
+    assert fwd_traced == list(launches) and fwd_traced
+    assert traced[1].shape == ((6, v) if form != "split" else (0,))  # the gradient as rows

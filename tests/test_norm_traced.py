@@ -307,3 +307,34 @@ def test_compiled_call_guards_no_normlab_global_but_its_path():
     read = {line.split(module, 1)[1].split(",")[0].split(".")[1]
             for line in str(entry.guard_manager).splitlines() if f"source={module}." in line}
     assert read == {"_compiled_call", "_needs_grad", "torch"}
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["norm", "add-norm"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_traced_body_of_strided_nd_input(launches, is_rms, residual):
+    """The traced body of a compiled call's 3-D input with strided columns launches what an
+    eager call of its contiguous rows launches, forward and backward, and hands back y, h and
+    dx in the input's shape."""
+    n_cols = 1000
+    base = torch.randn(2, n_cols, 3)
+    x = base.transpose(1, 2)  # (2, 3, 1000), column stride 3
+    _, r, w, b = _args(6, n_cols, is_rms, residual)
+    r3 = None if r is None else r.view(2, 3, n_cols)
+    options = (EPS[is_rms], 0.0, is_rms, "auto", "auto")
+    rows = x.reshape(6, n_cols).contiguous()
+    _, h, mean, rstd = torch.ops.normlab.norm_fwd(rows, r, w, b, *options)
+    dy = torch.randn(6, n_cols)
+    torch.ops.normlab.norm_bwd(dy, None, h if residual else rows, w, b, mean, rstd, *options)
+    eager = list(launches)
+    launches.clear()
+    dy3 = dy.view(2, 3, n_cols)
+    with FakeTensorMode() as mode:
+        fx, fw, fdy = mode.from_tensor(x), mode.from_tensor(w), mode.from_tensor(dy3)
+        fr = None if r3 is None else mode.from_tensor(r3)
+        fb = None if b is None else mode.from_tensor(b)
+        y, fh, fmean, frstd = torch.ops.normlab.norm_fwd(fx, fr, fw, fb, *options)
+        normed = fh if residual else fx
+        dx, dw, _ = torch.ops.normlab.norm_bwd(fdy, None, normed, fw, fb, fmean, frstd, *options)
+    assert launches == eager
+    assert y.shape == dx.shape == (2, 3, n_cols) and dw.shape == (n_cols,)
+    assert fh.shape == ((2, 3, n_cols) if residual else (0,))

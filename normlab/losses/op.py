@@ -612,14 +612,10 @@ def _op_form(logits, other, kind, form, block_cap, compute_grad, temperature):
 def _split_bwd(logits, other, row_stats, g_out, n_valid, kind, block_cap, reduction,
                ignore_index, loss_mask, temperature, beta, label_smoothing, z_loss,
                softcap):  # fmt: skip
-    """The split form's gradient of the forward op's own inputs (columns made unit-stride and
-    labels as the kernels read them again: the op saved the caller's tensors)."""
     spec = _local_spec(kind, "split", block_cap, reduction, ignore_index, logits.shape[-1],
                        loss_mask, temperature, beta, label_smoothing, z_loss,
                        softcap or 0.0)  # fmt: skip
-    x = _contiguous_rows(logits)
-    t = _label_rows(other, ignore_index) if kind == CE else _contiguous_rows(other)
-    return _split_grad(spec, x, t, loss_mask, row_stats, g_out, n_valid).view(logits.shape)
+    return _split_grad(spec, logits, other, loss_mask, row_stats, g_out, n_valid)
 
 
 @torch.library.custom_op("normlab::entropy_split_bwd_planned", mutates_args=())
@@ -669,16 +665,21 @@ def _entropy_split_bwd_op(
     z_loss: float = 0.0,
     softcap: float | None = None,
 ) -> torch.Tensor:
-    """The split form's d loss / d logits (see _split_grad) of the forward op's inputs, its
-    block cap resolved. Also the fake kernel."""
-    args = (logits, other, row_stats, g_out, n_valid, kind, block_cap, reduction, ignore_index,
-            loss_mask, temperature, beta, label_smoothing, z_loss, softcap)  # fmt: skip
+    """The split form's d loss / d logits (see _split_grad) of the forward op's inputs (the
+    caller's tensors: their rows made again as the forward made them), its block cap resolved.
+    Also the fake kernel."""
+    x = _contiguous_rows(logits)
+    t = _label_rows(other, ignore_index) if kind == CE else _contiguous_rows(other)
+    args = (x, t, row_stats, g_out, n_valid, kind, block_cap, reduction, ignore_index, loss_mask,
+            temperature, beta, label_smoothing, z_loss, softcap)  # fmt: skip
     if not _launch.is_traced(logits):
-        return _split_bwd(*args)
-    if not _traced_launches(kind, logits, other, loss_mask, g_out):
-        return torch.ops.normlab.entropy_split_bwd_planned(*args)
-    with _launch.traced():
-        return _split_bwd(*args)
+        grad = _split_bwd(*args)
+    elif not _traced_launches(kind, x, t, loss_mask, g_out):
+        grad = torch.ops.normlab.entropy_split_bwd_planned(*args)
+    else:
+        with _launch.traced():
+            grad = _split_bwd(*args)
+    return grad.view(logits.shape)
 
 
 _N_FWD_INPUTS = 14
