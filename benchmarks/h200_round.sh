@@ -1714,7 +1714,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --peers liger --only "^row w4$" --cells "${cells%,}" \
       --out "$OUT/launch_variants_liger_fp16.jsonl"
     ;;
-  leancompile)  # compiled calls that read no global but their path to the op, against the tree before
+  leancompile)  # compiled calls that read only their path to the op, against the package before
     step compile_check_lean 200 python3 benchmarks/compile_check.py
     out=$(cd "$OUT" && pwd)
     overhead() {  # overhead NAME: host µs per call of the current directory's tree
