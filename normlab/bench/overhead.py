@@ -110,32 +110,43 @@ def _loss_fn(op: str, impl: str) -> Callable | None:
     return torch.compile(fn, fullgraph=True) if impl.endswith("compile") else fn
 
 
-def host_case(op: str, impl: str, direction: str, dtype: torch.dtype, device: str):
-    """(M, N, zero-argument call) or None where the impl lacks the op."""
+def op_fn(op: str, impl: str) -> Callable | None:
+    """``op``'s callable under ``impl`` (norms take (x, w, b), losses (logits, other)), compiled
+    for the "compile" impls; None where the impl lacks the op."""
+    return _norm_fn(op, impl) if op in NORM_OPS else _loss_fn(op, impl)
+
+
+def tiny_inputs(op: str, dtype: torch.dtype, device: str, requires_grad: bool = False) -> tuple:
+    """``op``'s tiny inputs: (x, w, b) for the norms (b None for RMSNorm), (logits, other) for
+    the losses; the float tensors require grad with ``requires_grad``."""
     if op in NORM_OPS:
         M, N = TINY["norm"]
-        fn = _norm_fn(op, impl)
-        if fn is None:
-            return None
-        x = torch.randn(M, N, dtype=dtype, device=device, requires_grad=direction != "fwd")
-        w = torch.ones(N, dtype=dtype, device=device, requires_grad=direction != "fwd")
-        b = torch.zeros(N, dtype=dtype, device=device, requires_grad=direction != "fwd") \
+        x = torch.randn(M, N, dtype=dtype, device=device, requires_grad=requires_grad)
+        w = torch.ones(N, dtype=dtype, device=device, requires_grad=requires_grad)
+        b = torch.zeros(N, dtype=dtype, device=device, requires_grad=requires_grad) \
             if op == "layer_norm" else None
-        inputs = [t for t in (x, w, b) if t is not None]
-        dy = torch.randn(M, N, dtype=dtype, device=device)
-        if direction == "fwd":
-            return M, N, lambda: fn(x, w, b)
-        return M, N, lambda: torch.autograd.grad(fn(x, w, b), inputs, dy)
+        return x, w, b
     M, N = TINY["loss"]
-    fn = _loss_fn(op, impl)
-    if fn is None:
-        return None
-    logits = torch.randn(M, N, dtype=dtype, device=device, requires_grad=direction != "fwd")
+    logits = torch.randn(M, N, dtype=dtype, device=device, requires_grad=requires_grad)
     other = (torch.randint(0, N, (M,), device=device) if op == "cross_entropy"
              else torch.randn(M, N, dtype=dtype, device=device))  # fmt: skip
+    return logits, other
+
+
+def host_case(op: str, impl: str, direction: str, dtype: torch.dtype, device: str):
+    """(M, N, zero-argument call) or None where the impl lacks the op."""
+    fn = op_fn(op, impl)
+    if fn is None:
+        return None
+    M, N = TINY["norm" if op in NORM_OPS else "loss"]
+    args = tiny_inputs(op, dtype, device, requires_grad=direction != "fwd")
     if direction == "fwd":
-        return M, N, lambda: fn(logits, other)
-    return M, N, lambda: torch.autograd.grad(fn(logits, other), (logits,))
+        return M, N, lambda: fn(*args)
+    if op in NORM_OPS:
+        inputs = [t for t in args if t is not None]
+        dy = torch.randn(M, N, dtype=dtype, device=device)
+        return M, N, lambda: torch.autograd.grad(fn(*args), inputs, dy)
+    return M, N, lambda: torch.autograd.grad(fn(*args), (args[0],))
 
 
 def _sync() -> None:
