@@ -213,7 +213,7 @@ def _build_parser() -> _Parser:
         "--shapes",
         type=_shapes,
         default=None,
-        help="presets peers|narrow|losses|quick and/or MxN items, comma-separated "
+        help="presets peers|narrow|losses|quick|population|vocab_population and/or MxN items, comma-separated "
         "(default peers for norms, losses for losses; quick with --quick)",
     )
     bench.add_argument(

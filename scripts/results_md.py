@@ -546,7 +546,7 @@ def static_compile_section(paths: list[Path]) -> str:
     _, path, members = runs[-1]
     default_peers = [r for r in members if r.impl != "compile-static"]
     earlier = "".join(
-        f"\nThe same members at {_commits(old)} (`{relative(old_path)}`), with "
+        f"\nThe run before, the same members at {_commits(old)} (`{relative(old_path)}`), with "
         "`compile-static`:\n\n" + verdict_table(population.verdicts(old))
         for _, old_path, old in runs[-2:-1]
     )  # fmt: skip
