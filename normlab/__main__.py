@@ -122,11 +122,16 @@ def _records_path(text: str) -> Path:
             f"{text!r}: expected a .jsonl or .csv file name (.json with --overhead)")
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder")
-    parent = path.absolute().parent
-    while not parent.exists():  # write_records creates missing folders
-        parent = parent.parent
-    if not parent.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r}: {parent} is not a folder")
+    parent = existing = path.absolute().parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: {existing} is not a folder")
+    try:  # made now (write_records would make it after the run): a place that cannot be fails here
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: cannot make {parent}: {exc.strerror or exc}") from None
     if not os.access(parent, os.W_OK):
         raise argparse.ArgumentTypeError(f"{text!r}: {parent} is not writable")
     return path
@@ -213,8 +218,8 @@ def _build_parser() -> _Parser:
         "--shapes",
         type=_shapes,
         default=None,
-        help="presets peers|narrow|losses|quick|population|vocab_population and/or MxN items, comma-separated "
-        "(default peers for norms, losses for losses; quick with --quick)",
+        help="presets peers|narrow|losses|quick|population|vocab_population and/or MxN items, "
+        "comma-separated (default peers for norms, losses for losses; quick with --quick)",
     )
     bench.add_argument(
         "--dtype", type=_dtypes, default=["bf16"], help="comma list: bf16, fp16, fp32"

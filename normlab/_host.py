@@ -85,6 +85,20 @@ def plain_tensor(t) -> bool:
 
 
 _transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_functorch = getattr(torch._C, "_functorch", None)
+_is_batched = getattr(_functorch, "is_batchedtensor", lambda t: False)
+_is_grad_tracking = getattr(_functorch, "is_gradtrackingtensor", lambda t: False)
+
+
+def check_kernel_tensor(name: str, arg: str, t: torch.Tensor) -> None:
+    """What a kernel cannot read whatever its dtype and device: a sparse (or other non-strided)
+    layout, and a torch.func transform's wrapper (vmap's batched tensor, grad's tracking tensor),
+    whose memory is not its values."""
+    if t.layout is not torch.strided:
+        raise TypeError(f"{name}: {arg} must be a dense (strided) tensor, got layout {t.layout}")
+    if _is_batched(t) or _is_grad_tracking(t):
+        raise RuntimeError(f"{name}: {arg} is inside a torch.func transform (vmap, grad, jacrev, "
+                           "...), which normlab's kernels do not support; call it outside one")
 
 
 def function_apply(cls):

@@ -312,8 +312,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"normlab report: error: {message}", file=sys.stderr)
         return 2
     page = build_html(loaded, title=args.title)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(page, encoding="utf-8")
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(page, encoding="utf-8")
+    except OSError as exc:  # a folder, a missing or read-only place: one line, not a traceback
+        print(f"normlab report: error: cannot write {args.out}: {exc.strerror or exc}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     n = sum(len(records) for _, records in loaded)
     print(f"wrote {args.out}: {n} records from {len(loaded)} file(s)")
     return 0

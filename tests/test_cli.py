@@ -145,6 +145,9 @@ def test_help_via_subprocess():
         (["bench", "--model", "huge"], "--model", "invalid choice: 'huge'"),
         (["bench", "--out", "records.txt"], "--out", "expected a .jsonl or .csv file name"),
         (["bench", "--out", f"{__file__}/r.csv"], "--out", "is not a folder"),
+        # a folder no one can make, root included (Linux's /proc): refused before the run
+        *([(["bench", "--out", "/proc/normlab/r.csv"], "--out", "cannot make /proc/normlab")]
+          if os.path.isdir("/proc/self") else []),
         (["bench", "--unknown-flag"], "unrecognized arguments", "--unknown-flag"),
         (["bench", "--overhead", "--out", "o.jsonl"], "--overhead", "writes FILE.json"),
         (["bench", "--out", "r.json"], "--out FILE.json", "is for --overhead"),

@@ -746,6 +746,15 @@ BAD_CALLS = [
      lambda x, t, y: normlab.reverse_kl(x, t,
                                         grad_accumulate=torch.zeros(4, 40, dtype=torch.float64))),
     ("not initialized", ValueError, lambda x, t, y: normlab.reverse_kl(x, t, group=object())),
+    ("logits must be a dense", TypeError, lambda x, t, y: normlab.reverse_kl(x.to_sparse(), t)),
+    ("target_logits must be a dense", TypeError,
+     lambda x, t, y: normlab.jsd(x, t.to_sparse())),
+    ("labels must be a dense", TypeError,
+     lambda x, t, y: normlab.cross_entropy(x, y.to_sparse())),
+    ("logits is inside a torch.func transform", RuntimeError,
+     lambda x, t, y: torch.vmap(normlab.reverse_kl)(x[:, None], t[:, None])),
+    ("logits is inside a torch.func transform", RuntimeError,
+     lambda x, t, y: torch.func.grad(normlab.cross_entropy)(x, y)),
 ]  # fmt: skip
 
 

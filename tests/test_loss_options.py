@@ -266,6 +266,39 @@ def test_temperature_at_wide_logits(loss, form):
 
 @pytest.mark.parametrize("loss", list(DIST))
 @pytest.mark.parametrize("form", FORMS)
+def test_temperature_at_its_floor(loss, form):
+    # config.TEMPERATURE_MIN: logits up to fp16's largest (65504) under T = 1.5 * 2^-14 (1/T
+    # not a power of two, so the shift rounds) put |x / T| just under 2^30, where that rounding
+    # is 64 at most and e^64 still sums: finite, and fp64's values (as the test above).
+    x, t = _dist_inputs((3, 129))
+    x, t = (v / v.abs().max() * 65504.0 for v in (x, t))
+    temperature = 1.5 * config.TEMPERATURE_MIN
+    kw = {"temperature": temperature} if loss != "jsd" else {"temperature": temperature,
+                                                             "beta": 0.3}  # fmt: skip
+    out, grad = _call(DIST[loss][0], x, t, form=form, block_cap=16, reduction="none", **kw)
+    ref_out, ref_grad = _ref_call(DIST[loss][1], x, t, reduction="none", **kw)
+    assert torch.isfinite(out).all() and torch.isfinite(grad).all()
+    assert_close(out, ref_out, dtype=torch.float32, reduce_len=129, msg=f"{loss} {form} loss")
+    floor = 2.0**-22 * (x.abs().max() + t.abs().max()).item() / temperature
+    _assert_rows_close(grad, ref_grad, _row_scale(ref_grad), _grad_rel(torch.float32),
+                       f"{loss} {form} grad", floor=floor)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_temperature_at_its_ceiling(form):
+    # config.TEMPERATURE_MAX: 1/T = 2^-64, a normal fp32, so x / T is ~1e-19 and every row is
+    # uniform to fp32: soft CE is log V, reverse KL 0, each with a gradient of 0 (to rounding).
+    x, t = _dist_inputs((3, 129))
+    kw = {"temperature": config.TEMPERATURE_MAX, "reduction": "none", "form": form}
+    out, grad = _call(normlab.soft_cross_entropy, x, t, **kw)
+    assert_close(out, torch.full((3,), math.log(129.0)), dtype=torch.float32, reduce_len=129)
+    assert grad.abs().max() <= 2.0**-40
+    out, grad = _call(normlab.reverse_kl, x, t, **kw)
+    assert out.abs().max() <= 2.0**-20 and grad.abs().max() <= 2.0**-40
+
+
+@pytest.mark.parametrize("loss", list(DIST))
+@pytest.mark.parametrize("form", FORMS)
 def test_nan_row_with_temperature(loss, form):
     # A NaN in a counted row: that row's loss and whole gradient NaN, the others exact.
     x, t = _dist_inputs((3, 40))
@@ -615,6 +648,11 @@ BAD = [
     ("temperature", lambda x, t, y: normlab.forward_kl(x, t, temperature=float("inf"))),
     ("temperature", lambda x, t, y: normlab.jsd(x, t, temperature=float("nan"))),
     ("temperature", lambda x, t, y: normlab.reverse_kl(x, t, temperature="2")),
+    ("temperature", lambda x, t, y: normlab.reverse_kl(x, t, temperature=True)),
+    ("temperature", lambda x, t, y: normlab.soft_cross_entropy(
+        x, t, temperature=math.nextafter(config.TEMPERATURE_MIN, 0.0))),
+    ("temperature", lambda x, t, y: normlab.jsd(
+        x, t, temperature=math.nextafter(config.TEMPERATURE_MAX, math.inf))),
     ("beta", lambda x, t, y: normlab.jsd(x, t, beta=0.0)),
     ("beta", lambda x, t, y: normlab.jsd(x, t, beta=1.0)),
     ("beta", lambda x, t, y: normlab.jsd(x, t, beta=1.5)),

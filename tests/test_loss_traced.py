@@ -269,7 +269,7 @@ def test_compiled_call_of_strided_nd_logits(case):
     [("cross_entropy", {"softcap": 0.0}, "softcap must be > 0"),
      ("cross_entropy", {"block_cap": 3}, "block_cap must be one of"),
      ("cross_entropy", {"form": "tiles"}, "form must be one of"),
-     ("reverse_kl", {"temperature": -1.0}, "temperature must be > 0"),
+     ("reverse_kl", {"temperature": -1.0}, r"temperature must be in \[2\*\*-14"),
      ("jsd", {"beta": 1.0}, r"beta must be in \(0, 1\)"),
      ("reverse_kl", {"reduction": "avg"}, "reduction must be one of")],
 )  # fmt: skip

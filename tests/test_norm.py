@@ -1334,6 +1334,9 @@ def test_nan_stays_in_its_row(is_rms):
         (lambda: (torch.randn(3, 8), None, {"strategy": "atomics"}), ValueError, "strategy"),
         (lambda: (torch.randn(3, 8), None, {"layout": "rows"}), ValueError, "layout"),
         (lambda: ([[1.0, 2.0]], None, {}), TypeError, "Tensor"),
+        (lambda: (torch.randn(3, 8).to_sparse(), None, {}), TypeError, "x must be a dense"),
+        (lambda: (torch.randn(3, 8), torch.randn(8).to_sparse(), {}), TypeError,
+         "weight must be a dense"),
     ],
     ids=[
         "w-len",
@@ -1348,6 +1351,8 @@ def test_nan_stays_in_its_row(is_rms):
         "strategy",
         "layout",
         "list",
+        "sparse-x",
+        "sparse-w",
     ],
 )
 def test_bad_inputs(is_rms, make, exc, match):
@@ -1357,6 +1362,19 @@ def test_bad_inputs(is_rms, make, exc, match):
             normlab.rms_norm(x, w, **kw)
         else:
             normlab.layer_norm(x, w, None, **kw)
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm", "add_rms_norm"])
+def test_inside_a_torch_func_transform(name):
+    # vmap's batched x, grad's tracking x: no memory of their values for a kernel to read, so a
+    # clear error (torch's own norms run there; normlab's do not).
+    w = torch.randn(8)
+    fn = getattr(normlab, name)
+    call = (lambda r: fn(r, r, w)[0]) if name.startswith("add") else (lambda r: fn(r, w))
+    with pytest.raises(RuntimeError, match=f"{name}: x is inside a torch.func transform"):
+        torch.vmap(call)(torch.randn(3, 8))
+    with pytest.raises(RuntimeError, match=f"{name}: x is inside a torch.func transform"):
+        torch.func.grad(lambda r: call(r).sum())(torch.randn(3, 8))
 
 
 def test_bad_bias():

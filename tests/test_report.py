@@ -157,6 +157,16 @@ def test_report_cli_malformed_file(tmp_path):
     assert not out.exists()
 
 
+def test_report_to_a_place_it_cannot_write(tmp_path, capsys):
+    # -o naming a folder, or under a file: one line and exit 2, the page not half written.
+    results = write_jsonl(_gpu_records(), tmp_path / "h200.jsonl")
+    for out, reason in ((tmp_path, "Is a directory"), (results / "r.html", "Not a directory")):
+        assert report.main([str(results), "-o", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"normlab report: error: cannot write {out}: {reason}", err
+    assert results.is_file()
+
+
 @pytest.mark.parametrize("case, expected", [
     ("not_json", "bad.jsonl:2: not valid JSON"),
     ("missing_field", "bad.jsonl:1: missing field(s) gbps"),

@@ -69,6 +69,14 @@ class Spec(NamedTuple):
     options: Options | None = None  # None: every option at its default (the kernels as measured)
 
 
+# A temperature's range. The kernels shift x / T by its row's max in one FMA (online.shifted),
+# exact in x / T but not in the shift, rounded to fp32: half an ulp, 64 at |x / T| = 2^30, e^64
+# still summable. At T >= 2^-14 logits up to fp16's largest (65504) stay within that; rows past
+# it (larger logits at T != 1 and not a power of two) overflow to inf / NaN.
+TEMPERATURE_MIN = 2.0**-14
+TEMPERATURE_MAX = 2.0**64  # 1 / T stays a normal fp32 (a GPU flushes subnormals to 0)
+
+
 def options(kind: int, temperature: float, beta: float, label_smoothing: float, z_loss: float,
             softcap: float, has_mask: bool) -> Options | None:
     """The Options of a call, or None where every one is at its default (not for JSD)."""

@@ -31,7 +31,14 @@ import torch
 import torch.distributed as dist
 
 from normlab import _launch, _runtime
-from normlab._host import FLOAT_DTYPES, function_apply, next_pow2, plain_tensor, rows_view
+from normlab._host import (
+    FLOAT_DTYPES,
+    check_kernel_tensor,
+    function_apply,
+    next_pow2,
+    plain_tensor,
+    rows_view,
+)
 from normlab.losses import config, sharded
 from normlab.losses.chunked import launch_chunked
 from normlab.losses.config import CE, GRAD_IN_FORWARD, KINDS, REDUCTIONS
@@ -376,8 +383,8 @@ def _signature_key(name, logits, other, mask, options):
         key = (name, _input_key(logits), _input_key(other), _input_key(mask), options,
                logits.requires_grad and torch.is_grad_enabled(), _launch.current_device())
         hash(key)
-    except (AttributeError, TypeError):  # not tensors, unhashable options: the full path's errors
-        return None
+    except (AttributeError, TypeError, RuntimeError):  # not tensors, unhashable options, a sparse
+        return None  # tensor's missing strides: the full path's errors
     return key
 
 
@@ -736,6 +743,7 @@ def _check_common(name, logits, form, block_cap, reduction, group):
     """Validate the arguments every loss takes; return block_cap as an int (or None)."""
     if not isinstance(logits, torch.Tensor):
         raise TypeError(f"{name}: logits must be a torch.Tensor, got {type(logits).__name__}")
+    check_kernel_tensor(name, "logits", logits)
     if logits.dtype not in FLOAT_DTYPES:
         raise TypeError(
             f"{name}: logits dtype must be float32, float16 or bfloat16, got {logits.dtype}"
@@ -827,6 +835,7 @@ def _check_per_row(name, what, t, logits, dtypes):
     ``dtypes``, shaped ``logits.shape[:-1]``, on logits' device."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: {what} must be a torch.Tensor, got {type(t).__name__}")
+    check_kernel_tensor(name, what, t)
     if t.dtype not in dtypes:
         names = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
         raise TypeError(f"{name}: {what} dtype must be {names}, got {t.dtype}")
@@ -869,10 +878,12 @@ def _real(name, arg, value):
 
 def _distribution_options(name, temperature, beta, loss_mask, logits):
     """The distribution losses' Options (None when every one is at its default)."""
-    if temperature != 1.0:
+    if temperature != 1.0 or temperature is True:
         temperature = _real(name, "temperature", temperature)
-        if temperature <= 0:
-            raise ValueError(f"{name}: temperature must be > 0, got {temperature!r}")
+        lo, hi = config.TEMPERATURE_MIN, config.TEMPERATURE_MAX
+        if not lo <= temperature <= hi:
+            raise ValueError(f"{name}: temperature must be in [2**-14, 2**64] (the kernels' "
+                             f"fp32 shift of x / T), got {temperature!r}")  # fmt: skip
     if beta is not None:  # JSD
         beta = _real(name, "beta", beta)
         if not 0.0 < beta < 1.0:
@@ -1016,6 +1027,7 @@ def _distribution_spec(name, logits, target_logits, form, block_cap, reduction, 
         raise TypeError(
             f"{name}: target_logits must be a torch.Tensor, got {type(target_logits).__name__}"
         )
+    check_kernel_tensor(name, "target_logits", target_logits)
     if target_logits.shape != logits.shape:
         raise ValueError(
             f"{name}: target_logits shape {tuple(target_logits.shape)} "
@@ -1031,7 +1043,7 @@ def _distribution_spec(name, logits, target_logits, form, block_cap, reduction, 
             f"{name}: target_logits on {target_logits.device}, logits on {logits.device}"
         )
     options = None
-    if temperature != 1.0 or loss_mask is not None or beta is not None:
+    if temperature != 1.0 or temperature is True or loss_mask is not None or beta is not None:
         options = _distribution_options(name, temperature, beta, loss_mask, logits)
     n_cols = int(logits.shape[-1])  # a symbolic vocab under torch.compile: specialised
     form, cap = _resolve(name, logits, n_cols, form, block_cap, group, target_logits,
@@ -1042,9 +1054,10 @@ def _distribution_spec(name, logits, target_logits, form, block_cap, reduction, 
 
 _DISTRIBUTION_ARGS = """
     Args:
-        temperature: p = softmax(logits / T), q = softmax(target_logits / T), T > 0 and finite;
-            the loss is that of p and q (no T^2 factor), its gradient that loss's exact one
-            (so it carries a 1/T).
+        temperature: p = softmax(logits / T), q = softmax(target_logits / T), T in [2^-14,
+            2^64]; the loss is that of p and q (no T^2 factor), its gradient that loss's exact
+            one (so it carries a 1/T). Where T is not a power of two, a row whose |x / T|
+            reaches 2^30 overflows to inf / NaN (the kernels' fp32 shift: config.TEMPERATURE_MIN).
         loss_mask: a bool tensor shaped logits.shape[:-1] (on logits' device): rows where it is
             False get loss 0 and gradient 0, and "mean" divides by the number of True rows
             (NaN, with a zero gradient, when there is none).
@@ -1056,7 +1069,8 @@ _DISTRIBUTION_ARGS = """
             ``config.compiled_split_min_rows``).
         block_cap: column tile cap, one of 4096, 8192, 16384, 32768 (any power of two in
             [16, 65536] is accepted for experiments); None takes the auto table's.
-        reduction: "mean" over rows (the batchmean convention), "sum", or "none" (shape (...)).
+        reduction: "mean" over all M rows (torch's "batchmean" on 2-D input; on (B, S, V) it
+            divides by B S, not B), "sum", or "none" (shape (...)).
         group: a ``torch.distributed`` process group over which the vocabulary is sharded (each
             rank holds a contiguous slice of logits and target, uneven sizes allowed). The row
             statistics are all-reduced; each rank gets the full loss and its gradient slice.

@@ -18,6 +18,7 @@ import torch
 from normlab import _launch, _runtime
 from normlab._host import (
     FLOAT_DTYPES,
+    check_kernel_tensor,
     function_apply,
     is_finite_real,
     is_valid_eps,
@@ -343,6 +344,7 @@ def _prepare(name, x, weight, bias, eps, offset, strategy, layout):
     bias), the parameters unit-stride (the kernels index them by column)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
+    check_kernel_tensor(name, "x", x)
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}: x has dtype {x.dtype}; the kernels take float32/float16/"
                         f"bfloat16 (for float64 use normlab.ref.{name})")  # fmt: skip
@@ -357,6 +359,7 @@ def _prepare(name, x, weight, bias, eps, offset, strategy, layout):
             continue
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"{name}: {pname} must be a torch.Tensor or None")
+        check_kernel_tensor(name, pname, p)
         if p.dtype not in FLOAT_DTYPES:
             raise TypeError(f"{name}: {pname} has dtype {p.dtype}; expected float32/float16/"
                             "bfloat16")  # fmt: skip
@@ -400,6 +403,7 @@ def _prepare_residual(name, x, residual):
     """Validate the add-norms' residual against (validated) x; return it as rows like x's."""
     if not isinstance(residual, torch.Tensor):
         raise TypeError(f"{name}: residual must be a torch.Tensor, got {type(residual).__name__}")
+    check_kernel_tensor(name, "residual", residual)
     if residual.shape != x.shape:
         raise ValueError(f"{name}: residual has shape {tuple(residual.shape)} but x has "
                          f"{tuple(x.shape)}; they must match")  # fmt: skip
@@ -556,8 +560,8 @@ def _replayed_call(name, x, residual, weight, bias, eps, offset, is_rms, strateg
                _launch.current_device())  # fmt: skip
         cache = _GRAD if grad else _INFERENCE
         entry = cache.get(key, _launch.UNSEEN)
-    except (AttributeError, TypeError):  # not tensors, an unhashable eps: the full path's errors
-        return None
+    except (AttributeError, TypeError, RuntimeError):  # not tensors, an unhashable eps, a sparse
+        return None  # tensor's missing strides: the full path's errors
     if entry is _launch.UNSEEN:
         x2d, w, b = _prepare(name, x, weight, bias, eps, offset, strategy, layout)
         r2d = None if residual is None else _prepare_residual(name, x, residual)
