@@ -192,6 +192,13 @@ class CrossEntropyLoss(torch.nn.CrossEntropyLoss):
         self.form, self.block_cap, self.group = form, block_cap, group
         self.z_loss, self.softcap = z_loss, softcap
 
+    def extra_repr(self):
+        knobs = {"label_smoothing": 0.0, "z_loss": 0.0, "softcap": None, "form": "auto",
+                 "block_cap": None}
+        changed = "".join(f", {k}={getattr(self, k)!r}" for k, default in knobs.items()
+                          if getattr(self, k) != default)  # fmt: skip
+        return f"ignore_index={self.ignore_index}, reduction={self.reduction!r}{changed}"
+
     def forward(self, logits, labels, loss_mask=None):
         return _losses.cross_entropy(logits, labels, ignore_index=self.ignore_index,
                                      reduction=self.reduction, form=self.form,

@@ -595,6 +595,9 @@ def test_modules_with_options():
     labels = torch.tensor([1, -100, 5])
     ce = nn.CrossEntropyLoss(label_smoothing=0.1, z_loss=1e-3, softcap=6.0)
     assert isinstance(ce, torch.nn.CrossEntropyLoss) and ce.label_smoothing == 0.1
+    assert repr(ce) == ("CrossEntropyLoss(ignore_index=-100, reduction='mean', "
+                        "label_smoothing=0.1, z_loss=0.001, softcap=6.0)")  # fmt: skip
+    assert repr(nn.CrossEntropyLoss()) == "CrossEntropyLoss(ignore_index=-100, reduction='mean')"
     assert_close(ce(x, labels), ref.cross_entropy_ref(x.double(), labels, label_smoothing=0.1,
                                                       z_loss=1e-3, softcap=6.0),
                  dtype=torch.float32, reduce_len=40)  # fmt: skip

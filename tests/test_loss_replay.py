@@ -174,7 +174,7 @@ def test_functorch_transforms_take_the_full_path(replays):
     x, t = torch.randn(4, 64).requires_grad_(), torch.randn(4, 64)
     for _ in range(2):
         normlab.reverse_kl(x, t)
-    with pytest.raises(RuntimeError, match="reverse_kl: logits is inside a torch.func transform"):
+    with pytest.raises(RuntimeError, match=r"reverse_kl: logits is inside a torch\.func transform"):
         torch.func.grad(lambda v: normlab.reverse_kl(v, t))(x.detach())
 
 
