@@ -487,23 +487,30 @@ def population_section(paths: list[Path]) -> str:
 
 
 def h100_population_section(paths: list[Path]) -> str:
-    """The same verdicts over the whole population on an H100 at one later commit than the H200
-    records: that commit's rules against the same peers (the targets are the H200's)."""
-    records = [r for p in paths for r in read_records(p)]
-    if not records:
+    """The same verdicts over the whole population on an H100 at later commits than the H200
+    records, one run (file) a commit: the newest in full, the run before it as a table (the
+    targets are the H200's)."""
+    runs = sorted((max(r.date for r in records), path, records)
+                  for path in paths if (records := read_records(path)))  # fmt: skip
+    if not runs:
         return ""
-    members = population.without_peers(records)
+    _, path, records = runs[-1]
     cards = ", ".join(sorted({r.card for r in records}))
+    earlier = "".join(
+        f"\nThe run before, the same members at {_commits(old)} (`{relative(old_path)}`):\n\n"
+        + verdict_table(population.verdicts(population.without_peers(old)))
+        for _, old_path, old in runs[-2:-1]
+    )  # fmt: skip
     return (
         "### The whole population on an H100\n\n"
         f"The H200 runs above predate later rules. The same members and peers at "
-        f"{_commits(records)} on an {cards} "
-        f"({', '.join(f'`{relative(p)}`' for p in paths)}; `benchmarks/data/README.md` has the "
-        "command), judged by the same rules; the targets are stated for the H200:\n\n"
-        + verdict_table(population.verdicts(members))
+        f"{_commits(records)} on an {cards} (`{relative(path)}`; `benchmarks/data/README.md` has "
+        "the command), judged by the same rules; the targets are stated for the H200:\n\n"
+        + verdict_table(population.verdicts(population.without_peers(records)))
         + peer_bullets(records, "The peer shapes in the same run (`benchmarks/data/README.md` "
                        "says which ran; the 32768×8192 target is the H200's, whose copy bandwidth "
                        "is 1.4× the H100's)")  # fmt: skip
+        + earlier
     )
 
 

@@ -98,10 +98,12 @@ def test_shift_rule():
         rows = max(m for m in range(1, many) if configs.decode_rows(m, n, sms))
         assert configs.shift_vec(1, 2, rows, n, sms, n, n) == 0
         assert configs.shift_vec(1, 2, rows + 1, n, sms, n, n) == 8
-    # a decode batch's row of NORM_FWD_DECODE_SHIFT_MIN_BYTES is shifted, a vector less is not
-    big = configs.NORM_FWD_DECODE_SHIFT_MIN_BYTES
+    # a decode batch's row of NORM_FWD_DECODE_SHIFT_MIN_ELEMS is shifted, a vector less is not,
+    # in elements whatever their size (fp32's row of 9383 is twice bf16's bytes, not shifted)
+    big = configs.NORM_FWD_DECODE_SHIFT_MIN_ELEMS
+    assert configs.shift_vec(1, 4, 33, 9383, sms, 9383, 9383) == 0
     for size, vec in ((2, 8), (4, 4)):
-        n = big // size + 1
+        n = big + 1
         assert configs.decode_rows(sms, n, sms)
         assert configs.shift_vec(1, size, sms, n, sms, n, n) == vec
         assert configs.shift_vec(1, size, 1, n, sms, n, n) == vec
@@ -117,9 +119,9 @@ def test_shift_rule():
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_decode_batch_of_wide_rows_shifted_matches_fp64(monkeypatch, is_rms):
-    """A decode batch (rows up to one a SM here) of odd rows of NORM_FWD_DECODE_SHIFT_MIN_BYTES
+    """A decode batch (rows up to one a SM here) of odd rows of NORM_FWD_DECODE_SHIFT_MIN_ELEMS
     launches the shifted row, and a vector narrower the unshifted one; both match fp64."""
-    monkeypatch.setattr(configs, "NORM_FWD_DECODE_SHIFT_MIN_BYTES", 2048)
+    monkeypatch.setattr(configs, "NORM_FWD_DECODE_SHIFT_MIN_ELEMS", 1024)
     launched = _record_forward_launches(monkeypatch, "SHIFT_VEC")
     sms = _runtime.sm_count()
     for n, want in ((1025, 8), (1017, 0)):

@@ -100,9 +100,9 @@ PARAMS_APART = os.environ.get("NORMLAB_NORM_PARAMS_APART", "1") != "0"
 NORM_FWD_SHIFT = os.environ.get("NORMLAB_NORM_SHIFT", "1") != "0"
 NORM_FWD_SHIFT_MIN_VECTORS = 8  # a row of fewer vectors is mostly head and tail
 # In a decode batch the head's and tail's loads and sums add to a latency-bound call; a row of at
-# least this many bytes loaded element by element costs its program more than they do
-# (docs/planner.md#shifted-rows-forward).
-NORM_FWD_DECODE_SHIFT_MIN_BYTES = 32 << 10
+# least this many elements loaded element by element (a request per element a lane, whatever its
+# size) costs its program more than they do (docs/planner.md#shifted-rows-forward).
+NORM_FWD_DECODE_SHIFT_MIN_ELEMS = 16384
 # A shifted row's w and b as vectors, from copies that one small kernel shifts into place
 # (row._shift_params_kernel), in calls whose x takes longer to read than several such launches
 # (docs/planner.md#shifted-parameter-copies). NORMLAB_NORM_SHIFTED_PARAMS=0: never.
@@ -129,12 +129,12 @@ def shift_vec(row_align: int, element_size: int, n_rows: int, n_cols: int, sm_co
     where a row holds a vector and y's rows start as far into a vector as x's; it is taken
     (``force``: wherever it can run) for rows loaded element by element (``row_align`` 1), at
     least NORM_FWD_SHIFT_MIN_VECTORS vectors wide, more than a decode batch unless a row holds
-    NORM_FWD_DECODE_SHIFT_MIN_BYTES."""
+    NORM_FWD_DECODE_SHIFT_MIN_ELEMS."""
     vec = VECTOR_BYTES // element_size
     possible = shift_possible(vec, n_cols, (x_row_stride, y_row_stride))
     wanted = (NORM_FWD_SHIFT and row_align == 1 and n_cols >= NORM_FWD_SHIFT_MIN_VECTORS * vec
               and (not decode_rows(n_rows, n_cols, sm_count)
-                   or n_cols * element_size >= NORM_FWD_DECODE_SHIFT_MIN_BYTES))  # fmt: skip
+                   or n_cols >= NORM_FWD_DECODE_SHIFT_MIN_ELEMS))  # fmt: skip
     return vec if possible and (force or wanted) else 0
 
 
