@@ -117,8 +117,8 @@
 # label CE and reverse KL compiled, beside torch's ops compiled, this tree and the package before
 # it; Dynamo's frame and guards alone per compiled call, both packages).
 # The package before is made beside this tree before the call: mkdir -p old/34bf16c && git
-# archive 34bf16c normlab | tar -x -C old/34bf16c (an untracked folder: it travels with the
-# working tree, which the whole old tree would take past its 64 MiB).
+# archive 34bf16c normlab | tar -x -C old/34bf16c (git ignores old/: name it in the device
+# call's carry; the package alone, as the whole old tree would pass the call's 64 MiB).
 # pending (leancompile, then reducefit and ligerfp16 while the call's 600 s leave each its step
 # limits: each stage's files in one STAGE.tgz).
 # lossregs (the fused loss kernel's register caps: the loss options with none, 72 and 64 registers
