@@ -266,6 +266,20 @@ def test_temperature_at_wide_logits(loss, form):
 
 @pytest.mark.parametrize("loss", list(DIST))
 @pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("n_cols", [13, 20])
+def test_ragged_last_tile(loss, form, n_cols):
+    # A last tile of 16 lanes with 13 or 4 columns in it: the masked lanes must load as -inf (as
+    # 0 they would count e^0 in the row sums of p and q). fp32 rows of 13 are not 16-byte aligned
+    # (whole vectors loaded, the lanes dropped in registers); rows of 20 are (an exact mask).
+    x, t = _dist_inputs((3, n_cols))
+    kw = {"beta": 0.3} if loss == "jsd" else {}
+    out, grad = _call(DIST[loss][0], x, t, form=form, block_cap=16, reduction="none", **kw)
+    ref_out, ref_grad = _ref_call(DIST[loss][1], x, t, reduction="none", **kw)
+    _check(out, grad, ref_out, ref_grad, torch.float32, n_cols, f"{loss} {form}")
+
+
+@pytest.mark.parametrize("loss", list(DIST))
+@pytest.mark.parametrize("form", FORMS)
 def test_temperature_at_its_floor(loss, form):
     # config.TEMPERATURE_MIN: logits up to fp16's largest (65504) under T = 1.5 * 2^-14 (1/T
     # not a power of two, so the shift rounds) put |x / T| just under 2^30, where that rounding

@@ -545,6 +545,40 @@ def test_eps_dominated_rows(is_rms, dtype, layout, strategy, n):
         assert_close(got, want, reduce_len=None if name == "dx" else m, msg=name)
 
 
+@pytest.mark.parametrize("n", [37, 48])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_looped_forward_eps_dominated_rows(is_rms, n):
+    """The looped row (chunks of 16 here, a ragged tail at 37) where eps sets rstd: a wrong or
+    missing eps in its statistics shows in rstd and y (the one-block rows above do not reach
+    it)."""
+    x = _small_variance_rows(n, torch.float32)
+    _, w, b = _inputs(x.shape[0], n, torch.float32, is_rms)
+    y, _, rstd = K.norm_forward(x, w, b, 1e-5, is_rms, block_size=16, num_warps=1)
+    xd = x.double()
+    var = xd.pow(2).mean(-1) if is_rms else xd.var(-1, unbiased=False)
+    assert_close(rstd, torch.rsqrt(var + 1e-5), dtype=torch.float32, msg="rstd")
+    assert_close(y, _ref_fwd(x, w, b, 1e-5, is_rms), msg="y")
+
+
+def test_forward_launches_int64_rows_past_the_limit(monkeypatch):
+    """The launcher hands the kernel config.row_offsets_int64's answer: int64 row offsets from
+    the rows whose last offset reaches INT32_OFFSET_LIMIT (lowered here to 8 rows of 64)."""
+    seen = []
+    real = K.launch
+
+    def spy(fn, grid, *args, **kw):
+        seen.append(kw.get("INT64_ROWS"))
+        return real(fn, grid, *args, **kw)
+
+    monkeypatch.setattr(K, "launch", spy)
+    monkeypatch.setattr(configs, "INT32_OFFSET_LIMIT", 8 * 64)
+    for m in (8, 7):
+        x = torch.randn(m, 64)
+        y, _, _ = K.norm_forward(x, torch.ones(64), None, 1e-5, True)
+        assert_close(y, _ref_fwd(x, torch.ones(64), None, 1e-5, True))
+    assert seen == [True, False]
+
+
 # ---- backward: every strategy ------------------------------------------------------------------
 
 
