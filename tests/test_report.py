@@ -160,10 +160,11 @@ def test_report_cli_malformed_file(tmp_path):
 def test_report_to_a_place_it_cannot_write(tmp_path, capsys):
     # -o naming a folder, or under a file: one line and exit 2, the page not half written.
     results = write_jsonl(_gpu_records(), tmp_path / "h200.jsonl")
-    for out, reason in ((tmp_path, "Is a directory"), (results / "r.html", "Not a directory")):
+    for out in (tmp_path, results / "r.html"):  # (the OS's reason varies: not asserted)
         assert report.main([str(results), "-o", str(out)]) == 2
         err = capsys.readouterr().err.strip()
-        assert err == f"normlab report: error: cannot write {out}: {reason}", err
+        assert err.startswith(f"normlab report: error: cannot write {out}: "), err
+        assert "\n" not in err and "Traceback" not in err
     assert results.is_file()
 
 
