@@ -486,21 +486,32 @@ def population_section(paths: list[Path]) -> str:
     )
 
 
+def _dated_runs(paths: list[Path], keep=lambda records: True) -> list[tuple]:
+    """(newest record's date, path, records) of each file whose records ``keep`` takes, oldest
+    first."""
+    runs = ((path, read_records(path)) for path in paths)
+    return sorted((max(r.date for r in records), path, records)
+                  for path, records in runs if records and keep(records))  # fmt: skip
+
+
+def _run_before(runs: list[tuple], peers: str = "") -> str:
+    """The verdicts of the run before the newest (``_dated_runs``), or "" where there is none."""
+    return "".join(
+        f"\nThe run before, the same members at {_commits(old)} (`{relative(path)}`){peers}:\n\n"
+        + verdict_table(population.verdicts(population.without_peers(old)))
+        for _, path, old in runs[-2:-1]
+    )  # fmt: skip
+
+
 def h100_population_section(paths: list[Path]) -> str:
     """The same verdicts over the whole population on an H100 at later commits than the H200
     records, one run (file) a commit: the newest in full, the run before it as a table (the
     targets are the H200's)."""
-    runs = sorted((max(r.date for r in records), path, records)
-                  for path in paths if (records := read_records(path)))  # fmt: skip
+    runs = _dated_runs(paths)
     if not runs:
         return ""
     _, path, records = runs[-1]
     cards = ", ".join(sorted({r.card for r in records}))
-    earlier = "".join(
-        f"\nThe run before, the same members at {_commits(old)} (`{relative(old_path)}`):\n\n"
-        + verdict_table(population.verdicts(population.without_peers(old)))
-        for _, old_path, old in runs[-2:-1]
-    )  # fmt: skip
     return (
         "### The whole population on an H100\n\n"
         f"The H200 runs above predate later rules. The same members and peers at "
@@ -510,7 +521,7 @@ def h100_population_section(paths: list[Path]) -> str:
         + peer_bullets(records, "The peer shapes in the same run (`benchmarks/data/README.md` "
                        "says which ran; the 32768×8192 target is the H200's, whose copy bandwidth "
                        "is 1.4× the H100's)")  # fmt: skip
-        + earlier
+        + _run_before(runs)
     )
 
 
@@ -544,19 +555,12 @@ def static_compile_section(paths: list[Path]) -> str:
     """The same verdicts over subset runs that also timed torch.compile compiled per member
     (impl ``compile-static``): the newest run without that peer, then with it; the run before
     it with it (the data README lists the rest)."""
-    runs = [population.without_peers(read_records(p)) for p in paths]
-    runs = sorted((max(r.date for r in members), path, members)
-                  for path, members in zip(paths, runs, strict=True)
-                  if any(r.impl == "compile-static" for r in members))  # fmt: skip
+    runs = _dated_runs(paths, lambda records: any(r.impl == "compile-static" for r in records))
     if not runs:
         return ""
-    _, path, members = runs[-1]
+    _, path, records = runs[-1]
+    members = population.without_peers(records)
     default_peers = [r for r in members if r.impl != "compile-static"]
-    earlier = "".join(
-        f"\nThe run before, the same members at {_commits(old)} (`{relative(old_path)}`), with "
-        "`compile-static`:\n\n" + verdict_table(population.verdicts(old))
-        for _, old_path, old in runs[-2:-1]
-    )  # fmt: skip
     return (
         "### Against torch.compile compiled per shape\n\n"
         "The population's torch.compile peer is one compiled function called over every member: "
@@ -568,7 +572,7 @@ def static_compile_section(paths: list[Path]) -> str:
         + verdict_table(population.verdicts(default_peers))
         + "\nWith `compile-static` among the peers, on the same members:\n\n"
         + verdict_table(population.verdicts(members))
-        + earlier
+        + _run_before(runs, ", with `compile-static`")
         + "\nThe verdicts of the whole population above are against the weaker peer; "
         "`docs/notes/2026-12-03-measuring-the-peers.md` says what this changes, and "
         "`docs/notes/2026-12-03-odd-widths-one-warp.md` and "
