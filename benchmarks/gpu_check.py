@@ -586,8 +586,86 @@ def check_autotune() -> None:
     record("NORMLAB_AUTOTUNE=1 forward vs fp64", {"max_abs": err}, 1e-5)
 
 
+# Rows whose offsets pass 2**31 elements: the last row of each starts at exactly 2**31.
+BIG_NORM_SHAPE = (2**31 // 8192 + 1, 8192)
+BIG_LOSS_SHAPE = (2**31 // 32768 + 1, 32768)
+BIG_CHUNK = 4096  # rows a reference chunk (fp64: 256 MiB at 8192 columns)
+
+
+def _edge_rows(M: int) -> torch.Tensor:
+    """The first and last 64 rows: the last ones lie past 2**31 elements."""
+    return torch.cat([torch.arange(64), torch.arange(M - 64, M)]).cuda()
+
+
+def check_past_int32() -> None:
+    """Both norms and every loss form on bf16 inputs of more than 2**31 elements (4.3 GB),
+    against fp64 on the rows before and past the boundary; dγ, dβ and the mean loss over every
+    row. An int32 row offset anywhere reads or writes another row there."""
+    M, N = BIG_NORM_SHAPE
+    rows = _edge_rows(M)
+    for op in ("rms_norm", "layer_norm"):
+        x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16).requires_grad_()
+        w = (1 + 0.2 * torch.randn(N, device="cuda")).bfloat16().requires_grad_()
+        b = None if op == "rms_norm" else (0.1 * torch.randn(N, device="cuda")).bfloat16()
+        params = [x, w] if b is None else [x, w, b.requires_grad_()]
+        dy = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+        y = _norm_call(op, x, w, b)
+        grads = torch.autograd.grad(y, params, dy)
+        y_rows = y.detach()[rows]
+        del y
+        is_rms, eps = op == "rms_norm", 1e-6 if op == "rms_norm" else 1e-5
+        wd, bd = w.detach().double(), None if b is None else b.detach().double()
+        want_dw = torch.zeros(N, device="cuda", dtype=torch.float64)
+        want_db = torch.zeros_like(want_dw)
+        for start in range(0, M, BIG_CHUNK):
+            part = slice(start, start + BIG_CHUNK)
+            _, dw, db = ref.norm_backward(dy[part].double(), x[part].detach().double(), wd, bd,
+                                          eps, is_rms)  # fmt: skip
+            want_dw += dw
+            if db is not None:
+                want_db += db
+        xe, dye = x.detach()[rows].double(), dy[rows].double()
+        want_y = ref.rms_norm(xe, wd, eps) if is_rms else ref.layer_norm(xe, wd, bd, eps)
+        want_dx = ref.norm_backward(dye, xe, wd, bd, eps, is_rms)[0]
+        errors = {"y": _rel(y_rows, want_y), "dx": _rel(grads[0][rows], want_dx),
+                  "dw": _rel(grads[1], want_dw)}
+        if b is not None:
+            errors["db"] = _rel(grads[2], want_db)
+        wants = {"y": want_y, "dx": want_dx, "dw": want_dw, "db": want_db}
+        tols = {k: _tol(wants[k], torch.bfloat16) for k in errors}
+        record(f"{op} {M}x{N} bf16 past 2**31 elements", errors, tols)
+        del x, dy, grads, y_rows
+        torch.cuda.empty_cache()
+    M, V = BIG_LOSS_SHAPE
+    rows = _edge_rows(M)
+    logits = (2 * torch.randn(M, V, device="cuda")).bfloat16().requires_grad_()
+    labels = torch.randint(0, V, (M,), device="cuda")
+    labels[::7] = -100
+    labels[-1] = V - 1  # the last row's label is its last column
+    target = (2 * torch.randn(M, V, device="cuda")).bfloat16()
+    for op, other in (("cross_entropy", labels), ("reverse_kl", target)):
+        fn = {"cross_entropy": ref.cross_entropy_ref, "reverse_kl": ref.reverse_kl_ref}[op]
+        count = int((labels != -100).sum()) if op == "cross_entropy" else M
+        want_loss = sum(float(fn(logits[s:s + BIG_CHUNK].detach().double(),
+                                 other[s:s + BIG_CHUNK].double() if op == "reverse_kl"
+                                 else other[s:s + BIG_CHUNK], reduction="sum"))
+                        for s in range(0, M, BIG_CHUNK)) / count  # fmt: skip
+        edge = logits.detach()[rows].double().requires_grad_()
+        edge_other = other[rows].double() if op == "reverse_kl" else other[rows]
+        (want_g,) = torch.autograd.grad(fn(edge, edge_other, reduction="sum") / count, edge)
+        for form in LOSS_FORMS:
+            loss = getattr(normlab, op)(logits, other, form=form)
+            (g,) = torch.autograd.grad(loss, logits)
+            record(f"{op} {M}x{V} bf16 form={form} past 2**31 elements",
+                   {"loss": _rel(loss.reshape(1).double(), torch.tensor([want_loss], device="cuda",
+                                                                        dtype=torch.float64)),
+                    "grad": _rel(g[rows], want_g)},
+                   {"loss": REL_TOL[torch.bfloat16], "grad": _tol(want_g, torch.bfloat16)})
+            del g
+
+
 PARTS = ("norms", "norm_options", "losses", "loss_options", "graphs", "compile", "lean",
-         "replay", "loss_replay", "fused_grid", "autotune")
+         "replay", "loss_replay", "fused_grid", "autotune", "int64")
 
 
 def main(argv=None) -> int:
@@ -638,7 +716,8 @@ def main(argv=None) -> int:
         else:
             {"graphs": check_graphs, "compile": check_compile, "lean": check_lean_launch,
              "replay": check_replay, "loss_replay": check_loss_replay,
-             "fused_grid": check_fused_grid, "autotune": check_autotune}[part]()  # fmt: skip
+             "fused_grid": check_fused_grid, "autotune": check_autotune,
+             "int64": check_past_int32}[part]()  # fmt: skip
     failed = [r for r in results if not r["ok"]]
     meta = {"card": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "checks": len(results),
