@@ -88,6 +88,22 @@ def test_full_model_counts_params_stats_and_partials():
     assert traffic.bytes_moved("copy", "fwd", M, N, "bf16", model="full") == 2 * M * N * e
 
 
+def test_full_model_layer_norm_backward_and_loss_forwards():
+    """LayerNorm's backward reads w (not b) and both fp32 statistics, and writes dγ and dβ; a
+    loss's forward alone writes one fp32 a row and reads none back."""
+    e = 2
+    ln_bwd = traffic.bytes_moved("layer_norm", "bwd", M, N, "bf16", model="full")
+    assert ln_bwd == 3 * M * N * e + N * e + 2 * 4 * M + 2 * N * e
+    add_bwd = traffic.bytes_moved("add_layer_norm", "bwd", M, N, "bf16", model="full", n_partials=4)
+    assert add_bwd == 4 * M * N * e + N * e + 2 * 4 * M + 2 * N * e + 2 * 2 * 4 * N * 4
+    ce = traffic.bytes_moved("cross_entropy", "fwd", M, N, "bf16", model="full")
+    assert ce == M * N * e + 4 * M + 8 * M  # + the fp32 loss a row, the int64 labels
+    rkl = traffic.bytes_moved("reverse_kl", "fwd", M, N, "bf16", model="full")
+    assert rkl == 2 * M * N * e + 4 * M
+    rkl_both = traffic.bytes_moved("reverse_kl", "fwd+bwd", M, N, "bf16", model="full")
+    assert rkl_both == 3 * M * N * e + 2 * 4 * M
+
+
 @pytest.mark.parametrize("op", ["reverse_kl", "forward_kl", "jsd", "soft_cross_entropy"])
 @pytest.mark.parametrize("model", ["minimal", "full"])
 def test_a_teacher_in_its_own_dtype_is_read_at_its_size(op, model):

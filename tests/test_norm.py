@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 import triton
 from helpers import assert_close, latin
 
@@ -1112,6 +1113,22 @@ def test_backward_accumulates_into_grad(strategy, buf_dtype):
     assert_close(gb, expect_b, reduce_len=13, msg="grad_bias")
 
 
+@pytest.mark.parametrize("strategy", ["two_stage", "persistent"])
+@pytest.mark.parametrize("given", ["weight", "bias"])
+def test_backward_accumulates_into_the_one_buffer_given(strategy, given):
+    """grad_weight without grad_bias (or the reverse): the given buffer is added into and the
+    other gradient is written fresh, not added into a buffer nobody passed."""
+    x, w, b = _inputs(13, 40, torch.float32, False)
+    dy = torch.randn(13, 40)
+    _, mean, rstd = K.norm_forward(x, w, b, 1e-5, False)
+    _, rdw, rdb = ref.norm_backward(dy.double(), x.double(), w.double(), b.double(), 1e-5, False)
+    buf = torch.full((40,), 10.0)
+    kw = {"grad_weight": buf} if given == "weight" else {"grad_bias": buf}
+    _, dw, db = K.norm_backward(dy, x, w, b, mean, rstd, False, strategy=strategy, **kw)
+    assert_close(dw, rdw + (10.0 if given == "weight" else 0.0), reduce_len=13, msg="dw")
+    assert_close(db, rdb + (10.0 if given == "bias" else 0.0), reduce_len=13, msg="db")
+
+
 @pytest.mark.parametrize("n_cols", [1024, 1025, 4097], ids=str)
 @pytest.mark.parametrize("with_bias", [False, True], ids=["dw", "dw+db"])
 def test_reduce_partials_at_each_tile(n_cols, with_bias):
@@ -1502,3 +1519,31 @@ def test_plan_at_its_switches(is_rms):
     assert configs.plan(is_rms, 1, tiny - 1).layout == "block_row"  # tiny rows: any row count
     assert configs.plan(is_rms, 4097, 1000, layout="row").fwd_tile is None
     assert configs.plan(False, 4097, 1000).fwd_tile == configs.norm_fwd_block_row_config(4097, 1000)
+
+
+@pytest.mark.parametrize("layout", ["row", "block_row"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_one_row_of_strided_columns(layout, is_rms):
+    """One row whose columns are not unit-stride (x[:, ::2]) is read by its strides."""
+    x = torch.randn(1, 40)[:, ::2]
+    w, b = 1 + 0.5 * torch.randn(20), torch.randn(20)
+    if is_rms:
+        y = normlab.rms_norm(x, w, 1e-5, layout=layout)
+        want = ref.rms_norm(x.double(), w.double(), 1e-5)
+    else:
+        y = normlab.layer_norm(x, w, b, 1e-5, layout=layout)
+        want = ref.layer_norm(x.double(), w.double(), b.double(), 1e-5)
+    assert_close(y, want, msg="y")
+
+
+@pytest.mark.parametrize("layout", ["row", "block_row"])
+def test_eps_zero_as_torch(layout):
+    """eps = 0 is an eps torch takes: rows away from 0 match F.layer_norm / F.rms_norm at eps 0."""
+    x, w, b = torch.randn(5, 24), 1 + 0.5 * torch.randn(24), torch.randn(24)
+    xd, wd = x.double(), w.double()
+    assert_close(normlab.layer_norm(x, w, b, 0.0, layout=layout),
+                 F.layer_norm(xd, (24,), wd, b.double(), eps=0.0), msg="layer_norm")
+    assert_close(normlab.rms_norm(x, w, 0.0, layout=layout), F.rms_norm(xd, (24,), wd, eps=0.0),
+                 msg="rms_norm")
+    assert_close(normlab.LayerNorm(24, eps=0.0)(x), F.layer_norm(xd, (24,), eps=0.0),
+                 msg="LayerNorm(eps=0.0)")

@@ -210,6 +210,19 @@ def test_block_row_persistent_forward_with_residual(is_rms):
         assert_close(mean, want_mean, dtype=torch.float32)
 
 
+@pytest.mark.parametrize("launcher", ["row", "block_row"])
+def test_fused_add_refuses_an_h_out_of_another_dtype(launcher):
+    """h_out takes x's dtype: an fp32 buffer beside bf16 x would be filled with bf16 bytes."""
+    x, r, w, _ = _inputs(4, 16, torch.bfloat16, True)
+    h = torch.empty(4, 16, dtype=torch.float32)
+    with pytest.raises(ValueError, match="h_out"):
+        if launcher == "row":
+            K.norm_forward(x, w, None, EPS[True], True, residual=r, h_out=h)
+        else:
+            narrow.launch_forward(x, w, None, EPS[True], True,
+                                  configs.block_row_fwd_config(16, True), residual=r, h_out=h)
+
+
 def _backward_case(m, n, dtype, is_rms):
     """(dy, h, w, b, dh, mean, rstd) for a direct backward launch and its fp64 expectations."""
     x, r, w, b = _inputs(m, n, dtype, is_rms)

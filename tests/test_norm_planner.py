@@ -210,6 +210,43 @@ def test_split_backward_row_groups_match_fp64(monkeypatch, is_rms, m, n, dtype):
     _check(m, n, dtype, is_rms)
 
 
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("sums_cols", [16, 64])
+def test_split_backward_two_row_groups_and_a_sums_chunk_of_its_own(monkeypatch, is_rms,
+                                                                     sums_cols):  # fmt: skip
+    """Exactly two row groups (fp32 partial rows, not one row written by both groups) and a
+    sums kernel whose chunk is not dx's (its partial count is its own, not dx's chunk count)."""
+    monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 64)  # 2 rows a step: groups of 6 rows
+    m, n, eps = 12, 97, 1e-5
+    x, gy = torch.randn(m, n), torch.randn(m, n)
+    w = 1 + 0.5 * torch.randn(n)
+    b = None if is_rms else 0.5 * torch.randn(n)
+    _, mean, rstd = split_row.split_row_forward(x, w, b, eps, is_rms, config.split_chunk(16))
+    got = split_row.split_row_backward(gy, x, w, b, mean, rstd, is_rms, config.split_chunk(32),
+                                       rows_per_group=6, sums_chunk=config.split_chunk(sums_cols))
+    _, want = _ref(x, w, b, eps, is_rms, gy)
+    for name, g, g_ref in zip(["dx", "dweight", "dbias"], got, want, strict=False):
+        assert_close(g, g_ref, reduce_len=m if name != "dx" else n, msg=name)
+
+
+def test_split_backward_partials_stay_fp32_under_a_bf16_weight(monkeypatch):
+    """Two row groups whose dγ partials cancel (equal rows, dy +1 in one group and -1 in the
+    other, plus a little noise): each partial is large and their sum small, so only fp32
+    partials leave the sum within a bf16 rounding of fp64's."""
+    monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 64)
+    m, n, eps = 64, 97, 1e-5
+    x = torch.randn(1, n).expand(m, n).contiguous()
+    sign = torch.where(torch.arange(m) < m // 2, 1.0, -1.0)
+    gy = sign[:, None] + 0.01 * torch.randn(m, n)
+    w = (1 + 0.5 * torch.randn(n)).bfloat16()
+    _, _, rstd = split_row.split_row_forward(x, w, None, eps, True, config.split_chunk(16))
+    _, dw, _ = split_row.split_row_backward(gy, x, w, None, None, rstd, True,
+                                            config.split_chunk(32), rows_per_group=m // 2)
+    _, (_, dw_ref) = _ref(x, w.float(), None, eps, True, gy)
+    assert dw.dtype == torch.bfloat16
+    torch.testing.assert_close(dw.double(), dw_ref.bfloat16().double(), rtol=2**-7, atol=1e-3)
+
+
 @pytest.mark.usefixtures("small_split")
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_split_backward_of_the_fused_add(monkeypatch, is_rms):

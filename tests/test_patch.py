@@ -187,3 +187,51 @@ def test_llama_step_summary_against_hugging_face():
         "5.00e-02; profiled step's device time 131.87 ms against 130.74",
         "normlab eager: tokens/s 1.250x hf's; max relative loss difference over 2 steps 5.00e-02",
     ]
+
+
+def test_patch_keeps_eps_and_eval_mode_of_torch_norms():
+    """The swapped modules keep the originals' eps (not the defaults) and their eval mode; on
+    inputs of 1e-2 a default eps would show in the outputs."""
+    torch.manual_seed(0)
+    ref_model = torch.nn.Sequential(torch.nn.LayerNorm(8, eps=1e-3), torch.nn.RMSNorm(8, eps=1e-3))
+    model = torch.nn.Sequential(torch.nn.LayerNorm(8, eps=1e-3), torch.nn.RMSNorm(8, eps=1e-3))
+    model.load_state_dict(ref_model.state_dict())
+    model.eval(), ref_model.eval()
+    patch(model)
+    assert isinstance(model[0], normlab.LayerNorm) and isinstance(model[1], normlab.RMSNorm)
+    assert model[0].eps == model[1].eps == 1e-3
+    assert not model[0].training and not model[1].training
+    x = 1e-2 * torch.randn(5, 8)
+    torch.testing.assert_close(model(x), ref_model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_causal_lm_loss_pads_with_its_own_ignore_index():
+    """ignore_index=-1: the label shifted in past the last position is -1 too, so that position
+    is ignored, as torch's cross_entropy over logits[:, :-1] and labels[:, 1:]."""
+    from normlab.patching import causal_lm_loss
+
+    V = 11
+    logits, labels = torch.randn(2, 6, V), torch.randint(0, V, (2, 6))
+    labels[0, 2] = -1
+    got = causal_lm_loss(logits, labels, V, ignore_index=-1)
+    want = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V).double(),
+                                             labels[:, 1:].reshape(-1), ignore_index=-1)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_patch_t5_layer_norm_returns_the_weight_dtype():
+    """T5's norm returns its weight's dtype (fp16 here) for fp32 input, as Hugging Face's."""
+    from transformers.models.t5.modeling_t5 import T5LayerNorm
+
+    torch.manual_seed(0)
+    hf = T5LayerNorm(16).half()
+    with torch.no_grad():
+        hf.weight.copy_(1 + 0.3 * torch.randn(16))
+    model = torch.nn.Sequential(hf)
+    x = torch.randn(3, 16)
+    want = hf(x)
+    patch(model)
+    assert isinstance(model[0], normlab.RMSNorm)
+    got = model(x)
+    assert want.dtype == got.dtype == torch.float16
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-3, atol=2e-3)
