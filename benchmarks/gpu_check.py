@@ -1,6 +1,6 @@
 """Every op, strategy, layout and form against the fp64 reference on the GPU, plus what the CPU
 tests cannot show: determinism, CUDA-graph capture and replay, torch.compile, the lean launch
-path's kernel choice, and NORMLAB_AUTOTUNE=1.
+path's kernel choice, NORMLAB_AUTOTUNE=1, and row offsets past 2**31 elements (4.3 GB inputs).
 
     python3 benchmarks/gpu_check.py --out out/gpu_check.json
 
