@@ -479,6 +479,12 @@ rms_norm:fwd:800x8192:fp32,rms_norm:fwd:1000x8192:fp32,rms_norm:fwd:4096x12288:f
 rms_norm:fwd:4096x16384
 # The population members whose one-row forward the one-warp and early-parameter rules change.
 ONE_WAVE_MEMBERS=593x37,783x120,868x136,1655x400,10885x408,12182x373
+refresh_cells() {  # refresh_cells NAME LIMIT: the H200 population's worst members, peer shapes
+  step "$1" "$2" python3 benchmarks/norm_population.py \
+    --ops rms_norm,layer_norm --families random,model,narrow,peers \
+    --impls normlab,torch,compile,liger --reps 4 --timed-us 100 \
+    --cells "$WORST_FWD,$ONE_WAVE_MEMBERS,4096x4096,8192x1024,32768x8192" --out "$OUT/$1.jsonl"
+}
 one_wave_peers() {  # one_wave_peers LIMIT: those members beside torch, torch.compile and Liger
   step population_onewave_peers "$1" python3 benchmarks/norm_population.py \
     --ops rms_norm,layer_norm --families random --impls normlab,torch,compile,liger --reps 4 \
@@ -1643,11 +1649,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     ;;
   h200refresh)  # on an H200 only: the members below target and the one-row rules', notebook 03
     on_h200 || exit 3
-    step population_refresh 330 python3 benchmarks/norm_population.py \
-      --ops rms_norm,layer_norm --families random,model,narrow,peers \
-      --impls normlab,torch,compile,liger --reps 4 --timed-us 100 \
-      --cells "$WORST_FWD,$ONE_WAVE_MEMBERS,4096x4096,8192x1024,32768x8192" \
-      --out "$OUT/population_refresh.jsonl"
+    refresh_cells population_refresh 330
     notebooks_on 150 notebooks/03-bounded-partials-and-wide-rows.ipynb
     ;;
   lnstages)  # LayerNorm's row loop in stages: the norm checks, its members off and on
@@ -1740,11 +1742,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     ;;
   h200worst)  # on an H200 only: h200refresh's cells, then the FMA-pipe exp off and on once
     on_h200 || exit 3
-    step population_worst 200 python3 benchmarks/norm_population.py \
-      --ops rms_norm,layer_norm --families random,model,narrow,peers \
-      --impls normlab,torch,compile,liger --reps 4 --timed-us 100 \
-      --cells "$WORST_FWD,$ONE_WAVE_MEMBERS,4096x4096,8192x1024,32768x8192" \
-      --out "$OUT/population_worst.jsonl"
+    refresh_cells population_worst 200
     for on in 0 1; do
       step "loss_options_poly$on" 90 env NORMLAB_LOSS_POLY_EXP2=$on python3 \
         benchmarks/loss_options.py --out "$OUT/loss_options_poly$on.jsonl" --reps 10 --max-seconds 50
