@@ -162,11 +162,13 @@ def check_norm_options(dtype) -> None:
                    tols)  # fmt: skip
 
 
-def _loss_ref(op, logits, other):
+def _loss_ref(op, logits, other, reduction="mean", scale=1.0):
+    """(loss, gradient) of op's fp64 reference times ``scale``."""
     lg = logits.detach().double().requires_grad_()
     fn = {"reverse_kl": ref.reverse_kl_ref, "soft_cross_entropy": ref.soft_cross_entropy_ref,
           "cross_entropy": ref.cross_entropy_ref}[op]  # fmt: skip
-    loss = fn(lg, other.double() if other.is_floating_point() else other)
+    other = other.double() if other.is_floating_point() else other
+    loss = fn(lg, other, reduction=reduction) * scale
     (g,) = torch.autograd.grad(loss, lg)
     return loss.detach(), g
 
@@ -644,15 +646,10 @@ def check_past_int32() -> None:
     labels[-1] = V - 1  # the last row's label is its last column
     target = (2 * torch.randn(M, V, device="cuda")).bfloat16()
     for op, other in (("cross_entropy", labels), ("reverse_kl", target)):
-        fn = {"cross_entropy": ref.cross_entropy_ref, "reverse_kl": ref.reverse_kl_ref}[op]
         count = int((labels != -100).sum()) if op == "cross_entropy" else M
-        want_loss = sum(float(fn(logits[s:s + BIG_CHUNK].detach().double(),
-                                 other[s:s + BIG_CHUNK].double() if op == "reverse_kl"
-                                 else other[s:s + BIG_CHUNK], reduction="sum"))
-                        for s in range(0, M, BIG_CHUNK)) / count  # fmt: skip
-        edge = logits.detach()[rows].double().requires_grad_()
-        edge_other = other[rows].double() if op == "reverse_kl" else other[rows]
-        (want_g,) = torch.autograd.grad(fn(edge, edge_other, reduction="sum") / count, edge)
+        want_loss = sum(float(_loss_ref(op, logits[s:s + BIG_CHUNK], other[s:s + BIG_CHUNK],
+                                        "sum")[0]) for s in range(0, M, BIG_CHUNK)) / count
+        _, want_g = _loss_ref(op, logits[rows], other[rows], "sum", 1 / count)
         for form in LOSS_FORMS:
             loss = getattr(normlab, op)(logits, other, form=form)
             (g,) = torch.autograd.grad(loss, logits)

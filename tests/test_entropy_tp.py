@@ -6,6 +6,7 @@ checks the sharded loss and its gradient slice against the unsharded fp64 refere
 per world size runs every case, since process start-up dominates under the interpreter.
 """
 
+import functools
 import os
 import socket
 import traceback
@@ -52,13 +53,13 @@ def _cases(sizes):
             yield loss, reduction, x, other
 
 
-def _worker(rank, world, port, layouts, errors):
+def _worker(rank, world, port, check, errors):
+    """One process of a gloo world: check(rank), its traceback put in errors."""
     try:
         dist.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
         )
-        for sizes in layouts:
-            _check_layout(rank, sizes)
+        check(rank)
     except BaseException:
         errors.put(f"rank {rank}: {traceback.format_exc()}")
     finally:
@@ -116,61 +117,55 @@ def _check_layout(rank, sizes):
             assert "split" in str(e)
 
 
-@pytest.mark.parametrize("world", sorted(LAYOUTS))
-def test_sharded_vocab_matches_unsharded(world):
+def _spawn(world, check):
+    """check(rank) in each of ``world`` processes; every rank's failure reported."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    ctx = mp.get_context("spawn")
-    errors = ctx.SimpleQueue()
-    mp.spawn(_worker, args=(world, _free_port(), LAYOUTS[world], errors), nprocs=world, join=True)
+    errors = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(_worker, args=(world, _free_port(), check, errors), nprocs=world, join=True)
     found = []
     while not errors.empty():
         found.append(errors.get())
     assert not found, "\n".join(found)
+
+
+def _check_layouts(layouts, rank):
+    for sizes in layouts:
+        _check_layout(rank, sizes)
+
+
+@pytest.mark.parametrize("world", sorted(LAYOUTS))
+def test_sharded_vocab_matches_unsharded(world):
+    _spawn(world, functools.partial(_check_layouts, LAYOUTS[world]))
 
 
 SUBGROUP_SIZES = (30, 50)  # the shards of group ranks 0 and 1 (global ranks 1 and 2)
 
 
-def _subgroup_worker(rank, world, port, errors):
+def _check_subgroup(rank):
     """Global rank 0 stays out of the group [1, 2]: a shard's place in the vocabulary is its
     rank in the group, not in the world."""
-    try:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-        )
-        group = dist.new_group(ranks=[1, 2])
-        if rank == 0:
-            return
-        g_rank = dist.get_rank(group)
-        start = sum(SUBGROUP_SIZES[:g_rank])
-        cols = slice(start, start + SUBGROUP_SIZES[g_rank])
-        g = torch.Generator().manual_seed(7)
-        x = torch.randn(4, sum(SUBGROUP_SIZES), generator=g) * 3
-        t = torch.randn(4, sum(SUBGROUP_SIZES), generator=g) * 3
-        labels = torch.tensor([3, 31, 79, -100])  # in either shard, and one ignored
-        for name, other in (("cross_entropy", labels), ("reverse_kl", t)):
-            xd = x.double().requires_grad_()
-            full = other.double() if name == "reverse_kl" else other
-            want = getattr(ref, f"{name}_ref")(xd, full)
-            want.backward()
-            xs = x[:, cols].clone().requires_grad_()
-            shard = other[:, cols].contiguous() if name == "reverse_kl" else other
-            loss = getattr(normlab, name)(xs, shard, group=group, block_cap=16)
-            loss.backward()
-            torch.testing.assert_close(loss.double(), want.detach(), rtol=2e-5, atol=1e-5)
-            torch.testing.assert_close(xs.grad.double(), xd.grad[:, cols], rtol=2e-5, atol=1e-6)
-    except BaseException:
-        errors.put(f"rank {rank}: {traceback.format_exc()}")
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    group = dist.new_group(ranks=[1, 2])
+    if rank == 0:
+        return
+    g_rank = dist.get_rank(group)
+    start = sum(SUBGROUP_SIZES[:g_rank])
+    cols = slice(start, start + SUBGROUP_SIZES[g_rank])
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(4, sum(SUBGROUP_SIZES), generator=g) * 3
+    t = torch.randn(4, sum(SUBGROUP_SIZES), generator=g) * 3
+    labels = torch.tensor([3, 31, 79, -100])  # in either shard, and one ignored
+    for name, other in (("cross_entropy", labels), ("reverse_kl", t)):
+        xd = x.double().requires_grad_()
+        full = other.double() if name == "reverse_kl" else other
+        want = getattr(ref, f"{name}_ref")(xd, full)
+        want.backward()
+        xs = x[:, cols].clone().requires_grad_()
+        shard = other[:, cols].contiguous() if name == "reverse_kl" else other
+        loss = getattr(normlab, name)(xs, shard, group=group, block_cap=16)
+        loss.backward()
+        torch.testing.assert_close(loss.double(), want.detach(), rtol=2e-5, atol=1e-5)
+        torch.testing.assert_close(xs.grad.double(), xd.grad[:, cols], rtol=2e-5, atol=1e-6)
 
 
 def test_sharded_loss_on_a_subgroup_takes_its_group_ranks():
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    errors = mp.get_context("spawn").SimpleQueue()
-    mp.spawn(_subgroup_worker, args=(3, _free_port(), errors), nprocs=3, join=True)
-    found = []
-    while not errors.empty():
-        found.append(errors.get())
-    assert not found, "\n".join(found)
+    _spawn(3, _check_subgroup)

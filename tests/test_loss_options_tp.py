@@ -6,14 +6,10 @@ Uneven shards, one of them zero-width; one spawn runs every case (tests/test_ent
 harness).
 """
 
-import os
-import traceback
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from test_entropy_tp import _free_port
+from test_entropy_tp import _spawn
 
 import normlab
 from normlab import ref
@@ -39,20 +35,6 @@ def _cases(n_cols):
     yield "cross_entropy", labels, {"label_smoothing": 0.1}, "none"
 
 
-def _worker(rank, world, port, errors):
-    try:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-        )
-        for sizes in LAYOUTS:
-            _check_layout(rank, sizes)
-    except BaseException:
-        errors.put(f"rank {rank}: {traceback.format_exc()}")
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
 def _check_layout(rank, sizes):
     start = sum(sizes[:rank])
     cols = slice(start, start + sizes[rank])
@@ -76,12 +58,10 @@ def _check_layout(rank, sizes):
                                    msg=tag + " grad")  # fmt: skip
 
 
+def _check_layouts(rank):
+    for sizes in LAYOUTS:
+        _check_layout(rank, sizes)
+
+
 def test_sharded_options_match_unsharded():
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    ctx = mp.get_context("spawn")
-    errors = ctx.SimpleQueue()
-    mp.spawn(_worker, args=(2, _free_port(), errors), nprocs=2, join=True)
-    found = []
-    while not errors.empty():
-        found.append(errors.get())
-    assert not found, "\n".join(found)
+    _spawn(2, _check_layouts)
