@@ -621,14 +621,106 @@ def fused_add_section(paths: list[Path]) -> str:
     )
 
 
-def readme_summary(records) -> str:
-    """The README's summary: the table, then when and at which commits its records were taken
-    (the code a reader's checkout may have moved past)."""
-    records = usable(records)
+README_PEERS = ("eager", "torch", "compile", "liger")  # the order a row names its peers
+
+
+def _card(records) -> str:
+    """The cards' short names ("H200"), for a table cell."""
+    return ", ".join(sorted({r.card.removeprefix("NVIDIA ").split()[0] for r in records}))
+
+
+def _when(records) -> str:
     dates = sorted({r.date[:10] for r in records})
-    commits = ", ".join(f"`{c}`" for c in sorted({r.commit for r in records}))
-    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
-    return f"{summary_table(records).rstrip()}\n\nMeasured {when}, at commits {commits}.\n"
+    return dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+
+
+def _worst_label(op: str, direction: str, shape: str, dtype: str, peer: str) -> str:
+    return f"{OP_NAMES.get(op, op)} {direction} {shape} {dtype} ({PEER_NAMES.get(peer, peer)})"
+
+
+def _readme_row(link: str, records, rows) -> str:
+    """One measured set: card, dates and commits, peers, then over ``rows`` (one per op and
+    direction: geomean, cells, cells below 0.90x, worst ratio, its label) the geomeans' range,
+    the cells below 0.90x and the lowest ratio. A cell is one op, direction, dtype and shape."""
+    peers = sorted({r.impl for r in records if r.impl in README_PEERS}, key=README_PEERS.index)
+    commits = sorted({r.commit for r in records})
+    at = f"`{commits[0]}`" if len(commits) == 1 else f"{len(commits)} commits"
+    geos = [row[0] for row in rows]
+    geo = f"{geos[0]:.2f}×" if len(geos) == 1 else f"{min(geos):.2f}–{max(geos):.2f}×"
+    *_, worst, label = min(rows, key=lambda row: row[3])
+    return (f"| {link} | {_card(records)}, {_when(records)}, {at} | "
+            f"{', '.join(PEER_NAMES.get(i, i) for i in peers)} | {geo} | "
+            f"{sum(row[2] for row in rows)} of {sum(row[1] for row in rows)} | "
+            f"{worst:.2f}× {label} |")  # fmt: skip
+
+
+def _verdict_rows(verdicts) -> list[tuple]:
+    rows = []
+    for v in verdicts:
+        w = v.worst[0]
+        rows.append((v.geomean, v.n, v.below, w.ratio,
+                     _worst_label(v.op, v.direction, f"{w.M}×{w.N}", w.dtype, w.peer)))
+    return rows
+
+
+# The README's measured sets after the benchmark's shapes: (glob, anchor in docs/results.md,
+# name, newest run only). A newest-only set is a later commit's run beside an older record.
+README_SETS = (
+    (POPULATION_GLOB, "the-shape-population", "the norm shape population", False),
+    (H100_POPULATION_GLOB, "the-whole-population-on-an-h100", "the same population", True),
+    (H200_REFRESH_GLOB, "the-worst-members-again-on-the-h200",
+     "its worst members again, the newest run", True),
+    (VOCAB_GLOB, "the-vocabulary-population", "the vocabulary population, every loss", False),
+    (FUSED_ADD_GLOB, "the-fused-add-norms", "the fused add-norms' model members", False),
+)
+
+
+def _set_row(paths: list[Path], anchor: str, name: str, newest_only: bool) -> str | None:
+    """A population's README row (None without records): the vocabulary population judged by
+    ``population.vocab_verdicts``, the others by ``population.verdicts`` less the peer shapes."""
+    runs = _dated_runs(paths)
+    if newest_only:
+        runs = runs[-1:]
+    records = [r for _, _, rs in runs for r in rs]
+    if anchor == "the-vocabulary-population":
+        verdicts = population.vocab_verdicts(records)
+        records = [r for r in records if r.shape_set == population.VOCAB_SET]
+    else:
+        records = population.without_peers(records)
+        verdicts = population.verdicts(records, geomean_target=None)
+    if not verdicts:
+        return None
+    return _readme_row(f"[{name}](docs/results.md#{anchor})", records, _verdict_rows(verdicts))
+
+
+def readme_summary(records, sets=None) -> str:
+    """The README's one results table: per measured set (the benchmark's shapes in ``records``,
+    then each of ``sets``, ``(paths, anchor, name, newest_only)``, by default README_SETS under
+    the repository) its card, dates and commits, peers, the range of its geomeans over ops and
+    directions, its cells below 0.90x and its worst cell, linked to its section of
+    docs/results.md."""
+    if sets is None:
+        sets = [(sorted(REPO.glob(glob)), *rest) for glob, *rest in README_SETS]
+    records = usable(records)
+    shape_rows = []
+    for (_, (_, op), (_, direction), dtype), group in _groups(records):
+        group_cells = [c for c in cells(group) if c.ratio is not None]
+        s = summarize(group_cells)
+        if s is not None:
+            w = s.worst
+            below = sum(c.ratio < population.TARGET_EVERY_SHAPE for c in group_cells)
+            shape_rows.append((s.geomean, s.shapes, below, w.ratio,
+                               _worst_label(op, direction, w.shape, dtype, w.peer.impl)))
+    lines = [
+        "| measured | card, when, at | peers | geomean best peer ÷ normlab, per op and direction | "
+        "cells below 0.90× | worst |",
+        "|---|---|---|---|---|---|",
+    ]
+    if shape_rows:
+        lines.append(_readme_row("[the benchmark's shapes](docs/results.md#summary), norms and "
+                                 "losses", records, shape_rows))  # fmt: skip
+    lines += [row for row in (_set_row(*s) for s in sets) if row]
+    return "\n".join(lines) + "\n"
 
 
 def readme_with_summary(readme: str, table: str) -> str:

@@ -90,12 +90,13 @@ def test_ratio_geomean_and_worst(results_md):
 
     table = results_md.summary_table(records)
     assert "| RMSNorm | fwd | bf16 | 2 | 1 of 2 | 1.000× | 0.500× (2048×1024, torch) |" in table
-    summary = results_md.readme_summary(records)
-    assert summary.startswith(table.rstrip())
-    dates = sorted({r.date[:10] for r in records})
-    commits = sorted({r.commit for r in records})
-    assert dates[0] in summary and dates[-1] in summary
-    assert all(f"`{c}`" in summary for c in commits), summary
+    # the README's row of the benchmark's shapes: one group, its geomean, one cell below 0.90x
+    summary = results_md.readme_summary(records, sets=[])
+    assert summary.splitlines()[2] == (
+        "| [the benchmark's shapes](docs/results.md#summary), norms and losses | Test, "
+        "2026-11-30, `aaaaaaa` | torch, torch.compile | 1.00× | 1 of 2 | "
+        "0.50× RMSNorm fwd 2048×1024 bf16 (torch) |"
+    ), summary
 
 
 def test_shape_without_peer_has_no_ratio(results_md):
@@ -137,6 +138,11 @@ def test_population_section_leaves_the_peer_shapes_to_their_own_lines(results_md
     assert "4096×4096" not in text  # the peer shape is in no row of the table
     assert "- peers rms_norm fwd: 1 shapes, lowest 4096x4096 0.50x (target >= 0.98x): missed" \
         in text  # fmt: skip
+    # its README row leaves the peer shape out too
+    row = results_md.readme_summary([], sets=[([path], "the-shape-population", "pop", False)])
+    assert row.splitlines()[2] == (
+        "| [pop](docs/results.md#the-shape-population) | Test, 2026-11-30, `aaaaaaa` | torch | "
+        "1.20× | 0 of 1 | 1.20× RMSNorm fwd 64×4096 bf16 (torch) |")
 
 
 def test_vocab_section_judges_every_member_without_a_geomean_target(results_md, tmp_path):
@@ -152,4 +158,9 @@ def test_vocab_section_judges_every_member_without_a_geomean_target(results_md, 
     assert "fastest of torch.compile and Liger-Kernel" in text
     assert ("| label cross-entropy fwd+bwd | 2 | 1.60× | 1 | missed | "
             "8×32000 bf16 0.85 (compile), 16×32000 bf16 3.00 (liger) |") in text
+    row = results_md.readme_summary([], sets=[([path], "the-vocabulary-population", "v", False)])
+    assert row.splitlines()[2] == (
+        "| [v](docs/results.md#the-vocabulary-population) | Test, 2026-11-30, `aaaaaaa` | "
+        "torch.compile, Liger-Kernel | 1.60× | 1 of 2 | "
+        "0.85× label cross-entropy fwd+bwd 8×32000 bf16 (torch.compile) |")
     assert results_md.vocab_section([]) == ""
