@@ -59,18 +59,19 @@ def test_chunk_reference_is_one_vector_per_thread_in_every_looped_config():
 
 
 def test_partial_rows_wrong_answers_are_explained():
-    def unpaired(strategy, M, N, n_sm):
+    def paired(strategy, M, N, n_sm):
         cfg = config.norm_bwd_config(strategy, M, N)
         if strategy == "atomic":
             return 0
         tiles = -(-M // cfg.block_rows)
         if strategy == "two_stage":
             return -(-M // cfg.rows_per_program)
-        return min(tiles, cfg.programs_per_sm * n_sm)  # forgets the pairing
+        programs = min(tiles, cfg.programs_per_sm * n_sm)
+        return -(-programs // 2)  # pairs programs the plan leaves apart
 
-    text = _wrong("partial_rows", unpaired)
-    assert "persistent at 4096×1024 on 132 SMs: you said 528, the reference says 264" in text
-    assert "add into one zeroed partial row" in text
+    text = _wrong("partial_rows", paired)
+    assert "persistent at 4096×1024 on 132 SMs: you said 264, the reference says 528" in text
+    assert "pairs share a row only when paired_partials is set" in text
     text = _wrong("partial_rows", lambda s, M, N, n: M if s != "atomic" else 0)
     assert "two_stage at 4096×1024" in text and "folds 32 rows" in text
     assert "no partial rows" in _wrong("partial_rows", lambda s, M, N, n: 1)

@@ -1050,10 +1050,14 @@ def test_512_column_window_dispatch(monkeypatch, is_rms):
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 @pytest.mark.parametrize("m", [25, 41], ids=["13-programs", "16-programs"])
 def test_backward_paired_partials(monkeypatch, is_rms, m):
-    """Above NORM_BWD_PARTIALS_PER_SM programs per SM, two programs add into one zeroed partial
-    row: 4 per SM on the interpreter's 4 "SMs" leaves ceil(programs / 2) <= 2 x SMs rows (an
-    odd count leaves one row with a single addend). Right against fp64, close to unpaired."""
+    """With pairing asked for (NORM_BWD_PAIR_PARTIALS), above NORM_BWD_PARTIALS_PER_SM programs
+    per SM two programs add into one zeroed partial row: 4 per SM on the interpreter's 4 "SMs"
+    leaves ceil(programs / 2) <= 2 x SMs rows (an odd count leaves one row with a single addend).
+    Right against fp64, close to unpaired."""
     from normlab import _runtime
+
+    assert not configs.norm_bwd_config("persistent", m, 64, programs_per_sm=4).paired_partials
+    monkeypatch.setattr(configs, "NORM_BWD_PAIR_PARTIALS", True)
 
     seen = []  # partial rows each backward hands to the reduce kernel
     real = K.reduce_partials

@@ -240,7 +240,7 @@ def _backward_case(m, n, dtype, is_rms):
         {"strategy": "two_stage", "two_pass": True, "block_cols": 16},
         {"strategy": "persistent", "two_pass": True, "block_cols": 16},
         {"strategy": "persistent", "prefetch": False},
-        {"strategy": "persistent", "programs_per_sm": 3},  # paired partial rows
+        {"strategy": "persistent", "programs_per_sm": 3, "paired_partials": True},
     ],
     ids=["atomic-2pass", "two_stage-2pass", "persistent-2pass", "no-prefetch", "paired"],
 )

@@ -824,17 +824,21 @@ def partial_rows(monkeypatch):
 
 
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
-def test_partials_pair_only_past_their_bound(monkeypatch, partial_rows, is_rms):
-    """Programs share zeroed partial rows only when the grid exceeds NORM_BWD_PARTIALS_PER_SM
-    rows per SM: at the bound each program keeps its own row (no zero fill), one program past
-    it they pair. Both right against fp64."""
+def test_partials_pair_only_when_asked_and_past_their_bound(monkeypatch, partial_rows, is_rms):
+    """The plan pairs no programs: one program past NORM_BWD_PARTIALS_PER_SM rows per SM keeps its
+    own row. With pairing asked for (NORM_BWD_PAIR_PARTIALS), programs share zeroed rows only
+    past that bound: at it each keeps its own. All right against fp64."""
     bound = config.NORM_BWD_PARTIALS_PER_SM * SMS
     assert config.pair_partials(bound + 1, SMS) and not config.pair_partials(bound, SMS)
+    assert not config.NORM_BWD_PAIR_PARTIALS
     monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 128)  # two 64-column rows a program tile
     monkeypatch.setattr(config, "NORM_BWD_PARTIALS_MAX_SHARE", 1e6)  # the few-row cap aside
-    for programs in (bound, bound + 1):  # 4 programs per SM at 64 columns: the grid is the tiles
+    # 4 programs per SM at 64 columns: the grid is the tiles
+    _check(2 * (bound + 1), 64, torch.float32, is_rms)
+    monkeypatch.setattr(config, "NORM_BWD_PAIR_PARTIALS", True)
+    for programs in (bound, bound + 1):
         _check(2 * programs, 64, torch.float32, is_rms)
-    assert partial_rows == [bound, (bound + 2) // 2]
+    assert partial_rows == [bound + 1, bound, (bound + 2) // 2]
 
 
 def test_partials_cap_follows_its_rule():

@@ -294,17 +294,22 @@ def test_contention_plan_draws_the_configuration_that_runs():
 
     plan = viz.contention_plan(32768, 1024)
     cfg = config.norm_bwd_config("persistent", 32768, 1024)
-    assert plan["programs_per_sm"] == cfg.programs_per_sm == 4 and plan["paired_partials"]
+    assert plan["programs_per_sm"] == cfg.programs_per_sm == 4
+    assert plan["paired_partials"] == cfg.paired_partials is False
     two_stage = config.norm_bwd_config("two_stage", 32768, 1024)
     assert plan["two_stage_rows"] == two_stage.rows_per_program
     m = viz.contention_model(32768, 1024, n_sm=132, **plan)
-    # 4 programs per SM x 132 SMs, added in pairs into 264 zeroed partial rows
-    assert m["persistent"]["programs"] == 528 and m["persistent"]["partial_rows"] == 264
-    assert m["persistent"]["queue_depth"] == 2 and m["persistent"]["paired"]
-    assert m["persistent"]["workspace_bytes"] == 264 * 1024 * 4
+    # 4 programs per SM x 132 SMs, each into its own partial row
+    assert m["persistent"]["programs"] == 528 and m["persistent"]["partial_rows"] == 528
+    assert m["persistent"]["queue_depth"] == 1 and not m["persistent"]["paired"]
+    assert m["persistent"]["workspace_bytes"] == 528 * 1024 * 4
     assert m["two_stage"]["partial_rows"] == 32768 // plan["two_stage_rows"]
     assert m["atomic"]["programs"] == 32768 // plan["atomic_rows"]
-    fig = viz.contention_figure(32768, 1024, n_sm=132, **plan)
+    # paired (paired_partials=True): added in pairs into 264 zeroed partial rows
+    paired = {**plan, "paired_partials": True}
+    m = viz.contention_model(32768, 1024, n_sm=132, **paired)
+    assert m["persistent"]["partial_rows"] == 264 and m["persistent"]["queue_depth"] == 2
+    fig = viz.contention_figure(32768, 1024, n_sm=132, **paired)
     titles = [a.text for a in fig.layout.annotations]
     assert "<b>persistent</b>: 528 programs<br>→ 264 partial rows (in pairs)" in titles
     carts = next(t for t in fig.data if t.name == "persistent" and isinstance(t, go.Scatter))
@@ -584,9 +589,9 @@ def test_contention_explorer_redraws_on_slider_change(monkeypatch):
     m_slider = box.children[0].children[0].children[0]
     m_slider.value = 4096
     assert len(shown) == 2 and "M=4,096 rows" in shown[-1].layout.title.text
-    # the planner's 4 programs per SM at 1024 columns, paired into 2 partial rows per SM
+    # the planner's 4 programs per SM at 1024 columns, each with its own partial row
     title = shown[-1].layout.title.text
-    assert "8 SMs × 4 persistent programs per SM (paired partial rows)" in title
+    assert "8 SMs × 4 persistent programs per SM" in title and "paired" not in title
     pps = box.children[0].children[0].children[2]
     pps.value = 2
     assert "8 SMs × 2 persistent programs per SM" in shown[-1].layout.title.text

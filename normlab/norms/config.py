@@ -646,7 +646,12 @@ NORM_BWD_WARPS = ((2048, 4), (4096, 8), (1 << 62, 16))
 NORM_BWD_UNALIGNED_WARPS = ((2048, 4), (4096, 8), (8192, 16), (1 << 62, 32))
 # Programs per SM by width: as many as the registers of a row tile allow (x, dy, accumulators).
 NORM_BWD_PROGRAMS_PER_SM = ((2048, 4), (4096, 2), (1 << 62, 1))
-NORM_BWD_PARTIALS_PER_SM = 2  # the partial rows' bound: past it, two programs share a row
+NORM_BWD_PARTIALS_PER_SM = 2  # the partial rows' bound: past it, paired programs share a row
+# The plan pairs no programs: a grid's partial rows (at most 4 a SM: 8.6 MB for LayerNorm's two
+# at 2048 columns) are written and read back in the L2, so halving them saves little, and the
+# zeroed rows cost a fill launch (docs/planner.md#paired-partial-rows). NORMLAB_NORM_BWD_PAIR=1:
+# pair past the bound, as before 2026-12-07.
+NORM_BWD_PAIR_PARTIALS = os.environ.get("NORMLAB_NORM_BWD_PAIR", "0") == "1"
 # The fp32 partial rows are written, then read back by the reduce (8 B a column per parameter):
 # a grid moves at most this share of the rows' own bytes through them
 # (docs/planner.md#the-partial-rows-share).
@@ -833,10 +838,10 @@ def planned_maxnreg(num_warps: int, programs_per_sm: int, one_warp: bool) -> int
 
 
 def pair_partials(n_programs: int, sm_count: int) -> bool:
-    """Do programs 2k and 2k + 1 add into one zeroed partial row? Only when the grid has more
-    programs than the bound on partial rows (NORM_BWD_PARTIALS_PER_SM per SM): within it,
-    pairing saves no bound and costs the zero fill, a memset launch per buffer
-    (docs/planner.md#paired-partial-rows)."""
+    """Where a config pairs (``paired_partials``), do programs 2k and 2k + 1 add into one zeroed
+    partial row? Only when the grid has more programs than the bound on partial rows
+    (NORM_BWD_PARTIALS_PER_SM per SM): within it, pairing saves no bound and costs the zero
+    fill, a memset launch per buffer (docs/planner.md#paired-partial-rows)."""
     return n_programs > NORM_BWD_PARTIALS_PER_SM * sm_count
 
 
@@ -911,7 +916,8 @@ def norm_bwd_config(strategy: str, n_rows: int, n_cols: int, *, is_rms: bool = T
     rows_per_program = max(NORM_BWD_TWO_STAGE_ROWS_PER_PROGRAM, block_rows)
     rows_per_program = (rows_per_program + block_rows - 1) // block_rows * block_rows
     if paired_partials is None:
-        paired_partials = programs_per_sm > NORM_BWD_PARTIALS_PER_SM and single_pass
+        paired_partials = (NORM_BWD_PAIR_PARTIALS and programs_per_sm > NORM_BWD_PARTIALS_PER_SM
+                           and single_pass)  # fmt: skip
     if (loop_stages is None and prefetch is None and single_pass and not one_warp
             and bwd_ln_staged(block_cols, block_rows, is_rms, fused_add)):
         loop_stages, prefetch = NORM_BWD_LN_STAGES, False

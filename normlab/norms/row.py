@@ -18,11 +18,12 @@ How dw/db are summed over the rows is the ``strategy``:
 * ``"persistent"``: the kernel_1 of Fast-LLM's normalization-backward rewrite
   (https://github.com/ServiceNow/Fast-LLM/pull/546): about ``programs_per_sm * SMs`` programs
   grid-stride ``BLOCK_ROWS x BLOCK_COLS`` row tiles and fold them into one fp32 partial per
-  program, so the workspace is bounded whatever n_rows (above ``NORM_BWD_PARTIALS_PER_SM`` per
-  SM, two programs add into one zeroed partial row, which two fp32 addends keep bitwise
-  deterministic); each program loads its next row tile while it works on the current one. Rows
-  that do not fit one register tile take the two-pass kernel (pass 1 reduces c1/c2 over column
-  chunks, pass 2 re-reads x/dy, writes dx and adds into the program's partial row). A grid of
+  program, so the workspace is bounded whatever n_rows (with ``paired_partials``, above
+  ``NORM_BWD_PARTIALS_PER_SM`` per SM, two programs add into one zeroed partial row, which two
+  fp32 addends keep bitwise deterministic); each program loads its next row tile while it works
+  on the current one. Rows that do not fit one register tile take the two-pass kernel (pass 1
+  reduces c1/c2 over column chunks, pass 2 re-reads x/dy, writes dx and adds into the program's
+  partial row). A grid of
   one program writes dw/db itself, with no workspace and no second kernel. One-row tiles past
   the compile-time width split each row at its first 16-byte boundary, the body in one or two
   blocks (``_shifted_bwd_rows``); RMSNorm's aligned rows past 12288 columns instead run in

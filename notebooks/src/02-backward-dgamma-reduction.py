@@ -157,7 +157,9 @@ viz.kernel_breakdown(viz.select(live, impl="normlab"), source="live")
 # ## Recorded on the H200
 #
 # Device time counts every kernel a call launches, including ones nobody wrote on purpose: the
-# `fill` bars are the zeroed workspace of the paired partial rows. (Autograd used to zero-fill a
+# `fill` bars are the zeroed workspace of the paired partial rows these records' plan used. (The
+# plan pairs none since 2026-12-07: the partial rows stay in the L2 and the fill is a launch,
+# see [notebook 03](03-bounded-partials-and-wide-rows.ipynb). Autograd used to zero-fill a
 # gradient for the forward's mean and rstd outputs before every backward, 0.7–1.8 µs a statistic
 # at the peer shapes and 7–15 µs at 7,864,320 rows;
 # `ctx.set_materialize_grads(False)` removed them, see the
