@@ -23,11 +23,11 @@ How dw/db are summed over the rows is the ``strategy``:
   fp32 addends keep bitwise deterministic); each program loads its next row tile while it works
   on the current one. Rows that do not fit one register tile take the two-pass kernel (pass 1
   reduces c1/c2 over column chunks, pass 2 re-reads x/dy, writes dx and adds into the program's
-  partial row). A grid of
-  one program writes dw/db itself, with no workspace and no second kernel. One-row tiles past
-  the compile-time width split each row at its first 16-byte boundary, the body in one or two
-  blocks (``_shifted_bwd_rows``); RMSNorm's aligned rows past 12288 columns instead run in
-  Liger-Kernel's order (``tiles.bwd_tile_dw_first``, ``config.bwd_liger_order``). A decode
+  partial row). A grid of one program writes dw/db itself, with no workspace and no second
+  kernel. One-row tiles past the compile-time width split each row at its first 16-byte
+  boundary, the body in one or two blocks (``_shifted_bwd_rows``); RMSNorm's aligned rows past
+  12288 columns instead run in Liger-Kernel's order (``tiles.bwd_tile_dw_first``,
+  ``config.bwd_liger_order``). A decode
   batch splits its programs by role, rows' dx and columns' dw/db in one launch
   (``_norm_bwd_roles_kernel``, ``config.bwd_roles``).
 
