@@ -145,6 +145,30 @@ def test_population_section_leaves_the_peer_shapes_to_their_own_lines(results_md
         "1.20× | 0 of 1 | 1.20× RMSNorm fwd 64×4096 bf16 (torch) |")
 
 
+def test_readme_row_of_a_later_run_takes_the_newest_run_alone(results_md, tmp_path):
+    """A newest-only set (a later commit's run beside an older record) shows its newest run: a
+    member only the older run timed is in no count, and the row names one commit."""
+    import dataclasses
+
+    def run(commit, date, cells):
+        return [dataclasses.replace(_record(impl, m, 4096, us, commit=commit, date=date),
+                                    shape_set="population", strategy=None, layout=None)
+                for m, normlab_us in cells
+                for impl, us in (("normlab", normlab_us), ("torch", 12.0))]  # fmt: skip
+
+    old = _write_gz(tmp_path / "old.jsonl.gz",
+                    run("aaaaaaa", "2026-11-30T00:00:00Z", [(64, 24.0), (128, 24.0)]))
+    new = _write_gz(tmp_path / "new.jsonl.gz", run("bbbbbbb", "2026-12-01T00:00:00Z", [(64, 10.0)]))
+    newest = results_md.readme_summary([], sets=[([old, new], "h", "later", True)])
+    assert newest.splitlines()[2] == (
+        "| [later](docs/results.md#h) | Test, 2026-12-01, `bbbbbbb` | torch | 1.20× | 0 of 1 | "
+        "1.20× RMSNorm fwd 64×4096 bf16 (torch) |")
+    both = results_md.readme_summary([], sets=[([old, new], "h", "all", False)])
+    assert both.splitlines()[2] == (
+        "| [all](docs/results.md#h) | Test, 2026-11-30 to 2026-12-01, 2 commits | torch | 0.77× | "
+        "1 of 2 | 0.50× RMSNorm fwd 128×4096 bf16 (torch) |")
+
+
 def test_vocab_section_judges_every_member_without_a_geomean_target(results_md, tmp_path):
     import dataclasses
 
