@@ -676,13 +676,13 @@ README_SETS = (
 
 
 def _set_row(paths: list[Path], anchor: str, name: str, newest_only: bool) -> str | None:
-    """A population's README row (None without records): the vocabulary population judged by
+    """A population's README row (None without records): vocabulary records judged by
     ``population.vocab_verdicts``, the others by ``population.verdicts`` less the peer shapes."""
     runs = _dated_runs(paths)
     if newest_only:
         runs = runs[-1:]
     records = [r for _, _, rs in runs for r in rs]
-    if anchor == "the-vocabulary-population":
+    if any(r.shape_set == population.VOCAB_SET for r in records):
         verdicts = population.vocab_verdicts(records)
         records = [r for r in records if r.shape_set == population.VOCAB_SET]
     else:

@@ -124,6 +124,24 @@ def norm_outputs(kind: str, x, w, b=None, r=None, **options) -> tuple:
     return normlab.add_layer_norm(x, r, w, b, **options)
 
 
+def cancelling_partials(n_rows: int, n_cols: int, tile_rows: int):
+    """(x, dy, w) whose per-tile dγ partials cancel: equal rows, dy +1 and -1 in alternate blocks
+    of ``tile_rows`` rows plus a little noise, a bf16 weight. Each partial is large and their sum
+    small, so only fp32 partials leave dγ within a bf16 rounding of fp64's
+    (``assert_bf16_rounding_of``)."""
+    x = torch.randn(1, n_cols).expand(n_rows, n_cols).contiguous()
+    sign = torch.where((torch.arange(n_rows) // tile_rows) % 2 == 0, 1.0, -1.0)
+    dy = sign[:, None] + 0.01 * torch.randn(n_rows, n_cols)
+    w = (1 + 0.5 * torch.randn(n_cols)).bfloat16()
+    return x, dy, w
+
+
+def assert_bf16_rounding_of(got: torch.Tensor, want: torch.Tensor) -> None:
+    """got is bf16 and within one bf16 rounding of the fp64 ``want``."""
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.double(), want.bfloat16().double(), rtol=2**-7, atol=1e-3)
+
+
 def replays_on(monkeypatch) -> list:
     """Turn the replay on (the interpreter runs it off by default) for one test; returns the
     list each replayed call (``normlab._launch.Replay``) appends itself to."""

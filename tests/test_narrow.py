@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import triton
-from helpers import assert_close, latin
+from helpers import assert_bf16_rounding_of, assert_close, cancelling_partials, latin
 
 import normlab
 from normlab import _runtime
@@ -168,23 +168,18 @@ def test_persistent_backward_loops_over_many_tiles(is_rms, acc_tile, prefetch):
 
 @pytest.mark.parametrize("acc_tile", [False, True])
 def test_backward_partials_stay_fp32_under_a_bf16_weight(acc_tile):
-    """Per-program dγ partials that cancel (equal rows, dy +1 and -1 in alternate tiles, plus
-    a little noise): each partial is large and their sum small, so only fp32 partials leave the
-    sum within a bf16 rounding of fp64's."""
+    """Per-tile dγ partials that cancel (``cancelling_partials``, one sign a tile): only fp32
+    partials leave the sum within a bf16 rounding of fp64's."""
     n_cols = 24
     cfg = configs.block_row_bwd_config(n_cols, programs_per_sm=2, acc_tile=acc_tile, max_rows=8)
     n_programs = cfg.programs_per_sm * normlab._runtime.sm_count()
-    n_rows = cfg.block_rows * n_programs * 4  # every program: 4 tiles of one sign
-    x = torch.randn(1, n_cols).expand(n_rows, n_cols).contiguous()
-    sign = torch.where((torch.arange(n_rows) // cfg.block_rows) % 2 == 0, 1.0, -1.0)
-    dy = sign[:, None] + 0.01 * torch.randn(n_rows, n_cols)
-    w = (1 + 0.5 * torch.randn(n_cols)).bfloat16()
+    n_rows = cfg.block_rows * n_programs * 4  # every program: 4 tiles
+    x, dy, w = cancelling_partials(n_rows, n_cols, cfg.block_rows)
     _, _, rstd = narrow.launch_forward(x, w, None, EPS[True], True,
                                        configs.block_row_fwd_config(n_cols, True))  # fmt: skip
     _, dw, _ = narrow.launch_backward(dy, x, w, None, None, rstd, True, cfg)
     _, dw_ref, _ = _reference_grads(x, w.float(), None, dy, EPS[True], True)
-    assert dw.dtype == torch.bfloat16
-    torch.testing.assert_close(dw.double(), dw_ref.bfloat16().double(), rtol=2**-7, atol=1e-3)
+    assert_bf16_rounding_of(dw, dw_ref)
 
 
 @pytest.mark.parametrize("max_rows", [1, 256])

@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 import torch
-from helpers import assert_close
+from helpers import assert_bf16_rounding_of, assert_close, cancelling_partials
 
 import normlab
 from normlab import _runtime, ref
@@ -230,21 +230,16 @@ def test_split_backward_two_row_groups_and_a_sums_chunk_of_its_own(monkeypatch, 
 
 
 def test_split_backward_partials_stay_fp32_under_a_bf16_weight(monkeypatch):
-    """Two row groups whose dγ partials cancel (equal rows, dy +1 in one group and -1 in the
-    other, plus a little noise): each partial is large and their sum small, so only fp32
-    partials leave the sum within a bf16 rounding of fp64's."""
+    """Two row groups whose dγ partials cancel (``cancelling_partials``, one sign a group): only
+    fp32 partials leave the sum within a bf16 rounding of fp64's."""
     monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 64)
     m, n, eps = 64, 97, 1e-5
-    x = torch.randn(1, n).expand(m, n).contiguous()
-    sign = torch.where(torch.arange(m) < m // 2, 1.0, -1.0)
-    gy = sign[:, None] + 0.01 * torch.randn(m, n)
-    w = (1 + 0.5 * torch.randn(n)).bfloat16()
+    x, gy, w = cancelling_partials(m, n, m // 2)
     _, _, rstd = split_row.split_row_forward(x, w, None, eps, True, config.split_chunk(16))
     _, dw, _ = split_row.split_row_backward(gy, x, w, None, None, rstd, True,
                                             config.split_chunk(32), rows_per_group=m // 2)
     _, (_, dw_ref) = _ref(x, w.float(), None, eps, True, gy)
-    assert dw.dtype == torch.bfloat16
-    torch.testing.assert_close(dw.double(), dw_ref.bfloat16().double(), rtol=2**-7, atol=1e-3)
+    assert_bf16_rounding_of(dw, dw_ref)
 
 
 @pytest.mark.usefixtures("small_split")

@@ -196,7 +196,8 @@ def test_patch_keeps_eps_and_eval_mode_of_torch_norms():
     ref_model = torch.nn.Sequential(torch.nn.LayerNorm(8, eps=1e-3), torch.nn.RMSNorm(8, eps=1e-3))
     model = torch.nn.Sequential(torch.nn.LayerNorm(8, eps=1e-3), torch.nn.RMSNorm(8, eps=1e-3))
     model.load_state_dict(ref_model.state_dict())
-    model.eval(), ref_model.eval()
+    model.eval()
+    ref_model.eval()
     patch(model)
     assert isinstance(model[0], normlab.LayerNorm) and isinstance(model[1], normlab.RMSNorm)
     assert model[0].eps == model[1].eps == 1e-3
