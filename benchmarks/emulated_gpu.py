@@ -14,7 +14,10 @@ arguments (``tests/test_launch_emulated.py``).
 from __future__ import annotations
 
 import contextlib
+import itertools
+import types
 
+import torch
 import triton
 
 from normlab import _launch
@@ -23,17 +26,49 @@ from normlab.losses import op as loss_op
 from normlab.norms import block_row, op, reduce, row, split_row
 
 MODULES = (row, block_row, split_row, reduce, fused, chunked, split)
+RUNS: list[tuple] = []  # every stand-in launch, in order: (function, grid, values)
+
+
+_FUNCTIONS = itertools.count(0x1000)  # the stand-ins' CUfunction handles
+
+# Triton's signature type of an argument (``triton.runtime.jit`` specializes the same way):
+# tensors by dtype, None and ints equal to 1 as constexprs, ints by whether they fit 32 bits.
+_TYPES = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16",
+          torch.int32: "*i32", torch.int64: "*i64", torch.uint8: "*u8", torch.bool: "*i1"}  # fmt: skip
+
+
+def signature_type(param, value) -> str:
+    if param.is_constexpr or value is None or (type(value) is int and value == 1):
+        return "constexpr"
+    if isinstance(value, torch.Tensor):
+        return _TYPES[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"{param.name}: {type(value).__name__}")
 
 
 class Compiled:
-    """A compiled kernel's stand-in: its launcher checks the argument count and the pointers."""
+    """A compiled kernel's stand-in: its launcher checks the argument count and the pointers.
+    Like a compiled kernel it has a CUfunction handle, a signature (``src.signature``) and
+    launch metadata, which the C++ replay (``normlab._native``) reads."""
 
-    function = packed_metadata = None
+    packed_metadata = None
 
-    def __init__(self, jit, keep_runs=True):
+    def __init__(self, jit, keep_runs=True, values=None, options=None):
         self.jit, self.runs, self.keep_runs = jit, [], keep_runs
         self.n_params = len(jit.params)
         self.pointers = [i for i, p in enumerate(jit.params) if p.name.endswith("_ptr")]
+        self.function = next(_FUNCTIONS)
+        if values is not None:
+            self.src = types.SimpleNamespace(signature={
+                p.name: signature_type(p, v) for p, v in zip(jit.params, values, strict=True)})
+        options = options or {}
+        self.metadata = types.SimpleNamespace(num_warps=options.get("num_warps", 4),
+                                              shared=0, num_ctas=options.get("num_ctas", 1))
 
     def run(self, *launch_args):
         if not self.keep_runs:  # timing (host_profile.py --emulate): check nothing, cost nothing
@@ -46,6 +81,7 @@ class Compiled:
             assert v is None or (isinstance(v, int) and v > 0), (self.jit.__name__, i, v)
         self.runs.append(values)
         self.jit.launches.append(values)
+        RUNS.append((self.function, launch_args[:3], values))
 
 
 class Jit:
@@ -67,11 +103,11 @@ class Jit:
             missing = [n for n in names[len(args):] if n not in kwargs
                        and not self.params[names.index(n)].has_default]  # fmt: skip
             assert not missing, (self.__name__, missing)
+            values = [*args, *(kwargs.get(p.name, p.default) for p in self.params[len(args):])]
             if self.keep_runs:
-                values = [*args, *(kwargs.get(p.name, p.default) for p in self.params[len(args):])]
                 self.launches.append(tuple(v.data_ptr() if hasattr(v, "data_ptr") else v
                                            for v in values))  # fmt: skip
-            self.compiled.append(Compiled(self, self.keep_runs))
+            self.compiled.append(Compiled(self, self.keep_runs, values, kwargs))
             return self.compiled[-1]
 
         return compile_

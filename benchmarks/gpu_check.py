@@ -451,10 +451,14 @@ def check_replay() -> None:
                 for r in (sig.forward, *sig.backwards.values())]  # fmt: skip
         n_replays = sum(bool(r) for r in (*op._FWD_REPLAYS.values(), *op._BWD_REPLAYS.values(),
                                           *op._INFERENCE.values(), *grad))  # fmt: skip
+        # the C++ node (normlab._native) ran the third call's forward and backward
+        native = sum(sig.native.n_backwards for sig in op._GRAD.values()
+                     if sig and sig.native is not None)  # fmt: skip
         _launch.REPLAY = False
         plain = run(kind, M, N, 2)
         differ = sum(not torch.equal(a, b) for a, b in zip(replayed, plain, strict=True))
-        record(f"replay == launchers, bitwise: {kind} {M}x{N} ({n_replays} replays)",
+        record(f"replay == launchers, bitwise: {kind} {M}x{N} ({n_replays} replays, "
+               f"{native} native backwards)",
                {"differing": float(differ), "not_replayed": float(n_replays < 2)}, 0.0)
     _launch.REPLAY = was
 

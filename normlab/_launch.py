@@ -337,12 +337,14 @@ class Replay:
     kernel and the first role is a tensor, that runs as one generated function (``source``):
     the same allocations and launcher calls, unrolled."""
 
-    __slots__ = ("buffers", "outputs", "source", "steps", "unrolled")
+    __slots__ = ("buffers", "n_roles", "native", "outputs", "source", "steps", "unrolled")
 
     def __init__(self, rec: _Recorder, outputs):
         self.buffers = rec.buffers
         self.steps = rec.steps
         self.outputs = outputs
+        self.n_roles = rec.n_roles
+        self.native = None  # its C++ program (``_native.program``), False where it has none
         self.source = self.unrolled = None
         if rec.keep[0] is not None and all(step[5] is not None for step in self.steps):
             self.source, self.unrolled = _unrolled(self, rec.n_roles)

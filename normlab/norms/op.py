@@ -13,9 +13,12 @@ their kernels from its own code; with symbolic ones they are opaque calls.
 
 from __future__ import annotations
 
-import torch
+import functools
 
-from normlab import _launch, _runtime
+import torch
+from triton import knobs
+
+from normlab import _launch, _native, _runtime
 from normlab._host import (
     FLOAT_DTYPES,
     check_kernel_tensor,
@@ -30,6 +33,7 @@ from normlab.norms import block_row, config, row, split_row
 
 FP32_EPS = torch.finfo(torch.float32).eps  # eps=None: the fp32 compute's eps, as F.rms_norm
 
+_functorch_active = torch._C._are_functorch_transforms_active
 STRATEGIES = config.STRATEGIES
 LAYOUTS = config.LAYOUTS
 
@@ -474,15 +478,16 @@ def _param_key(p):
 
 class _Signature:
     """A checked signature of a call that needs a gradient: its recorded forward (None before
-    the first call, False where it could not be recorded) and its recorded backwards by the
-    output gradients' layout."""
+    the first call, False where it could not be recorded), its recorded backwards by the
+    output gradients' layout, and the C++ node's programs of both (``native``, where built)."""
 
-    __slots__ = ("args", "backwards", "forward")
+    __slots__ = ("args", "backwards", "forward", "native")
 
     def __init__(self, args):
         self.args = args  # (eps, offset, is_rms, strategy, layout)
         self.forward = None
         self.backwards: dict = {}
+        self.native = None
 
     def run_forward(self, x, residual, weight, bias):
         """(y, h | None, mean, rstd), y and h in x's shape."""
@@ -493,29 +498,50 @@ class _Signature:
         (y, h, mean, rstd), self.forward = _launch.record(lambda: _forward(*args),
                                                           (x2d, r2d, weight, bias))  # fmt: skip
         self.forward = self.forward or False
+        native = _native.module() if self.forward and _native.ENABLED else None
+        program = None if native is None else _native.program(self.forward)
+        if program is not None:  # the C++ node, which calls back here for unseen backwards
+            self.native = native.NormSig(program, functools.partial(
+                _native_backward, self.args, self.backwards))  # fmt: skip
         return _like(y, x), None if h is None else _like(h, x), mean, rstd
 
     def run_backward(self, dy, dh, normed, weight, bias, mean, rstd):
         """(dx in x's shape, dweight, dbias) for an output gradient dy (not None)."""
-        key = (_tensor_key(dy), _tensor_key(dh))  # (their shape is the output's)
-        replay = self.backwards.get(key, _launch.UNSEEN)
-        if replay is not None and replay is not _launch.UNSEEN:
-            dx, dw, db = replay((dy, dh, normed, weight, bias, mean, rstd), None)
-        else:
-            rows = (rows_view(dy), rows_view(dh), rows_view(normed))
-            if replay is _launch.UNSEEN and rows[0] is not None and (rows[1] is not None
-                                                                   or dh is None):  # fmt: skip
-                roles = (*rows, weight, bias, mean, rstd)
-                (dx, dw, db), replay = _launch.record(
-                    lambda: _backward_launch(*roles, *self.args), roles)
-                if len(self.backwards) >= _launch.MAX_REPLAYS:
-                    self.backwards.clear()
-                self.backwards[key] = replay
-            else:  # copied rows (a column-strided gradient): the full backward every call
-                dx, dw, db = _backward_launch(_as_rows(dy), None if dh is None else _as_rows(dh),
-                                              _as_rows(normed), weight, bias, mean, rstd,
-                                              *self.args)  # fmt: skip
-        return (dx if dx.dim() == dy.dim() else dx.view(dy.shape)), dw, db
+        return _run_backward(self.args, self.backwards, dy, dh, normed, weight, bias, mean,
+                             rstd)[:3]  # fmt: skip
+
+
+def _run_backward(args, backwards, dy, dh, normed, weight, bias, mean, rstd):
+    """(dx in x's shape, dweight, dbias, the Replay that ran or was recorded, else None):
+    replayed from ``backwards`` (by the gradients' layout), recorded there on a layout's first
+    call."""
+    key = (_tensor_key(dy), _tensor_key(dh))  # (their shape is the output's)
+    replay = backwards.get(key, _launch.UNSEEN)
+    if replay is not None and replay is not _launch.UNSEEN:
+        dx, dw, db = replay((dy, dh, normed, weight, bias, mean, rstd), None)
+    else:
+        rows = (rows_view(dy), rows_view(dh), rows_view(normed))
+        if replay is _launch.UNSEEN and rows[0] is not None and (rows[1] is not None
+                                                               or dh is None):  # fmt: skip
+            roles = (*rows, weight, bias, mean, rstd)
+            (dx, dw, db), replay = _launch.record(lambda: _backward_launch(*roles, *args), roles)
+            if len(backwards) >= _launch.MAX_REPLAYS:
+                backwards.clear()
+            backwards[key] = replay
+        else:  # copied rows (a column-strided gradient): the full backward every call
+            replay = None
+            dx, dw, db = _backward_launch(_as_rows(dy), None if dh is None else _as_rows(dh),
+                                          _as_rows(normed), weight, bias, mean, rstd,
+                                          *args)  # fmt: skip
+    return (dx if dx.dim() == dy.dim() else dx.view(dy.shape)), dw, db, replay
+
+
+def _native_backward(args, backwards, dy, dh, normed, weight, bias, mean, rstd):
+    """The C++ node's backward for a layout it has no program of, in Python: (dx, dweight,
+    dbias, the layout's program for the node to keep, or None)."""
+    dx, dw, db, replay = _run_backward(args, backwards, dy, dh, normed, weight, bias, mean,
+                                       rstd)  # fmt: skip
+    return dx, dw, db, None if replay is None else _native.program(replay)
 
 
 class ReplayedNormFunction(torch.autograd.Function):
@@ -586,7 +612,19 @@ def _replayed_call(name, x, residual, weight, bias, eps, offset, is_rms, strateg
     if entry.forward is False:  # its forward could not be recorded: the full path from now on
         cache[key] = None
         return None
+    native = entry.native
+    if native is not None and _native_ready():
+        device = _launch._get_device()
+        return _native.norm_apply(native, x, residual, weight, bias, _launch._get_stream(device))
     return _REPLAYED_APPLY(x, residual, weight, bias, entry)
+
+
+def _native_ready() -> bool:
+    """May a call run the C++ node: launch hooks off (profilers see Triton's launches), no
+    functorch transform, the lean launch on?"""
+    runtime = knobs.runtime
+    return (_launch.ENABLED and not _functorch_active() and not _launch._active(
+        runtime.launch_enter_hook) and not _launch._active(runtime.launch_exit_hook))
 
 
 def _shaped(out, x, residual):

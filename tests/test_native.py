@@ -1,0 +1,234 @@
+"""The C++ replay and autograd node (``normlab/_native.cpp``) driven on CPU: the extension is
+built here and launches through its recording stand-in; every norm kernel is a stand-in with
+the real kernel's parameters (``benchmarks/emulated_gpu.py``). The kernels compute nothing, so
+these tests check what reaches ``cuLaunchKernel`` against what the Python replay hands Triton's
+launcher for the same call, and the node's autograd behaviour; ``benchmarks/gpu_check.py --only
+replay`` checks the values against fp64 on a GPU."""
+
+import shutil
+import struct
+
+import pytest
+import torch
+from helpers import load_script, norm_outputs
+
+from normlab import _launch, _native
+from normlab.norms import config, op
+
+emulated_gpu = load_script("benchmarks/emulated_gpu.py")
+
+needs_toolchain = pytest.mark.skipif(
+    shutil.which("ninja") is None or shutil.which("c++") is None,
+    reason="building the C++ replay needs ninja and a C++ compiler")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def native():
+    mod = _native.record_launches()
+    assert mod is not None, "the C++ replay did not build (see stderr)"
+    return mod
+
+
+@pytest.fixture
+def gpu_path(monkeypatch, native):
+    for name in ("ENABLED", "REPLAY"):
+        monkeypatch.setattr(_launch, name, getattr(_launch, name))
+    monkeypatch.setattr(_native, "ENABLED", True)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 1.0)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
+    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
+    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
+    monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
+    with emulated_gpu.emulate() as jits:
+        native.records()
+        emulated_gpu.RUNS.clear()
+        yield jits
+
+
+def _compiled_by_function(jits) -> dict:
+    return {c.function: c for jit in jits.values() for c in jit.compiled}
+
+
+def _python_launches(jits) -> list:
+    """The Python replay's launches since the last call, as the driver would take them:
+    (function, grid, block, the non-constexpr values, floats as their fp32 bits)."""
+    by_function = _compiled_by_function(jits)
+    out = []
+    for function, grid, values in emulated_gpu.RUNS:
+        kernel = by_function[function]
+        kept = []
+        for ty, v in zip(kernel.src.signature.values(), values, strict=True):
+            if ty == "constexpr":
+                continue
+            kept.append(struct.unpack("<i", struct.pack("<f", v))[0] if ty == "fp32" else int(v))
+        out.append((function, tuple(grid), 32 * kernel.metadata.num_warps, kept))
+    emulated_gpu.RUNS.clear()
+    return out
+
+
+def _native_launches(native) -> list:
+    return [(f, tuple(grid), block, list(values))
+            for f, grid, block, _shared, _stream, values in native.records()]  # fmt: skip
+
+
+def _pattern(launches, fixed) -> list:
+    """Each launch with its pointers renamed by first appearance (``fixed``: {pointer: name}
+    for the caller's tensors, which both paths must hand over as they are)."""
+    names = dict(fixed)
+    out = []
+    for function, grid, block, values in launches:
+        shown = []
+        for v in values:
+            if v in names:
+                shown.append(names[v])
+            elif v > 2**32 and v % 16 == 0:  # a buffer's pointer (CPU allocations are this high)
+                names[v] = f"buffer{len(names)}"
+                shown.append(names[v])
+            else:
+                shown.append(v)
+        out.append((function, grid, block, shown))
+    return out
+
+
+def _call(kind, x, w, b, r, ones=True):
+    outs = norm_outputs(kind, x, w, b, r)
+    grads = [torch.ones_like(o) if ones else torch.full_like(o, 2.0) for o in outs]
+    torch.autograd.backward(outs, grads)
+
+
+CASES = [("rms", 37, 1000), ("ln", 37, 1000), ("rms", 300, 48), ("ln", 9, 5),
+         ("add_rms", 7, 130), ("add_ln", 300, 48), ("rms", 1, 1), ("ln", 11, 257)]  # fmt: skip
+
+
+@needs_toolchain
+@pytest.mark.parametrize(("kind", "m", "n"), CASES, ids=[f"{k}-{m}x{n}" for k, m, n in CASES])
+def test_node_launches_what_the_python_replay_launches(gpu_path, native, monkeypatch, kind, m,
+                                                       n):  # fmt: skip
+    """Call 1 records in Python; call 2's forward runs in C++ and its backward in Python, which
+    hands the node its program; a call with the node switched off replays in Python; the next
+    runs forward and backward in C++ and launches the same kernels, grids, blocks, constants
+    and pointers."""
+    x = torch.randn(2, m, n, requires_grad=True)  # N-D: the node lays y out as x
+    r = torch.randn(2, m, n, requires_grad=True)
+    w = torch.rand(n, requires_grad=True)
+    b = torch.rand(n, requires_grad=True)
+    _call(kind, x, w, b, r)
+    assert native.records() == []
+    (sig,) = op._GRAD.values()
+    assert sig.native is not None and sig.native.n_backwards == 0
+
+    _call(kind, x, w, b, r)  # C++ forward, Python backward (recording the node's program)
+    forward_only = _native_launches(native)
+    assert forward_only and sig.native.n_backwards == 1
+    _python_launches(gpu_path)
+
+    ready = op._native_ready
+    monkeypatch.setattr(op, "_native_ready", lambda: False)
+    _call(kind, x, w, b, r)
+    python = _python_launches(gpu_path)
+    assert native.records() == []
+    monkeypatch.setattr(op, "_native_ready", ready)
+
+    _call(kind, x, w, b, r)
+    cpp = _native_launches(native)
+    assert _python_launches(gpu_path) == []
+    assert len(cpp) == len(python) > len(forward_only)
+    fixed = {t.data_ptr(): name for name, t in (("x", x), ("r", r), ("w", w), ("b", b))}
+    assert _pattern(cpp, fixed) == _pattern(python, fixed)
+    # the same forward as call 2's
+    assert _pattern(cpp[:len(forward_only)], fixed) == _pattern(forward_only, fixed)
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
+
+
+@needs_toolchain
+def test_node_gradients_reach_the_inputs_that_need_them(gpu_path, native):
+    """With a residual, h's gradient alone (y unused) flows to x and the residual as is; the
+    node returns no gradient for an input that needs none."""
+    n = 64
+    x = torch.randn(5, n, requires_grad=True)
+    r = torch.randn(5, n)  # needs no gradient
+    w = torch.rand(n, requires_grad=True)
+    for _ in range(3):
+        y, h = norm_outputs("add_rms", x, w, None, r)
+    assert "NormlabNormBackward" in y.grad_fn.name()  # the C++ node
+    dh = torch.randn_like(h)
+    (gx,) = torch.autograd.grad(h, [x], dh)
+    torch.testing.assert_close(gx, dh, rtol=0, atol=0)
+    native.records()
+
+
+@needs_toolchain
+def test_node_refuses_a_second_derivative(gpu_path, native):
+    x = torch.randn(4, 32, requires_grad=True)
+    w = torch.rand(32, requires_grad=True)
+    for _ in range(3):
+        y = norm_outputs("rms", x, w)[0]
+        torch.autograd.backward(y, torch.ones_like(y))
+    y = norm_outputs("rms", x, w)[0]
+    with pytest.raises(RuntimeError, match="cannot differentiate their gradient"):
+        torch.autograd.grad(y, [x], torch.ones_like(y), create_graph=True)
+    native.records()
+
+
+def test_launch_hooks_and_transforms_take_the_python_replay(monkeypatch):
+    """A profiler's launch hook sees every launch, and functorch wraps the Function: with either,
+    calls leave the node."""
+    from triton import knobs
+
+    monkeypatch.setattr(_launch, "ENABLED", True)
+    assert op._native_ready()
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda *a: None)
+    assert not op._native_ready()
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", None)
+    monkeypatch.setattr(op, "_functorch_active", lambda: True)
+    assert not op._native_ready()
+    monkeypatch.setattr(op, "_functorch_active", lambda: False)
+    monkeypatch.setattr(_launch, "ENABLED", False)  # NORMLAB_LEAN_LAUNCH=0
+    assert not op._native_ready()
+
+
+class _Kernel:
+    """A compiled kernel's attributes as ``launch_spec`` reads them."""
+
+    def __init__(self, signature, num_warps=4, **run):
+        from types import SimpleNamespace
+
+        self.src = SimpleNamespace(signature=signature)
+        self.metadata = SimpleNamespace(num_warps=num_warps, shared=128, num_ctas=1)
+        self.function = 0x1234
+        self.run = SimpleNamespace(**run)
+
+
+SIGNATURE = {"x_ptr": "*bf16", "n": "i32", "stride": "i64", "eps": "fp32", "ONE": "constexpr",
+             "BLOCK": "constexpr"}  # fmt: skip
+VALUES = [None, 1000, 2**40, 1e-6, 1, 1024]
+
+
+def test_launch_spec_packs_arguments_as_the_signature_types_them():
+    spec = _native.launch_spec(_Kernel(SIGNATURE, num_warps=8), VALUES, {0: 3}, (7, 1, 1),
+                               param_sizes=lambda f: [8, 4, 8, 4, 8])  # fmt: skip
+    eps_bits = struct.unpack("<i", struct.pack("<f", 1e-6))[0]
+    assert spec == (0x1234, (7, 1, 1), 256, 128,
+                    [(0, 3), (1, 1000), (2, 2**40), (3, eps_bits)], 1)  # fmt: skip
+
+
+@pytest.mark.parametrize("why", ["sizes", "cooperative", "pdl", "scratch", "untyped", "int-ptr"])
+def test_launch_spec_refuses_what_it_cannot_pass_exactly(why):
+    """Any doubt about the parameters, or a launch attribute cuLaunchKernel does not set: no
+    program, and the Python replay runs."""
+    sizes = [8, 4, 8, 4, 8]
+    kernel, slots, signature = _Kernel(SIGNATURE), {0: 3}, SIGNATURE
+    if why == "sizes":
+        sizes = [8, 4, 4, 4, 8]  # the driver disagrees with the signature
+    elif why in ("cooperative", "pdl", "scratch"):
+        attr = {"cooperative": "launch_cooperative_grid", "pdl": "launch_pdl",
+                "scratch": "global_scratch_size"}[why]  # fmt: skip
+        kernel = _Kernel(SIGNATURE, **{attr: 1})
+    elif why == "untyped":
+        signature = {**SIGNATURE, "n": "i8"}
+        kernel = _Kernel(signature)
+    else:
+        slots = {}  # a pointer that is no recorded tensor
+    assert _native.launch_spec(kernel, VALUES, slots, (1, 1, 1),
+                               param_sizes=lambda f: sizes) is None  # fmt: skip
