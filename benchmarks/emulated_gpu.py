@@ -34,7 +34,8 @@ _FUNCTIONS = itertools.count(0x1000)  # the stand-ins' CUfunction handles
 # Triton's signature type of an argument (``triton.runtime.jit`` specializes the same way):
 # tensors by dtype, None and ints equal to 1 as constexprs, ints by whether they fit 32 bits.
 _TYPES = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16",
-          torch.int32: "*i32", torch.int64: "*i64", torch.uint8: "*u8", torch.bool: "*i1"}  # fmt: skip
+          torch.int32: "*i32", torch.int64: "*i64", torch.uint8: "*u8",
+          torch.bool: "*i1"}  # fmt: skip
 
 
 def signature_type(param, value) -> str:

@@ -1,18 +1,18 @@
 """Recorded launches replayed from C++: the norms' autograd node without Python.
 
-A norm call that needs a gradient pays a Python ``autograd.Function``: its forward and, on the
+A norm call that needs a gradient paid a Python ``autograd.Function``: its forward and, on the
 autograd engine's thread, its backward, each taking the GIL and running Python around two or
-three launches. Measured on an H200's host, that Function alone, launching nothing, cost 0.60×
-torch's whole RMSNorm forward+backward (``docs/notes/2026-12-02-replayed-signatures-with-a-gradient.md``).
+three launches. On an H200's host that Function alone, launching nothing, cost 0.60× torch's
+whole RMSNorm forward+backward (docs/notes/2026-12-02-replayed-signatures-with-a-gradient.md).
 ``_native.cpp`` holds the same replay (``_launch.Replay``: allocate the buffers, launch the
 compiled kernels with the call's pointers) and an autograd Function written in C++ around it,
 so a checked signature's forward and backward run with no Python past the call itself.
 
 It is built on first use on a GPU, with ``torch.utils.cpp_extension`` (a C++ compiler and ninja;
-about 20 s once, then cached), and launches through the driver's ``cuLaunchKernel``. A program
+16 s on this project's CPU machine, 35 s on an H100 machine, once, then cached), and launches through the driver's ``cuLaunchKernel``. A program
 is made only for kernels whose parameter list the driver confirms: ``cuFuncGetParamInfo`` must
 report one parameter per non-constexpr argument, of its size, then Triton's scratch pointers.
-Anything else, a failed build, ``NORMLAB_NATIVE=0``, active launch hooks (profilers) or a
+Anything else, a failed build, ``NORMLAB_NATIVE=0``, the lean launch off, launch hooks or a
 functorch transform, takes the Python replay, as before. Under the interpreter nothing here runs;
 the CPU tests build the module and launch through its recording stand-in.
 """
