@@ -9,7 +9,8 @@ compiled kernels with the call's pointers) and an autograd Function written in C
 so a checked signature's forward and backward run with no Python past the call itself.
 
 It is built on first use on a GPU, with ``torch.utils.cpp_extension`` (a C++ compiler and ninja;
-16 s on this project's CPU machine, 35 s on an H100 machine, once, then cached), and launches through the driver's ``cuLaunchKernel``. A program
+16 s on this project's CPU machine, 35 s on an H100 machine, once, then cached), and launches
+through the driver's ``cuLaunchKernel``. A program
 is made only for kernels whose parameter list the driver confirms: ``cuFuncGetParamInfo`` must
 report one parameter per non-constexpr argument, of its size, then Triton's scratch pointers.
 Anything else, a failed build, ``NORMLAB_NATIVE=0``, the lean launch off, launch hooks or a
