@@ -142,6 +142,29 @@ def test_node_launches_what_the_python_replay_launches(gpu_path, native, monkeyp
 
 
 @needs_toolchain
+@pytest.mark.parametrize(("kind", "m", "n"), CASES, ids=[f"{k}-{m}x{n}" for k, m, n in CASES])
+def test_inference_calls_launch_what_the_python_replay_launches(gpu_path, native, monkeypatch,
+                                                                kind, m, n):  # fmt: skip
+    """A call without a gradient replays its recording from C++ after its first call, with the
+    launches of the Python replay, and hands back y (and h) in x's shape."""
+    x, r = torch.randn(2, m, n), torch.randn(2, m, n)
+    w, b = torch.rand(n), torch.rand(n)
+    norm_outputs(kind, x, w, b, r)
+    assert native.records() == []
+    ready = op._native_ready
+    monkeypatch.setattr(op, "_native_ready", lambda: False)
+    norm_outputs(kind, x, w, b, r)
+    python = _python_launches(gpu_path)
+    monkeypatch.setattr(op, "_native_ready", ready)
+    outs = norm_outputs(kind, x, w, b, r)
+    cpp = _native_launches(native)
+    assert _python_launches(gpu_path) == []
+    fixed = {t.data_ptr(): name for name, t in (("x", x), ("r", r), ("w", w), ("b", b))}
+    assert cpp and _pattern(cpp, fixed) == _pattern(python, fixed)
+    assert [o.shape for o in outs] == [x.shape] * len(outs)
+
+
+@needs_toolchain
 def test_node_gradients_reach_the_inputs_that_need_them(gpu_path, native):
     """With a residual, h's gradient alone (y unused) flows to x and the residual as is; the
     node returns no gradient for an input that needs none."""

@@ -604,11 +604,19 @@ def _replayed_call(name, x, residual, weight, bias, eps, offset, is_rms, strateg
             out, replay = _launch.record(lambda: _forward(x2d, r2d, w, b, *args, False)[:2],
                                          (x2d, r2d, w, b))  # fmt: skip
             cache[key] = replay if same else None
+            if replay is not None and same and _native.ENABLED and _native.module() is not None:
+                _native.program(replay)  # (kept on the replay)
             return _shaped(out, x, residual)
     if entry is None:
         return None
     if not grad:
-        return _shaped(entry((x, residual, weight, bias), None), x, residual)
+        program = entry.native
+        if program and _native_ready():  # the recorded launches from C++
+            device = _launch._get_device()
+            out = program((x, residual, weight, bias), _launch._get_stream(device))
+        else:
+            out = entry((x, residual, weight, bias), None)
+        return _shaped(out, x, residual)
     if entry.forward is False:  # its forward could not be recorded: the full path from now on
         cache[key] = None
         return None
