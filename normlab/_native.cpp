@@ -184,8 +184,13 @@ struct NormSig : torch::CustomClassHolder {
   std::vector<std::pair<std::pair<GradKey, GradKey>, c10::intrusive_ptr<Program>>> backwards;
 
   ~NormSig() override {
-    if (!Py_IsInitialized()) {
-      fallback.release();  // the interpreter is gone: leak rather than touch it
+#if PY_VERSION_HEX >= 0x030D0000
+    bool finalizing = Py_IsFinalizing();
+#else
+    bool finalizing = _Py_IsFinalizing();
+#endif
+    if (!Py_IsInitialized() || finalizing) {
+      fallback.release();  // the interpreter is going: leak rather than touch it
       return;
     }
     py::gil_scoped_acquire gil;
