@@ -24,6 +24,7 @@ import ctypes
 import os
 import struct
 import sys
+import time
 
 import torch
 
@@ -56,8 +57,13 @@ def module():
         try:
             from torch.utils import cpp_extension
 
+            start = time.perf_counter()
             _module = cpp_extension.load("normlab_native", [SOURCE], extra_cflags=["-O2"],
                                          verbose=False)  # fmt: skip
+            seconds = time.perf_counter() - start
+            if seconds > 2:  # a build, not the cached module
+                print(f"normlab: built the C++ replay in {seconds:.0f} s (cached from now on)",
+                      file=sys.stderr)  # fmt: skip
         except Exception as err:  # no compiler or ninja, or headers that do not build
             _failed = True
             first = str(err).splitlines()[0] if str(err) else ""

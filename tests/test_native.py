@@ -211,6 +211,24 @@ def test_launch_hooks_and_transforms_take_the_python_replay(monkeypatch):
     assert not op._native_ready()
 
 
+def test_a_failed_build_says_so_once_and_the_python_replay_runs(monkeypatch, capsys):
+    from torch.utils import cpp_extension
+
+    calls = []
+
+    def no_compiler(*args, **kwargs):
+        calls.append(args)
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    monkeypatch.setattr(_native, "_module", None)
+    monkeypatch.setattr(_native, "_failed", False)
+    monkeypatch.setattr(cpp_extension, "load", no_compiler)
+    assert _native.module() is None and _native.module() is None
+    assert len(calls) == 1
+    err = capsys.readouterr().err
+    assert err.count("did not build") == 1 and "Ninja is required" in err
+
+
 class _Kernel:
     """A compiled kernel's attributes as ``launch_spec`` reads them."""
 
