@@ -22,8 +22,7 @@
 # tiles and a reduce against the one-program rule; host µs per call, with the floor of a Python
 # autograd Function; the launch-bound RMSNorm forward against Liger's, one trait at a time).
 # native (the norms' C++ autograd node and C++ inference replay: the replay, CUDA-graph and lean
-# checks; host µs per call of every op three times; the norms with the node off and on; host µs
-# inside torch.compile).
+# checks; host µs per call of every op three times; the norms with the node off and on).
 # tiles (the backward's row tiles bounded by the SMs: the norms checked on the GPU, the population
 # members whose plan changed, beside their peers).
 # count (label CE's forward counting in its kernel: the vocabulary members below 0.95x; host µs
@@ -1751,7 +1750,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
         benchmarks/loss_options.py --out "$OUT/loss_options_poly$on.jsonl" --reps 10 --max-seconds 50
     done
     ;;
-  native)  # the C++ node and replay: checks, then host µs (4 files: the rest travel as logs.tgz)
+  native)  # the C++ node and replay: checks, then host µs (the JSON files travel as one .tgz)
     step gpu_check_native 240 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_native.json" \
       --quick --only replay,graphs,lean
     for i in 1 2 3; do
@@ -1763,8 +1762,6 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
         --impl normlab,torch --op rms_norm,layer_norm --out "$OUT/overhead_norms_native$on.json" \
         --no-progress
     done
-    step overhead_compiled 200 python3 -m normlab bench --overhead --impl normlab+compile,compile \
-      --op rms_norm,layer_norm,cross_entropy --out "$OUT/overhead_compiled.json" --no-progress
     (cd "$OUT" && tar -czf native_json.tgz --remove-files ./*.json)
     ;;
   pastint32)  # rows whose offsets pass 2**31 elements, against fp64
