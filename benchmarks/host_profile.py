@@ -1,12 +1,13 @@
 """Where the host time of one normlab call goes: cProfile over a launch-bound loop (GPU).
 
     python3 benchmarks/host_profile.py --op rms_norm --direction fwd+bwd --calls 2000
-    python3 benchmarks/host_profile.py --emulate [--no-replay] [--torch-reduce]  # CPU: Python only
+    python3 benchmarks/host_profile.py --emulate [--no-replay] [--torch-reduce] [--native]  # CPU
 
 ``--emulate`` runs the GPU host path on a CPU with Triton's launchers replaced by stand-ins
 (``emulated_gpu.py``): µs per call of everything up to ``cuLaunchKernel``, torch's CPU op beside
 it for scale (its time includes its CPU arithmetic). The losses sum in the kernel, as on a GPU
-by default; ``--torch-reduce`` sums in torch (``NORMLAB_LOSS_REDUCE=0``).
+by default; ``--torch-reduce`` sums in torch (``NORMLAB_LOSS_REDUCE=0``). ``--native``: the
+norms' replays through the C++ node and programs (``normlab/_native.cpp``), launching nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main(argv=None) -> int:
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--emulate", action="store_true", help="CPU: launchers stubbed")
     parser.add_argument("--no-replay", action="store_true", help="with --emulate: replay off")
+    parser.add_argument("--native", action="store_true",
+                        help="with --emulate: the norms' C++ node and replay, launching nothing")
     parser.add_argument("--torch-reduce", action="store_true",
                         help="with --emulate: the losses sum in torch (NORMLAB_LOSS_REDUCE=0)")
     args = parser.parse_args(argv)
@@ -72,6 +75,13 @@ def _emulated(args) -> int:
 
     cross_entropy = normlab.cross_entropy  # a GPU call's default: no host-side label check
     normlab.cross_entropy = functools.partial(cross_entropy, check_labels=False)
+    if args.native:
+        from normlab import _native
+
+        if _native.null_launches() is None:
+            parser_error = "--native: the C++ replay did not build"
+            raise SystemExit(parser_error)
+        _native.ENABLED = True
     with emulate(replay=not args.no_replay, keep_runs=False):
         _, _, run = overhead.host_case(args.op, "normlab", args.direction, torch.bfloat16, "cpu")
         normlab.cross_entropy = cross_entropy
@@ -88,7 +98,8 @@ def _emulated(args) -> int:
                 best = min(best, (time.perf_counter() - t0) * 1e6 / args.calls)
             what = (f"loss sum in {'kernel' if not args.torch_reduce else 'torch'}"
                     if args.op in overhead.LOSS_OPS
-                    else f"replay {'off' if args.no_replay else 'on'}")  # fmt: skip
+                    else f"replay {'off' if args.no_replay else 'on'}"
+                    f"{', C++ node' if args.native else ''}")  # fmt: skip
             print(f"{args.op} {args.direction} {label}: {best:.1f} µs per call "
                   f"(emulated GPU host path, {what})")
         prof = cProfile.Profile()

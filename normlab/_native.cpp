@@ -8,7 +8,8 @@
 // calls the signature's Python fallback, which records it.
 //
 // Launches go through one function with cuLaunchKernel's signature, set from Python: the
-// driver's own (libcuda), or for the CPU tests a stand-in here that records what it was handed.
+// driver's own (libcuda), or on a CPU a stand-in here that records what it was handed (tests)
+// or does nothing (timing the host path).
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -90,6 +91,12 @@ int record_launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   }
   py::gil_scoped_acquire gil;
   g_records->push_back(py::make_tuple(f, py::make_tuple(gx, gy, gz), bx, shared, stream, values));
+  return 0;
+}
+
+// The timing stand-in (benchmarks/host_profile.py --emulate --native): launches nothing.
+int null_launch(uint64_t, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                uint64_t, void**, void**) {
   return 0;
 }
 
@@ -357,6 +364,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     g_records->clear();
     g_launch = &record_launch;
   });
+  m.def("null_launches", []() { g_launch = &null_launch; });
   m.def("records", []() {
     py::list out;
     if (g_records != nullptr) {

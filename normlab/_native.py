@@ -87,6 +87,17 @@ def record_launches():
     return mod
 
 
+def null_launches():
+    """From now on launch through a stand-in that does nothing (timing the host path on a CPU,
+    ``benchmarks/host_profile.py --emulate --native``). Returns the module, or None."""
+    global _recording
+    _recording = True
+    mod = module()
+    if mod is not None:
+        mod.null_launches()
+    return mod
+
+
 _driver_set = False
 
 
