@@ -4,8 +4,8 @@
 // the kernels it launches, each argument a role's or a buffer's pointer or a constant.
 // NormlabNormBackward is the norms' autograd Function for a checked signature: its forward
 // replays the recorded forward, and its backward, on the autograd engine's thread, the recorded
-// backward for the output gradient's layout, with no Python and no GIL. A backward for a layout not recorded yet
-// calls the signature's Python fallback, which records it.
+// backward for the output gradient's layout, with no Python and no GIL. A backward for a layout
+// not recorded yet calls the signature's Python fallback, which records it.
 //
 // Launches go through one function with cuLaunchKernel's signature, set from Python: the
 // driver's own (libcuda), or on a CPU a stand-in here that records what it was handed (tests)
