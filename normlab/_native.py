@@ -79,22 +79,21 @@ def module():
 def record_launches():
     """From now on launch through the stand-in that records each launch (tests on a CPU):
     ``module().records()`` hands them over. Returns the module, or None."""
-    global _recording
-    _recording = True
-    mod = module()
-    if mod is not None:
-        mod.record_launches()
-    return mod
+    return _stand_in("record_launches")
 
 
 def null_launches():
     """From now on launch through a stand-in that does nothing (timing the host path on a CPU,
     ``benchmarks/host_profile.py --emulate --native``). Returns the module, or None."""
+    return _stand_in("null_launches")
+
+
+def _stand_in(setter: str):
     global _recording
     _recording = True
     mod = module()
     if mod is not None:
-        mod.null_launches()
+        getattr(mod, setter)()
     return mod
 
 
