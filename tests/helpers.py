@@ -179,3 +179,17 @@ def traced_launch_spy(monkeypatch, modules, op_module, signature) -> list:
     monkeypatch.setattr(_launch, "_traced_launch", lambda fn, grid, args, kwargs: None)
     monkeypatch.setattr(op_module, "TRACEABLE", True)
     return seen
+
+
+SMALL_SPLIT_ROWS = {"SPLIT_ROW_FWD_MIN_COLS": 48, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM": 1.0,
+                    "SPLIT_ROW_BWD_MIN_COLS": 48, "SPLIT_ROW_FWD_COLS": 16,
+                    "SPLIT_ROW_BWD_CHUNKS": (16,), "SPLIT_ROW_SUMS_CHUNKS": (16,)}  # fmt: skip
+
+
+def small_split_rows(monkeypatch) -> None:
+    """Rows split from 48 columns, in 16-column chunks forward, backward and for the sums: the
+    split-row kernels at small widths, with several chunks and a ragged last one."""
+    from normlab.norms import config
+
+    for name, value in SMALL_SPLIT_ROWS.items():
+        monkeypatch.setattr(config, name, value)

@@ -6,7 +6,7 @@ in the interpreter, ``benchmarks/gpu_check.py --only lean,replay`` on a GPU."""
 
 import pytest
 import torch
-from helpers import load_script, norm_outputs
+from helpers import load_script, norm_outputs, small_split_rows
 
 import normlab
 from normlab import _launch
@@ -35,12 +35,7 @@ def test_launches_hand_the_launcher_what_it_takes(gpu_path, monkeypatch, kind, m
     """Calls 2 and 3 of a signature reach the compiled kernels' launchers: replayed, or through
     ``launch``'s known keys (replay off)."""
     monkeypatch.setattr(_launch, "REPLAY", replay)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 1.0)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
-    monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
+    small_split_rows(monkeypatch)
     xs = []
     for _ in range(3):
         x = torch.randn(m, n, requires_grad=True)
@@ -137,12 +132,7 @@ def test_unrolled_replays_launch_as_the_generic_one(gpu_path, monkeypatch, kind,
     """Every recorded call (forward and backward) runs as its unrolled function, which hands the
     launcher what the generic replay hands it: the same constants and role pointers, buffers of
     the same shapes and dtypes in the same places, and the same outputs' layout."""
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 1.0)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
-    monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
+    small_split_rows(monkeypatch)
     x, r = torch.randn(m, n, requires_grad=True), torch.randn(m, n, requires_grad=True)
     w, b = torch.rand(n, requires_grad=True), torch.rand(n, requires_grad=True)
     outs = norm_outputs(kind, x, w, b, r)

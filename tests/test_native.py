@@ -10,10 +10,10 @@ import struct
 
 import pytest
 import torch
-from helpers import load_script, norm_outputs
+from helpers import load_script, norm_outputs, small_split_rows
 
 from normlab import _launch, _native
-from normlab.norms import config, op
+from normlab.norms import op
 
 emulated_gpu = load_script("benchmarks/emulated_gpu.py")
 
@@ -34,12 +34,7 @@ def gpu_path(monkeypatch, native):
     for name in ("ENABLED", "REPLAY"):
         monkeypatch.setattr(_launch, name, getattr(_launch, name))
     monkeypatch.setattr(_native, "ENABLED", True)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 1.0)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
-    monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
+    small_split_rows(monkeypatch)
     with emulated_gpu.emulate() as jits:
         native.records()
         emulated_gpu.RUNS.clear()

@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 import torch
-from helpers import assert_bf16_rounding_of, assert_close, cancelling_partials
+from helpers import assert_bf16_rounding_of, assert_close, cancelling_partials, small_split_rows
 
 import normlab
 from normlab import _runtime, ref
@@ -63,12 +63,7 @@ def small_split(monkeypatch):
     """Split from 48 columns, in 16-column forward chunks and 16-column backward chunks of two
     rows a step, so every kernel sees several chunks, a ragged last chunk and a ragged last row
     step at small widths."""
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 1.0)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
-    monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
+    small_split_rows(monkeypatch)
     monkeypatch.setattr(config, "NORM_BWD_TILE_ELEMS", 32)  # two rows a step: ragged steps
 
 

@@ -7,8 +7,8 @@ import torch
 
 import normlab
 from normlab import _launch, ref
-from normlab.norms import config, op
-from tests.helpers import assert_close, norm_outputs, replays_on
+from normlab.norms import op
+from tests.helpers import assert_close, norm_outputs, replays_on, small_split_rows
 
 
 @pytest.fixture
@@ -71,15 +71,6 @@ def _grad_recordings():
     return [r for sig in op._GRAD.values() for r in (sig.forward, *sig.backwards.values())]
 
 
-def _split_small(monkeypatch):
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MIN_COLS", 48)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_MAX_ROWS_PER_SM", 1.0)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_MIN_COLS", 48)
-    monkeypatch.setattr(config, "SPLIT_ROW_FWD_COLS", 16)
-    monkeypatch.setattr(config, "SPLIT_ROW_BWD_CHUNKS", (16,))
-    monkeypatch.setattr(config, "SPLIT_ROW_SUMS_CHUNKS", (16,))
-
-
 # (kind, M, N, what it exercises)
 PLANS = [
     ("rms", 37, 1000, "row"),
@@ -99,7 +90,7 @@ PLANS = [
                          ids=[f"{k}-{m}x{n}-{p}" for k, m, n, p in PLANS])  # fmt: skip
 def test_replays_match_fp64(replays, monkeypatch, kind, m, n, plan):
     if plan == "split":
-        _split_small(monkeypatch)
+        small_split_rows(monkeypatch)
     _call_and_check(kind, m, n, torch.float16, offset=0.5 if kind == "rms" else 0.0)
     recorded = _grad_recordings()
     assert len(recorded) == 2 and all(isinstance(r, _launch.Replay) for r in recorded)
