@@ -39,6 +39,7 @@ _TYPES = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16
 
 
 def signature_type(param, value) -> str:
+    """The type Triton's signature gives ``param`` called with ``value``."""
     if param.is_constexpr or value is None or (type(value) is int and value == 1):
         return "constexpr"
     if isinstance(value, torch.Tensor):
@@ -136,8 +137,10 @@ def emulate(replay: bool = True, keep_runs: bool = True):
     op._GRAD = {}
     saved.append((loss_op, "_SIGNATURES", loss_op._SIGNATURES))
     loss_op._SIGNATURES = {}
+    RUNS.clear()
     try:
         yield jits
     finally:
+        RUNS.clear()
         for owner, name, value in saved:
             setattr(owner, name, value)
