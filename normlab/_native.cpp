@@ -250,6 +250,7 @@ struct NormlabNormBackward : public torch::autograd::Function<NormlabNormBackwar
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     if (c10::GradMode::is_enabled()) throw std::runtime_error(kNoDoubleBackward);
     auto sig = c10::static_intrusive_pointer_cast<NormSig>(ctx->saved_data["sig"].toCapsule());
+    // the forward's stream: the one the engine makes current for this node's backward
     auto stream = static_cast<uint64_t>(ctx->saved_data["stream"].toInt());
     variable_list saved = ctx->get_saved_variables();  // normed, weight, bias, mean, rstd
     at::Tensor dy = grads[0];
