@@ -149,6 +149,13 @@ else:
 # of CPU: a step made of small calls is bound by the host, and only device time says anything
 # about the kernel.
 #
+# normlab checks and plans a signature's first call and replays its recorded launches after
+# that. A norm call that needs a gradient replays them from a small C++ autograd node
+# (`normlab/_native.cpp`): a Python `autograd.Function` alone, launching nothing, cost 0.6× torch's
+# whole RMSNorm forward+backward on an H200's host. With the node, normlab's forward+backward cost
+# 0.98–1.11× torch's own op on an H100's host
+# (`docs/notes/2026-12-07-the-norms-autograd-node-in-cpp.md`).
+#
 # **CUDA graphs** remove that host cost: `torch.cuda.graph` records the kernels one call
 # launches, and `graph.replay()` launches them again with no Python, no argument checks and no
 # Triton launcher (`torch.compile(mode="reduce-overhead")` does this for you). Each normlab op
