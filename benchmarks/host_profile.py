@@ -79,8 +79,7 @@ def _emulated(args) -> int:
         from normlab import _native
 
         if _native.null_launches() is None:
-            parser_error = "--native: the C++ replay did not build"
-            raise SystemExit(parser_error)
+            raise SystemExit("--native: the C++ replay did not build")
         _native.ENABLED = True
     with emulate(replay=not args.no_replay, keep_runs=False):
         _, _, run = overhead.host_case(args.op, "normlab", args.direction, torch.bfloat16, "cpu")

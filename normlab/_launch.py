@@ -65,6 +65,14 @@ def _active(hook) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
+def lean() -> bool:
+    """Do launches and replays skip Triton's dispatch: the lean launch on, and no launch hook
+    (a profiler's) that must see each launch?"""
+    runtime = knobs.runtime
+    return ENABLED and not _active(runtime.launch_enter_hook) and not _active(
+        runtime.launch_exit_hook)
+
+
 class _Site:
     """Per-kernel state: the parameter names, which are constexpr, their defaults, and the
     compiled kernels by call key."""
@@ -370,8 +378,7 @@ class Replay:
                 t = first.new_zeros(shape, dtype=dtype) if zero else first.new_empty(shape,
                                                                                   dtype=dtype)
             tensors.append(t)
-        if not ENABLED or _active(knobs.runtime.launch_enter_hook) or _active(
-                knobs.runtime.launch_exit_hook):  # interpreter, lean launch off, or hooks
+        if not lean():  # interpreter, lean launch off, or hooks
             for fn, grid, template, slots, kwargs, _ in self.steps:
                 values = template.copy()
                 for pos, i in slots:
@@ -414,8 +421,7 @@ def _unrolled(replay: Replay, n_roles: int):
 
     roles = ", ".join(f"t{i}" for i in range(n_roles)) + ("," if n_roles == 1 else "")
     src = ["def replay(roles, device):",
-           "    if not _L.ENABLED or _active(_knobs.runtime.launch_enter_hook) or _active(",
-           "            _knobs.runtime.launch_exit_hook):",
+           "    if not _L.lean():",
            "        return _generic(roles, device)",
            f"    {roles} = roles"]  # fmt: skip
     for j, (shape, dtype, zero, like) in enumerate(replay.buffers):
@@ -448,8 +454,7 @@ def _unrolled(replay: Replay, n_roles: int):
     outs = ", ".join("None" if i is None else f"t{i}" for i in replay.outputs)
     src.append(f"    return ({outs}{',' if len(replay.outputs) == 1 else ''})")
     source = "\n".join(src) + "\n"
-    names.update(_L=sys.modules[__name__], _active=_active, _knobs=knobs,
-                 _generic=replay.generic, _empty_like=torch.empty_like,
+    names.update(_L=sys.modules[__name__], _generic=replay.generic, _empty_like=torch.empty_like,
                  _contiguous=torch.contiguous_format)  # fmt: skip
     exec(compile(source, "<normlab._launch replay>", "exec"), names)
     return source, names["replay"]

@@ -10,12 +10,12 @@ so a checked signature's forward and backward run with no Python past the call i
 
 It is built on first use on a GPU, with ``torch.utils.cpp_extension`` (a C++ compiler and ninja;
 16 s on this project's CPU machine, 35 s on an H100 machine, once, then cached), and launches
-through the driver's ``cuLaunchKernel``. A program
-is made only for kernels whose parameter list the driver confirms: ``cuFuncGetParamInfo`` must
-report one parameter per non-constexpr argument, of its size, then Triton's scratch pointers.
-Anything else, a failed build, ``NORMLAB_NATIVE=0``, the lean launch off, launch hooks or a
-functorch transform, takes the Python replay, as before. Under the interpreter nothing here runs;
-the CPU tests build the module and launch through its recording stand-in.
+through the driver's ``cuLaunchKernel``. A program is made only for kernels whose parameter list
+the driver confirms: ``cuFuncGetParamInfo`` must report one parameter per non-constexpr
+argument, of its size, then Triton's scratch pointers. Anything else, a failed build,
+``NORMLAB_NATIVE=0``, the lean launch off, launch hooks (``_launch.lean``) or a functorch
+transform (``_host.plain_tensor``), takes the Python replay, as before. Under the interpreter
+nothing here runs; the CPU tests build the module and launch through its recording stand-in.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ _KINDS = {"i1": _INT32, "i32": _INT32, "u1": _INT32, "u32": _INT32, "i64": _INT6
 _SIZES = {_POINTER: 8, _INT32: 4, _INT64: 8, _FLOAT32: 4, _FLOAT64: 8}
 
 
-_recording = False  # launches go to the recording stand-in (tests), not the driver
+_stand_in_launch = False  # launches go to a stand-in (tests, CPU timing), not the driver
 
 
 def module():
@@ -71,7 +71,7 @@ def module():
                   "the Python replay runs", file=sys.stderr)  # fmt: skip
             return None
         norm_apply = _module.norm_apply
-    if _module is None or not (_recording or _set_driver_launch()):
+    if _module is None or not (_stand_in_launch or _set_driver_launch()):
         return None
     return _module
 
@@ -89,8 +89,8 @@ def null_launches():
 
 
 def _stand_in(setter: str):
-    global _recording
-    _recording = True
+    global _stand_in_launch
+    _stand_in_launch = True
     mod = module()
     if mod is not None:
         getattr(mod, setter)()
@@ -200,7 +200,7 @@ def program(replay, *, param_sizes=driver_param_sizes):
     for _fn, grid, template, slots, _kwargs, entry in replay.steps:
         kernel, tail, _, _ = entry
         spec = launch_spec(kernel, [*template, *tail], dict(slots), grid,
-                           param_sizes=None if _recording else param_sizes)  # fmt: skip
+                           param_sizes=None if _stand_in_launch else param_sizes)  # fmt: skip
         if spec is None:
             return None
         launches.append(spec)

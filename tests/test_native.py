@@ -118,12 +118,11 @@ def test_node_launches_what_the_python_replay_launches(gpu_path, native, monkeyp
     assert forward_only and sig.native.n_backwards == 1
     _python_launches(gpu_path)
 
-    ready = op._native_ready
-    monkeypatch.setattr(op, "_native_ready", lambda: False)
+    node, sig.native = sig.native, None  # one call through the Python Function and replay
     _call(kind, x, w, b, r)
     python = _python_launches(gpu_path)
     assert native.records() == []
-    monkeypatch.setattr(op, "_native_ready", ready)
+    sig.native = node
 
     _call(kind, x, w, b, r)
     cpp = _native_launches(native)
@@ -146,11 +145,11 @@ def test_inference_calls_launch_what_the_python_replay_launches(gpu_path, native
     w, b = torch.rand(n), torch.rand(n)
     norm_outputs(kind, x, w, b, r)
     assert native.records() == []
-    ready = op._native_ready
-    monkeypatch.setattr(op, "_native_ready", lambda: False)
+    (replay,) = op._INFERENCE.values()
+    program, replay.native = replay.native, False  # one call through the Python replay
     norm_outputs(kind, x, w, b, r)
     python = _python_launches(gpu_path)
-    monkeypatch.setattr(op, "_native_ready", ready)
+    replay.native = program
     outs = norm_outputs(kind, x, w, b, r)
     cpp = _native_launches(native)
     assert _python_launches(gpu_path) == []
@@ -189,21 +188,22 @@ def test_node_refuses_a_second_derivative(gpu_path, native):
     native.records()
 
 
-def test_launch_hooks_and_transforms_take_the_python_replay(monkeypatch):
-    """A profiler's launch hook sees every launch, and functorch wraps the Function: with either,
-    calls leave the node."""
+def test_launch_hooks_and_the_lean_launch_off_take_the_python_replay(monkeypatch):
+    """A profiler's launch hook sees every launch, so calls leave the node (and the C++ replay)
+    while one is set, as with the lean launch off. (A functorch transform never reaches it:
+    ``_host.plain_tensor`` sends such calls down the full path, ``tests/test_replay.py``.)"""
     from triton import knobs
 
     monkeypatch.setattr(_launch, "ENABLED", True)
-    assert op._native_ready()
+    assert _launch.lean()
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda *a: None)
-    assert not op._native_ready()
+    assert not _launch.lean()
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", None)
-    monkeypatch.setattr(op, "_functorch_active", lambda: True)
-    assert not op._native_ready()
-    monkeypatch.setattr(op, "_functorch_active", lambda: False)
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", lambda *a: None)
+    assert not _launch.lean()
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", None)
     monkeypatch.setattr(_launch, "ENABLED", False)  # NORMLAB_LEAN_LAUNCH=0
-    assert not op._native_ready()
+    assert not _launch.lean()
 
 
 def test_a_failed_build_says_so_once_and_the_python_replay_runs(monkeypatch, capsys):

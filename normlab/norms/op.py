@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 
 import torch
-from triton import knobs
 
 from normlab import _launch, _native, _runtime
 from normlab._host import (
@@ -33,7 +32,6 @@ from normlab.norms import block_row, config, row, split_row
 
 FP32_EPS = torch.finfo(torch.float32).eps  # eps=None: the fp32 compute's eps, as F.rms_norm
 
-_functorch_active = torch._C._are_functorch_transforms_active
 STRATEGIES = config.STRATEGIES
 LAYOUTS = config.LAYOUTS
 
@@ -611,7 +609,7 @@ def _replayed_call(name, x, residual, weight, bias, eps, offset, is_rms, strateg
         return None
     if not grad:
         program = entry.native
-        if program and _native_ready():  # the recorded launches from C++
+        if program and _launch.lean():  # the recorded launches from C++ (no hooks)
             device = _launch._get_device()
             out = program((x, residual, weight, bias), _launch._get_stream(device))
         else:
@@ -621,18 +619,11 @@ def _replayed_call(name, x, residual, weight, bias, eps, offset, is_rms, strateg
         cache[key] = None
         return None
     native = entry.native
-    if native is not None and _native_ready():
+    if native is not None and _launch.lean():  # the C++ node (no hooks)
         device = _launch._get_device()
         return _native.norm_apply(native, x, residual, weight, bias, _launch._get_stream(device))
     return _REPLAYED_APPLY(x, residual, weight, bias, entry)
 
-
-def _native_ready() -> bool:
-    """May a call run the C++ node: launch hooks off (profilers see Triton's launches), no
-    functorch transform, the lean launch on?"""
-    runtime = knobs.runtime
-    return (_launch.ENABLED and not _functorch_active() and not _launch._active(
-        runtime.launch_enter_hook) and not _launch._active(runtime.launch_exit_hook))
 
 
 def _shaped(out, x, residual):
