@@ -42,8 +42,9 @@ POPULATION_GLOB = "normlab/data/*-population.jsonl.gz"
 VOCAB_GLOB = "benchmarks/data/vocab_population_*.jsonl.gz"
 # The fused residual add-norms over the population's model members.
 FUSED_ADD_GLOB = "benchmarks/data/population_addpop_*_h200.jsonl.gz"
-# The whole population at one later commit on an H100, when no H200 could be had.
+# The whole population at one later commit, a run per card (the H100 when no H200 could be had).
 H100_POPULATION_GLOB = "benchmarks/data/population_all_*_h100.jsonl.gz"
+H200_POPULATION_GLOB = "benchmarks/data/population_all_*_h200.jsonl.gz"
 # The H200 population's worst members and the peer shapes re-timed on an H200 at a later commit.
 H200_REFRESH_GLOB = "benchmarks/data/population_refresh*_h200.jsonl.gz"
 # An eighth of the population beside torch.compile compiled per member (dynamic=False).
@@ -413,7 +414,8 @@ def render(paths: list[Path]) -> str:
     )
     out.append("## Summary\n\n" + summary_table(records))
     out.append(population_section(sorted(REPO.glob(POPULATION_GLOB))))
-    out.append(h100_population_section(sorted(REPO.glob(H100_POPULATION_GLOB))))
+    out.append(whole_population_section(sorted(REPO.glob(H200_POPULATION_GLOB)), "the H200"))
+    out.append(whole_population_section(sorted(REPO.glob(H100_POPULATION_GLOB)), "an H100"))
     out.append(h200_refresh_section(sorted(REPO.glob(H200_REFRESH_GLOB))))
     out.append(static_compile_section(sorted(REPO.glob(STATIC_COMPILE_GLOB))))
     out.append(vocab_section(sorted(REPO.glob(VOCAB_GLOB))))
@@ -427,7 +429,7 @@ def render(paths: list[Path]) -> str:
         s = summarize(group_cells)
         if s is not None:
             out.append(worst_line(s) + "\n")
-    return "\n".join(out)
+    return "\n".join(part for part in out if part)  # a section without records is ""
 
 
 README = REPO / "README.md"
@@ -503,24 +505,27 @@ def _run_before(runs: list[tuple], peers: str = "") -> str:
     )  # fmt: skip
 
 
-def h100_population_section(paths: list[Path]) -> str:
-    """The same verdicts over the whole population on an H100 at later commits than the H200
-    records, one run (file) a commit: the newest in full, the run before it as a table (the
-    targets are the H200's)."""
+def whole_population_section(paths: list[Path], card: str) -> str:
+    """The same verdicts over the whole population on one card at later commits than the
+    population records, one run (file) a commit: the newest in full, the run before it as a
+    table (the targets are the H200's)."""
     runs = _dated_runs(paths)
     if not runs:
         return ""
     _, path, records = runs[-1]
     cards = ", ".join(sorted({r.card for r in records}))
+    h100 = card != "the H200"
     return (
-        "### The whole population on an H100\n\n"
-        f"The H200 runs above predate later rules. The same members and peers at "
-        f"{_commits(records)} on an {cards} (`{relative(path)}`; `benchmarks/data/README.md` has "
-        "the command), judged by the same rules; the targets are stated for the H200:\n\n"
+        f"### The whole population on {card}\n\n"
+        f"The population runs above predate later rules. The same members and peers at "
+        f"{_commits(records)} on {'an ' if h100 else 'the '}{cards} (`{relative(path)}`; "
+        "`benchmarks/data/README.md` has the command), judged by the same rules"
+        + ("; the targets are stated for the H200" if h100 else "") + ":\n\n"
         + verdict_table(population.verdicts(population.without_peers(records)))
         + peer_bullets(records, "The peer shapes in the same run (`benchmarks/data/README.md` "
-                       "says which ran; the 32768×8192 target is the H200's, whose copy bandwidth "
-                       "is 1.4× the H100's)")  # fmt: skip
+                       "says which ran"
+                       + ("; the 32768×8192 target is the H200's, whose copy bandwidth is 1.4× "
+                          "the H100's" if h100 else "") + ")")  # fmt: skip
         + _run_before(runs)
     )
 
@@ -667,6 +672,7 @@ def _verdict_rows(verdicts) -> list[tuple]:
 # name, newest run only). A newest-only set is a later commit's run beside an older record.
 README_SETS = (
     (POPULATION_GLOB, "the-shape-population", "the norm shape population", False),
+    (H200_POPULATION_GLOB, "the-whole-population-on-the-h200", "the same population", True),
     (H100_POPULATION_GLOB, "the-whole-population-on-an-h100", "the same population", True),
     (H200_REFRESH_GLOB, "the-worst-members-again-on-the-h200",
      "its worst members again, the newest run", True),
