@@ -1,6 +1,7 @@
 """Every op, strategy, layout and form against the fp64 reference on the GPU, plus what the CPU
 tests cannot show: determinism, CUDA-graph capture and replay, torch.compile, the lean launch
-path's kernel choice, NORMLAB_AUTOTUNE=1, and row offsets past 2**31 elements (4.3 GB inputs).
+path's kernel choice, NORMLAB_AUTOTUNE=1, row offsets past 2**31 elements (4.3 GB inputs),
+and inputs on a GPU other than the current one (with two GPUs).
 
     python3 benchmarks/gpu_check.py --out out/gpu_check.json
 
@@ -665,8 +666,66 @@ def check_past_int32() -> None:
             del g
 
 
+def check_devices() -> None:
+    """Inputs on cuda:1 while cuda:0 is current (Hugging Face's device_map="auto"): every op,
+    forward and backward, three calls each (the third replays; the norms' through the C++
+    node), against fp64. Needs two GPUs; with one it says so and checks nothing."""
+    if torch.cuda.device_count() < 2:
+        print("devices: one GPU, nothing to check", flush=True)
+        return
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda", 1)
+    M, N, V = 64, 4096, 32000
+    for name in ("rms_norm", "layer_norm", "add_rms_norm", "add_layer_norm"):
+        for _ in range(3):
+            x = torch.randn(M, N, device=dev).bfloat16().requires_grad_()
+            r = torch.randn(M, N, device=dev).bfloat16()
+            w = torch.randn(N, device=dev).bfloat16().requires_grad_()
+            b = torch.randn(N, device=dev).bfloat16()
+            if name.startswith("add_"):
+                y = getattr(normlab, name)(x, r, w, *([b] if "layer" in name else []))[0]
+                want = getattr(ref, name)(x.double(), r.double(), w.double(),
+                                          *([b.double()] if "layer" in name else []))[0]
+            else:
+                y = getattr(normlab, name)(x, w, *([b] if "layer" in name else []))
+                want = getattr(ref, name)(x.double(), w.double(),
+                                          *([b.double()] if "layer" in name else []))
+            dy = torch.randn_like(y)
+            dx, dw = torch.autograd.grad(y, (x, w), dy)
+            xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+            if name.startswith("add_"):
+                wy = getattr(ref, name)(xd, r.double(), wd,
+                                        *([b.double()] if "layer" in name else []))[0]
+            else:
+                wy = getattr(ref, name)(xd, wd, *([b.double()] if "layer" in name else []))
+            want_dx, want_dw = torch.autograd.grad(wy, (xd, wd), dy.double())
+        record(f"{name} {M}x{N} bf16 on cuda:1, cuda:0 current (third call)",
+               {"y": _rel(y, want), "dx": _rel(dx, want_dx), "dw": _rel(dw, want_dw)},
+               {"y": _tol(want, torch.bfloat16), "dx": _tol(want_dx, torch.bfloat16),
+                "dw": _tol(want_dw, torch.bfloat16)})  # fmt: skip
+    losses = {"cross_entropy": ref.cross_entropy_ref, "reverse_kl": ref.reverse_kl_ref,
+              "forward_kl": ref.forward_kl_ref, "jsd": ref.jsd_ref,
+              "soft_cross_entropy": ref.soft_cross_entropy_ref}  # fmt: skip
+    for name, want_fn in losses.items():
+        for form in LOSS_FORMS:
+            for _ in range(3):
+                x = torch.randn(M, V, device=dev).bfloat16().requires_grad_()
+                t = (torch.randint(0, V, (M,), device=dev) if name == "cross_entropy"
+                     else torch.randn(M, V, device=dev).bfloat16())  # fmt: skip
+                loss = getattr(normlab, name)(x, t, form=form)
+                (g,) = torch.autograd.grad(loss, x)
+                xd = x.detach().double().requires_grad_()
+                want = want_fn(xd, t if name == "cross_entropy" else t.double())
+                (want_g,) = torch.autograd.grad(want, xd)
+            record(f"{name} {M}x{V} bf16 form={form} on cuda:1, cuda:0 current (third call)",
+                   {"loss": _rel(loss.reshape(1), want.reshape(1)), "grad": _rel(g, want_g)},
+                   {"loss": REL_TOL[torch.bfloat16], "grad": _tol(want_g, torch.bfloat16)})
+    if torch.cuda.current_device() != 0:
+        record("the current device left as it was", {"moved": 1.0}, 0.0)
+
+
 PARTS = ("norms", "norm_options", "losses", "loss_options", "graphs", "compile", "lean",
-         "replay", "loss_replay", "fused_grid", "autotune", "int64")
+         "replay", "loss_replay", "fused_grid", "autotune", "int64", "devices")
 
 
 def main(argv=None) -> int:
@@ -718,7 +777,7 @@ def main(argv=None) -> int:
             {"graphs": check_graphs, "compile": check_compile, "lean": check_lean_launch,
              "replay": check_replay, "loss_replay": check_loss_replay,
              "fused_grid": check_fused_grid, "autotune": check_autotune,
-             "int64": check_past_int32}[part]()  # fmt: skip
+             "int64": check_past_int32, "devices": check_devices}[part]()  # fmt: skip
     failed = [r for r in results if not r["ok"]]
     meta = {"card": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "checks": len(results),

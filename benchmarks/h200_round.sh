@@ -123,6 +123,8 @@
 # call's carry; the package alone, as the whole old tree would pass the call's 64 MiB).
 # pending (leancompile, then reducefit and ligerfp16 while the call's 600 s leave each its step
 # limits: each stage's files in one STAGE.tgz).
+# devices (on a machine with two GPUs: every op's inputs on cuda:1 while cuda:0 is current,
+# against fp64; then the replay checks).
 # pastint32 (both norms and every loss form on bf16 inputs past 2**31 elements, 4.3 GB each,
 # against fp64 on the rows either side of the boundary: the row offsets' int64 on a GPU).
 # h200worst (on an H200 only: h200refresh's members and peer shapes without the notebook, then
@@ -1763,6 +1765,10 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
         --no-progress
     done
     (cd "$OUT" && tar -czf native_json.tgz --remove-files ./*.json)
+    ;;
+  devices)  # on two GPUs: inputs on cuda:1 while cuda:0 is current, every op against fp64
+    step gpu_check_devices 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_devices.json" \
+      --only devices,replay
     ;;
   pastint32)  # rows whose offsets pass 2**31 elements, against fp64
     step gpu_check_pastint32 240 python3 benchmarks/gpu_check.py \

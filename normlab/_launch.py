@@ -60,6 +60,22 @@ def current_device() -> int | None:
     return None if _runtime.INTERPRET else _get_device()
 
 
+# Launches go to the current device, but a tensor may sit on another GPU: Hugging Face's
+# device_map="auto" runs layers on cuda:1 while cuda:0 stays current. The public calls then run
+# under ``on_device(x)``; with one GPU there is nothing to check.
+SEVERAL_GPUS = (not _runtime.INTERPRET) and torch.cuda.device_count() > 1
+
+
+def off_device(t) -> bool:
+    """Is ``t`` a tensor on a GPU other than the current one?"""
+    return isinstance(t, torch.Tensor) and t.is_cuda and t.get_device() != _get_device()
+
+
+def on_device(t):
+    """The context in which ``t``'s GPU is the current device."""
+    return torch.cuda.device(t.device)
+
+
 def _active(hook) -> bool:
     """Does a launch hook call anything (a HookChain with calls, or a plain function)?"""
     return hook is not None and bool(getattr(hook, "calls", True))

@@ -995,6 +995,10 @@ def _distribution_loss(name, logits, target_logits, form, block_cap, reduction, 
                               0.0, None)  # (no defaults read: each would be a guard)
         if loss is not None:
             return loss
+    if _launch.SEVERAL_GPUS and _launch.off_device(logits):
+        with _launch.on_device(logits):
+            return _distribution_loss(name, logits, target_logits, form, block_cap, reduction,
+                                      group, grad_accumulate, temperature, loss_mask, beta)
     key = None
     if group is None and grad_accumulate is None:
         key = _signature_key(name, logits, target_logits, loss_mask,
@@ -1178,6 +1182,13 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean", label_
                               ignore_index, 1.0, 0.5, label_smoothing, z_loss, softcap)
         if loss is not None:
             return loss
+    if _launch.SEVERAL_GPUS and _launch.off_device(logits):
+        with _launch.on_device(logits):
+            return cross_entropy(logits, labels, ignore_index=ignore_index, reduction=reduction,
+                                 label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
+                                 loss_mask=loss_mask, form=form, block_cap=block_cap, group=group,
+                                 grad_accumulate=grad_accumulate,
+                                 check_labels=check_labels)  # fmt: skip
     key = None
     # (a label check syncs with the host every call: such calls are not replayed)
     if group is None and grad_accumulate is None and (check_labels is False or (

@@ -650,6 +650,9 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, strategy="auto", layout="a
         eps = FP32_EPS
     if torch.compiler.is_compiling():
         return _compiled_call(x, None, weight, None, eps, offset, True, strategy, layout)
+    if _launch.SEVERAL_GPUS and _launch.off_device(x):
+        with _launch.on_device(x):
+            return rms_norm(x, weight, eps, offset=offset, strategy=strategy, layout=layout)
     y = _replayed_call("rms_norm", x, None, weight, None, eps, offset, True, strategy, layout)
     if y is not None:
         return y
@@ -665,6 +668,10 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, offset=0.0, strategy="aut
     :func:`rms_norm`."""
     if torch.compiler.is_compiling():
         return _compiled_call(x, None, weight, bias, eps, offset, False, strategy, layout)
+    if _launch.SEVERAL_GPUS and _launch.off_device(x):
+        with _launch.on_device(x):
+            return layer_norm(x, weight, bias, eps, offset=offset, strategy=strategy,
+                              layout=layout)  # fmt: skip
     y = _replayed_call("layer_norm", x, None, weight, bias, eps, offset, False, strategy,
                        layout)  # fmt: skip
     if y is not None:
@@ -685,6 +692,10 @@ def add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, strategy="au
         eps = FP32_EPS
     if torch.compiler.is_compiling():
         return _compiled_call(x, residual, weight, None, eps, offset, True, strategy, layout)
+    if _launch.SEVERAL_GPUS and _launch.off_device(x):
+        with _launch.on_device(x):
+            return add_rms_norm(x, residual, weight, eps, offset=offset, strategy=strategy,
+                                layout=layout)  # fmt: skip
     out = _replayed_call("add_rms_norm", x, residual, weight, None, eps, offset, True,
                          strategy, layout)  # fmt: skip
     if out is not None:
@@ -700,6 +711,10 @@ def add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5, *, offset=0.0,
     """:func:`add_rms_norm` with LayerNorm: ``(layer_norm(h), h)`` for ``h = x + residual``."""
     if torch.compiler.is_compiling():
         return _compiled_call(x, residual, weight, bias, eps, offset, False, strategy, layout)
+    if _launch.SEVERAL_GPUS and _launch.off_device(x):
+        with _launch.on_device(x):
+            return add_layer_norm(x, residual, weight, bias, eps, offset=offset,
+                                  strategy=strategy, layout=layout)  # fmt: skip
     out = _replayed_call("add_layer_norm", x, residual, weight, bias, eps, offset, False,
                          strategy, layout)  # fmt: skip
     if out is not None:
