@@ -23,6 +23,7 @@
 # autograd Function; the launch-bound RMSNorm forward against Liger's, one trait at a time).
 # native (the norms' C++ autograd node and C++ inference replay: the replay, CUDA-graph and lean
 # checks; host µs per call of every op three times; the norms with the node off and on).
+# nativecheck (native's checks, then the norms' host µs with the node off and on, once each).
 # tiles (the backward's row tiles bounded by the SMs: the norms checked on the GPU, the population
 # members whose plan changed, beside their peers).
 # count (label CE's forward counting in its kernel: the vocabulary members below 0.95x; host µs
@@ -1769,6 +1770,15 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   devices)  # on two GPUs: inputs on cuda:1 while cuda:0 is current, every op against fp64
     step gpu_check_devices 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_devices.json" \
       --only devices,replay
+    ;;
+  nativecheck)  # native's checks, then host µs of the norms with the node off and on, once
+    step gpu_check_native 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_native.json" \
+      --quick --only replay,graphs,lean,devices
+    for on in 0 1; do
+      NORMLAB_NATIVE=$on step "overhead_norms_native$on" 80 python3 -m normlab bench --overhead \
+        --impl normlab,torch --op rms_norm,layer_norm --out "$OUT/overhead_norms_native$on.json" \
+        --no-progress
+    done
     ;;
   pastint32)  # rows whose offsets pass 2**31 elements, against fp64
     step gpu_check_pastint32 240 python3 benchmarks/gpu_check.py \
