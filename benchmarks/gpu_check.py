@@ -455,11 +455,13 @@ def check_replay() -> None:
         # the C++ node (normlab._native) ran the third call's forward and backward
         native = sum(sig.native.n_backwards for sig in op._GRAD.values()
                      if sig and sig.native is not None)  # fmt: skip
+        # and replayed the inference call from C++ (its Program, kept on the replay)
+        native_inference = sum(bool(r and r.native) for r in op._INFERENCE.values())
         _launch.REPLAY = False
         plain = run(kind, M, N, 2)
         differ = sum(not torch.equal(a, b) for a, b in zip(replayed, plain, strict=True))
         record(f"replay == launchers, bitwise: {kind} {M}x{N} ({n_replays} replays, "
-               f"{native} native backwards)",
+               f"{native} native backwards, {native_inference} native inference)",
                {"differing": float(differ), "not_replayed": float(n_replays < 2)}, 0.0)
     _launch.REPLAY = was
 

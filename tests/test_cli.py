@@ -371,6 +371,21 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
         assert not any(tmp_path.iterdir())  # nothing written
 
 
+def test_every_round_stage_passes_the_stage_check():
+    """h200_round.sh refuses a stage missing from its check's list before running it: every
+    stage the script defines (a ``  name)`` or ``  name | name)`` case label) is in that list."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "benchmarks/h200_round.sh").read_text()
+    check = re.search(r"^case \$STAGE in (.*?)\) ;; \*\)", text, re.M)
+    allowed = {name.strip() for name in check.group(1).split("|")}
+    defined = set()
+    for labels in re.findall(r"^  ([a-z0-9_ |]+)\)", text, re.M):
+        defined.update(name.strip() for name in labels.split("|"))
+    assert len(defined) > 100 and not defined - allowed, sorted(defined - allowed)
+
+
 @pytest.mark.parametrize(("script", "args", "message"), [
     ("benchmarks/norm_bwd_variants.py", ["--out", "x.jsonl", "--reps", "0"], "--reps must be"),
     ("benchmarks/norm_bwd_variants.py", ["--out", "x.jsonl", "--cells", "3x"], "--cells takes"),
