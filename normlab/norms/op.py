@@ -625,7 +625,6 @@ def _replayed_call(name, x, residual, weight, bias, eps, offset, is_rms, strateg
     return _REPLAYED_APPLY(x, residual, weight, bias, entry)
 
 
-
 def _shaped(out, x, residual):
     """y, or (y, h) with a residual, in x's shape (a replay lays its outputs out as x already)."""
     y, h = out
