@@ -171,16 +171,17 @@ def _shift_params_kernel(w_ptr, b_ptr, w_shifted_ptr, b_shifted_ptr, n_cols, shi
 
 @triton.jit
 def _norm_fwd_kernel(
+    # Pointers the flags leave unread are None: constexprs, which no launch passes.
     x_ptr,  # (n_rows, n_cols) input
-    r_ptr,  # (n_rows, n_cols) residual (read with HAS_RESIDUAL)
+    r_ptr,  # (n_rows, n_cols) residual (HAS_RESIDUAL)
     y_ptr,  # (n_rows, n_cols) output, x's dtype
-    h_ptr,  # (n_rows, n_cols) x + residual, x's dtype (written with HAS_RESIDUAL)
-    w_ptr,  # (n_cols,) weight (unused without HAS_WEIGHT)
-    b_ptr,  # (n_cols,) bias (unused without HAS_BIAS)
-    mean_ptr,  # (n_rows,) fp32 mean, written for LayerNorm
-    rstd_ptr,  # (n_rows,) fp32 1 / std, written
-    w_shifted_ptr,  # (VEC, shifted_pitch) w[k:] in row k (read with SHIFTED_PARAMS)
-    b_shifted_ptr,  # (VEC, shifted_pitch) b[k:] in row k (read with SHIFTED_PARAMS)
+    h_ptr,  # (n_rows, n_cols) x + residual, x's dtype, written (HAS_RESIDUAL)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT)
+    b_ptr,  # (n_cols,) bias (HAS_BIAS)
+    mean_ptr,  # (n_rows,) fp32 mean, written (STORE_STATS, LayerNorm)
+    rstd_ptr,  # (n_rows,) fp32 1 / std, written (STORE_STATS)
+    w_shifted_ptr,  # (VEC, shifted_pitch) w[k:] in row k (SHIFTED_PARAMS)
+    b_shifted_ptr,  # (VEC, shifted_pitch) b[k:] in row k (SHIFTED_PARAMS)
     x_row_stride,
     r_row_stride,
     y_row_stride,
@@ -212,13 +213,11 @@ def _norm_fwd_kernel(
         row = row.to(tl.int64)
     x_row_stride = known_multiple(x_row_stride, ROW_ALIGN)
     y_row_stride = known_multiple(y_row_stride, ROW_ALIGN)
-    if HAS_RESIDUAL:
-        r_row_stride = known_multiple(r_row_stride, ROW_ALIGN)
-        h_row_stride = known_multiple(h_row_stride, ROW_ALIGN)
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * y_row_stride
-    r_row = r_ptr + row * r_row_stride
-    h_row = h_ptr + row * h_row_stride
+    if HAS_RESIDUAL:  # r_ptr and h_ptr are None without (constexprs: not launch arguments)
+        r_row = r_ptr + row * known_multiple(r_row_stride, ROW_ALIGN)
+        h_row = h_ptr + row * known_multiple(h_row_stride, ROW_ALIGN)
     # Inductor may pass eps as fp64, which would promote the whole row to fp64.
     eps = tl.cast(eps, tl.float32)
     offset = tl.cast(offset, tl.float32)
@@ -939,12 +938,12 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
                                         offset=offset, residual=residual,
                                         h_out=h_out)  # fmt: skip
     y, mean, rstd = _empty_forward(x2d, is_rms, store_stats)
-    r, h = (residual, h_out) if residual is not None else (x2d, y)  # unread/unwritten dummies
-    strides = (x2d.stride(0), r.stride(0), y.stride(0), h.stride(0))
-    stats = rstd if rstd is not None else y  # an unread, unwritten dummy without statistics
-    w_arg = weight if weight is not None else stats
-    b_arg = bias if bias is not None else stats
-    args = (x2d, r, y, h, w_arg, b_arg, mean if mean is not None else stats, stats)
+    strides = (x2d.stride(0), 0 if residual is None else residual.stride(0), y.stride(0),
+               0 if residual is None else h_out.stride(0))  # fmt: skip
+    # Absent tensors go as None: a constexpr each, where a placeholder tensor would cost every
+    # launch a pointer (inside torch.compile, a data_ptr() and a driver call in Triton's launcher).
+    args = (x2d, residual, y, h_out, weight, bias, mean, rstd)
+    w_arg, b_arg = None, None  # the shifted copies, when made below
     row_align = config.kernel_row_align(math.gcd(*strides), x2d.element_size())
     device = x2d.device.index
     cfg = config.norm_fwd_config(n_cols, is_rms, n_rows, _runtime.sm_count(device),
@@ -975,11 +974,10 @@ def norm_forward(x2d, weight, bias, eps, is_rms, *, offset=0.0, residual=None, h
     shifted = vec and (weight is not None or bias is not None) and shifted_params
     if shifted:  # w[k:] and b[k:] in row k of a copy each: the body's parameters as vectors
         pitch = cdiv(n_cols, vec) * vec
-        w_arg = buffer((vec, pitch), weight.dtype, x2d.device) if weight is not None else w_arg
-        b_arg = buffer((vec, pitch), bias.dtype, x2d.device) if bias is not None else b_arg
+        w_arg = buffer((vec, pitch), weight.dtype, x2d.device) if weight is not None else None
+        b_arg = buffer((vec, pitch), bias.dtype, x2d.device) if bias is not None else None
         launch(_shift_params_kernel, (vec, cdiv(pitch, config.SHIFT_PARAMS_BLOCK)),
-               weight if weight is not None else stats, bias if bias is not None else stats,
-               w_arg, b_arg, n_cols, pitch, HAS_WEIGHT=weight is not None,
+               weight, bias, w_arg, b_arg, n_cols, pitch, HAS_WEIGHT=weight is not None,
                HAS_BIAS=bias is not None, BLOCK=config.SHIFT_PARAMS_BLOCK,
                num_warps=config.SHIFT_PARAMS_WARPS)  # fmt: skip
         tail = (*strides, pitch, *tail[len(strides) + 1:])
