@@ -17,7 +17,6 @@ the median over ``--rounds`` rounds that take the cases in turn) and, from cProf
 calls of each case, which launcher ran. Inductor's caches are off, so each case compiles anew.
 """
 
-
 import argparse
 import cProfile
 import json

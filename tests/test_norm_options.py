@@ -194,6 +194,47 @@ def test_row_forward_chunked_with_residual(is_rms, n):
         assert_close(mean, want_mean, dtype=torch.float32)
 
 
+# (fused add, weight, statistics stored, shifted row): the shifted row is the plain norm's only
+ROW_FWD_ARGS = [(f, w, s, False) for f in (False, True) for w in (False, True)
+                for s in (False, True)]  # fmt: skip
+ROW_FWD_ARGS += [(False, True, True, True), (False, True, False, True)]
+
+
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("fused,affine,stats,shifted", ROW_FWD_ARGS)
+def test_row_forward_launches_only_the_tensors_it_reads(monkeypatch, is_rms, fused, affine, stats,
+                                                        shifted):  # fmt: skip
+    """Absent tensors reach the row forward as None (constexprs, no launch argument), never as a
+    placeholder pointer, and the present ones give the fp64 reference's y, h, mean and rstd."""
+    launched, real = [], K.launch
+
+    def spy(fn, grid, *args, **kwargs):
+        if fn is K._norm_fwd_kernel:
+            launched.append([a for a in args if isinstance(a, torch.Tensor)])
+        return real(fn, grid, *args, **kwargs)
+
+    monkeypatch.setattr(K, "launch", spy)
+    x, r, w, b = _inputs(3, 203, torch.bfloat16, is_rms, weight=affine, bias=affine)
+    h = torch.empty_like(x) if fused else None  # (an odd width: rows start off 16-byte bounds)
+    y, mean, rstd = K.norm_forward(x, w, b, EPS[is_rms], is_rms, residual=r if fused else None,
+                                   h_out=h, store_stats=stats, shift=shifted,
+                                   shifted_params=shifted)  # fmt: skip
+    n_params = 0 if not affine else 1 if is_rms else 2
+    n_stats = 0 if not stats else 1 if is_rms else 2
+    want = 2 + 2 * fused + n_params * (1 + shifted) + n_stats  # x and y, then what is present
+    assert [len(tensors) for tensors in launched] == [want]
+    assert (mean is None) == (is_rms or not stats) and (rstd is None) == (not stats)
+    want_h, want_y, want_mean, want_rstd = _fused_forward_reference(
+        x, r if fused else torch.zeros_like(x), w, b, is_rms, 0.0)  # fmt: skip
+    assert_close(y, want_y)
+    if fused:
+        assert torch.equal(h, want_h)
+    if stats:
+        assert_close(rstd, want_rstd, dtype=torch.float32)
+    if stats and not is_rms:
+        assert_close(mean, want_mean, dtype=torch.float32)
+
+
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_block_row_persistent_forward_with_residual(is_rms):
     """A persistent prefetching grid (4 programs, 19 tiles): the residual tile is prefetched."""
