@@ -4,9 +4,10 @@
 
 One copy kernel with two live pointers, eight placeholder pointers and four integer strides,
 compiled with ``fullgraph=True`` as a Triton op (``torch.library.triton_op`` + ``wrap_triton``,
-as normlab's ops are traced) in three ways, beside Inductor's own kernel for the same copy:
+as normlab's ops are traced) in four ways, beside Inductor's own kernel for the same copy:
 
-- ``aliased``: the placeholders are the input again (normlab's kernels pass aliases today);
+- ``aliased``: the placeholders are the input again (as the norm forward passed them before
+  2026-12-07, and the other kernels still do);
 - ``none``: the placeholders are None (constexpr: Triton's launcher leaves them out);
 - ``aliased_static``, ``none_static``: as those, with Inductor's opt-in static launch of user
   kernels (``static_launch_user_defined_triton_kernels``);
