@@ -11,6 +11,12 @@ kernels under Inductor against eager.)
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import triton.language as tl
@@ -338,3 +344,77 @@ def test_traced_body_of_strided_nd_input(launches, is_rms, residual):
     assert launches == eager
     assert y.shape == dx.shape == (2, 3, n_cols) and dw.shape == (n_cols,)
     assert fh.shape == ((2, 3, n_cols) if residual else (0,))
+
+
+# Inductor reads a traced kernel's TTIR to find the tensors it writes; where that analysis fails
+# it takes every input as written and the compiled graph clones them. The kernels compile only
+# outside the interpreter, so a subprocess stands in an sm_90 target for the CPU's missing GPU.
+_MUTATION_SCRIPT = r"""
+import json, os, sys
+import torch
+torch.cuda.is_available = lambda: True
+torch.cuda.device_count = lambda: 1
+torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+import triton
+from triton.backends.compiler import GPUTarget
+
+class StandIn:
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+    def get_current_device(self):
+        return 0
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+triton.runtime.driver.set_active(StandIn())
+os.environ["NORMLAB_MODE"] = "gpu"
+from torch._higher_order_ops.triton_kernel_wrap import identify_accessed_tensors
+from normlab import _runtime
+from normlab.norms import row
+
+_runtime.sm_count = lambda *a: 132
+_runtime.l2_bytes = lambda *a: 50 << 20
+launched = []
+row.launch = lambda fn, grid, *args, **kw: launched.append((fn, args, kw))
+out = {}
+for name, fused, is_rms, affine, stats in json.loads(sys.argv[1]):
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    w = torch.randn(256, dtype=torch.bfloat16) if affine else None
+    b = torch.randn(256, dtype=torch.bfloat16) if affine and not is_rms else None
+    r = torch.randn_like(x) if fused else None
+    launched.clear()
+    row.norm_forward(x, w, b, 1e-6, is_rms, residual=r, h_out=torch.empty_like(x) if fused else None,
+                     store_stats=stats, block_size=256, num_warps=2)
+    (fn, args, kw), = launched
+    kwargs = {**dict(zip(fn.arg_names, args)), **kw}
+    kwargs = {k: v for k, v in kwargs.items() if k != "num_warps"}
+    kwargs.update({p.name: p.default for p in fn.params if p.name not in kwargs})
+    accessed = identify_accessed_tensors(fn, kwargs, {})
+    out[name] = sorted(d.name for d in accessed.read_writes.writes)
+print(json.dumps(out))
+"""
+
+
+def test_inductor_finds_what_the_row_forward_writes(tmp_path):
+    """Inductor's mutation analysis of the row forward's launches (absent tensors as None) names
+    exactly the outputs as written: y, h with the residual, and the statistics when stored. A
+    failed analysis names every tensor argument, and a compiled graph would clone them."""
+    cases = [["rms", False, True, True, True], ["rms_no_stats", False, True, True, False],
+             ["ln", False, False, True, True], ["ln_bare", False, False, False, True],
+             ["add_rms", True, True, True, True], ["add_ln_no_stats", True, False, True, False]]
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NORMLAB_MODE")}
+    proc = subprocess.run([sys.executable, "-c", _MUTATION_SCRIPT, json.dumps(cases)], cwd=root,
+                          capture_output=True, text=True, timeout=600,
+                          env={**env, "PYTHONPATH": str(root)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    writes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "Encountered an exception" not in proc.stderr, proc.stderr[-2000:]
+    assert writes == {
+        "rms": ["rstd_ptr", "y_ptr"],
+        "rms_no_stats": ["y_ptr"],
+        "ln": ["mean_ptr", "rstd_ptr", "y_ptr"],
+        "ln_bare": ["mean_ptr", "rstd_ptr", "y_ptr"],
+        "add_rms": ["h_ptr", "rstd_ptr", "y_ptr"],
+        "add_ln_no_stats": ["h_ptr", "y_ptr"],
+    }
