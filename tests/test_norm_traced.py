@@ -348,7 +348,8 @@ def test_traced_body_of_strided_nd_input(launches, is_rms, residual):
 
 # Inductor reads a traced kernel's TTIR to find the tensors it writes; where that analysis fails
 # it takes every input as written and the compiled graph clones them. The kernels compile only
-# outside the interpreter, so a subprocess stands in an sm_90 target for the CPU's missing GPU.
+# outside the interpreter, so a subprocess stands in an sm_90 target for the CPU's missing GPU,
+# records the launches a planned forward and backward make (none runs), and analyses each.
 _MUTATION_SCRIPT = r"""
 import json, os, sys
 import torch
@@ -368,54 +369,61 @@ class StandIn:
 
 triton.runtime.driver.set_active(StandIn())
 os.environ["NORMLAB_MODE"] = "gpu"
+os.environ["NORMLAB_REPLAY"] = "0"
 from torch._higher_order_ops.triton_kernel_wrap import identify_accessed_tensors
 from normlab import _runtime
-from normlab.norms import row
+from normlab.norms import block_row, op, reduce, row, split_row
 
 _runtime.sm_count = lambda *a: 132
 _runtime.l2_bytes = lambda *a: 50 << 20
 launched = []
-row.launch = lambda fn, grid, *args, **kw: launched.append((fn, args, kw))
-out = {}
-for name, fused, is_rms, affine, stats in json.loads(sys.argv[1]):
-    x = torch.randn(3, 256, dtype=torch.bfloat16)
-    w = torch.randn(256, dtype=torch.bfloat16) if affine else None
-    b = torch.randn(256, dtype=torch.bfloat16) if affine and not is_rms else None
+for module in (row, block_row, reduce, split_row):
+    module.launch = lambda fn, grid, *args, **kw: launched.append((fn, args, kw))
+out = []
+for m, n, is_rms, fused, strategy, layout in json.loads(sys.argv[1]):
+    x = torch.randn(m, n, dtype=torch.bfloat16)
+    w = torch.randn(n, dtype=torch.bfloat16)
+    b = None if is_rms else torch.randn(n, dtype=torch.bfloat16)
     r = torch.randn_like(x) if fused else None
+    dy, dh = torch.randn_like(x), torch.randn_like(x) if fused else None
     launched.clear()
-    h = torch.empty_like(x) if fused else None
-    row.norm_forward(x, w, b, 1e-6, is_rms, residual=r, h_out=h, store_stats=stats,
-                     block_size=256, num_warps=2)
-    (fn, args, kw), = launched
-    kwargs = {**dict(zip(fn.arg_names, args)), **kw}
-    kwargs = {k: v for k, v in kwargs.items() if k != "num_warps"}
-    kwargs.update({p.name: p.default for p in fn.params if p.name not in kwargs})
-    accessed = identify_accessed_tensors(fn, kwargs, {})
-    out[name] = sorted(d.name for d in accessed.read_writes.writes)
+    y, h, mean, rstd = op.planned_forward(x, r, w, b, 1e-6, 0.0, is_rms, strategy, layout)
+    normed = h if fused else x
+    op.planned_backward(dy, dh, normed, w, b, mean, rstd, 1e-6, 0.0, is_rms, strategy, layout)
+    inputs = [t for t in (x, r, w, b, dy, dh) if t is not None]
+    for fn, args, kw in launched:
+        kwargs = {**dict(zip(fn.arg_names, args)), **kw}
+        kwargs = {k: v for k, v in kwargs.items() if k in fn.arg_names}
+        kwargs.update({p.name: p.default for p in fn.params if p.name not in kwargs})
+        accessed = identify_accessed_tensors(fn, kwargs, {})
+        writes = sorted(d.name for d in accessed.read_writes.writes)
+        out.append({"case": [m, n, is_rms, fused, strategy, layout], "kernel": fn.__name__,
+                    "writes": writes,
+                    "inputs_written": [k for k in writes if any(kwargs[k] is t for t in inputs)]})
 print(json.dumps(out))
 """
 
 
-def test_inductor_finds_what_the_row_forward_writes(tmp_path):
-    """Inductor's mutation analysis of the row forward's launches (absent tensors as None) names
-    exactly the outputs as written: y, h with the residual, and the statistics when stored. A
-    failed analysis names every tensor argument, and a compiled graph would clone them."""
-    cases = [["rms", False, True, True, True], ["rms_no_stats", False, True, True, False],
-             ["ln", False, False, True, True], ["ln_bare", False, False, False, True],
-             ["add_rms", True, True, True, True], ["add_ln_no_stats", True, False, True, False]]
+def test_inductor_finds_what_the_norm_kernels_write():
+    """Inductor's mutation analysis of every launch of a planned forward and backward (row,
+    block-row and split-row plans, each dγ strategy, with and without the fused add) succeeds and
+    names no input as written; the row forward's writes are exactly its outputs. A failed
+    analysis names every tensor argument, and a compiled graph would clone them."""
+    cases = [[3, 256, True, False, "auto", "auto"], [3, 256, False, True, "auto", "auto"],
+             [5, 1000, False, False, "atomic", "row"], [5, 1000, True, True, "two_stage", "row"],
+             [600, 48, False, False, "auto", "block_row"], [600, 48, True, True, "auto", "auto"],
+             [2, 20011, True, False, "auto", "auto"], [2, 20011, False, True, "auto", "auto"]]
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NORMLAB_MODE")}
     proc = subprocess.run([sys.executable, "-c", _MUTATION_SCRIPT, json.dumps(cases)], cwd=root,
                           capture_output=True, text=True, timeout=600,
                           env={**env, "PYTHONPATH": str(root)})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    writes = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "Encountered an exception" not in proc.stderr, proc.stderr[-2000:]
-    assert writes == {
-        "rms": ["rstd_ptr", "y_ptr"],
-        "rms_no_stats": ["y_ptr"],
-        "ln": ["mean_ptr", "rstd_ptr", "y_ptr"],
-        "ln_bare": ["mean_ptr", "rstd_ptr", "y_ptr"],
-        "add_rms": ["h_ptr", "rstd_ptr", "y_ptr"],
-        "add_ln_no_stats": ["h_ptr", "y_ptr"],
-    }
+    launches = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {tuple(rec["case"]) for rec in launches} == {tuple(c) for c in cases}
+    assert [rec for rec in launches if rec["inputs_written"] or not rec["writes"]] == []
+    row_forwards = {(tuple(rec["case"][:4])): rec["writes"] for rec in launches
+                    if rec["kernel"] == "_norm_fwd_kernel"}  # fmt: skip
+    assert row_forwards[(3, 256, True, False)] == ["rstd_ptr", "y_ptr"]
+    assert row_forwards[(3, 256, False, True)] == ["h_ptr", "mean_ptr", "rstd_ptr", "y_ptr"]
