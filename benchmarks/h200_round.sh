@@ -315,6 +315,7 @@ OUT=${OUT:-out}
 STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, normcheck, addorder, addwidth, addtwopass, addprofile, addliger, addligerpop, lnwarps, addfp32, addfp32pop, plainfp32, warmcold, onewave, onewaverule, onewaveh200, h200refresh, inductorbwd, lnstages, lnstagesab, loopl2, onerow, onerowrule, ligerfp16, reducefit, leancompile, pending, pastint32, h200worst, native, nativecheck, devices, launchargs, noneargs, h200fwd or notebooks}
 case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | normcheck | addorder | addwidth | addtwopass | addprofile | addliger | addligerpop | lnwarps | addfp32 | addfp32pop | plainfp32 | warmcold | onewave | onewaverule | onewaveh200 | h200refresh | inductorbwd | lnstages | lnstagesab | loopl2 | onerow | onerowrule | ligerfp16 | reducefit | leancompile | pending | pastint32 | h200worst | native | nativecheck | devices | launchargs | noneargs | h200fwd | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # absolute: steps run from other trees too
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then  # Liger-Kernel and friends, carried as wheels
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -468,6 +469,12 @@ notebooks_on() {  # notebooks_on LIMIT [NOTEBOOK...]: the notebooks (default all
     --target /tmp/nbsite .whl/nb/*.whl && export PYTHONPATH=${PYTHONPATH:-$PWD}:/tmp/nbsite
   timeout "$limit" python3 scripts/execute_notebooks.py "$@" --out "$OUT/notebooks"
   tar -czf "$OUT/notebooks.tgz" -C "$OUT" notebooks && rm -r "$OUT/notebooks"
+}
+tree_overhead() {  # tree_overhead NAME OPS IMPLS: host µs per call of the current directory's tree
+  timeout 100 python3 -m normlab bench --overhead --impl "$3" --op "$2" \
+    --out "$OUT/overhead_$1.json" --no-progress > "$OUT/overhead_$1.log" 2>&1
+  echo "== overhead_$1: exit $? after ${SECONDS}s"
+  head -n 12 "$OUT/overhead_$1.log"
 }
 on_h200() {  # on_h200: is this card an H200?
   nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200
@@ -1106,9 +1113,8 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   regress)  # normlab alone at the members that got slower, at this commit and at earlier ones
     cells=36052x8363,55536x8495,19335x14487,1329x32826,8000009x256,1000003x256
     mkdir -p /tmp/regress
-    out=$(cd "$OUT" && pwd)  # the old trees' runs start in old/<commit>/
     run_cells() {  # run_cells NAME: norm_population.py of the current directory's tree
-      timeout 75 python3 benchmarks/norm_population.py --out "$out/regress_$1.jsonl" --reps 4 \
+      timeout 75 python3 benchmarks/norm_population.py --out "$OUT/regress_$1.jsonl" --reps 4 \
         --impls normlab --cells "$cells" > "/tmp/regress/$1.log" 2>&1
       echo "== $1: exit $? after ${SECONDS}s"
     }
@@ -1117,7 +1123,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     for c in $(ls old 2> /dev/null); do
       (cd "old/$c" && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=$c run_cells "old_$c")
     done
-    tail -n 3 /tmp/regress/*.log > "$out/regress.log"  # with 7 runs' records: 8 files
+    tail -n 3 /tmp/regress/*.log > "$OUT/regress.log"  # with 7 runs' records: 8 files
     ;;
   apartfix)  # LayerNorm's w/b in x's layout; the 256-column backward without the row hint
     step regress_fix 80 python3 benchmarks/norm_population.py --out "$OUT/regress_fix.jsonl" \
@@ -1739,16 +1745,10 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     ;;
   leancompile)  # compiled calls that read only their path to the op, against the package before
     step compile_check_lean 200 python3 benchmarks/compile_check.py
-    out=$(cd "$OUT" && pwd)
-    overhead() {  # overhead NAME: host µs per call of the current directory's tree
-      timeout 100 python3 -m normlab bench --overhead --impl torch,compile,normlab+compile \
-        --op rms_norm,cross_entropy,reverse_kl --out "$out/overhead_$1.json" --no-progress \
-        > "$out/overhead_$1.log" 2>&1
-      echo "== overhead_$1: exit $? after ${SECONDS}s"
-      head -n 12 "$out/overhead_$1.log"
-    }
-    overhead lean_head
-    (cd old/34bf16c && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=34bf16c overhead lean_old)
+    lean=(rms_norm,cross_entropy,reverse_kl torch,compile,normlab+compile)
+    tree_overhead lean_head "${lean[@]}"
+    (cd old/34bf16c && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=34bf16c tree_overhead lean_old \
+      "${lean[@]}")
     # Dynamo's frame and guards alone (the graph replaced by its outputs), both packages
     step compiled_guards_head 60 python3 benchmarks/compiled_guards.py \
       --out "$OUT/compiled_guards_head.json"
@@ -1801,14 +1801,11 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
   noneargs)  # the norm forward's absent tensors as None: checked, then host µs against old/05be588
     step gpu_check_noneargs 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_noneargs.json" \
       --quick --only norms,norm_options,compile,lean,replay
-    out=$(cd "$OUT" && pwd)
-    for tree in head old head old; do  # old/05be588: the package before (git archive, carried)
-      n=$((${n:-0} + 1)) dir=. commit=$NORMLAB_COMMIT
-      [ "$tree" = old ] && dir=old/05be588 commit=05be588
-      (cd "$dir" && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=$commit timeout 90 python3 -m normlab \
-        bench --overhead --impl torch,compile,normlab,normlab+compile --op rms_norm,layer_norm \
-        --out "$out/overhead_none_$tree$n.json" --no-progress > "$out/overhead_none_$tree$n.log" 2>&1)
-      echo "== overhead_none_$tree$n: exit $? after ${SECONDS}s"
+    norms=(rms_norm,layer_norm torch,compile,normlab,normlab+compile)
+    for n in 1 3; do  # old/05be588: the package before (git archive, carried)
+      tree_overhead "none_head$n" "${norms[@]}"
+      (cd old/05be588 && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=05be588 tree_overhead \
+        "none_old$((n + 1))" "${norms[@]}")
     done
     (cd "$OUT" && tar -czf noneargs_json.tgz --remove-files ./*.json)
     ;;

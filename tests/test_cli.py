@@ -3,6 +3,7 @@
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -374,9 +375,6 @@ def test_device_scripts_parse_and_refuse_unknown_stages(script, tmp_path):
 def test_every_round_stage_passes_the_stage_check():
     """h200_round.sh refuses a stage missing from its check's list before running it: every
     stage the script defines (a ``  name)`` or ``  name | name)`` case label) is in that list."""
-    import re
-    from pathlib import Path
-
     text = (Path(__file__).resolve().parents[1] / "benchmarks/h200_round.sh").read_text()
     check = re.search(r"^case \$STAGE in (.*?)\) ;; \*\)", text, re.M)
     allowed = {name.strip() for name in check.group(1).split("|")}

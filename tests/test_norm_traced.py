@@ -423,7 +423,7 @@ def test_inductor_finds_what_the_norm_kernels_write():
     launches = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {tuple(rec["case"]) for rec in launches} == {tuple(c) for c in cases}
     assert [rec for rec in launches if rec["inputs_written"] or not rec["writes"]] == []
-    row_forwards = {(tuple(rec["case"][:4])): rec["writes"] for rec in launches
+    row_forwards = {tuple(rec["case"][:4]): rec["writes"] for rec in launches
                     if rec["kernel"] == "_norm_fwd_kernel"}  # fmt: skip
     assert row_forwards[(3, 256, True, False)] == ["rstd_ptr", "y_ptr"]
     assert row_forwards[(3, 256, False, True)] == ["h_ptr", "mean_ptr", "rstd_ptr", "y_ptr"]
