@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -193,3 +196,67 @@ def small_split_rows(monkeypatch) -> None:
 
     for name, value in SMALL_SPLIT_ROWS.items():
         monkeypatch.setattr(config, name, value)
+
+
+# A stand-in sm_90 target: Triton compiles kernels to TTIR for it without a GPU. ``body`` records
+# its launches with ``record_launch`` and hands each case to ``analyse``.
+_STAND_IN_SM90 = r"""
+import json, os, sys
+import torch
+torch.cuda.is_available = lambda: True
+torch.cuda.device_count = lambda: 1
+torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+import triton
+from triton.backends.compiler import GPUTarget
+
+class StandIn:
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+    def get_current_device(self):
+        return 0
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+triton.runtime.driver.set_active(StandIn())
+os.environ["NORMLAB_MODE"] = "gpu"
+os.environ["NORMLAB_REPLAY"] = "0"
+from torch._higher_order_ops.triton_kernel_wrap import identify_accessed_tensors
+from normlab import _runtime
+
+_runtime.sm_count = lambda *a: 132
+_runtime.l2_bytes = lambda *a: 50 << 20
+CASES = json.loads(sys.argv[1])
+launched, out = [], []
+
+def record_launch(fn, grid, *args, **kw):
+    launched.append((fn, args, kw))
+
+def analyse(case, inputs):
+    inputs = [t for t in inputs if t is not None]
+    for fn, args, kw in launched:
+        kwargs = {**dict(zip(fn.arg_names, args)), **kw}
+        kwargs = {k: v for k, v in kwargs.items() if k in fn.arg_names}
+        kwargs.update({p.name: p.default for p in fn.params if p.name not in kwargs})
+        accessed = identify_accessed_tensors(fn, kwargs, {})
+        writes = sorted(d.name for d in accessed.read_writes.writes)
+        out.append({"case": case, "kernel": fn.__name__, "writes": writes,
+                    "inputs_written": [k for k in writes if any(kwargs[k] is t for t in inputs)]})
+    launched.clear()
+"""
+
+
+def mutation_analysis(body: str, cases: list) -> list[dict]:
+    """Inductor's mutation analysis (it reads a traced kernel's TTIR to find the tensors it
+    writes; where that fails it takes every input as written and a compiled graph clones them)
+    of every launch ``body`` records for each of ``cases``, in a subprocess with a stand-in sm_90
+    target (kernels compile only outside the interpreter; none runs). Returns one record a
+    launch: its case, kernel, written parameters and the inputs among them."""
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NORMLAB_MODE")}
+    script = _STAND_IN_SM90 + body + "\nprint(json.dumps(out))\n"
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], cwd=root,
+                          capture_output=True, text=True, timeout=600,
+                          env={**env, "PYTHONPATH": str(root)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Encountered an exception" not in proc.stderr, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

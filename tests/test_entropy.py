@@ -119,6 +119,65 @@ def test_matches_reference(loss, form, cap, dtype):
     _check(loss, out, grad, ref_out, ref_grad, dtype, 500, f"{loss} {form} {cap}")
 
 
+# The entropy kernels' pointer parameters, in order, and which of them each kind reads.
+ENTROPY_KERNELS = {
+    "_entropy_fused_kernel": ("x", "t", "labels", "grad", "loss", "n_valid", "out", "ticket"),
+    "_entropy_chunked_kernel": ("x", "t", "labels", "grad", "loss", "n_valid", "out", "ticket",
+                                "stats", "sync"),
+    "_entropy_stats_kernel": ("x", "t", "labels", "partial", "row_stats"),
+    "_entropy_backward_kernel": ("x", "t", "labels", "row_stats", "grad_out", "n_valid", "grad"),
+}
+
+
+@pytest.mark.parametrize("loss,form,reduction,with_grad",
+                         latin(LOSSES, ALL_FORMS, ["mean", "sum", "none"], [True, False],
+                               keep=2))  # fmt: skip
+def test_loss_kernels_launch_only_the_tensors_they_read(monkeypatch, loss, form, reduction,
+                                                         with_grad):  # fmt: skip
+    """Unread tensors launch as None (constexprs), never as placeholder pointers: label CE's
+    target logits, the other losses' labels, a gradient nobody asked for, a count no mean
+    divides by, a reduction's output and ticket without a reduction. The tensors launched are
+    distinct, and the loss and gradient are the fp64 reference's."""
+    from normlab.losses import fused, split
+
+    launched = []
+    for module in (fused, chunked, split):
+        def spy(fn, grid, *args, _real=module.launch, **kwargs):
+            if fn.__name__ in ENTROPY_KERNELS:
+                launched.append((fn.__name__, kwargs, args))
+            return _real(fn, grid, *args, **kwargs)
+
+        monkeypatch.setattr(module, "launch", spy)
+    x, other = _inputs(loss, (5, 37), torch.float32)  # 37: a ragged tail after 2 tiles of 16
+    if with_grad:
+        out, grad = _run(loss, x, other, form=form, block_cap=16, reduction=reduction)
+    else:
+        out = FNS[loss][0](x, other, form=form, block_cap=16, reduction=reduction)
+    ref_out, ref_grad = _ref(loss, x, other, reduction=reduction)
+    assert_close(out, ref_out, dtype=torch.float32, reduce_len=37, msg="loss")
+    if with_grad:
+        _assert_rows_close(grad, ref_grad, _row_scale(ref_grad), _grad_rel(torch.float32), "grad")
+    assert launched
+    is_ce = loss == "cross_entropy"
+    for name, kwargs, args in launched:
+        names = ENTROPY_KERNELS[name]
+        roles = dict(zip(names, args[:len(names)], strict=True))
+        assert (roles["t"] is None) == is_ce and (roles["labels"] is None) != is_ce, name
+        if "grad" in roles and name != "_entropy_backward_kernel":
+            assert (roles["grad"] is None) == (not kwargs["COMPUTE_GRAD"]), name
+            assert kwargs["COMPUTE_GRAD"] == (with_grad and form != "split"), name
+        if "n_valid" in roles:  # read by a mean over counted rows (label CE's), unless counted
+            read = kwargs["MEAN_OVER_VALID"] and not kwargs.get("COUNT", False)
+            assert (roles["n_valid"] is None) == (not read), name
+            assert kwargs["MEAN_OVER_VALID"] == (is_ce and reduction == "mean"), name
+        if "out" in roles:
+            assert (roles["out"] is None) == (reduction == "none"), name
+            if name == "_entropy_chunked_kernel":
+                assert (roles["ticket"] is None) == (reduction == "none"), name
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        assert len({t.data_ptr() for t in tensors}) == len(tensors), f"{name}: an alias"
+
+
 @pytest.mark.parametrize("loss", LOSSES)
 def test_grad_checks_fail_a_gradient_a_few_percent_off(loss):
     # The bf16 gradient comparisons pass the reference rounded to bf16 and fail it scaled by

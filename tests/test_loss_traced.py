@@ -12,9 +12,11 @@ against eager.)
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
-from helpers import assert_close, traced_launch_spy
+from helpers import assert_close, mutation_analysis, traced_launch_spy
 from test_entropy import FNS, _check, _inputs, _ref
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -345,3 +347,52 @@ def test_traced_body_of_strided_nd_logits(launches, loss):
                                             out[3], kind, cap, "mean", -100)  # fmt: skip
     assert fwd_traced == list(launches) and fwd_traced
     assert traced[1].shape == ((6, v) if form != "split" else (0,))  # the gradient as rows
+
+
+# Inductor's mutation analysis of the loss kernels (helpers.mutation_analysis runs this body).
+_LOSS_MUTATIONS = r"""
+from normlab.losses import chunked, config, fused, op, split
+
+for module in (fused, chunked, split):
+    module.launch = record_launch
+launch_fused = op.launch_fused
+for kind, form, reduction, compute_grad, options, programs in CASES:
+    op.launch_fused = lambda *a, **k: launch_fused(*a, **k, programs=programs)
+    k = config.KINDS[kind]
+    m, n = 6, 4133
+    x = torch.randn(m, n, dtype=torch.bfloat16)
+    other = torch.randint(0, n, (m,)) if kind == "cross_entropy" else torch.randn_like(x)
+    mask = torch.ones(m, dtype=torch.bool) if options.get("has_mask") else None
+    spec = config.Spec(k, form, 4096, reduction, -100, None, 0, n,
+                       config.options(k, *config.Options(**options)))
+    _, _, row_stats, n_valid = op._loss_forward(spec, x, other, mask, compute_grad)
+    if form == "split" and compute_grad:
+        op._split_grad(spec, x, other, mask, row_stats, torch.ones(()), n_valid)
+    analyse([kind, form, reduction, compute_grad, options, programs], [x, other, mask])
+"""
+
+
+def test_inductor_finds_what_the_loss_kernels_write():
+    """Inductor's mutation analysis of every launch of the three forms, with and without a
+    gradient, a reduction, options and the fused form's row queue, succeeds and names no input
+    as written; the fused label CE forward writes exactly its gradient, loss rows, reduced loss
+    and ticket. An input taken as written is cloned before every compiled call: the logits'
+    (M, V) copy. It fails where a gradient's address derives from a helper's result whose
+    arguments include the logits or labels (``online.check_label``)."""
+    cases = [["cross_entropy", "fused", "mean", True, {}, None],
+             ["cross_entropy", "fused", "none", False, {}, None],
+             ["reverse_kl", "fused", "sum", True, {}, None],
+             ["cross_entropy", "fused", "mean", True, {"softcap": 30.0, "z_loss": 1e-4,
+                                                       "has_mask": True}, None],
+             ["cross_entropy", "fused", "mean", True, {"label_smoothing": 0.1}, 2],
+             ["cross_entropy", "chunked", "mean", True, {}, None],
+             ["jsd", "chunked", "mean", True, {}, None],
+             ["cross_entropy", "split", "mean", True, {"label_smoothing": 0.1, "has_mask": True},
+              None],
+             ["reverse_kl", "split", "none", True, {"temperature": 2.0}, None]]  # fmt: skip
+    launches = mutation_analysis(_LOSS_MUTATIONS, cases)
+    assert {json.dumps(rec["case"]) for rec in launches} == {json.dumps(c) for c in cases}
+    assert [rec for rec in launches if rec["inputs_written"] or not rec["writes"]] == []
+    first = [rec for rec in launches if rec["case"] == cases[0]]
+    assert [(rec["kernel"], rec["writes"]) for rec in first] == [
+        ("_entropy_fused_kernel", ["grad_ptr", "loss_ptr", "out_ptr", "ticket_ptr"])]

@@ -11,16 +11,10 @@ kernels under Inductor against eager.)
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import triton.language as tl
-from helpers import assert_close, traced_launch_spy
+from helpers import assert_close, mutation_analysis, traced_launch_spy
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import normlab
@@ -346,41 +340,14 @@ def test_traced_body_of_strided_nd_input(launches, is_rms, residual):
     assert fh.shape == ((2, 3, n_cols) if residual else (0,))
 
 
-# Inductor reads a traced kernel's TTIR to find the tensors it writes; where that analysis fails
-# it takes every input as written and the compiled graph clones them. The kernels compile only
-# outside the interpreter, so a subprocess stands in an sm_90 target for the CPU's missing GPU,
-# records the launches a planned forward and backward make (none runs), and analyses each.
-_MUTATION_SCRIPT = r"""
-import json, os, sys
-import torch
-torch.cuda.is_available = lambda: True
-torch.cuda.device_count = lambda: 1
-torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
-import triton
-from triton.backends.compiler import GPUTarget
-
-class StandIn:
-    def get_current_target(self):
-        return GPUTarget("cuda", 90, 32)
-    def get_current_device(self):
-        return 0
-    def get_active_torch_device(self):
-        return torch.device("cpu")
-
-triton.runtime.driver.set_active(StandIn())
-os.environ["NORMLAB_MODE"] = "gpu"
-os.environ["NORMLAB_REPLAY"] = "0"
-from torch._higher_order_ops.triton_kernel_wrap import identify_accessed_tensors
-from normlab import _runtime
+# Inductor reads a traced kernel's TTIR to find the tensors it writes: see
+# helpers.mutation_analysis, which runs this body after a stand-in sm_90 target.
+_NORM_MUTATIONS = r"""
 from normlab.norms import block_row, op, reduce, row, split_row
 
-_runtime.sm_count = lambda *a: 132
-_runtime.l2_bytes = lambda *a: 50 << 20
-launched = []
 for module in (row, block_row, reduce, split_row):
-    module.launch = lambda fn, grid, *args, **kw: launched.append((fn, args, kw))
-out = []
-for m, n, is_rms, fused, strategy, layout in json.loads(sys.argv[1]):
+    module.launch = record_launch
+for m, n, is_rms, fused, strategy, layout in CASES:
     x = torch.randn(m, n, dtype=torch.bfloat16)
     w = torch.randn(n, dtype=torch.bfloat16)
     b = None if is_rms else torch.randn(n, dtype=torch.bfloat16)
@@ -390,17 +357,7 @@ for m, n, is_rms, fused, strategy, layout in json.loads(sys.argv[1]):
     y, h, mean, rstd = op.planned_forward(x, r, w, b, 1e-6, 0.0, is_rms, strategy, layout)
     normed = h if fused else x
     op.planned_backward(dy, dh, normed, w, b, mean, rstd, 1e-6, 0.0, is_rms, strategy, layout)
-    inputs = [t for t in (x, r, w, b, dy, dh) if t is not None]
-    for fn, args, kw in launched:
-        kwargs = {**dict(zip(fn.arg_names, args)), **kw}
-        kwargs = {k: v for k, v in kwargs.items() if k in fn.arg_names}
-        kwargs.update({p.name: p.default for p in fn.params if p.name not in kwargs})
-        accessed = identify_accessed_tensors(fn, kwargs, {})
-        writes = sorted(d.name for d in accessed.read_writes.writes)
-        out.append({"case": [m, n, is_rms, fused, strategy, layout], "kernel": fn.__name__,
-                    "writes": writes,
-                    "inputs_written": [k for k in writes if any(kwargs[k] is t for t in inputs)]})
-print(json.dumps(out))
+    analyse([m, n, is_rms, fused, strategy, layout], [x, r, w, b, dy, dh])
 """
 
 
@@ -413,14 +370,7 @@ def test_inductor_finds_what_the_norm_kernels_write():
              [5, 1000, False, False, "atomic", "row"], [5, 1000, True, True, "two_stage", "row"],
              [600, 48, False, False, "auto", "block_row"], [600, 48, True, True, "auto", "auto"],
              [2, 20011, True, False, "auto", "auto"], [2, 20011, False, True, "auto", "auto"]]
-    root = Path(__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NORMLAB_MODE")}
-    proc = subprocess.run([sys.executable, "-c", _MUTATION_SCRIPT, json.dumps(cases)], cwd=root,
-                          capture_output=True, text=True, timeout=600,
-                          env={**env, "PYTHONPATH": str(root)})  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "Encountered an exception" not in proc.stderr, proc.stderr[-2000:]
-    launches = json.loads(proc.stdout.strip().splitlines()[-1])
+    launches = mutation_analysis(_NORM_MUTATIONS, cases)
     assert {tuple(rec["case"]) for rec in launches} == {tuple(c) for c in cases}
     assert [rec for rec in launches if rec["inputs_written"] or not rec["writes"]] == []
     row_forwards = {tuple(rec["case"][:4]): rec["writes"] for rec in launches

@@ -19,6 +19,7 @@ from normlab.losses import config
 from normlab.losses.online import (
     CE,
     JSD,
+    check_label,
     counted_rows,
     fill_zero,
     finish_loss,
@@ -29,7 +30,6 @@ from normlab.losses.online import (
     jsd_loss,
     jsd_sums,
     load_edge_tile,
-    load_label,
     loss_logit,
     masked_out,
     row_frames,
@@ -94,15 +94,17 @@ def _wait_for_row(sync_ptr, row, target):
 @triton.jit
 def _entropy_chunked_kernel(
     x_ptr,  # (n_rows, n_cols) logits
-    t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
-    labels_ptr,  # (n_rows,) int labels (label CE only)
-    grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here
+    # Pointers the flags leave unread are None: constexprs, which no launch passes.
+    t_ptr,  # (n_rows, n_cols) target logits (not label CE)
+    labels_ptr,  # (n_rows,) int labels (label CE)
+    grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here (COMPUTE_GRAD)
     loss_ptr,  # (n_rows,) fp32 per-row loss
-    n_valid_ptr,  # (1,) fp32 counted row count (MEAN_OVER_VALID without COUNT only)
-    out_ptr,  # () fp32 reduced loss (REDUCE only; see online.finish_reduction)
-    ticket_ptr,  # (1,) int32, 0 between launches (REDUCE only)
+    n_valid_ptr,  # (1,) fp32 counted row count (MEAN_OVER_VALID without COUNT)
+    out_ptr,  # () fp32 reduced loss (REDUCE; see online.finish_reduction)
+    ticket_ptr,  # (1,) int32, 0 between launches (REDUCE)
     stats_ptr,  # (5, n_rows * n_chunks) fp32 raw statistics of each (row, chunk); JSD: (7, ...)
-    sync_ptr,  # (1 + n_rows,) int32 zeros: [0] ticket counter, [1 + r] chunks of row r done
+    # (1 + n_rows,) int32 zeros (PHASE 3): [0] the ticket counter, [1 + r] row r's chunks done
+    sync_ptr,
     grad_scale,
     ignore_index,
     n_rows,
@@ -180,8 +182,12 @@ def _entropy_chunked_kernel(
     x_off, t_off, grad_off, lead = row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
                                                ALIGN, FRAME)  # fmt: skip
     x_row = x_ptr + x_off + start
-    t_row = t_ptr + t_off + start
-    grad_row = grad_ptr + grad_off + start
+    t_row = x_row  # label CE: t_ptr is None, and the helpers never read t_row
+    if KIND != CE:
+        t_row = t_ptr + t_off + start
+    grad_row = x_row  # without COMPUTE_GRAD grad_ptr is None, and grad_row is never read
+    if COMPUTE_GRAD:
+        grad_row = grad_ptr + grad_off + start
     lo = tl.maximum(lead - start, 0)  # the chunk's own columns are [lo, hi)
     hi = tl.minimum(chunk_cols, lead + n_cols - start)
     label = 0
@@ -189,7 +195,7 @@ def _entropy_chunked_kernel(
     bad = False
     skipped = False
     if KIND == CE:
-        label, skipped, bad = load_label(labels_ptr, row, ignore_index, 0, n_cols)
+        label, skipped, bad = check_label(tl.load(labels_ptr + row), ignore_index, 0, n_cols)
     if HAS_MASK:
         skipped = skipped | masked_out(mask_ptr, row)
     if (KIND == CE) or HAS_MASK:
@@ -211,14 +217,14 @@ def _entropy_chunked_kernel(
                                                             XFORM))  # fmt: skip
         label = label + lead - start
     n_slots = n_rows * n_chunks
+    n_full, first = tile_span(lo, hi, BLOCK, ALIGN, False)
     if (PHASE == 1) or (PHASE == 3):
-        m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = row_statistics(
+        m_x, s_x, m_t, s_t, acc, x_last, t_last = row_statistics(
             x_row, t_row, lo, hi, xparam, KIND, BLOCK, LANE, ALIGN, False, XFORM, SMOOTH,
             THREADS,
         )
         store_raw_stats(stats_ptr, row * n_chunks + chunk, n_slots, m_x, s_x, m_t, s_t, acc)
     else:
-        n_full, first = tile_span(lo, hi, BLOCK, ALIGN, False)
         x_last, t_last = load_edge_tile(x_row, t_row, n_full * BLOCK + tile_cols(BLOCK, LANE),
                                          lo, hi, xparam, KIND, "evict_first", ALIGN,
                                          XFORM)  # fmt: skip
@@ -291,8 +297,7 @@ def launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, a
     scale, over_valid = config.grad_scale(spec, n_rows)
     stats = _launch.buffer((n_stats, n_rows * n_chunks), torch.float32, x.device)
     # The tickets and per-row counters start at 0 (one memset); two launches need none.
-    sync = (_launch.buffer((1 + n_rows,), torch.int32, x.device, zero=True) if phases == 1
-            else stats)  # fmt: skip
+    sync = _launch.buffer((1 + n_rows,), torch.int32, x.device, zero=True) if phases == 1 else None
     maxnreg = config.ENTROPY_CHUNKED_MAXNREG.get(block)
     options = {"num_warps": config.ENTROPY_CHUNKED_WARPS}
     if maxnreg is not None:  # a register cap per thread: more programs resident per SM
@@ -307,10 +312,8 @@ def launch_chunked(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, a
     reduce = 0 if out is None else config.REDUCE_CODES[spec.reduction]
     for phase in launches:
         launch(_entropy_chunked_kernel, (n_rows * n_chunks,),
-               x, t, labels, grad if grad is not None else x, loss_rows,
-               n_valid if n_valid is not None else loss_rows,
-               out if out is not None else loss_rows, ticket if ticket is not None else sync,
-               stats, sync, scale, spec.ignore_index, n_rows, n_cols, n_chunks,
+               x, *config.launched_targets(spec, t, labels), grad, loss_rows, n_valid, out,
+               ticket, stats, sync, scale, spec.ignore_index, n_rows, n_cols, n_chunks,
                layout.chunk_tiles, layout.n_long, x.stride(0), t.stride(0), grad_row_stride,
                KIND=spec.kind, PHASE=phase, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
                MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None,

@@ -151,6 +151,12 @@ def grad_scale(spec: Spec, n_rows: int) -> tuple[float, bool]:
     return scale, over_valid
 
 
+def launched_targets(spec: Spec, t, labels) -> tuple:
+    """(t, labels) as the kernels take them: label CE reads no target logits and the other
+    losses no labels, so that one goes as None (a constexpr: no pointer to launch)."""
+    return (None, labels) if spec.kind == CE else (t, None)
+
+
 _NO_KERNEL_ARGS: dict = {}
 
 

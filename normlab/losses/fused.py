@@ -24,6 +24,7 @@ from normlab.losses import config
 from normlab.losses.online import (
     CE,
     JSD,
+    check_label,
     counted_rows,
     fill_zero,
     finish_loss,
@@ -32,24 +33,25 @@ from normlab.losses.online import (
     grad_pass,
     jsd_loss,
     jsd_sums,
-    load_label,
     loss_logit,
     masked_out,
     row_frames,
     row_statistics,
     safe_max,
+    tile_span,
 )
 
 
 @triton.jit
 def _entropy_fused_kernel(
     x_ptr,  # (n_rows, n_cols) logits
-    t_ptr,  # (n_rows, n_cols) target logits, in their own dtype (unused for label CE)
-    labels_ptr,  # (n_rows,) int labels (label CE only)
-    grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here
+    # Pointers the flags leave unread are None: constexprs, which no launch passes.
+    t_ptr,  # (n_rows, n_cols) target logits, in their own dtype (not label CE)
+    labels_ptr,  # (n_rows,) int labels (label CE)
+    grad_ptr,  # (n_rows, n_cols) d loss / d logits, written (or added into) here (COMPUTE_GRAD)
     loss_ptr,  # (n_rows,) fp32 per-row loss (0 where ignored or masked)
-    n_valid_ptr,  # (1,) fp32 count of counted rows (MEAN_OVER_VALID without COUNT only)
-    out_ptr,  # () fp32 reduced loss (REDUCE only; see online.finish_reduction)
+    n_valid_ptr,  # (1,) fp32 count of counted rows (MEAN_OVER_VALID without COUNT)
+    out_ptr,  # () fp32 reduced loss (REDUCE; see online.finish_reduction)
     ticket_ptr,  # (2,) int32, 0 between launches: the reduction's ticket, the row queue
     grad_scale,
     ignore_index,
@@ -139,17 +141,18 @@ def _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr, row, scal
         x_off, t_off, grad_off, lead = row_frames(row, x_row_stride, t_row_stride,
                                                    grad_row_stride, ALIGN, FRAME)  # fmt: skip
         x_row = x_ptr + x_off
-        t_row = t_ptr + t_off
-        grad_row = grad_ptr + grad_off
+        t_row = x_row  # label CE: t_ptr is None, and the helpers never read t_row
+        if KIND != CE:
+            t_row = t_ptr + t_off
         label = 0
         x_label = 0.0
         bad = False
         if KIND == CE:
-            label, _ignored, bad = load_label(labels_ptr, row, ignore_index, 0, n_cols)
+            label, _ignored, bad = check_label(tl.load(labels_ptr + row), ignore_index, 0, n_cols)
             x_label = tl.load(x_row + lead + tl.where(bad, 0, label)).to(tl.float32)
             x_label = tl.where(bad, float("nan"), loss_logit(x_label, xparam, XFORM))
             label = label + lead
-        m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first = row_statistics(
+        m_x, s_x, m_t, s_t, acc, x_last, t_last = row_statistics(
             x_row, t_row, lead, lead + n_cols, xparam, KIND, BLOCK, LANE, ALIGN, True, XFORM,
             SMOOTH, THREADS,
         )
@@ -165,10 +168,11 @@ def _fused_row(x_ptr, t_ptr, labels_ptr, grad_ptr, loss_ptr, mask_ptr, row, scal
                                KIND, SMOOTH, ZLOSS)  # fmt: skip
         tl.store(loss_ptr + row, loss)
         if COMPUTE_GRAD:
-            grad_pass(x_row, t_row, grad_row, lead, lead + n_cols, x_last, t_last, n_full, first,
-                       m_x, s_x, m_t, s_t, acc, label, bad, scale, xparam, beta, smoothing,
-                       uniform_weight, z_loss, KIND, ACCUMULATE, BLOCK, LANE, ALIGN, XFORM,
-                       SMOOTH, ZLOSS)  # fmt: skip
+            n_full, first = tile_span(lead, lead + n_cols, BLOCK, ALIGN, True)
+            grad_pass(x_row, t_row, grad_ptr + grad_off, lead, lead + n_cols, x_last, t_last,
+                      n_full, first, m_x, s_x, m_t, s_t, acc, label, bad, scale, xparam, beta,
+                      smoothing, uniform_weight, z_loss, KIND, ACCUMULATE, BLOCK, LANE, ALIGN,
+                      XFORM, SMOOTH, ZLOSS)  # fmt: skip
 
 
 @triton.jit
@@ -206,7 +210,8 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
     ``out`` (a () fp32 tensor) and ``ticket`` (``op._reduction_buffers``': its row queue too),
     also their sum or mean (spec.reduction) into ``out``. ``n_valid``: the fp32 count a mean
     over counted rows divides by, or None: the kernel counts (``config.count_in_kernel``).
-    Unread pointers (labels, grad) may be any tensor; mask: the flat loss_mask or None.
+    ``t`` and ``labels`` as ``op._rows`` gives them (the one a kind does not read is launched as
+    None); mask: the flat loss_mask or None.
     ``programs``: the grid (None: ``config.entropy_fused_programs``' for a call that
     ``config.takes_fused_grid`` and has a ticket; else one program a row). Fewer programs than
     rows take them from the ticket's queue."""
@@ -233,11 +238,11 @@ def launch_fused(spec, x, t, labels, grad, loss_rows, n_valid, compute_grad, acc
     extra = config.kernel_args(spec, mask, x.element_size())
     threads = config.entropy_threads(spec.kind, block, options["num_warps"], x.element_size(),
                                      extra.get("XFORM", 0) >= config.XFORMS["softcap"])  # fmt: skip
+    # Absent tensors go as None: constexprs, where a placeholder would cost a pointer a launch.
     launch(_entropy_fused_kernel, (programs,),
-           x, t, labels, grad if grad is not None else x, loss_rows,
-           n_valid if n_valid is not None else loss_rows, out if out is not None else loss_rows,
-           ticket if ticket is not None else loss_rows, scale, spec.ignore_index, n_rows, n_cols,
-           x.stride(0), t.stride(0), grad.stride(0) if grad is not None else 0,
+           x, *config.launched_targets(spec, t, labels), grad, loss_rows, n_valid, out, ticket,
+           scale, spec.ignore_index, n_rows, n_cols, x.stride(0), t.stride(0),
+           grad.stride(0) if grad is not None else 0,
            KIND=spec.kind, COMPUTE_GRAD=compute_grad, ACCUMULATE=accumulate,
            MEAN_OVER_VALID=over_valid, COUNT=over_valid and n_valid is None, REDUCE=reduce,
            BLOCK=block, LANE=config.entropy_lane(block), **config.frames(x, t, grad, block),

@@ -434,8 +434,10 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     whole tiles unmasked in a loop, then the last tile (masked unless whole: see grad_pass);
     with lo > 0 the first tile is masked too.
 
-    Returns the raw statistics (lanes folded), the last tile (fp32) so a gradient pass can reuse
-    it, the number of tiles before it and whether the first one was peeled. Loads are marked
+    Returns the raw statistics (lanes folded) and the last tile (fp32) so a gradient pass can
+    reuse it. A gradient pass takes its tiles from tile_span: a span returned from here would
+    derive from the row pointers, and Inductor's mutation analysis would take them as written
+    (see check_label). Loads are marked
     evict_last so the row stays in L2 for the fused kernel's gradient pass, whose own loads and
     stores are evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us without the
     hints; benchmarks/data/dev/sweep_launch_configs_h200.json, "entropy"). Label smoothing's
@@ -504,7 +506,7 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
                                           SMOOTH)  # fmt: skip
     if SMOOTH:
         s_t = scaled(s_t, xparam, XFORM)  # the held logits' sum in the loss's units
-    return m_x, s_x, m_t, s_t, acc, x_last, t_last, n_full, first
+    return m_x, s_x, m_t, s_t, acc, x_last, t_last
 
 
 @triton.jit
@@ -845,9 +847,12 @@ def finish_reduction(loss_ptr, out_ptr, ticket_ptr, n_callers, n_rows, n_valid_p
 
 
 @triton.jit
-def load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size):
-    """(local label, ignored, bad) for label CE: bad = not ignored and outside [0, vocab_size)."""
-    label = tl.load(labels_ptr + row).to(tl.int64)
+def check_label(label, ignore_index, vocab_start, vocab_size):
+    """(local label, ignored, bad) of a loaded label CE label: bad = not ignored and outside [0,
+    vocab_size). The callers load it themselves: Inductor's mutation analysis takes whatever a
+    store's address derives from as written, through a helper's arguments too, and a label
+    that came out of a helper given labels_ptr would mark the labels written."""
+    label = label.to(tl.int64)
     ignored = label == ignore_index
     bad = (label != ignore_index) & ((label < 0) | (label >= vocab_size))
     return label - vocab_start, ignored, bad

@@ -194,8 +194,8 @@ def _split_grad(spec, logits, other, mask, row_stats, g_out, n_valid):
     """The split form's gradient from its row statistics, times grad_output ``g_out`` (``n_valid``
     None or empty where the kernels do not read it)."""
     x, t, labels, mask = _rows(spec, logits, other, mask)
-    if n_valid is None or n_valid.numel() == 0:
-        n_valid = row_stats  # unread: a pointer argument only
+    if n_valid is not None and n_valid.numel() == 0:
+        n_valid = None
     grad = torch.empty_like(x)
     launch_backward(spec, x, t, labels, row_stats, g_out, n_valid, grad, False, mask)
     return grad.view(logits.shape)
@@ -946,8 +946,7 @@ def _accumulate(spec, logits, other, mask, grad_accumulate):
         n_valid = _n_valid(spec, labels, mask)
         row_stats = _split_rows(spec, x, t, labels, mask)
         ones = torch.ones((), dtype=_F32, device=x.device)
-        n_valid_ptr = n_valid if n_valid is not None else row_stats
-        launch_backward(spec, x, t, labels, row_stats, ones, n_valid_ptr, grad, True, mask)
+        launch_backward(spec, x, t, labels, row_stats, ones, n_valid, grad, True, mask)
         return _reduce(spec, row_stats[5], n_valid, logits.shape[:-1])
 
 

@@ -20,13 +20,13 @@ from normlab.losses.online import (
     CE,
     JSD,
     RKL,
+    check_label,
     finish_loss,
     fp32_options,
     jsd_loss,
     jsd_sums,
     kl_shift_of,
     load_edge_tile,
-    load_label,
     loss_logit,
     masked_out,
     nan_if_nan_loss,
@@ -43,9 +43,10 @@ from normlab.losses.online import (
 
 @triton.jit
 def _entropy_stats_kernel(
+    # Pointers the flags leave unread are None: constexprs, which no launch passes.
     x_ptr,  # (n_rows, n_cols) logits (this rank's vocab shard)
-    t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
-    labels_ptr,  # (n_rows,) global int labels (label CE only)
+    t_ptr,  # (n_rows, n_cols) target logits (not label CE)
+    labels_ptr,  # (n_rows,) global int labels (label CE)
     # (5, n_rows) fp32 raw m_x, s_x, m_t, s_t, acc (written when not FINALIZE); JSD_SUMS: (2,
     # n_rows) this shard's jsd_sums
     partial_ptr,
@@ -85,7 +86,9 @@ def _entropy_stats_kernel(
     row = tl.program_id(0).to(tl.int64)
     x_off, t_off, _grad_off, lead = row_frames(row, x_row_stride, t_row_stride, 0, ALIGN, FRAME)
     x_row = x_ptr + x_off
-    t_row = t_ptr + t_off
+    t_row = x_row  # label CE: t_ptr is None, and the helpers never read t_row
+    if KIND != CE:
+        t_row = t_ptr + t_off
     if JSD_SUMS:
         r_p, r_q = jsd_sums(x_row, t_row, lead, lead + n_cols, tl.load(row_stats_ptr + row),
                             tl.load(row_stats_ptr + n_rows + row),
@@ -98,14 +101,15 @@ def _entropy_stats_kernel(
     x_label = 0.0
     ignored = False
     if KIND == CE:
-        label, ignored, bad = load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size)
+        label, ignored, bad = check_label(tl.load(labels_ptr + row), ignore_index, vocab_start,
+                                          vocab_size)
         owned = (label >= 0) & (label < n_cols) & (ignored == 0)
         x_label = tl.load(x_row + lead + tl.where(owned, label, 0)).to(tl.float32)
         x_label = tl.where(owned, loss_logit(x_label, xparam, XFORM), 0.0)
         x_label = tl.where(bad, float("nan"), x_label)
     if HAS_MASK:
         ignored = ignored | masked_out(mask_ptr, row)
-    m_x, s_x, m_t, s_t, acc, _x_last, _t_last, _n_full, _first = row_statistics(
+    m_x, s_x, m_t, s_t, acc, _x_last, _t_last = row_statistics(
         x_row, t_row, lead, lead + n_cols, xparam, KIND, BLOCK, LANE, ALIGN, True, XFORM, SMOOTH
     )
     if KIND == CE:
@@ -135,9 +139,10 @@ def _entropy_stats_kernel(
 
 @triton.jit
 def _entropy_backward_kernel(
+    # Pointers the flags leave unread are None: constexprs, which no launch passes.
     x_ptr,  # (n_rows, n_cols) logits
-    t_ptr,  # (n_rows, n_cols) target logits (unused for label CE)
-    labels_ptr,  # (n_rows,) global int labels (label CE only)
+    t_ptr,  # (n_rows, n_cols) target logits (not label CE)
+    labels_ptr,  # (n_rows,) global int labels (label CE)
     # (6, n_rows) fp32 shift_x, shift_t, log s_x, log s_t, acc / s_x (JSD: R_p), loss
     # (global)
     row_stats_ptr,
@@ -185,7 +190,9 @@ def _entropy_backward_kernel(
     x_off, t_off, grad_off, lead = row_frames(row, x_row_stride, t_row_stride, grad_row_stride,
                                                ALIGN, FRAME)  # fmt: skip
     x_row = x_ptr + x_off
-    t_row = t_ptr + t_off
+    t_row = x_row  # label CE: t_ptr is None, and the helpers never read t_row
+    if KIND != CE:
+        t_row = t_ptr + t_off
     grad_row = grad_ptr + grad_off
     scale = tl.cast(grad_scale, tl.float32) * tl.load(grad_out_ptr + row * grad_out_stride).to(
         tl.float32
@@ -195,7 +202,8 @@ def _entropy_backward_kernel(
     label = 0
     ignored = False
     if KIND == CE:
-        label, ignored, bad = load_label(labels_ptr, row, ignore_index, vocab_start, vocab_size)
+        label, ignored, bad = check_label(tl.load(labels_ptr + row), ignore_index, vocab_start,
+                                          vocab_size)
     if HAS_MASK:
         ignored = ignored | masked_out(mask_ptr, row)
     if (KIND == CE) or HAS_MASK:
@@ -265,7 +273,7 @@ def launch_stats(spec, x, t, labels, finalize, mask=None, jsd_row_stats=None):
     warps = config.entropy_num_warps(block, {config.ENTROPY_STATS_BLOCK:
                                              config.ENTROPY_STATS_WARPS})  # fmt: skip
     launch(_entropy_stats_kernel, (n_rows,),
-           x, t, labels, partial if partial is not None else row_stats, row_stats,
+           x, *config.launched_targets(spec, t, labels), partial, row_stats,
            spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
            x.stride(0), t.stride(0),
            KIND=spec.kind, FINALIZE=finalize, BLOCK=block, LANE=config.entropy_lane(block),
@@ -288,7 +296,8 @@ def launch_backward(spec, x, t, labels, row_stats, grad_out, n_valid, grad, accu
                                              config.ENTROPY_BACKWARD_WARPS})  # fmt: skip
     grid = (n_rows, cdiv(n_cols + frames["FRAME"] - 1, block))
     launch(_entropy_backward_kernel, grid,
-           x, t, labels, row_stats, grad_out, n_valid, grad,
+           x, *config.launched_targets(spec, t, labels), row_stats, grad_out,
+           n_valid if over_valid else None, grad,
            scale, spec.ignore_index, spec.vocab_start, spec.vocab_size, n_rows, n_cols,
            x.stride(0), t.stride(0), grad.stride(0), 1 if grad_out.dim() else 0,
            KIND=spec.kind, ACCUMULATE=accumulate, MEAN_OVER_VALID=over_valid, BLOCK=block,
