@@ -503,6 +503,10 @@ def test_every_round_stage_passes_the_stage_check():
     ("benchmarks/compiled_launch_args.py", ["--out", "x.json", "--calls", "5"], "--calls must be"),
     ("benchmarks/compiled_launch_args.py", ["--out", "x.json", "--rounds", "0"], "--rounds must"),
     ("benchmarks/compiled_launch_args.py", ["--out", "x.json"], "needs a CUDA GPU"),
+    ("benchmarks/compiled_loss_kernels.py", ["--out", "x.json", "--shapes", "0x8"], "--shapes:"),
+    ("benchmarks/compiled_loss_kernels.py", ["--out", "x.json", "--shapes", "8by8"], "--shapes:"),
+    ("benchmarks/compiled_loss_kernels.py", ["--out", "x.json", "--losses", "kl"], "--losses:"),
+    ("benchmarks/compiled_loss_kernels.py", ["--out", "x.json"], "needs a CUDA GPU"),
 ])  # fmt: skip
 def test_device_benchmarks_refuse_bad_arguments(script, args, message, tmp_path):
     """Bad arguments (and no GPU here) exit 2 with the reason, before anything is measured."""
