@@ -129,9 +129,12 @@
 # launchargs (a copy kernel compiled as a Triton op with eight placeholder pointers passed as
 # aliases or as None, with Inductor's static launch of user kernels off and on, beside Inductor's
 # own kernel; then normlab's compiled forwards profiled with that launch on).
+# popall1rest (popall1's members that population_part1_bfef810_h200 did not reach, the norm
+# code unchanged since).
 # lossclone (the loss kernels' absent tensors launched as None and their gradient addresses
 # derived from no helper given the logits or labels: the loss GPU checks; the kernels of one
-# compiled loss call and host µs per call, this tree and old/25d7ad4 in turn).
+# compiled loss call, this tree and old/25d7ad4); lossclonehost (the compiled losses' host µs per
+# call, this tree and old/25d7ad4 in turn, twice).
 # h200fwd (on an H200 only: the forwards below 0.90x in population_part1_bfef810_h200 and their
 # bf16/fp16/fp32 neighbours at 768 and 1024 columns, one row a program at 1-16 warps and the
 # block-row tiles, beside torch, torch.compile and Liger-Kernel).
@@ -315,8 +318,8 @@ OUT=${OUT:-out}
 # (those members off and on alone, within 140 s); loopl2 (RMSNorm's looped row bounded by the L2,
 # NORMLAB_NORM_FWD_LOOP_L2: fp32 rows on either side of the bound with it off and on, the one
 # block on 8 and 16 warps and Liger-Kernel beside them).
-STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, normcheck, addorder, addwidth, addtwopass, addprofile, addliger, addligerpop, lnwarps, addfp32, addfp32pop, plainfp32, warmcold, onewave, onewaverule, onewaveh200, h200refresh, inductorbwd, lnstages, lnstagesab, loopl2, onerow, onerowrule, ligerfp16, reducefit, leancompile, pending, pastint32, h200worst, native, nativecheck, devices, launchargs, noneargs, h200fwd, lossclone or notebooks}
-case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | normcheck | addorder | addwidth | addtwopass | addprofile | addliger | addligerpop | lnwarps | addfp32 | addfp32pop | plainfp32 | warmcold | onewave | onewaverule | onewaveh200 | h200refresh | inductorbwd | lnstages | lnstagesab | loopl2 | onerow | onerowrule | ligerfp16 | reducefit | leancompile | pending | pastint32 | h200worst | native | nativecheck | devices | launchargs | noneargs | h200fwd | lossclone | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
+STAGE=${1:?stage: check, pop1, pop2, losses, vocab, verify, variants, planner, options, final, launch, hostpath, rules, wide, block, tiny, tiles, count, fwdrules, addhost, decode, llama, labelafter, llamaprof, compileloss, countrule, fewrows, fewrule, fastexp, expcap, smallreps, llamaloss, defaults, narrow, narrowrule, fp32rows, launchpath, fp32rule, aroundcompile, fp32check, pointwise, gradsig, hostrepeat, lossreplay, unrolled, tritonop, tritonllama, tritonstats, fusedllama, compiledhost, staticlaunch, hostrounds, lossop, compiledsplit, rowalign, rowalignpop, rowalignfp, peerkernel, flushstate, rerun, staticcompile, oddwidths, oddwidths2, narrowodd, narrowodd2, narrowafter, narrowfinal, narrowone, jsd, fusedadd, fusedadd2, lossregs, probe, probe2, heldcap, heldcap2, labelcap, popall1, popall2, popall3, hostpair, regress, apartfix, rowbudget, refit, widewarps, shift, shiftpeers, fp32warp, fp32warprule, shiftparams, bwdshift, bwdwide, bwdwide2, bwdaligned, bwdpeers, bwdblocks, bwdpeershapes, shortprobe, orderedloads, pointwisepeers, decodewarps, decodepeers, onetile, losstriton, compiledforms, compiledforms2, compiledsplitce, hostnow, lossloops, lossvocab, bwdroles, bwdrolespeers, rolesab, rolesrule, rolesprofile, roleswarps, rolesrows, smoothinf, worstfwd, threadstats, smooththreads, cevocab, polyexp, lossprofile, fusedgrid, fusedstride, fusedrule, fusedvocab, fusedqueue, fusedband, fusedfinal, fusedcheck, jsdvocab, addpop1, addpop2, dhlatepop, h200pops, oneprog, normcheck, addorder, addwidth, addtwopass, addprofile, addliger, addligerpop, lnwarps, addfp32, addfp32pop, plainfp32, warmcold, onewave, onewaverule, onewaveh200, h200refresh, inductorbwd, lnstages, lnstagesab, loopl2, onerow, onerowrule, ligerfp16, reducefit, leancompile, pending, pastint32, h200worst, native, nativecheck, devices, launchargs, noneargs, h200fwd, lossclone, lossclonehost, popall1rest or notebooks}
+case $STAGE in check | pop1 | pop2 | losses | vocab | verify | variants | planner | options | final | launch | hostpath | rules | wide | block | tiny | tiles | count | fwdrules | addhost | decode | llama | labelafter | llamaprof | compileloss | countrule | fewrows | fewrule | fastexp | expcap | smallreps | llamaloss | defaults | narrow | narrowrule | fp32rows | launchpath | fp32rule | aroundcompile | fp32check | pointwise | gradsig | hostrepeat | lossreplay | unrolled | tritonop | tritonllama | tritonstats | fusedllama | compiledhost | staticlaunch | hostrounds | lossop | compiledsplit | rowalign | rowalignpop | rowalignfp | peerkernel | flushstate | rerun | staticcompile | oddwidths | oddwidths2 | narrowodd | narrowodd2 | narrowafter | narrowfinal | narrowone | jsd | fusedadd | fusedadd2 | lossregs | probe | probe2 | heldcap | heldcap2 | labelcap | popall1 | popall2 | popall3 | hostpair | regress | apartfix | rowbudget | refit | widewarps | shift | shiftpeers | fp32warp | fp32warprule | shiftparams | bwdshift | bwdwide | bwdwide2 | bwdaligned | bwdpeers | bwdblocks | bwdpeershapes | shortprobe | orderedloads | pointwisepeers | decodewarps | decodepeers | onetile | losstriton | compiledforms | compiledforms2 | compiledsplitce | hostnow | lossloops | lossvocab | bwdroles | bwdrolespeers | rolesab | rolesrule | rolesprofile | roleswarps | rolesrows | smoothinf | worstfwd | threadstats | smooththreads | cevocab | polyexp | lossprofile | fusedgrid | fusedstride | fusedrule | fusedvocab | fusedqueue | fusedband | fusedfinal | fusedcheck | jsdvocab | addpop1 | addpop2 | dhlatepop | h200pops | oneprog | normcheck | addorder | addwidth | addtwopass | addprofile | addliger | addligerpop | lnwarps | addfp32 | addfp32pop | plainfp32 | warmcold | onewave | onewaverule | onewaveh200 | h200refresh | inductorbwd | lnstages | lnstagesab | loopl2 | onerow | onerowrule | ligerfp16 | reducefit | leancompile | pending | pastint32 | h200worst | native | nativecheck | devices | launchargs | noneargs | h200fwd | lossclone | lossclonehost | popall1rest | notebooks) ;; *) echo "unknown stage $STAGE" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)  # absolute: steps run from other trees too
 export PYTHONUNBUFFERED=1
@@ -1109,6 +1112,12 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/population_all_$shard.jsonl" --reps 4 --timed-us 100 \
       --families random,model,narrow,peers --impls normlab,torch,compile,liger --shard "$shard/3"
     ;;
+  popall1rest)  # the first third's members that population_part1_bfef810_h200 did not reach
+    step population_all_1rest 570 python3 benchmarks/norm_population.py \
+      --out "$OUT/population_all_1rest.jsonl" --reps 4 --timed-us 100 \
+      --families random,model,narrow,peers --impls normlab,torch,compile,liger --shard 1/3 \
+      --after benchmarks/data/population_part1_bfef810_h200.jsonl.gz
+    ;;
   hostpair)  # host µs per call, normlab and torch's op in turn over five rounds
     step overhead_pair 300 python3 -m normlab bench --overhead --impl normlab,torch \
       --out "$OUT/overhead_pair.json" --no-progress
@@ -1802,19 +1811,21 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --peers torch,compile,liger --cells "$cells"
     ;;
   lossclone)  # the loss kernels' absent tensors as None, addresses Inductor reads: checked, then
-    # the compiled loss call's kernels, and host µs, against old/25d7ad4 (the package before)
+    # the compiled loss call's kernels against old/25d7ad4 (the package before)
     step gpu_check_lossclone 260 python3 benchmarks/gpu_check.py \
       --out "$OUT/gpu_check_lossclone.json" --quick --only losses,loss_options,loss_replay,compile,graphs
     step compiled_loss_kernels 80 python3 benchmarks/compiled_loss_kernels.py \
       --out "$OUT/compiled_loss_kernels.json"
     (cd old/25d7ad4 && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=25d7ad4 step compiled_loss_kernels_old \
       80 python3 ../../benchmarks/compiled_loss_kernels.py --out "$OUT/compiled_loss_kernels_old.json")
+    ;;
+  lossclonehost)  # host µs per call of the compiled losses, this tree and old/25d7ad4 in turn
     losses=(cross_entropy,reverse_kl compile,normlab+compile)
-    if ((SECONDS < 420)); then
-      tree_overhead lossclone "${losses[@]}"
+    for n in 1 3; do
+      tree_overhead "lossclone$n" "${losses[@]}"
       (cd old/25d7ad4 && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=25d7ad4 tree_overhead \
-        lossclone_old "${losses[@]}")
-    fi
+        "lossclone_old$((n + 1))" "${losses[@]}")
+    done
     ;;
   noneargs)  # the norm forward's absent tensors as None: checked, then host µs against old/05be588
     step gpu_check_noneargs 200 python3 benchmarks/gpu_check.py --out "$OUT/gpu_check_noneargs.json" \

@@ -108,6 +108,9 @@ def main(argv=None) -> int:
                         help=f"a comma list of {', '.join(OPS + ADD_OPS)}")
     parser.add_argument("--shard", default="1/1", help="i/n: every n-th member from the i-th")
     parser.add_argument("--cells", help="MxN[,MxN...]: only these members (of any dtype)")
+    parser.add_argument("--after", type=Path,
+                        help="a run cut short (FILE.jsonl[.gz]): skip the members it holds, so "
+                             "this run measures the rest of the same selection")
     parser.add_argument("--impls", help="a comma list of normlab,torch,compile,liger,"
                         "compile-static (torch.compile, dynamic=False: a compile per member); "
                         "all by default")
@@ -153,6 +156,9 @@ def main(argv=None) -> int:
     members = shapes.norm_population() + [shapes.Case(m, n, "bf16", "peers") for m, n in PEERS]
     cases = [c for c in members if c.family in families and c.dtype in dtypes
              and (cells is None or (c.M, c.N) in cells)][shard - 1::n_shards]  # fmt: skip
+    if args.after is not None:
+        done = measured_cases(read_jsonl(args.after), ops)
+        cases = [c for c in cases if _case_key(c) not in done]
     dev = device_info()
     command = portable_command(["python3", "benchmarks/norm_population.py",
                                 *(argv if argv is not None else sys.argv[1:])])
@@ -200,6 +206,22 @@ def replace_members(base, new) -> list:
 
 def _member(rec) -> tuple:
     return rec.op, rec.M, rec.N, rec.dtype, rec.shape_set
+
+
+def _case_key(case) -> tuple:
+    return case.M, case.N, case.dtype, population.PEERS_SET if case.family == "peers" \
+        else "population"  # fmt: skip
+
+
+def measured_cases(records, ops) -> set:
+    """The cases (M, N, dtype, shape set) whose normlab records cover every op in ``ops`` and
+    every direction: a run writes whole cases, so these are the ones a cut-short run finished."""
+    seen: dict = {}
+    for r in records:
+        if r.impl == "normlab" and r.op in ops:
+            seen.setdefault((r.M, r.N, r.dtype, r.shape_set), set()).add((r.op, r.direction))
+    want = {(op, d) for op in ops for d in DIRECTIONS}
+    return {key for key, got in seen.items() if got >= want}
 
 
 def summary(records) -> str:

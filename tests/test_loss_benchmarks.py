@@ -434,6 +434,29 @@ def test_norm_population_summary_holds_the_fused_adds_to_no_geomean():
     assert "no target" in add and add.endswith("met; worst: 8x32000 bf16 1.05")
 
 
+def test_norm_population_after_skips_the_cases_a_cut_run_finished():
+    """--after FILE: a case counts as done when normlab's records cover every op asked for in
+    both directions; a case with a direction or an op missing, or only peers, is measured
+    again, and the peer shapes are told apart from a population member of the same size."""
+    pop = _script("norm_population")
+    recs = []
+    for op in ("rms_norm", "layer_norm"):
+        for direction in ("fwd", "bwd"):
+            kw = {"op": op, "direction": direction, "shape_set": "population"}
+            recs += [_rec("normlab", 10.0, **kw), _rec("torch", 9.0, **kw),
+                     _rec("normlab", 10.0, M=3, **kw)]  # fmt: skip
+    recs += [_rec("normlab", 10.0, M=5, op="rms_norm", direction=d, shape_set="population")
+             for d in ("fwd", "bwd")]  # fmt: skip
+    recs += [_rec("torch", 10.0, M=7, op=op, direction=d, shape_set="population")
+             for op in ("rms_norm", "layer_norm") for d in ("fwd", "bwd")]  # fmt: skip
+    recs += [_rec("normlab", 10.0, M=3, op="rms_norm", direction="fwd", shape_set="peers")]
+    both = pop.measured_cases(recs, ("rms_norm", "layer_norm"))
+    assert both == {(8, 32000, "bf16", "population"), (3, 32000, "bf16", "population")}
+    assert (5, 32000, "bf16", "population") in pop.measured_cases(recs, ("rms_norm",))
+    case = pop.shapes.Case(3, 32000, "bf16", "peers")
+    assert pop._case_key(case) == (3, 32000, "bf16", "peers") and pop._case_key(case) not in both
+
+
 def test_norm_population_reps_grow_for_short_calls():
     pop = _script("norm_population")
     roofline = 4000.0  # GB/s: 4 MB a µs
