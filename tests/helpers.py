@@ -247,7 +247,7 @@ def analyse(case, inputs):
 
 def mutation_analysis(body: str, cases: list) -> list[dict]:
     """Inductor's mutation analysis (it reads a traced kernel's TTIR to find the tensors it
-    writes; where that fails it takes every input as written and a compiled graph clones them)
+    writes; where that fails it takes every input as written, and a graph may clone them)
     of every launch ``body`` records for each of ``cases``, in a subprocess with a stand-in sm_90
     target (kernels compile only outside the interpreter; none runs). Returns one record a
     launch: its case, kernel, written parameters and the inputs among them."""

@@ -119,7 +119,7 @@ def test_matches_reference(loss, form, cap, dtype):
     _check(loss, out, grad, ref_out, ref_grad, dtype, 500, f"{loss} {form} {cap}")
 
 
-# The entropy kernels' pointer parameters, in order, and which of them each kind reads.
+# The entropy kernels' leading pointer parameters, in order.
 ENTROPY_KERNELS = {
     "_entropy_fused_kernel": ("x", "t", "labels", "grad", "loss", "n_valid", "out", "ticket"),
     "_entropy_chunked_kernel": ("x", "t", "labels", "grad", "loss", "n_valid", "out", "ticket",

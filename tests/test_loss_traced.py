@@ -376,8 +376,7 @@ def test_inductor_finds_what_the_loss_kernels_write():
     """Inductor's mutation analysis of every launch of the three forms, with and without a
     gradient, a reduction, options and the fused form's row queue, succeeds and names no input
     as written; the fused label CE forward writes exactly its gradient, loss rows, reduced loss
-    and ticket. An input taken as written is cloned before every compiled call: the logits'
-    (M, V) copy. It fails where a gradient's address derives from a helper's result whose
+    and ticket. It fails where a gradient's address derives from a helper's result whose
     arguments include the logits or labels (``online.check_label``)."""
     cases = [["cross_entropy", "fused", "mean", True, {}, None],
              ["cross_entropy", "fused", "none", False, {}, None],

@@ -437,13 +437,12 @@ def row_statistics(x_row, t_row, lo, hi, xparam, KIND: tl.constexpr, BLOCK: tl.c
     Returns the raw statistics (lanes folded) and the last tile (fp32) so a gradient pass can
     reuse it. A gradient pass takes its tiles from tile_span: a span returned from here would
     derive from the row pointers, and Inductor's mutation analysis would take them as written
-    (see check_label). Loads are marked
-    evict_last so the row stays in L2 for the fused kernel's gradient pass, whose own loads and
-    stores are evict_first (H200, reverse KL 4096 x 32768: 321 us against 343 us without the
-    hints; benchmarks/data/dev/sweep_launch_configs_h200.json, "entropy"). Label smoothing's
-    logit sum over one-lane tiles is kept in partial sums (SMOOTH_TILE_SUM), reduced here.
-    THREADS > 0 (label CE, LANE == BLOCK): statistics a thread, folded here; label smoothing's
-    sum keeps its own shape (smoothing_sums).
+    (see check_label). Loads are marked evict_last so the row stays in L2 for the fused kernel's
+    gradient pass, whose own loads and stores are evict_first (H200, reverse KL 4096 x 32768:
+    321 us against 343 us without the hints; benchmarks/data/dev/sweep_launch_configs_h200.json,
+    "entropy"). Label smoothing's logit sum over one-lane tiles is kept in partial sums
+    (SMOOTH_TILE_SUM), reduced here. THREADS > 0 (label CE, LANE == BLOCK): statistics a
+    thread, folded here; label smoothing's sum keeps its own shape (smoothing_sums).
     """
     cols = tile_cols(BLOCK, LANE)
     VEC: tl.constexpr = 128 // x_row.dtype.element_ty.primitive_bitwidth  # one 16-byte vector
