@@ -477,6 +477,11 @@ notebooks_on() {  # notebooks_on LIMIT [NOTEBOOK...]: the notebooks (default all
   timeout "$limit" python3 scripts/execute_notebooks.py "$@" --out "$OUT/notebooks"
   tar -czf "$OUT/notebooks.tgz" -C "$OUT" notebooks && rm -r "$OUT/notebooks"
 }
+in_old() {  # in_old COMMIT CMD...: CMD from old/COMMIT (git archive of that package, carried)
+  local c=$1
+  shift
+  (cd "old/$c" && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=$c "$@")
+}
 tree_overhead() {  # tree_overhead NAME OPS IMPLS: host µs per call of the current directory's tree
   timeout 100 python3 -m normlab bench --overhead --impl "$3" --op "$2" \
     --out "$OUT/overhead_$1.json" --no-progress > "$OUT/overhead_$1.log" 2>&1
@@ -1134,7 +1139,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     run_cells head
     NORMLAB_NORM_PARAMS_APART=0 run_cells head_params_apart_0
     for c in $(ls old 2> /dev/null); do
-      (cd "old/$c" && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=$c run_cells "old_$c")
+      in_old "$c" run_cells "old_$c"
     done
     tail -n 3 /tmp/regress/*.log > "$OUT/regress.log"  # with 7 runs' records: 8 files
     ;;
@@ -1760,8 +1765,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     step compile_check_lean 200 python3 benchmarks/compile_check.py
     lean=(rms_norm,cross_entropy,reverse_kl torch,compile,normlab+compile)
     tree_overhead lean_head "${lean[@]}"
-    (cd old/34bf16c && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=34bf16c tree_overhead lean_old \
-      "${lean[@]}")
+    in_old 34bf16c tree_overhead lean_old "${lean[@]}"
     # Dynamo's frame and guards alone (the graph replaced by its outputs), both packages
     step compiled_guards_head 60 python3 benchmarks/compiled_guards.py \
       --out "$OUT/compiled_guards_head.json"
@@ -1817,8 +1821,8 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/gpu_check_lossclone.json" --quick --only losses,loss_options,loss_replay
     step compiled_loss_kernels 80 python3 benchmarks/compiled_loss_kernels.py \
       --out "$OUT/compiled_loss_kernels.json"
-    (cd old/25d7ad4 && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=25d7ad4 step compiled_loss_kernels_old \
-      80 python3 ../../benchmarks/compiled_loss_kernels.py --out "$OUT/compiled_loss_kernels_old.json")
+    in_old 25d7ad4 step compiled_loss_kernels_old 80 python3 \
+      ../../benchmarks/compiled_loss_kernels.py --out "$OUT/compiled_loss_kernels_old.json"
     ;;
   losscompile)  # the compile and CUDA-graph checks alone (260 s did not reach them after the rest)
     step gpu_check_losscompile 560 python3 benchmarks/gpu_check.py \
@@ -1828,8 +1832,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     losses=(cross_entropy,reverse_kl compile,normlab+compile)
     for n in 1 3; do
       tree_overhead "lossclone$n" "${losses[@]}"
-      (cd old/25d7ad4 && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=25d7ad4 tree_overhead \
-        "lossclone_old$((n + 1))" "${losses[@]}")
+      in_old 25d7ad4 tree_overhead "lossclone_old$((n + 1))" "${losses[@]}"
     done
     ;;
   noneargs)  # the norm forward's absent tensors as None: checked, then host µs against old/05be588
@@ -1838,8 +1841,7 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
     norms=(rms_norm,layer_norm torch,compile,normlab,normlab+compile)
     for n in 1 3; do  # old/05be588: the package before (git archive, carried)
       tree_overhead "none_head$n" "${norms[@]}"
-      (cd old/05be588 && PYTHONPATH=$PWD:/tmp/site NORMLAB_COMMIT=05be588 tree_overhead \
-        "none_old$((n + 1))" "${norms[@]}")
+      in_old 05be588 tree_overhead "none_old$((n + 1))" "${norms[@]}"
     done
     (cd "$OUT" && tar -czf noneargs_json.tgz --remove-files ./*.json)
     ;;

@@ -185,8 +185,7 @@ def main(argv=None) -> int:
                     finally:
                         run = None
                         torch.cuda.empty_cache()
-                    shape_set = population.PEERS_SET if case.family == "peers" else "population"
-                    records.append(dataclasses.replace(rec, shape_set=shape_set, note=(
+                    records.append(dataclasses.replace(rec, shape_set=_shape_set(case), note=(
                         f"{rec.note}; family {case.family}")))
         if i % 10 == 0:
             print(f"{i + 1}/{len(cases)} cases, {time.time() - t0:.0f} s", flush=True)
@@ -208,9 +207,13 @@ def _member(rec) -> tuple:
     return rec.op, rec.M, rec.N, rec.dtype, rec.shape_set
 
 
+def _shape_set(case) -> str:
+    """The records' shape set: the peer shapes apart from the population."""
+    return population.PEERS_SET if case.family == "peers" else "population"
+
+
 def _case_key(case) -> tuple:
-    return case.M, case.N, case.dtype, population.PEERS_SET if case.family == "peers" \
-        else "population"  # fmt: skip
+    return case.M, case.N, case.dtype, _shape_set(case)
 
 
 def measured_cases(records, ops) -> set:

@@ -192,10 +192,9 @@ def _loss_forward(spec, logits, other, mask, compute_grad, grad=None, buffers=No
 
 def _split_grad(spec, logits, other, mask, row_stats, g_out, n_valid):
     """The split form's gradient from its row statistics, times grad_output ``g_out`` (``n_valid``
-    None or empty where the kernels do not read it)."""
+    None or empty where the kernels do not read it: ``launch_backward`` launches it only for a
+    mean over counted rows)."""
     x, t, labels, mask = _rows(spec, logits, other, mask)
-    if n_valid is not None and n_valid.numel() == 0:
-        n_valid = None
     grad = torch.empty_like(x)
     launch_backward(spec, x, t, labels, row_stats, g_out, n_valid, grad, False, mask)
     return grad.view(logits.shape)
