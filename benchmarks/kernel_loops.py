@@ -142,10 +142,8 @@ def _tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def analyse(kernel) -> tuple[dict, list]:
-    """(resource usage, loops): usage as ptxas' REG, STACK, SHARED and the SASS's instruction
-    count (INSTR); loops as (instructions, opcode counts), one per backward branch of the SASS
-    that encloses no other."""
+def disassemble(kernel) -> tuple[str, str]:
+    """(cuobjdump's resource usage, nvdisasm's SASS) of a compiled kernel's cubin."""
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
         cubin.write_bytes(kernel.asm["cubin"])
@@ -153,6 +151,14 @@ def analyse(kernel) -> tuple[dict, list]:
                                capture_output=True, text=True, check=True).stdout  # fmt: skip
         sass = subprocess.run([_tool("nvdisasm"), "-c", str(cubin)], capture_output=True,
                               text=True, check=True).stdout  # fmt: skip
+    return usage, sass
+
+
+def analyse(kernel) -> tuple[dict, list]:
+    """(resource usage, loops): usage as ptxas' REG, STACK, SHARED and the SASS's instruction
+    count (INSTR); loops as (instructions, opcode counts), one per backward branch of the SASS
+    that encloses no other."""
+    usage, sass = disassemble(kernel)
     resources = {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED):(\d+)", usage)}
     instrs, labels, pending = [], {}, []
     for line in sass.splitlines():

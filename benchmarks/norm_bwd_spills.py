@@ -71,8 +71,9 @@ def captured_launches(sms: int):
 
 def compile_launch(fn, args, kwargs, arch: int = 90):
     """The launch compiled for ``arch``: pointers and integers divisible by 16 specialized as
-    Triton specializes them, every constexpr in the signature (by keyword or position, else its
-    default): a static width passed by position compiles as the constant it is on a GPU."""
+    Triton specializes them, None and integers equal to 1 as constexprs, every constexpr in the
+    signature (by keyword or position, else its default): a static width passed by position
+    compiles as the constant it is on a GPU."""
     names = fn.arg_names
     options = {k: v for k, v in kwargs.items() if k in OPTIONS}
     constants = {k: v for k, v in kwargs.items() if k not in OPTIONS}
@@ -80,8 +81,8 @@ def compile_launch(fn, args, kwargs, arch: int = 90):
     is_constexpr = {p.name: p.is_constexpr for p in fn.params}
     for name, value in zip([n for n in names if n not in constants], args, strict=False):
         index = (names.index(name),)
-        if is_constexpr[name]:  # a constexpr passed by position (a static width)
-            signature[name] = "constexpr"
+        if is_constexpr[name] or value is None or (type(value) is int and value == 1):
+            signature[name] = "constexpr"  # a static width by position, an absent tensor, a 1
             constants[name] = value
         elif isinstance(value, torch.Tensor):
             signature[name] = POINTER_TYPES[value.dtype]

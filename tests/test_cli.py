@@ -490,6 +490,11 @@ def test_every_round_stage_passes_the_stage_check():
     ("benchmarks/norm_bwd_spills.py", ["--sms", "0"], "--sms must be >= 1"),
     ("benchmarks/norm_bwd_spills.py", ["--set", "prefetch=Fals"], "a Python literal value"),
     ("benchmarks/norm_bwd_spills.py", ["--set", "dh=None"], "'dh' is not one of"),
+    ("benchmarks/norm_launch_code.py", ["--cells", "0x8"], "--cells takes"),
+    ("benchmarks/norm_launch_code.py", ["--ops", "kl"], "--ops: a comma list"),
+    ("benchmarks/norm_launch_code.py", ["--strategies", "fast"], "--strategies: a comma list"),
+    ("benchmarks/norm_launch_code.py", ["--affine", ""], "--affine: a comma list"),
+    ("benchmarks/norm_launch_code.py", ["--sms", "0"], "--sms must be >= 1"),
     ("benchmarks/inductor_norm_bwd.py", ["--out", "x", "--ops", "rms"], "--ops: unknown rms"),
     ("benchmarks/inductor_norm_bwd.py", ["--out", "x", "--modes", "fast"], "--modes: unknown fast"),
     ("benchmarks/inductor_norm_bwd.py", ["--out", "x", "--reps", "0"], "--reps must be"),
@@ -557,6 +562,44 @@ def test_norm_bwd_spills_finds_the_spilling_plan():
     assert stacks["1"][:3] == (132, 16, 128) and stacks["0"][:3] == (128, 8, 255)
     assert stacks["1"][5] > 100 and stacks["0"][5] > 100  # a row loop's SASS, counted
     assert stacks["1"][4] < 64 < 4 * 64 < stacks["0"][4], stacks
+
+
+def test_norm_launch_code_digests_what_each_planned_launch_runs():
+    """benchmarks/norm_launch_code.py compiles each launch of a planned norm call for sm_90
+    without a GPU. Its digests tell code apart: parameter offsets alone change neither, the same
+    instructions reordered (registers renumbered) change only the first, another instruction
+    both."""
+    import re
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from norm_launch_code import sass_digests
+    finally:
+        sys.path.pop(0)
+    sass = ("        /*0000*/  LDC R1, c[0x0][0x28] ;  /* 0x000a00ff017b82 */\n"
+            ".L_x_0:\n"
+            "        /*0010*/  IADD3 R8, P0, R4, 0x1000, RZ ;  /* 0x0000100004087810 */\n"
+            "        /*0020*/  ULDC UR26, c[0x0][0x210] ;  /* 0x0000840000047ab9 */\n")
+    moved = sass.replace("0x210", "0x218").replace("0x28]", "0x30]")
+    swapped = sass.split("\n")
+    swapped[2], swapped[3] = swapped[3].replace("UR26", "UR36"), swapped[2]
+    other = sass.replace("IADD3 R8", "IMAD R8")
+    base = sass_digests(sass)
+    assert sass_digests(moved) == base
+    assert sass_digests("\n".join(swapped))[0] != base[0]
+    assert sass_digests("\n".join(swapped))[1] == base[1]
+    assert all(a != b for a, b in zip(sass_digests(other), base, strict=True))
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "benchmarks/norm_launch_code.py", "--cells", "8x1024",
+                           "--ops", "rms_norm", "--fused", "no", "--affine", "no",
+                           "--strategies", "auto"], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = re.findall(r"^rms_norm 8x1024 bf16 no-affine auto (fwd|bwd): (\w+) grid \(\d+,\), "
+                       r"\{.*\}: \d+ registers, \d+ B stack, (\d+) instructions, "
+                       r"sass [0-9a-f]{12}, unordered [0-9a-f]{12}$", proc.stdout, re.M)  # fmt: skip
+    assert [(d, k) for d, k, _ in lines][:1] == [("fwd", "_norm_fwd_kernel")], proc.stdout
+    assert "bwd" in {d for d, _, _ in lines} and all(int(n) > 10 for _, _, n in lines)
 
 
 def test_kernel_loops_counts_the_options_instructions():

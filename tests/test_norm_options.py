@@ -315,6 +315,102 @@ def test_block_row_backward_with_dh(is_rms, recompute):
         assert_close(db, want_db, reduce_len=37, msg="dbias")
 
 
+# Each norm kernel, reached at 19 x 41 under the interpreter (4 SMs, 16 programs where forced):
+# the launcher, its keywords, and the kernel (with a flag it sets) that the path must launch.
+KERNEL_PATHS = {
+    "persistent": ("row", {}, "_norm_bwd_persistent", None),
+    "two_pass": ("row", {"two_pass": True, "block_cols": 16}, "_norm_bwd_persistent_two_pass",
+                 None),
+    "atomic": ("row", {"strategy": "atomic"}, "_norm_bwd_atomic", None),
+    "two_stage": ("row", {"strategy": "two_stage"}, "_norm_bwd_partials", None),
+    "roles": ("row", {"roles": True, "shift": False, "block_rows": 1}, "_norm_bwd_roles", None),
+    "shifted": ("row", {"shift": True, "programs_per_sm": 4}, "_norm_bwd_persistent",
+                "SHIFT_VEC"),
+    "liger_order": ("row", {"liger_order": True, "block_rows": 1, "programs_per_sm": 4},
+                    "_norm_bwd_persistent", "LIGER_ORDER"),
+    "block_row": ("block_row", {}, "_block_row_bwd", None),
+    "block_row_recomputed": ("block_row", {"recompute": True}, "_block_row_bwd",
+                             "RECOMPUTE_STATS"),
+    "pointwise": ("block_row", {"n_cols": 1}, "_pointwise_fwd", None),
+    "split_row": ("split_row", {}, "_split_row_bwd", None),
+}
+NORM_LAUNCHERS = ("row", "block_row", "split_row", "reduce")
+
+
+def _run_kernel_path(path, x, r, w, b, dy, dh, is_rms, offset):
+    """(y, dx, dweight, dbias) of ``path``'s launchers: the forward of x (+ r), then the
+    backward with dh added."""
+    from normlab.norms import split_row
+
+    layout, kw, _, _ = KERNEL_PATHS[path]
+    eps = EPS[is_rms]
+    fused = {"residual": r, "h_out": None if r is None else torch.empty_like(x)}
+    h = x if r is None else ref.residual_sum(x, r)
+    if layout == "row":
+        y, mean, rstd = K.norm_forward(x, w, b, eps, is_rms, offset=offset, **fused)
+        grads = K.norm_backward(dy, h, w, b, mean, rstd, is_rms, offset=offset, dh=dh, **kw)
+    elif layout == "block_row":
+        recompute = kw.get("recompute", False)
+        cfg = configs.block_row_fwd_config(x.shape[1], is_rms)
+        y, mean, rstd = narrow.launch_forward(x, w, b, eps, is_rms, cfg, not recompute,
+                                              offset=offset, **fused)  # fmt: skip
+        bwd = (configs.block_row_bwd_recompute_config(x.shape[1], is_rms) if recompute
+               else configs.block_row_bwd_config(x.shape[1]))  # fmt: skip
+        grads = narrow.launch_backward(dy, h, w, b, mean, rstd, is_rms, bwd, eps=eps,
+                                       offset=offset, dh=dh)  # fmt: skip
+    else:  # the split-row forward takes no residual: it normalizes h
+        chunk = configs.split_chunk(16)
+        y, mean, rstd = split_row.split_row_forward(h, w, b, eps, is_rms, chunk, offset)
+        grads = split_row.split_row_backward(dy, h, w, b, mean, rstd, is_rms, chunk, offset,
+                                             dh=dh)  # fmt: skip
+    return (y, *grads)
+
+
+@pytest.mark.parametrize("path", list(KERNEL_PATHS))
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("affine,fused", [(True, True), (False, False)],
+                         ids=["affine-fused", "bare"])  # fmt: skip
+def test_norm_kernels_launch_only_the_tensors_they_read(monkeypatch, path, is_rms, affine,
+                                                        fused):  # fmt: skip
+    """Every norm launch, forward and backward, passes an absent tensor (weight, bias, mean,
+    residual, h, dh, a dγ/dβ partial or output) as None, never as a placeholder pointer: the
+    tensors one launch takes are distinct. Each path launches its kernel, and y, dx, dγ and dβ
+    are the fp64 reference's."""
+    import importlib
+
+    launched = []
+    for name in NORM_LAUNCHERS:
+        module = importlib.import_module(f"normlab.norms.{name}")
+
+        def spy(fn, grid, *args, _real=module.launch, **kwargs):
+            launched.append((fn.__name__, kwargs, [a for a in args if isinstance(a, torch.Tensor)]))
+            return _real(fn, grid, *args, **kwargs)
+
+        monkeypatch.setattr(module, "launch", spy)
+    _, kw, kernel, flag = KERNEL_PATHS[path]
+    if path == "roles" and not affine:  # the roles split dx from dγ/dβ: with neither, one role
+        kernel = "_norm_bwd_persistent"
+    n = kw.get("n_cols", 41)  # 41: rows start off 16-byte bounds, a ragged last vector
+    x, r, w, b = _inputs(19, n, torch.bfloat16, is_rms, weight=affine, bias=affine)
+    r = r if fused else None
+    dy = torch.randn(19, n).to(torch.bfloat16)
+    dh = torch.randn(19, n).to(torch.bfloat16) if fused else None
+    offset = 1.0 if affine else 0.0
+    y, dx, dw, db = _run_kernel_path(path, x, r, w, b, dy, dh, is_rms, offset)
+    _, want_y, want_dx, want_dw, want_db = _reference(x, r, w, b, is_rms, offset, dy, dh)
+    assert_close(y, want_y, msg="y")
+    assert_close(dx, want_dx, msg="dx")
+    assert (dw is None) == (w is None) and (db is None) == (b is None)
+    if w is not None:
+        assert_close(dw, want_dw, reduce_len=19, msg="dweight")
+    if b is not None:
+        assert_close(db, want_db, reduce_len=19, msg="dbias")
+    assert any(name.startswith(kernel) and (flag is None or kwargs[flag])
+               for name, kwargs, _ in launched), (kernel, [name for name, _, _ in launched])
+    for name, _, tensors in launched:
+        assert len({t.data_ptr() for t in tensors}) == len(tensors), f"{name}: an alias"
+
+
 @pytest.mark.parametrize("layout", ["row", "block_row"])
 @pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
 def test_add_norm_strided_views(is_rms, layout):

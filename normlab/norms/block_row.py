@@ -488,16 +488,16 @@ def launch_forward(x, weight, bias, eps, is_rms, cfg: config.BlockRowFwdConfig, 
     x = unit_col_stride(x)
     residual, h_out = fused_add_buffers(x, residual, h_out)
     y = buffer((n_rows, n_cols), x.dtype, x.device)
-    r, h = (residual, h_out) if residual is not None else (x, y)  # unread/unwritten dummies
     rstd = mean = None
     if store_stats:
         rstd = buffer(n_rows, torch.float32, x.device)
         mean = None if is_rms else buffer(n_rows, torch.float32, x.device)
-    strides = (x.stride(0), r.stride(0), y.stride(0), h.stride(0))
-    params = (weight if weight is not None else x,  # dummy pointer, never read
-              bias if bias is not None else x,
-              mean if mean is not None else rstd if rstd is not None else y,  # dummy: unwritten
-              rstd if rstd is not None else y)  # fmt: skip
+    # Absent tensors go as None (constexprs); without a residual its rows and h's take x's and
+    # y's strides, which keeps ROW_ALIGN and the int64 rule as they were.
+    r, h = residual, h_out
+    strides = (x.stride(0), (r if r is not None else x).stride(0), y.stride(0),
+               (h if h is not None else y).stride(0))  # fmt: skip
+    params = (weight, bias, mean, rstd)
     flags = {"IS_RMS": is_rms, "HAS_WEIGHT": weight is not None, "HAS_BIAS": bias is not None,
              "HAS_RESIDUAL": residual is not None, "STORE_STATS": store_stats}
     if cfg.pointwise is not None and n_cols == 1 and strides == (1, 1, 1, 1):
@@ -572,13 +572,13 @@ def launch_backward(dy, x, weight, bias, mean, rstd, is_rms, cfg: config.BlockRo
         _block_row_bwd_kernel, (n_programs,),
         dy,
         x,
-        weight if has_weight else x,  # dummy pointer, never read
-        mean if mean is not None else rstd if rstd is not None else dx,  # dummy: never read
-        rstd if rstd is not None else dx,
+        weight,  # None where absent (a constexpr), as are the statistics, dh and partials
+        mean,
+        rstd,
         dx,
-        dh if dh is not None else dx,
-        dw_partial if has_weight else dx,
-        db_partial if has_bias else dx,
+        dh,
+        dw_partial,
+        db_partial,
         n_rows,
         n_cols,
         *strides,

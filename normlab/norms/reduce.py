@@ -73,10 +73,7 @@ def reduce_partials(
     block_m, block_n = block_m or tile_m, block_n or tile_n
     launch(
         _reduce_partials_kernel, (cdiv(n_cols, block_n),),
-        ref if dw_partial is None else dw_partial,
-        ref if db_partial is None else db_partial,
-        dw if dw is not None else ref,
-        db if db is not None else ref,
+        dw_partial, db_partial, dw, db,  # None where absent: a constexpr, no launch argument
         n_partials, n_cols,
         HAS_WEIGHT=dw_partial is not None, HAS_BIAS=db_partial is not None,
         ACCUMULATE_W=bool(accumulate_w), ACCUMULATE_B=bool(accumulate_b),

@@ -343,9 +343,9 @@ def _norm_bwd_atomic_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (HAS_DH; else None)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT; else None)
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm; else None)
     rstd_ptr,  # (n_rows,) fp32 rstd
     dw_ptr,  # (n_cols,) fp32 dweight accumulator (atomics)
     db_ptr,  # (n_cols,) fp32 dbias accumulator (atomics)
@@ -397,9 +397,9 @@ def _norm_bwd_partials_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (HAS_DH; else None)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT; else None)
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm; else None)
     rstd_ptr,  # (n_rows,) fp32 rstd
     dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (written)
     db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (written)
@@ -427,9 +427,13 @@ def _norm_bwd_partials_kernel(
     pid = tl.program_id(0)
     first_tile = pid * tiles_per_program
     last_tile = tl.minimum(first_tile + tiles_per_program, tl.cdiv(n_rows, BLOCK_ROWS))
-    dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
-    db_out = db_partial_ptr + pid.to(tl.int64) * n_cols
+    row_start = pid.to(tl.int64) * n_cols  # of the program's partial row
     if TWO_PASS:
+        dw_out, db_out = dw_partial_ptr, db_partial_ptr  # None where absent
+        if HAS_WEIGHT:
+            dw_out = dw_partial_ptr + row_start
+        if HAS_BIAS:
+            db_out = db_partial_ptr + row_start
         for tile in range(first_tile, last_tile):
             bwd_tile_two_pass(
                 tile, tile == first_tile, x_ptr, dy_ptr, dx_ptr, dh_ptr, w_ptr, mean_ptr,
@@ -450,7 +454,8 @@ def _norm_bwd_partials_kernel(
             )  # fmt: skip
             dw_acc += dw
             db_acc += db
-        store_partials(dw_out, db_out, dw_acc, db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS)
+        store_partials(dw_partial_ptr, db_partial_ptr, row_start, dw_acc, db_acc, n_cols,
+                       HAS_WEIGHT, HAS_BIAS, BLOCK_COLS)  # fmt: skip
 
 
 @triton.jit
@@ -609,9 +614,9 @@ def _persistent_single_pass(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (HAS_DH; else None)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT; else None)
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm; else None)
     rstd_ptr,  # (n_rows,) fp32 rstd
     dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (PAIRED: zeroed, n_programs / 2)
     db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (PAIRED: as dweight's)
@@ -697,8 +702,8 @@ def _persistent_single_pass(
             dw_acc += dw
             db_acc += db
     slot = (pid // 2 if PAIRED else pid).to(tl.int64)
-    store_partials(dw_partial_ptr + slot * n_cols, db_partial_ptr + slot * n_cols, dw_acc,
-                    db_acc, n_cols, HAS_WEIGHT, HAS_BIAS, BLOCK_COLS, PAIRED)  # fmt: skip
+    store_partials(dw_partial_ptr, db_partial_ptr, slot * n_cols, dw_acc, db_acc, n_cols,
+                   HAS_WEIGHT, HAS_BIAS, BLOCK_COLS, PAIRED)  # fmt: skip
 
 
 @triton.jit
@@ -706,9 +711,9 @@ def _norm_bwd_persistent_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (HAS_DH; else None)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT; else None)
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm; else None)
     rstd_ptr,  # (n_rows,) fp32 rstd
     dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (PAIRED: zeroed, n_programs / 2)
     db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (PAIRED: as dweight's)
@@ -747,9 +752,9 @@ def _norm_bwd_persistent_static_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (HAS_DH; else None)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT; else None)
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm; else None)
     rstd_ptr,  # (n_rows,) fp32 rstd
     dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (PAIRED: zeroed, n_programs / 2)
     db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (PAIRED: as dweight's)
@@ -790,9 +795,9 @@ def _norm_bwd_roles_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (HAS_DH; else None)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT; else None)
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm; else None)
     rstd_ptr,  # (n_rows,) fp32 rstd
     dw_ptr,  # (n_cols,) dweight, the weight's dtype (written)
     db_ptr,  # (n_cols,) dbias, the bias's dtype (written)
@@ -854,9 +859,9 @@ def _norm_bwd_persistent_two_pass_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (HAS_DH; else None)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT; else None)
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm; else None)
     rstd_ptr,  # (n_rows,) fp32 rstd
     dw_partial_ptr,  # (n_programs, n_cols) fp32 dweight partials (written)
     db_partial_ptr,  # (n_programs, n_cols) fp32 dbias partials (written)
@@ -881,8 +886,11 @@ def _norm_bwd_persistent_two_pass_kernel(
     n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride = known_bwd_layout(
         n_cols, x_row_stride, dy_row_stride, dx_row_stride, dh_row_stride, ROW_ALIGN)
     pid = tl.program_id(0)
-    dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols
-    db_out = db_partial_ptr + pid.to(tl.int64) * n_cols
+    dw_out, db_out = dw_partial_ptr, db_partial_ptr  # None where absent
+    if HAS_WEIGHT:
+        dw_out = dw_partial_ptr + pid.to(tl.int64) * n_cols  # the program's partial rows
+    if HAS_BIAS:
+        db_out = db_partial_ptr + pid.to(tl.int64) * n_cols
     n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
     for tile in range(pid, n_tiles, tl.num_programs(0)):
         bwd_tile_two_pass(
@@ -1108,14 +1116,7 @@ def norm_backward(
                                                      force=bool(shift))  # fmt: skip
         if not shifted_programs:
             vec, cfg = 0, plan(False)
-    dummy = rstd
-    common = (
-        x2d, dy2d, dx,
-        dh if dh is not None else dx,
-        weight if has_w else dummy,
-        mean if mean is not None else dummy,
-        rstd,
-    )  # fmt: skip
+    common = (x2d, dy2d, dx, dh, weight, mean, rstd)  # None where absent (constexprs)
     flags = {"IS_RMS": bool(is_rms), "HAS_WEIGHT": has_w, "HAS_BIAS": has_b,
              "HAS_DH": dh is not None}  # fmt: skip
     tile = {"BLOCK_ROWS": cfg.block_rows, "BLOCK_COLS": cfg.block_cols, "num_warps": cfg.num_warps}
@@ -1128,7 +1129,7 @@ def norm_backward(
         # fp32 accumulators; a caller's fp32 .grad is accumulated into directly.
         def accumulator(buf, present):
             if not present:
-                return dummy
+                return None
             if buf is not None and buf.dtype == torch.float32:
                 return buf
             return torch.zeros(n_cols, dtype=torch.float32, device=device)
@@ -1164,7 +1165,7 @@ def norm_backward(
         col_block, chunk_rows = config.bwd_roles_col_tile(n_rows, n_cols, tile["BLOCK_COLS"],
                                                           roles_warps)  # fmt: skip
         launch(_norm_bwd_roles_kernel, (n_rows + cdiv(n_cols, col_block),), *common,
-               dw if has_w else dummy, db if has_b else dummy, n_rows, n_cols, *strides,
+               dw, db, n_rows, n_cols, *strides,
                float(offset), **flags, BLOCK_COLS=tile["BLOCK_COLS"], COL_BLOCK=col_block,
                CHUNK_ROWS=chunk_rows, PAIR_SUMS=PAIRED_ROW_SUMS, ROW_ALIGN=align,
                num_warps=roles_warps)  # fmt: skip
@@ -1179,12 +1180,12 @@ def norm_backward(
     paired = may_pair and strategy == "persistent" and not cfg.two_pass and not direct
     n_partials = cdiv(n_programs, 2) if paired else n_programs
     if direct:
-        dw_partial, db_partial = (dw if has_w else dummy), (db if has_b else dummy)
+        dw_partial, db_partial = dw, db
     else:
         dw_partial = (buffer((n_partials, n_cols), torch.float32, device, zero=paired)
-                      if has_w else dummy)  # fmt: skip
+                      if has_w else None)  # fmt: skip
         db_partial = (buffer((n_partials, n_cols), torch.float32, device, zero=paired)
-                      if has_b else dummy)  # fmt: skip
+                      if has_b else None)  # fmt: skip
     grid = (n_programs,)
     if strategy == "two_stage":
         launch(_norm_bwd_partials_kernel, grid, *common, dw_partial, db_partial, n_rows, n_cols,
@@ -1205,8 +1206,8 @@ def norm_backward(
                **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))  # fmt: skip
     if (has_w or has_b) and not direct:
         reduce_partials(
-            dw_partial if has_w else None,
-            db_partial if has_b else None,
+            dw_partial,
+            db_partial,
             dw,
             db,
             accumulate_w=grad_weight is not None,

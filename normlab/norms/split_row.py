@@ -157,9 +157,9 @@ def _split_row_bwd_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (HAS_DH; else None)
     w_ptr,  # (n_cols,) weight (HAS_WEIGHT only)
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm; else None)
     rstd_ptr,  # (n_rows,) fp32 rstd
     sums_ptr,  # (n_rows, n_parts, 2) fp32 partial (sum xhat * wdy, sum wdy)
     dw_ptr,  # (n_cols,) dweight in its dtype, or (n_groups, n_cols) fp32 partials (PARTIALS)
@@ -249,11 +249,7 @@ def _sums(x2d, dy, weight, mean, rstd, is_rms, chunk, offset=0.0):
     backward = dy is not None
     launch(
         _split_row_sums_kernel, (n_rows, n_chunks),
-        x2d,
-        dy if backward else x2d,  # dummies: never read in the forward
-        weight if weight is not None else sums,
-        mean if mean is not None else sums,
-        rstd if rstd is not None else sums,
+        x2d, dy, weight, mean, rstd,  # None where absent (the forward reads x alone)
         sums, n_cols, x2d.stride(0), dy.stride(0) if backward else x2d.stride(0), float(offset),
         BACKWARD=backward, IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None,
         CHUNK=chunk.cols, ROW_ALIGN=_align(x2d, dy) if backward else _align(x2d),
@@ -273,11 +269,8 @@ def split_row_forward(x2d, weight, bias, eps, is_rms, chunk: config.SplitRowChun
     n_chunks = sums.shape[1]
     launch(
         _split_row_fwd_kernel, (n_rows, n_chunks),
-        x2d, y,
-        weight if weight is not None else sums,
-        bias if bias is not None else sums,
-        mean if mean is not None else rstd,
-        rstd, sums, n_cols, x2d.stride(0), y.stride(0), float(eps), float(offset),
+        x2d, y, weight, bias, mean, rstd, sums,  # None where absent
+        n_cols, x2d.stride(0), y.stride(0), float(eps), float(offset),
         IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
         CHUNK=chunk.cols, CHUNKS_BLOCK=next_pow2(n_chunks),
         ROW_ALIGN=_align(x2d, y), num_warps=chunk.num_warps,
@@ -313,20 +306,15 @@ def split_row_backward(dy, x2d, weight, bias, mean, rstd, is_rms, chunk: config.
         return buffer((n_groups, n_cols), torch.float32, x2d.device) if partials else param
 
     dw_out, db_out = out(dw), out(db)
-    dh_arg = dh if dh is not None else dx
+    dh_rows = dh if dh is not None else dx  # (its stride and alignment only)
     launch(
         _split_row_bwd_kernel, (n_chunks, n_groups),
-        x2d, dy, dx, dh_arg,
-        weight if weight is not None else sums,
-        mean if mean is not None else rstd,
-        rstd, sums,
-        dw_out if dw_out is not None else sums,
-        db_out if db_out is not None else sums,
+        x2d, dy, dx, dh, weight, mean, rstd, sums, dw_out, db_out,  # None where absent
         n_rows, n_cols, sums.shape[1], rows_per_group,
-        x2d.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), float(offset),
+        x2d.stride(0), dy.stride(0), dx.stride(0), dh_rows.stride(0), float(offset),
         IS_RMS=bool(is_rms), HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
         HAS_DH=dh is not None, PARTIALS=partials, BLOCK_ROWS=tile.rows, CHUNK=chunk.cols,
-        PARTS_BLOCK=next_pow2(sums.shape[1]), ROW_ALIGN=_align(x2d, dy, dx, dh_arg),
+        PARTS_BLOCK=next_pow2(sums.shape[1]), ROW_ALIGN=_align(x2d, dy, dx, dh_rows),
         num_warps=tile.num_warps,
     )  # fmt: skip
     if partials and (dw is not None or db is not None):

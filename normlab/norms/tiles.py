@@ -170,9 +170,9 @@ def bwd_tile_single_pass(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (HAS_DH; else None)
     w,
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm; else None)
     rstd_ptr,  # (n_rows,) fp32 rstd
     n_rows,
     n_cols,
@@ -266,9 +266,9 @@ def bwd_tile_two_pass(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
-    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (read with HAS_DH)
-    w_ptr,  # (n_cols,) weight
-    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm)
+    dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (HAS_DH; else None)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT; else None)
+    mean_ptr,  # (n_rows,) fp32 mean (LayerNorm; else None)
     rstd_ptr,  # (n_rows,) fp32 rstd
     dw_out_ptr,  # (n_cols,) fp32 partial row (or the atomic accumulator) for dweight
     db_out_ptr,  # (n_cols,) fp32 partial row (or the atomic accumulator) for dbias
@@ -343,8 +343,9 @@ def bwd_tile_two_pass(
 
 @triton.jit
 def store_partials(
-    dw_out_ptr,  # (n_cols,) fp32 partial row for dweight
-    db_out_ptr,  # (n_cols,) fp32 partial row for dbias
+    dw_partial_ptr,  # (n_partials, n_cols) fp32 dweight partials (HAS_WEIGHT; else None)
+    db_partial_ptr,  # (n_partials, n_cols) fp32 dbias partials (HAS_BIAS; else None)
+    row_start,  # the partial row's first element
     dw_acc,
     db_acc,
     n_cols,
@@ -356,9 +357,9 @@ def store_partials(
     """Store (or, ADD, atomically add into a zeroed row shared by two programs) a partial row."""
     cols = tl.arange(0, BLOCK_COLS)
     if HAS_WEIGHT:
-        put_row(dw_out_ptr + cols, tl.sum(dw_acc, axis=0), cols < n_cols, ADD)
+        put_row(dw_partial_ptr + row_start + cols, tl.sum(dw_acc, axis=0), cols < n_cols, ADD)
     if HAS_BIAS:
-        put_row(db_out_ptr + cols, tl.sum(db_acc, axis=0), cols < n_cols, ADD)
+        put_row(db_partial_ptr + row_start + cols, tl.sum(db_acc, axis=0), cols < n_cols, ADD)
 
 
 @triton.jit
