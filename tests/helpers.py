@@ -240,7 +240,9 @@ def analyse(case, inputs):
         accessed = identify_accessed_tensors(fn, kwargs, {})
         writes = sorted(d.name for d in accessed.read_writes.writes)
         out.append({"case": case, "kernel": fn.__name__, "writes": writes,
-                    "inputs_written": [k for k in writes if any(kwargs[k] is t for t in inputs)]})
+                    "inputs_written": [k for k in writes if any(kwargs[k] is t for t in inputs)],
+                    "tensors": sorted(k for k, v in kwargs.items()
+                                      if isinstance(v, torch.Tensor))})
     launched.clear()
 """
 
@@ -250,7 +252,8 @@ def mutation_analysis(body: str, cases: list) -> list[dict]:
     writes; where that fails it takes every input as written, and a graph may clone them)
     of every launch ``body`` records for each of ``cases``, in a subprocess with a stand-in sm_90
     target (kernels compile only outside the interpreter; none runs). Returns one record a
-    launch: its case, kernel, written parameters and the inputs among them."""
+    launch: its case, kernel, written parameters, the inputs among them and the parameters
+    given a tensor."""
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NORMLAB_MODE")}
     script = _STAND_IN_SM90 + body + "\nprint(json.dumps(out))\n"

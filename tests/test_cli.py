@@ -597,7 +597,8 @@ def test_norm_launch_code_digests_what_each_planned_launch_runs():
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = re.findall(r"^rms_norm 8x1024 bf16 no-affine auto (fwd|bwd): (\w+) grid \(\d+,\), "
                        r"\{.*\}: \d+ registers, \d+ B stack, (\d+) instructions, "
-                       r"sass [0-9a-f]{12}, unordered [0-9a-f]{12}$", proc.stdout, re.M)  # fmt: skip
+                       r"sass [0-9a-f]{12}, unordered [0-9a-f]{12}$",
+                       proc.stdout, re.M)  # fmt: skip
     assert [(d, k) for d, k, _ in lines][:1] == [("fwd", "_norm_fwd_kernel")], proc.stdout
     assert "bwd" in {d for d, _, _ in lines} and all(int(n) > 10 for _, _, n in lines)
 

@@ -361,11 +361,27 @@ for m, n, is_rms, fused, strategy, layout in CASES:
 """
 
 
+# Each norm kernel's output parameters: written wherever a launch gives them a tensor.
+_FWD_OUTPUTS = {"y_ptr", "h_ptr", "mean_ptr", "rstd_ptr"}
+_BWD_OUTPUTS = {"dx_ptr", "dw_ptr", "db_ptr", "dw_partial_ptr", "db_partial_ptr"}
+_NORM_OUTPUTS = {
+    "_norm_fwd_kernel": _FWD_OUTPUTS, "_block_row_fwd_kernel": _FWD_OUTPUTS,
+    "_pointwise_fwd_kernel": _FWD_OUTPUTS, "_split_row_fwd_kernel": _FWD_OUTPUTS,
+    "_shift_params_kernel": {"w_shifted_ptr", "b_shifted_ptr"},
+    "_split_row_sums_kernel": {"sums_ptr"},
+    "_norm_bwd_atomic_kernel": _BWD_OUTPUTS, "_norm_bwd_partials_kernel": _BWD_OUTPUTS,
+    "_norm_bwd_persistent_kernel": _BWD_OUTPUTS, "_norm_bwd_persistent_static_kernel": _BWD_OUTPUTS,
+    "_norm_bwd_persistent_two_pass_kernel": _BWD_OUTPUTS, "_norm_bwd_roles_kernel": _BWD_OUTPUTS,
+    "_block_row_bwd_kernel": _BWD_OUTPUTS, "_split_row_bwd_kernel": _BWD_OUTPUTS,
+    "_reduce_partials_kernel": {"dw_ptr", "db_ptr"},  # (it reads the partial rows)
+}
+
+
 def test_inductor_finds_what_the_norm_kernels_write():
     """Inductor's mutation analysis of every launch of a planned forward and backward (row,
     block-row and split-row plans, each dγ strategy, with and without the fused add) succeeds and
-    names no input as written; the row forward's writes are exactly its outputs. A failed
-    analysis names every tensor argument, and a compiled graph would clone them."""
+    names no input as written; each kernel's writes are exactly the outputs it was given. A
+    failed analysis names every tensor argument, and a compiled graph would clone them."""
     cases = [[3, 256, True, False, "auto", "auto"], [3, 256, False, True, "auto", "auto"],
              [5, 1000, False, False, "atomic", "row"], [5, 1000, True, True, "two_stage", "row"],
              [600, 48, False, False, "auto", "block_row"], [600, 48, True, True, "auto", "auto"],
@@ -377,3 +393,6 @@ def test_inductor_finds_what_the_norm_kernels_write():
                     if rec["kernel"] == "_norm_fwd_kernel"}  # fmt: skip
     assert row_forwards[(3, 256, True, False)] == ["rstd_ptr", "y_ptr"]
     assert row_forwards[(3, 256, False, True)] == ["h_ptr", "mean_ptr", "rstd_ptr", "y_ptr"]
+    for rec in launches:
+        outputs = _NORM_OUTPUTS[rec["kernel"]]
+        assert rec["writes"] == [p for p in rec["tensors"] if p in outputs], rec
