@@ -59,12 +59,36 @@ def _variants(x, w, b, dy, mean, rstd, is_rms, sms):
     return out
 
 
+def backward_inputs(m, n, op):
+    """bf16 (x, w, b, dy, mean, rstd) of one backward on the GPU: b None for RMSNorm, the
+    statistics from the row forward."""
+    is_rms = op == "rms_norm"
+    x = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
+    w = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
+    b = None if is_rms else (0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
+    dy = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
+    _, mean, rstd = row.norm_forward(x, w, b, EPS[op], is_rms)
+    return x, w, b, dy, mean, rstd
+
+
 def parse_cells(parser, text):
     """``--cells``' shapes (``MxN,MxN,...``), or the parser's error: exit 2, naming the form."""
     try:
         return parse_shapes(text)
     except ValueError:
         parser.error("--cells takes MxN,MxN,... (integers)")
+
+
+def gpu_cells_args(parser, argv):
+    """(arguments, --cells' shapes) of a GPU benchmark with --reps and --cells, or the parser's
+    error (exit 2): --reps below 1, a malformed --cells, no CUDA GPU."""
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error("--reps must be >= 1")
+    cells = parse_cells(parser, args.cells)
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    return args, cells
 
 
 def close(a, b) -> bool:
@@ -83,12 +107,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cells", default=CELLS, help="MxN[,MxN...]")
     parser.add_argument("--ops", default="layer_norm,rms_norm")
     parser.add_argument("--peers", default="torch,compile,liger")
-    args = parser.parse_args(argv)
-    if args.reps < 1:
-        parser.error("--reps must be >= 1")
-    cells = parse_cells(parser, args.cells)
-    if not torch.cuda.is_available():
-        parser.error("needs a CUDA GPU")
+    args, cells = gpu_cells_args(parser, argv)
     dev, sms = device_info(), _runtime.sm_count()
     command = portable_command(
         [
@@ -107,11 +126,7 @@ def main(argv=None) -> int:
     for m, n in cells:
         for op in args.ops.split(","):
             is_rms = op == "rms_norm"
-            x = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
-            w = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
-            b = None if is_rms else (0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
-            dy = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
-            _, mean, rstd = row.norm_forward(x, w, b, EPS[op], is_rms)
+            x, w, b, dy, mean, rstd = backward_inputs(m, n, op)
             variants = _variants(x, w, b, dy, mean, rstd, is_rms, sms)
             want = variants["default"]()
             line = [f"{op} {m}x{n}:"]

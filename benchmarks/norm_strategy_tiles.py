@@ -17,8 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-from norm_bwd_variants import EPS, close, parse_cells
+from norm_bwd_variants import EPS, backward_inputs, close, gpu_cells_args
 
 from normlab.bench import device_info
 from normlab.bench.records import portable_command, write_jsonl
@@ -52,24 +51,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--cells", default=CELLS, help="MxN[,MxN...]")
-    args = parser.parse_args(argv)
-    if args.reps < 1:
-        parser.error("--reps must be >= 1")
-    cells = parse_cells(parser, args.cells)
-    if not torch.cuda.is_available():
-        parser.error("needs a CUDA GPU")
+    args, cells = gpu_cells_args(parser, argv)
     dev = device_info()
     command = portable_command(["python3", "benchmarks/norm_strategy_tiles.py",
                                 *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
     records = []
     for (m, n), op in ((cell, op) for cell in cells for op in ("rms_norm", "layer_norm")):
-        is_rms, eps = op == "rms_norm", EPS[op]
-        x = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
-        w = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
-        b = None if is_rms else (0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
-        dy = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
-        _, mean, rstd = row.norm_forward(x, w, b, eps, is_rms)
-        variants = _variants(x, w, b, dy, mean, rstd, is_rms, eps)
+        x, w, b, dy, mean, rstd = backward_inputs(m, n, op)
+        variants = _variants(x, w, b, dy, mean, rstd, op == "rms_norm", EPS[op])
         want = variants["default"]()
         line = [f"{op} {m}x{n}:"]
         for name, run in variants.items():

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 import torch
-from norm_bwd_variants import parse_cells
+from norm_bwd_variants import gpu_cells_args
 
 from normlab import bench
 from normlab.norms import row
@@ -26,12 +26,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", default=CELLS, help="MxN[,MxN...]")
     parser.add_argument("--reps", type=int, default=50)
-    args = parser.parse_args(argv)
-    if args.reps < 1:
-        parser.error("--reps must be >= 1")
-    cells = parse_cells(parser, args.cells)
-    if not torch.cuda.is_available():
-        parser.error("needs a CUDA GPU")
+    args, cells = gpu_cells_args(parser, argv)
     dev = bench.device_info(measure_copy=False)
     print(f"{dev.card}, torch {torch.__version__}, L2 {dev.l2_bytes / 2**20:.0f} MiB")
     for m, n in cells:
