@@ -315,8 +315,9 @@ def test_block_row_backward_with_dh(is_rms, recompute):
         assert_close(db, want_db, reduce_len=37, msg="dbias")
 
 
-# Each norm kernel, reached at 19 x 41 under the interpreter (4 SMs, 16 programs where forced):
-# the launcher, its keywords, and the kernel (with a flag it sets) that the path must launch.
+# Each norm kernel, reached at 19 rows of 41 columns (the pointwise path: one) under the
+# interpreter (4 SMs, 16 programs where forced): the launcher, its keywords, and the kernel
+# (with a flag it sets) that the path must launch.
 KERNEL_PATHS = {
     "persistent": ("row", {}, "_norm_bwd_persistent", None),
     "two_pass": ("row", {"two_pass": True, "block_cols": 16}, "_norm_bwd_persistent_two_pass",
