@@ -43,8 +43,8 @@ from norm_bwd_variants import parse_cells  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from normlab import _runtime  # noqa: E402
-from normlab.norms import reduce, row  # noqa: E402
+from normlab import _launch, _runtime  # noqa: E402
+from normlab.norms import block_row, reduce, row, split_row  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
@@ -56,17 +56,27 @@ KEYWORDS = {name for name, p in inspect.signature(row.norm_backward).parameters.
 
 @contextlib.contextmanager
 def captured_launches(sms: int):
-    """Launches of row.norm_backward (its kernels and the reduce's) listed, not run, planned
-    for ``sms`` SMs."""
+    """Every norm launch (row, block-row, split-row kernels and the dγ/dβ reduce) listed as
+    (fn, grid, args, kwargs), not run, planned for ``sms`` SMs and an H200's 60 MiB L2, with no
+    replay: each call plans and launches."""
     launches = []
-    saved = row.launch, reduce.launch, _runtime.sm_count
-    row.launch = lambda fn, grid, *args, **kwargs: launches.append((fn, grid, args, kwargs))
-    reduce.launch = lambda *args, **kwargs: None
+
+    def capture(fn, grid, *args, **kwargs):
+        launches.append((fn, grid, args, kwargs))
+
+    modules = (row, block_row, split_row, reduce)
+    saved = [m.launch for m in modules], _runtime.sm_count, _runtime.l2_bytes, _launch.REPLAY
+    _launch.REPLAY = False
+    for module in modules:
+        module.launch = capture
     _runtime.sm_count = lambda *args, **kwargs: sms
+    _runtime.l2_bytes = lambda *args, **kwargs: 60 * 2**20
     try:
         yield launches
     finally:
-        row.launch, reduce.launch, _runtime.sm_count = saved
+        for module, launch in zip(modules, saved[0], strict=True):
+            module.launch = launch
+        _runtime.sm_count, _runtime.l2_bytes, _launch.REPLAY = saved[1:]
 
 
 def compile_launch(fn, args, kwargs, arch: int = 90):
@@ -143,6 +153,8 @@ def main(argv=None) -> int:
         with captured_launches(args.sms) as launches:
             row.norm_backward(dy, x, w, b, mean, rstd, is_rms, dh=dh, **keywords)
         for fn, grid, fn_args, kwargs in launches:
+            if fn is reduce._reduce_partials_kernel:  # the row kernels alone
+                continue
             kernel, options = compile_launch(fn, fn_args, kwargs)
             resources, _ = analyse(kernel)
             name = ("add_" if dh is not None else "") + op

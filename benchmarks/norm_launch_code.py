@@ -20,7 +20,6 @@ Code generation changes between Triton versions: run both trees under the same o
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import itertools
 import os
@@ -35,45 +34,19 @@ import torch
 torch.cuda.is_available = lambda: True  # compiled kernels on a machine without a GPU
 
 import triton  # noqa: E402
-from kernel_loops import disassemble  # noqa: E402
-from norm_bwd_spills import DTYPES, compile_launch  # noqa: E402
+from kernel_loops import analyse, disassemble  # noqa: E402
+from norm_bwd_spills import DTYPES, captured_launches, compile_launch  # noqa: E402
 from norm_bwd_variants import parse_cells  # noqa: E402
 
-from normlab import _launch, _runtime  # noqa: E402
-from normlab.norms import block_row, op, reduce, row, split_row  # noqa: E402
+from normlab.norms import op  # noqa: E402
 
 # One cell per plan kind on a 132-SM card: a decode row and batch, one-row tiles, the static and
 # shifted widths, the two-pass and split-row widths, block-row tiles, one column.
 CELLS = ("1x8192,8x1024,4096x1024,4096x4096,4096x2880,4096x12288,32768x8192,2x65536,"
          "1000003x200,1000003x24,65536x1")  # fmt: skip
-LAUNCHERS = (row, block_row, split_row, reduce)
 _PARAM_OFFSET = re.compile(r"c\[0x0\]\[0x[0-9a-f]+\]")  # a kernel parameter's constant bank slot
 _COMMENT = re.compile(r"/\*.*?\*/")  # addresses and encodings
-_ADDRESS = re.compile(r"\s*/\*[0-9a-f]{4,}\*/")  # an instruction's line
 _REGISTER = re.compile(r"\b(U?R|U?P)\d+\b")  # a register's number
-
-
-@contextlib.contextmanager
-def captured_launches(sms: int):
-    """Every norm launch listed, not run, planned for ``sms`` SMs and an H200's 60 MiB L2 (no
-    replay: each call plans and launches)."""
-    launches = []
-
-    def capture(fn, grid, *args, **kwargs):
-        launches.append((fn, grid, args, kwargs))
-
-    saved = [m.launch for m in LAUNCHERS], _runtime.sm_count, _runtime.l2_bytes, _launch.REPLAY
-    _launch.REPLAY = False
-    for module in LAUNCHERS:
-        module.launch = capture
-    _runtime.sm_count = lambda *args, **kwargs: sms
-    _runtime.l2_bytes = lambda *args, **kwargs: 60 * 2**20
-    try:
-        yield launches
-    finally:
-        for module, launch in zip(LAUNCHERS, saved[0], strict=True):
-            module.launch = launch
-        _runtime.sm_count, _runtime.l2_bytes, _launch.REPLAY = saved[1:]
 
 
 def sass_digests(sass: str) -> tuple[str, str]:
@@ -143,12 +116,10 @@ def main(argv=None) -> int:
                    tuple(sorted(kwargs.items())))  # fmt: skip
             if key not in compiled:
                 kernel, options = compile_launch(fn, fn_args, kwargs)
-                usage, sass = disassemble(kernel)
-                regs = dict(re.findall(r"\b(REG|STACK):(\d+)", usage))
-                n_instr = sum(1 for line in sass.splitlines() if _ADDRESS.match(line))
-                ordered, unordered = sass_digests(sass)
-                compiled[key] = (f"{options}: {regs['REG']} registers, {regs['STACK']} B stack, "
-                                 f"{n_instr} instructions, sass {ordered}, "
+                res, _ = analyse(kernel)
+                ordered, unordered = sass_digests(disassemble(kernel)[1])
+                compiled[key] = (f"{options}: {res['REG']} registers, {res['STACK']} B stack, "
+                                 f"{res['INSTR']} instructions, sass {ordered}, "
                                  f"unordered {unordered}")  # fmt: skip
             line = f"{call} {direction}: {fn.__name__} grid {tuple(grid)}, {compiled[key]}"
             lines.append(line)
@@ -160,8 +131,8 @@ def main(argv=None) -> int:
 
 
 def _signature_key(value):
-    """What Triton's specialization sees of an argument (tensors by dtype and 16-byte alignment,
-    ints by value where they are constexprs or divisible by 16)."""
+    """An argument as the compile cache keys it: a tensor by its dtype, any other value as it
+    is."""
     if isinstance(value, torch.Tensor):
         return ("tensor", value.dtype)
     return value
