@@ -420,12 +420,21 @@ SMALL_CELLS=1x768,1x1024,1x1536,1x2048,1x2560,1x2880,1x3072,1x3584,1x4096,1x5120
 ROW_ALIGN_CELLS=1184x4,1234x4,14x1022,1031x14,3946x10,1x60954,2982x26,783x120,868x136,75x3310,128421x2,261x1110,5596x214,52873x28,77352x24,1000003x2,250431x10,1687x1718,5158x666,10885x408,188442x24,1990x2326,3079x2526,1000003x8,8000009x2,15080x1464,1000003x24,7526x3956,10000000x4,1329x32826,6062x7412,10000000x6,8000009x8,307891x220,1000003x100,74711x1906,8000009x24,1000003x200,3366x60028,10000000x36,34292x14486,1000003x500,10000000x62,10000000x70,8000009x100,245086x5924,8000009x200,8000009x500
 # Those whose calls took under 5 µs at 9282889 (normlab or a peer, any op, direction or dtype).
 ROW_ALIGN_SMALL_CELLS=1x60954,14x1022,75x3310,261x1110,783x120,868x136,1031x14,1184x4,1234x4,2982x26,3946x10,5596x214,52873x28,77352x24,128421x2,1000003x2
+# A timeout around this script stops the step it is running too: a step left running would share
+# the GPU with the next (2026-12-08: an outer timeout left a population third running beside the
+# next, and the records of the overlap were slowed up to 16x).
+STEP_PID=
+trap '[ -n "$STEP_PID" ] && kill -TERM "$STEP_PID" 2> /dev/null; exit 143' TERM INT
 step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.log
-  local name=$1 limit=$2
+  local name=$1 limit=$2 rc
   shift 2
   echo "== $name (limit ${limit}s): $*"
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  echo "== $name: exit $? after ${SECONDS}s"
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1 &
+  STEP_PID=$!
+  wait "$STEP_PID"
+  rc=$?
+  STEP_PID=
+  echo "== $name: exit $rc after ${SECONDS}s"
   tail -n 25 "$OUT/$name.log"
 }
 jsd_vocab() {  # jsd_vocab LIMIT MAX_SECONDS: forward KL and JSD over the vocabulary population
