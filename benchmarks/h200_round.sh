@@ -136,8 +136,8 @@
 # compiled loss call, this tree and old/25d7ad4); losscompile (the GPU checks' compile and
 # CUDA-graph parts alone); lossclonehost (the compiled losses' host µs per
 # call, this tree and old/25d7ad4 in turn, twice).
-# h200pop1 / h200pop23 (on an H200 only: the population's first third, then the loss options at
-# V = 131072; its second and third thirds: the whole norm population at one commit in two calls).
+# h200pop1 / h200pop23 (on an H200 only: the loss options at V = 131072, then the population's
+# first third; its second and third thirds: the whole norm population at one commit in two calls).
 # h200fwd (on an H200 only: the forwards below 0.90x in population_part1_bfef810_h200 and their
 # bf16/fp16/fp32 neighbours at 768 and 1024 columns, one row a program at 1-16 warps and the
 # block-row tiles, beside torch, torch.compile and Liger-Kernel).
@@ -1133,18 +1133,18 @@ layer_norm:1000003x31,rms_norm:1000003x3 \
       --out "$OUT/population_all_$shard.jsonl" --reps 4 --timed-us 100 \
       --families random,model,narrow,peers --impls normlab,torch,compile,liger --shard "$shard/3"
     ;;
-  h200pop1 | h200pop23)  # on an H200 only: the population in two calls, then the loss options
+  h200pop1 | h200pop23)  # on an H200 only: the loss options, then the population in two calls
     on_h200 || exit 3
+    if [ "$STAGE" = h200pop1 ]; then
+      step loss_options 150 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
+        --reps 10 --max-seconds 100
+    fi
     for shard in $(grep -o . <<< "${STAGE#h200pop}"); do
       limit=$((shard == 1 ? 400 : shard == 2 ? 300 : 270))
       step "population_all_$shard" $limit python3 benchmarks/norm_population.py \
         --out "$OUT/population_all_$shard.jsonl" --reps 4 --timed-us 100 \
         --families random,model,narrow,peers --impls normlab,torch,compile,liger --shard "$shard/3"
     done
-    if [ "$STAGE" = h200pop1 ]; then
-      step loss_options 150 python3 benchmarks/loss_options.py --out "$OUT/loss_options.jsonl" \
-        --reps 10 --max-seconds 100
-    fi
     ;;
   popall1rest)  # the first third's members that population_part1_bfef810_h200 did not reach
     step population_all_1rest 570 python3 benchmarks/norm_population.py \
