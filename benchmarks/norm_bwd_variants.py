@@ -100,6 +100,20 @@ def close(a, b) -> bool:
     return (a.float() - b.float()).abs().max().item() <= 2e-2 * scale
 
 
+def time_matching(variants, timed, line: list, records: list) -> None:
+    """Time each of ``variants`` (name: call) whose outputs match the first's (``close``) with
+    ``timed(run, name)``; a mismatch is noted in ``line`` and not timed. The records go to
+    ``records``, each variant's µs (or MISMATCH) to ``line``."""
+    want = next(iter(variants.values()))()
+    for name, run in variants.items():
+        if not all(close(g, r) for g, r in zip(run(), want, strict=True)):
+            line.append(f"{name} MISMATCH")
+            continue
+        rec = timed(run, name)
+        records.append(rec)
+        line.append(f"{name} {rec.device_us:.1f}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -128,17 +142,10 @@ def main(argv=None) -> int:
             is_rms = op == "rms_norm"
             x, w, b, dy, mean, rstd = backward_inputs(m, n, op)
             variants = _variants(x, w, b, dy, mean, rstd, is_rms, sms)
-            want = variants["default"]()
             line = [f"{op} {m}x{n}:"]
-            for name, run in variants.items():
-                got = run()
-                if not all(close(g, r) for g, r in zip(got, want, strict=True)):
-                    line.append(f"{name} MISMATCH")
-                    continue
-                rec = timed(run, op, f"normlab {name}", m, n)
-                records.append(rec)
-                line.append(f"{name} {rec.device_us:.1f}")
-            del variants, want, got
+            time_matching(variants, lambda run, name, op=op, m=m, n=n:
+                          timed(run, op, f"normlab {name}", m, n), line, records)  # fmt: skip
+            del variants
             for peer in args.peers.split(","):
                 impl = registry.get(op, peer)
                 if impl.unavailable() is not None:

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from norm_bwd_variants import EPS, backward_inputs, close, gpu_cells_args
+from norm_bwd_variants import EPS, backward_inputs, gpu_cells_args, time_matching
 
 from normlab.bench import device_info
 from normlab.bench.records import portable_command, write_jsonl
@@ -59,17 +59,14 @@ def main(argv=None) -> int:
     for (m, n), op in ((cell, op) for cell in cells for op in ("rms_norm", "layer_norm")):
         x, w, b, dy, mean, rstd = backward_inputs(m, n, op)
         variants = _variants(x, w, b, dy, mean, rstd, op == "rms_norm", EPS[op])
-        want = variants["default"]()
         line = [f"{op} {m}x{n}:"]
-        for name, run in variants.items():
-            if not all(close(g, r) for g, r in zip(run(), want, strict=True)):
-                line.append(f"{name} MISMATCH")
-                continue
-            rec = measure(run, op, f"normlab {name}", m, n, "bf16", "bwd", device=dev,
-                          reps=args.reps, command=command,
-                          shape_set="norm_strategy_tiles")  # fmt: skip
-            records.append(rec)
-            line.append(f"{name} {rec.device_us:.1f}")
+
+        def timed(run, name, op=op, m=m, n=n):
+            return measure(run, op, f"normlab {name}", m, n, "bf16", "bwd", device=dev,
+                           reps=args.reps, command=command,
+                           shape_set="norm_strategy_tiles")  # fmt: skip
+
+        time_matching(variants, timed, line, records)
         print(" | ".join(line), flush=True)
         write_jsonl(records, args.out)
     return 0

@@ -102,7 +102,7 @@ def _row_sums(sums_ptr, row, n_chunks, CHUNKS_BLOCK: tl.constexpr):
 def _split_row_fwd_kernel(
     x_ptr,  # (n_rows, n_cols) input
     y_ptr,  # (n_rows, n_cols) output, x's dtype
-    w_ptr,  # (n_cols,) weight (HAS_WEIGHT only)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT; else None)
     b_ptr,  # (n_cols,) bias (HAS_BIAS only)
     mean_ptr,  # (n_rows,) fp32 mean, written for LayerNorm
     rstd_ptr,  # (n_rows,) fp32 rstd, written
@@ -158,7 +158,7 @@ def _split_row_bwd_kernel(
     dy_ptr,  # (n_rows, n_cols) output gradient
     dx_ptr,  # (n_rows, n_cols) input gradient (written)
     dh_ptr,  # (n_rows, n_cols) gradient of the fused add's h (HAS_DH; else None)
-    w_ptr,  # (n_cols,) weight (HAS_WEIGHT only)
+    w_ptr,  # (n_cols,) weight (HAS_WEIGHT; else None)
     mean_ptr,  # (n_rows,) fp32 mean (LayerNorm; else None)
     rstd_ptr,  # (n_rows,) fp32 rstd
     sums_ptr,  # (n_rows, n_parts, 2) fp32 partial (sum xhat * wdy, sum wdy)
