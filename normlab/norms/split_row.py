@@ -42,7 +42,7 @@ from normlab.norms.tiles import known_bwd_layout, known_multiple, load_weight
 def _split_row_sums_kernel(
     x_ptr,  # (n_rows, n_cols) forward input
     dy_ptr,  # (n_rows, n_cols) output gradient (BACKWARD only)
-    w_ptr,  # (n_cols,) weight (BACKWARD with HAS_WEIGHT only)
+    w_ptr,  # (n_cols,) weight (BACKWARD with HAS_WEIGHT; else None)
     mean_ptr,  # (n_rows,) fp32 mean (BACKWARD LayerNorm only)
     rstd_ptr,  # (n_rows,) fp32 rstd (BACKWARD only)
     sums_ptr,  # (n_rows, n_chunks, 2) fp32 partial sums (written)
@@ -103,7 +103,7 @@ def _split_row_fwd_kernel(
     x_ptr,  # (n_rows, n_cols) input
     y_ptr,  # (n_rows, n_cols) output, x's dtype
     w_ptr,  # (n_cols,) weight (HAS_WEIGHT; else None)
-    b_ptr,  # (n_cols,) bias (HAS_BIAS only)
+    b_ptr,  # (n_cols,) bias (HAS_BIAS; else None)
     mean_ptr,  # (n_rows,) fp32 mean, written for LayerNorm
     rstd_ptr,  # (n_rows,) fp32 rstd, written
     sums_ptr,  # (n_rows, n_chunks, 2) fp32 partial (sum d, sum d^2)
